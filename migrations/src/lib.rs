@@ -1,0 +1,14 @@
+//! The database schema, as ordered migrations. The schema changes only through here.
+
+pub use sea_orm_migration::prelude::*;
+
+mod m20261129_000001_initial;
+
+pub struct Migrator;
+
+#[async_trait::async_trait]
+impl MigratorTrait for Migrator {
+    fn migrations() -> Vec<Box<dyn MigrationTrait>> {
+        vec![Box::new(m20261129_000001_initial::Migration)]
+    }
+}

@@ -1,0 +1,320 @@
+//! Jobs, what they ask for, and the state machine they move through.
+//!
+//! ```text
+//! Pending ──► Scheduled ──► Running ──► Succeeded
+//!    │            │            ├──────► Failed
+//!    │            ├──► Failed  └──────► Cancelled
+//!    └────────────┴──► Cancelled
+//! ```
+//! Every transition is persisted with its time; terminal states never change again.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{ValidationError, Violations};
+use crate::quantity::MAX_BYTES;
+use crate::tenant::TenantName;
+
+/// Most GPUs a single job may ask for.
+pub const MAX_JOB_GPUS: u32 = 1024;
+/// Most bytes of command line (program and arguments together).
+pub const MAX_COMMAND_BYTES: usize = 64 * 1024;
+/// Most environment variables a job may set.
+pub const MAX_ENV_VARS: usize = 256;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JobState {
+    Pending,
+    Scheduled,
+    Running,
+    Succeeded,
+    Failed,
+    Cancelled,
+}
+
+impl JobState {
+    pub const ALL: [JobState; 6] = [
+        JobState::Pending,
+        JobState::Scheduled,
+        JobState::Running,
+        JobState::Succeeded,
+        JobState::Failed,
+        JobState::Cancelled,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobState::Pending => "pending",
+            JobState::Scheduled => "scheduled",
+            JobState::Running => "running",
+            JobState::Succeeded => "succeeded",
+            JobState::Failed => "failed",
+            JobState::Cancelled => "cancelled",
+        }
+    }
+
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            JobState::Succeeded | JobState::Failed | JobState::Cancelled
+        )
+    }
+
+    /// Whether the job holds resources on a node in this state.
+    pub fn holds_resources(self) -> bool {
+        matches!(self, JobState::Scheduled | JobState::Running)
+    }
+
+    /// The legal transitions of the job state machine.
+    pub fn can_become(self, next: JobState) -> bool {
+        use JobState::*;
+        matches!(
+            (self, next),
+            (Pending, Scheduled)
+                | (Pending, Cancelled)
+                | (Scheduled, Running)
+                | (Scheduled, Failed)
+                | (Scheduled, Cancelled)
+                | (Running, Succeeded)
+                | (Running, Failed)
+                | (Running, Cancelled)
+        )
+    }
+
+    /// Checks a transition, naming both ends when it is illegal.
+    pub fn transition(self, next: JobState) -> Result<JobState, TransitionError> {
+        if self.can_become(next) {
+            Ok(next)
+        } else {
+            Err(TransitionError {
+                from: self,
+                to: next,
+            })
+        }
+    }
+}
+
+impl fmt::Display for JobState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for JobState {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        JobState::ALL
+            .into_iter()
+            .find(|st| st.as_str() == s)
+            .ok_or_else(|| {
+                format!("unknown state `{s}` (one of pending, scheduled, running, succeeded, failed, cancelled)")
+            })
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("a job cannot go from {from} to {to}")]
+pub struct TransitionError {
+    pub from: JobState,
+    pub to: JobState,
+}
+
+/// What a tenant asks to run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct JobSpec {
+    pub tenant: TenantName,
+    pub name: String,
+    /// Whole GPUs, 0 for a CPU-only job.
+    pub gpus: u32,
+    /// Minimum memory of each GPU, if the job needs a large card.
+    pub gpu_memory_bytes: Option<u64>,
+    /// Program and arguments, executed directly (no shell unless the job names one).
+    pub command: Vec<String>,
+    pub env: BTreeMap<String, String>,
+    /// Working directory on the node; the job's own directory when absent.
+    pub workdir: Option<String>,
+}
+
+impl JobSpec {
+    /// Checks every rule and reports all broken ones at once.
+    pub fn validate(&self) -> Result<(), ValidationError> {
+        let mut v = Violations::default();
+        v.check(!self.name.trim().is_empty(), "name", "must not be empty");
+        v.check(self.name.len() <= 128, "name", "must be at most 128 characters");
+        v.check(
+            !self.name.chars().any(char::is_control),
+            "name",
+            "must not contain control characters",
+        );
+        v.check(
+            self.gpus <= MAX_JOB_GPUS,
+            "gpus",
+            format!("must be at most {MAX_JOB_GPUS}"),
+        );
+        if let Some(m) = self.gpu_memory_bytes {
+            v.check(m > 0, "gpu_memory_bytes", "must be positive");
+            v.check(m <= MAX_BYTES, "gpu_memory_bytes", "must be at most 1 PiB");
+            v.check(
+                self.gpus > 0,
+                "gpu_memory_bytes",
+                "only applies to jobs that request GPUs",
+            );
+        }
+        if self.command.is_empty() {
+            v.push("command", "must name a program to run");
+        } else if self.command[0].is_empty() {
+            v.push("command[0]", "the program must not be empty");
+        }
+        for (i, arg) in self.command.iter().enumerate() {
+            v.check(
+                !arg.contains('\0'),
+                format!("command[{i}]"),
+                "must not contain NUL bytes",
+            );
+        }
+        let total: usize = self.command.iter().map(String::len).sum();
+        v.check(
+            total <= MAX_COMMAND_BYTES,
+            "command",
+            format!("must be at most {MAX_COMMAND_BYTES} bytes in total"),
+        );
+        v.check(
+            self.env.len() <= MAX_ENV_VARS,
+            "env",
+            format!("must have at most {MAX_ENV_VARS} variables"),
+        );
+        for (key, value) in &self.env {
+            let field = format!("env.{key}");
+            let valid_name = key.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+                && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+            v.check(
+                valid_name,
+                field.clone(),
+                "names letters, digits and `_`, not starting with a digit",
+            );
+            v.check(
+                !(key.starts_with("ALLOT_") || key == "CUDA_VISIBLE_DEVICES"),
+                field.clone(),
+                "is set by Allot and cannot be overridden",
+            );
+            v.check(!value.contains('\0'), field, "must not contain NUL bytes");
+        }
+        if let Some(dir) = &self.workdir {
+            v.check(dir.starts_with('/'), "workdir", "must be an absolute path");
+            v.check(!dir.contains('\0'), "workdir", "must not contain NUL bytes");
+        }
+        v.into_result()
+    }
+}
+
+/// Why a job is still pending: a stable code for programs and a sentence with numbers for people.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PendingReason {
+    pub code: String,
+    pub message: String,
+}
+
+/// A job as stored: its spec plus where it is in its life.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Job {
+    pub id: String,
+    pub tenant_id: String,
+    pub spec: JobSpec,
+    pub state: JobState,
+    pub pending_reason: Option<PendingReason>,
+    pub node_id: Option<String>,
+    pub gpu_uuids: Vec<String>,
+    pub cancel_requested: bool,
+    pub pid: Option<u32>,
+    pub exit_code: Option<i32>,
+    /// Why the job ended the way it did (a signal, a launch failure, a lost node).
+    pub message: Option<String>,
+    pub log_tail: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    pub scheduled_at: Option<DateTime<Utc>>,
+    pub started_at: Option<DateTime<Utc>>,
+    pub finished_at: Option<DateTime<Utc>>,
+}
+
+/// One persisted transition.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct JobEvent {
+    pub from: Option<JobState>,
+    pub to: JobState,
+    pub at: DateTime<Utc>,
+    pub message: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec() -> JobSpec {
+        JobSpec {
+            tenant: TenantName::parse("tenant", "team-a").expect("valid"),
+            name: "train".into(),
+            gpus: 1,
+            gpu_memory_bytes: None,
+            command: vec!["sh".into(), "-c".into(), "echo hi".into()],
+            env: BTreeMap::new(),
+            workdir: None,
+        }
+    }
+
+    #[test]
+    fn legal_paths_through_the_state_machine() {
+        use JobState::*;
+        assert!(Pending.can_become(Scheduled));
+        assert!(Scheduled.can_become(Running));
+        assert!(Running.can_become(Succeeded));
+        assert!(Running.can_become(Cancelled));
+        assert!(Pending.can_become(Cancelled));
+        for terminal in [Succeeded, Failed, Cancelled] {
+            for next in JobState::ALL {
+                assert!(!terminal.can_become(next), "{terminal} -> {next}");
+            }
+        }
+        assert_eq!(
+            Pending.transition(Running),
+            Err(TransitionError {
+                from: Pending,
+                to: Running
+            })
+        );
+    }
+
+    #[test]
+    fn valid_spec_passes() {
+        assert_eq!(spec().validate(), Ok(()));
+    }
+
+    #[test]
+    fn every_broken_rule_is_named() {
+        let mut s = spec();
+        s.name = String::new();
+        s.gpus = MAX_JOB_GPUS + 1;
+        s.command = vec![];
+        s.env.insert("ALLOT_JOB_ID".into(), "x".into());
+        s.env.insert("1BAD".into(), "x".into());
+        s.workdir = Some("relative".into());
+        let err = s.validate().expect_err("invalid");
+        let fields: Vec<_> = err.0.iter().map(|e| e.field.as_str()).collect();
+        for f in ["name", "gpus", "command", "env.ALLOT_JOB_ID", "env.1BAD", "workdir"] {
+            assert!(fields.contains(&f), "{f} missing from {fields:?}");
+        }
+    }
+
+    #[test]
+    fn gpu_memory_needs_gpus() {
+        let mut s = spec();
+        s.gpus = 0;
+        s.gpu_memory_bytes = Some(1 << 30);
+        assert_eq!(s.validate().expect_err("invalid").0[0].field, "gpu_memory_bytes");
+    }
+}

@@ -1,0 +1,21 @@
+//! Allot's domain model: tenants, quotas, jobs and their state machine, API-token roles,
+//! GPU inventory and the validation rules for all of them.
+//!
+//! This crate has no HTTP, database or gRPC dependency. Everything here is plain data and
+//! pure functions, so the API, the store, the scheduler and the agent agree on one model.
+
+pub mod clock;
+pub mod error;
+pub mod job;
+pub mod node;
+pub mod quantity;
+pub mod tenant;
+pub mod token;
+
+pub use clock::{Clock, FixedClock, SystemClock};
+pub use error::{FieldError, ValidationError};
+pub use job::{Job, JobEvent, JobSpec, JobState, PendingReason, TransitionError};
+pub use node::{GpuDevice, Node, NodeStatus};
+pub use quantity::{format_bytes, parse_bytes};
+pub use tenant::{Quota, Tenant, TenantName};
+pub use token::{ApiToken, Role};

@@ -1,0 +1,49 @@
+//! Nodes and the GPUs they report.
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+
+/// One GPU as its node reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct GpuDevice {
+    /// Stable identifier, e.g. `GPU-5f1c…`; what `CUDA_VISIBLE_DEVICES` names.
+    pub uuid: String,
+    /// Index on the node (0-based, as the driver enumerates).
+    pub index: u32,
+    /// Model name, e.g. `H200`.
+    pub model: String,
+    pub memory_bytes: u64,
+    pub healthy: bool,
+}
+
+/// Whether the scheduler may place work on a node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum NodeStatus {
+    /// The lease is current: the agent heartbeated recently.
+    Ready,
+    /// The lease expired: the agent is gone or cut off.
+    NotReady,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Node {
+    pub id: String,
+    pub name: String,
+    pub registered_at: DateTime<Utc>,
+    pub last_heartbeat_at: DateTime<Utc>,
+    pub lease_expires_at: DateTime<Utc>,
+    pub agent_version: String,
+    pub gpu_backend: String,
+    pub gpus: Vec<GpuDevice>,
+}
+
+impl Node {
+    pub fn status(&self, now: DateTime<Utc>) -> NodeStatus {
+        if now < self.lease_expires_at {
+            NodeStatus::Ready
+        } else {
+            NodeStatus::NotReady
+        }
+    }
+}

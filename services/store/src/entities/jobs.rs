@@ -1,0 +1,45 @@
+use sea_orm::entity::prelude::*;
+
+#[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
+#[sea_orm(table_name = "jobs")]
+pub struct Model {
+    #[sea_orm(primary_key, auto_increment = false)]
+    pub id: String,
+    pub tenant_id: String,
+    pub name: String,
+    pub state: String,
+    pub gpus: i32,
+    pub gpu_memory_bytes: Option<i64>,
+    /// JSON array of strings.
+    #[sea_orm(column_type = "Text")]
+    pub command: String,
+    /// JSON object of strings.
+    #[sea_orm(column_type = "Text")]
+    pub env: String,
+    #[sea_orm(column_type = "Text", nullable)]
+    pub workdir: Option<String>,
+    pub pending_code: Option<String>,
+    #[sea_orm(column_type = "Text", nullable)]
+    pub pending_message: Option<String>,
+    pub node_id: Option<String>,
+    /// JSON array of GPU UUIDs.
+    #[sea_orm(column_type = "Text")]
+    pub gpu_uuids: String,
+    pub cancel_requested: bool,
+    pub pid: Option<i64>,
+    pub exit_code: Option<i32>,
+    #[sea_orm(column_type = "Text", nullable)]
+    pub message: Option<String>,
+    #[sea_orm(column_type = "Text", nullable)]
+    pub log_tail: Option<String>,
+    pub created_at: DateTimeUtc,
+    pub updated_at: DateTimeUtc,
+    pub scheduled_at: Option<DateTimeUtc>,
+    pub started_at: Option<DateTimeUtc>,
+    pub finished_at: Option<DateTimeUtc>,
+}
+
+#[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
+pub enum Relation {}
+
+impl ActiveModelBehavior for ActiveModel {}

@@ -1,0 +1,8 @@
+//! sea-orm entities: one module per table, mirroring `migrations/` exactly.
+
+pub mod api_tokens;
+pub mod gpus;
+pub mod job_events;
+pub mod jobs;
+pub mod nodes;
+pub mod tenants;

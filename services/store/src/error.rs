@@ -1,0 +1,30 @@
+use sea_orm::{DbErr, SqlErr};
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("{0} not found")]
+    NotFound(String),
+    /// A uniqueness rule or a concurrent change got in the way.
+    #[error("conflict: {0}")]
+    Conflict(String),
+    /// A row that does not map back to the domain (a bug or a hand-edited database).
+    #[error("corrupt row: {0}")]
+    Corrupt(String),
+    #[error("database error: {0}")]
+    Db(DbErr),
+}
+
+impl From<DbErr> for StoreError {
+    fn from(err: DbErr) -> Self {
+        match err.sql_err() {
+            Some(SqlErr::UniqueConstraintViolation(msg)) => StoreError::Conflict(msg),
+            _ => StoreError::Db(err),
+        }
+    }
+}
+
+impl From<allot_domain::TransitionError> for StoreError {
+    fn from(err: allot_domain::TransitionError) -> Self {
+        StoreError::Conflict(err.to_string())
+    }
+}

@@ -1,0 +1,387 @@
+//! Jobs and their persisted state history.
+
+use std::collections::{BTreeMap, HashMap};
+
+use allot_domain::{Job, JobEvent, JobSpec, JobState, PendingReason, TenantName};
+use sea_orm::{
+    ActiveValue::Set, ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QueryOrder,
+    QuerySelect, TransactionTrait,
+};
+
+use crate::convert::{json, parse, to_i64, to_json, to_u32, to_u64};
+use crate::entities::{job_events, jobs, tenants};
+use crate::{Store, StoreError, new_id};
+
+#[derive(Debug, Clone)]
+pub struct NewJob {
+    pub tenant_id: String,
+    pub spec: JobSpec,
+}
+
+/// Which jobs to list. Results are newest first; `before` is the id of the last job of the
+/// previous page.
+#[derive(Debug, Clone, Default)]
+pub struct JobFilter {
+    pub tenant_id: Option<String>,
+    pub states: Vec<JobState>,
+    pub node_id: Option<String>,
+    pub before: Option<String>,
+    pub limit: Option<u64>,
+}
+
+#[derive(Debug, Clone)]
+pub struct JobPage {
+    pub jobs: Vec<Job>,
+    /// Pass as `before` to get the next page; `None` on the last page.
+    pub next: Option<String>,
+}
+
+/// Fields a transition may set alongside the new state.
+#[derive(Debug, Clone, Default)]
+pub struct JobUpdate {
+    pub node_id: Option<String>,
+    pub gpu_uuids: Option<Vec<String>>,
+    pub pid: Option<u32>,
+    pub exit_code: Option<i32>,
+    pub message: Option<String>,
+    pub log_tail: Option<String>,
+}
+
+pub trait JobRepo {
+    fn create_job(&self, new: NewJob) -> impl Future<Output = Result<Job, StoreError>> + Send;
+    fn job(&self, id: &str) -> impl Future<Output = Result<Job, StoreError>> + Send;
+    fn list_jobs(&self, f: JobFilter) -> impl Future<Output = Result<JobPage, StoreError>> + Send;
+    /// Moves a job from `from` to `to` if it is still in `from`, recording the transition.
+    /// Fails with `Conflict` when another change got there first.
+    fn transition_job(
+        &self,
+        id: &str,
+        from: JobState,
+        to: JobState,
+        update: JobUpdate,
+    ) -> impl Future<Output = Result<Job, StoreError>> + Send;
+    /// Records why a pending job waits (or clears it); a no-op once the job left Pending.
+    fn set_pending_reason(
+        &self,
+        id: &str,
+        reason: Option<PendingReason>,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// Cancels a pending job at once; marks a scheduled or running one for the agent to stop.
+    /// Idempotent, and a no-op on a finished job.
+    fn request_cancel(&self, id: &str) -> impl Future<Output = Result<Job, StoreError>> + Send;
+    fn job_events(&self, id: &str)
+    -> impl Future<Output = Result<Vec<JobEvent>, StoreError>> + Send;
+}
+
+fn to_domain(m: jobs::Model, tenant: &str) -> Result<Job, StoreError> {
+    let command: Vec<String> = json("command", &m.command)?;
+    let env: BTreeMap<String, String> = json("env", &m.env)?;
+    Ok(Job {
+        spec: JobSpec {
+            tenant: TenantName::parse("tenant", tenant)
+                .map_err(|e| StoreError::Corrupt(e.to_string()))?,
+            name: m.name,
+            gpus: to_u32("gpus", m.gpus.into())?,
+            gpu_memory_bytes: m
+                .gpu_memory_bytes
+                .map(|b| to_u64("gpu_memory_bytes", b))
+                .transpose()?,
+            command,
+            env,
+            workdir: m.workdir,
+        },
+        state: parse("state", &m.state)?,
+        pending_reason: match (m.pending_code, m.pending_message) {
+            (Some(code), Some(message)) => Some(PendingReason { code, message }),
+            _ => None,
+        },
+        gpu_uuids: json("gpu_uuids", &m.gpu_uuids)?,
+        pid: m.pid.map(|p| to_u32("pid", p)).transpose()?,
+        id: m.id,
+        tenant_id: m.tenant_id,
+        node_id: m.node_id,
+        cancel_requested: m.cancel_requested,
+        exit_code: m.exit_code,
+        message: m.message,
+        log_tail: m.log_tail,
+        created_at: m.created_at,
+        updated_at: m.updated_at,
+        scheduled_at: m.scheduled_at,
+        started_at: m.started_at,
+        finished_at: m.finished_at,
+    })
+}
+
+async fn tenant_names<C: ConnectionTrait>(db: &C) -> Result<HashMap<String, String>, StoreError> {
+    Ok(tenants::Entity::find()
+        .all(db)
+        .await?
+        .into_iter()
+        .map(|t| (t.id, t.name))
+        .collect())
+}
+
+async fn load<C: ConnectionTrait>(db: &C, id: &str) -> Result<Job, StoreError> {
+    let m = jobs::Entity::find_by_id(id.to_owned())
+        .one(db)
+        .await?
+        .ok_or_else(|| StoreError::NotFound(format!("job {id}")))?;
+    let tenant = tenants::Entity::find_by_id(m.tenant_id.clone())
+        .one(db)
+        .await?
+        .ok_or_else(|| StoreError::Corrupt(format!("job {id} has no tenant")))?;
+    to_domain(m, &tenant.name)
+}
+
+impl Store {
+    async fn transition_in<C: ConnectionTrait>(
+        &self,
+        db: &C,
+        id: &str,
+        from: JobState,
+        to: JobState,
+        update: JobUpdate,
+    ) -> Result<(), StoreError> {
+        from.transition(to)?;
+        let now = self.clock.now();
+        let mut row = jobs::ActiveModel {
+            state: Set(to.as_str().to_owned()),
+            updated_at: Set(now),
+            pending_code: Set(None),
+            pending_message: Set(None),
+            ..Default::default()
+        };
+        match to {
+            JobState::Scheduled => row.scheduled_at = Set(Some(now)),
+            JobState::Running => row.started_at = Set(Some(now)),
+            s if s.is_terminal() => row.finished_at = Set(Some(now)),
+            _ => {}
+        }
+        if let Some(node) = update.node_id {
+            row.node_id = Set(Some(node));
+        }
+        if let Some(gpus) = &update.gpu_uuids {
+            row.gpu_uuids = Set(to_json("gpu_uuids", gpus)?);
+        }
+        if let Some(pid) = update.pid {
+            row.pid = Set(Some(pid.into()));
+        }
+        if let Some(code) = update.exit_code {
+            row.exit_code = Set(Some(code));
+        }
+        if let Some(msg) = &update.message {
+            row.message = Set(Some(msg.clone()));
+        }
+        if let Some(tail) = update.log_tail {
+            row.log_tail = Set(Some(tail));
+        }
+        let res = jobs::Entity::update_many()
+            .set(row)
+            .filter(jobs::Column::Id.eq(id))
+            .filter(jobs::Column::State.eq(from.as_str()))
+            .exec(db)
+            .await?;
+        if res.rows_affected == 0 {
+            let current = load(db, id).await?;
+            return Err(StoreError::Conflict(format!(
+                "job {id} is {}, not {from}",
+                current.state
+            )));
+        }
+        job_events::Entity::insert(job_events::ActiveModel {
+            job_id: Set(id.to_owned()),
+            from_state: Set(Some(from.as_str().to_owned())),
+            to_state: Set(to.as_str().to_owned()),
+            at: Set(now),
+            message: Set(update.message),
+            ..Default::default()
+        })
+        .exec(db)
+        .await?;
+        Ok(())
+    }
+}
+
+impl JobRepo for Store {
+    async fn create_job(&self, new: NewJob) -> Result<Job, StoreError> {
+        let now = self.clock.now();
+        let id = new_id(self.clock.as_ref());
+        let spec = &new.spec;
+        let txn = self.db.begin().await?;
+        jobs::Entity::insert(jobs::ActiveModel {
+            id: Set(id.clone()),
+            tenant_id: Set(new.tenant_id),
+            name: Set(spec.name.clone()),
+            state: Set(JobState::Pending.as_str().to_owned()),
+            gpus: Set(i32::try_from(spec.gpus)
+                .map_err(|_| StoreError::Corrupt("gpus exceeds i32".into()))?),
+            gpu_memory_bytes: Set(spec
+                .gpu_memory_bytes
+                .map(|b| to_i64("gpu_memory_bytes", b))
+                .transpose()?),
+            command: Set(to_json("command", &spec.command)?),
+            env: Set(to_json("env", &spec.env)?),
+            workdir: Set(spec.workdir.clone()),
+            pending_code: Set(None),
+            pending_message: Set(None),
+            node_id: Set(None),
+            gpu_uuids: Set("[]".to_owned()),
+            cancel_requested: Set(false),
+            pid: Set(None),
+            exit_code: Set(None),
+            message: Set(None),
+            log_tail: Set(None),
+            created_at: Set(now),
+            updated_at: Set(now),
+            scheduled_at: Set(None),
+            started_at: Set(None),
+            finished_at: Set(None),
+        })
+        .exec(&txn)
+        .await?;
+        job_events::Entity::insert(job_events::ActiveModel {
+            job_id: Set(id.clone()),
+            from_state: Set(None),
+            to_state: Set(JobState::Pending.as_str().to_owned()),
+            at: Set(now),
+            message: Set(None),
+            ..Default::default()
+        })
+        .exec(&txn)
+        .await?;
+        let job = load(&txn, &id).await?;
+        txn.commit().await?;
+        Ok(job)
+    }
+
+    async fn job(&self, id: &str) -> Result<Job, StoreError> {
+        load(&self.db, id).await
+    }
+
+    async fn list_jobs(&self, f: JobFilter) -> Result<JobPage, StoreError> {
+        let mut q = jobs::Entity::find().order_by_desc(jobs::Column::Id);
+        if let Some(t) = &f.tenant_id {
+            q = q.filter(jobs::Column::TenantId.eq(t.as_str()));
+        }
+        if !f.states.is_empty() {
+            q = q.filter(jobs::Column::State.is_in(f.states.iter().map(|s| s.as_str())));
+        }
+        if let Some(n) = &f.node_id {
+            q = q.filter(jobs::Column::NodeId.eq(n.as_str()));
+        }
+        if let Some(before) = &f.before {
+            q = q.filter(jobs::Column::Id.lt(before.as_str()));
+        }
+        if let Some(limit) = f.limit {
+            // One extra row tells whether another page follows.
+            q = q.limit(limit + 1);
+        }
+        let mut rows = q.all(&self.db).await?;
+        let next = match f.limit {
+            Some(limit) if rows.len() as u64 > limit => {
+                rows.truncate(limit as usize);
+                rows.last().map(|r| r.id.clone())
+            }
+            _ => None,
+        };
+        let names = tenant_names(&self.db).await?;
+        let jobs = rows
+            .into_iter()
+            .map(|m| {
+                let tenant = names
+                    .get(&m.tenant_id)
+                    .ok_or_else(|| StoreError::Corrupt(format!("job {} has no tenant", m.id)))?;
+                to_domain(m, tenant)
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(JobPage { jobs, next })
+    }
+
+    async fn transition_job(
+        &self,
+        id: &str,
+        from: JobState,
+        to: JobState,
+        update: JobUpdate,
+    ) -> Result<Job, StoreError> {
+        let txn = self.db.begin().await?;
+        self.transition_in(&txn, id, from, to, update).await?;
+        let job = load(&txn, id).await?;
+        txn.commit().await?;
+        Ok(job)
+    }
+
+    async fn set_pending_reason(
+        &self,
+        id: &str,
+        reason: Option<PendingReason>,
+    ) -> Result<(), StoreError> {
+        let (code, message) = match reason {
+            Some(r) => (Some(r.code), Some(r.message)),
+            None => (None, None),
+        };
+        jobs::Entity::update_many()
+            .set(jobs::ActiveModel {
+                pending_code: Set(code),
+                pending_message: Set(message),
+                ..Default::default()
+            })
+            .filter(jobs::Column::Id.eq(id))
+            .filter(jobs::Column::State.eq(JobState::Pending.as_str()))
+            .exec(&self.db)
+            .await?;
+        Ok(())
+    }
+
+    async fn request_cancel(&self, id: &str) -> Result<Job, StoreError> {
+        let txn = self.db.begin().await?;
+        let job = load(&txn, id).await?;
+        match job.state {
+            s if s.is_terminal() => {}
+            JobState::Pending => {
+                self.transition_in(
+                    &txn,
+                    id,
+                    JobState::Pending,
+                    JobState::Cancelled,
+                    JobUpdate {
+                        message: Some("cancelled before it was scheduled".into()),
+                        ..Default::default()
+                    },
+                )
+                .await?;
+            }
+            _ => {
+                jobs::Entity::update(jobs::ActiveModel {
+                    id: Set(id.to_owned()),
+                    cancel_requested: Set(true),
+                    updated_at: Set(self.clock.now()),
+                    ..Default::default()
+                })
+                .exec(&txn)
+                .await?;
+            }
+        }
+        let job = load(&txn, id).await?;
+        txn.commit().await?;
+        Ok(job)
+    }
+
+    async fn job_events(&self, id: &str) -> Result<Vec<JobEvent>, StoreError> {
+        job_events::Entity::find()
+            .filter(job_events::Column::JobId.eq(id))
+            .order_by_asc(job_events::Column::Id)
+            .all(&self.db)
+            .await?
+            .into_iter()
+            .map(|e| {
+                Ok(JobEvent {
+                    from: e.from_state.as_deref().map(|s| parse("from_state", s)).transpose()?,
+                    to: parse("to_state", &e.to_state)?,
+                    at: e.at,
+                    message: e.message,
+                })
+            })
+            .collect()
+    }
+}

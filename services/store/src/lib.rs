@@ -1,0 +1,94 @@
+//! Persistence for the control plane: sea-orm over PostgreSQL (production) or SQLite (the
+//! embedded default). The schema comes only from `allot-migrations`, applied on connect.
+//!
+//! Repositories are traits (`TenantRepo`, `TokenRepo`, `NodeRepo`, `JobRepo`) implemented by
+//! [`Store`]; callers depend on the traits, and every method maps rows to `allot-domain` types
+//! so nothing above this crate sees sea-orm.
+
+mod convert;
+pub mod entities;
+mod error;
+mod jobs;
+mod nodes;
+mod tenants;
+#[cfg(feature = "testing")]
+pub mod testing;
+mod tokens;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use allot_domain::Clock;
+use allot_migrations::{Migrator, MigratorTrait};
+use sea_orm::{ConnectOptions, ConnectionTrait, Database, DatabaseConnection, DbBackend};
+
+pub use error::StoreError;
+pub use jobs::{JobFilter, JobPage, JobRepo, JobUpdate, NewJob};
+pub use nodes::{NodeRegistration, NodeRepo};
+pub use tenants::TenantRepo;
+pub use tokens::{NewToken, TokenRepo};
+
+/// The database handle shared by the API, the gRPC service and the scheduler loop.
+#[derive(Clone, Debug)]
+pub struct Store {
+    db: DatabaseConnection,
+    clock: Arc<dyn Clock>,
+}
+
+impl Store {
+    /// Connects to `url` (`sqlite://…` or `postgres://…`) and applies pending migrations.
+    pub async fn connect(url: &str, clock: Arc<dyn Clock>) -> Result<Self, StoreError> {
+        let mut opts = ConnectOptions::new(url.to_owned());
+        opts.connect_timeout(Duration::from_secs(10))
+            .acquire_timeout(Duration::from_secs(30))
+            .sqlx_logging(false);
+        if url.starts_with("sqlite:") {
+            // SQLite allows one writer; a single connection serialises access instead of
+            // failing with SQLITE_BUSY when two transactions upgrade to write at once.
+            opts.max_connections(1).min_connections(1);
+        } else {
+            opts.max_connections(16);
+        }
+        let db = Database::connect(opts).await?;
+        if db.get_database_backend() == DbBackend::Sqlite {
+            db.execute_unprepared("PRAGMA journal_mode = WAL; PRAGMA foreign_keys = ON;")
+                .await?;
+        }
+        Migrator::up(&db, None).await?;
+        Ok(Self { db, clock })
+    }
+
+    /// Checks that the database answers.
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        self.db.ping().await.map_err(StoreError::from)
+    }
+
+    /// `sqlite` or `postgres`.
+    pub fn backend_name(&self) -> &'static str {
+        match self.db.get_database_backend() {
+            DbBackend::Sqlite => "sqlite",
+            DbBackend::Postgres => "postgres",
+            _ => "other",
+        }
+    }
+
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
+    /// Closes the pool, waiting for connections to be returned.
+    pub async fn close(self) -> Result<(), StoreError> {
+        self.db.close().await.map_err(StoreError::from)
+    }
+}
+
+/// A fresh, time-ordered identifier (UUIDv7) from the injected clock.
+pub(crate) fn new_id(clock: &dyn Clock) -> String {
+    let now = clock.now();
+    let ts = uuid::Timestamp::from_unix(
+        uuid::NoContext,
+        now.timestamp().max(0) as u64,
+        now.timestamp_subsec_nanos(),
+    );
+    uuid::Uuid::new_v7(ts).to_string()
+}

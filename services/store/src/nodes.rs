@@ -1,0 +1,223 @@
+//! Nodes, their GPU inventory and their leases.
+
+use std::collections::HashMap;
+
+use allot_domain::{GpuDevice, Node};
+use chrono::{DateTime, Utc};
+use sea_orm::{
+    ActiveValue::Set, ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QueryOrder,
+    TransactionTrait,
+};
+
+use crate::convert::{to_i64, to_u32, to_u64};
+use crate::entities::{gpus, nodes};
+use crate::{Store, StoreError, new_id};
+
+/// What an agent presents when it (re-)registers.
+#[derive(Debug, Clone)]
+pub struct NodeRegistration {
+    pub name: String,
+    pub secret_hash: String,
+    pub agent_version: String,
+    pub gpu_backend: String,
+    pub gpus: Vec<GpuDevice>,
+    pub lease_expires_at: DateTime<Utc>,
+}
+
+pub trait NodeRepo {
+    /// Creates the node, or takes over the existing one of the same name with a new secret.
+    fn register_node(
+        &self,
+        r: NodeRegistration,
+    ) -> impl Future<Output = Result<Node, StoreError>> + Send;
+    fn node_by_secret_hash(
+        &self,
+        secret_hash: &str,
+    ) -> impl Future<Output = Result<Option<Node>, StoreError>> + Send;
+    /// Renews the lease and replaces the reported inventory.
+    fn heartbeat(
+        &self,
+        node_id: &str,
+        gpus: Vec<GpuDevice>,
+        lease_expires_at: DateTime<Utc>,
+    ) -> impl Future<Output = Result<Node, StoreError>> + Send;
+    fn node(&self, id: &str) -> impl Future<Output = Result<Node, StoreError>> + Send;
+    fn list_nodes(&self) -> impl Future<Output = Result<Vec<Node>, StoreError>> + Send;
+}
+
+fn gpu_to_domain(m: gpus::Model) -> Result<GpuDevice, StoreError> {
+    Ok(GpuDevice {
+        index: to_u32("gpu index", m.idx.into())?,
+        memory_bytes: to_u64("gpu memory", m.memory_bytes)?,
+        uuid: m.uuid,
+        model: m.model,
+        healthy: m.healthy,
+    })
+}
+
+fn to_domain(m: nodes::Model, gpus: Vec<GpuDevice>) -> Node {
+    Node {
+        id: m.id,
+        name: m.name,
+        registered_at: m.registered_at,
+        last_heartbeat_at: m.last_heartbeat_at,
+        lease_expires_at: m.lease_expires_at,
+        agent_version: m.agent_version,
+        gpu_backend: m.gpu_backend,
+        gpus,
+    }
+}
+
+async fn replace_gpus<C: ConnectionTrait>(
+    db: &C,
+    node_id: &str,
+    devices: &[GpuDevice],
+) -> Result<(), StoreError> {
+    gpus::Entity::delete_many()
+        .filter(gpus::Column::NodeId.eq(node_id))
+        .exec(db)
+        .await?;
+    if devices.is_empty() {
+        return Ok(());
+    }
+    let rows = devices
+        .iter()
+        .map(|g| {
+            Ok(gpus::ActiveModel {
+                uuid: Set(g.uuid.clone()),
+                node_id: Set(node_id.to_owned()),
+                idx: Set(i32::try_from(g.index)
+                    .map_err(|_| StoreError::Corrupt("gpu index exceeds i32".into()))?),
+                model: Set(g.model.clone()),
+                memory_bytes: Set(to_i64("gpu memory", g.memory_bytes)?),
+                healthy: Set(g.healthy),
+            })
+        })
+        .collect::<Result<Vec<_>, StoreError>>()?;
+    gpus::Entity::insert_many(rows).exec(db).await?;
+    Ok(())
+}
+
+impl Store {
+    async fn gpus_of(&self, node_id: &str) -> Result<Vec<GpuDevice>, StoreError> {
+        gpus::Entity::find()
+            .filter(gpus::Column::NodeId.eq(node_id))
+            .order_by_asc(gpus::Column::Idx)
+            .all(&self.db)
+            .await?
+            .into_iter()
+            .map(gpu_to_domain)
+            .collect()
+    }
+}
+
+impl NodeRepo for Store {
+    async fn register_node(&self, r: NodeRegistration) -> Result<Node, StoreError> {
+        let now = self.clock.now();
+        let txn = self.db.begin().await?;
+        let existing = nodes::Entity::find()
+            .filter(nodes::Column::Name.eq(&r.name))
+            .one(&txn)
+            .await?;
+        let row = match existing {
+            Some(m) => {
+                nodes::Entity::update(nodes::ActiveModel {
+                    id: Set(m.id),
+                    secret_hash: Set(r.secret_hash),
+                    agent_version: Set(r.agent_version),
+                    gpu_backend: Set(r.gpu_backend),
+                    last_heartbeat_at: Set(now),
+                    lease_expires_at: Set(r.lease_expires_at),
+                    ..Default::default()
+                })
+                .exec(&txn)
+                .await?
+            }
+            None => {
+                nodes::Entity::insert(nodes::ActiveModel {
+                    id: Set(new_id(self.clock.as_ref())),
+                    name: Set(r.name),
+                    secret_hash: Set(r.secret_hash),
+                    agent_version: Set(r.agent_version),
+                    gpu_backend: Set(r.gpu_backend),
+                    registered_at: Set(now),
+                    last_heartbeat_at: Set(now),
+                    lease_expires_at: Set(r.lease_expires_at),
+                })
+                .exec_with_returning(&txn)
+                .await?
+            }
+        };
+        replace_gpus(&txn, &row.id, &r.gpus).await?;
+        txn.commit().await?;
+        Ok(to_domain(row, r.gpus))
+    }
+
+    async fn node_by_secret_hash(&self, secret_hash: &str) -> Result<Option<Node>, StoreError> {
+        let Some(m) = nodes::Entity::find()
+            .filter(nodes::Column::SecretHash.eq(secret_hash))
+            .one(&self.db)
+            .await?
+        else {
+            return Ok(None);
+        };
+        let gpus = self.gpus_of(&m.id).await?;
+        Ok(Some(to_domain(m, gpus)))
+    }
+
+    async fn heartbeat(
+        &self,
+        node_id: &str,
+        gpus: Vec<GpuDevice>,
+        lease_expires_at: DateTime<Utc>,
+    ) -> Result<Node, StoreError> {
+        let txn = self.db.begin().await?;
+        let row = nodes::Entity::update(nodes::ActiveModel {
+            id: Set(node_id.to_owned()),
+            last_heartbeat_at: Set(self.clock.now()),
+            lease_expires_at: Set(lease_expires_at),
+            ..Default::default()
+        })
+        .exec(&txn)
+        .await
+        .map_err(|e| match e {
+            sea_orm::DbErr::RecordNotUpdated => StoreError::NotFound(format!("node {node_id}")),
+            e => e.into(),
+        })?;
+        replace_gpus(&txn, node_id, &gpus).await?;
+        txn.commit().await?;
+        Ok(to_domain(row, gpus))
+    }
+
+    async fn node(&self, id: &str) -> Result<Node, StoreError> {
+        let m = nodes::Entity::find_by_id(id.to_owned())
+            .one(&self.db)
+            .await?
+            .ok_or_else(|| StoreError::NotFound(format!("node {id}")))?;
+        let gpus = self.gpus_of(&m.id).await?;
+        Ok(to_domain(m, gpus))
+    }
+
+    async fn list_nodes(&self) -> Result<Vec<Node>, StoreError> {
+        let rows = nodes::Entity::find()
+            .order_by_asc(nodes::Column::Name)
+            .all(&self.db)
+            .await?;
+        let mut by_node: HashMap<String, Vec<GpuDevice>> = HashMap::new();
+        for g in gpus::Entity::find()
+            .order_by_asc(gpus::Column::Idx)
+            .all(&self.db)
+            .await?
+        {
+            let node = g.node_id.clone();
+            by_node.entry(node).or_default().push(gpu_to_domain(g)?);
+        }
+        Ok(rows
+            .into_iter()
+            .map(|m| {
+                let gpus = by_node.remove(&m.id).unwrap_or_default();
+                to_domain(m, gpus)
+            })
+            .collect())
+    }
+}

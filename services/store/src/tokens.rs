@@ -1,0 +1,132 @@
+//! API tokens. Only the SHA-256 of a secret is stored.
+
+use allot_domain::{ApiToken, Role};
+use chrono::{DateTime, Utc};
+use sea_orm::{
+    ActiveValue::Set, ColumnTrait, EntityTrait, PaginatorTrait, QueryFilter, QueryOrder,
+};
+
+use crate::convert::parse;
+use crate::entities::api_tokens;
+use crate::{Store, StoreError, new_id};
+
+#[derive(Debug, Clone)]
+pub struct NewToken {
+    pub name: String,
+    pub tenant_id: Option<String>,
+    pub role: Role,
+    pub secret_hash: String,
+    pub expires_at: Option<DateTime<Utc>>,
+}
+
+pub trait TokenRepo {
+    fn create_token(&self, t: NewToken)
+    -> impl Future<Output = Result<ApiToken, StoreError>> + Send;
+    /// The token with this secret hash, if any (usable or not), and marks it used.
+    fn use_token(
+        &self,
+        secret_hash: &str,
+    ) -> impl Future<Output = Result<Option<ApiToken>, StoreError>> + Send;
+    fn token(&self, id: &str) -> impl Future<Output = Result<ApiToken, StoreError>> + Send;
+    fn list_tokens(
+        &self,
+        tenant_id: Option<&str>,
+    ) -> impl Future<Output = Result<Vec<ApiToken>, StoreError>> + Send;
+    fn revoke_token(&self, id: &str) -> impl Future<Output = Result<ApiToken, StoreError>> + Send;
+    fn count_admin_tokens(&self) -> impl Future<Output = Result<u64, StoreError>> + Send;
+}
+
+fn to_domain(m: api_tokens::Model) -> Result<ApiToken, StoreError> {
+    Ok(ApiToken {
+        role: parse("role", &m.role)?,
+        id: m.id,
+        name: m.name,
+        tenant_id: m.tenant_id,
+        created_at: m.created_at,
+        expires_at: m.expires_at,
+        revoked_at: m.revoked_at,
+        last_used_at: m.last_used_at,
+    })
+}
+
+impl TokenRepo for Store {
+    async fn create_token(&self, t: NewToken) -> Result<ApiToken, StoreError> {
+        let row = api_tokens::ActiveModel {
+            id: Set(new_id(self.clock.as_ref())),
+            name: Set(t.name),
+            tenant_id: Set(t.tenant_id),
+            role: Set(t.role.as_str().to_owned()),
+            secret_hash: Set(t.secret_hash),
+            created_at: Set(self.clock.now()),
+            expires_at: Set(t.expires_at),
+            revoked_at: Set(None),
+            last_used_at: Set(None),
+        };
+        to_domain(
+            api_tokens::Entity::insert(row)
+                .exec_with_returning(&self.db)
+                .await?,
+        )
+    }
+
+    async fn use_token(&self, secret_hash: &str) -> Result<Option<ApiToken>, StoreError> {
+        let Some(m) = api_tokens::Entity::find()
+            .filter(api_tokens::Column::SecretHash.eq(secret_hash))
+            .one(&self.db)
+            .await?
+        else {
+            return Ok(None);
+        };
+        let token = to_domain(m)?;
+        let now = self.clock.now();
+        if token.is_usable(now) {
+            api_tokens::Entity::update(api_tokens::ActiveModel {
+                id: Set(token.id.clone()),
+                last_used_at: Set(Some(now)),
+                ..Default::default()
+            })
+            .exec(&self.db)
+            .await?;
+        }
+        Ok(Some(token))
+    }
+
+    async fn token(&self, id: &str) -> Result<ApiToken, StoreError> {
+        api_tokens::Entity::find_by_id(id.to_owned())
+            .one(&self.db)
+            .await?
+            .ok_or_else(|| StoreError::NotFound(format!("token {id}")))
+            .and_then(to_domain)
+    }
+
+    async fn list_tokens(&self, tenant_id: Option<&str>) -> Result<Vec<ApiToken>, StoreError> {
+        let mut q = api_tokens::Entity::find().order_by_asc(api_tokens::Column::Id);
+        if let Some(t) = tenant_id {
+            q = q.filter(api_tokens::Column::TenantId.eq(t));
+        }
+        q.all(&self.db).await?.into_iter().map(to_domain).collect()
+    }
+
+    async fn revoke_token(&self, id: &str) -> Result<ApiToken, StoreError> {
+        let token = self.token(id).await?;
+        if token.revoked_at.is_some() {
+            return Ok(token);
+        }
+        to_domain(
+            api_tokens::Entity::update(api_tokens::ActiveModel {
+                id: Set(token.id),
+                revoked_at: Set(Some(self.clock.now())),
+                ..Default::default()
+            })
+            .exec(&self.db)
+            .await?,
+        )
+    }
+
+    async fn count_admin_tokens(&self) -> Result<u64, StoreError> {
+        Ok(api_tokens::Entity::find()
+            .filter(api_tokens::Column::Role.eq(Role::Admin.as_str()))
+            .count(&self.db)
+            .await?)
+    }
+}
