@@ -1,1 +1,377 @@
+//! The node agent: registers with the control plane over gRPC, heartbeats its inventory,
+//! follows its assignment stream, runs each job as a supervised OS process, and reports
+//! every status change until the control plane has acknowledged it.
 
+pub mod gpu;
+pub mod runner;
+
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use allot_proto::NodeServiceClient;
+use allot_proto::v1::{
+    Gpu, HeartbeatRequest, JobPhase, JobStatusReport, Launch, RegisterRequest,
+    WatchAssignmentsRequest, assignment::Kind,
+};
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use tonic::metadata::MetadataValue;
+use tonic::transport::{Channel, Endpoint};
+use tonic::{Code, Request, Status};
+
+use crate::gpu::GpuBackend;
+use crate::runner::{LaunchSpec, Outcome, StopReason, StopSignal};
+
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+#[derive(Debug, Clone)]
+pub struct AgentConfig {
+    /// The control plane's gRPC endpoint, e.g. `http://127.0.0.1:7070`.
+    pub server: String,
+    /// The bootstrap token that lets this node register.
+    pub join_token: String,
+    pub node_name: String,
+    /// Job directories and logs live under `<data_dir>/jobs/`.
+    pub data_dir: PathBuf,
+    /// How long a stopped job gets between SIGTERM and SIGKILL.
+    pub stop_grace: Duration,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    #[error("invalid control plane address `{0}`: {1}")]
+    Endpoint(String, String),
+    #[error("GPU backend: {0}")]
+    Backend(#[from] gpu::BackendError),
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Jobs this agent process has seen, and the ones still running.
+#[derive(Default)]
+struct Jobs {
+    running: HashMap<String, Arc<StopSignal>>,
+    /// Every job id ever assigned here, so a replayed launch never runs a job twice.
+    seen: HashSet<String>,
+}
+
+struct Agent {
+    cfg: AgentConfig,
+    backend: Arc<dyn GpuBackend>,
+    channel: Channel,
+    secret: Arc<RwLock<String>>,
+    jobs: Mutex<Jobs>,
+    reports: mpsc::UnboundedSender<JobStatusReport>,
+}
+
+type AuthedClient = NodeServiceClient<
+    tonic::service::interceptor::InterceptedService<
+        Channel,
+        Box<dyn FnMut(Request<()>) -> Result<Request<()>, Status> + Send + Sync>,
+    >,
+>;
+
+fn authed_client(channel: Channel, secret: Arc<RwLock<String>>) -> AuthedClient {
+    let interceptor: Box<dyn FnMut(Request<()>) -> Result<Request<()>, Status> + Send + Sync> =
+        Box::new(move |mut req: Request<()>| {
+            let s = secret.read().unwrap_or_else(|e| e.into_inner()).clone();
+            let value = MetadataValue::try_from(format!("Bearer {s}"))
+                .map_err(|_| Status::internal("node secret is not valid metadata"))?;
+            req.metadata_mut().insert("authorization", value);
+            Ok(req)
+        });
+    NodeServiceClient::with_interceptor(channel, interceptor)
+}
+
+/// Errors worth retrying: the control plane is away or restarting.
+fn transient(s: &Status) -> bool {
+    matches!(
+        s.code(),
+        Code::Unavailable
+            | Code::Unknown
+            | Code::Internal
+            | Code::DeadlineExceeded
+            | Code::Cancelled
+            | Code::Unauthenticated
+    )
+}
+
+fn backoff(attempt: u32) -> Duration {
+    Duration::from_millis((100u64 << attempt.min(5)).min(3_000))
+}
+
+impl Agent {
+    fn gpus(&self) -> Result<Vec<Gpu>, AgentError> {
+        Ok(self
+            .backend
+            .inventory()?
+            .into_iter()
+            .map(|g| Gpu {
+                uuid: g.uuid,
+                index: g.index,
+                model: g.model,
+                memory_bytes: g.memory_bytes,
+                healthy: g.healthy,
+            })
+            .collect())
+    }
+
+    fn running_ids(&self) -> Vec<String> {
+        self.lock_jobs().running.keys().cloned().collect()
+    }
+
+    fn lock_jobs(&self) -> std::sync::MutexGuard<'_, Jobs> {
+        self.jobs.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Registers, retrying until it works or the agent stops. Returns the heartbeat interval.
+    async fn register(&self, stop: &CancellationToken) -> Result<Option<Duration>, AgentError> {
+        let mut client = NodeServiceClient::new(self.channel.clone());
+        let mut attempt = 0;
+        loop {
+            let req = RegisterRequest {
+                bootstrap_token: self.cfg.join_token.clone(),
+                node_name: self.cfg.node_name.clone(),
+                agent_version: VERSION.to_owned(),
+                gpu_backend: self.backend.kind().to_owned(),
+                gpus: self.gpus()?,
+                running_job_ids: self.running_ids(),
+            };
+            match client.register(req).await {
+                Ok(res) => {
+                    let res = res.into_inner();
+                    *self.secret.write().unwrap_or_else(|e| e.into_inner()) = res.node_secret;
+                    tracing::info!(node = %self.cfg.node_name, id = %res.node_id, "registered");
+                    return Ok(Some(Duration::from_millis(
+                        res.heartbeat_interval_ms.max(100).into(),
+                    )));
+                }
+                Err(s) => {
+                    tracing::warn!(node = %self.cfg.node_name, error = %s.message(), "registration failed; retrying");
+                    attempt += 1;
+                    tokio::select! {
+                        () = stop.cancelled() => return Ok(None),
+                        () = tokio::time::sleep(backoff(attempt)) => {}
+                    }
+                }
+            }
+        }
+    }
+
+    async fn heartbeats(self: Arc<Self>, every: Duration, stop: CancellationToken) {
+        let mut client = authed_client(self.channel.clone(), self.secret.clone());
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => return,
+                () = tokio::time::sleep(every) => {}
+            }
+            let gpus = match self.gpus() {
+                Ok(g) => g,
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot read GPU inventory");
+                    continue;
+                }
+            };
+            let req = HeartbeatRequest {
+                gpus,
+                running_job_ids: self.running_ids(),
+            };
+            if let Err(s) = client.heartbeat(req).await {
+                tracing::warn!(error = %s.message(), "heartbeat failed");
+            }
+        }
+    }
+
+    fn report(&self, r: JobStatusReport) {
+        // The reporter outlives every sender but the agent's own, so this cannot fail
+        // while jobs run.
+        let _ = self.reports.send(r);
+    }
+
+    fn launch(self: &Arc<Self>, l: Launch, tasks: &mut JoinSet<()>) {
+        let signal = Arc::new(StopSignal::default());
+        {
+            let mut jobs = self.lock_jobs();
+            if !jobs.seen.insert(l.job_id.clone()) {
+                return;
+            }
+            jobs.running.insert(l.job_id.clone(), signal.clone());
+        }
+        let spec = LaunchSpec {
+            job_id: l.job_id.clone(),
+            job_name: l.name,
+            tenant: l.tenant,
+            node_name: self.cfg.node_name.clone(),
+            command: l.command,
+            env: l.env.into_iter().collect(),
+            workdir: (!l.workdir.is_empty()).then_some(l.workdir),
+            gpu_uuids: l.gpu_uuids,
+        };
+        let agent = self.clone();
+        tasks.spawn(async move {
+            let job_id = spec.job_id.clone();
+            let dir = runner::job_dir(&agent.cfg.data_dir, &job_id);
+            tracing::info!(job = %job_id, command = ?spec.command, "launching");
+            let finished = runner::run(spec, dir, &signal, agent.cfg.stop_grace, |pid| {
+                agent.report(JobStatusReport {
+                    job_id: job_id.clone(),
+                    phase: JobPhase::Running.into(),
+                    pid: Some(pid),
+                    ..Default::default()
+                });
+            })
+            .await;
+            let (phase, exit_code, message) = match finished.outcome {
+                Outcome::Succeeded => (JobPhase::Succeeded, Some(0), String::new()),
+                Outcome::Failed { exit_code, message } => (JobPhase::Failed, exit_code, message),
+                Outcome::Cancelled { message } => (JobPhase::Cancelled, None, message),
+            };
+            tracing::info!(job = %job_id, ?phase, ?exit_code, "job ended");
+            agent.report(JobStatusReport {
+                job_id: job_id.clone(),
+                phase: phase.into(),
+                pid: None,
+                exit_code,
+                message,
+                log_tail: finished.log_tail,
+            });
+            agent.lock_jobs().running.remove(&job_id);
+        });
+    }
+
+    fn cancel(&self, job_id: String) {
+        let mut jobs = self.lock_jobs();
+        if let Some(signal) = jobs.running.get(&job_id) {
+            signal.stop(StopReason::Cancelled);
+        } else if jobs.seen.insert(job_id.clone()) {
+            // Cancelled before its launch reached us: it will never start here.
+            drop(jobs);
+            self.report(JobStatusReport {
+                job_id,
+                phase: JobPhase::Cancelled.into(),
+                message: "cancelled before it started".into(),
+                ..Default::default()
+            });
+        }
+    }
+
+    /// Follows the assignment stream until it breaks or the agent stops.
+    async fn follow(self: &Arc<Self>, stop: &CancellationToken, tasks: &mut JoinSet<()>) {
+        let mut client = authed_client(self.channel.clone(), self.secret.clone());
+        let mut stream = match client.watch_assignments(WatchAssignmentsRequest {}).await {
+            Ok(s) => s.into_inner(),
+            Err(s) => {
+                tracing::warn!(error = %s.message(), "cannot watch assignments");
+                return;
+            }
+        };
+        loop {
+            let msg = tokio::select! {
+                () = stop.cancelled() => return,
+                Some(_) = tasks.join_next(), if !tasks.is_empty() => continue,
+                msg = stream.message() => msg,
+            };
+            match msg {
+                Ok(Some(a)) => match a.kind {
+                    Some(Kind::Launch(l)) => self.launch(l, tasks),
+                    Some(Kind::Cancel(c)) => self.cancel(c.job_id),
+                    None => tracing::warn!("empty assignment ignored"),
+                },
+                Ok(None) => {
+                    tracing::warn!("assignment stream closed by the control plane");
+                    return;
+                }
+                Err(s) => {
+                    tracing::warn!(error = %s.message(), "assignment stream broke");
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Delivers status reports in order, retrying each until the control plane acknowledges it,
+/// so no exit is lost to a restart of the control plane.
+async fn deliver_reports(
+    channel: Channel,
+    secret: Arc<RwLock<String>>,
+    mut rx: mpsc::UnboundedReceiver<JobStatusReport>,
+) {
+    let mut client = authed_client(channel, secret);
+    while let Some(report) = rx.recv().await {
+        let mut attempt = 0;
+        loop {
+            match client.report_job_status(report.clone()).await {
+                Ok(_) => break,
+                Err(s) if transient(&s) => {
+                    attempt += 1;
+                    tokio::time::sleep(backoff(attempt)).await;
+                }
+                Err(s) => {
+                    tracing::warn!(job = %report.job_id, error = %s.message(), "status report rejected");
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// Runs the agent until `shutdown` is cancelled; then stops its jobs, reports them, and
+/// returns.
+pub async fn run(
+    cfg: AgentConfig,
+    backend: Arc<dyn GpuBackend>,
+    shutdown: CancellationToken,
+) -> Result<(), AgentError> {
+    let channel = Endpoint::from_shared(cfg.server.clone())
+        .map_err(|e| AgentError::Endpoint(cfg.server.clone(), e.to_string()))?
+        .connect_timeout(Duration::from_secs(5))
+        .tcp_nodelay(true)
+        .connect_lazy();
+    std::fs::create_dir_all(cfg.data_dir.join("jobs"))?;
+    let secret = Arc::new(RwLock::new(String::new()));
+    let (reports, rx) = mpsc::unbounded_channel();
+    let reporter = tokio::spawn(deliver_reports(channel.clone(), secret.clone(), rx));
+    let agent = Arc::new(Agent {
+        cfg,
+        backend,
+        channel,
+        secret,
+        jobs: Mutex::new(Jobs::default()),
+        reports,
+    });
+    let mut tasks = JoinSet::new();
+    let mut attempt = 0;
+    while !shutdown.is_cancelled() {
+        let Some(every) = agent.register(&shutdown).await? else {
+            break;
+        };
+        let session = shutdown.child_token();
+        tokio::spawn(agent.clone().heartbeats(every, session.clone()));
+        agent.follow(&shutdown, &mut tasks).await;
+        session.cancel();
+        if !shutdown.is_cancelled() {
+            attempt += 1;
+            tokio::select! {
+                () = shutdown.cancelled() => {}
+                () = tokio::time::sleep(backoff(attempt)) => {}
+            }
+        }
+    }
+    for signal in agent.lock_jobs().running.values() {
+        signal.stop(StopReason::AgentShutdown);
+    }
+    while tasks.join_next().await.is_some() {}
+    // Give the final reports a moment to land; the control plane may be going away too.
+    drop(agent);
+    if tokio::time::timeout(Duration::from_secs(3), reporter)
+        .await
+        .is_err()
+    {
+        tracing::warn!("some job status reports were not delivered before shutdown");
+    }
+    Ok(())
+}

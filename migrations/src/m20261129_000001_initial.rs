@@ -93,11 +93,18 @@ enum JobEvents {
 }
 
 fn id(col: impl IntoIden) -> ColumnDef {
-    ColumnDef::new(col).string_len(36).not_null().primary_key().take()
+    ColumnDef::new(col)
+        .string_len(36)
+        .not_null()
+        .primary_key()
+        .take()
 }
 
 fn ts(col: impl IntoIden) -> ColumnDef {
-    ColumnDef::new(col).timestamp_with_time_zone().not_null().take()
+    ColumnDef::new(col)
+        .timestamp_with_time_zone()
+        .not_null()
+        .take()
 }
 
 fn ts_null(col: impl IntoIden) -> ColumnDef {
@@ -111,9 +118,18 @@ impl MigrationTrait for Migration {
             Table::create()
                 .table(Tenants::Table)
                 .col(id(Tenants::Id))
-                .col(ColumnDef::new(Tenants::Name).string_len(63).not_null().unique_key())
+                .col(
+                    ColumnDef::new(Tenants::Name)
+                        .string_len(63)
+                        .not_null()
+                        .unique_key(),
+                )
                 .col(ColumnDef::new(Tenants::MaxGpus).integer().null())
-                .col(ColumnDef::new(Tenants::MaxGpuMemoryBytes).big_integer().null())
+                .col(
+                    ColumnDef::new(Tenants::MaxGpuMemoryBytes)
+                        .big_integer()
+                        .null(),
+                )
                 .col(ts(Tenants::CreatedAt))
                 .to_owned(),
         )
@@ -126,7 +142,12 @@ impl MigrationTrait for Migration {
                 .col(ColumnDef::new(ApiTokens::Name).string_len(128).not_null())
                 .col(ColumnDef::new(ApiTokens::TenantId).string_len(36).null())
                 .col(ColumnDef::new(ApiTokens::Role).string_len(32).not_null())
-                .col(ColumnDef::new(ApiTokens::SecretHash).string_len(64).not_null().unique_key())
+                .col(
+                    ColumnDef::new(ApiTokens::SecretHash)
+                        .string_len(64)
+                        .not_null()
+                        .unique_key(),
+                )
                 .col(ts(ApiTokens::CreatedAt))
                 .col(ts_null(ApiTokens::ExpiresAt))
                 .col(ts_null(ApiTokens::RevokedAt))
@@ -144,9 +165,23 @@ impl MigrationTrait for Migration {
             Table::create()
                 .table(Nodes::Table)
                 .col(id(Nodes::Id))
-                .col(ColumnDef::new(Nodes::Name).string_len(253).not_null().unique_key())
-                .col(ColumnDef::new(Nodes::SecretHash).string_len(64).not_null().unique_key())
-                .col(ColumnDef::new(Nodes::AgentVersion).string_len(64).not_null())
+                .col(
+                    ColumnDef::new(Nodes::Name)
+                        .string_len(253)
+                        .not_null()
+                        .unique_key(),
+                )
+                .col(
+                    ColumnDef::new(Nodes::SecretHash)
+                        .string_len(64)
+                        .not_null()
+                        .unique_key(),
+                )
+                .col(
+                    ColumnDef::new(Nodes::AgentVersion)
+                        .string_len(64)
+                        .not_null(),
+                )
                 .col(ColumnDef::new(Nodes::GpuBackend).string_len(32).not_null())
                 .col(ts(Nodes::RegisteredAt))
                 .col(ts(Nodes::LastHeartbeatAt))
@@ -158,7 +193,12 @@ impl MigrationTrait for Migration {
         m.create_table(
             Table::create()
                 .table(Gpus::Table)
-                .col(ColumnDef::new(Gpus::Uuid).string_len(128).not_null().primary_key())
+                .col(
+                    ColumnDef::new(Gpus::Uuid)
+                        .string_len(128)
+                        .not_null()
+                        .primary_key(),
+                )
                 .col(ColumnDef::new(Gpus::NodeId).string_len(36).not_null())
                 .col(ColumnDef::new(Gpus::Idx).integer().not_null())
                 .col(ColumnDef::new(Gpus::Model).string_len(128).not_null())

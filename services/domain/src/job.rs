@@ -145,7 +145,11 @@ impl JobSpec {
     pub fn validate(&self) -> Result<(), ValidationError> {
         let mut v = Violations::default();
         v.check(!self.name.trim().is_empty(), "name", "must not be empty");
-        v.check(self.name.len() <= 128, "name", "must be at most 128 characters");
+        v.check(
+            self.name.len() <= 128,
+            "name",
+            "must be at most 128 characters",
+        );
         v.check(
             !self.name.chars().any(char::is_control),
             "name",
@@ -305,7 +309,14 @@ mod tests {
         s.workdir = Some("relative".into());
         let err = s.validate().expect_err("invalid");
         let fields: Vec<_> = err.0.iter().map(|e| e.field.as_str()).collect();
-        for f in ["name", "gpus", "command", "env.ALLOT_JOB_ID", "env.1BAD", "workdir"] {
+        for f in [
+            "name",
+            "gpus",
+            "command",
+            "env.ALLOT_JOB_ID",
+            "env.1BAD",
+            "workdir",
+        ] {
             assert!(fields.contains(&f), "{f} missing from {fields:?}");
         }
     }
@@ -315,6 +326,9 @@ mod tests {
         let mut s = spec();
         s.gpus = 0;
         s.gpu_memory_bytes = Some(1 << 30);
-        assert_eq!(s.validate().expect_err("invalid").0[0].field, "gpu_memory_bytes");
+        assert_eq!(
+            s.validate().expect_err("invalid").0[0].field,
+            "gpu_memory_bytes"
+        );
     }
 }

@@ -24,7 +24,11 @@ pub fn parse_bytes(input: &str) -> Result<u64, String> {
         "mi" | "mib" => 1 << 20,
         "gi" | "gib" => 1 << 30,
         "ti" | "tib" => 1 << 40,
-        other => return Err(format!("unknown unit `{other}` (use B, KiB, MiB, GiB, TiB, KB, MB, GB or TB)")),
+        other => {
+            return Err(format!(
+                "unknown unit `{other}` (use B, KiB, MiB, GiB, TiB, KB, MB, GB or TB)"
+            ));
+        }
     };
     let value: f64 = number
         .parse()

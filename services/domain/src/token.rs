@@ -46,7 +46,9 @@ impl FromStr for Role {
         Role::ALL
             .into_iter()
             .find(|r| r.as_str() == s)
-            .ok_or_else(|| format!("unknown role `{s}` (one of viewer, member, tenant-admin, admin)"))
+            .ok_or_else(|| {
+                format!("unknown role `{s}` (one of viewer, member, tenant-admin, admin)")
+            })
     }
 }
 

@@ -67,8 +67,14 @@ pub struct Placed {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decision {
-    Place { job_id: String, placed: Placed },
-    Wait { job_id: String, reason: PendingReason },
+    Place {
+        job_id: String,
+        placed: Placed,
+    },
+    Wait {
+        job_id: String,
+        reason: PendingReason,
+    },
 }
 
 /// Free capacity during one pass: GPUs not held by any allocation or earlier decision.
@@ -136,8 +142,15 @@ pub fn schedule(policy: &dyn Placement, snapshot: &Snapshot) -> Vec<Decision> {
     }
     let mut decisions = Vec::with_capacity(snapshot.pending.len());
     for req in &snapshot.pending {
-        let quota = snapshot.quotas.get(&req.tenant_id).copied().unwrap_or_default();
-        let used = usage.get(req.tenant_id.as_str()).copied().unwrap_or_default();
+        let quota = snapshot
+            .quotas
+            .get(&req.tenant_id)
+            .copied()
+            .unwrap_or_default();
+        let used = usage
+            .get(req.tenant_id.as_str())
+            .copied()
+            .unwrap_or_default();
         if let Some(max) = quota.max_gpus
             && used.gpus + u64::from(req.gpus) > u64::from(max)
         {

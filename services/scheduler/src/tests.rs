@@ -51,7 +51,11 @@ fn first_fit_fills_nodes_in_order_without_double_booking() {
     assert_eq!(placed(&d[1]).map(|p| p.node_id.as_str()), Some("b"));
     let r = reason(&d[2]).expect("j3 waits");
     assert_eq!(r.code, "InsufficientGpus");
-    assert!(r.message.contains("most free on one node is 1"), "{}", r.message);
+    assert!(
+        r.message.contains("most free on one node is 1"),
+        "{}",
+        r.message
+    );
 }
 
 #[test]

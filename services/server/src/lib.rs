@@ -1,1 +1,235 @@
+//! The control plane process: the REST API (actix-web) and the agent gRPC service (tonic) on
+//! separate ports of one tokio process, the scheduling loop, and first-start bootstrap.
 
+pub mod grpc;
+pub mod hub;
+pub mod scheduling;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix_web::{App, HttpServer, web};
+use allot_api::{AppState, BodyLimit, ControlEvents, secret};
+use allot_domain::{Clock, Job, Role};
+use allot_scheduler::FirstFit;
+use allot_store::{NewToken, Store, StoreError, TokenRepo};
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::hub::Hub;
+
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// `sqlite://path?mode=rwc` or `postgres://…`.
+    pub database_url: String,
+    pub http_listen: SocketAddr,
+    pub grpc_listen: SocketAddr,
+    /// The bootstrap token agents present to register.
+    pub join_token: String,
+    /// How long a node stays ready without a heartbeat.
+    pub lease: Duration,
+    pub heartbeat_interval: Duration,
+    /// Scheduling passes run at least this often.
+    pub schedule_interval: Duration,
+    pub body_limit: usize,
+}
+
+impl ServerConfig {
+    pub fn new(database_url: impl Into<String>, join_token: impl Into<String>) -> Self {
+        Self {
+            database_url: database_url.into(),
+            http_listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            grpc_listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            join_token: join_token.into(),
+            lease: Duration::from_secs(15),
+            heartbeat_interval: Duration::from_secs(3),
+            schedule_interval: Duration::from_secs(2),
+            body_limit: allot_api::extract::DEFAULT_BODY_LIMIT,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error("cannot listen on {addr} ({what}): {source}")]
+    Bind {
+        what: &'static str,
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Routes API events into the scheduling loop and the agents' streams.
+struct Events {
+    notify: Arc<Notify>,
+    hub: Arc<Hub>,
+}
+
+impl ControlEvents for Events {
+    fn job_submitted(&self) {
+        self.notify.notify_one();
+    }
+
+    fn job_cancel_requested(&self, job: &Job) {
+        if let Some(node) = &job.node_id {
+            self.hub.send(node, hub::cancel(&job.id));
+        }
+    }
+}
+
+/// A started control plane.
+pub struct RunningServer {
+    pub http_addr: SocketAddr,
+    pub grpc_addr: SocketAddr,
+    pub store: Store,
+    /// Set when this start created the first admin token; shown once.
+    pub bootstrap_admin_token: Option<String>,
+    stop: CancellationToken,
+    http: actix_web::dev::ServerHandle,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl RunningServer {
+    pub fn http_url(&self) -> String {
+        format!("http://{}", self.http_addr)
+    }
+
+    pub fn grpc_url(&self) -> String {
+        format!("http://{}", self.grpc_addr)
+    }
+
+    /// Stops accepting, finishes in-flight requests, stops the loops, closes the database.
+    pub async fn shutdown(self) {
+        self.http.stop(true).await;
+        self.stop.cancel();
+        for t in self.tasks {
+            let _ = t.await;
+        }
+        if let Err(e) = self.store.close().await {
+            tracing::warn!(error = %e, "closing the database");
+        }
+    }
+}
+
+/// Creates an admin token when none exists yet, returning its secret.
+pub async fn bootstrap_admin(store: &Store) -> Result<Option<String>, StoreError> {
+    if store.count_admin_tokens().await? > 0 {
+        return Ok(None);
+    }
+    Ok(Some(create_admin_token(store, "bootstrap-admin").await?))
+}
+
+/// Creates a platform admin token and returns its secret.
+pub async fn create_admin_token(store: &Store, name: &str) -> Result<String, StoreError> {
+    let secret = secret::generate(allot_api::TOKEN_PREFIX);
+    store
+        .create_token(NewToken {
+            name: name.to_owned(),
+            tenant_id: None,
+            role: Role::Admin,
+            secret_hash: secret::hash(&secret),
+            expires_at: None,
+        })
+        .await?;
+    Ok(secret)
+}
+
+/// Connects the database (migrating it), binds both ports, and starts serving.
+pub async fn start(
+    config: ServerConfig,
+    clock: Arc<dyn Clock>,
+) -> Result<RunningServer, ServerError> {
+    let store = Store::connect(&config.database_url, clock).await?;
+    let bootstrap_admin_token = bootstrap_admin(&store).await?;
+
+    let http_listener =
+        std::net::TcpListener::bind(config.http_listen).map_err(|source| ServerError::Bind {
+            what: "HTTP API",
+            addr: config.http_listen,
+            source,
+        })?;
+    let http_addr = http_listener.local_addr()?;
+    let grpc_listener = tokio::net::TcpListener::bind(config.grpc_listen)
+        .await
+        .map_err(|source| ServerError::Bind {
+            what: "agent gRPC",
+            addr: config.grpc_listen,
+            source,
+        })?;
+    let grpc_addr = grpc_listener.local_addr()?;
+
+    let stop = CancellationToken::new();
+    let notify = Arc::new(Notify::new());
+    let hub = Arc::new(Hub::default());
+    let state = AppState {
+        store: store.clone(),
+        events: Arc::new(Events {
+            notify: notify.clone(),
+            hub: hub.clone(),
+        }),
+    };
+    let body_limit = BodyLimit(config.body_limit);
+    let http = HttpServer::new(move || {
+        App::new()
+            .app_data(web::Data::new(state.clone()))
+            .app_data(body_limit)
+            .configure(allot_api::configure)
+    })
+    .workers(2)
+    .disable_signals()
+    .shutdown_timeout(5)
+    .listen(http_listener)?
+    .run();
+    let http_handle = http.handle();
+    let mut tasks = vec![tokio::spawn(async move {
+        if let Err(e) = http.await {
+            tracing::error!(error = %e, "HTTP server stopped");
+        }
+    })];
+
+    let svc = grpc::NodeSvc {
+        store: store.clone(),
+        hub: hub.clone(),
+        notify: notify.clone(),
+        join_token_hash: secret::hash(&config.join_token),
+        lease: config.lease,
+        heartbeat_interval: config.heartbeat_interval,
+    };
+    let grpc_stop = stop.clone();
+    tasks.push(tokio::spawn(async move {
+        let incoming = tokio_stream::wrappers::TcpListenerStream::new(grpc_listener);
+        let result = tonic::transport::Server::builder()
+            .add_service(allot_proto::NodeServiceServer::new(svc))
+            .serve_with_incoming_shutdown(incoming, grpc_stop.cancelled_owned())
+            .await;
+        if let Err(e) = result {
+            tracing::error!(error = %e, "gRPC server stopped");
+        }
+    }));
+
+    tasks.push(tokio::spawn(scheduling::run(
+        store.clone(),
+        hub,
+        Arc::new(FirstFit),
+        notify,
+        config.schedule_interval,
+        stop.clone(),
+    )));
+
+    tracing::info!(%http_addr, %grpc_addr, backend = store.backend_name(), "control plane started");
+    Ok(RunningServer {
+        http_addr,
+        grpc_addr,
+        store,
+        bootstrap_admin_token,
+        stop,
+        http: http_handle,
+        tasks,
+    })
+}

@@ -69,8 +69,10 @@ pub trait JobRepo {
     /// Cancels a pending job at once; marks a scheduled or running one for the agent to stop.
     /// Idempotent, and a no-op on a finished job.
     fn request_cancel(&self, id: &str) -> impl Future<Output = Result<Job, StoreError>> + Send;
-    fn job_events(&self, id: &str)
-    -> impl Future<Output = Result<Vec<JobEvent>, StoreError>> + Send;
+    fn job_events(
+        &self,
+        id: &str,
+    ) -> impl Future<Output = Result<Vec<JobEvent>, StoreError>> + Send;
 }
 
 fn to_domain(m: jobs::Model, tenant: &str) -> Result<Job, StoreError> {
@@ -376,7 +378,11 @@ impl JobRepo for Store {
             .into_iter()
             .map(|e| {
                 Ok(JobEvent {
-                    from: e.from_state.as_deref().map(|s| parse("from_state", s)).transpose()?,
+                    from: e
+                        .from_state
+                        .as_deref()
+                        .map(|s| parse("from_state", s))
+                        .transpose()?,
                     to: parse("to_state", &e.to_state)?,
                     at: e.at,
                     message: e.message,

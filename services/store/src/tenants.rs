@@ -13,10 +13,8 @@ pub trait TenantRepo {
         name: &TenantName,
         quota: Quota,
     ) -> impl Future<Output = Result<Tenant, StoreError>> + Send;
-    fn tenant_by_name(
-        &self,
-        name: &str,
-    ) -> impl Future<Output = Result<Tenant, StoreError>> + Send;
+    fn tenant_by_name(&self, name: &str)
+    -> impl Future<Output = Result<Tenant, StoreError>> + Send;
     fn tenant_by_id(&self, id: &str) -> impl Future<Output = Result<Tenant, StoreError>> + Send;
     fn list_tenants(&self) -> impl Future<Output = Result<Vec<Tenant>, StoreError>> + Send;
     fn set_quota(
@@ -73,9 +71,9 @@ impl TenantRepo for Store {
             .map_err(StoreError::from)
         {
             Ok(m) => to_domain(m),
-            Err(StoreError::Conflict(_)) => {
-                Err(StoreError::Conflict(format!("tenant `{name}` already exists")))
-            }
+            Err(StoreError::Conflict(_)) => Err(StoreError::Conflict(format!(
+                "tenant `{name}` already exists"
+            ))),
             Err(e) => Err(e),
         }
     }

@@ -34,7 +34,10 @@ impl TestDb {
             Backend::Sqlite => {
                 let dir = tempfile::tempdir()
                     .map_err(|e| StoreError::Corrupt(format!("temp dir: {e}")))?;
-                let url = format!("sqlite://{}?mode=rwc", dir.path().join("allot.db").display());
+                let url = format!(
+                    "sqlite://{}?mode=rwc",
+                    dir.path().join("allot.db").display()
+                );
                 Ok(Self {
                     url,
                     _dir: Some(dir),
@@ -48,7 +51,8 @@ impl TestDb {
                 })?;
                 let name = format!("allot_test_{}", uuid::Uuid::new_v4().simple());
                 let conn = Database::connect(admin.as_str()).await?;
-                conn.execute_unprepared(&format!("CREATE DATABASE {name}")).await?;
+                conn.execute_unprepared(&format!("CREATE DATABASE {name}"))
+                    .await?;
                 conn.close().await?;
                 Ok(Self {
                     url: with_database(&admin, &name),

@@ -20,8 +20,10 @@ pub struct NewToken {
 }
 
 pub trait TokenRepo {
-    fn create_token(&self, t: NewToken)
-    -> impl Future<Output = Result<ApiToken, StoreError>> + Send;
+    fn create_token(
+        &self,
+        t: NewToken,
+    ) -> impl Future<Output = Result<ApiToken, StoreError>> + Send;
     /// The token with this secret hash, if any (usable or not), and marks it used.
     fn use_token(
         &self,

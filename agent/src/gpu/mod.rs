@@ -1,0 +1,31 @@
+//! GPU backends: what GPUs a node has and how healthy they are.
+//!
+//! The agent talks to GPUs only through [`GpuBackend`]. The simulated backend serves
+//! development and tests; the NVML backend for real machines plugs in behind the same trait.
+
+mod sim;
+
+pub use sim::{SimBackend, SimSpecError};
+
+/// One GPU as the backend sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuInfo {
+    pub uuid: String,
+    pub index: u32,
+    pub model: String,
+    pub memory_bytes: u64,
+    pub healthy: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum BackendError {
+    #[error("GPU backend failed: {0}")]
+    Failed(String),
+}
+
+pub trait GpuBackend: Send + Sync + std::fmt::Debug {
+    /// `simulated`, `nvml`, …: reported to the control plane.
+    fn kind(&self) -> &'static str;
+    /// Current inventory, with health.
+    fn inventory(&self) -> Result<Vec<GpuInfo>, BackendError>;
+}

@@ -1,0 +1,322 @@
+//! Runs one job as an OS process in its own process group, with its output captured to a
+//! log file, and stops the whole group on cancel or shutdown.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use tokio_util::sync::CancellationToken;
+
+/// How much of the end of a job's log is sent back with its final status.
+pub const LOG_TAIL_BYTES: u64 = 64 * 1024;
+
+/// Why a job is being stopped from outside.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopReason {
+    Cancelled,
+    AgentShutdown,
+}
+
+/// Tells a running job to stop, and why.
+#[derive(Debug, Default)]
+pub struct StopSignal {
+    token: CancellationToken,
+    reason: Mutex<Option<StopReason>>,
+}
+
+impl StopSignal {
+    pub fn stop(&self, reason: StopReason) {
+        let mut r = self.reason.lock().unwrap_or_else(|e| e.into_inner());
+        r.get_or_insert(reason);
+        self.token.cancel();
+    }
+
+    fn reason(&self) -> Option<StopReason> {
+        *self.reason.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct LaunchSpec {
+    pub job_id: String,
+    pub job_name: String,
+    pub tenant: String,
+    pub node_name: String,
+    pub command: Vec<String>,
+    pub env: BTreeMap<String, String>,
+    pub workdir: Option<String>,
+    pub gpu_uuids: Vec<String>,
+}
+
+/// How a job ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    Succeeded,
+    Failed {
+        exit_code: Option<i32>,
+        message: String,
+    },
+    Cancelled {
+        message: String,
+    },
+}
+
+#[derive(Debug, Clone)]
+pub struct Finished {
+    pub outcome: Outcome,
+    pub log_tail: String,
+}
+
+/// The environment every job starts from: nothing of the agent's own but a PATH, a locale and
+/// the time zone, so agent secrets never leak into jobs.
+fn base_env(job_dir: &Path) -> Vec<(String, String)> {
+    let mut env = vec![
+        (
+            "PATH".to_owned(),
+            std::env::var("PATH").unwrap_or_else(|_| "/usr/local/bin:/usr/bin:/bin".into()),
+        ),
+        ("HOME".to_owned(), job_dir.display().to_string()),
+    ];
+    for key in ["LANG", "TZ"] {
+        if let Ok(v) = std::env::var(key) {
+            env.push((key.to_owned(), v));
+        }
+    }
+    env
+}
+
+/// The last [`LOG_TAIL_BYTES`] of a file, as text.
+pub fn log_tail(path: &Path) -> String {
+    let read = || -> std::io::Result<String> {
+        let mut f = std::fs::File::open(path)?;
+        let len = f.metadata()?.len();
+        f.seek(SeekFrom::Start(len.saturating_sub(LOG_TAIL_BYTES)))?;
+        let mut buf = Vec::new();
+        f.read_to_end(&mut buf)?;
+        Ok(String::from_utf8_lossy(&buf).into_owned())
+    };
+    read().unwrap_or_default()
+}
+
+fn signal_group(pid: u32, signal: Signal) {
+    if let Ok(raw) = i32::try_from(pid) {
+        // ESRCH (the group is gone already) is the expected case after a clean exit.
+        let _ = killpg(Pid::from_raw(raw), signal);
+    }
+}
+
+/// The job's directory: `<data_dir>/jobs/<job id>`, holding `output.log`.
+pub fn job_dir(data_dir: &Path, job_id: &str) -> PathBuf {
+    data_dir.join("jobs").join(job_id)
+}
+
+/// Starts the job, calls `started` with its pid, and supervises it to the end.
+pub async fn run(
+    spec: LaunchSpec,
+    dir: PathBuf,
+    stop: &StopSignal,
+    grace: Duration,
+    started: impl FnOnce(u32),
+) -> Finished {
+    let log_path = dir.join("output.log");
+    let failed = |message: String| Finished {
+        outcome: Outcome::Failed {
+            exit_code: None,
+            message,
+        },
+        log_tail: String::new(),
+    };
+    let Some(program) = spec.command.first() else {
+        return failed("the job has no command".into());
+    };
+    let files = std::fs::create_dir_all(&dir).and_then(|()| {
+        let out = std::fs::File::create(&log_path)?;
+        let err = out.try_clone()?;
+        Ok((out, err))
+    });
+    let (out, err) = match files {
+        Ok(f) => f,
+        Err(e) => return failed(format!("cannot create {}: {e}", log_path.display())),
+    };
+    let mut cmd = tokio::process::Command::new(program);
+    cmd.args(&spec.command[1..])
+        .env_clear()
+        .envs(base_env(&dir))
+        .envs(&spec.env)
+        .env("CUDA_VISIBLE_DEVICES", spec.gpu_uuids.join(","))
+        .env("ALLOT_JOB_ID", &spec.job_id)
+        .env("ALLOT_JOB_NAME", &spec.job_name)
+        .env("ALLOT_TENANT", &spec.tenant)
+        .env("ALLOT_NODE", &spec.node_name)
+        .env("ALLOT_GPU_UUIDS", spec.gpu_uuids.join(","))
+        .env("ALLOT_JOB_DIR", &dir)
+        .current_dir(spec.workdir.as_deref().map_or(dir.as_path(), Path::new))
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err)
+        .process_group(0);
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => return failed(format!("could not start `{program}`: {e}")),
+    };
+    let Some(pid) = child.id() else {
+        return failed("the process exited before it could be watched".into());
+    };
+    started(pid);
+    let status = tokio::select! {
+        status = child.wait() => status,
+        () = stop.token.cancelled() => {
+            signal_group(pid, Signal::SIGTERM);
+            match tokio::time::timeout(grace, child.wait()).await {
+                Ok(status) => status,
+                Err(_) => {
+                    signal_group(pid, Signal::SIGKILL);
+                    child.wait().await
+                }
+            }
+        }
+    };
+    // Whatever the job left behind in its group goes with it.
+    signal_group(pid, Signal::SIGKILL);
+    let log_tail = log_tail(&log_path);
+    let outcome = match (stop.reason(), status) {
+        (Some(StopReason::Cancelled), _) => Outcome::Cancelled {
+            message: "cancelled on request".into(),
+        },
+        (Some(StopReason::AgentShutdown), _) => Outcome::Failed {
+            exit_code: None,
+            message: "stopped because the node agent shut down".into(),
+        },
+        (None, Ok(s)) if s.success() => Outcome::Succeeded,
+        (None, Ok(s)) => {
+            use std::os::unix::process::ExitStatusExt;
+            match (s.code(), s.signal()) {
+                (Some(code), _) => Outcome::Failed {
+                    exit_code: Some(code),
+                    message: format!("exited with status {code}"),
+                },
+                (None, Some(sig)) => Outcome::Failed {
+                    exit_code: None,
+                    message: format!("killed by signal {sig}"),
+                },
+                (None, None) => Outcome::Failed {
+                    exit_code: None,
+                    message: "ended without an exit status".into(),
+                },
+            }
+        }
+        (None, Err(e)) => Outcome::Failed {
+            exit_code: None,
+            message: format!("lost track of the process: {e}"),
+        },
+    };
+    Finished { outcome, log_tail }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(cmd: &[&str]) -> LaunchSpec {
+        LaunchSpec {
+            job_id: "j1".into(),
+            job_name: "test".into(),
+            tenant: "t".into(),
+            node_name: "n".into(),
+            command: cmd.iter().map(|s| (*s).to_owned()).collect(),
+            env: BTreeMap::from([("GREETING".to_owned(), "hi".to_owned())]),
+            workdir: None,
+            gpu_uuids: vec!["GPU-a".into(), "GPU-b".into()],
+        }
+    }
+
+    #[tokio::test]
+    async fn captures_output_and_environment() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let stop = StopSignal::default();
+        let done = run(
+            spec(&[
+                "sh",
+                "-c",
+                "echo $GREETING $CUDA_VISIBLE_DEVICES $ALLOT_JOB_ID; echo err >&2",
+            ]),
+            dir.path().join("j1"),
+            &stop,
+            Duration::from_secs(1),
+            |_| {},
+        )
+        .await;
+        assert_eq!(done.outcome, Outcome::Succeeded);
+        assert_eq!(done.log_tail, "hi GPU-a,GPU-b j1\nerr\n");
+    }
+
+    #[tokio::test]
+    async fn reports_exit_codes_and_launch_failures() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let stop = StopSignal::default();
+        let done = run(
+            spec(&["sh", "-c", "exit 3"]),
+            dir.path().join("a"),
+            &stop,
+            Duration::from_secs(1),
+            |_| {},
+        )
+        .await;
+        assert!(matches!(
+            done.outcome,
+            Outcome::Failed {
+                exit_code: Some(3),
+                ..
+            }
+        ));
+        let done = run(
+            spec(&["/no/such/program"]),
+            dir.path().join("b"),
+            &stop,
+            Duration::from_secs(1),
+            |_| {},
+        )
+        .await;
+        match done.outcome {
+            Outcome::Failed {
+                exit_code: None,
+                message,
+            } => assert!(message.contains("could not start"), "{message}"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn stop_kills_the_whole_group() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let stop = std::sync::Arc::new(StopSignal::default());
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let s = stop.clone();
+        let path = dir.path().join("j");
+        let task = tokio::spawn(async move {
+            // The shell's child sleeps too: both must go.
+            run(
+                spec(&["sh", "-c", "sleep 60 & sleep 60"]),
+                path,
+                &s,
+                Duration::from_secs(2),
+                |pid| {
+                    let _ = tx.send(pid);
+                },
+            )
+            .await
+        });
+        let pid = rx.await.expect("started");
+        stop.stop(StopReason::Cancelled);
+        let done = task.await.expect("join");
+        assert!(matches!(done.outcome, Outcome::Cancelled { .. }));
+        let group_alive = killpg(Pid::from_raw(pid as i32), None).is_ok();
+        assert!(!group_alive, "process group {pid} survived");
+    }
+}

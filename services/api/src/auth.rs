@@ -1,0 +1,113 @@
+//! Who is calling: the API token in `Authorization: Bearer …`, and what it may do.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use actix_web::dev::Payload;
+use actix_web::http::header;
+use actix_web::{FromRequest, HttpRequest, web};
+use allot_domain::Role;
+use allot_store::TokenRepo;
+
+use crate::AppState;
+use crate::problem::ApiError;
+use crate::secret;
+
+/// An authenticated caller.
+#[derive(Debug, Clone)]
+pub struct Principal {
+    pub token_id: String,
+    pub role: Role,
+    /// The tenant a scoped token belongs to; `None` for platform admins.
+    pub tenant_id: Option<String>,
+}
+
+impl Principal {
+    pub fn is_admin(&self) -> bool {
+        self.role == Role::Admin
+    }
+
+    pub fn require_admin(&self) -> Result<(), ApiError> {
+        if self.is_admin() {
+            Ok(())
+        } else {
+            Err(ApiError::Forbidden(
+                "this action needs a platform admin token".into(),
+            ))
+        }
+    }
+
+    /// Whether the caller can see `tenant_id` at all.
+    pub fn can_see(&self, tenant_id: &str) -> bool {
+        self.is_admin() || self.tenant_id.as_deref() == Some(tenant_id)
+    }
+
+    /// Requires at least `role` within `tenant_id`. Other tenants' resources are reported as
+    /// missing (404, via `what`), so their existence does not leak.
+    pub fn require(&self, tenant_id: &str, role: Role, what: &str) -> Result<(), ApiError> {
+        if !self.can_see(tenant_id) {
+            return Err(ApiError::NotFound(format!("{what} does not exist")));
+        }
+        if self.role < role {
+            return Err(ApiError::Forbidden(format!(
+                "this action needs the {role} role; the token has {}",
+                self.role
+            )));
+        }
+        Ok(())
+    }
+}
+
+impl FromRequest for Principal {
+    type Error = ApiError;
+    type Future = Pin<Box<dyn Future<Output = Result<Self, ApiError>>>>;
+
+    fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
+        let state = req.app_data::<web::Data<AppState>>().cloned();
+        let header = req
+            .headers()
+            .get(header::AUTHORIZATION)
+            .map(|v| v.to_str().map(str::to_owned));
+        Box::pin(async move {
+            let state =
+                state.ok_or_else(|| ApiError::Internal("application state missing".into()))?;
+            let value = match header {
+                None => {
+                    return Err(ApiError::Unauthenticated(
+                        "send an API token as `Authorization: Bearer <token>`".into(),
+                    ));
+                }
+                Some(Err(_)) => {
+                    return Err(ApiError::Unauthenticated(
+                        "the Authorization header is not valid text".into(),
+                    ));
+                }
+                Some(Ok(v)) => v,
+            };
+            let Some(token) = value
+                .strip_prefix("Bearer ")
+                .or_else(|| value.strip_prefix("bearer "))
+                .map(str::trim)
+                .filter(|t| !t.is_empty())
+            else {
+                return Err(ApiError::Unauthenticated(
+                    "the Authorization header must be `Bearer <token>`".into(),
+                ));
+            };
+            let found = state.store.use_token(&secret::hash(token)).await?;
+            let now = state.store.clock().now();
+            match found {
+                Some(t) if t.is_usable(now) => Ok(Principal {
+                    token_id: t.id,
+                    role: t.role,
+                    tenant_id: t.tenant_id,
+                }),
+                Some(t) if t.revoked_at.is_some() => Err(ApiError::Unauthenticated(
+                    "the token has been revoked".into(),
+                )),
+                Some(_) => Err(ApiError::Unauthenticated("the token has expired".into())),
+                None => Err(ApiError::Unauthenticated("the token is not valid".into())),
+            }
+        })
+    }
+}

@@ -1,0 +1,198 @@
+//! Request extractors that turn every malformed input into a problem naming the field.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use actix_web::dev::Payload;
+use actix_web::http::header;
+use actix_web::{FromRequest, HttpRequest, web};
+use futures_util::StreamExt;
+use serde::de::DeserializeOwned;
+
+use crate::problem::ApiError;
+
+/// Largest JSON body accepted, unless the app sets a [`BodyLimit`].
+pub const DEFAULT_BODY_LIMIT: usize = 1024 * 1024;
+
+/// The body-size limit for [`Json`], set as app data.
+#[derive(Debug, Clone, Copy)]
+pub struct BodyLimit(pub usize);
+
+/// A JSON body deserialized strictly: `application/json` only, size-limited, errors located
+/// by field path.
+#[derive(Debug)]
+pub struct Json<T>(pub T);
+
+/// Turns a serde error and its path into the field it concerns and a reason.
+fn locate(path: &serde_path_to_error::Path, message: &str) -> (String, String) {
+    let mut field = path.to_string();
+    if field == "." {
+        field.clear();
+    }
+    // serde reports unknown and missing fields at the parent: name the field itself.
+    for prefix in ["unknown field `", "missing field `"] {
+        if let Some(rest) = message.strip_prefix(prefix)
+            && let Some(name) = rest.split('`').next()
+            && !field.ends_with(name)
+        {
+            field = if field.is_empty() {
+                name.to_owned()
+            } else {
+                format!("{field}.{name}")
+            };
+        }
+    }
+    // Drop serde_json's "at line 1 column 9" suffix: the field path already locates it.
+    let reason = match message.rfind(" at line ") {
+        Some(i) => &message[..i],
+        None => message,
+    };
+    if field.is_empty() {
+        field = "body".to_owned();
+    }
+    (field, reason.to_owned())
+}
+
+pub(crate) fn parse_json<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let value = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let (field, reason) = locate(e.path(), &e.inner().to_string());
+        ApiError::malformed(field, reason)
+    })?;
+    de.end()
+        .map_err(|_| ApiError::malformed("body", "unexpected data after the JSON value"))?;
+    Ok(value)
+}
+
+impl<T: DeserializeOwned + 'static> FromRequest for Json<T> {
+    type Error = ApiError;
+    type Future = Pin<Box<dyn Future<Output = Result<Self, ApiError>>>>;
+
+    fn from_request(req: &HttpRequest, payload: &mut Payload) -> Self::Future {
+        let limit = req
+            .app_data::<BodyLimit>()
+            .map_or(DEFAULT_BODY_LIMIT, |l| l.0);
+        let content_type = req
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .map(|v| {
+                v.split(';')
+                    .next()
+                    .unwrap_or("")
+                    .trim()
+                    .to_ascii_lowercase()
+            });
+        let declared_len = req
+            .headers()
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<usize>().ok());
+        let mut payload = payload.take();
+        Box::pin(async move {
+            match content_type.as_deref() {
+                Some("application/json") => {}
+                Some(other) => {
+                    return Err(ApiError::UnsupportedMediaType(format!(
+                        "the body must be application/json, not {other}"
+                    )));
+                }
+                None => {
+                    return Err(ApiError::UnsupportedMediaType(
+                        "the body must be application/json (set Content-Type)".into(),
+                    ));
+                }
+            }
+            if declared_len.is_some_and(|n| n > limit) {
+                return Err(ApiError::PayloadTooLarge { limit });
+            }
+            let mut body = web::BytesMut::new();
+            while let Some(chunk) = payload.next().await {
+                let chunk = chunk.map_err(|e| ApiError::malformed("body", e.to_string()))?;
+                if body.len() + chunk.len() > limit {
+                    return Err(ApiError::PayloadTooLarge { limit });
+                }
+                body.extend_from_slice(&chunk);
+            }
+            if body.is_empty() {
+                return Err(ApiError::malformed("body", "a JSON body is required"));
+            }
+            parse_json(&body).map(Json)
+        })
+    }
+}
+
+/// A query string deserialized strictly: unknown parameters are rejected, errors name the
+/// parameter.
+#[derive(Debug)]
+pub struct Query<T>(pub T);
+
+impl<T: DeserializeOwned> FromRequest for Query<T> {
+    type Error = ApiError;
+    type Future = std::future::Ready<Result<Self, ApiError>>;
+
+    fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
+        let pairs = form_urlencoded::parse(req.query_string().as_bytes());
+        let de = serde_urlencoded::Deserializer::new(pairs);
+        std::future::ready(
+            serde_path_to_error::deserialize(de)
+                .map(Query)
+                .map_err(|e| {
+                    let (field, reason) = locate(e.path(), &e.inner().to_string());
+                    let field = if field == "body" {
+                        "query".into()
+                    } else {
+                        field
+                    };
+                    ApiError::malformed(field, reason)
+                }),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde::Deserialize;
+
+    use super::*;
+
+    #[derive(Debug, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct Inner {
+        max_gpus: Option<u32>,
+    }
+
+    #[derive(Debug, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct Body {
+        gpus: u32,
+        quota: Option<Inner>,
+    }
+
+    fn field_of(body: &str) -> String {
+        match parse_json::<Body>(body.as_bytes()) {
+            Err(ApiError::Malformed { errors, .. }) => errors[0].field.clone(),
+            other => panic!("expected malformed, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        assert_eq!(field_of(r#"{"gpus": -1}"#), "gpus");
+        assert_eq!(field_of(r#"{"gpus": "two"}"#), "gpus");
+        assert_eq!(field_of(r#"{"gpus": 1, "colour": "red"}"#), "colour");
+        assert_eq!(field_of(r#"{}"#), "gpus");
+        assert_eq!(
+            field_of(r#"{"gpus": 1, "quota": {"max_gpus": 1.5}}"#),
+            "quota.max_gpus"
+        );
+        assert_eq!(
+            field_of(r#"{"gpus": 1, "quota": {"nope": 1}}"#),
+            "quota.nope"
+        );
+        assert_eq!(field_of(r#"{"gpus": 1"#), "body");
+        assert_eq!(field_of(r#"{"gpus": 1} trailing"#), "body");
+    }
+}

@@ -1,0 +1,224 @@
+use actix_web::http::StatusCode;
+use actix_web::{HttpResponse, web};
+use allot_domain::{JobSpec, JobState, Role, TenantName, ValidationError};
+use allot_store::{JobFilter, JobRepo, NewJob, TenantRepo};
+
+use crate::auth::Principal;
+use crate::extract::{Json, Query};
+use crate::problem::Problem;
+use crate::views::{JobList, JobQuery, JobView, SubmitJob};
+use crate::{ApiError, AppState, json};
+
+const DEFAULT_PAGE: u32 = 50;
+const MAX_PAGE: u32 = 500;
+
+fn job_what(id: &str) -> String {
+    format!("job {id}")
+}
+
+/// Resolves the tenant a request names (or the token's own), as a field error when unknown
+/// or not visible, so other tenants' existence does not leak.
+async fn resolve_tenant(
+    state: &AppState,
+    who: &Principal,
+    name: Option<&str>,
+) -> Result<allot_domain::Tenant, ApiError> {
+    match name {
+        Some(name) => {
+            let unknown = || ValidationError::single("tenant", format!("no tenant named `{name}`"));
+            let tenant = state
+                .store
+                .tenant_by_name(name)
+                .await
+                .map_err(|_| unknown())?;
+            if !who.can_see(&tenant.id) {
+                return Err(unknown().into());
+            }
+            Ok(tenant)
+        }
+        None => match &who.tenant_id {
+            Some(id) => Ok(state.store.tenant_by_id(id).await?),
+            None => Err(ValidationError::single(
+                "tenant",
+                "is required: a platform admin token belongs to no tenant",
+            )
+            .into()),
+        },
+    }
+}
+
+/// Submit a job. It starts Pending and is placed by the scheduler.
+#[utoipa::path(post, path = "/api/v1/jobs", tag = "jobs", request_body = SubmitJob,
+    security(("bearer" = [])),
+    responses((status = 201, body = JobView), (status = 400, body = Problem),
+        (status = 403, body = Problem), (status = 413, body = Problem),
+        (status = 415, body = Problem), (status = 422, body = Problem)))]
+pub async fn submit(
+    state: web::Data<AppState>,
+    who: Principal,
+    Json(body): Json<SubmitJob>,
+) -> Result<HttpResponse, ApiError> {
+    let tenant = resolve_tenant(&state, &who, body.tenant.as_deref()).await?;
+    who.require(
+        &tenant.id,
+        Role::Member,
+        &format!("tenant `{}`", tenant.name),
+    )?;
+    let name = body.name.unwrap_or_else(|| {
+        body.command
+            .first()
+            .and_then(|p| p.rsplit('/').next())
+            .filter(|p| !p.is_empty())
+            .unwrap_or("job")
+            .chars()
+            .take(128)
+            .collect()
+    });
+    let spec = JobSpec {
+        tenant: TenantName::parse("tenant", tenant.name.as_str())?,
+        name,
+        gpus: body.gpus,
+        gpu_memory_bytes: body.gpu_memory_bytes,
+        command: body.command,
+        env: body.env,
+        workdir: body.workdir,
+    };
+    spec.validate()?;
+    let job = state
+        .store
+        .create_job(NewJob {
+            tenant_id: tenant.id,
+            spec,
+        })
+        .await?;
+    state.events.job_submitted();
+    Ok(json(StatusCode::CREATED, &JobView::from(job)))
+}
+
+/// List jobs, newest first, with filters and pagination.
+#[utoipa::path(get, path = "/api/v1/jobs", tag = "jobs", params(JobQuery),
+    security(("bearer" = [])),
+    responses((status = 200, body = JobList), (status = 400, body = Problem)))]
+pub async fn list(
+    state: web::Data<AppState>,
+    who: Principal,
+    Query(q): Query<JobQuery>,
+) -> Result<HttpResponse, ApiError> {
+    let limit = q.limit.unwrap_or(DEFAULT_PAGE);
+    if !(1..=MAX_PAGE).contains(&limit) {
+        return Err(ApiError::malformed(
+            "limit",
+            format!("must be between 1 and {MAX_PAGE}"),
+        ));
+    }
+    let mut states = Vec::new();
+    for s in q.state.iter().flat_map(|s| s.split(',')).map(str::trim) {
+        states.push(
+            s.parse::<JobState>()
+                .map_err(|e| ApiError::malformed("state", e))?,
+        );
+    }
+    if let Some(token) = &q.page_token
+        && (token.len() != 36 || !token.chars().all(|c| c.is_ascii_hexdigit() || c == '-'))
+    {
+        return Err(ApiError::malformed(
+            "page_token",
+            "is not a token returned by a previous page",
+        ));
+    }
+    let tenant_id = match (&q.tenant, &who.tenant_id) {
+        (Some(name), _) => {
+            let tenant = state
+                .store
+                .tenant_by_name(name)
+                .await
+                .map_err(|_| ApiError::NotFound(format!("tenant `{name}` does not exist")))?;
+            who.require(&tenant.id, Role::Viewer, &format!("tenant `{name}`"))?;
+            Some(tenant.id)
+        }
+        (None, Some(own)) => Some(own.clone()),
+        (None, None) => None,
+    };
+    let page = state
+        .store
+        .list_jobs(JobFilter {
+            tenant_id,
+            states,
+            node_id: q.node,
+            before: q.page_token,
+            limit: Some(u64::from(limit)),
+        })
+        .await?;
+    Ok(json(
+        StatusCode::OK,
+        &JobList {
+            items: page.jobs.into_iter().map(JobView::from).collect(),
+            next_page_token: page.next,
+        },
+    ))
+}
+
+async fn visible_job(
+    state: &AppState,
+    who: &Principal,
+    id: &str,
+    role: Role,
+) -> Result<allot_domain::Job, ApiError> {
+    let job = state.store.job(id).await?;
+    who.require(&job.tenant_id, role, &job_what(id))?;
+    Ok(job)
+}
+
+/// Get a job with its state history.
+#[utoipa::path(get, path = "/api/v1/jobs/{id}", tag = "jobs", params(("id" = String, Path)),
+    security(("bearer" = [])),
+    responses((status = 200, body = JobView), (status = 404, body = Problem)))]
+pub async fn get(
+    state: web::Data<AppState>,
+    who: Principal,
+    id: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let job = visible_job(&state, &who, &id, Role::Viewer).await?;
+    let events = state.store.job_events(&id).await?;
+    let mut view = JobView::from(job);
+    view.events = Some(events.into_iter().map(Into::into).collect());
+    Ok(json(StatusCode::OK, &view))
+}
+
+/// Cancel a job. A pending job is cancelled at once (200); a scheduled or running one is
+/// stopped by its node (202, then `cancelled`). Cancelling a finished job changes nothing.
+#[utoipa::path(post, path = "/api/v1/jobs/{id}/cancel", tag = "jobs",
+    params(("id" = String, Path)), security(("bearer" = [])),
+    responses((status = 200, body = JobView), (status = 202, body = JobView),
+        (status = 403, body = Problem), (status = 404, body = Problem)))]
+pub async fn cancel(
+    state: web::Data<AppState>,
+    who: Principal,
+    id: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    visible_job(&state, &who, &id, Role::Member).await?;
+    let job = state.store.request_cancel(&id).await?;
+    let status = if job.state.holds_resources() {
+        state.events.job_cancel_requested(&job);
+        StatusCode::ACCEPTED
+    } else {
+        StatusCode::OK
+    };
+    Ok(json(status, &JobView::from(job)))
+}
+
+/// The end of a finished job's combined stdout and stderr (the last 64 KiB).
+#[utoipa::path(get, path = "/api/v1/jobs/{id}/log", tag = "jobs",
+    params(("id" = String, Path)), security(("bearer" = [])),
+    responses((status = 200, content_type = "text/plain", body = String),
+        (status = 404, body = Problem)))]
+pub async fn log(
+    state: web::Data<AppState>,
+    who: Principal,
+    id: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let job = visible_job(&state, &who, &id, Role::Viewer).await?;
+    Ok(HttpResponse::Ok()
+        .content_type("text/plain; charset=utf-8")
+        .body(job.log_tail.unwrap_or_default()))
+}

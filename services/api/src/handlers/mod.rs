@@ -1,0 +1,7 @@
+//! Request handlers, one module per resource.
+
+pub mod health;
+pub mod jobs;
+pub mod nodes;
+pub mod tenants;
+pub mod tokens;

@@ -1,0 +1,169 @@
+use actix_web::http::StatusCode;
+use actix_web::{HttpResponse, web};
+use allot_domain::{ApiToken, Role, ValidationError};
+use allot_store::{NewToken, TenantRepo, TokenRepo};
+use chrono::Duration;
+
+use crate::auth::Principal;
+use crate::extract::Json;
+use crate::problem::Problem;
+use crate::views::{CreateToken, CreatedToken, TokenView};
+use crate::{ApiError, AppState, json, secret};
+
+/// Prefix of every API token secret, so leaked tokens are easy to scan for.
+pub const TOKEN_PREFIX: &str = "allot_";
+const MAX_LIFETIME_SECS: u64 = 10 * 365 * 24 * 3600;
+
+async fn view(state: &AppState, t: ApiToken) -> Result<TokenView, ApiError> {
+    let tenant = match &t.tenant_id {
+        Some(id) => Some(state.store.tenant_by_id(id).await?.name.to_string()),
+        None => None,
+    };
+    Ok(TokenView::new(t, tenant))
+}
+
+/// Create an API token. Admins create any; tenant admins create tokens of their own tenant
+/// with a role no higher than theirs. The secret is returned once.
+#[utoipa::path(post, path = "/api/v1/tokens", tag = "tokens", request_body = CreateToken,
+    security(("bearer" = [])),
+    responses((status = 201, body = CreatedToken), (status = 400, body = Problem),
+        (status = 403, body = Problem), (status = 422, body = Problem)))]
+pub async fn create(
+    state: web::Data<AppState>,
+    who: Principal,
+    Json(body): Json<CreateToken>,
+) -> Result<HttpResponse, ApiError> {
+    let name = body.name.trim();
+    if name.is_empty() || name.len() > 128 {
+        return Err(ValidationError::single("name", "must be 1 to 128 characters").into());
+    }
+    if let Some(secs) = body.expires_in_seconds
+        && !(1..=MAX_LIFETIME_SECS).contains(&secs)
+    {
+        return Err(ValidationError::single(
+            "expires_in_seconds",
+            format!("must be between 1 and {MAX_LIFETIME_SECS} (ten years)"),
+        )
+        .into());
+    }
+    let tenant_id = match (body.role, body.tenant.as_deref()) {
+        (Role::Admin, None) => None,
+        (Role::Admin, Some(_)) => {
+            return Err(ValidationError::single(
+                "tenant",
+                "must be absent for the admin role, which spans all tenants",
+            )
+            .into());
+        }
+        (_, None) => {
+            return Err(ValidationError::single(
+                "tenant",
+                "is required for tenant-scoped roles (viewer, member, tenant-admin)",
+            )
+            .into());
+        }
+        (_, Some(name)) => {
+            let unknown = || ValidationError::single("tenant", format!("no tenant named `{name}`"));
+            let t = state
+                .store
+                .tenant_by_name(name)
+                .await
+                .map_err(|_| unknown())?;
+            if !who.can_see(&t.id) {
+                return Err(unknown().into());
+            }
+            Some(t.id)
+        }
+    };
+    match &tenant_id {
+        Some(t) => who.require(t, Role::TenantAdmin, "tenant")?,
+        None => who.require_admin()?,
+    }
+    if body.role > who.role {
+        return Err(ApiError::Forbidden(format!(
+            "cannot grant the {} role with a {} token",
+            body.role, who.role
+        )));
+    }
+    let now = state.store.clock().now();
+    let expires_at = body
+        .expires_in_seconds
+        .map(|s| now + Duration::seconds(i64::try_from(s).unwrap_or(i64::MAX)));
+    let secret = secret::generate(TOKEN_PREFIX);
+    let token = state
+        .store
+        .create_token(NewToken {
+            name: name.to_owned(),
+            tenant_id,
+            role: body.role,
+            secret_hash: secret::hash(&secret),
+            expires_at,
+        })
+        .await?;
+    Ok(json(
+        StatusCode::CREATED,
+        &CreatedToken {
+            token: view(&state, token).await?,
+            secret,
+        },
+    ))
+}
+
+/// List API tokens: all for admins, the tenant's for tenant admins.
+#[utoipa::path(get, path = "/api/v1/tokens", tag = "tokens", security(("bearer" = [])),
+    responses((status = 200, body = Vec<TokenView>), (status = 403, body = Problem)))]
+pub async fn list(state: web::Data<AppState>, who: Principal) -> Result<HttpResponse, ApiError> {
+    let scope = match &who.tenant_id {
+        None => {
+            who.require_admin()?;
+            None
+        }
+        Some(t) => {
+            who.require(t, Role::TenantAdmin, "tenant")?;
+            Some(t.as_str())
+        }
+    };
+    let mut out = Vec::new();
+    for t in state.store.list_tokens(scope).await? {
+        out.push(view(&state, t).await?);
+    }
+    Ok(json(StatusCode::OK, &out))
+}
+
+async fn manageable(state: &AppState, who: &Principal, id: &str) -> Result<ApiToken, ApiError> {
+    let token = state.store.token(id).await?;
+    let what = format!("token {id}");
+    match &token.tenant_id {
+        Some(t) => who.require(t, Role::TenantAdmin, &what)?,
+        None if who.is_admin() => {}
+        None => return Err(ApiError::NotFound(format!("{what} does not exist"))),
+    }
+    Ok(token)
+}
+
+/// Get an API token's metadata (never its secret).
+#[utoipa::path(get, path = "/api/v1/tokens/{id}", tag = "tokens", params(("id" = String, Path)),
+    security(("bearer" = [])),
+    responses((status = 200, body = TokenView), (status = 404, body = Problem)))]
+pub async fn get(
+    state: web::Data<AppState>,
+    who: Principal,
+    id: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let token = manageable(&state, &who, &id).await?;
+    Ok(json(StatusCode::OK, &view(&state, token).await?))
+}
+
+/// Revoke an API token; it stops working at once. Revoking twice is harmless.
+#[utoipa::path(delete, path = "/api/v1/tokens/{id}", tag = "tokens",
+    params(("id" = String, Path)), security(("bearer" = [])),
+    responses((status = 200, body = TokenView), (status = 404, body = Problem)))]
+pub async fn revoke(
+    state: web::Data<AppState>,
+    who: Principal,
+    id: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    manageable(&state, &who, &id).await?;
+    let token = state.store.revoke_token(&id).await?;
+    Ok(json(StatusCode::OK, &view(&state, token).await?))
+}

@@ -1,0 +1,45 @@
+//! The OpenAPI 3 document, generated from the handlers' annotations.
+
+use actix_web::HttpResponse;
+use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
+use utoipa::{Modify, OpenApi};
+
+use crate::handlers::{health, jobs, nodes, tenants, tokens};
+
+struct BearerAuth;
+
+impl Modify for BearerAuth {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(Http::new(HttpAuthScheme::Bearer)),
+        );
+    }
+}
+
+#[derive(OpenApi)]
+#[openapi(
+    info(title = "Allot API", description = "Multi-tenant GPU cluster control plane."),
+    paths(
+        health::healthz, health::readyz,
+        tenants::create, tenants::list, tenants::get, tenants::get_quota, tenants::set_quota,
+        jobs::submit, jobs::list, jobs::get, jobs::cancel, jobs::log,
+        nodes::list, nodes::get,
+        tokens::create, tokens::list, tokens::get, tokens::revoke,
+    ),
+    modifiers(&BearerAuth),
+    tags(
+        (name = "tenants", description = "Tenants and their quotas"),
+        (name = "jobs", description = "Submit, inspect and cancel jobs"),
+        (name = "nodes", description = "Nodes and their GPUs"),
+        (name = "tokens", description = "API tokens for automation"),
+        (name = "health", description = "Liveness and readiness"),
+    )
+)]
+pub struct ApiDoc;
+
+/// `GET /api/v1/openapi.json`
+pub async fn serve() -> HttpResponse {
+    HttpResponse::Ok().json(ApiDoc::openapi())
+}

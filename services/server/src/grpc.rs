@@ -1,0 +1,285 @@
+//! The gRPC service agents talk to. The calling node is always derived from its bearer
+//! secret, never from a field in the message.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use allot_api::secret;
+use allot_domain::{GpuDevice, JobState, Node};
+use allot_proto::v1::{
+    Assignment, Gpu, HeartbeatRequest, HeartbeatResponse, JobPhase, JobStatusAck, JobStatusReport,
+    RegisterRequest, RegisterResponse, WatchAssignmentsRequest,
+};
+use allot_store::{JobFilter, JobRepo, JobUpdate, NodeRegistration, NodeRepo, Store, StoreError};
+use tokio::sync::Notify;
+use tokio_stream::Stream;
+use tokio_stream::wrappers::UnboundedReceiverStream;
+use tonic::{Request, Response, Status};
+
+use crate::hub::{self, Hub};
+
+/// Prefix of node secrets.
+pub const NODE_SECRET_PREFIX: &str = "allot_node_";
+
+pub struct NodeSvc {
+    pub store: Store,
+    pub hub: Arc<Hub>,
+    pub notify: Arc<Notify>,
+    pub join_token_hash: String,
+    pub lease: Duration,
+    pub heartbeat_interval: Duration,
+}
+
+fn status(e: StoreError) -> Status {
+    match e {
+        StoreError::NotFound(what) => Status::not_found(format!("{what} does not exist")),
+        StoreError::Conflict(msg) => Status::failed_precondition(msg),
+        e => {
+            tracing::error!(error = %e, "store error in gRPC call");
+            Status::internal("internal error")
+        }
+    }
+}
+
+fn gpus_from_proto(gpus: Vec<Gpu>) -> Result<Vec<GpuDevice>, Status> {
+    gpus.into_iter()
+        .enumerate()
+        .map(|(i, g)| {
+            if g.uuid.is_empty() || g.uuid.len() > 128 {
+                return Err(Status::invalid_argument(format!(
+                    "gpus[{i}].uuid must be 1 to 128 characters"
+                )));
+            }
+            Ok(GpuDevice {
+                uuid: g.uuid,
+                index: g.index,
+                model: g.model,
+                memory_bytes: g.memory_bytes,
+                healthy: g.healthy,
+            })
+        })
+        .collect()
+}
+
+fn valid_node_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 253
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_'))
+}
+
+impl NodeSvc {
+    async fn node<T>(&self, req: &Request<T>) -> Result<Node, Status> {
+        let value = req
+            .metadata()
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .ok_or_else(|| Status::unauthenticated("missing node credentials"))?;
+        self.store
+            .node_by_secret_hash(&secret::hash(value))
+            .await
+            .map_err(status)?
+            .ok_or_else(|| Status::unauthenticated("unknown node credentials; register again"))
+    }
+
+    fn lease_until(&self) -> chrono::DateTime<chrono::Utc> {
+        self.store.clock().now()
+            + chrono::Duration::from_std(self.lease).unwrap_or(chrono::Duration::seconds(15))
+    }
+
+    /// Jobs the control plane thinks run on `node` but the agent does not: their processes
+    /// are gone (the agent restarted), so they failed.
+    async fn fail_lost_jobs(&self, node_id: &str, running: &[String]) -> Result<(), Status> {
+        let held = self
+            .store
+            .list_jobs(JobFilter {
+                node_id: Some(node_id.to_owned()),
+                states: vec![JobState::Running],
+                ..Default::default()
+            })
+            .await
+            .map_err(status)?;
+        for job in held.jobs.into_iter().filter(|j| !running.contains(&j.id)) {
+            let update = JobUpdate {
+                message: Some("the node agent restarted and the process was lost".into()),
+                ..Default::default()
+            };
+            match self
+                .store
+                .transition_job(&job.id, JobState::Running, JobState::Failed, update)
+                .await
+            {
+                Ok(_) | Err(StoreError::Conflict(_)) => {}
+                Err(e) => return Err(status(e)),
+            }
+        }
+        Ok(())
+    }
+}
+
+type AssignmentStream = Pin<Box<dyn Stream<Item = Result<Assignment, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl allot_proto::NodeService for NodeSvc {
+    async fn register(
+        &self,
+        req: Request<RegisterRequest>,
+    ) -> Result<Response<RegisterResponse>, Status> {
+        let r = req.into_inner();
+        if secret::hash(&r.bootstrap_token) != self.join_token_hash {
+            return Err(Status::unauthenticated("invalid bootstrap token"));
+        }
+        if !valid_node_name(&r.node_name) {
+            return Err(Status::invalid_argument(
+                "node_name must be 1 to 253 characters of letters, digits, `-`, `.` and `_`",
+            ));
+        }
+        let node_secret = secret::generate(NODE_SECRET_PREFIX);
+        let node = self
+            .store
+            .register_node(NodeRegistration {
+                name: r.node_name,
+                secret_hash: secret::hash(&node_secret),
+                agent_version: r.agent_version.chars().take(64).collect(),
+                gpu_backend: r.gpu_backend.chars().take(32).collect(),
+                gpus: gpus_from_proto(r.gpus)?,
+                lease_expires_at: self.lease_until(),
+            })
+            .await
+            .map_err(status)?;
+        self.fail_lost_jobs(&node.id, &r.running_job_ids).await?;
+        tracing::info!(node = %node.name, id = %node.id, gpus = node.gpus.len(), "node registered");
+        self.notify.notify_one();
+        Ok(Response::new(RegisterResponse {
+            node_id: node.id,
+            node_secret,
+            heartbeat_interval_ms: u32::try_from(self.heartbeat_interval.as_millis())
+                .unwrap_or(u32::MAX),
+            lease_duration_ms: u32::try_from(self.lease.as_millis()).unwrap_or(u32::MAX),
+        }))
+    }
+
+    async fn heartbeat(
+        &self,
+        req: Request<HeartbeatRequest>,
+    ) -> Result<Response<HeartbeatResponse>, Status> {
+        let node = self.node(&req).await?;
+        let was_ready = self.store.clock().now() < node.lease_expires_at;
+        let r = req.into_inner();
+        let gpus = gpus_from_proto(r.gpus)?;
+        let changed = gpus != node.gpus;
+        let until = self.lease_until();
+        self.store
+            .heartbeat(&node.id, gpus, until)
+            .await
+            .map_err(status)?;
+        if !was_ready || changed {
+            self.notify.notify_one();
+        }
+        Ok(Response::new(HeartbeatResponse {
+            lease_expires_at_ms: until.timestamp_millis(),
+        }))
+    }
+
+    type WatchAssignmentsStream = AssignmentStream;
+
+    async fn watch_assignments(
+        &self,
+        req: Request<WatchAssignmentsRequest>,
+    ) -> Result<Response<Self::WatchAssignmentsStream>, Status> {
+        let node = self.node(&req).await?;
+        // Subscribe first, then replay what the node holds: a job scheduled in between is
+        // sent twice, which agents ignore, rather than not at all.
+        let (tx, rx) = self.hub.subscribe(&node.id);
+        let held = self
+            .store
+            .list_jobs(JobFilter {
+                node_id: Some(node.id.clone()),
+                states: vec![JobState::Scheduled, JobState::Running],
+                ..Default::default()
+            })
+            .await
+            .map_err(status)?;
+        for job in held.jobs.iter().rev() {
+            let assignment = if job.cancel_requested {
+                hub::cancel(&job.id)
+            } else if job.state == JobState::Scheduled {
+                hub::launch(job)
+            } else {
+                continue;
+            };
+            // The receiver is ours and alive until returned below.
+            let _ = tx.send(Ok(assignment));
+        }
+        Ok(Response::new(Box::pin(UnboundedReceiverStream::new(rx))))
+    }
+
+    async fn report_job_status(
+        &self,
+        req: Request<JobStatusReport>,
+    ) -> Result<Response<JobStatusAck>, Status> {
+        let node = self.node(&req).await?;
+        let r = req.into_inner();
+        let job = self.store.job(&r.job_id).await.map_err(status)?;
+        if job.node_id.as_deref() != Some(node.id.as_str()) {
+            return Err(Status::permission_denied(format!(
+                "job {} is not assigned to this node",
+                r.job_id
+            )));
+        }
+        let phase = JobPhase::try_from(r.phase)
+            .map_err(|_| Status::invalid_argument(format!("unknown phase {}", r.phase)))?;
+        let to = match phase {
+            JobPhase::Running => JobState::Running,
+            JobPhase::Succeeded => JobState::Succeeded,
+            JobPhase::Failed => JobState::Failed,
+            JobPhase::Cancelled => JobState::Cancelled,
+            JobPhase::Unspecified => return Err(Status::invalid_argument("phase is required")),
+        };
+        if job.state == to || job.state.is_terminal() {
+            // A retried report that already landed.
+            return Ok(Response::new(JobStatusAck {}));
+        }
+        let mut from = job.state;
+        if from == JobState::Scheduled && to == JobState::Succeeded {
+            // The process ran and exited before its start was recorded.
+            self.store
+                .transition_job(
+                    &job.id,
+                    from,
+                    JobState::Running,
+                    JobUpdate {
+                        pid: r.pid,
+                        ..Default::default()
+                    },
+                )
+                .await
+                .map_err(status)?;
+            from = JobState::Running;
+        }
+        let message = (!r.message.is_empty()).then(|| r.message.chars().take(4096).collect());
+        let update = JobUpdate {
+            pid: r.pid,
+            exit_code: r.exit_code,
+            message,
+            log_tail: (!r.log_tail.is_empty()).then_some(r.log_tail),
+            ..Default::default()
+        };
+        let job = self
+            .store
+            .transition_job(&job.id, from, to, update)
+            .await
+            .map_err(status)?;
+        tracing::info!(job = %job.id, state = %job.state, exit_code = ?job.exit_code, "job status");
+        if job.state.is_terminal() {
+            self.notify.notify_one();
+        } else if job.cancel_requested {
+            // Cancelled while its launch was in flight: say it again now that it runs.
+            self.hub.send(&node.id, hub::cancel(&job.id));
+        }
+        Ok(Response::new(JobStatusAck {}))
+    }
+}
