@@ -1,1 +1,211 @@
+//! Test harness: a real control plane on free ports, real agents with simulated GPUs over
+//! real gRPC on loopback, and a fresh database per test (SQLite file or PostgreSQL database).
 
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use allot_agent::AgentConfig;
+use allot_agent::gpu::SimBackend;
+use allot_domain::SystemClock;
+use allot_server::{RunningServer, ServerConfig};
+pub use allot_store::testing::Backend;
+use allot_store::testing::TestDb;
+pub use reqwest::StatusCode;
+use serde_json::Value;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+/// How long a test waits for something that should take well under a second.
+pub const PATIENCE: Duration = Duration::from_secs(30);
+
+pub struct TestCluster {
+    pub server: RunningServer,
+    pub admin_token: String,
+    pub http: reqwest::Client,
+    pub data_dir: tempfile::TempDir,
+    agents_stop: CancellationToken,
+    agents: Vec<JoinHandle<Result<(), allot_agent::AgentError>>>,
+    _db: TestDb,
+}
+
+/// Starts a control plane on port 0 and `nodes` agents, each with `gpus` (e.g. `4xH200`),
+/// and waits until every node is ready.
+pub async fn spawn_cluster(backend: Backend, nodes: usize, gpus: &str) -> TestCluster {
+    let db = TestDb::new(backend).await.expect("test database");
+    let join = "test-join-token";
+    let mut config = ServerConfig::new(db.url.clone(), join);
+    config.heartbeat_interval = Duration::from_millis(300);
+    config.schedule_interval = Duration::from_millis(200);
+    let server = allot_server::start(config, Arc::new(SystemClock))
+        .await
+        .expect("server starts");
+    let admin_token = server
+        .bootstrap_admin_token
+        .clone()
+        .expect("a fresh database gets a bootstrap admin token");
+    let data_dir = tempfile::tempdir().expect("temp dir");
+    let agents_stop = CancellationToken::new();
+    let agents = (1..=nodes)
+        .map(|i| {
+            let name = format!("node-{i}");
+            let backend = SimBackend::from_spec(gpus, &name).expect("gpu spec");
+            let cfg = AgentConfig {
+                server: server.grpc_url(),
+                join_token: join.to_owned(),
+                node_name: name.clone(),
+                data_dir: data_dir.path().join(&name),
+                stop_grace: Duration::from_secs(2),
+            };
+            tokio::spawn(allot_agent::run(
+                cfg,
+                Arc::new(backend),
+                agents_stop.clone(),
+            ))
+        })
+        .collect();
+    let cluster = TestCluster {
+        server,
+        admin_token,
+        http: reqwest::Client::new(),
+        data_dir,
+        agents_stop,
+        agents,
+        _db: db,
+    };
+    cluster
+        .eventually("all nodes ready", || async {
+            let (_, nodes_json) = cluster.get("/api/v1/nodes").await;
+            let ready = nodes_json
+                .as_array()
+                .map(|a| a.iter().filter(|n| n["status"] == "ready").count())
+                .unwrap_or(0);
+            (ready == nodes).then_some(())
+        })
+        .await;
+    cluster
+}
+
+impl TestCluster {
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.server.http_url())
+    }
+
+    /// Sends a request with the admin token and returns status and JSON (or `Null`).
+    pub async fn request(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        token: Option<&str>,
+        body: Option<Value>,
+    ) -> (StatusCode, Value) {
+        let mut req = self.http.request(method, self.url(path));
+        if let Some(t) = token {
+            req = req.bearer_auth(t);
+        }
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let res = req.send().await.expect("request sent");
+        let status = res.status();
+        let text = res.text().await.expect("body read");
+        (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+    }
+
+    pub async fn get(&self, path: &str) -> (StatusCode, Value) {
+        self.request(reqwest::Method::GET, path, Some(&self.admin_token), None)
+            .await
+    }
+
+    pub async fn post(&self, path: &str, body: Value) -> (StatusCode, Value) {
+        self.request(
+            reqwest::Method::POST,
+            path,
+            Some(&self.admin_token),
+            Some(body),
+        )
+        .await
+    }
+
+    pub async fn create_tenant(&self, name: &str, max_gpus: Option<u32>) {
+        let (status, body) = self
+            .post(
+                "/api/v1/tenants",
+                serde_json::json!({ "name": name, "quota": { "max_gpus": max_gpus } }),
+            )
+            .await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+    }
+
+    /// Submits a job as admin and returns its id.
+    pub async fn submit(&self, tenant: &str, gpus: u32, command: &[&str]) -> String {
+        let (status, body) = self
+            .post(
+                "/api/v1/jobs",
+                serde_json::json!({ "tenant": tenant, "gpus": gpus, "command": command }),
+            )
+            .await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        body["id"].as_str().expect("job id").to_owned()
+    }
+
+    /// Polls `check` until it yields a value, failing the test after [`PATIENCE`].
+    pub async fn eventually<T, F, Fut>(&self, what: &str, mut check: F) -> T
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Option<T>>,
+    {
+        let start = Instant::now();
+        loop {
+            if let Some(v) = check().await {
+                return v;
+            }
+            assert!(start.elapsed() < PATIENCE, "timed out waiting for: {what}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Waits until the job is in `state` and returns it.
+    pub async fn wait_for_state(&self, id: &str, state: &str) -> Value {
+        let path = format!("/api/v1/jobs/{id}");
+        let start = Instant::now();
+        loop {
+            let (_, job) = self.get(&path).await;
+            if job["state"] == state {
+                return job;
+            }
+            assert!(
+                start.elapsed() < PATIENCE,
+                "timed out waiting for job {id} to be {state}; it is {job:#}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    pub async fn shutdown(self) {
+        self.agents_stop.cancel();
+        for a in self.agents {
+            a.await.expect("agent task").expect("agent stops cleanly");
+        }
+        self.server.shutdown().await;
+    }
+}
+
+/// Whether any live (non-zombie) process remains in process group `pgid`.
+pub fn process_group_alive(pgid: u32) -> bool {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return false;
+    };
+    entries.flatten().any(|e| {
+        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
+            return false;
+        };
+        // Fields after the parenthesised command: state, ppid, pgrp, …
+        let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
+            return false;
+        };
+        let mut f = rest.split_whitespace();
+        let state = f.next();
+        let pgrp = f.nth(1).and_then(|p| p.parse::<u32>().ok());
+        pgrp == Some(pgid) && state != Some("Z")
+    })
+}

@@ -1,1 +1,122 @@
-fn main() {}
+//! `allot`: the control plane, the node agent, the one-process dev cluster, and the client.
+
+mod client;
+mod cmd;
+mod output;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use tracing_subscriber::EnvFilter;
+
+use crate::client::Client;
+use crate::cmd::job::JobCmd;
+use crate::cmd::node::NodeCmd;
+use crate::cmd::tenant::TenantCmd;
+use crate::cmd::token::TokenCmd;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "allot",
+    version,
+    about = "Multi-tenant GPU cluster control plane"
+)]
+struct Cli {
+    /// The Allot API to talk to.
+    #[arg(
+        long,
+        global = true,
+        env = "ALLOT_SERVER",
+        default_value = "http://127.0.0.1:8080"
+    )]
+    server: String,
+    /// API token.
+    #[arg(long, global = true, env = "ALLOT_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the control plane (API, agent gRPC, scheduler).
+    Server(cmd::server::ServerArgs),
+    /// Run a node agent.
+    Agent(cmd::agent::AgentArgs),
+    /// Run a whole cluster in one process: SQLite, simulated GPU nodes, real gRPC.
+    Dev(cmd::dev::DevArgs),
+    /// Manage tenants and their quotas.
+    #[command(subcommand)]
+    Tenant(TenantCmd),
+    /// Submit, inspect and cancel jobs.
+    #[command(subcommand)]
+    Job(JobCmd),
+    /// Inspect nodes and their GPUs.
+    #[command(subcommand)]
+    Node(NodeCmd),
+    /// Manage API tokens.
+    #[command(subcommand)]
+    Token(TokenCmd),
+}
+
+/// Resolves on Ctrl-C or SIGTERM.
+pub async fn shutdown_signal() {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot watch SIGTERM; only Ctrl-C stops");
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<i32> {
+    let client = || Client::new(&cli.server, cli.token.clone());
+    match cli.command {
+        Command::Server(args) => cmd::server::run(args).await.map(|()| 0),
+        Command::Agent(args) => cmd::agent::run(args).await.map(|()| 0),
+        Command::Dev(args) => cmd::dev::run(args).await.map(|()| 0),
+        Command::Tenant(c) => cmd::tenant::run(&client()?, c).await.map(|()| 0),
+        Command::Job(c) => cmd::job::run(&client()?, c).await,
+        Command::Node(c) => cmd::node::run(&client()?, c).await.map(|()| 0),
+        Command::Token(c) => cmd::token::run(&client()?, c).await.map(|()| 0),
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let daemon = matches!(
+        cli.command,
+        Command::Server(_) | Command::Agent(_) | Command::Dev(_)
+    );
+    let default_level = if daemon { "info" } else { "warn" };
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            EnvFilter::try_from_env("ALLOT_LOG").unwrap_or_else(|_| EnvFilter::new(default_level)),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

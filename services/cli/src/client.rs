@@ -1,0 +1,118 @@
+//! The HTTP client behind the CLI's verbs.
+
+use std::time::Duration;
+
+use anyhow::{Context, anyhow, bail};
+use reqwest::{Method, StatusCode};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+pub struct Client {
+    http: reqwest::Client,
+    base: String,
+    token: String,
+}
+
+/// Turns a problem document into a readable error naming each field.
+fn problem_error(status: StatusCode, body: &str) -> anyhow::Error {
+    let Ok(p) = serde_json::from_str::<Value>(body) else {
+        return anyhow!("the server answered {status}: {body}");
+    };
+    let detail = p["detail"].as_str().unwrap_or("").to_owned();
+    let title = p["title"].as_str().unwrap_or("error");
+    let fields: Vec<String> = p["errors"]
+        .as_array()
+        .map(|errs| {
+            errs.iter()
+                .map(|e| {
+                    format!(
+                        "  {}: {}",
+                        e["field"].as_str().unwrap_or("?"),
+                        e["reason"].as_str().unwrap_or("?")
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    if fields.is_empty() {
+        anyhow!("{title} ({}): {detail}", status.as_u16())
+    } else {
+        anyhow!("{title} ({}):\n{}", status.as_u16(), fields.join("\n"))
+    }
+}
+
+impl Client {
+    pub fn new(server: &str, token: Option<String>) -> anyhow::Result<Self> {
+        let token = token.filter(|t| !t.trim().is_empty()).ok_or_else(|| {
+            anyhow!(
+                "no API token: pass --token or set ALLOT_TOKEN (`allot dev` writes one to .allot/admin.token)"
+            )
+        })?;
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(30))
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .context("building the HTTP client")?;
+        Ok(Self {
+            http,
+            base: server.trim_end_matches('/').to_owned(),
+            token: token.trim().to_owned(),
+        })
+    }
+
+    async fn send(
+        &self,
+        method: Method,
+        path: &str,
+        query: &[(&str, String)],
+        body: Option<&Value>,
+    ) -> anyhow::Result<(StatusCode, String)> {
+        let url = format!("{}{path}", self.base);
+        let mut req = self
+            .http
+            .request(method, &url)
+            .bearer_auth(&self.token)
+            .query(query);
+        if let Some(b) = body {
+            req = req.json(b);
+        }
+        let res = req
+            .send()
+            .await
+            .with_context(|| format!("cannot reach the Allot server at {}", self.base))?;
+        let status = res.status();
+        let text = res.text().await.context("reading the server's answer")?;
+        if !status.is_success() {
+            return Err(problem_error(status, &text));
+        }
+        Ok((status, text))
+    }
+
+    pub async fn get_text(&self, path: &str) -> anyhow::Result<String> {
+        Ok(self.send(Method::GET, path, &[], None).await?.1)
+    }
+
+    pub async fn get<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        query: &[(&str, String)],
+    ) -> anyhow::Result<T> {
+        let (_, text) = self.send(Method::GET, path, query, None).await?;
+        serde_json::from_str(&text).with_context(|| format!("unexpected answer from {path}"))
+    }
+
+    pub async fn call<B: Serialize, T: DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&B>,
+    ) -> anyhow::Result<T> {
+        let body = body.map(serde_json::to_value).transpose()?;
+        let (_, text) = self.send(method, path, &[], body.as_ref()).await?;
+        if text.is_empty() {
+            bail!("empty answer from {path}");
+        }
+        serde_json::from_str(&text).with_context(|| format!("unexpected answer from {path}"))
+    }
+}

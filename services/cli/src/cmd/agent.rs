@@ -1,0 +1,65 @@
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use allot_agent::AgentConfig;
+use allot_agent::gpu::SimBackend;
+use anyhow::Context;
+use clap::Args;
+use tokio_util::sync::CancellationToken;
+
+#[derive(Debug, Args)]
+pub struct AgentArgs {
+    /// The control plane's gRPC endpoint.
+    #[arg(
+        long,
+        env = "ALLOT_AGENT_SERVER",
+        default_value = "http://127.0.0.1:7070"
+    )]
+    server: String,
+    /// The bootstrap token from the control plane (<data-dir>/join.token there).
+    #[arg(long, env = "ALLOT_JOIN_TOKEN", hide_env_values = true)]
+    join_token: String,
+    /// Node name; the host name when absent.
+    #[arg(long, env = "ALLOT_NODE_NAME")]
+    name: Option<String>,
+    /// Simulated GPUs, e.g. 8xH200 or 2xH200,1xT4. (The NVML backend for real GPUs comes
+    /// with the node-agent work; until then the agent always simulates.)
+    #[arg(long, default_value = "8xH200")]
+    sim_gpus: String,
+    /// Job directories and logs.
+    #[arg(long, env = "ALLOT_AGENT_DATA_DIR", default_value = ".allot-agent")]
+    data_dir: PathBuf,
+    /// Seconds a stopped job gets between SIGTERM and SIGKILL.
+    #[arg(long, default_value_t = 10)]
+    stop_grace_secs: u64,
+}
+
+fn host_name() -> anyhow::Result<String> {
+    let name = nix::unistd::gethostname().context("reading the host name")?;
+    name.into_string()
+        .map_err(|_| anyhow::anyhow!("the host name is not valid UTF-8; pass --name"))
+}
+
+pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
+    let name = match args.name {
+        Some(n) => n,
+        None => host_name()?,
+    };
+    let backend = SimBackend::from_spec(&args.sim_gpus, &name)
+        .with_context(|| format!("--sim-gpus {}", args.sim_gpus))?;
+    let stop = CancellationToken::new();
+    let config = AgentConfig {
+        server: args.server,
+        join_token: args.join_token,
+        node_name: name,
+        data_dir: args.data_dir,
+        stop_grace: Duration::from_secs(args.stop_grace_secs),
+    };
+    let agent = tokio::spawn(allot_agent::run(config, Arc::new(backend), stop.clone()));
+    crate::shutdown_signal().await;
+    eprintln!("shutting down: stopping jobs");
+    stop.cancel();
+    agent.await??;
+    Ok(())
+}

@@ -1,0 +1,134 @@
+//! `allot dev`: the whole system in one process on an embedded SQLite database, with
+//! simulated GPU nodes connected over real gRPC on loopback.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use allot_agent::AgentConfig;
+use allot_agent::gpu::SimBackend;
+use allot_domain::SystemClock;
+use allot_server::ServerConfig;
+use allot_store::TokenRepo;
+use anyhow::Context;
+use clap::Args;
+use tokio_util::sync::CancellationToken;
+
+use crate::cmd::{read_secret, write_secret};
+
+#[derive(Debug, Args)]
+pub struct DevArgs {
+    /// Where the database, the admin token and job logs live; kept across restarts.
+    #[arg(long, default_value = ".allot")]
+    data_dir: PathBuf,
+    /// HTTP API address.
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    listen: SocketAddr,
+    /// Agent gRPC address (a free port when 0).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    grpc_listen: SocketAddr,
+    /// Number of simulated nodes.
+    #[arg(long, default_value_t = 2)]
+    nodes: u32,
+    /// GPUs on each simulated node, e.g. 4xH200 or 2xH200,1xT4.
+    #[arg(long, default_value = "4xH200")]
+    sim_gpus: String,
+}
+
+/// The admin token to show: the one from an earlier run if it still works, else a new one.
+async fn admin_token(
+    server: &allot_server::RunningServer,
+    path: &std::path::Path,
+) -> anyhow::Result<String> {
+    if let Some(t) = &server.bootstrap_admin_token {
+        return Ok(t.clone());
+    }
+    if let Some(existing) = read_secret(path) {
+        let found = server
+            .store
+            .use_token(&allot_api::secret::hash(&existing))
+            .await?;
+        if found.is_some_and(|t| t.is_usable(server.store.clock().now())) {
+            return Ok(existing);
+        }
+    }
+    Ok(allot_server::create_admin_token(&server.store, "dev-admin").await?)
+}
+
+pub async fn run(args: DevArgs) -> anyhow::Result<()> {
+    if args.nodes > 64 {
+        anyhow::bail!("--nodes must be at most 64");
+    }
+    // Validate the GPU spec before anything starts.
+    SimBackend::from_spec(&args.sim_gpus, "check")
+        .with_context(|| format!("--sim-gpus {}", args.sim_gpus))?;
+    let database_url = crate::cmd::server::sqlite_url(&args.data_dir)?;
+    let join_token = allot_api::secret::generate("allot_join_");
+    let mut config = ServerConfig::new(database_url, join_token.clone());
+    config.http_listen = args.listen;
+    config.grpc_listen = args.grpc_listen;
+    config.heartbeat_interval = Duration::from_secs(2);
+    let server = allot_server::start(config, Arc::new(SystemClock)).await?;
+
+    let token_path = args.data_dir.join("admin.token");
+    let token = admin_token(&server, &token_path).await?;
+    write_secret(&token_path, &token)?;
+
+    let stop = CancellationToken::new();
+    let mut agents = Vec::new();
+    for i in 1..=args.nodes {
+        let name = format!("dev-node-{i}");
+        let backend = SimBackend::from_spec(&args.sim_gpus, &name)?;
+        let cfg = AgentConfig {
+            server: server.grpc_url(),
+            join_token: join_token.clone(),
+            node_name: name.clone(),
+            data_dir: args.data_dir.join("nodes").join(&name),
+            stop_grace: Duration::from_secs(5),
+        };
+        agents.push(tokio::spawn(allot_agent::run(
+            cfg,
+            Arc::new(backend),
+            stop.clone(),
+        )));
+    }
+
+    let url = server.http_url();
+    println!("Allot dev cluster is running.");
+    println!();
+    println!("  API:          {url}");
+    println!("  Admin token:  {token}");
+    println!("                (also in {})", token_path.display());
+    println!(
+        "  Nodes:        {} simulated, {} each",
+        args.nodes, args.sim_gpus
+    );
+    println!("  Data:         {}", args.data_dir.display());
+    println!();
+    println!("Try, in another terminal:");
+    println!(
+        "  export ALLOT_SERVER={url} ALLOT_TOKEN=$(cat {})",
+        token_path.display()
+    );
+    println!("  allot tenant create demo --gpus 4");
+    println!(
+        "  allot job submit --tenant demo --wait -- sh -c 'echo hello from $CUDA_VISIBLE_DEVICES'"
+    );
+    println!();
+    println!("Press Ctrl-C to stop.");
+
+    crate::shutdown_signal().await;
+    eprintln!("shutting down: stopping jobs and agents");
+    stop.cancel();
+    for a in agents {
+        match a.await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => eprintln!("agent stopped with an error: {e}"),
+            Err(e) => eprintln!("agent task failed: {e}"),
+        }
+    }
+    server.shutdown().await;
+    eprintln!("stopped");
+    Ok(())
+}

@@ -1,0 +1,291 @@
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use allot_api::views::{JobList, JobView};
+use allot_domain::{format_bytes, parse_bytes};
+use anyhow::bail;
+use clap::Subcommand;
+use reqwest::Method;
+use serde_json::json;
+
+use crate::client::Client;
+use crate::cmd::opt;
+use crate::output::{Format, fields, table};
+
+#[derive(Debug, Subcommand)]
+pub enum JobCmd {
+    /// Submit a job: `allot job submit --tenant T --gpus 1 -- python train.py`.
+    Submit {
+        /// The tenant to run as (defaults to the token's tenant).
+        #[arg(long)]
+        tenant: Option<String>,
+        /// Whole GPUs (0 for a CPU-only job).
+        #[arg(long, default_value_t = 1)]
+        gpus: u32,
+        /// Minimum memory of each GPU, e.g. 80GiB.
+        #[arg(long, value_parser = parse_bytes)]
+        gpu_memory: Option<u64>,
+        #[arg(long)]
+        name: Option<String>,
+        /// Environment variable for the job, KEY=VALUE (repeatable).
+        #[arg(long = "env", short = 'e', value_parser = parse_env)]
+        env: Vec<(String, String)>,
+        /// Absolute working directory on the node.
+        #[arg(long)]
+        workdir: Option<String>,
+        /// Wait for the job to finish, print its output, and exit with its status.
+        #[arg(long)]
+        wait: bool,
+        #[arg(short, long, value_enum, default_value_t)]
+        output: Format,
+        /// The program and its arguments.
+        #[arg(required = true, last = true)]
+        command: Vec<String>,
+    },
+    /// Show a job, its placement and its state history.
+    Get {
+        id: String,
+        #[arg(short, long, value_enum, default_value_t)]
+        output: Format,
+    },
+    /// List jobs, newest first.
+    List {
+        #[arg(long)]
+        tenant: Option<String>,
+        /// Comma-separated states, e.g. pending,running.
+        #[arg(long)]
+        state: Option<String>,
+        #[arg(long, default_value_t = 50)]
+        limit: u32,
+        #[arg(short, long, value_enum, default_value_t)]
+        output: Format,
+    },
+    /// Cancel a job.
+    Cancel { id: String },
+    /// Print the end of a finished job's output.
+    Logs { id: String },
+}
+
+fn parse_env(s: &str) -> Result<(String, String), String> {
+    s.split_once('=')
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .ok_or_else(|| format!("`{s}` is not KEY=VALUE"))
+}
+
+fn short(ts: Option<chrono::DateTime<chrono::Utc>>) -> String {
+    opt(ts.map(|t| t.format("%Y-%m-%d %H:%M:%S").to_string()))
+}
+
+fn describe(j: &JobView) -> String {
+    let mut out = fields(&[
+        ("ID", j.id.clone()),
+        ("Name", j.name.clone()),
+        ("Tenant", j.tenant.clone()),
+        ("State", j.state.clone()),
+        (
+            "Reason",
+            opt(j
+                .pending_reason
+                .as_ref()
+                .map(|r| format!("{} ({})", r.message, r.code))),
+        ),
+        ("GPUs", j.gpus.to_string()),
+        ("GPU memory", opt(j.gpu_memory_bytes.map(format_bytes))),
+        ("Command", j.command.join(" ")),
+        ("Node", opt(j.node_id.clone())),
+        (
+            "GPU UUIDs",
+            if j.gpu_uuids.is_empty() {
+                "-".into()
+            } else {
+                j.gpu_uuids.join(",")
+            },
+        ),
+        ("PID", opt(j.pid)),
+        ("Exit code", opt(j.exit_code)),
+        ("Message", opt(j.message.clone())),
+        ("Created", short(Some(j.created_at))),
+        ("Started", short(j.started_at)),
+        ("Finished", short(j.finished_at)),
+    ]);
+    if let Some(events) = &j.events {
+        let rows: Vec<_> = events
+            .iter()
+            .map(|e| {
+                vec![
+                    e.at.format("%Y-%m-%d %H:%M:%S%.3f").to_string(),
+                    opt(e.from.clone()),
+                    e.to.clone(),
+                    opt(e.message.clone()),
+                ]
+            })
+            .collect();
+        out.push_str("\n\nEvents:\n");
+        out.push_str(&table(&["TIME", "FROM", "TO", "MESSAGE"], &rows));
+    }
+    out
+}
+
+fn is_terminal(state: &str) -> bool {
+    matches!(state, "succeeded" | "failed" | "cancelled")
+}
+
+/// The process exit status for a finished job: 0 on success, the job's own code when it has
+/// one, 1 otherwise.
+fn exit_status(j: &JobView) -> i32 {
+    match (j.state.as_str(), j.exit_code) {
+        ("succeeded", _) => 0,
+        (_, Some(code)) if (1..=255).contains(&code) => code,
+        _ => 1,
+    }
+}
+
+pub async fn run(client: &Client, cmd: JobCmd) -> anyhow::Result<i32> {
+    match cmd {
+        JobCmd::Submit {
+            tenant,
+            gpus,
+            gpu_memory,
+            name,
+            env,
+            workdir,
+            wait,
+            output,
+            command,
+        } => {
+            let env: BTreeMap<_, _> = env.into_iter().collect();
+            let body = json!({
+                "tenant": tenant, "name": name, "gpus": gpus, "gpu_memory_bytes": gpu_memory,
+                "command": command, "env": env, "workdir": workdir,
+            });
+            let job: JobView = client
+                .call(Method::POST, "/api/v1/jobs", Some(&body))
+                .await?;
+            if !wait {
+                match output {
+                    Format::Json => println!("{}", serde_json::to_string_pretty(&job)?),
+                    Format::Table => println!("{}", job.id),
+                }
+                return Ok(0);
+            }
+            eprintln!("job {} submitted; waiting for it to finish", job.id);
+            let path = format!("/api/v1/jobs/{}", job.id);
+            let mut last_state = job.state.clone();
+            let mut last_reason = None;
+            let job = loop {
+                let j: JobView = client.get(&path, &[]).await?;
+                if j.state != last_state {
+                    eprintln!("job {}: {}", j.id, j.state);
+                    last_state = j.state.clone();
+                }
+                let reason = j.pending_reason.as_ref().map(|r| r.message.clone());
+                if reason.is_some() && reason != last_reason {
+                    eprintln!("job {}: pending: {}", j.id, reason.as_deref().unwrap_or(""));
+                    last_reason = reason;
+                }
+                if is_terminal(&j.state) {
+                    break j;
+                }
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            };
+            match output {
+                Format::Json => println!("{}", serde_json::to_string_pretty(&job)?),
+                Format::Table => {
+                    print!("{}", client.get_text(&format!("{path}/log")).await?);
+                    eprintln!(
+                        "job {} {}{}",
+                        job.id,
+                        job.state,
+                        job.message
+                            .as_ref()
+                            .map(|m| format!(": {m}"))
+                            .unwrap_or_default()
+                    );
+                }
+            }
+            Ok(exit_status(&job))
+        }
+        JobCmd::Get { id, output } => {
+            let j: JobView = client.get(&format!("/api/v1/jobs/{id}"), &[]).await?;
+            match output {
+                Format::Json => println!("{}", serde_json::to_string_pretty(&j)?),
+                Format::Table => println!("{}", describe(&j)),
+            }
+            Ok(0)
+        }
+        JobCmd::List {
+            tenant,
+            state,
+            limit,
+            output,
+        } => {
+            let mut query = vec![("limit", limit.to_string())];
+            if let Some(t) = tenant {
+                query.push(("tenant", t));
+            }
+            if let Some(s) = state {
+                query.push(("state", s));
+            }
+            let list: JobList = client.get("/api/v1/jobs", &query).await?;
+            match output {
+                Format::Json => println!("{}", serde_json::to_string_pretty(&list)?),
+                Format::Table => {
+                    let rows: Vec<_> = list
+                        .items
+                        .iter()
+                        .map(|j| {
+                            let detail = match (&j.pending_reason, j.exit_code) {
+                                (Some(r), _) => r.message.clone(),
+                                (None, Some(c)) => format!("exit {c}"),
+                                (None, None) => j.message.clone().unwrap_or_default(),
+                            };
+                            vec![
+                                j.id.clone(),
+                                j.tenant.clone(),
+                                j.name.clone(),
+                                j.state.clone(),
+                                j.gpus.to_string(),
+                                short(Some(j.created_at)),
+                                detail,
+                            ]
+                        })
+                        .collect();
+                    println!(
+                        "{}",
+                        table(
+                            &["ID", "TENANT", "NAME", "STATE", "GPUS", "CREATED", "DETAIL"],
+                            &rows
+                        )
+                    );
+                    if list.next_page_token.is_some() {
+                        eprintln!("(more jobs exist: raise --limit or filter)");
+                    }
+                }
+            }
+            Ok(0)
+        }
+        JobCmd::Cancel { id } => {
+            let j: JobView = client
+                .call::<(), _>(Method::POST, &format!("/api/v1/jobs/{id}/cancel"), None)
+                .await?;
+            if is_terminal(&j.state) {
+                println!("job {} {}", j.id, j.state);
+            } else if j.cancel_requested {
+                println!(
+                    "job {}: cancellation requested; its node is stopping it",
+                    j.id
+                );
+            } else {
+                bail!("job {} is {} and was not cancelled", j.id, j.state);
+            }
+            Ok(0)
+        }
+        JobCmd::Logs { id } => {
+            print!(
+                "{}",
+                client.get_text(&format!("/api/v1/jobs/{id}/log")).await?
+            );
+            Ok(0)
+        }
+    }
+}

@@ -1,0 +1,76 @@
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use allot_domain::SystemClock;
+use allot_server::ServerConfig;
+use anyhow::Context;
+use clap::Args;
+
+use crate::cmd::{read_secret, write_secret};
+
+#[derive(Debug, Args)]
+pub struct ServerArgs {
+    /// Database URL: postgres://… in production; SQLite under --data-dir when absent.
+    #[arg(long, env = "ALLOT_DATABASE_URL")]
+    database_url: Option<String>,
+    /// Where the embedded database and generated secrets live.
+    #[arg(long, env = "ALLOT_DATA_DIR", default_value = ".allot")]
+    data_dir: PathBuf,
+    /// HTTP API address.
+    #[arg(long, env = "ALLOT_LISTEN", default_value = "127.0.0.1:8080")]
+    listen: SocketAddr,
+    /// Agent gRPC address.
+    #[arg(long, env = "ALLOT_GRPC_LISTEN", default_value = "127.0.0.1:7070")]
+    grpc_listen: SocketAddr,
+    /// Bootstrap token agents register with; generated into <data-dir>/join.token when absent.
+    #[arg(long, env = "ALLOT_JOIN_TOKEN", hide_env_values = true)]
+    join_token: Option<String>,
+}
+
+pub fn sqlite_url(data_dir: &std::path::Path) -> anyhow::Result<String> {
+    std::fs::create_dir_all(data_dir)
+        .with_context(|| format!("creating the data directory {}", data_dir.display()))?;
+    Ok(format!(
+        "sqlite://{}?mode=rwc",
+        data_dir.join("allot.db").display()
+    ))
+}
+
+pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
+    let database_url = match args.database_url {
+        Some(u) => u,
+        None => sqlite_url(&args.data_dir)?,
+    };
+    let join_path = args.data_dir.join("join.token");
+    let join_token = match args.join_token.or_else(|| read_secret(&join_path)) {
+        Some(t) => t,
+        None => {
+            let t = allot_api::secret::generate("allot_join_");
+            write_secret(&join_path, &t)?;
+            eprintln!("Agent join token written to {}", join_path.display());
+            t
+        }
+    };
+    let mut config = ServerConfig::new(database_url, join_token);
+    config.http_listen = args.listen;
+    config.grpc_listen = args.grpc_listen;
+    let server = allot_server::start(config, Arc::new(SystemClock)).await?;
+    if let Some(token) = &server.bootstrap_admin_token {
+        let path = args.data_dir.join("admin.token");
+        write_secret(&path, token)?;
+        eprintln!(
+            "Created the bootstrap admin token (written to {}); it is not shown again.",
+            path.display()
+        );
+    }
+    println!(
+        "Allot API on {}, agent gRPC on {}",
+        server.http_url(),
+        server.grpc_url()
+    );
+    crate::shutdown_signal().await;
+    eprintln!("shutting down");
+    server.shutdown().await;
+    Ok(())
+}

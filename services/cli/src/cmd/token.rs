@@ -1,0 +1,142 @@
+use allot_api::views::{CreatedToken, TokenView};
+use clap::Subcommand;
+use reqwest::Method;
+use serde_json::json;
+
+use crate::client::Client;
+use crate::cmd::opt;
+use crate::output::{Format, table};
+
+#[derive(Debug, Subcommand)]
+pub enum TokenCmd {
+    /// Create an API token; its secret is printed once.
+    Create {
+        name: String,
+        /// viewer, member, tenant-admin or admin.
+        #[arg(long)]
+        role: String,
+        /// The tenant the token acts in (all roles but admin).
+        #[arg(long)]
+        tenant: Option<String>,
+        /// Lifetime, e.g. 3600s, 90m, 12h, 30d.
+        #[arg(long, value_parser = parse_duration)]
+        expires_in: Option<u64>,
+        #[arg(short, long, value_enum, default_value_t)]
+        output: Format,
+    },
+    /// List API tokens (never their secrets).
+    List {
+        #[arg(short, long, value_enum, default_value_t)]
+        output: Format,
+    },
+    /// Revoke a token; it stops working at once.
+    Revoke { id: String },
+}
+
+/// Seconds from `90s`, `15m`, `12h`, `30d` or a bare number of seconds.
+fn parse_duration(s: &str) -> Result<u64, String> {
+    let (num, mult) = match s.char_indices().last() {
+        Some((i, 's')) => (&s[..i], 1),
+        Some((i, 'm')) => (&s[..i], 60),
+        Some((i, 'h')) => (&s[..i], 3600),
+        Some((i, 'd')) => (&s[..i], 86_400),
+        _ => (s, 1),
+    };
+    num.parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(mult))
+        .filter(|n| *n > 0)
+        .ok_or_else(|| format!("`{s}` is not a duration such as 90m, 12h or 30d"))
+}
+
+pub async fn run(client: &Client, cmd: TokenCmd) -> anyhow::Result<()> {
+    match cmd {
+        TokenCmd::Create {
+            name,
+            role,
+            tenant,
+            expires_in,
+            output,
+        } => {
+            let body = json!({
+                "name": name, "role": role, "tenant": tenant, "expires_in_seconds": expires_in,
+            });
+            let t: CreatedToken = client
+                .call(Method::POST, "/api/v1/tokens", Some(&body))
+                .await?;
+            match output {
+                Format::Json => println!("{}", serde_json::to_string_pretty(&t)?),
+                Format::Table => {
+                    eprintln!(
+                        "Created token {} ({}, role {}). Its secret is shown only now:",
+                        t.token.id, t.token.name, t.token.role
+                    );
+                    println!("{}", t.secret);
+                }
+            }
+        }
+        TokenCmd::List { output } => {
+            let ts: Vec<TokenView> = client.get("/api/v1/tokens", &[]).await?;
+            match output {
+                Format::Json => println!("{}", serde_json::to_string_pretty(&ts)?),
+                Format::Table => {
+                    let rows: Vec<_> = ts
+                        .iter()
+                        .map(|t| {
+                            vec![
+                                t.id.clone(),
+                                t.name.clone(),
+                                opt(t.tenant.clone()),
+                                t.role.clone(),
+                                opt(t.expires_at.map(|e| e.format("%Y-%m-%d %H:%M").to_string())),
+                                opt(t
+                                    .last_used_at
+                                    .map(|e| e.format("%Y-%m-%d %H:%M").to_string())),
+                                if t.revoked_at.is_some() {
+                                    "revoked"
+                                } else {
+                                    "active"
+                                }
+                                .into(),
+                            ]
+                        })
+                        .collect();
+                    println!(
+                        "{}",
+                        table(
+                            &[
+                                "ID",
+                                "NAME",
+                                "TENANT",
+                                "ROLE",
+                                "EXPIRES",
+                                "LAST USED",
+                                "STATUS"
+                            ],
+                            &rows
+                        )
+                    );
+                }
+            }
+        }
+        TokenCmd::Revoke { id } => {
+            let t: TokenView = client
+                .call::<(), _>(Method::DELETE, &format!("/api/v1/tokens/{id}"), None)
+                .await?;
+            println!("token {} ({}) revoked", t.id, t.name);
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn durations() {
+        assert_eq!(super::parse_duration("90m"), Ok(5400));
+        assert_eq!(super::parse_duration("2d"), Ok(172_800));
+        assert_eq!(super::parse_duration("15"), Ok(15));
+        assert!(super::parse_duration("0s").is_err());
+        assert!(super::parse_duration("soon").is_err());
+    }
+}

@@ -1,0 +1,523 @@
+//! Repository behaviour, each test run against both SQLite and PostgreSQL.
+
+use std::sync::Arc;
+
+use allot_domain::{
+    Clock, FixedClock, GpuDevice, JobSpec, JobState, PendingReason, Quota, Role, TenantName,
+};
+use allot_store::testing::{Backend, TestDb};
+use allot_store::{
+    JobFilter, JobRepo, JobUpdate, NewJob, NewToken, NodeRegistration, NodeRepo, Store, StoreError,
+    TenantRepo, TokenRepo,
+};
+use chrono::{Duration, TimeZone, Utc};
+
+/// Defines `<name>_sqlite` and `<name>_postgres` from one async body taking a store and clock.
+macro_rules! both_backends {
+    ($name:ident, |$store:ident, $clock:ident| $body:block) => {
+        mod $name {
+            use super::*;
+
+            async fn run(backend: Backend) {
+                let db = TestDb::new(backend).await.expect("test database");
+                let $clock = Arc::new(FixedClock::new(
+                    Utc.with_ymd_and_hms(2026, 11, 29, 12, 0, 0)
+                        .single()
+                        .expect("time"),
+                ));
+                let $store: Store = db.store($clock.clone()).await.expect("store");
+                $body
+            }
+
+            #[tokio::test]
+            async fn sqlite() {
+                run(Backend::Sqlite).await;
+            }
+
+            #[tokio::test]
+            async fn postgres() {
+                run(Backend::Postgres).await;
+            }
+        }
+    };
+}
+
+fn name(s: &str) -> TenantName {
+    TenantName::parse("name", s).expect("valid name")
+}
+
+fn spec(tenant: &str, gpus: u32) -> JobSpec {
+    JobSpec {
+        tenant: name(tenant),
+        name: "train".into(),
+        gpus,
+        gpu_memory_bytes: Some(80 << 30),
+        command: vec!["python".into(), "train.py".into()],
+        env: [("EPOCHS".to_owned(), "3".to_owned())].into(),
+        workdir: Some("/work".into()),
+    }
+}
+
+both_backends!(tenants_and_quotas, |store, _clock| {
+    let t = store
+        .create_tenant(
+            &name("team-a"),
+            Quota {
+                max_gpus: Some(8),
+                max_gpu_memory_bytes: Some(1 << 40),
+            },
+        )
+        .await
+        .expect("create");
+    assert_eq!(t.quota.max_gpus, Some(8));
+    assert!(matches!(
+        store.create_tenant(&name("team-a"), Quota::default()).await,
+        Err(StoreError::Conflict(_))
+    ));
+    let t2 = store
+        .set_quota(
+            "team-a",
+            Quota {
+                max_gpus: None,
+                max_gpu_memory_bytes: Some(5),
+            },
+        )
+        .await
+        .expect("set quota");
+    assert_eq!(
+        t2.quota,
+        Quota {
+            max_gpus: None,
+            max_gpu_memory_bytes: Some(5)
+        }
+    );
+    assert_eq!(
+        store.tenant_by_name("team-a").await.expect("get").quota,
+        t2.quota
+    );
+    assert_eq!(
+        store.tenant_by_id(&t.id).await.expect("by id").name,
+        name("team-a")
+    );
+    assert!(matches!(
+        store.tenant_by_name("nope").await,
+        Err(StoreError::NotFound(_))
+    ));
+    assert!(matches!(
+        store.set_quota("nope", Quota::default()).await,
+        Err(StoreError::NotFound(_))
+    ));
+    store
+        .create_tenant(&name("alpha"), Quota::default())
+        .await
+        .expect("create");
+    let names: Vec<_> = store
+        .list_tenants()
+        .await
+        .expect("list")
+        .into_iter()
+        .map(|t| t.name.to_string())
+        .collect();
+    assert_eq!(names, ["alpha", "team-a"]);
+});
+
+both_backends!(jobs_move_through_the_state_machine, |store, clock| {
+    let t = store
+        .create_tenant(&name("t"), Quota::default())
+        .await
+        .expect("tenant");
+    let job = store
+        .create_job(NewJob {
+            tenant_id: t.id.clone(),
+            spec: spec("t", 2),
+        })
+        .await
+        .expect("create");
+    assert_eq!(job.state, JobState::Pending);
+    assert_eq!(job.spec, spec("t", 2));
+
+    let reason = PendingReason {
+        code: "X".into(),
+        message: "waiting".into(),
+    };
+    store
+        .set_pending_reason(&job.id, Some(reason.clone()))
+        .await
+        .expect("reason");
+    assert_eq!(
+        store.job(&job.id).await.expect("get").pending_reason,
+        Some(reason)
+    );
+
+    clock.advance(Duration::seconds(1));
+    let scheduled = store
+        .transition_job(
+            &job.id,
+            JobState::Pending,
+            JobState::Scheduled,
+            JobUpdate {
+                node_id: Some("n1".into()),
+                gpu_uuids: Some(vec!["GPU-1".into(), "GPU-2".into()]),
+                ..Default::default()
+            },
+        )
+        .await
+        .expect("schedule");
+    assert_eq!(
+        scheduled.pending_reason, None,
+        "placing a job clears its reason"
+    );
+    assert_eq!(scheduled.gpu_uuids, ["GPU-1", "GPU-2"]);
+    assert_eq!(scheduled.scheduled_at, Some(clock.now()));
+
+    // A stale writer that still thinks the job is pending loses.
+    assert!(matches!(
+        store
+            .transition_job(
+                &job.id,
+                JobState::Pending,
+                JobState::Scheduled,
+                JobUpdate::default()
+            )
+            .await,
+        Err(StoreError::Conflict(_))
+    ));
+    // Illegal transitions are refused before touching the database.
+    assert!(matches!(
+        store
+            .transition_job(
+                &job.id,
+                JobState::Scheduled,
+                JobState::Succeeded,
+                JobUpdate::default()
+            )
+            .await,
+        Err(StoreError::Conflict(_))
+    ));
+
+    clock.advance(Duration::seconds(1));
+    store
+        .transition_job(
+            &job.id,
+            JobState::Scheduled,
+            JobState::Running,
+            JobUpdate {
+                pid: Some(4242),
+                ..Default::default()
+            },
+        )
+        .await
+        .expect("run");
+    clock.advance(Duration::seconds(1));
+    let done = store
+        .transition_job(
+            &job.id,
+            JobState::Running,
+            JobState::Failed,
+            JobUpdate {
+                exit_code: Some(3),
+                message: Some("exited with status 3".into()),
+                log_tail: Some("boom\n".into()),
+                ..Default::default()
+            },
+        )
+        .await
+        .expect("finish");
+    assert_eq!(done.exit_code, Some(3));
+    assert_eq!(done.pid, Some(4242));
+    assert_eq!(done.log_tail.as_deref(), Some("boom\n"));
+    assert_eq!(done.finished_at, Some(clock.now()));
+
+    let events = store.job_events(&job.id).await.expect("events");
+    let path: Vec<_> = events.iter().map(|e| (e.from, e.to)).collect();
+    assert_eq!(
+        path,
+        [
+            (None, JobState::Pending),
+            (Some(JobState::Pending), JobState::Scheduled),
+            (Some(JobState::Scheduled), JobState::Running),
+            (Some(JobState::Running), JobState::Failed),
+        ]
+    );
+    assert!(events.windows(2).all(|w| w[0].at < w[1].at));
+    assert_eq!(events[3].message.as_deref(), Some("exited with status 3"));
+});
+
+both_backends!(cancelling, |store, _clock| {
+    let t = store
+        .create_tenant(&name("t"), Quota::default())
+        .await
+        .expect("tenant");
+    let pending = store
+        .create_job(NewJob {
+            tenant_id: t.id.clone(),
+            spec: spec("t", 1),
+        })
+        .await
+        .expect("job");
+    let c = store.request_cancel(&pending.id).await.expect("cancel");
+    assert_eq!(
+        c.state,
+        JobState::Cancelled,
+        "a pending job is cancelled at once"
+    );
+    assert_eq!(
+        store
+            .request_cancel(&pending.id)
+            .await
+            .expect("again")
+            .state,
+        JobState::Cancelled
+    );
+
+    let running = store
+        .create_job(NewJob {
+            tenant_id: t.id.clone(),
+            spec: spec("t", 1),
+        })
+        .await
+        .expect("job");
+    store
+        .transition_job(
+            &running.id,
+            JobState::Pending,
+            JobState::Scheduled,
+            JobUpdate::default(),
+        )
+        .await
+        .expect("schedule");
+    let c = store.request_cancel(&running.id).await.expect("cancel");
+    assert_eq!(c.state, JobState::Scheduled, "the node must stop it first");
+    assert!(c.cancel_requested);
+    assert!(matches!(
+        store.request_cancel("missing").await,
+        Err(StoreError::NotFound(_))
+    ));
+});
+
+both_backends!(listing_filters_and_pages, |store, clock| {
+    let a = store
+        .create_tenant(&name("a"), Quota::default())
+        .await
+        .expect("a");
+    let b = store
+        .create_tenant(&name("b"), Quota::default())
+        .await
+        .expect("b");
+    let mut ids = Vec::new();
+    for i in 0..7 {
+        clock.advance(Duration::milliseconds(5));
+        let (tenant, tname) = if i % 2 == 0 { (&a, "a") } else { (&b, "b") };
+        ids.push(
+            store
+                .create_job(NewJob {
+                    tenant_id: tenant.id.clone(),
+                    spec: spec(tname, 1),
+                })
+                .await
+                .expect("job")
+                .id,
+        );
+    }
+    store
+        .transition_job(
+            &ids[6],
+            JobState::Pending,
+            JobState::Cancelled,
+            JobUpdate::default(),
+        )
+        .await
+        .expect("cancel");
+
+    // Newest first, three at a time, no gaps or repeats.
+    let mut seen = Vec::new();
+    let mut before = None;
+    loop {
+        let page = store
+            .list_jobs(JobFilter {
+                before: before.clone(),
+                limit: Some(3),
+                ..Default::default()
+            })
+            .await
+            .expect("page");
+        seen.extend(page.jobs.iter().map(|j| j.id.clone()));
+        match page.next {
+            Some(n) => before = Some(n),
+            None => break,
+        }
+    }
+    let mut expected = ids.clone();
+    expected.reverse();
+    assert_eq!(seen, expected);
+
+    let only_a = store
+        .list_jobs(JobFilter {
+            tenant_id: Some(a.id.clone()),
+            ..Default::default()
+        })
+        .await
+        .expect("a");
+    assert_eq!(only_a.jobs.len(), 4);
+    assert!(only_a.jobs.iter().all(|j| j.spec.tenant.as_str() == "a"));
+    let cancelled = store
+        .list_jobs(JobFilter {
+            states: vec![JobState::Cancelled],
+            ..Default::default()
+        })
+        .await
+        .expect("cancelled");
+    assert_eq!(cancelled.jobs.len(), 1);
+    assert_eq!(cancelled.jobs[0].id, ids[6]);
+});
+
+both_backends!(tokens, |store, clock| {
+    assert_eq!(store.count_admin_tokens().await.expect("count"), 0);
+    let t = store
+        .create_tenant(&name("t"), Quota::default())
+        .await
+        .expect("tenant");
+    let admin = store
+        .create_token(NewToken {
+            name: "root".into(),
+            tenant_id: None,
+            role: Role::Admin,
+            secret_hash: "a".repeat(64),
+            expires_at: None,
+        })
+        .await
+        .expect("admin");
+    let member = store
+        .create_token(NewToken {
+            name: "ci".into(),
+            tenant_id: Some(t.id.clone()),
+            role: Role::Member,
+            secret_hash: "b".repeat(64),
+            expires_at: Some(clock.now() + Duration::hours(1)),
+        })
+        .await
+        .expect("member");
+    assert_eq!(store.count_admin_tokens().await.expect("count"), 1);
+
+    clock.advance(Duration::minutes(1));
+    let used = store
+        .use_token(&"b".repeat(64))
+        .await
+        .expect("use")
+        .expect("found");
+    assert_eq!(used.id, member.id);
+    assert_eq!(
+        store.token(&member.id).await.expect("get").last_used_at,
+        Some(clock.now())
+    );
+    assert!(
+        store
+            .use_token(&"c".repeat(64))
+            .await
+            .expect("use")
+            .is_none()
+    );
+
+    let revoked = store.revoke_token(&member.id).await.expect("revoke");
+    assert!(!revoked.is_usable(clock.now()));
+    assert_eq!(store.list_tokens(Some(&t.id)).await.expect("list").len(), 1);
+    assert_eq!(store.list_tokens(None).await.expect("list").len(), 2);
+    assert!(admin.is_usable(clock.now() + Duration::days(3650)));
+    // Secret hashes are unique.
+    assert!(matches!(
+        store
+            .create_token(NewToken {
+                name: "dup".into(),
+                tenant_id: None,
+                role: Role::Admin,
+                secret_hash: "a".repeat(64),
+                expires_at: None,
+            })
+            .await,
+        Err(StoreError::Conflict(_))
+    ));
+});
+
+both_backends!(nodes_register_and_heartbeat, |store, clock| {
+    let gpu = |i: u32| GpuDevice {
+        uuid: format!("GPU-n1-{i}"),
+        index: i,
+        model: "H200".into(),
+        memory_bytes: 141 << 30,
+        healthy: true,
+    };
+    let node = store
+        .register_node(NodeRegistration {
+            name: "n1".into(),
+            secret_hash: "s1".repeat(32),
+            agent_version: "0.1.0".into(),
+            gpu_backend: "simulated".into(),
+            gpus: vec![gpu(0), gpu(1)],
+            lease_expires_at: clock.now() + Duration::seconds(15),
+        })
+        .await
+        .expect("register");
+    assert_eq!(node.gpus.len(), 2);
+    let found = store
+        .node_by_secret_hash(&"s1".repeat(32))
+        .await
+        .expect("find")
+        .expect("some");
+    assert_eq!(found, node);
+
+    // Re-registering keeps the identity and rotates the secret.
+    let again = store
+        .register_node(NodeRegistration {
+            name: "n1".into(),
+            secret_hash: "s2".repeat(32),
+            agent_version: "0.1.1".into(),
+            gpu_backend: "simulated".into(),
+            gpus: vec![gpu(0)],
+            lease_expires_at: clock.now() + Duration::seconds(15),
+        })
+        .await
+        .expect("re-register");
+    assert_eq!(again.id, node.id);
+    assert!(
+        store
+            .node_by_secret_hash(&"s1".repeat(32))
+            .await
+            .expect("find")
+            .is_none()
+    );
+
+    clock.advance(Duration::seconds(5));
+    let mut sick = gpu(0);
+    sick.healthy = false;
+    let beat = store
+        .heartbeat(
+            &node.id,
+            vec![sick.clone(), gpu(1)],
+            clock.now() + Duration::seconds(15),
+        )
+        .await
+        .expect("heartbeat");
+    assert_eq!(beat.last_heartbeat_at, clock.now());
+    let listed = store.list_nodes().await.expect("list");
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].gpus, vec![sick, gpu(1)]);
+    assert_eq!(listed[0].agent_version, "0.1.1");
+    assert!(matches!(
+        store.heartbeat("missing", vec![], clock.now()).await,
+        Err(StoreError::NotFound(_))
+    ));
+});
+
+#[tokio::test]
+async fn migrations_are_idempotent_across_restarts() {
+    let db = TestDb::new(Backend::Sqlite).await.expect("db");
+    let clock = Arc::new(allot_domain::SystemClock);
+    let store = db.store(clock.clone()).await.expect("first start");
+    store
+        .create_tenant(&name("keep"), Quota::default())
+        .await
+        .expect("tenant");
+    store.close().await.expect("close");
+    let store = db.store(clock).await.expect("second start");
+    assert_eq!(store.list_tenants().await.expect("list").len(), 1);
+}

@@ -1,0 +1,168 @@
+//! A job's whole journey: API -> scheduler -> gRPC assignment -> agent process -> status
+//! report -> API, on SQLite and on PostgreSQL.
+
+use allot_system_tests::{Backend, StatusCode, process_group_alive, spawn_cluster};
+use serde_json::Value;
+
+fn states(job: &Value) -> Vec<String> {
+    job["events"]
+        .as_array()
+        .expect("events")
+        .iter()
+        .map(|e| e["to"].as_str().expect("to").to_owned())
+        .collect()
+}
+
+async fn job_lifecycle(backend: Backend) {
+    let c = spawn_cluster(backend, 2, "4xH200").await;
+    c.create_tenant("team-a", Some(3)).await;
+
+    // Success, with output captured in the job's log.
+    let id = c.submit("team-a", 1, &["sh", "-c", "echo hi"]).await;
+    let job = c.wait_for_state(&id, "succeeded").await;
+    assert_eq!(job["exit_code"], 0);
+    assert_eq!(
+        states(&job),
+        ["pending", "scheduled", "running", "succeeded"]
+    );
+    let times: Vec<&str> = job["events"]
+        .as_array()
+        .expect("events")
+        .iter()
+        .map(|e| e["at"].as_str().expect("at"))
+        .collect();
+    assert!(times.windows(2).all(|w| w[0] <= w[1]), "{times:?}");
+    let log = c
+        .http
+        .get(c.url(&format!("/api/v1/jobs/{id}/log")))
+        .bearer_auth(&c.admin_token)
+        .send()
+        .await
+        .expect("log")
+        .text()
+        .await
+        .expect("log text");
+    assert_eq!(log, "hi\n");
+    let node = job["node_id"].as_str().expect("placed on a node");
+    let (_, node_json) = c.get(&format!("/api/v1/nodes/{node}")).await;
+    let gpu = job["gpu_uuids"][0].as_str().expect("one GPU");
+    assert!(
+        node_json["gpus"]
+            .as_array()
+            .expect("gpus")
+            .iter()
+            .any(|g| g["uuid"] == gpu),
+        "the job's GPU belongs to its node"
+    );
+    let on_disk = std::fs::read_to_string(
+        c.data_dir
+            .path()
+            .join(node_json["name"].as_str().expect("name"))
+            .join("jobs")
+            .join(&id)
+            .join("output.log"),
+    )
+    .expect("log file on the node");
+    assert_eq!(on_disk, "hi\n");
+
+    // Failure, with its exit code.
+    let id = c
+        .submit("team-a", 1, &["sh", "-c", "echo oops >&2; exit 3"])
+        .await;
+    let job = c.wait_for_state(&id, "failed").await;
+    assert_eq!(job["exit_code"], 3);
+    assert_eq!(states(&job), ["pending", "scheduled", "running", "failed"]);
+
+    // Cancel a running job: the process goes away.
+    let id = c.submit("team-a", 1, &["sleep", "60"]).await;
+    let job = c.wait_for_state(&id, "running").await;
+    let pid = u32::try_from(job["pid"].as_u64().expect("pid")).expect("pid fits");
+    assert!(process_group_alive(pid), "the job runs as a real process");
+    let (status, _) = c
+        .post(&format!("/api/v1/jobs/{id}/cancel"), Value::Null)
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    let job = c.wait_for_state(&id, "cancelled").await;
+    assert_eq!(
+        states(&job),
+        ["pending", "scheduled", "running", "cancelled"]
+    );
+    c.eventually("the cancelled process to be gone", || async {
+        (!process_group_alive(pid)).then_some(())
+    })
+    .await;
+
+    // The tenant cap: 3 GPUs held, so a further one waits, with the numbers, until freed.
+    let holder = c.submit("team-a", 3, &["sleep", "60"]).await;
+    c.wait_for_state(&holder, "running").await;
+    let waiting = c.submit("team-a", 1, &["true"]).await;
+    let job = c
+        .eventually("a pending reason", || async {
+            let (_, job) = c.get(&format!("/api/v1/jobs/{waiting}")).await;
+            job["pending_reason"]["code"].is_string().then_some(job)
+        })
+        .await;
+    assert_eq!(job["state"], "pending");
+    assert_eq!(job["pending_reason"]["code"], "TenantGpuCap");
+    assert_eq!(
+        job["pending_reason"]["message"],
+        "tenant team-a: 3 of 3 GPUs in use (cap 3); request 1"
+    );
+    // A job over the cap on its own never runs; other tenants are not held back.
+    let too_big = c.submit("team-a", 4, &["true"]).await;
+    c.create_tenant("team-b", None).await;
+    let other = c.submit("team-b", 1, &["true"]).await;
+    c.wait_for_state(&other, "succeeded").await;
+    let (_, job) = c.get(&format!("/api/v1/jobs/{too_big}")).await;
+    assert_eq!(job["state"], "pending");
+
+    // Freeing the GPUs lets the waiting job run.
+    c.post(&format!("/api/v1/jobs/{holder}/cancel"), Value::Null)
+        .await;
+    c.wait_for_state(&holder, "cancelled").await;
+    c.wait_for_state(&waiting, "succeeded").await;
+
+    // Cancelling a pending job is immediate.
+    let (status, job) = c
+        .post(&format!("/api/v1/jobs/{too_big}/cancel"), Value::Null)
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(job["state"], "cancelled");
+
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn job_lifecycle_on_sqlite() {
+    job_lifecycle(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn job_lifecycle_on_postgres() {
+    job_lifecycle(Backend::Postgres).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_spread_over_both_nodes_and_gpus_are_not_shared() {
+    let c = spawn_cluster(Backend::Sqlite, 2, "2xH200").await;
+    c.create_tenant("spread", None).await;
+    let a = c.submit("spread", 2, &["sleep", "60"]).await;
+    let b = c.submit("spread", 2, &["sleep", "60"]).await;
+    let ja = c.wait_for_state(&a, "running").await;
+    let jb = c.wait_for_state(&b, "running").await;
+    assert_ne!(ja["node_id"], jb["node_id"]);
+    let third = c.submit("spread", 1, &["true"]).await;
+    let job = c
+        .eventually("a pending reason", || async {
+            let (_, job) = c.get(&format!("/api/v1/jobs/{third}")).await;
+            job["pending_reason"]["code"].is_string().then_some(job)
+        })
+        .await;
+    assert_eq!(job["pending_reason"]["code"], "InsufficientGpus");
+    for id in [&a, &b] {
+        c.post(&format!("/api/v1/jobs/{id}/cancel"), Value::Null)
+            .await;
+    }
+    c.wait_for_state(&third, "succeeded").await;
+    c.shutdown().await;
+}
