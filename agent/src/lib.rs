@@ -67,23 +67,25 @@ struct Agent {
     reports: mpsc::UnboundedSender<JobStatusReport>,
 }
 
-type AuthedClient = NodeServiceClient<
-    tonic::service::interceptor::InterceptedService<
-        Channel,
-        Box<dyn FnMut(Request<()>) -> Result<Request<()>, Status> + Send + Sync>,
-    >,
->;
+/// Adds the node secret, as it is after the latest registration, to every call.
+#[derive(Clone)]
+struct NodeAuth(Arc<RwLock<String>>);
+
+impl tonic::service::Interceptor for NodeAuth {
+    fn call(&mut self, mut req: Request<()>) -> Result<Request<()>, Status> {
+        let secret = self.0.read().unwrap_or_else(|e| e.into_inner()).clone();
+        let value = MetadataValue::try_from(format!("Bearer {secret}"))
+            .map_err(|_| Status::internal("node secret is not valid metadata"))?;
+        req.metadata_mut().insert("authorization", value);
+        Ok(req)
+    }
+}
+
+type AuthedClient =
+    NodeServiceClient<tonic::service::interceptor::InterceptedService<Channel, NodeAuth>>;
 
 fn authed_client(channel: Channel, secret: Arc<RwLock<String>>) -> AuthedClient {
-    let interceptor: Box<dyn FnMut(Request<()>) -> Result<Request<()>, Status> + Send + Sync> =
-        Box::new(move |mut req: Request<()>| {
-            let s = secret.read().unwrap_or_else(|e| e.into_inner()).clone();
-            let value = MetadataValue::try_from(format!("Bearer {s}"))
-                .map_err(|_| Status::internal("node secret is not valid metadata"))?;
-            req.metadata_mut().insert("authorization", value);
-            Ok(req)
-        });
-    NodeServiceClient::with_interceptor(channel, interceptor)
+    NodeServiceClient::with_interceptor(channel, NodeAuth(secret))
 }
 
 /// Errors worth retrying: the control plane is away or restarting.

@@ -1,0 +1,823 @@
+//! The REST API's contract: every bad input gets a 4xx problem document naming the field,
+//! tokens are scoped to their tenant and role, and the OpenAPI document covers every route.
+
+use allot_system_tests::{Backend, StatusCode, TestCluster, spawn_cluster};
+use reqwest::Method;
+use serde_json::{Value, json};
+
+struct Case {
+    name: &'static str,
+    method: Method,
+    path: &'static str,
+    content_type: Option<&'static str>,
+    body: Option<String>,
+    status: u16,
+    field: Option<&'static str>,
+}
+
+fn case(
+    name: &'static str,
+    method: Method,
+    path: &'static str,
+    body: &str,
+    status: u16,
+    field: Option<&'static str>,
+) -> Case {
+    Case {
+        name,
+        method,
+        path,
+        content_type: Some("application/json"),
+        body: Some(body.to_owned()),
+        status,
+        field,
+    }
+}
+
+fn get(name: &'static str, path: &'static str, status: u16, field: Option<&'static str>) -> Case {
+    Case {
+        name,
+        method: Method::GET,
+        path,
+        content_type: None,
+        body: None,
+        status,
+        field,
+    }
+}
+
+async fn check(c: &TestCluster, token: Option<&str>, cases: Vec<Case>) {
+    let mut failures = Vec::new();
+    for case in cases {
+        let mut req = c.http.request(case.method.clone(), c.url(case.path));
+        if let Some(t) = token {
+            req = req.bearer_auth(t);
+        }
+        if let Some(ct) = case.content_type {
+            req = req.header("content-type", ct);
+        }
+        if let Some(b) = &case.body {
+            req = req.body(b.clone());
+        }
+        let res = req.send().await.expect("request");
+        let status = res.status().as_u16();
+        let ctype = res
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_owned();
+        let text = res.text().await.expect("body");
+        let problem: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+        let fields: Vec<&str> = problem["errors"]
+            .as_array()
+            .map(|e| e.iter().filter_map(|x| x["field"].as_str()).collect())
+            .unwrap_or_default();
+        let mut wrong = Vec::new();
+        if status != case.status {
+            wrong.push(format!("status {status}, wanted {}", case.status));
+        }
+        if ctype != "application/problem+json" {
+            wrong.push(format!("content-type {ctype:?}"));
+        }
+        if problem["status"].as_u64() != Some(u64::from(status)) {
+            wrong.push("problem.status differs from the HTTP status".to_owned());
+        }
+        if !problem["type"]
+            .as_str()
+            .is_some_and(|t| t.starts_with("tag:allot.dev"))
+            || problem["title"].as_str().is_none_or(str::is_empty)
+            || problem["detail"].as_str().is_none_or(str::is_empty)
+        {
+            wrong.push("type, title or detail missing".to_owned());
+        }
+        if let Some(f) = case.field
+            && !fields.contains(&f)
+        {
+            wrong.push(format!("fields {fields:?} do not name {f}"));
+        }
+        if !wrong.is_empty() {
+            failures.push(format!("{}: {} — {text}", case.name, wrong.join("; ")));
+        }
+    }
+    assert!(failures.is_empty(), "\n{}", failures.join("\n"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_gets_a_problem_naming_the_field() {
+    let c = spawn_cluster(Backend::Sqlite, 0, "").await;
+    c.create_tenant("acme", None).await;
+    let big = format!(
+        r#"{{"name":"big","pad":"{}"}}"#,
+        "x".repeat(2 * 1024 * 1024)
+    );
+    use Method as M;
+    let mut cases = vec![
+        // Tenants
+        case(
+            "unknown field",
+            M::POST,
+            "/api/v1/tenants",
+            r#"{"name":"x","colour":1}"#,
+            400,
+            Some("colour"),
+        ),
+        case(
+            "wrong type",
+            M::POST,
+            "/api/v1/tenants",
+            r#"{"name":5}"#,
+            400,
+            Some("name"),
+        ),
+        case(
+            "missing name",
+            M::POST,
+            "/api/v1/tenants",
+            "{}",
+            400,
+            Some("name"),
+        ),
+        case(
+            "bad name",
+            M::POST,
+            "/api/v1/tenants",
+            r#"{"name":"Bad_Name"}"#,
+            422,
+            Some("name"),
+        ),
+        case(
+            "negative quota",
+            M::POST,
+            "/api/v1/tenants",
+            r#"{"name":"q","quota":{"max_gpus":-1}}"#,
+            400,
+            Some("quota.max_gpus"),
+        ),
+        case(
+            "fractional quota",
+            M::POST,
+            "/api/v1/tenants",
+            r#"{"name":"q","quota":{"max_gpus":1.5}}"#,
+            400,
+            Some("quota.max_gpus"),
+        ),
+        case(
+            "absurd gpus",
+            M::POST,
+            "/api/v1/tenants",
+            r#"{"name":"q","quota":{"max_gpus":1000000}}"#,
+            422,
+            Some("quota.max_gpus"),
+        ),
+        case(
+            "absurd memory",
+            M::POST,
+            "/api/v1/tenants",
+            r#"{"name":"q","quota":{"max_gpu_memory_bytes":1152921504606846976}}"#,
+            422,
+            Some("quota.max_gpu_memory_bytes"),
+        ),
+        case(
+            "unknown quota field",
+            M::POST,
+            "/api/v1/tenants",
+            r#"{"name":"q","quota":{"gpu":1}}"#,
+            400,
+            Some("quota.gpu"),
+        ),
+        case(
+            "duplicate",
+            M::POST,
+            "/api/v1/tenants",
+            r#"{"name":"acme"}"#,
+            409,
+            None,
+        ),
+        case(
+            "truncated json",
+            M::POST,
+            "/api/v1/tenants",
+            r#"{"name":"#,
+            400,
+            Some("name"),
+        ),
+        case(
+            "not json",
+            M::POST,
+            "/api/v1/tenants",
+            "name=x",
+            400,
+            Some("body"),
+        ),
+        case(
+            "not an object",
+            M::POST,
+            "/api/v1/tenants",
+            "[]",
+            400,
+            Some("body"),
+        ),
+        case(
+            "trailing data",
+            M::POST,
+            "/api/v1/tenants",
+            r#"{"name":"q"} {}"#,
+            400,
+            Some("body"),
+        ),
+        case(
+            "empty body",
+            M::POST,
+            "/api/v1/tenants",
+            "",
+            400,
+            Some("body"),
+        ),
+        case(
+            "oversized body",
+            M::POST,
+            "/api/v1/tenants",
+            &big,
+            413,
+            None,
+        ),
+        Case {
+            content_type: Some("text/plain"),
+            ..case(
+                "text body",
+                M::POST,
+                "/api/v1/tenants",
+                r#"{"name":"q"}"#,
+                415,
+                None,
+            )
+        },
+        Case {
+            content_type: None,
+            ..case(
+                "no content type",
+                M::POST,
+                "/api/v1/tenants",
+                r#"{"name":"q"}"#,
+                415,
+                None,
+            )
+        },
+        get("unknown tenant", "/api/v1/tenants/nope", 404, None),
+        // Quotas
+        case(
+            "quota of unknown tenant",
+            M::PUT,
+            "/api/v1/tenants/nope/quota",
+            "{}",
+            404,
+            None,
+        ),
+        case(
+            "quota wrong type",
+            M::PUT,
+            "/api/v1/tenants/acme/quota",
+            r#"{"max_gpus":"many"}"#,
+            400,
+            Some("max_gpus"),
+        ),
+        case(
+            "quota absurd",
+            M::PUT,
+            "/api/v1/tenants/acme/quota",
+            r#"{"max_gpus":4294967295}"#,
+            422,
+            Some("max_gpus"),
+        ),
+        // Jobs
+        case(
+            "unknown tenant in job",
+            M::POST,
+            "/api/v1/jobs",
+            r#"{"tenant":"nope","command":["true"]}"#,
+            422,
+            Some("tenant"),
+        ),
+        case(
+            "admin job without tenant",
+            M::POST,
+            "/api/v1/jobs",
+            r#"{"command":["true"]}"#,
+            422,
+            Some("tenant"),
+        ),
+        case(
+            "missing command",
+            M::POST,
+            "/api/v1/jobs",
+            r#"{"tenant":"acme"}"#,
+            400,
+            Some("command"),
+        ),
+        case(
+            "empty command",
+            M::POST,
+            "/api/v1/jobs",
+            r#"{"tenant":"acme","command":[]}"#,
+            422,
+            Some("command"),
+        ),
+        case(
+            "empty program",
+            M::POST,
+            "/api/v1/jobs",
+            r#"{"tenant":"acme","command":[""]}"#,
+            422,
+            Some("command[0]"),
+        ),
+        case(
+            "non-string argument",
+            M::POST,
+            "/api/v1/jobs",
+            r#"{"tenant":"acme","command":["echo",1]}"#,
+            400,
+            Some("command[1]"),
+        ),
+        case(
+            "negative gpus",
+            M::POST,
+            "/api/v1/jobs",
+            r#"{"tenant":"acme","gpus":-1,"command":["true"]}"#,
+            400,
+            Some("gpus"),
+        ),
+        case(
+            "overflowing gpus",
+            M::POST,
+            "/api/v1/jobs",
+            r#"{"tenant":"acme","gpus":1099511627776,"command":["true"]}"#,
+            400,
+            Some("gpus"),
+        ),
+        case(
+            "absurd gpus",
+            M::POST,
+            "/api/v1/jobs",
+            r#"{"tenant":"acme","gpus":5000,"command":["true"]}"#,
+            422,
+            Some("gpus"),
+        ),
+        case(
+            "zero gpu memory",
+            M::POST,
+            "/api/v1/jobs",
+            r#"{"tenant":"acme","gpu_memory_bytes":0,"command":["true"]}"#,
+            422,
+            Some("gpu_memory_bytes"),
+        ),
+        case(
+            "reserved env",
+            M::POST,
+            "/api/v1/jobs",
+            r#"{"tenant":"acme","env":{"ALLOT_JOB_ID":"x"},"command":["true"]}"#,
+            422,
+            Some("env.ALLOT_JOB_ID"),
+        ),
+        case(
+            "env wrong type",
+            M::POST,
+            "/api/v1/jobs",
+            r#"{"tenant":"acme","env":{"A":1},"command":["true"]}"#,
+            400,
+            Some("env.A"),
+        ),
+        case(
+            "relative workdir",
+            M::POST,
+            "/api/v1/jobs",
+            r#"{"tenant":"acme","workdir":"tmp","command":["true"]}"#,
+            422,
+            Some("workdir"),
+        ),
+        case(
+            "unknown job field",
+            M::POST,
+            "/api/v1/jobs",
+            r#"{"tenant":"acme","priority":9,"command":["true"]}"#,
+            400,
+            Some("priority"),
+        ),
+        get("limit zero", "/api/v1/jobs?limit=0", 400, Some("limit")),
+        get(
+            "limit huge",
+            "/api/v1/jobs?limit=100000",
+            400,
+            Some("limit"),
+        ),
+        get("limit text", "/api/v1/jobs?limit=abc", 400, Some("limit")),
+        get(
+            "bogus state",
+            "/api/v1/jobs?state=running,bogus",
+            400,
+            Some("state"),
+        ),
+        get(
+            "unknown parameter",
+            "/api/v1/jobs?colour=red",
+            400,
+            Some("colour"),
+        ),
+        get(
+            "bad page token",
+            "/api/v1/jobs?page_token=xyz",
+            400,
+            Some("page_token"),
+        ),
+        get(
+            "unknown tenant filter",
+            "/api/v1/jobs?tenant=nope",
+            404,
+            None,
+        ),
+        get(
+            "unknown job",
+            "/api/v1/jobs/00000000-0000-0000-0000-000000000000",
+            404,
+            None,
+        ),
+        get("garbage job id", "/api/v1/jobs/..%2F..%2Fetc", 404, None),
+        case(
+            "cancel unknown job",
+            M::POST,
+            "/api/v1/jobs/nope/cancel",
+            "",
+            404,
+            None,
+        ),
+        get("log of unknown job", "/api/v1/jobs/nope/log", 404, None),
+        // Tokens
+        case(
+            "unknown role",
+            M::POST,
+            "/api/v1/tokens",
+            r#"{"name":"t","role":"god"}"#,
+            400,
+            Some("role"),
+        ),
+        case(
+            "member without tenant",
+            M::POST,
+            "/api/v1/tokens",
+            r#"{"name":"t","role":"member"}"#,
+            422,
+            Some("tenant"),
+        ),
+        case(
+            "admin with tenant",
+            M::POST,
+            "/api/v1/tokens",
+            r#"{"name":"t","role":"admin","tenant":"acme"}"#,
+            422,
+            Some("tenant"),
+        ),
+        case(
+            "token for unknown tenant",
+            M::POST,
+            "/api/v1/tokens",
+            r#"{"name":"t","role":"member","tenant":"nope"}"#,
+            422,
+            Some("tenant"),
+        ),
+        case(
+            "zero lifetime",
+            M::POST,
+            "/api/v1/tokens",
+            r#"{"name":"t","role":"admin","expires_in_seconds":0}"#,
+            422,
+            Some("expires_in_seconds"),
+        ),
+        case(
+            "negative lifetime",
+            M::POST,
+            "/api/v1/tokens",
+            r#"{"name":"t","role":"admin","expires_in_seconds":-5}"#,
+            400,
+            Some("expires_in_seconds"),
+        ),
+        case(
+            "empty token name",
+            M::POST,
+            "/api/v1/tokens",
+            r#"{"name":" ","role":"admin"}"#,
+            422,
+            Some("name"),
+        ),
+        Case {
+            body: None,
+            content_type: None,
+            ..case(
+                "revoke unknown token",
+                M::DELETE,
+                "/api/v1/tokens/nope",
+                "",
+                404,
+                None,
+            )
+        },
+        // Nodes and routing
+        get("unknown node", "/api/v1/nodes/nope", 404, None),
+        get("unknown route", "/api/v1/gpus", 404, None),
+        Case {
+            body: None,
+            content_type: None,
+            ..case("wrong method", M::DELETE, "/api/v1/jobs", "", 405, None)
+        },
+    ];
+    // The cancel-unknown case has no body; the API must not care.
+    for c in &mut cases {
+        if c.name == "cancel unknown job" {
+            c.body = None;
+            c.content_type = None;
+        }
+    }
+    check(&c, Some(&c.admin_token), cases).await;
+
+    // Nothing was created by any of the rejected requests.
+    let (_, tenants) = c.get("/api/v1/tenants").await;
+    assert_eq!(tenants.as_array().map(Vec::len), Some(1), "{tenants}");
+    let (_, jobs) = c.get("/api/v1/jobs").await;
+    assert_eq!(jobs["items"].as_array().map(Vec::len), Some(0), "{jobs}");
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_without_a_valid_token_are_refused() {
+    let c = spawn_cluster(Backend::Sqlite, 0, "").await;
+    let cases = || {
+        vec![
+            get("no token", "/api/v1/jobs", 401, None),
+            get("no token, tenants", "/api/v1/tenants", 401, None),
+            case(
+                "no token, submit",
+                Method::POST,
+                "/api/v1/jobs",
+                r#"{"command":["true"]}"#,
+                401,
+                None,
+            ),
+        ]
+    };
+    check(&c, None, cases()).await;
+    check(&c, Some("allot_not-a-real-token"), cases()).await;
+    let res = c
+        .http
+        .get(c.url("/api/v1/jobs"))
+        .header("authorization", format!("Basic {}", c.admin_token))
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(res.status(), StatusCode::UNAUTHORIZED);
+    assert!(res.headers().contains_key("www-authenticate"));
+    // Health endpoints need no token.
+    for path in ["/healthz", "/readyz"] {
+        let res = c.http.get(c.url(path)).send().await.expect("health");
+        assert_eq!(res.status(), StatusCode::OK, "{path}");
+    }
+    c.shutdown().await;
+}
+
+async fn token(c: &TestCluster, as_token: &str, body: Value) -> (StatusCode, Value) {
+    c.request(Method::POST, "/api/v1/tokens", Some(as_token), Some(body))
+        .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_are_scoped_to_their_tenant_and_role() {
+    let c = spawn_cluster(Backend::Sqlite, 1, "1xH200").await;
+    c.create_tenant("red", None).await;
+    c.create_tenant("blue", None).await;
+    let admin = c.admin_token.clone();
+    let mk = |tenant: &'static str, role: &'static str| json!({ "name": format!("{tenant}-{role}"), "tenant": tenant, "role": role });
+    let (s, red_admin) = token(&c, &admin, mk("red", "tenant-admin")).await;
+    assert_eq!(s, StatusCode::CREATED, "{red_admin}");
+    let red_admin = red_admin["secret"].as_str().expect("secret").to_owned();
+    assert!(red_admin.starts_with("allot_"));
+    let (_, red_viewer) = token(&c, &red_admin, mk("red", "viewer")).await;
+    let red_viewer = red_viewer["secret"].as_str().expect("secret").to_owned();
+    let (_, red_member) = token(&c, &red_admin, mk("red", "member")).await;
+    let red_member_id = red_member["token"]["id"].as_str().expect("id").to_owned();
+    let red_member = red_member["secret"].as_str().expect("secret").to_owned();
+
+    // A tenant admin cannot mint tokens for others or above itself.
+    let (s, _) = token(&c, &red_admin, mk("blue", "member")).await;
+    assert_eq!(
+        s,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "blue is invisible to red"
+    );
+    let (s, _) = token(&c, &red_admin, json!({"name": "x", "role": "admin"})).await;
+    assert_eq!(s, StatusCode::FORBIDDEN);
+    let (s, _) = token(&c, &red_member, mk("red", "viewer")).await;
+    assert_eq!(s, StatusCode::FORBIDDEN, "members do not manage tokens");
+
+    // The member submits without naming the tenant; it runs.
+    let (s, job) = c
+        .request(
+            Method::POST,
+            "/api/v1/jobs",
+            Some(&red_member),
+            Some(json!({"command": ["true"]})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{job}");
+    assert_eq!(job["tenant"], "red");
+    let red_job = job["id"].as_str().expect("id").to_owned();
+    c.wait_for_state(&red_job, "succeeded").await;
+    let blue_job = c.submit("blue", 0, &["true"]).await;
+
+    // Viewers read but do not write.
+    let (s, _) = c
+        .request(
+            Method::POST,
+            "/api/v1/jobs",
+            Some(&red_viewer),
+            Some(json!({"command": ["true"]})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::FORBIDDEN);
+    let (s, _) = c
+        .request(
+            Method::GET,
+            &format!("/api/v1/jobs/{red_job}"),
+            Some(&red_viewer),
+            None,
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK);
+
+    // Another tenant's job, tenant and jobs list do not exist for red.
+    for path in [
+        format!("/api/v1/jobs/{blue_job}"),
+        "/api/v1/tenants/blue".to_owned(),
+        "/api/v1/jobs?tenant=blue".to_owned(),
+    ] {
+        let (s, _) = c.request(Method::GET, &path, Some(&red_member), None).await;
+        assert_eq!(s, StatusCode::NOT_FOUND, "{path}");
+    }
+    let (s, _) = c
+        .request(
+            Method::POST,
+            &format!("/api/v1/jobs/{blue_job}/cancel"),
+            Some(&red_member),
+            None,
+        )
+        .await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+    let (_, jobs) = c
+        .request(Method::GET, "/api/v1/jobs", Some(&red_member), None)
+        .await;
+    let tenants: Vec<_> = jobs["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .map(|j| j["tenant"].clone())
+        .collect();
+    assert_eq!(tenants, [json!("red")]);
+    let (_, list) = c
+        .request(Method::GET, "/api/v1/tenants", Some(&red_member), None)
+        .await;
+    assert_eq!(list.as_array().map(Vec::len), Some(1));
+    // Only admins create tenants or change quotas.
+    let (s, _) = c
+        .request(
+            Method::POST,
+            "/api/v1/tenants",
+            Some(&red_admin),
+            Some(json!({"name": "green"})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::FORBIDDEN);
+    let (s, _) = c
+        .request(
+            Method::PUT,
+            "/api/v1/tenants/red/quota",
+            Some(&red_admin),
+            Some(json!({"max_gpus": 99})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::FORBIDDEN);
+
+    // Revocation takes effect at once; listings never show secrets but do show last use.
+    let (s, _) = c
+        .request(
+            Method::DELETE,
+            &format!("/api/v1/tokens/{red_member_id}"),
+            Some(&red_admin),
+            None,
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK);
+    let (s, problem) = c
+        .request(Method::GET, "/api/v1/jobs", Some(&red_member), None)
+        .await;
+    assert_eq!(s, StatusCode::UNAUTHORIZED);
+    assert_eq!(problem["detail"], "the token has been revoked");
+    let (_, listed) = c
+        .request(Method::GET, "/api/v1/tokens", Some(&red_admin), None)
+        .await;
+    let listed = listed.as_array().expect("tokens");
+    assert_eq!(listed.len(), 3, "red sees only red's tokens");
+    assert!(
+        listed
+            .iter()
+            .all(|t| t.get("secret").is_none() && t["tenant"] == "red")
+    );
+    assert!(listed.iter().any(|t| t["last_used_at"].is_string()));
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expired_tokens_stop_working() {
+    let c = spawn_cluster(Backend::Sqlite, 0, "").await;
+    let (s, t) = token(
+        &c,
+        &c.admin_token,
+        json!({"name": "brief", "role": "admin", "expires_in_seconds": 1}),
+    )
+    .await;
+    assert_eq!(s, StatusCode::CREATED);
+    let secret = t["secret"].as_str().expect("secret").to_owned();
+    let (s, _) = c
+        .request(Method::GET, "/api/v1/nodes", Some(&secret), None)
+        .await;
+    assert_eq!(s, StatusCode::OK);
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    let (s, problem) = c
+        .request(Method::GET, "/api/v1/nodes", Some(&secret), None)
+        .await;
+    assert_eq!(s, StatusCode::UNAUTHORIZED);
+    assert_eq!(problem["detail"], "the token has expired");
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openapi_document_covers_every_route() {
+    let c = spawn_cluster(Backend::Sqlite, 0, "").await;
+    let res = c
+        .http
+        .get(c.url("/api/v1/openapi.json"))
+        .send()
+        .await
+        .expect("openapi");
+    assert_eq!(res.status(), StatusCode::OK);
+    let doc: Value = res.json().await.expect("json");
+    assert!(doc["openapi"].as_str().is_some_and(|v| v.starts_with("3.")));
+    let expected = [
+        ("/healthz", "get"),
+        ("/readyz", "get"),
+        ("/api/v1/tenants", "get"),
+        ("/api/v1/tenants", "post"),
+        ("/api/v1/tenants/{name}", "get"),
+        ("/api/v1/tenants/{name}/quota", "get"),
+        ("/api/v1/tenants/{name}/quota", "put"),
+        ("/api/v1/jobs", "get"),
+        ("/api/v1/jobs", "post"),
+        ("/api/v1/jobs/{id}", "get"),
+        ("/api/v1/jobs/{id}/cancel", "post"),
+        ("/api/v1/jobs/{id}/log", "get"),
+        ("/api/v1/nodes", "get"),
+        ("/api/v1/nodes/{id}", "get"),
+        ("/api/v1/tokens", "get"),
+        ("/api/v1/tokens", "post"),
+        ("/api/v1/tokens/{id}", "get"),
+        ("/api/v1/tokens/{id}", "delete"),
+    ];
+    for (path, method) in expected {
+        assert!(
+            doc["paths"][path][method].is_object(),
+            "{method} {path} missing"
+        );
+    }
+    let documented: usize = doc["paths"]
+        .as_object()
+        .expect("paths")
+        .values()
+        .map(|p| p.as_object().map_or(0, |m| m.len()))
+        .sum();
+    assert_eq!(
+        documented,
+        expected.len(),
+        "every documented route is tested here"
+    );
+    for schema in [
+        "SubmitJob",
+        "JobView",
+        "Problem",
+        "CreateTenant",
+        "QuotaBody",
+        "CreateToken",
+    ] {
+        assert!(
+            doc["components"]["schemas"][schema].is_object(),
+            "{schema} missing"
+        );
+    }
+    assert!(doc["components"]["securitySchemes"]["bearer"].is_object());
+    c.shutdown().await;
+}

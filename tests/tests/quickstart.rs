@@ -1,0 +1,255 @@
+//! The quick start as a user runs it: the real `allot` binary, `allot dev` on a free port,
+//! the token read from the file it writes, a job run through the CLI with `--wait`, Ctrl-C,
+//! and a restart that keeps the data.
+
+use std::io::{BufRead, BufReader};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+/// Builds (if needed) and locates the `allot` binary of this workspace and profile.
+fn allot_bin() -> PathBuf {
+    if let Ok(p) = std::env::var("ALLOT_BIN") {
+        return PathBuf::from(p);
+    }
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let status = Command::new(cargo)
+        .args(["build", "--quiet", "-p", "allot", "--bin", "allot"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .status()
+        .expect("cargo build runs");
+    assert!(status.success(), "building the allot binary failed");
+    // target/<profile>/deps/<test binary> -> target/<profile>/allot
+    let exe = std::env::current_exe().expect("test binary path");
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target profile directory");
+    profile_dir.join("allot")
+}
+
+struct Dev {
+    child: Child,
+    url: String,
+}
+
+/// Starts `allot dev` and reads its banner until the API URL appears.
+fn start_dev(bin: &Path, data_dir: &Path, listen: &str) -> Dev {
+    let mut child = Command::new(bin)
+        .args(["dev", "--listen", listen, "--data-dir"])
+        .arg(data_dir)
+        .env("ALLOT_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("allot dev starts");
+    let stdout = child.stdout.take().expect("stdout");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let url = loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let line = rx.recv_timeout(left).expect("allot dev prints its URL");
+        if let Some(rest) = line.trim().strip_prefix("API:") {
+            break rest.trim().to_owned();
+        }
+    };
+    assert!(url.starts_with("http://127.0.0.1:"), "{url}");
+    Dev { child, url }
+}
+
+impl Dev {
+    /// Ctrl-C, and the exit status.
+    fn interrupt(mut self) -> std::process::ExitStatus {
+        let pid = Pid::from_raw(i32::try_from(self.child.id()).expect("pid"));
+        kill(pid, Signal::SIGINT).expect("SIGINT");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait") {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "allot dev did not stop after Ctrl-C"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Dev {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn cli(bin: &Path, dev: &Dev, token: &str, args: &[&str]) -> Output {
+    Command::new(bin)
+        .args(args)
+        .env("ALLOT_SERVER", &dev.url)
+        .env("ALLOT_TOKEN", token)
+        .output()
+        .expect("allot runs")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+#[test]
+fn quick_start_as_a_user_runs_it() {
+    let bin = allot_bin();
+    let home = tempfile::tempdir().expect("temp dir");
+    let data = home.path().join(".allot");
+    let dev = start_dev(&bin, &data, "127.0.0.1:0");
+
+    let token_file = data.join("admin.token");
+    let mode = std::fs::metadata(&token_file)
+        .expect("admin.token")
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600, "the token file is private");
+    let token = std::fs::read_to_string(&token_file)
+        .expect("token")
+        .trim()
+        .to_owned();
+
+    let out = cli(
+        &bin,
+        &dev,
+        &token,
+        &[
+            "tenant",
+            "create",
+            "demo",
+            "--gpus",
+            "4",
+            "--gpu-memory",
+            "600GiB",
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("600 GiB"),
+        "{}",
+        text(&out.stdout)
+    );
+
+    let out = cli(
+        &bin,
+        &dev,
+        &token,
+        &[
+            "job",
+            "submit",
+            "--tenant",
+            "demo",
+            "--wait",
+            "--",
+            "sh",
+            "-c",
+            "echo quick start on $CUDA_VISIBLE_DEVICES",
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let printed = text(&out.stdout);
+    assert!(printed.starts_with("quick start on GPU-"), "{printed}");
+
+    let out = cli(
+        &bin,
+        &dev,
+        &token,
+        &[
+            "job", "submit", "--tenant", "demo", "--wait", "--", "sh", "-c", "exit 7",
+        ],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(7),
+        "--wait exits with the job's status"
+    );
+
+    // Bad input is a clear error naming the field, not a crash.
+    let out = cli(
+        &bin,
+        &dev,
+        &token,
+        &["job", "submit", "--tenant", "nope", "--", "true"],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("tenant: no tenant named `nope`"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    let out = cli(&bin, &dev, &token, &["job", "list", "-o", "json"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let list: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let states: Vec<_> = list["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .map(|j| j["state"].as_str().unwrap_or("").to_owned())
+        .collect();
+    assert_eq!(states, ["failed", "succeeded"]);
+    let out = cli(&bin, &dev, &token, &["job", "list"]);
+    let table = text(&out.stdout);
+    assert!(
+        table.starts_with("ID") && table.contains("succeeded") && table.contains("exit 7"),
+        "{table}"
+    );
+    let out = cli(&bin, &dev, &token, &["node", "list"]);
+    assert_eq!(
+        text(&out.stdout).matches("ready").count(),
+        2,
+        "{}",
+        text(&out.stdout)
+    );
+
+    // A port in use is a clear error.
+    let port = dev.url.rsplit(':').next().expect("port").to_owned();
+    let busy = Command::new(&bin)
+        .args([
+            "dev",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--data-dir",
+        ])
+        .arg(home.path().join("other"))
+        .output()
+        .expect("second dev");
+    assert!(!busy.status.success());
+    assert!(
+        text(&busy.stderr).contains(&format!("cannot listen on 127.0.0.1:{port}")),
+        "{}",
+        text(&busy.stderr)
+    );
+
+    let status = dev.interrupt();
+    assert!(status.success(), "Ctrl-C is a clean shutdown: {status}");
+
+    // A restart keeps the data and the token.
+    let dev = start_dev(&bin, &data, "127.0.0.1:0");
+    let out = cli(&bin, &dev, &token, &["job", "list", "-o", "json"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let again: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(again["items"].as_array().map(Vec::len), Some(2));
+    assert_eq!(
+        std::fs::read_to_string(&token_file).expect("token").trim(),
+        token
+    );
+    assert!(dev.interrupt().success());
+}
