@@ -265,6 +265,12 @@ async fn bad_input_gets_a_problem_naming_the_field() {
             )
         },
         get("unknown tenant", "/api/v1/tenants/nope", 404, None),
+        get(
+            "quota of unknown tenant",
+            "/api/v1/tenants/nope/quota",
+            404,
+            None,
+        ),
         // Quotas
         case(
             "quota of unknown tenant",

@@ -35,6 +35,11 @@ impl Hub {
         }
     }
 
+    /// Ends every open stream, so that connected agents see the control plane go away.
+    pub fn close_all(&self) {
+        self.lock().clear();
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, AssignmentTx>> {
         self.streams.lock().unwrap_or_else(|e| e.into_inner())
     }

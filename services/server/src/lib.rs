@@ -20,6 +20,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::hub::Hub;
 
+/// How long shutdown waits for open connections to finish.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
     /// `sqlite://path?mode=rwc` or `postgres://…`.
@@ -91,6 +94,7 @@ pub struct RunningServer {
     /// Set when this start created the first admin token; shown once.
     pub bootstrap_admin_token: Option<String>,
     stop: CancellationToken,
+    hub: Arc<Hub>,
     http: actix_web::dev::ServerHandle,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -105,11 +109,17 @@ impl RunningServer {
     }
 
     /// Stops accepting, finishes in-flight requests, stops the loops, closes the database.
+    /// Connected agents get their streams closed; any call still open after
+    /// [`SHUTDOWN_GRACE`] is dropped.
     pub async fn shutdown(self) {
         self.http.stop(true).await;
         self.stop.cancel();
-        for t in self.tasks {
-            let _ = t.await;
+        self.hub.close_all();
+        for mut t in self.tasks {
+            if tokio::time::timeout(SHUTDOWN_GRACE, &mut t).await.is_err() {
+                tracing::warn!("a server task did not stop in time; aborting it");
+                t.abort();
+            }
         }
         if let Err(e) = self.store.close().await {
             tracing::warn!(error = %e, "closing the database");
@@ -215,7 +225,7 @@ pub async fn start(
 
     tasks.push(tokio::spawn(scheduling::run(
         store.clone(),
-        hub,
+        hub.clone(),
         Arc::new(FirstFit),
         notify,
         config.schedule_interval,
@@ -229,6 +239,7 @@ pub async fn start(
         store,
         bootstrap_admin_token,
         stop,
+        hub,
         http: http_handle,
         tasks,
     })
