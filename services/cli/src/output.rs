@@ -1,6 +1,7 @@
 //! Human output: aligned tables; `-o json` prints the API's JSON instead.
 
 use clap::ValueEnum;
+use serde::Serialize;
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
 pub enum Format {
@@ -9,6 +10,19 @@ pub enum Format {
     Table,
     /// The API's JSON, for scripts.
     Json,
+}
+
+/// Prints `value` as the API's JSON, or as the text `human` renders from it.
+pub fn print<T: Serialize>(
+    format: Format,
+    value: &T,
+    human: impl FnOnce(&T) -> String,
+) -> anyhow::Result<()> {
+    match format {
+        Format::Json => println!("{}", serde_json::to_string_pretty(value)?),
+        Format::Table => println!("{}", human(value)),
+    }
+    Ok(())
 }
 
 /// Renders rows under headers with columns padded to their widest cell.

@@ -10,7 +10,7 @@ use serde_json::json;
 
 use crate::client::Client;
 use crate::cmd::opt;
-use crate::output::{Format, fields, table};
+use crate::output::{Format, fields, print, table};
 
 #[derive(Debug, Subcommand)]
 pub enum JobCmd {
@@ -207,10 +207,7 @@ pub async fn run(client: &Client, cmd: JobCmd) -> anyhow::Result<i32> {
         }
         JobCmd::Get { id, output } => {
             let j: JobView = client.get(&format!("/api/v1/jobs/{id}"), &[]).await?;
-            match output {
-                Format::Json => println!("{}", serde_json::to_string_pretty(&j)?),
-                Format::Table => println!("{}", describe(&j)),
-            }
+            print(output, &j, describe)?;
             Ok(0)
         }
         JobCmd::List {

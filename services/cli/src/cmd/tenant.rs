@@ -6,7 +6,7 @@ use serde_json::json;
 
 use crate::client::Client;
 use crate::cmd::opt;
-use crate::output::{Format, fields, table};
+use crate::output::{Format, fields, print, table};
 
 #[derive(Debug, Subcommand)]
 pub enum TenantCmd {
@@ -57,23 +57,18 @@ impl QuotaArgs {
 }
 
 fn show(t: &TenantView, output: Format) -> anyhow::Result<()> {
-    match output {
-        Format::Json => println!("{}", serde_json::to_string_pretty(t)?),
-        Format::Table => println!(
-            "{}",
-            fields(&[
-                ("Name", t.name.clone()),
-                ("ID", t.id.clone()),
-                ("GPU cap", opt(t.quota.max_gpus)),
-                (
-                    "GPU memory cap",
-                    opt(t.quota.max_gpu_memory_bytes.map(format_bytes))
-                ),
-                ("Created", t.created_at.to_rfc3339()),
-            ])
-        ),
-    }
-    Ok(())
+    print(output, t, |t| {
+        fields(&[
+            ("Name", t.name.clone()),
+            ("ID", t.id.clone()),
+            ("GPU cap", opt(t.quota.max_gpus)),
+            (
+                "GPU memory cap",
+                opt(t.quota.max_gpu_memory_bytes.map(format_bytes)),
+            ),
+            ("Created", t.created_at.to_rfc3339()),
+        ])
+    })
 }
 
 pub async fn run(client: &Client, cmd: TenantCmd) -> anyhow::Result<()> {
@@ -91,27 +86,20 @@ pub async fn run(client: &Client, cmd: TenantCmd) -> anyhow::Result<()> {
         }
         TenantCmd::List { output } => {
             let ts: Vec<TenantView> = client.get("/api/v1/tenants", &[]).await?;
-            match output {
-                Format::Json => println!("{}", serde_json::to_string_pretty(&ts)?),
-                Format::Table => {
-                    let rows: Vec<_> = ts
-                        .iter()
-                        .map(|t| {
-                            vec![
-                                t.name.clone(),
-                                opt(t.quota.max_gpus),
-                                opt(t.quota.max_gpu_memory_bytes.map(format_bytes)),
-                                t.created_at.format("%Y-%m-%d %H:%M").to_string(),
-                            ]
-                        })
-                        .collect();
-                    println!(
-                        "{}",
-                        table(&["NAME", "GPU CAP", "GPU MEMORY CAP", "CREATED"], &rows)
-                    );
-                }
-            }
-            Ok(())
+            print(output, &ts, |ts| {
+                let rows: Vec<_> = ts
+                    .iter()
+                    .map(|t| {
+                        vec![
+                            t.name.clone(),
+                            opt(t.quota.max_gpus),
+                            opt(t.quota.max_gpu_memory_bytes.map(format_bytes)),
+                            t.created_at.format("%Y-%m-%d %H:%M").to_string(),
+                        ]
+                    })
+                    .collect();
+                table(&["NAME", "GPU CAP", "GPU MEMORY CAP", "CREATED"], &rows)
+            })
         }
         TenantCmd::Get { name, output } => {
             let t: TenantView = client.get(&format!("/api/v1/tenants/{name}"), &[]).await?;

@@ -5,7 +5,7 @@ use serde_json::json;
 
 use crate::client::Client;
 use crate::cmd::opt;
-use crate::output::{Format, table};
+use crate::output::{Format, print, table};
 
 #[derive(Debug, Subcommand)]
 pub enum TokenCmd {
@@ -77,47 +77,41 @@ pub async fn run(client: &Client, cmd: TokenCmd) -> anyhow::Result<()> {
         }
         TokenCmd::List { output } => {
             let ts: Vec<TokenView> = client.get("/api/v1/tokens", &[]).await?;
-            match output {
-                Format::Json => println!("{}", serde_json::to_string_pretty(&ts)?),
-                Format::Table => {
-                    let rows: Vec<_> = ts
-                        .iter()
-                        .map(|t| {
-                            vec![
-                                t.id.clone(),
-                                t.name.clone(),
-                                opt(t.tenant.clone()),
-                                t.role.clone(),
-                                opt(t.expires_at.map(|e| e.format("%Y-%m-%d %H:%M").to_string())),
-                                opt(t
-                                    .last_used_at
-                                    .map(|e| e.format("%Y-%m-%d %H:%M").to_string())),
-                                if t.revoked_at.is_some() {
-                                    "revoked"
-                                } else {
-                                    "active"
-                                }
-                                .into(),
-                            ]
-                        })
-                        .collect();
-                    println!(
-                        "{}",
-                        table(
-                            &[
-                                "ID",
-                                "NAME",
-                                "TENANT",
-                                "ROLE",
-                                "EXPIRES",
-                                "LAST USED",
-                                "STATUS"
-                            ],
-                            &rows
-                        )
-                    );
-                }
-            }
+            print(output, &ts, |ts| {
+                let rows: Vec<_> = ts
+                    .iter()
+                    .map(|t| {
+                        vec![
+                            t.id.clone(),
+                            t.name.clone(),
+                            opt(t.tenant.clone()),
+                            t.role.clone(),
+                            opt(t.expires_at.map(|e| e.format("%Y-%m-%d %H:%M").to_string())),
+                            opt(t
+                                .last_used_at
+                                .map(|e| e.format("%Y-%m-%d %H:%M").to_string())),
+                            if t.revoked_at.is_some() {
+                                "revoked"
+                            } else {
+                                "active"
+                            }
+                            .into(),
+                        ]
+                    })
+                    .collect();
+                table(
+                    &[
+                        "ID",
+                        "NAME",
+                        "TENANT",
+                        "ROLE",
+                        "EXPIRES",
+                        "LAST USED",
+                        "STATUS",
+                    ],
+                    &rows,
+                )
+            })?;
         }
         TokenCmd::Revoke { id } => {
             let t: TokenView = client
