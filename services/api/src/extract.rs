@@ -25,10 +25,13 @@ pub struct Json<T>(pub T);
 
 /// Turns a serde error and its path into the field it concerns and a reason.
 fn locate(path: &serde_path_to_error::Path, message: &str) -> (String, String) {
-    let mut field = path.to_string();
-    if field == "." {
-        field.clear();
-    }
+    // `.` is the root; `?` marks a position serde could not name (e.g. after the last field).
+    let raw = path.to_string();
+    let mut field = raw
+        .split('.')
+        .filter(|s| !s.is_empty() && *s != "?")
+        .collect::<Vec<_>>()
+        .join(".");
     // serde reports unknown and missing fields at the parent: name the field itself.
     for prefix in ["unknown field `", "missing field `"] {
         if let Some(rest) = message.strip_prefix(prefix)
