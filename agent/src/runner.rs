@@ -111,6 +111,27 @@ fn signal_group(pid: u32, signal: Signal) {
     }
 }
 
+/// Whether any live (non-zombie) process remains in process group `pgid`, read from
+/// `/proc`. A zombie has exited and only waits to be reaped, so it does not count.
+pub fn process_group_alive(pgid: u32) -> bool {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return false;
+    };
+    entries.flatten().any(|e| {
+        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
+            return false;
+        };
+        // After the parenthesised command name: state, ppid, pgrp, …
+        let Some((_, rest)) = stat.rsplit_once(')') else {
+            return false;
+        };
+        let mut fields = rest.split_whitespace();
+        let state = fields.next();
+        let pgrp = fields.nth(1).and_then(|p| p.parse::<u32>().ok());
+        pgrp == Some(pgid) && state != Some("Z")
+    })
+}
+
 /// The job's directory: `<data_dir>/jobs/<job id>`, holding `output.log`.
 pub fn job_dir(data_dir: &Path, job_id: &str) -> PathBuf {
     data_dir.join("jobs").join(job_id)
@@ -316,7 +337,14 @@ mod tests {
         stop.stop(StopReason::Cancelled);
         let done = task.await.expect("join");
         assert!(matches!(done.outcome, Outcome::Cancelled { .. }));
-        let group_alive = killpg(Pid::from_raw(pid as i32), None).is_ok();
-        assert!(!group_alive, "process group {pid} survived");
+        // SIGKILL is delivered asynchronously: give the kernel a moment.
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while process_group_alive(pid) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "process group {pid} survived"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 }

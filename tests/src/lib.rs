@@ -190,22 +190,4 @@ impl TestCluster {
     }
 }
 
-/// Whether any live (non-zombie) process remains in process group `pgid`.
-pub fn process_group_alive(pgid: u32) -> bool {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return false;
-    };
-    entries.flatten().any(|e| {
-        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
-            return false;
-        };
-        // Fields after the parenthesised command: state, ppid, pgrp, …
-        let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
-            return false;
-        };
-        let mut f = rest.split_whitespace();
-        let state = f.next();
-        let pgrp = f.nth(1).and_then(|p| p.parse::<u32>().ok());
-        pgrp == Some(pgid) && state != Some("Z")
-    })
-}
+pub use allot_agent::runner::process_group_alive;
