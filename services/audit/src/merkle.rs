@@ -1,0 +1,301 @@
+//! RFC 6962 / RFC 9162 Merkle hash trees: leaf hash `SHA-256(0x00 || entry)`, node hash
+//! `SHA-256(0x01 || left || right)`; tree heads, inclusion proofs and consistency proofs,
+//! and their verification (RFC 9162 §2.1.3.2 and §2.1.4.2).
+
+use ring::digest::{Context, SHA256, digest};
+
+/// A SHA-256 digest.
+pub type Hash = [u8; 32];
+
+fn finish(ctx: Context) -> Hash {
+    let mut out = [0u8; 32];
+    out.copy_from_slice(ctx.finish().as_ref());
+    out
+}
+
+/// The hash of an empty tree: SHA-256 of nothing.
+pub fn empty_root() -> Hash {
+    let mut out = [0u8; 32];
+    out.copy_from_slice(digest(&SHA256, b"").as_ref());
+    out
+}
+
+/// `SHA-256(0x00 || entry)`.
+pub fn leaf_hash(entry: &[u8]) -> Hash {
+    let mut ctx = Context::new(&SHA256);
+    ctx.update(&[0x00]);
+    ctx.update(entry);
+    finish(ctx)
+}
+
+/// `SHA-256(0x01 || left || right)`.
+pub fn node_hash(left: &Hash, right: &Hash) -> Hash {
+    let mut ctx = Context::new(&SHA256);
+    ctx.update(&[0x01]);
+    ctx.update(left);
+    ctx.update(right);
+    finish(ctx)
+}
+
+/// The largest power of two smaller than `n` (n >= 2): where RFC 6962 splits a tree.
+fn split(n: usize) -> usize {
+    debug_assert!(n >= 2);
+    let k = n.next_power_of_two();
+    if k == n { n / 2 } else { k / 2 }
+}
+
+/// The tree head over leaf hashes, in O(n) time and O(log n) space.
+pub fn root(leaves: &[Hash]) -> Hash {
+    if leaves.is_empty() {
+        return empty_root();
+    }
+    // A stack of (subtree size, hash) with strictly decreasing power-of-two sizes: the
+    // perfect subtrees the leaves so far decompose into, merged as they complete.
+    let mut stack: Vec<(usize, Hash)> = Vec::with_capacity(64);
+    for leaf in leaves {
+        let mut size = 1;
+        let mut hash = *leaf;
+        while let Some(&(top, left)) = stack.last()
+            && top == size
+        {
+            stack.pop();
+            hash = node_hash(&left, &hash);
+            size *= 2;
+        }
+        stack.push((size, hash));
+    }
+    // The remaining subtrees fold right to left, as RFC 6962's recursive definition does.
+    let mut iter = stack.into_iter().rev();
+    let (_, mut acc) = iter.next().unwrap_or((0, empty_root()));
+    for (_, left) in iter {
+        acc = node_hash(&left, &acc);
+    }
+    acc
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProofError {
+    #[error("index {index} is outside a tree of size {size}")]
+    IndexOutOfRange { index: u64, size: u64 },
+    #[error("a tree of size {old} cannot be a prefix of one of size {new}")]
+    SizesOutOfOrder { old: u64, new: u64 },
+    #[error("the proof has {got} hashes; a valid one has {want}")]
+    WrongLength { got: usize, want: usize },
+    #[error("the proof does not lead to the expected root")]
+    RootMismatch,
+}
+
+/// The audit path for leaf `index` in the tree over `leaves` (RFC 9162 §2.1.3.1).
+pub fn inclusion_proof(leaves: &[Hash], index: usize) -> Result<Vec<Hash>, ProofError> {
+    if index >= leaves.len() {
+        return Err(ProofError::IndexOutOfRange {
+            index: index as u64,
+            size: leaves.len() as u64,
+        });
+    }
+    let mut proof = Vec::new();
+    let (mut lo, mut hi, mut m) = (0, leaves.len(), index);
+    // Walk down from the root, collecting siblings; they are needed leaf-first.
+    let mut siblings = Vec::new();
+    while hi - lo > 1 {
+        let k = split(hi - lo);
+        if m < k {
+            siblings.push(root(&leaves[lo + k..hi]));
+            hi = lo + k;
+        } else {
+            siblings.push(root(&leaves[lo..lo + k]));
+            lo += k;
+            m -= k;
+        }
+    }
+    proof.extend(siblings.into_iter().rev());
+    Ok(proof)
+}
+
+/// The consistency proof that the tree over `leaves[..old]` is a prefix of the tree over
+/// `leaves` (RFC 9162 §2.1.4.1).
+pub fn consistency_proof(leaves: &[Hash], old: usize) -> Result<Vec<Hash>, ProofError> {
+    let new = leaves.len();
+    if old > new {
+        return Err(ProofError::SizesOutOfOrder {
+            old: old as u64,
+            new: new as u64,
+        });
+    }
+    if old == 0 || old == new {
+        return Ok(Vec::new());
+    }
+    fn subproof(m: usize, d: &[Hash], complete: bool, out: &mut Vec<Hash>) {
+        let n = d.len();
+        if m == n {
+            if !complete {
+                out.push(root(d));
+            }
+            return;
+        }
+        let k = split(n);
+        if m <= k {
+            subproof(m, &d[..k], complete, out);
+            out.push(root(&d[k..]));
+        } else {
+            subproof(m - k, &d[k..], false, out);
+            out.push(root(&d[..k]));
+        }
+    }
+    let mut out = Vec::new();
+    subproof(old, leaves, true, &mut out);
+    Ok(out)
+}
+
+/// Checks that `leaf` is at `index` in the tree of `size` leaves with head `root`.
+pub fn verify_inclusion(
+    leaf: &Hash,
+    index: u64,
+    size: u64,
+    proof: &[Hash],
+    expected_root: &Hash,
+) -> Result<(), ProofError> {
+    if index >= size {
+        return Err(ProofError::IndexOutOfRange { index, size });
+    }
+    let (mut fn_, mut sn) = (index, size - 1);
+    let mut r = *leaf;
+    for p in proof {
+        if sn == 0 {
+            return Err(ProofError::WrongLength {
+                got: proof.len(),
+                want: inclusion_len(index, size),
+            });
+        }
+        if fn_ & 1 == 1 || fn_ == sn {
+            r = node_hash(p, &r);
+            while fn_ & 1 == 0 && fn_ != 0 {
+                fn_ >>= 1;
+                sn >>= 1;
+            }
+        } else {
+            r = node_hash(&r, p);
+        }
+        fn_ >>= 1;
+        sn >>= 1;
+    }
+    if sn != 0 {
+        return Err(ProofError::WrongLength {
+            got: proof.len(),
+            want: inclusion_len(index, size),
+        });
+    }
+    if &r == expected_root {
+        Ok(())
+    } else {
+        Err(ProofError::RootMismatch)
+    }
+}
+
+/// How many hashes a valid inclusion proof for `index` in a tree of `size` has.
+fn inclusion_len(index: u64, size: u64) -> usize {
+    let (mut fn_, mut sn, mut len) = (index, size - 1, 0);
+    while sn != 0 {
+        if fn_ & 1 == 1 || fn_ == sn {
+            while fn_ & 1 == 0 && fn_ != 0 {
+                fn_ >>= 1;
+                sn >>= 1;
+            }
+        }
+        fn_ >>= 1;
+        sn >>= 1;
+        len += 1;
+    }
+    len
+}
+
+/// Checks that the tree of `old_size` with head `old_root` is a prefix of the tree of
+/// `new_size` with head `new_root`.
+pub fn verify_consistency(
+    old_size: u64,
+    new_size: u64,
+    old_root: &Hash,
+    new_root: &Hash,
+    proof: &[Hash],
+) -> Result<(), ProofError> {
+    if old_size > new_size {
+        return Err(ProofError::SizesOutOfOrder {
+            old: old_size,
+            new: new_size,
+        });
+    }
+    if old_size == new_size {
+        if !proof.is_empty() {
+            return Err(ProofError::WrongLength {
+                got: proof.len(),
+                want: 0,
+            });
+        }
+        return if old_root == new_root {
+            Ok(())
+        } else {
+            Err(ProofError::RootMismatch)
+        };
+    }
+    if old_size == 0 {
+        // Every tree extends the empty tree; there is nothing to prove.
+        return if proof.is_empty() {
+            Ok(())
+        } else {
+            Err(ProofError::WrongLength {
+                got: proof.len(),
+                want: 0,
+            })
+        };
+    }
+    if proof.is_empty() {
+        return Err(ProofError::WrongLength { got: 0, want: 1 });
+    }
+    // RFC 9162 §2.1.4.2.
+    let mut path: Vec<Hash> = Vec::with_capacity(proof.len() + 1);
+    if old_size.is_power_of_two() {
+        path.push(*old_root);
+    }
+    path.extend_from_slice(proof);
+    let (mut fn_, mut sn) = (old_size - 1, new_size - 1);
+    while fn_ & 1 == 1 {
+        fn_ >>= 1;
+        sn >>= 1;
+    }
+    let mut fr = path[0];
+    let mut sr = path[0];
+    for c in &path[1..] {
+        if sn == 0 {
+            return Err(ProofError::WrongLength {
+                got: proof.len(),
+                want: proof.len() - 1,
+            });
+        }
+        if fn_ & 1 == 1 || fn_ == sn {
+            fr = node_hash(c, &fr);
+            sr = node_hash(c, &sr);
+            while fn_ & 1 == 0 && fn_ != 0 {
+                fn_ >>= 1;
+                sn >>= 1;
+            }
+        } else {
+            sr = node_hash(&sr, c);
+        }
+        fn_ >>= 1;
+        sn >>= 1;
+    }
+    if sn != 0 {
+        return Err(ProofError::WrongLength {
+            got: proof.len(),
+            want: proof.len() + 1,
+        });
+    }
+    if &fr == old_root && &sr == new_root {
+        Ok(())
+    } else {
+        Err(ProofError::RootMismatch)
+    }
+}
+
+#[cfg(test)]
+mod tests;
