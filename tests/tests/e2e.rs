@@ -1,7 +1,8 @@
 //! A job's whole journey: API -> scheduler -> gRPC assignment -> agent process -> status
 //! report -> API, on SQLite and on PostgreSQL.
 
-use allot_system_tests::{Backend, StatusCode, process_group_alive, spawn_cluster};
+use allot_store::AuditRepo;
+use allot_system_tests::{Backend, StatusCode, TestCluster, process_group_alive, spawn_cluster};
 use serde_json::Value;
 
 fn states(job: &Value) -> Vec<String> {
@@ -10,6 +11,36 @@ fn states(job: &Value) -> Vec<String> {
         .expect("events")
         .iter()
         .map(|e| e["to"].as_str().expect("to").to_owned())
+        .collect()
+}
+
+/// (action, actor kind, from state, to state) of every audit entry about `job`.
+async fn audit_trail(
+    c: &TestCluster,
+    tenant: &str,
+    job: &str,
+) -> Vec<(String, String, String, String)> {
+    let (_, t) = c.get(&format!("/api/v1/tenants/{tenant}")).await;
+    let log = t["id"].as_str().expect("tenant id");
+    let entries = c
+        .server
+        .store
+        .audit_entries(log, 0, 10_000)
+        .await
+        .expect("audit entries");
+    entries
+        .iter()
+        .map(|e| serde_json::from_str::<Value>(&e.body).expect("entry"))
+        .filter(|e| e["target"] == format!("job/{job}"))
+        .map(|e| {
+            let s = |v: &Value| v.as_str().unwrap_or("-").to_owned();
+            (
+                s(&e["action"]),
+                s(&e["actor"]["kind"]),
+                s(&e["before"]["state"]),
+                s(&e["after"]["state"]),
+            )
+        })
         .collect()
 }
 
@@ -64,6 +95,22 @@ async fn job_lifecycle(backend: Backend) {
     )
     .expect("log file on the node");
     assert_eq!(on_disk, "hi\n");
+
+    // Every step is in the tenant's audit log, with who did it: the API token that submitted,
+    // the scheduler that placed, the node that ran it.
+    let trail = audit_trail(&c, "team-a", &id).await;
+    let t = |a: &str, k: &str, f: &str, to: &str| {
+        (a.to_owned(), k.to_owned(), f.to_owned(), to.to_owned())
+    };
+    assert_eq!(
+        trail,
+        [
+            t("job.submit", "token", "-", "-"),
+            t("job.transition", "system", "pending", "scheduled"),
+            t("job.transition", "node", "scheduled", "running"),
+            t("job.transition", "node", "running", "succeeded"),
+        ]
+    );
 
     // Failure, with its exit code.
     let id = c

@@ -6,7 +6,7 @@ use std::pin::Pin;
 use actix_web::dev::Payload;
 use actix_web::http::header;
 use actix_web::{FromRequest, HttpRequest, web};
-use allot_domain::Role;
+use allot_domain::{Actor, ActorKind, AuditContext, Role};
 use allot_store::TokenRepo;
 
 use crate::AppState;
@@ -20,9 +20,40 @@ pub struct Principal {
     pub role: Role,
     /// The tenant a scoped token belongs to; `None` for platform admins.
     pub tenant_id: Option<String>,
+    /// The client's address.
+    pub source: Option<String>,
+    /// The caller's `X-Request-Id` when it is sensible, else one made up for this request.
+    pub request_id: String,
+}
+
+/// A request id from the client's header if it is 1–128 characters of `[A-Za-z0-9._-]`.
+fn request_id(req: &HttpRequest) -> String {
+    req.headers()
+        .get("x-request-id")
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| {
+            (1..=128).contains(&v.len())
+                && v.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+        })
+        .map_or_else(|| secret::generate("req_")[..36].to_owned(), str::to_owned)
 }
 
 impl Principal {
+    /// Who to record in the audit log for this request's changes.
+    pub fn audit(&self) -> AuditContext {
+        AuditContext {
+            actor: Actor {
+                kind: ActorKind::Token,
+                id: self.token_id.clone(),
+                tenant_id: self.tenant_id.clone(),
+                auth_method: "api-token".to_owned(),
+                source: self.source.clone(),
+            },
+            request_id: Some(self.request_id.clone()),
+        }
+    }
+
     pub fn is_admin(&self) -> bool {
         self.role == Role::Admin
     }
@@ -64,6 +95,8 @@ impl FromRequest for Principal {
 
     fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
         let state = req.app_data::<web::Data<AppState>>().cloned();
+        let source = req.peer_addr().map(|a| a.ip().to_string());
+        let request_id = request_id(req);
         let header = req
             .headers()
             .get(header::AUTHORIZATION)
@@ -101,6 +134,8 @@ impl FromRequest for Principal {
                     token_id: t.id,
                     role: t.role,
                     tenant_id: t.tenant_id,
+                    source,
+                    request_id,
                 }),
                 Some(t) if t.revoked_at.is_some() => Err(ApiError::Unauthenticated(
                     "the token has been revoked".into(),

@@ -8,5 +8,5 @@ pub mod merkle;
 pub mod note;
 
 pub use checkpoint::Checkpoint;
-pub use merkle::{Hash, ProofError};
+pub use merkle::{CompactRange, Hash, ProofError};
 pub use note::{NoteError, Signer, Verifier};

@@ -44,33 +44,74 @@ fn split(n: usize) -> usize {
     if k == n { n / 2 } else { k / 2 }
 }
 
+/// The right edge of a tree: the roots of the perfect subtrees its leaves decompose into,
+/// largest first. Enough to append a leaf and compute the head in O(log n), so a log's head
+/// row can carry it instead of rereading every entry.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CompactRange {
+    size: u64,
+    /// One hash per set bit of `size`, from the highest bit down.
+    frontier: Vec<Hash>,
+}
+
+impl CompactRange {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Rebuilds a range from its size and frontier, checking they fit together.
+    pub fn from_parts(size: u64, frontier: Vec<Hash>) -> Result<Self, ProofError> {
+        if frontier.len() != size.count_ones() as usize {
+            return Err(ProofError::WrongLength {
+                got: frontier.len(),
+                want: size.count_ones() as usize,
+            });
+        }
+        Ok(Self { size, frontier })
+    }
+
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    pub fn frontier(&self) -> &[Hash] {
+        &self.frontier
+    }
+
+    /// Appends a leaf hash.
+    pub fn append(&mut self, leaf: Hash) {
+        let mut hash = leaf;
+        // Each trailing one bit of the old size is a perfect subtree the new leaf completes.
+        let mut carries = self.size.trailing_ones();
+        while carries > 0 {
+            let left = self.frontier.pop().unwrap_or(hash);
+            hash = node_hash(&left, &hash);
+            carries -= 1;
+        }
+        self.frontier.push(hash);
+        self.size += 1;
+    }
+
+    /// The tree head.
+    pub fn root(&self) -> Hash {
+        let mut iter = self.frontier.iter().rev();
+        let Some(mut acc) = iter.next().copied() else {
+            return empty_root();
+        };
+        for left in iter {
+            acc = node_hash(left, &acc);
+        }
+        acc
+    }
+}
+
 /// The tree head over leaf hashes, in O(n) time and O(log n) space.
 pub fn root(leaves: &[Hash]) -> Hash {
-    if leaves.is_empty() {
-        return empty_root();
-    }
-    // A stack of (subtree size, hash) with strictly decreasing power-of-two sizes: the
-    // perfect subtrees the leaves so far decompose into, merged as they complete.
-    let mut stack: Vec<(usize, Hash)> = Vec::with_capacity(64);
+    let mut range = CompactRange::new();
     for leaf in leaves {
-        let mut size = 1;
-        let mut hash = *leaf;
-        while let Some(&(top, left)) = stack.last()
-            && top == size
-        {
-            stack.pop();
-            hash = node_hash(&left, &hash);
-            size *= 2;
-        }
-        stack.push((size, hash));
+        range.append(*leaf);
     }
-    // The remaining subtrees fold right to left, as RFC 6962's recursive definition does.
-    let mut iter = stack.into_iter().rev();
-    let (_, mut acc) = iter.next().unwrap_or((0, empty_root()));
-    for (_, left) in iter {
-        acc = node_hash(&left, &acc);
-    }
-    acc
+    range.root()
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -4,6 +4,7 @@
 //! This crate has no HTTP, database or gRPC dependency. Everything here is plain data and
 //! pure functions, so the API, the store, the scheduler and the agent agree on one model.
 
+pub mod audit;
 pub mod clock;
 pub mod error;
 pub mod job;
@@ -12,6 +13,7 @@ pub mod quantity;
 pub mod tenant;
 pub mod token;
 
+pub use audit::{Actor, ActorKind, AuditContext, AuditEntry, AuditEvent, Outcome, SYSTEM_LOG};
 pub use clock::{Clock, FixedClock, SystemClock};
 pub use error::{FieldError, ValidationError};
 pub use job::{Job, JobEvent, JobSpec, JobState, PendingReason, TransitionError};

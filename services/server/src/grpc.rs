@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use allot_api::secret;
-use allot_domain::{GpuDevice, JobState, Node};
+use allot_domain::{Actor, ActorKind, AuditContext, GpuDevice, JobState, Node};
 use allot_proto::v1::{
     Assignment, Gpu, HeartbeatRequest, HeartbeatResponse, JobPhase, JobStatusAck, JobStatusReport,
     RegisterRequest, RegisterResponse, WatchAssignmentsRequest,
@@ -70,6 +70,20 @@ fn valid_node_name(name: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_'))
 }
 
+/// The audit context of a call by `node_id` (or, while registering, the claimed name).
+fn node_ctx<T>(req: &Request<T>, node_id: &str, auth_method: &str) -> AuditContext {
+    AuditContext {
+        actor: Actor {
+            kind: ActorKind::Node,
+            id: node_id.to_owned(),
+            tenant_id: None,
+            auth_method: auth_method.to_owned(),
+            source: req.remote_addr().map(|a| a.ip().to_string()),
+        },
+        request_id: None,
+    }
+}
+
 impl NodeSvc {
     async fn node<T>(&self, req: &Request<T>) -> Result<Node, Status> {
         let value = req
@@ -92,7 +106,12 @@ impl NodeSvc {
 
     /// Jobs the control plane thinks run on `node` but the agent does not: their processes
     /// are gone (the agent restarted), so they failed.
-    async fn fail_lost_jobs(&self, node_id: &str, running: &[String]) -> Result<(), Status> {
+    async fn fail_lost_jobs(
+        &self,
+        ctx: &AuditContext,
+        node_id: &str,
+        running: &[String],
+    ) -> Result<(), Status> {
         let held = self
             .store
             .list_jobs(JobFilter {
@@ -109,7 +128,7 @@ impl NodeSvc {
             };
             match self
                 .store
-                .transition_job(&job.id, JobState::Running, JobState::Failed, update)
+                .transition_job(ctx, &job.id, JobState::Running, JobState::Failed, update)
                 .await
             {
                 Ok(_) | Err(StoreError::Conflict(_)) => {}
@@ -128,6 +147,7 @@ impl allot_proto::NodeService for NodeSvc {
         &self,
         req: Request<RegisterRequest>,
     ) -> Result<Response<RegisterResponse>, Status> {
+        let ctx = node_ctx(&req, &req.get_ref().node_name, "bootstrap-token");
         let r = req.into_inner();
         if secret::hash(&r.bootstrap_token) != self.join_token_hash {
             return Err(Status::unauthenticated("invalid bootstrap token"));
@@ -140,17 +160,28 @@ impl allot_proto::NodeService for NodeSvc {
         let node_secret = secret::generate(NODE_SECRET_PREFIX);
         let node = self
             .store
-            .register_node(NodeRegistration {
-                name: r.node_name,
-                secret_hash: secret::hash(&node_secret),
-                agent_version: r.agent_version.chars().take(64).collect(),
-                gpu_backend: r.gpu_backend.chars().take(32).collect(),
-                gpus: gpus_from_proto(r.gpus)?,
-                lease_expires_at: self.lease_until(),
-            })
+            .register_node(
+                &ctx,
+                NodeRegistration {
+                    name: r.node_name,
+                    secret_hash: secret::hash(&node_secret),
+                    agent_version: r.agent_version.chars().take(64).collect(),
+                    gpu_backend: r.gpu_backend.chars().take(32).collect(),
+                    gpus: gpus_from_proto(r.gpus)?,
+                    lease_expires_at: self.lease_until(),
+                },
+            )
             .await
             .map_err(status)?;
-        self.fail_lost_jobs(&node.id, &r.running_job_ids).await?;
+        let ctx = AuditContext {
+            actor: Actor {
+                id: node.id.clone(),
+                ..ctx.actor
+            },
+            ..ctx
+        };
+        self.fail_lost_jobs(&ctx, &node.id, &r.running_job_ids)
+            .await?;
         tracing::info!(node = %node.name, id = %node.id, gpus = node.gpus.len(), "node registered");
         self.notify.notify_one();
         Ok(Response::new(RegisterResponse {
@@ -222,6 +253,7 @@ impl allot_proto::NodeService for NodeSvc {
         req: Request<JobStatusReport>,
     ) -> Result<Response<JobStatusAck>, Status> {
         let node = self.node(&req).await?;
+        let ctx = node_ctx(&req, &node.id, "node-secret");
         let r = req.into_inner();
         let job = self.store.job(&r.job_id).await.map_err(status)?;
         if job.node_id.as_deref() != Some(node.id.as_str()) {
@@ -248,6 +280,7 @@ impl allot_proto::NodeService for NodeSvc {
             // The process ran and exited before its start was recorded.
             self.store
                 .transition_job(
+                    &ctx,
                     &job.id,
                     from,
                     JobState::Running,
@@ -270,7 +303,7 @@ impl allot_proto::NodeService for NodeSvc {
         };
         let job = self
             .store
-            .transition_job(&job.id, from, to, update)
+            .transition_job(&ctx, &job.id, from, to, update)
             .await
             .map_err(status)?;
         tracing::info!(job = %job.id, state = %job.state, exit_code = ?job.exit_code, "job status");

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use actix_web::{App, HttpServer, web};
 use allot_api::{AppState, BodyLimit, ControlEvents, secret};
-use allot_domain::{Clock, Job, Role};
+use allot_domain::{AuditContext, Clock, Job, Role};
 use allot_scheduler::FirstFit;
 use allot_store::{NewToken, Store, StoreError, TokenRepo};
 use tokio::sync::Notify;
@@ -132,20 +132,29 @@ pub async fn bootstrap_admin(store: &Store) -> Result<Option<String>, StoreError
     if store.count_admin_tokens().await? > 0 {
         return Ok(None);
     }
-    Ok(Some(create_admin_token(store, "bootstrap-admin").await?))
+    Ok(Some(
+        create_admin_token(store, &AuditContext::system("bootstrap"), "bootstrap-admin").await?,
+    ))
 }
 
 /// Creates a platform admin token and returns its secret.
-pub async fn create_admin_token(store: &Store, name: &str) -> Result<String, StoreError> {
+pub async fn create_admin_token(
+    store: &Store,
+    ctx: &AuditContext,
+    name: &str,
+) -> Result<String, StoreError> {
     let secret = secret::generate(allot_api::TOKEN_PREFIX);
     store
-        .create_token(NewToken {
-            name: name.to_owned(),
-            tenant_id: None,
-            role: Role::Admin,
-            secret_hash: secret::hash(&secret),
-            expires_at: None,
-        })
+        .create_token(
+            ctx,
+            NewToken {
+                name: name.to_owned(),
+                tenant_id: None,
+                role: Role::Admin,
+                secret_hash: secret::hash(&secret),
+                expires_at: None,
+            },
+        )
         .await?;
     Ok(secret)
 }

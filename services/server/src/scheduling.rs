@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use allot_domain::{JobState, NodeStatus};
+use allot_domain::{AuditContext, JobState, NodeStatus};
 use allot_scheduler::{Allocation, Decision, GpuView, NodeView, Placement, Request, Snapshot};
 use allot_store::{JobFilter, JobRepo, JobUpdate, NodeRepo, Store, StoreError, TenantRepo};
 use tokio::sync::Notify;
@@ -111,6 +111,7 @@ pub async fn pass(
         .into_iter()
         .map(|j| (j.id.clone(), j.pending_reason))
         .collect();
+    let ctx = AuditContext::system("scheduler");
     for decision in allot_scheduler::schedule(policy, &snapshot) {
         match decision {
             Decision::Place { job_id, placed } => {
@@ -121,7 +122,13 @@ pub async fn pass(
                     ..Default::default()
                 };
                 match store
-                    .transition_job(&job_id, JobState::Pending, JobState::Scheduled, update)
+                    .transition_job(
+                        &ctx,
+                        &job_id,
+                        JobState::Pending,
+                        JobState::Scheduled,
+                        update,
+                    )
                     .await
                 {
                     Ok(job) => {

@@ -2,12 +2,15 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use allot_domain::{Job, JobEvent, JobSpec, JobState, PendingReason, TenantName};
+use allot_domain::{
+    AuditContext, AuditEvent, Job, JobEvent, JobSpec, JobState, PendingReason, TenantName,
+};
 use sea_orm::{
     ActiveValue::Set, ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QueryOrder,
     QuerySelect, TransactionTrait,
 };
 
+use crate::audit::record;
 use crate::convert::{json, parse, to_i64, to_json, to_u32, to_u64};
 use crate::entities::{job_events, jobs, tenants};
 use crate::{Store, StoreError, new_id};
@@ -48,13 +51,18 @@ pub struct JobUpdate {
 }
 
 pub trait JobRepo {
-    fn create_job(&self, new: NewJob) -> impl Future<Output = Result<Job, StoreError>> + Send;
+    fn create_job(
+        &self,
+        ctx: &AuditContext,
+        new: NewJob,
+    ) -> impl Future<Output = Result<Job, StoreError>> + Send;
     fn job(&self, id: &str) -> impl Future<Output = Result<Job, StoreError>> + Send;
     fn list_jobs(&self, f: JobFilter) -> impl Future<Output = Result<JobPage, StoreError>> + Send;
     /// Moves a job from `from` to `to` if it is still in `from`, recording the transition.
     /// Fails with `Conflict` when another change got there first.
     fn transition_job(
         &self,
+        ctx: &AuditContext,
         id: &str,
         from: JobState,
         to: JobState,
@@ -68,7 +76,11 @@ pub trait JobRepo {
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
     /// Cancels a pending job at once; marks a scheduled or running one for the agent to stop.
     /// Idempotent, and a no-op on a finished job.
-    fn request_cancel(&self, id: &str) -> impl Future<Output = Result<Job, StoreError>> + Send;
+    fn request_cancel(
+        &self,
+        ctx: &AuditContext,
+        id: &str,
+    ) -> impl Future<Output = Result<Job, StoreError>> + Send;
     fn job_events(
         &self,
         id: &str,
@@ -139,6 +151,7 @@ impl Store {
     async fn transition_in<C: ConnectionTrait>(
         &self,
         db: &C,
+        ctx: &AuditContext,
         id: &str,
         from: JobState,
         to: JobState,
@@ -200,12 +213,25 @@ impl Store {
         })
         .exec(db)
         .await?;
+        let job = load(db, id).await?;
+        let event =
+            AuditEvent::success(job.tenant_id.clone(), "job.transition", format!("job/{id}"))
+                .before(serde_json::json!({ "state": from }))
+                .after(serde_json::json!({
+                    "state": to,
+                    "node_id": job.node_id,
+                    "gpu_uuids": job.gpu_uuids,
+                    "pid": job.pid,
+                    "exit_code": job.exit_code,
+                    "message": job.message,
+                }));
+        record(db, self, ctx, event).await?;
         Ok(())
     }
 }
 
 impl JobRepo for Store {
-    async fn create_job(&self, new: NewJob) -> Result<Job, StoreError> {
+    async fn create_job(&self, ctx: &AuditContext, new: NewJob) -> Result<Job, StoreError> {
         let now = self.clock.now();
         let id = new_id(self.clock.as_ref());
         let spec = &new.spec;
@@ -252,6 +278,9 @@ impl JobRepo for Store {
         .exec(&txn)
         .await?;
         let job = load(&txn, &id).await?;
+        let event = AuditEvent::success(job.tenant_id.clone(), "job.submit", format!("job/{id}"))
+            .after(&job.spec);
+        record(&txn, self, ctx, event).await?;
         txn.commit().await?;
         Ok(job)
     }
@@ -301,13 +330,14 @@ impl JobRepo for Store {
 
     async fn transition_job(
         &self,
+        ctx: &AuditContext,
         id: &str,
         from: JobState,
         to: JobState,
         update: JobUpdate,
     ) -> Result<Job, StoreError> {
         let txn = self.db.begin().await?;
-        self.transition_in(&txn, id, from, to, update).await?;
+        self.transition_in(&txn, ctx, id, from, to, update).await?;
         let job = load(&txn, id).await?;
         txn.commit().await?;
         Ok(job)
@@ -335,7 +365,7 @@ impl JobRepo for Store {
         Ok(())
     }
 
-    async fn request_cancel(&self, id: &str) -> Result<Job, StoreError> {
+    async fn request_cancel(&self, ctx: &AuditContext, id: &str) -> Result<Job, StoreError> {
         let txn = self.db.begin().await?;
         let job = load(&txn, id).await?;
         match job.state {
@@ -343,6 +373,7 @@ impl JobRepo for Store {
             JobState::Pending => {
                 self.transition_in(
                     &txn,
+                    ctx,
                     id,
                     JobState::Pending,
                     JobState::Cancelled,
@@ -362,6 +393,14 @@ impl JobRepo for Store {
                 })
                 .exec(&txn)
                 .await?;
+                let event = AuditEvent::success(
+                    job.tenant_id.clone(),
+                    "job.cancel.request",
+                    format!("job/{id}"),
+                )
+                .before(serde_json::json!({ "state": job.state, "cancel_requested": false }))
+                .after(serde_json::json!({ "state": job.state, "cancel_requested": true }));
+                record(&txn, self, ctx, event).await?;
             }
         }
         let job = load(&txn, id).await?;

@@ -5,6 +5,7 @@
 //! [`Store`]; callers depend on the traits, and every method maps rows to `allot-domain` types
 //! so nothing above this crate sees sea-orm.
 
+mod audit;
 mod convert;
 pub mod entities;
 mod error;
@@ -22,6 +23,7 @@ use allot_domain::Clock;
 use allot_migrations::{Migrator, MigratorTrait};
 use sea_orm::{ConnectOptions, ConnectionTrait, Database, DatabaseConnection, DbBackend};
 
+pub use audit::{AuditRepo, LogHead, StoredEntry};
 pub use error::StoreError;
 pub use jobs::{JobFilter, JobPage, JobRepo, JobUpdate, NewJob};
 pub use nodes::{NodeRegistration, NodeRepo};

@@ -2,13 +2,14 @@
 
 use std::collections::HashMap;
 
-use allot_domain::{GpuDevice, Node};
+use allot_domain::{AuditContext, AuditEvent, GpuDevice, Node, SYSTEM_LOG};
 use chrono::{DateTime, Utc};
 use sea_orm::{
     ActiveValue::Set, ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QueryOrder,
     TransactionTrait,
 };
 
+use crate::audit::record;
 use crate::convert::{to_i64, to_u32, to_u64};
 use crate::entities::{gpus, nodes};
 use crate::{Store, StoreError, new_id};
@@ -28,6 +29,7 @@ pub trait NodeRepo {
     /// Creates the node, or takes over the existing one of the same name with a new secret.
     fn register_node(
         &self,
+        ctx: &AuditContext,
         r: NodeRegistration,
     ) -> impl Future<Output = Result<Node, StoreError>> + Send;
     fn node_by_secret_hash(
@@ -112,7 +114,11 @@ impl Store {
 }
 
 impl NodeRepo for Store {
-    async fn register_node(&self, r: NodeRegistration) -> Result<Node, StoreError> {
+    async fn register_node(
+        &self,
+        ctx: &AuditContext,
+        r: NodeRegistration,
+    ) -> Result<Node, StoreError> {
         let now = self.clock.now();
         let txn = self.db.begin().await?;
         let existing = nodes::Entity::find()
@@ -149,8 +155,12 @@ impl NodeRepo for Store {
             }
         };
         replace_gpus(&txn, &row.id, &r.gpus).await?;
+        let node = to_domain(row, r.gpus);
+        let event = AuditEvent::success(SYSTEM_LOG, "node.register", format!("node/{}", node.id))
+            .after(&node);
+        record(&txn, self, ctx, event).await?;
         txn.commit().await?;
-        Ok(to_domain(row, r.gpus))
+        Ok(node)
     }
 
     async fn node_by_secret_hash(&self, secret_hash: &str) -> Result<Option<Node>, StoreError> {

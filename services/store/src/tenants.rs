@@ -1,8 +1,11 @@
 //! Tenants and their quotas.
 
-use allot_domain::{Quota, Tenant, TenantName};
-use sea_orm::{ActiveValue::Set, ColumnTrait, EntityTrait, QueryFilter, QueryOrder};
+use allot_domain::{AuditContext, AuditEvent, Quota, SYSTEM_LOG, Tenant, TenantName};
+use sea_orm::{
+    ActiveValue::Set, ColumnTrait, EntityTrait, QueryFilter, QueryOrder, TransactionTrait,
+};
 
+use crate::audit::record;
 use crate::convert::{to_i64, to_u32, to_u64};
 use crate::entities::tenants;
 use crate::{Store, StoreError, new_id};
@@ -10,6 +13,7 @@ use crate::{Store, StoreError, new_id};
 pub trait TenantRepo {
     fn create_tenant(
         &self,
+        ctx: &AuditContext,
         name: &TenantName,
         quota: Quota,
     ) -> impl Future<Output = Result<Tenant, StoreError>> + Send;
@@ -19,6 +23,7 @@ pub trait TenantRepo {
     fn list_tenants(&self) -> impl Future<Output = Result<Vec<Tenant>, StoreError>> + Send;
     fn set_quota(
         &self,
+        ctx: &AuditContext,
         name: &str,
         quota: Quota,
     ) -> impl Future<Output = Result<Tenant, StoreError>> + Send;
@@ -56,7 +61,12 @@ fn quota_columns(quota: Quota) -> Result<(Option<i32>, Option<i64>), StoreError>
 }
 
 impl TenantRepo for Store {
-    async fn create_tenant(&self, name: &TenantName, quota: Quota) -> Result<Tenant, StoreError> {
+    async fn create_tenant(
+        &self,
+        ctx: &AuditContext,
+        name: &TenantName,
+        quota: Quota,
+    ) -> Result<Tenant, StoreError> {
         let (max_gpus, max_mem) = quota_columns(quota)?;
         let row = tenants::ActiveModel {
             id: Set(new_id(self.clock.as_ref())),
@@ -65,17 +75,26 @@ impl TenantRepo for Store {
             max_gpu_memory_bytes: Set(max_mem),
             created_at: Set(self.clock.now()),
         };
-        match tenants::Entity::insert(row)
-            .exec_with_returning(&self.db)
+        let txn = self.db.begin().await?;
+        let tenant = match tenants::Entity::insert(row)
+            .exec_with_returning(&txn)
             .await
             .map_err(StoreError::from)
         {
-            Ok(m) => to_domain(m),
-            Err(StoreError::Conflict(_)) => Err(StoreError::Conflict(format!(
-                "tenant `{name}` already exists"
-            ))),
-            Err(e) => Err(e),
-        }
+            Ok(m) => to_domain(m)?,
+            Err(StoreError::Conflict(_)) => {
+                return Err(StoreError::Conflict(format!(
+                    "tenant `{name}` already exists"
+                )));
+            }
+            Err(e) => return Err(e),
+        };
+        let event =
+            AuditEvent::success(SYSTEM_LOG, "tenant.create", format!("tenant/{}", tenant.id))
+                .after(&tenant);
+        record(&txn, self, ctx, event).await?;
+        txn.commit().await?;
+        Ok(tenant)
     }
 
     async fn tenant_by_name(&self, name: &str) -> Result<Tenant, StoreError> {
@@ -105,8 +124,14 @@ impl TenantRepo for Store {
             .collect()
     }
 
-    async fn set_quota(&self, name: &str, quota: Quota) -> Result<Tenant, StoreError> {
+    async fn set_quota(
+        &self,
+        ctx: &AuditContext,
+        name: &str,
+        quota: Quota,
+    ) -> Result<Tenant, StoreError> {
         let tenant = self.tenant_by_name(name).await?;
+        let before = tenant.quota;
         let (max_gpus, max_mem) = quota_columns(quota)?;
         let row = tenants::ActiveModel {
             id: Set(tenant.id),
@@ -114,6 +139,17 @@ impl TenantRepo for Store {
             max_gpu_memory_bytes: Set(max_mem),
             ..Default::default()
         };
-        to_domain(tenants::Entity::update(row).exec(&self.db).await?)
+        let txn = self.db.begin().await?;
+        let updated = to_domain(tenants::Entity::update(row).exec(&txn).await?)?;
+        let event = AuditEvent::success(
+            updated.id.clone(),
+            "tenant.quota.set",
+            format!("tenant/{}", updated.id),
+        )
+        .before(before)
+        .after(updated.quota);
+        record(&txn, self, ctx, event).await?;
+        txn.commit().await?;
+        Ok(updated)
     }
 }

@@ -1,11 +1,13 @@
 //! API tokens. Only the SHA-256 of a secret is stored.
 
-use allot_domain::{ApiToken, Role};
+use allot_domain::{ApiToken, AuditContext, AuditEvent, Role, SYSTEM_LOG};
 use chrono::{DateTime, Utc};
 use sea_orm::{
     ActiveValue::Set, ColumnTrait, EntityTrait, PaginatorTrait, QueryFilter, QueryOrder,
+    TransactionTrait,
 };
 
+use crate::audit::record;
 use crate::convert::parse;
 use crate::entities::api_tokens;
 use crate::{Store, StoreError, new_id};
@@ -22,6 +24,7 @@ pub struct NewToken {
 pub trait TokenRepo {
     fn create_token(
         &self,
+        ctx: &AuditContext,
         t: NewToken,
     ) -> impl Future<Output = Result<ApiToken, StoreError>> + Send;
     /// The token with this secret hash, if any (usable or not), and marks it used.
@@ -34,8 +37,17 @@ pub trait TokenRepo {
         &self,
         tenant_id: Option<&str>,
     ) -> impl Future<Output = Result<Vec<ApiToken>, StoreError>> + Send;
-    fn revoke_token(&self, id: &str) -> impl Future<Output = Result<ApiToken, StoreError>> + Send;
+    fn revoke_token(
+        &self,
+        ctx: &AuditContext,
+        id: &str,
+    ) -> impl Future<Output = Result<ApiToken, StoreError>> + Send;
     fn count_admin_tokens(&self) -> impl Future<Output = Result<u64, StoreError>> + Send;
+}
+
+/// The log a token's changes go to: its tenant's, or the system log for admin tokens.
+fn log_of(t: &ApiToken) -> String {
+    t.tenant_id.clone().unwrap_or_else(|| SYSTEM_LOG.to_owned())
 }
 
 fn to_domain(m: api_tokens::Model) -> Result<ApiToken, StoreError> {
@@ -52,7 +64,7 @@ fn to_domain(m: api_tokens::Model) -> Result<ApiToken, StoreError> {
 }
 
 impl TokenRepo for Store {
-    async fn create_token(&self, t: NewToken) -> Result<ApiToken, StoreError> {
+    async fn create_token(&self, ctx: &AuditContext, t: NewToken) -> Result<ApiToken, StoreError> {
         let row = api_tokens::ActiveModel {
             id: Set(new_id(self.clock.as_ref())),
             name: Set(t.name),
@@ -64,11 +76,21 @@ impl TokenRepo for Store {
             revoked_at: Set(None),
             last_used_at: Set(None),
         };
-        to_domain(
+        let txn = self.db.begin().await?;
+        let token = to_domain(
             api_tokens::Entity::insert(row)
-                .exec_with_returning(&self.db)
+                .exec_with_returning(&txn)
                 .await?,
+        )?;
+        let event = AuditEvent::success(
+            log_of(&token),
+            "token.create",
+            format!("token/{}", token.id),
         )
+        .after(&token);
+        record(&txn, self, ctx, event).await?;
+        txn.commit().await?;
+        Ok(token)
     }
 
     async fn use_token(&self, secret_hash: &str) -> Result<Option<ApiToken>, StoreError> {
@@ -109,20 +131,31 @@ impl TokenRepo for Store {
         q.all(&self.db).await?.into_iter().map(to_domain).collect()
     }
 
-    async fn revoke_token(&self, id: &str) -> Result<ApiToken, StoreError> {
+    async fn revoke_token(&self, ctx: &AuditContext, id: &str) -> Result<ApiToken, StoreError> {
         let token = self.token(id).await?;
         if token.revoked_at.is_some() {
             return Ok(token);
         }
-        to_domain(
+        let txn = self.db.begin().await?;
+        let revoked = to_domain(
             api_tokens::Entity::update(api_tokens::ActiveModel {
-                id: Set(token.id),
+                id: Set(token.id.clone()),
                 revoked_at: Set(Some(self.clock.now())),
                 ..Default::default()
             })
-            .exec(&self.db)
+            .exec(&txn)
             .await?,
+        )?;
+        let event = AuditEvent::success(
+            log_of(&revoked),
+            "token.revoke",
+            format!("token/{}", revoked.id),
         )
+        .before(&token)
+        .after(&revoked);
+        record(&txn, self, ctx, event).await?;
+        txn.commit().await?;
+        Ok(revoked)
     }
 
     async fn count_admin_tokens(&self) -> Result<u64, StoreError> {

@@ -3,12 +3,13 @@
 use std::sync::Arc;
 
 use allot_domain::{
-    Clock, FixedClock, GpuDevice, JobSpec, JobState, PendingReason, Quota, Role, TenantName,
+    AuditContext, Clock, FixedClock, GpuDevice, JobSpec, JobState, PendingReason, Quota, Role,
+    TenantName,
 };
 use allot_store::testing::{Backend, TestDb};
 use allot_store::{
-    JobFilter, JobRepo, JobUpdate, NewJob, NewToken, NodeRegistration, NodeRepo, Store, StoreError,
-    TenantRepo, TokenRepo,
+    AuditRepo, JobFilter, JobRepo, JobUpdate, NewJob, NewToken, NodeRegistration, NodeRepo, Store,
+    StoreError, TenantRepo, TokenRepo,
 };
 use chrono::{Duration, TimeZone, Utc};
 
@@ -42,6 +43,10 @@ macro_rules! both_backends {
     };
 }
 
+fn ctx() -> AuditContext {
+    AuditContext::system("store-test")
+}
+
 fn name(s: &str) -> TenantName {
     TenantName::parse("name", s).expect("valid name")
 }
@@ -61,6 +66,7 @@ fn spec(tenant: &str, gpus: u32) -> JobSpec {
 both_backends!(tenants_and_quotas, |store, _clock| {
     let t = store
         .create_tenant(
+            &ctx(),
             &name("team-a"),
             Quota {
                 max_gpus: Some(8),
@@ -71,11 +77,14 @@ both_backends!(tenants_and_quotas, |store, _clock| {
         .expect("create");
     assert_eq!(t.quota.max_gpus, Some(8));
     assert!(matches!(
-        store.create_tenant(&name("team-a"), Quota::default()).await,
+        store
+            .create_tenant(&ctx(), &name("team-a"), Quota::default())
+            .await,
         Err(StoreError::Conflict(_))
     ));
     let t2 = store
         .set_quota(
+            &ctx(),
             "team-a",
             Quota {
                 max_gpus: None,
@@ -104,11 +113,11 @@ both_backends!(tenants_and_quotas, |store, _clock| {
         Err(StoreError::NotFound(_))
     ));
     assert!(matches!(
-        store.set_quota("nope", Quota::default()).await,
+        store.set_quota(&ctx(), "nope", Quota::default()).await,
         Err(StoreError::NotFound(_))
     ));
     store
-        .create_tenant(&name("alpha"), Quota::default())
+        .create_tenant(&ctx(), &name("alpha"), Quota::default())
         .await
         .expect("create");
     let names: Vec<_> = store
@@ -123,14 +132,17 @@ both_backends!(tenants_and_quotas, |store, _clock| {
 
 both_backends!(jobs_move_through_the_state_machine, |store, clock| {
     let t = store
-        .create_tenant(&name("t"), Quota::default())
+        .create_tenant(&ctx(), &name("t"), Quota::default())
         .await
         .expect("tenant");
     let job = store
-        .create_job(NewJob {
-            tenant_id: t.id.clone(),
-            spec: spec("t", 2),
-        })
+        .create_job(
+            &ctx(),
+            NewJob {
+                tenant_id: t.id.clone(),
+                spec: spec("t", 2),
+            },
+        )
         .await
         .expect("create");
     assert_eq!(job.state, JobState::Pending);
@@ -152,6 +164,7 @@ both_backends!(jobs_move_through_the_state_machine, |store, clock| {
     clock.advance(Duration::seconds(1));
     let scheduled = store
         .transition_job(
+            &ctx(),
             &job.id,
             JobState::Pending,
             JobState::Scheduled,
@@ -174,6 +187,7 @@ both_backends!(jobs_move_through_the_state_machine, |store, clock| {
     assert!(matches!(
         store
             .transition_job(
+                &ctx(),
                 &job.id,
                 JobState::Pending,
                 JobState::Scheduled,
@@ -186,6 +200,7 @@ both_backends!(jobs_move_through_the_state_machine, |store, clock| {
     assert!(matches!(
         store
             .transition_job(
+                &ctx(),
                 &job.id,
                 JobState::Scheduled,
                 JobState::Succeeded,
@@ -198,6 +213,7 @@ both_backends!(jobs_move_through_the_state_machine, |store, clock| {
     clock.advance(Duration::seconds(1));
     store
         .transition_job(
+            &ctx(),
             &job.id,
             JobState::Scheduled,
             JobState::Running,
@@ -211,6 +227,7 @@ both_backends!(jobs_move_through_the_state_machine, |store, clock| {
     clock.advance(Duration::seconds(1));
     let done = store
         .transition_job(
+            &ctx(),
             &job.id,
             JobState::Running,
             JobState::Failed,
@@ -245,17 +262,23 @@ both_backends!(jobs_move_through_the_state_machine, |store, clock| {
 
 both_backends!(cancelling, |store, _clock| {
     let t = store
-        .create_tenant(&name("t"), Quota::default())
+        .create_tenant(&ctx(), &name("t"), Quota::default())
         .await
         .expect("tenant");
     let pending = store
-        .create_job(NewJob {
-            tenant_id: t.id.clone(),
-            spec: spec("t", 1),
-        })
+        .create_job(
+            &ctx(),
+            NewJob {
+                tenant_id: t.id.clone(),
+                spec: spec("t", 1),
+            },
+        )
         .await
         .expect("job");
-    let c = store.request_cancel(&pending.id).await.expect("cancel");
+    let c = store
+        .request_cancel(&ctx(), &pending.id)
+        .await
+        .expect("cancel");
     assert_eq!(
         c.state,
         JobState::Cancelled,
@@ -263,7 +286,7 @@ both_backends!(cancelling, |store, _clock| {
     );
     assert_eq!(
         store
-            .request_cancel(&pending.id)
+            .request_cancel(&ctx(), &pending.id)
             .await
             .expect("again")
             .state,
@@ -271,14 +294,18 @@ both_backends!(cancelling, |store, _clock| {
     );
 
     let running = store
-        .create_job(NewJob {
-            tenant_id: t.id.clone(),
-            spec: spec("t", 1),
-        })
+        .create_job(
+            &ctx(),
+            NewJob {
+                tenant_id: t.id.clone(),
+                spec: spec("t", 1),
+            },
+        )
         .await
         .expect("job");
     store
         .transition_job(
+            &ctx(),
             &running.id,
             JobState::Pending,
             JobState::Scheduled,
@@ -286,22 +313,25 @@ both_backends!(cancelling, |store, _clock| {
         )
         .await
         .expect("schedule");
-    let c = store.request_cancel(&running.id).await.expect("cancel");
+    let c = store
+        .request_cancel(&ctx(), &running.id)
+        .await
+        .expect("cancel");
     assert_eq!(c.state, JobState::Scheduled, "the node must stop it first");
     assert!(c.cancel_requested);
     assert!(matches!(
-        store.request_cancel("missing").await,
+        store.request_cancel(&ctx(), "missing").await,
         Err(StoreError::NotFound(_))
     ));
 });
 
 both_backends!(listing_filters_and_pages, |store, clock| {
     let a = store
-        .create_tenant(&name("a"), Quota::default())
+        .create_tenant(&ctx(), &name("a"), Quota::default())
         .await
         .expect("a");
     let b = store
-        .create_tenant(&name("b"), Quota::default())
+        .create_tenant(&ctx(), &name("b"), Quota::default())
         .await
         .expect("b");
     let mut ids = Vec::new();
@@ -310,10 +340,13 @@ both_backends!(listing_filters_and_pages, |store, clock| {
         let (tenant, tname) = if i % 2 == 0 { (&a, "a") } else { (&b, "b") };
         ids.push(
             store
-                .create_job(NewJob {
-                    tenant_id: tenant.id.clone(),
-                    spec: spec(tname, 1),
-                })
+                .create_job(
+                    &ctx(),
+                    NewJob {
+                        tenant_id: tenant.id.clone(),
+                        spec: spec(tname, 1),
+                    },
+                )
                 .await
                 .expect("job")
                 .id,
@@ -321,6 +354,7 @@ both_backends!(listing_filters_and_pages, |store, clock| {
     }
     store
         .transition_job(
+            &ctx(),
             &ids[6],
             JobState::Pending,
             JobState::Cancelled,
@@ -374,27 +408,33 @@ both_backends!(listing_filters_and_pages, |store, clock| {
 both_backends!(tokens, |store, clock| {
     assert_eq!(store.count_admin_tokens().await.expect("count"), 0);
     let t = store
-        .create_tenant(&name("t"), Quota::default())
+        .create_tenant(&ctx(), &name("t"), Quota::default())
         .await
         .expect("tenant");
     let admin = store
-        .create_token(NewToken {
-            name: "root".into(),
-            tenant_id: None,
-            role: Role::Admin,
-            secret_hash: "a".repeat(64),
-            expires_at: None,
-        })
+        .create_token(
+            &ctx(),
+            NewToken {
+                name: "root".into(),
+                tenant_id: None,
+                role: Role::Admin,
+                secret_hash: "a".repeat(64),
+                expires_at: None,
+            },
+        )
         .await
         .expect("admin");
     let member = store
-        .create_token(NewToken {
-            name: "ci".into(),
-            tenant_id: Some(t.id.clone()),
-            role: Role::Member,
-            secret_hash: "b".repeat(64),
-            expires_at: Some(clock.now() + Duration::hours(1)),
-        })
+        .create_token(
+            &ctx(),
+            NewToken {
+                name: "ci".into(),
+                tenant_id: Some(t.id.clone()),
+                role: Role::Member,
+                secret_hash: "b".repeat(64),
+                expires_at: Some(clock.now() + Duration::hours(1)),
+            },
+        )
         .await
         .expect("member");
     assert_eq!(store.count_admin_tokens().await.expect("count"), 1);
@@ -418,7 +458,10 @@ both_backends!(tokens, |store, clock| {
             .is_none()
     );
 
-    let revoked = store.revoke_token(&member.id).await.expect("revoke");
+    let revoked = store
+        .revoke_token(&ctx(), &member.id)
+        .await
+        .expect("revoke");
     assert!(!revoked.is_usable(clock.now()));
     assert_eq!(store.list_tokens(Some(&t.id)).await.expect("list").len(), 1);
     assert_eq!(store.list_tokens(None).await.expect("list").len(), 2);
@@ -426,13 +469,16 @@ both_backends!(tokens, |store, clock| {
     // Secret hashes are unique.
     assert!(matches!(
         store
-            .create_token(NewToken {
-                name: "dup".into(),
-                tenant_id: None,
-                role: Role::Admin,
-                secret_hash: "a".repeat(64),
-                expires_at: None,
-            })
+            .create_token(
+                &ctx(),
+                NewToken {
+                    name: "dup".into(),
+                    tenant_id: None,
+                    role: Role::Admin,
+                    secret_hash: "a".repeat(64),
+                    expires_at: None,
+                }
+            )
             .await,
         Err(StoreError::Conflict(_))
     ));
@@ -447,14 +493,17 @@ both_backends!(nodes_register_and_heartbeat, |store, clock| {
         healthy: true,
     };
     let node = store
-        .register_node(NodeRegistration {
-            name: "n1".into(),
-            secret_hash: "s1".repeat(32),
-            agent_version: "0.1.0".into(),
-            gpu_backend: "simulated".into(),
-            gpus: vec![gpu(0), gpu(1)],
-            lease_expires_at: clock.now() + Duration::seconds(15),
-        })
+        .register_node(
+            &ctx(),
+            NodeRegistration {
+                name: "n1".into(),
+                secret_hash: "s1".repeat(32),
+                agent_version: "0.1.0".into(),
+                gpu_backend: "simulated".into(),
+                gpus: vec![gpu(0), gpu(1)],
+                lease_expires_at: clock.now() + Duration::seconds(15),
+            },
+        )
         .await
         .expect("register");
     assert_eq!(node.gpus.len(), 2);
@@ -467,14 +516,17 @@ both_backends!(nodes_register_and_heartbeat, |store, clock| {
 
     // Re-registering keeps the identity and rotates the secret.
     let again = store
-        .register_node(NodeRegistration {
-            name: "n1".into(),
-            secret_hash: "s2".repeat(32),
-            agent_version: "0.1.1".into(),
-            gpu_backend: "simulated".into(),
-            gpus: vec![gpu(0)],
-            lease_expires_at: clock.now() + Duration::seconds(15),
-        })
+        .register_node(
+            &ctx(),
+            NodeRegistration {
+                name: "n1".into(),
+                secret_hash: "s2".repeat(32),
+                agent_version: "0.1.1".into(),
+                gpu_backend: "simulated".into(),
+                gpus: vec![gpu(0)],
+                lease_expires_at: clock.now() + Duration::seconds(15),
+            },
+        )
         .await
         .expect("re-register");
     assert_eq!(again.id, node.id);
@@ -513,7 +565,7 @@ async fn restart_keeps_data(backend: Backend) {
     let clock = Arc::new(allot_domain::SystemClock);
     let store = db.store(clock.clone()).await.expect("first start");
     store
-        .create_tenant(&name("keep"), Quota::default())
+        .create_tenant(&ctx(), &name("keep"), Quota::default())
         .await
         .expect("tenant");
     store.close().await.expect("close");
@@ -530,4 +582,158 @@ async fn migrations_are_idempotent_across_restarts_sqlite() {
 #[tokio::test]
 async fn migrations_are_idempotent_across_restarts_postgres() {
     restart_keeps_data(Backend::Postgres).await;
+}
+
+both_backends!(
+    every_change_is_audited_in_a_verifiable_append_only_log,
+    |store, clock| {
+        let t = store
+            .create_tenant(&ctx(), &name("audited"), Quota::default())
+            .await
+            .expect("tenant");
+        store
+            .set_quota(
+                &ctx(),
+                "audited",
+                Quota {
+                    max_gpus: Some(2),
+                    max_gpu_memory_bytes: None,
+                },
+            )
+            .await
+            .expect("quota");
+        // Concurrent writers to one log still get gap-free sequence numbers.
+        let mut tasks = Vec::new();
+        for _ in 0..12 {
+            let s = store.clone();
+            let tenant = t.id.clone();
+            tasks.push(tokio::spawn(async move {
+                s.create_job(
+                    &ctx(),
+                    NewJob {
+                        tenant_id: tenant,
+                        spec: spec("audited", 1),
+                    },
+                )
+                .await
+            }));
+        }
+        let mut ids = Vec::new();
+        for task in tasks {
+            ids.push(task.await.expect("join").expect("job").id);
+        }
+        clock.advance(Duration::seconds(1));
+        store.request_cancel(&ctx(), &ids[0]).await.expect("cancel");
+
+        let head = store.audit_head(&t.id).await.expect("head");
+        assert_eq!(
+            head.size,
+            1 + 12 + 1,
+            "quota, 12 submissions, 1 cancellation"
+        );
+        let entries = store.audit_entries(&t.id, 0, 1000).await.expect("entries");
+        let seqs: Vec<u64> = entries.iter().map(|e| e.seq).collect();
+        assert_eq!(seqs, (0..head.size).collect::<Vec<_>>());
+        let mut leaves = Vec::new();
+        for e in &entries {
+            assert_eq!(
+                e.leaf_hash,
+                allot_audit::merkle::leaf_hash(e.body.as_bytes())
+            );
+            let parsed: allot_domain::AuditEntry =
+                serde_json::from_str(&e.body).expect("entry json");
+            assert_eq!(parsed.seq, e.seq);
+            assert_eq!(parsed.log, t.id);
+            assert_eq!(parsed.actor.id, "store-test");
+            assert_eq!(
+                parsed.canonical_bytes(),
+                e.body.as_bytes(),
+                "stored bytes are canonical"
+            );
+            leaves.push(e.leaf_hash);
+        }
+        assert_eq!(head.root, allot_audit::merkle::root(&leaves));
+        let actions: Vec<String> = entries
+            .iter()
+            .map(|e| {
+                serde_json::from_str::<serde_json::Value>(&e.body).expect("json")["action"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_owned()
+            })
+            .collect();
+        assert_eq!(actions[0], "tenant.quota.set");
+        assert_eq!(actions[1], "job.submit");
+        assert_eq!(actions.last().map(String::as_str), Some("job.transition"));
+
+        let system = store
+            .audit_entries(allot_domain::SYSTEM_LOG, 0, 10)
+            .await
+            .expect("system");
+        assert_eq!(system.len(), 1);
+        assert!(system[0].body.contains(r#""action":"tenant.create""#));
+        let heads = store.audit_heads().await.expect("heads");
+        assert_eq!(heads.len(), 2);
+
+        // A failed change records nothing.
+        assert!(
+            store
+                .create_tenant(&ctx(), &name("audited"), Quota::default())
+                .await
+                .is_err()
+        );
+        assert_eq!(
+            store
+                .audit_head(allot_domain::SYSTEM_LOG)
+                .await
+                .expect("head")
+                .size,
+            1
+        );
+    }
+);
+
+async fn append_only(backend: Backend) {
+    let db = TestDb::new(backend).await.expect("db");
+    let store = db.store_with_system_clock().await.expect("store");
+    store
+        .create_tenant(&ctx(), &name("t"), Quota::default())
+        .await
+        .expect("tenant");
+    let raw = sea_orm::Database::connect(db.url.as_str())
+        .await
+        .expect("raw connection");
+    use sea_orm::ConnectionTrait;
+    for sql in [
+        "UPDATE audit_entries SET body = '{}'",
+        "DELETE FROM audit_entries",
+    ] {
+        let err = raw.execute_unprepared(sql).await.expect_err(sql);
+        assert!(err.to_string().contains("append-only"), "{sql}: {err}");
+    }
+    if backend == Backend::Postgres {
+        let err = raw
+            .execute_unprepared("TRUNCATE audit_entries")
+            .await
+            .expect_err("truncate");
+        assert!(err.to_string().contains("append-only"), "{err}");
+    }
+    assert_eq!(
+        store
+            .audit_entries("system", 0, 10)
+            .await
+            .expect("entries")
+            .len(),
+        1
+    );
+}
+
+#[tokio::test]
+async fn audit_entries_cannot_be_changed_or_removed_sqlite() {
+    append_only(Backend::Sqlite).await;
+}
+
+#[tokio::test]
+async fn audit_entries_cannot_be_changed_or_removed_postgres() {
+    append_only(Backend::Postgres).await;
 }

@@ -86,10 +86,13 @@ pub async fn submit(
     spec.validate()?;
     let job = state
         .store
-        .create_job(NewJob {
-            tenant_id: tenant.id,
-            spec,
-        })
+        .create_job(
+            &who.audit(),
+            NewJob {
+                tenant_id: tenant.id,
+                spec,
+            },
+        )
         .await?;
     state.events.job_submitted();
     Ok(json(StatusCode::CREATED, &JobView::from(job)))
@@ -197,7 +200,7 @@ pub async fn cancel(
     id: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     visible_job(&state, &who, &id, Role::Member).await?;
-    let job = state.store.request_cancel(&id).await?;
+    let job = state.store.request_cancel(&who.audit(), &id).await?;
     let status = if job.state.holds_resources() {
         state.events.job_cancel_requested(&job);
         StatusCode::ACCEPTED

@@ -23,7 +23,10 @@ pub async fn create(
     let name = TenantName::parse("name", &body.name)?;
     let quota = Quota::from(body.quota);
     quota.validate("quota.")?;
-    let tenant = state.store.create_tenant(&name, quota).await?;
+    let tenant = state
+        .store
+        .create_tenant(&who.audit(), &name, quota)
+        .await?;
     Ok(json(StatusCode::CREATED, &TenantView::from(tenant)))
 }
 
@@ -97,7 +100,7 @@ pub async fn set_quota(
     who.require_admin()?;
     let quota = Quota::from(body);
     quota.validate("")?;
-    let tenant = state.store.set_quota(&name, quota).await?;
+    let tenant = state.store.set_quota(&who.audit(), &name, quota).await?;
     state.events.job_submitted();
     Ok(json(StatusCode::OK, &TenantView::from(tenant)))
 }

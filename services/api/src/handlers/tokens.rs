@@ -92,13 +92,16 @@ pub async fn create(
     let secret = secret::generate(TOKEN_PREFIX);
     let token = state
         .store
-        .create_token(NewToken {
-            name: name.to_owned(),
-            tenant_id,
-            role: body.role,
-            secret_hash: secret::hash(&secret),
-            expires_at,
-        })
+        .create_token(
+            &who.audit(),
+            NewToken {
+                name: name.to_owned(),
+                tenant_id,
+                role: body.role,
+                secret_hash: secret::hash(&secret),
+                expires_at,
+            },
+        )
         .await?;
     Ok(json(
         StatusCode::CREATED,
@@ -164,6 +167,6 @@ pub async fn revoke(
     id: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     manageable(&state, &who, &id).await?;
-    let token = state.store.revoke_token(&id).await?;
+    let token = state.store.revoke_token(&who.audit(), &id).await?;
     Ok(json(StatusCode::OK, &view(&state, token).await?))
 }

@@ -218,3 +218,26 @@ fn every_consistency_proof_verifies_and_every_tampering_fails() {
         assert!(verify_consistency(new as u64 + 1, new as u64, &new_root, &new_root, &[]).is_err());
     }
 }
+
+#[test]
+fn compact_ranges_agree_with_full_trees_and_rebuild_from_parts() {
+    let all = leaves(70);
+    let mut range = CompactRange::new();
+    assert_eq!(range.root(), empty_root());
+    for (n, leaf) in all.iter().enumerate() {
+        range.append(*leaf);
+        assert_eq!(range.size(), n as u64 + 1);
+        assert_eq!(range.frontier().len(), (n + 1).count_ones() as usize);
+        let rebuilt =
+            CompactRange::from_parts(range.size(), range.frontier().to_vec()).expect("parts");
+        assert_eq!(rebuilt.root(), range.root());
+    }
+    // The full-tree root is built on compact ranges, so check against the vectors too.
+    let vectors = vector_leaves();
+    let mut r = CompactRange::new();
+    for (n, leaf) in vectors.iter().enumerate() {
+        r.append(*leaf);
+        assert_eq!(hex(&r.root()), ROOTS[n]);
+    }
+    assert!(CompactRange::from_parts(3, vec![empty_root()]).is_err());
+}

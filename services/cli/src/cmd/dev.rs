@@ -53,7 +53,8 @@ async fn admin_token(
             return Ok(existing);
         }
     }
-    Ok(allot_server::create_admin_token(&server.store, "dev-admin").await?)
+    let ctx = allot_domain::AuditContext::system("allot-dev");
+    Ok(allot_server::create_admin_token(&server.store, &ctx, "dev-admin").await?)
 }
 
 pub async fn run(args: DevArgs) -> anyhow::Result<()> {

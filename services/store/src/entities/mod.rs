@@ -1,6 +1,8 @@
 //! sea-orm entities: one module per table, mirroring `migrations/` exactly.
 
 pub mod api_tokens;
+pub mod audit_entries;
+pub mod audit_logs;
 pub mod gpus;
 pub mod job_events;
 pub mod jobs;

@@ -1,0 +1,176 @@
+//! What the audit log records: who did what to which resource, with what outcome.
+//!
+//! An [`AuditEntry`] is serialized once, deterministically (fields in declaration order,
+//! object keys of before/after values sorted), and those exact bytes are what the Merkle tree
+//! hashes and what an export carries.
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// The log of platform-wide events; every tenant also has its own log, named by tenant id.
+pub const SYSTEM_LOG: &str = "system";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ActorKind {
+    /// An API token.
+    Token,
+    /// A node agent, identified by its node secret.
+    Node,
+    /// The control plane itself (the scheduler, bootstrap).
+    System,
+}
+
+/// Who acted.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Actor {
+    pub kind: ActorKind,
+    /// Token id, node id, or the component's name.
+    pub id: String,
+    /// The tenant the actor belongs to, if any.
+    pub tenant_id: Option<String>,
+    /// `api-token`, `node-secret`, `bootstrap-token`, `internal`.
+    pub auth_method: String,
+    /// The client's address, when the action came over the network.
+    pub source: Option<String>,
+}
+
+impl Actor {
+    pub fn system(component: &str) -> Self {
+        Self {
+            kind: ActorKind::System,
+            id: component.to_owned(),
+            tenant_id: None,
+            auth_method: "internal".to_owned(),
+            source: None,
+        }
+    }
+}
+
+/// The actor and request a change belongs to, passed to every audited store operation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditContext {
+    pub actor: Actor,
+    pub request_id: Option<String>,
+}
+
+impl AuditContext {
+    pub fn system(component: &str) -> Self {
+        Self {
+            actor: Actor::system(component),
+            request_id: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    Success,
+    Denied,
+    Failed,
+}
+
+/// One recorded event, as hashed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuditEntry {
+    /// Which log: [`SYSTEM_LOG`] or a tenant id.
+    pub log: String,
+    /// Position in the log, from 0, without gaps.
+    pub seq: u64,
+    /// UTC, RFC 3339 with microseconds.
+    pub time: String,
+    pub actor: Actor,
+    /// Dotted verb, e.g. `tenant.create`, `job.transition`, `token.revoke`.
+    pub action: String,
+    /// The resource, e.g. `tenant/01…`, `job/01…`.
+    pub target: String,
+    pub outcome: Outcome,
+    pub reason: Option<String>,
+    pub request_id: Option<String>,
+    pub before: Option<Value>,
+    pub after: Option<Value>,
+}
+
+impl AuditEntry {
+    /// The timestamp format entries use (fixed width, so bytes are stable across backends).
+    pub fn format_time(at: DateTime<Utc>) -> String {
+        at.to_rfc3339_opts(SecondsFormat::Micros, true)
+    }
+
+    /// The canonical bytes: what is hashed and stored.
+    pub fn canonical_bytes(&self) -> Vec<u8> {
+        // Serializing plain structs, strings and serde_json values cannot fail.
+        serde_json::to_vec(self).unwrap_or_default()
+    }
+}
+
+/// A change to record: everything but the log position and time, which the store assigns.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AuditEvent {
+    pub log: String,
+    pub action: String,
+    pub target: String,
+    pub outcome: Outcome,
+    pub reason: Option<String>,
+    pub before: Option<Value>,
+    pub after: Option<Value>,
+}
+
+impl AuditEvent {
+    pub fn success(log: impl Into<String>, action: &str, target: impl Into<String>) -> Self {
+        Self {
+            log: log.into(),
+            action: action.to_owned(),
+            target: target.into(),
+            outcome: Outcome::Success,
+            reason: None,
+            before: None,
+            after: None,
+        }
+    }
+
+    pub fn before(mut self, v: impl Serialize) -> Self {
+        self.before = serde_json::to_value(v).ok();
+        self
+    }
+
+    pub fn after(mut self, v: impl Serialize) -> Self {
+        self.after = serde_json::to_value(v).ok();
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn canonical_bytes_are_stable_and_round_trip() {
+        let entry = AuditEntry {
+            log: SYSTEM_LOG.into(),
+            seq: 7,
+            time: "2026-11-29T12:00:00.000000Z".into(),
+            actor: Actor::system("scheduler"),
+            action: "job.transition".into(),
+            target: "job/x".into(),
+            outcome: Outcome::Success,
+            reason: None,
+            request_id: None,
+            before: Some(serde_json::json!({"state": "pending", "a": 1})),
+            after: Some(serde_json::json!({"state": "scheduled"})),
+        };
+        let bytes = entry.canonical_bytes();
+        let text = String::from_utf8(bytes.clone()).expect("utf8");
+        assert!(text.starts_with(r#"{"log":"system","seq":7,"time":"2026-11-29T12:00:00.000000Z","actor":{"kind":"system""#), "{text}");
+        assert!(
+            text.contains(r#""before":{"a":1,"state":"pending"}"#),
+            "keys sorted: {text}"
+        );
+        let back: AuditEntry = serde_json::from_slice(&bytes).expect("parse");
+        assert_eq!(back, entry);
+        assert_eq!(back.canonical_bytes(), bytes);
+    }
+}
