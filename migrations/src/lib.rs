@@ -4,6 +4,7 @@ pub use sea_orm_migration::prelude::*;
 
 mod m20261129_000001_initial;
 mod m20261130_000001_audit;
+mod m20261130_000002_audit_checkpoints;
 
 pub struct Migrator;
 
@@ -13,6 +14,7 @@ impl MigratorTrait for Migrator {
         vec![
             Box::new(m20261129_000001_initial::Migration),
             Box::new(m20261130_000001_audit::Migration),
+            Box::new(m20261130_000002_audit_checkpoints::Migration),
         ]
     }
 }

@@ -23,6 +23,8 @@ pub struct TestCluster {
     pub admin_token: String,
     pub http: reqwest::Client,
     pub data_dir: tempfile::TempDir,
+    /// The external checkpoint sink's directory.
+    pub checkpoints: tempfile::TempDir,
     agents_stop: CancellationToken,
     agents: Vec<JoinHandle<Result<(), allot_agent::AgentError>>>,
     _db: TestDb,
@@ -36,6 +38,9 @@ pub async fn spawn_cluster(backend: Backend, nodes: usize, gpus: &str) -> TestCl
     let mut config = ServerConfig::new(db.url.clone(), join);
     config.heartbeat_interval = Duration::from_millis(300);
     config.schedule_interval = Duration::from_millis(200);
+    config.checkpoint_interval = Duration::from_millis(200);
+    let checkpoints = tempfile::tempdir().expect("temp dir");
+    config.checkpoint_dir = Some(checkpoints.path().to_owned());
     let server = allot_server::start(config, Arc::new(SystemClock))
         .await
         .expect("server starts");
@@ -68,6 +73,7 @@ pub async fn spawn_cluster(backend: Backend, nodes: usize, gpus: &str) -> TestCl
         admin_token,
         http: reqwest::Client::new(),
         data_dir,
+        checkpoints,
         agents_stop,
         agents,
         _db: db,

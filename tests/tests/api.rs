@@ -793,6 +793,12 @@ async fn openapi_document_covers_every_route() {
         ("/api/v1/tokens", "post"),
         ("/api/v1/tokens/{id}", "get"),
         ("/api/v1/tokens/{id}", "delete"),
+        ("/api/v1/audit/key", "get"),
+        ("/api/v1/audit/logs", "get"),
+        ("/api/v1/audit/logs/{log}/entries", "get"),
+        ("/api/v1/audit/logs/{log}/checkpoint", "get"),
+        ("/api/v1/audit/logs/{log}/proof/inclusion", "get"),
+        ("/api/v1/audit/logs/{log}/proof/consistency", "get"),
     ];
     for (path, method) in expected {
         assert!(

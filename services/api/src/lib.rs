@@ -35,6 +35,8 @@ pub trait ControlEvents: Send + Sync + 'static {
 #[derive(Clone)]
 pub struct AppState {
     pub store: Store,
+    /// The verifier key of audit checkpoints, served to auditors.
+    pub audit_vkey: String,
     pub events: Arc<dyn ControlEvents>,
 }
 
@@ -45,6 +47,17 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .service(
             web::scope("/api/v1")
                 .route("/openapi.json", web::get().to(openapi::serve))
+                .service(resource("/audit/key").get(handlers::audit::key))
+                .service(resource("/audit/logs").get(handlers::audit::logs))
+                .service(resource("/audit/logs/{log}/entries").get(handlers::audit::entries))
+                .service(resource("/audit/logs/{log}/checkpoint").get(handlers::audit::checkpoint))
+                .service(
+                    resource("/audit/logs/{log}/proof/inclusion").get(handlers::audit::inclusion),
+                )
+                .service(
+                    resource("/audit/logs/{log}/proof/consistency")
+                        .get(handlers::audit::consistency),
+                )
                 .service(
                     resource("/tenants")
                         .get(handlers::tenants::list)

@@ -4,7 +4,7 @@ use actix_web::HttpResponse;
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use crate::handlers::{health, jobs, nodes, tenants, tokens};
+use crate::handlers::{audit, health, jobs, nodes, tenants, tokens};
 
 struct BearerAuth;
 
@@ -27,6 +27,8 @@ impl Modify for BearerAuth {
         jobs::submit, jobs::list, jobs::get, jobs::cancel, jobs::log,
         nodes::list, nodes::get,
         tokens::create, tokens::list, tokens::get, tokens::revoke,
+        audit::key, audit::logs, audit::entries, audit::checkpoint, audit::inclusion,
+        audit::consistency,
     ),
     modifiers(&BearerAuth),
     tags(
@@ -34,6 +36,7 @@ impl Modify for BearerAuth {
         (name = "jobs", description = "Submit, inspect and cancel jobs"),
         (name = "nodes", description = "Nodes and their GPUs"),
         (name = "tokens", description = "API tokens for automation"),
+        (name = "audit", description = "The tamper-evident audit logs, checkpoints and proofs"),
         (name = "health", description = "Liveness and readiness"),
     )
 )]

@@ -1,6 +1,7 @@
 //! The control plane process: the REST API (actix-web) and the agent gRPC service (tonic) on
 //! separate ports of one tokio process, the scheduling loop, and first-start bootstrap.
 
+pub mod checkpoints;
 pub mod grpc;
 pub mod hub;
 pub mod scheduling;
@@ -37,6 +38,13 @@ pub struct ServerConfig {
     /// Scheduling passes run at least this often.
     pub schedule_interval: Duration,
     pub body_limit: usize,
+    /// The audit checkpoint signing key (`PRIVATE+KEY+…`), kept outside the database.
+    pub audit_key: String,
+    /// Checkpoint origins are `<audit_origin>/<log>`.
+    pub audit_origin: String,
+    /// Directory that receives a copy of every checkpoint (the external sink).
+    pub checkpoint_dir: Option<std::path::PathBuf>,
+    pub checkpoint_interval: Duration,
 }
 
 impl ServerConfig {
@@ -50,8 +58,17 @@ impl ServerConfig {
             heartbeat_interval: Duration::from_secs(3),
             schedule_interval: Duration::from_secs(2),
             body_limit: allot_api::extract::DEFAULT_BODY_LIMIT,
+            audit_key: String::new(),
+            audit_origin: "allot.local".to_owned(),
+            checkpoint_dir: None,
+            checkpoint_interval: Duration::from_secs(1),
         }
     }
+}
+
+/// A new audit signing key named `name`, as a `PRIVATE+KEY+…` string.
+pub fn generate_audit_key(name: &str) -> Result<String, allot_audit::NoteError> {
+    Ok(allot_audit::Signer::generate_system(name)?.skey())
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -64,6 +81,8 @@ pub enum ServerError {
     },
     #[error(transparent)]
     Store(#[from] StoreError),
+    #[error("audit signing key: {0}")]
+    AuditKey(#[from] allot_audit::NoteError),
     #[error("{0}")]
     Io(#[from] std::io::Error),
 }
@@ -164,6 +183,11 @@ pub async fn start(
     config: ServerConfig,
     clock: Arc<dyn Clock>,
 ) -> Result<RunningServer, ServerError> {
+    let signer = Arc::new(if config.audit_key.is_empty() {
+        allot_audit::Signer::generate_system(&config.audit_origin)?
+    } else {
+        allot_audit::Signer::from_skey(&config.audit_key)?
+    });
     let store = Store::connect(&config.database_url, clock).await?;
     let bootstrap_admin_token = bootstrap_admin(&store).await?;
 
@@ -187,6 +211,7 @@ pub async fn start(
     let notify = Arc::new(Notify::new());
     let hub = Arc::new(Hub::default());
     let state = AppState {
+        audit_vkey: signer.verifier().vkey(),
         store: store.clone(),
         events: Arc::new(Events {
             notify: notify.clone(),
@@ -240,6 +265,18 @@ pub async fn start(
         config.schedule_interval,
         stop.clone(),
     )));
+
+    let checkpointer = checkpoints::Checkpointer {
+        store: store.clone(),
+        signer,
+        origin: config.audit_origin.clone(),
+        sink: config.checkpoint_dir.clone().map(|dir| {
+            Arc::new(checkpoints::DirSink { dir }) as Arc<dyn checkpoints::CheckpointSink>
+        }),
+    };
+    tasks.push(tokio::spawn(
+        checkpointer.run(config.checkpoint_interval, stop.clone()),
+    ));
 
     tracing::info!(%http_addr, %grpc_addr, backend = store.backend_name(), "control plane started");
     Ok(RunningServer {

@@ -9,11 +9,11 @@ use allot_domain::{AuditContext, AuditEntry, AuditEvent};
 use sea_orm::sea_query::OnConflict;
 use sea_orm::{
     ActiveValue::Set, ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QueryOrder,
-    QuerySelect,
+    QuerySelect, TransactionTrait,
 };
 
 use crate::convert::{to_i64, to_u64};
-use crate::entities::{audit_entries, audit_logs};
+use crate::entities::{audit_checkpoints, audit_entries, audit_logs};
 use crate::{Store, StoreError};
 
 /// An entry as stored: its position, the hash of its bytes, and the bytes.
@@ -33,7 +33,47 @@ pub struct LogHead {
     pub root: Hash,
 }
 
+/// A signed checkpoint as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredCheckpoint {
+    pub log: String,
+    pub size: u64,
+    pub root: Hash,
+    /// The C2SP signed note.
+    pub note: String,
+}
+
 pub trait AuditRepo {
+    /// Records a standalone event (one that changes nothing else, e.g. a denied request or
+    /// an audit read) in its own transaction.
+    fn record_event(
+        &self,
+        ctx: &AuditContext,
+        event: AuditEvent,
+    ) -> impl Future<Output = Result<u64, StoreError>> + Send;
+    /// The leaf hashes of `log` for `seq < size`, in order (for proofs).
+    fn audit_leaf_hashes(
+        &self,
+        log: &str,
+        size: u64,
+    ) -> impl Future<Output = Result<Vec<Hash>, StoreError>> + Send;
+    /// Stores a signed checkpoint; a second one for the same log and size is a conflict.
+    fn insert_checkpoint(
+        &self,
+        cp: StoredCheckpoint,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// The largest checkpoint of `log`, if any.
+    fn latest_checkpoint(
+        &self,
+        log: &str,
+    ) -> impl Future<Output = Result<Option<StoredCheckpoint>, StoreError>> + Send;
+    /// Every checkpoint of `log` with `from <= size <= to`, smallest first.
+    fn checkpoints(
+        &self,
+        log: &str,
+        from: u64,
+        to: u64,
+    ) -> impl Future<Output = Result<Vec<StoredCheckpoint>, StoreError>> + Send;
     /// Entries of `log` with `seq >= from`, in order, at most `limit`.
     fn audit_entries(
         &self,
@@ -132,7 +172,83 @@ pub(crate) async fn record<C: ConnectionTrait>(
     Ok(seq)
 }
 
+fn checkpoint_of(m: audit_checkpoints::Model) -> Result<StoredCheckpoint, StoreError> {
+    Ok(StoredCheckpoint {
+        size: to_u64("size", m.size)?,
+        root: hash_from_hex("root", &m.root)?,
+        log: m.log_id,
+        note: m.note,
+    })
+}
+
 impl AuditRepo for Store {
+    async fn record_event(&self, ctx: &AuditContext, event: AuditEvent) -> Result<u64, StoreError> {
+        let txn = self.db.begin().await?;
+        let seq = record(&txn, self, ctx, event).await?;
+        txn.commit().await?;
+        Ok(seq)
+    }
+
+    async fn audit_leaf_hashes(&self, log: &str, size: u64) -> Result<Vec<Hash>, StoreError> {
+        let rows: Vec<String> = audit_entries::Entity::find()
+            .select_only()
+            .column(audit_entries::Column::LeafHash)
+            .filter(audit_entries::Column::LogId.eq(log))
+            .filter(audit_entries::Column::Seq.lt(to_i64("size", size)?))
+            .order_by_asc(audit_entries::Column::Seq)
+            .into_tuple()
+            .all(&self.db)
+            .await?;
+        if rows.len() as u64 != size {
+            return Err(StoreError::NotFound(format!(
+                "{size} entries in audit log {log} (it has {})",
+                rows.len()
+            )));
+        }
+        rows.iter().map(|h| hash_from_hex("leaf_hash", h)).collect()
+    }
+
+    async fn insert_checkpoint(&self, cp: StoredCheckpoint) -> Result<(), StoreError> {
+        audit_checkpoints::Entity::insert(audit_checkpoints::ActiveModel {
+            log_id: Set(cp.log),
+            size: Set(to_i64("size", cp.size)?),
+            root: Set(hex::encode(cp.root)),
+            note: Set(cp.note),
+            created_at: Set(self.clock.now()),
+        })
+        .exec_without_returning(&self.db)
+        .await?;
+        Ok(())
+    }
+
+    async fn latest_checkpoint(&self, log: &str) -> Result<Option<StoredCheckpoint>, StoreError> {
+        audit_checkpoints::Entity::find()
+            .filter(audit_checkpoints::Column::LogId.eq(log))
+            .order_by_desc(audit_checkpoints::Column::Size)
+            .one(&self.db)
+            .await?
+            .map(checkpoint_of)
+            .transpose()
+    }
+
+    async fn checkpoints(
+        &self,
+        log: &str,
+        from: u64,
+        to: u64,
+    ) -> Result<Vec<StoredCheckpoint>, StoreError> {
+        audit_checkpoints::Entity::find()
+            .filter(audit_checkpoints::Column::LogId.eq(log))
+            .filter(audit_checkpoints::Column::Size.gte(to_i64("from", from)?))
+            .filter(audit_checkpoints::Column::Size.lte(to_i64("to", to)?))
+            .order_by_asc(audit_checkpoints::Column::Size)
+            .all(&self.db)
+            .await?
+            .into_iter()
+            .map(checkpoint_of)
+            .collect()
+    }
+
     async fn audit_entries(
         &self,
         log: &str,

@@ -1,5 +1,6 @@
 //! Request handlers, one module per resource.
 
+pub mod audit;
 pub mod health;
 pub mod jobs;
 pub mod nodes;

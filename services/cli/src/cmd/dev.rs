@@ -34,6 +34,8 @@ pub struct DevArgs {
     /// GPUs on each simulated node, e.g. 4xH200 or 2xH200,1xT4.
     #[arg(long, default_value = "4xH200")]
     sim_gpus: String,
+    #[command(flatten)]
+    audit: crate::cmd::server::AuditArgs,
 }
 
 /// The admin token to show: the one from an earlier run if it still works, else a new one.
@@ -70,6 +72,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     config.http_listen = args.listen;
     config.grpc_listen = args.grpc_listen;
     config.heartbeat_interval = Duration::from_secs(2);
+    args.audit.apply(&args.data_dir, &mut config)?;
     let server = allot_server::start(config, Arc::new(SystemClock)).await?;
 
     let token_path = args.data_dir.join("admin.token");

@@ -1,5 +1,5 @@
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use allot_domain::SystemClock;
@@ -26,6 +26,49 @@ pub struct ServerArgs {
     /// Bootstrap token agents register with; generated into <data-dir>/join.token when absent.
     #[arg(long, env = "ALLOT_JOIN_TOKEN", hide_env_values = true)]
     join_token: Option<String>,
+    #[command(flatten)]
+    audit: AuditArgs,
+}
+
+/// Where the audit log's signing key and external checkpoint copies live.
+#[derive(Debug, clap::Args)]
+pub struct AuditArgs {
+    /// The checkpoint signing key (PRIVATE+KEY+…); generated into <data-dir>/audit.key when
+    /// absent. Keep it off the database host if you can.
+    #[arg(long, env = "ALLOT_AUDIT_KEY_FILE")]
+    audit_key_file: Option<PathBuf>,
+    /// Directory receiving a copy of every signed checkpoint [default: <data-dir>/checkpoints].
+    #[arg(long, env = "ALLOT_CHECKPOINT_DIR")]
+    checkpoint_dir: Option<PathBuf>,
+    /// Names this deployment in checkpoint origins and the key name, e.g. audit.example.com.
+    #[arg(long, env = "ALLOT_AUDIT_ORIGIN", default_value = "allot.local")]
+    audit_origin: String,
+}
+
+impl AuditArgs {
+    /// Fills the audit settings of `config`, creating the key file on first start.
+    pub fn apply(&self, data_dir: &Path, config: &mut ServerConfig) -> anyhow::Result<()> {
+        let key_path = self
+            .audit_key_file
+            .clone()
+            .unwrap_or_else(|| data_dir.join("audit.key"));
+        config.audit_key = match read_secret(&key_path) {
+            Some(k) => k,
+            None => {
+                let k = allot_server::generate_audit_key(&self.audit_origin)?;
+                write_secret(&key_path, &k)?;
+                eprintln!("Audit signing key written to {}", key_path.display());
+                k
+            }
+        };
+        config.audit_origin = self.audit_origin.clone();
+        config.checkpoint_dir = Some(
+            self.checkpoint_dir
+                .clone()
+                .unwrap_or_else(|| data_dir.join("checkpoints")),
+        );
+        Ok(())
+    }
 }
 
 pub fn sqlite_url(data_dir: &std::path::Path) -> anyhow::Result<String> {
@@ -55,6 +98,7 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
     let mut config = ServerConfig::new(database_url, join_token);
     config.http_listen = args.listen;
     config.grpc_listen = args.grpc_listen;
+    args.audit.apply(&args.data_dir, &mut config)?;
     let server = allot_server::start(config, Arc::new(SystemClock)).await?;
     if let Some(token) = &server.bootstrap_admin_token {
         let path = args.data_dir.join("admin.token");

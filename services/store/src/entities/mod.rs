@@ -1,6 +1,7 @@
 //! sea-orm entities: one module per table, mirroring `migrations/` exactly.
 
 pub mod api_tokens;
+pub mod audit_checkpoints;
 pub mod audit_entries;
 pub mod audit_logs;
 pub mod gpus;

@@ -1,0 +1,154 @@
+//! Signed checkpoints of every audit log, at most every `interval` while entries arrive,
+//! stored in the database and written to a sink outside it, so that rewriting or truncating
+//! the database is detectable from the outside copy alone.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use allot_audit::{Checkpoint, Signer};
+use allot_domain::{AuditContext, AuditEvent, SYSTEM_LOG};
+use allot_store::{AuditRepo, Store, StoreError, StoredCheckpoint};
+use base64::Engine;
+use tokio_util::sync::CancellationToken;
+
+/// Where checkpoints go besides the database. The default writes files; an object store
+/// with object lock, or a witness that cosigns, implements the same trait.
+pub trait CheckpointSink: Send + Sync {
+    /// Stores the signed note of `log` at `size`. Writing the same note twice is fine;
+    /// a different note for an existing size is an error (somebody forked the log).
+    fn write(&self, log: &str, size: u64, note: &str) -> std::io::Result<()>;
+}
+
+/// `<dir>/<log>/<size, 20 digits>.checkpoint`, each file created once and never rewritten.
+#[derive(Debug, Clone)]
+pub struct DirSink {
+    pub dir: PathBuf,
+}
+
+impl DirSink {
+    pub fn path(&self, log: &str, size: u64) -> PathBuf {
+        self.dir.join(log).join(format!("{size:020}.checkpoint"))
+    }
+}
+
+impl CheckpointSink for DirSink {
+    fn write(&self, log: &str, size: u64, note: &str) -> std::io::Result<()> {
+        use std::io::Write;
+        let path = self.path(log, size);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&path)
+        {
+            Ok(mut f) => {
+                f.write_all(note.as_bytes())?;
+                f.sync_all()
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                if std::fs::read_to_string(&path)? == note {
+                    Ok(())
+                } else {
+                    Err(std::io::Error::new(
+                        std::io::ErrorKind::AlreadyExists,
+                        format!("{} holds a different checkpoint", path.display()),
+                    ))
+                }
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CheckpointError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("signing: {0}")]
+    Sign(#[from] allot_audit::NoteError),
+    #[error("checkpoint sink: {0}")]
+    Sink(#[from] std::io::Error),
+}
+
+pub struct Checkpointer {
+    pub store: Store,
+    pub signer: Arc<Signer>,
+    /// Prefix of every checkpoint's origin line: `<origin>/<log>`.
+    pub origin: String,
+    pub sink: Option<Arc<dyn CheckpointSink>>,
+}
+
+impl Checkpointer {
+    /// Checkpoints every log that grew since its last checkpoint; returns how many.
+    pub async fn tick(&self) -> Result<usize, CheckpointError> {
+        let mut made = 0;
+        for head in self.store.audit_heads().await? {
+            if head.size == 0 {
+                continue;
+            }
+            let latest = self.store.latest_checkpoint(&head.log).await?;
+            if latest.is_some_and(|c| c.size >= head.size) {
+                continue;
+            }
+            let cp = Checkpoint {
+                origin: format!("{}/{}", self.origin, head.log),
+                size: head.size,
+                root: head.root,
+                extensions: Vec::new(),
+            };
+            let note = self.signer.sign(&cp.body())?;
+            // Outside first: an outside checkpoint without its database twin is still a true
+            // statement about the log; the reverse would be a gap the sink cannot vouch for.
+            if let Some(sink) = &self.sink {
+                sink.write(&head.log, head.size, &note)?;
+            }
+            match self
+                .store
+                .insert_checkpoint(StoredCheckpoint {
+                    log: head.log.clone(),
+                    size: head.size,
+                    root: head.root,
+                    note,
+                })
+                .await
+            {
+                Ok(()) => made += 1,
+                // Another control plane replica checkpointed this size first.
+                Err(StoreError::Conflict(_)) => continue,
+                Err(e) => return Err(e.into()),
+            }
+            if head.log != SYSTEM_LOG {
+                let root = base64::engine::general_purpose::STANDARD.encode(head.root);
+                let event = AuditEvent::success(
+                    SYSTEM_LOG,
+                    "audit.checkpoint",
+                    format!("audit-log/{}", head.log),
+                )
+                .after(serde_json::json!({ "size": head.size, "root": root }));
+                self.store
+                    .record_event(&AuditContext::system("checkpointer"), event)
+                    .await?;
+            }
+        }
+        Ok(made)
+    }
+
+    pub async fn run(self, interval: Duration, stop: CancellationToken) {
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => break,
+                () = tokio::time::sleep(interval) => {}
+            }
+            if let Err(e) = self.tick().await {
+                tracing::error!(error = %e, "audit checkpoint failed; retrying");
+            }
+        }
+        // One last checkpoint so a clean shutdown leaves nothing unsigned.
+        if let Err(e) = self.tick().await {
+            tracing::error!(error = %e, "final audit checkpoint failed");
+        }
+    }
+}

@@ -1,0 +1,19 @@
+use sea_orm::entity::prelude::*;
+
+#[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
+#[sea_orm(table_name = "audit_checkpoints")]
+pub struct Model {
+    #[sea_orm(primary_key, auto_increment = false)]
+    pub log_id: String,
+    #[sea_orm(primary_key, auto_increment = false)]
+    pub size: i64,
+    pub root: String,
+    #[sea_orm(column_type = "Text")]
+    pub note: String,
+    pub created_at: DateTimeUtc,
+}
+
+#[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
+pub enum Relation {}
+
+impl ActiveModelBehavior for ActiveModel {}
