@@ -3,6 +3,7 @@
 //! C2SP signed notes with Ed25519. Everything here is deterministic and can be checked
 //! offline by anyone holding the public key.
 
+pub mod bundle;
 pub mod checkpoint;
 pub mod merkle;
 pub mod note;

@@ -82,6 +82,9 @@ pub struct AuditEntry {
     pub seq: u64,
     /// UTC, RFC 3339 with microseconds.
     pub time: String,
+    /// Base64 Merkle root of the log's entries before this one: every entry commits to the
+    /// whole history before it, so a verifier can name the first entry that was altered.
+    pub prev_root: String,
     pub actor: Actor,
     /// Dotted verb, e.g. `tenant.create`, `job.transition`, `token.revoke`.
     pub action: String,
@@ -153,6 +156,7 @@ mod tests {
             log: SYSTEM_LOG.into(),
             seq: 7,
             time: "2026-11-29T12:00:00.000000Z".into(),
+            prev_root: "47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU=".into(),
             actor: Actor::system("scheduler"),
             action: "job.transition".into(),
             target: "job/x".into(),
@@ -164,7 +168,7 @@ mod tests {
         };
         let bytes = entry.canonical_bytes();
         let text = String::from_utf8(bytes.clone()).expect("utf8");
-        assert!(text.starts_with(r#"{"log":"system","seq":7,"time":"2026-11-29T12:00:00.000000Z","actor":{"kind":"system""#), "{text}");
+        assert!(text.starts_with(r#"{"log":"system","seq":7,"time":"2026-11-29T12:00:00.000000Z","prev_root":"47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU=","actor":{"kind":"system""#), "{text}");
         assert!(
             text.contains(r#""before":{"a":1,"state":"pending"}"#),
             "keys sorted: {text}"

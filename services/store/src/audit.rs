@@ -6,6 +6,7 @@
 
 use allot_audit::{CompactRange, Hash};
 use allot_domain::{AuditContext, AuditEntry, AuditEvent};
+use base64::Engine;
 use sea_orm::sea_query::OnConflict;
 use sea_orm::{
     ActiveValue::Set, ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QueryOrder,
@@ -138,6 +139,7 @@ pub(crate) async fn record<C: ConnectionTrait>(
         log: event.log,
         seq,
         time: AuditEntry::format_time(now),
+        prev_root: base64::engine::general_purpose::STANDARD.encode(range.root()),
         actor: ctx.actor.clone(),
         action: event.action,
         target: event.target,
