@@ -20,6 +20,8 @@ pub const PATIENCE: Duration = Duration::from_secs(30);
 
 pub struct TestCluster {
     pub server: RunningServer,
+    /// The database URL (for tests that act as a database superuser).
+    pub db_url: String,
     pub admin_token: String,
     pub http: reqwest::Client,
     pub data_dir: tempfile::TempDir,
@@ -69,6 +71,7 @@ pub async fn spawn_cluster(backend: Backend, nodes: usize, gpus: &str) -> TestCl
         })
         .collect();
     let cluster = TestCluster {
+        db_url: db.url.clone(),
         server,
         admin_token,
         http: reqwest::Client::new(),
@@ -197,3 +200,24 @@ impl TestCluster {
 }
 
 pub use allot_agent::runner::process_group_alive;
+
+/// Builds (if needed) and locates the `allot` binary of this workspace and profile.
+pub fn allot_bin() -> std::path::PathBuf {
+    if let Ok(p) = std::env::var("ALLOT_BIN") {
+        return std::path::PathBuf::from(p);
+    }
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let status = std::process::Command::new(cargo)
+        .args(["build", "--quiet", "-p", "allot", "--bin", "allot"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .status()
+        .expect("cargo build runs");
+    assert!(status.success(), "building the allot binary failed");
+    // target/<profile>/deps/<test binary> -> target/<profile>/allot
+    let exe = std::env::current_exe().expect("test binary path");
+    let profile_dir = exe
+        .parent()
+        .and_then(std::path::Path::parent)
+        .expect("target profile directory");
+    profile_dir.join("allot")
+}

@@ -797,6 +797,7 @@ async fn openapi_document_covers_every_route() {
         ("/api/v1/audit/logs", "get"),
         ("/api/v1/audit/logs/{log}/entries", "get"),
         ("/api/v1/audit/logs/{log}/checkpoint", "get"),
+        ("/api/v1/audit/logs/{log}/export", "get"),
         ("/api/v1/audit/logs/{log}/proof/inclusion", "get"),
         ("/api/v1/audit/logs/{log}/proof/consistency", "get"),
     ];

@@ -4,7 +4,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -12,26 +12,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-/// Builds (if needed) and locates the `allot` binary of this workspace and profile.
-fn allot_bin() -> PathBuf {
-    if let Ok(p) = std::env::var("ALLOT_BIN") {
-        return PathBuf::from(p);
-    }
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let status = Command::new(cargo)
-        .args(["build", "--quiet", "-p", "allot", "--bin", "allot"])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .status()
-        .expect("cargo build runs");
-    assert!(status.success(), "building the allot binary failed");
-    // target/<profile>/deps/<test binary> -> target/<profile>/allot
-    let exe = std::env::current_exe().expect("test binary path");
-    let profile_dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target profile directory");
-    profile_dir.join("allot")
-}
+use allot_system_tests::allot_bin;
 
 struct Dev {
     child: Child,

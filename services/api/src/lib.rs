@@ -35,8 +35,10 @@ pub trait ControlEvents: Send + Sync + 'static {
 #[derive(Clone)]
 pub struct AppState {
     pub store: Store,
-    /// The verifier key of audit checkpoints, served to auditors.
-    pub audit_vkey: String,
+    /// Signs audit checkpoints and export manifests; its verifier key is public.
+    pub audit_signer: Arc<allot_audit::Signer>,
+    /// Checkpoint origins are `<audit_origin>/<log>`.
+    pub audit_origin: String,
     pub events: Arc<dyn ControlEvents>,
 }
 
@@ -51,6 +53,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
                 .service(resource("/audit/logs").get(handlers::audit::logs))
                 .service(resource("/audit/logs/{log}/entries").get(handlers::audit::entries))
                 .service(resource("/audit/logs/{log}/checkpoint").get(handlers::audit::checkpoint))
+                .service(resource("/audit/logs/{log}/export").get(handlers::audit::export))
                 .service(
                     resource("/audit/logs/{log}/proof/inclusion").get(handlers::audit::inclusion),
                 )

@@ -27,7 +27,7 @@ impl Modify for BearerAuth {
         jobs::submit, jobs::list, jobs::get, jobs::cancel, jobs::log,
         nodes::list, nodes::get,
         tokens::create, tokens::list, tokens::get, tokens::revoke,
-        audit::key, audit::logs, audit::entries, audit::checkpoint, audit::inclusion,
+        audit::key, audit::logs, audit::entries, audit::checkpoint, audit::export, audit::inclusion,
         audit::consistency,
     ),
     modifiers(&BearerAuth),

@@ -213,6 +213,8 @@ pub struct Report {
     pub key_trusted: bool,
     /// The sequence number of the first entry found altered, missing or out of place.
     pub first_bad_entry: Option<u64>,
+    /// Entries after the largest valid checkpoint: consistent, but not yet signed.
+    pub unsigned_tail: u64,
 }
 
 impl Report {
@@ -338,7 +340,19 @@ pub fn verify(bundle: &Bundle, trusted: Option<&Verifier>, external: &[(u64, Str
                     history_ok = false;
                     // An entry in its place that saw another history means the one before it
                     // changed; an entry out of place was already named above.
+                    // A witnessed root equal to an earlier prefix's is a replayed or copied
+                    // entry: this one is the intruder.
+                    let replayed = witnessed
+                        .and_then(|w| B64.decode(w).ok())
+                        .is_some_and(|w| roots.iter().any(|r| r.as_slice() == w.as_slice()));
                     match pos.checked_sub(1) {
+                        Some(_) if in_place && replayed => {
+                            report.problem(
+                                &subject,
+                                "forged or out of place: it witnessed an earlier state of the log",
+                            );
+                            report.bad_entry(pos);
+                        }
                         Some(prev) if in_place => {
                             report.problem(
                                 format!("entry {prev}"),
@@ -439,6 +453,7 @@ pub fn verify(bundle: &Bundle, trusted: Option<&Verifier>, external: &[(u64, Str
             report.bad_entry(from);
         }
     }
+    report.unsigned_tail = report.entries.saturating_sub(last_good);
     if report.checkpoints_verified == 0 && report.entries > 0 {
         report.problem("checkpoints", "no valid checkpoint covers these entries");
     }

@@ -61,6 +61,25 @@ impl Client {
         })
     }
 
+    /// GET returning the raw body.
+    pub async fn get_bytes(&self, path: &str) -> anyhow::Result<Vec<u8>> {
+        let url = format!("{}{path}", self.base);
+        let res = self
+            .http
+            .get(&url)
+            .bearer_auth(&self.token)
+            .timeout(Duration::from_secs(600))
+            .send()
+            .await
+            .with_context(|| format!("cannot reach the Allot server at {}", self.base))?;
+        let status = res.status();
+        let bytes = res.bytes().await.context("reading the server's answer")?;
+        if !status.is_success() {
+            return Err(problem_error(status, &String::from_utf8_lossy(&bytes)));
+        }
+        Ok(bytes.to_vec())
+    }
+
     async fn send(
         &self,
         method: Method,

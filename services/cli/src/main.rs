@@ -57,6 +57,9 @@ enum Command {
     /// Manage API tokens.
     #[command(subcommand)]
     Token(TokenCmd),
+    /// Read, export and verify the tamper-evident audit logs.
+    #[command(subcommand)]
+    Audit(cmd::audit::AuditCmd),
 }
 
 /// Resolves on Ctrl-C or SIGTERM.
@@ -85,6 +88,7 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Job(c) => cmd::job::run(&client()?, c).await,
         Command::Node(c) => cmd::node::run(&client()?, c).await.map(|()| 0),
         Command::Token(c) => cmd::token::run(&client()?, c).await.map(|()| 0),
+        Command::Audit(c) => cmd::audit::run(client, c).await,
     }
 }
 

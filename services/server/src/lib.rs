@@ -211,7 +211,8 @@ pub async fn start(
     let notify = Arc::new(Notify::new());
     let hub = Arc::new(Hub::default());
     let state = AppState {
-        audit_vkey: signer.verifier().vkey(),
+        audit_signer: signer.clone(),
+        audit_origin: config.audit_origin.clone(),
         store: store.clone(),
         events: Arc::new(Events {
             notify: notify.clone(),

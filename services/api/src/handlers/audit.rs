@@ -177,6 +177,61 @@ pub async fn checkpoint(
         .body(cp.note))
 }
 
+/// Export a whole log as a bundle that `allot audit verify` checks offline: a tar of the
+/// signed manifest, every entry as hashed, every checkpoint, and the verifier key.
+#[utoipa::path(get, path = "/api/v1/audit/logs/{log}/export", tag = "audit",
+    params(("log" = String, Path)), security(("bearer" = [])),
+    responses((status = 200, content_type = "application/x-tar", body = Vec<u8>),
+        (status = 404, body = Problem)))]
+pub async fn export(
+    state: web::Data<AppState>,
+    who: Principal,
+    log: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    readable(&state, &who, &log).await?;
+    let mut bodies = Vec::new();
+    loop {
+        let page = state
+            .store
+            .audit_entries(&log, bodies.len() as u64, MAX_ENTRIES)
+            .await?;
+        let done = (page.len() as u64) < MAX_ENTRIES;
+        bodies.extend(page.into_iter().map(|e| e.body));
+        if done {
+            break;
+        }
+    }
+    let checkpoints = state
+        .store
+        .checkpoints(&log, 0, u64::MAX >> 1)
+        .await?
+        .into_iter()
+        .map(|c| (c.size, c.note))
+        .collect();
+    let now = allot_domain::AuditEntry::format_time(state.store.clock().now());
+    let origin = format!("{}/{log}", state.audit_origin);
+    let bundle = allot_audit::bundle::Bundle::build(
+        &state.audit_signer,
+        &log,
+        &origin,
+        &bodies,
+        checkpoints,
+        &now,
+    )
+    .and_then(|b| b.to_tar())
+    .map_err(|e| ApiError::Internal(format!("building the audit bundle: {e}")))?;
+    let event = AuditEvent::success(SYSTEM_LOG, "audit.export", format!("audit-log/{log}"))
+        .after(serde_json::json!({ "entries": bodies.len() }));
+    state.store.record_event(&who.audit(), event).await?;
+    Ok(HttpResponse::Ok()
+        .content_type("application/x-tar")
+        .insert_header((
+            "Content-Disposition",
+            format!("attachment; filename=\"allot-audit-{log}.tar\""),
+        ))
+        .body(bundle))
+}
+
 #[derive(Debug, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
@@ -314,7 +369,7 @@ pub async fn key(state: web::Data<AppState>, _who: Principal) -> HttpResponse {
     json(
         StatusCode::OK,
         &AuditKeyView {
-            vkey: state.audit_vkey.clone(),
+            vkey: state.audit_signer.verifier().vkey(),
         },
     )
 }

@@ -149,6 +149,27 @@ fn a_forged_entry_is_named() {
 }
 
 #[test]
+fn a_naively_forged_entry_with_a_copied_history_is_named() {
+    let f = fixture();
+    let mut e = f.entries.clone();
+    // Entries from 7 shift up; the forger copies entry 6 with the next sequence number.
+    for (i, body) in e.iter_mut().enumerate().skip(7) {
+        *body = body.replace(&format!("\"seq\":{i},"), &format!("\"seq\":{},", i + 1));
+    }
+    let forged = f.entries[6]
+        .replace("\"seq\":6,", "\"seq\":7,")
+        .replace("job/6", "job/evil");
+    e.insert(7, forged);
+    let r = check(&f, &bundle(&f, &e, f.checkpoints.clone()), &[]);
+    assert_eq!(r.first_bad_entry, Some(7), "{:?}", r.problems);
+    assert!(
+        r.problems
+            .iter()
+            .any(|p| p.subject == "entry 7" && p.message.contains("forged"))
+    );
+}
+
+#[test]
 fn a_truncated_tail_is_caught_by_external_checkpoints() {
     let f = fixture();
     let kept = &f.entries[..13];

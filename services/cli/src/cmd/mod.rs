@@ -1,6 +1,7 @@
 //! One module per group of subcommands.
 
 pub mod agent;
+pub mod audit;
 pub mod dev;
 pub mod job;
 pub mod node;
