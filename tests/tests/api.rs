@@ -759,6 +759,18 @@ async fn expired_tokens_stop_working() {
         .await;
     assert_eq!(s, StatusCode::UNAUTHORIZED);
     assert_eq!(problem["detail"], "the token has expired");
+    // The refusal is audited under the token's own id.
+    let (_, page) = c.get("/api/v1/audit/logs/system/entries?limit=1000").await;
+    let named = page["entries"]
+        .as_array()
+        .expect("entries")
+        .iter()
+        .any(|e| {
+            let body: Value =
+                serde_json::from_str(e["body"].as_str().unwrap_or("")).unwrap_or(Value::Null);
+            body["action"] == "api.unauthenticated" && body["actor"]["id"] == t["token"]["id"]
+        });
+    assert!(named, "{page}");
     c.shutdown().await;
 }
 

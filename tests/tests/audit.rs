@@ -222,5 +222,38 @@ async fn tenants_read_only_their_own_audit_log() {
     assert_eq!(s, StatusCode::FORBIDDEN);
     let (s, _) = get(admin, "/api/v1/audit/logs/no-such-log/entries".into()).await;
     assert_eq!(s, StatusCode::NOT_FOUND);
+    let (s, _) = get("allot_forged".into(), "/api/v1/jobs".into()).await;
+    assert_eq!(s, StatusCode::UNAUTHORIZED);
+
+    // Every refusal is in the system log: who, from where, what, and why.
+    let (_, page) = c.get("/api/v1/audit/logs/system/entries?limit=1000").await;
+    let denials: Vec<Value> = page["entries"]
+        .as_array()
+        .expect("entries")
+        .iter()
+        .map(|e| serde_json::from_str::<Value>(e["body"].as_str().expect("body")).expect("json"))
+        .filter(|e| e["outcome"] == "denied")
+        .collect();
+    let forbidden = denials
+        .iter()
+        .find(|e| {
+            e["action"] == "api.denied"
+                && e["target"] == format!("GET /api/v1/audit/logs/{red}/entries")
+        })
+        .expect("the member's refused read is recorded");
+    assert_eq!(forbidden["actor"]["tenant_id"], red.as_str());
+    assert_eq!(forbidden["actor"]["source"], "127.0.0.1");
+    assert!(
+        forbidden["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("tenant-admin")),
+        "{forbidden}"
+    );
+    let unauthenticated = denials
+        .iter()
+        .find(|e| e["action"] == "api.unauthenticated")
+        .expect("the forged token is recorded");
+    assert_eq!(unauthenticated["target"], "GET /api/v1/jobs");
+    assert_eq!(unauthenticated["reason"], "the token is not valid");
     c.shutdown().await;
 }

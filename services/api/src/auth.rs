@@ -5,13 +5,17 @@ use std::pin::Pin;
 
 use actix_web::dev::Payload;
 use actix_web::http::header;
-use actix_web::{FromRequest, HttpRequest, web};
+use actix_web::{FromRequest, HttpMessage, HttpRequest, web};
 use allot_domain::{Actor, ActorKind, AuditContext, Role};
 use allot_store::TokenRepo;
 
 use crate::AppState;
 use crate::problem::ApiError;
 use crate::secret;
+
+/// The id of a presented token that exists but is revoked or expired.
+#[derive(Debug, Clone)]
+pub struct UnusableToken(pub String);
 
 /// An authenticated caller.
 #[derive(Debug, Clone)]
@@ -95,6 +99,7 @@ impl FromRequest for Principal {
 
     fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
         let state = req.app_data::<web::Data<AppState>>().cloned();
+        let http_req = req.clone();
         let source = req.peer_addr().map(|a| a.ip().to_string());
         let request_id = request_id(req);
         let header = req
@@ -130,17 +135,29 @@ impl FromRequest for Principal {
             let found = state.store.use_token(&secret::hash(token)).await?;
             let now = state.store.clock().now();
             match found {
-                Some(t) if t.is_usable(now) => Ok(Principal {
-                    token_id: t.id,
-                    role: t.role,
-                    tenant_id: t.tenant_id,
-                    source,
-                    request_id,
-                }),
-                Some(t) if t.revoked_at.is_some() => Err(ApiError::Unauthenticated(
-                    "the token has been revoked".into(),
-                )),
-                Some(_) => Err(ApiError::Unauthenticated("the token has expired".into())),
+                Some(t) if t.is_usable(now) => {
+                    let principal = Principal {
+                        token_id: t.id,
+                        role: t.role,
+                        tenant_id: t.tenant_id,
+                        source,
+                        request_id,
+                    };
+                    // For the denial audit, which runs after the handler.
+                    http_req.extensions_mut().insert(principal.clone());
+                    Ok(principal)
+                }
+                Some(t) => {
+                    // Named in the denial audit: a known token that no longer works.
+                    http_req
+                        .extensions_mut()
+                        .insert(UnusableToken(t.id.clone()));
+                    Err(ApiError::Unauthenticated(if t.revoked_at.is_some() {
+                        "the token has been revoked".into()
+                    } else {
+                        "the token has expired".into()
+                    }))
+                }
                 None => Err(ApiError::Unauthenticated("the token is not valid".into())),
             }
         })

@@ -6,6 +6,7 @@
 //! from the handlers' annotations and served at `/api/v1/openapi.json`.
 
 pub mod auth;
+mod denials;
 pub mod extract;
 mod handlers;
 pub mod openapi;
@@ -19,6 +20,7 @@ use actix_web::{HttpRequest, HttpResponse, ResponseError, web};
 use allot_domain::Job;
 use allot_store::Store;
 
+pub use denials::record_denials;
 pub use extract::BodyLimit;
 pub use handlers::tokens::TOKEN_PREFIX;
 pub use problem::ApiError;

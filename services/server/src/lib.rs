@@ -222,6 +222,7 @@ pub async fn start(
     let body_limit = BodyLimit(config.body_limit);
     let http = HttpServer::new(move || {
         App::new()
+            .wrap(actix_web::middleware::from_fn(allot_api::record_denials))
             .app_data(web::Data::new(state.clone()))
             .app_data(body_limit)
             .configure(allot_api::configure)

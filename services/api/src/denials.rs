@@ -1,0 +1,73 @@
+//! Records every refused request (401 and 403) in the system audit log, with who asked,
+//! from where, for what, and why it was refused.
+
+use actix_web::body::MessageBody;
+use actix_web::dev::{ServiceRequest, ServiceResponse};
+use actix_web::http::StatusCode;
+use actix_web::middleware::Next;
+use actix_web::{HttpMessage, web};
+use allot_domain::{Actor, ActorKind, AuditContext, AuditEvent, Outcome, SYSTEM_LOG};
+use allot_store::AuditRepo;
+
+use crate::auth::{Principal, UnusableToken};
+use crate::{ApiError, AppState};
+
+/// actix middleware: pass the request on, and audit it if it was refused.
+pub async fn record_denials(
+    req: ServiceRequest,
+    next: Next<impl MessageBody>,
+) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
+    let state = req.app_data::<web::Data<AppState>>().cloned();
+    let target = format!("{} {}", req.method(), req.path());
+    let source = req.peer_addr().map(|a| a.ip().to_string());
+    let res = next.call(req).await?;
+    let status = res.status();
+    if status != StatusCode::UNAUTHORIZED && status != StatusCode::FORBIDDEN {
+        return Ok(res);
+    }
+    let Some(state) = state else {
+        return Ok(res);
+    };
+    let reason = res
+        .response()
+        .error()
+        .and_then(|e| e.as_error::<ApiError>())
+        .map(ToString::to_string);
+    let principal = res.request().extensions().get::<Principal>().cloned();
+    let presented = res
+        .request()
+        .extensions()
+        .get::<UnusableToken>()
+        .map(|t| t.0.clone());
+    let ctx = principal.map_or_else(
+        || AuditContext {
+            actor: Actor {
+                kind: ActorKind::Token,
+                id: presented.unwrap_or_else(|| "unauthenticated".to_owned()),
+                tenant_id: None,
+                auth_method: "api-token".to_owned(),
+                source,
+            },
+            request_id: None,
+        },
+        |p| p.audit(),
+    );
+    let action = if status == StatusCode::UNAUTHORIZED {
+        "api.unauthenticated"
+    } else {
+        "api.denied"
+    };
+    let event = AuditEvent {
+        log: SYSTEM_LOG.to_owned(),
+        action: action.to_owned(),
+        target,
+        outcome: Outcome::Denied,
+        reason,
+        before: None,
+        after: None,
+    };
+    if let Err(e) = state.store.record_event(&ctx, event).await {
+        tracing::error!(error = %e, "could not audit a refused request");
+    }
+    Ok(res)
+}
