@@ -284,7 +284,52 @@ pub fn verify(bundle: &Bundle, trusted: Option<&Verifier>, external: &[(u64, Str
         );
     }
 
-    // Entries: continuity, the log they claim, and their commitment to the history before.
+    // Checkpoints first, so the entry pass knows at which sizes to keep a root.
+    let mut cps: Vec<(u64, &str, Option<Checkpoint>)> = Vec::new();
+    for (claimed, note, source) in bundle
+        .checkpoints
+        .iter()
+        .map(|(s, n)| (*s, n.as_str(), "bundled"))
+        .chain(external.iter().map(|(s, n)| (*s, n.as_str(), "external")))
+    {
+        let subject = format!("checkpoint {claimed} ({source})");
+        let cp = match open(note, std::slice::from_ref(&key)) {
+            Err(e) => {
+                report.problem(&subject, format!("signature does not verify: {e}"));
+                None
+            }
+            Ok(opened) => match Checkpoint::parse(&opened.text) {
+                Err(e) => {
+                    report.problem(&subject, e.to_string());
+                    None
+                }
+                Ok(cp) if cp.origin != manifest.origin => {
+                    report.problem(
+                        &subject,
+                        format!("is for `{}`, not `{}`", cp.origin, manifest.origin),
+                    );
+                    None
+                }
+                Ok(cp) => {
+                    if cp.size != claimed {
+                        report.problem(
+                            &subject,
+                            format!("signs size {}, filed as {claimed}", cp.size),
+                        );
+                    }
+                    Some(cp)
+                }
+            },
+        };
+        cps.push((claimed, source, cp));
+    }
+    cps.sort_by_key(|(s, _, _)| *s);
+    let wanted: std::collections::BTreeSet<u64> = cps
+        .iter()
+        .filter_map(|(_, _, cp)| cp.as_ref().map(|c| c.size))
+        .collect();
+
+    // Entries: continuity and the log they claim; leaf hashes and the roots checkpoints need.
     let lines: Vec<&str> = bundle.entries_jsonl.lines().collect();
     report.entries = lines.len() as u64;
     if report.entries != manifest.entries {
@@ -296,25 +341,27 @@ pub fn verify(bundle: &Bundle, trusted: Option<&Verifier>, external: &[(u64, Str
             ),
         );
     }
+    let mut heads: Vec<Option<EntryHead<'_>>> = Vec::with_capacity(lines.len());
+    let mut leaves: Vec<Hash> = Vec::with_capacity(lines.len());
     let mut range = CompactRange::new();
-    // roots[n] = root of entries 0..n.
-    let mut roots: Vec<Hash> = vec![range.root()];
-    let mut history_ok = true;
+    let mut roots_at = std::collections::BTreeMap::new();
+    if wanted.contains(&0) {
+        roots_at.insert(0, range.root());
+    }
     // seq - position of the last continuity break reported, to report each break once.
     let mut offset: i128 = 0;
     for (i, line) in lines.iter().enumerate() {
         let pos = i as u64;
         let subject = format!("entry {pos}");
-        match serde_json::from_str::<serde_json::Value>(line) {
+        let head = match serde_json::from_str::<EntryHead<'_>>(line) {
             Err(e) => {
                 report.problem(&subject, format!("not JSON: {e}"));
                 report.bad_entry(pos);
+                None
             }
-            Ok(v) => {
-                let seq = v.get("seq").and_then(serde_json::Value::as_u64);
-                let in_place = seq == Some(pos);
-                match seq {
-                    Some(_) if in_place => offset = 0,
+            Ok(h) => {
+                match h.seq {
+                    Some(seq) if seq == pos => offset = 0,
                     Some(seq) => {
                         let off = i128::from(seq) - i128::from(pos);
                         if off != offset {
@@ -331,94 +378,29 @@ pub fn verify(bundle: &Bundle, trusted: Option<&Verifier>, external: &[(u64, Str
                         report.bad_entry(pos);
                     }
                 }
-                if v.get("log").and_then(serde_json::Value::as_str) != Some(manifest.log.as_str()) {
+                if h.log.as_deref() != Some(manifest.log.as_str()) {
                     report.problem(&subject, format!("does not belong to log {}", manifest.log));
                     report.bad_entry(pos);
                 }
-                let witnessed = v.get("prev_root").and_then(serde_json::Value::as_str);
-                if history_ok && witnessed != Some(B64.encode(range.root()).as_str()) {
-                    history_ok = false;
-                    // An entry in its place that saw another history means the one before it
-                    // changed; an entry out of place was already named above.
-                    // A witnessed root equal to an earlier prefix's is a replayed or copied
-                    // entry: this one is the intruder.
-                    let replayed = witnessed
-                        .and_then(|w| B64.decode(w).ok())
-                        .is_some_and(|w| roots.iter().any(|r| r.as_slice() == w.as_slice()));
-                    match pos.checked_sub(1) {
-                        Some(_) if in_place && replayed => {
-                            report.problem(
-                                &subject,
-                                "forged or out of place: it witnessed an earlier state of the log",
-                            );
-                            report.bad_entry(pos);
-                        }
-                        Some(prev) if in_place => {
-                            report.problem(
-                                format!("entry {prev}"),
-                                format!(
-                                    "altered: entry {pos} witnessed a different history up to it"
-                                ),
-                            );
-                            report.bad_entry(prev);
-                        }
-                        None if in_place => {
-                            report.problem(
-                                &subject,
-                                "altered: the first entry must witness an empty log",
-                            );
-                            report.bad_entry(pos);
-                        }
-                        _ => {}
-                    }
-                }
+                Some(h)
             }
+        };
+        heads.push(head);
+        let leaf = leaf_hash(line.as_bytes());
+        leaves.push(leaf);
+        range.append(leaf);
+        if wanted.contains(&range.size()) {
+            roots_at.insert(range.size(), range.root());
         }
-        range.append(leaf_hash(line.as_bytes()));
-        roots.push(range.root());
     }
-    // Ranges that checkpoints show contain a bad entry, for when no entry was named in them.
-    let mut suspect: Vec<(u64, u64)> = Vec::new();
 
-    // Checkpoints, from the bundle and from outside, against the entries.
-    let mut all: Vec<(u64, &str, &str)> = bundle
-        .checkpoints
-        .iter()
-        .map(|(s, n)| (*s, n.as_str(), "bundled"))
-        .chain(external.iter().map(|(s, n)| (*s, n.as_str(), "external")))
-        .collect();
-    all.sort_by_key(|(s, _, _)| *s);
+    // Each checkpoint against the entries.
     let mut last_good = 0u64;
-    for (claimed, note, source) in all {
+    let mut suspect: Vec<(u64, u64)> = Vec::new();
+    for (claimed, source, cp) in &cps {
+        let Some(cp) = cp else { continue };
         let subject = format!("checkpoint {claimed} ({source})");
-        let opened = match open(note, std::slice::from_ref(&key)) {
-            Ok(o) => o,
-            Err(e) => {
-                report.problem(&subject, format!("signature does not verify: {e}"));
-                continue;
-            }
-        };
-        let cp = match Checkpoint::parse(&opened.text) {
-            Ok(cp) => cp,
-            Err(e) => {
-                report.problem(&subject, e.to_string());
-                continue;
-            }
-        };
-        if cp.origin != manifest.origin {
-            report.problem(
-                &subject,
-                format!("is for `{}`, not `{}`", cp.origin, manifest.origin),
-            );
-            continue;
-        }
-        if cp.size != claimed {
-            report.problem(
-                &subject,
-                format!("signs size {}, filed as {claimed}", cp.size),
-            );
-        }
-        match roots.get(usize::try_from(cp.size).unwrap_or(usize::MAX)) {
+        match roots_at.get(&cp.size) {
             None => {
                 report.problem(
                     &subject,
@@ -447,6 +429,65 @@ pub fn verify(bundle: &Bundle, trusted: Option<&Verifier>, external: &[(u64, Str
             }
         }
     }
+
+    // Each entry's commitment to the history before it: over everything when something is
+    // wrong (to name the first bad entry), else only over the part no checkpoint covers.
+    let start = if report.problems.is_empty() && suspect.is_empty() {
+        usize::try_from(last_good)
+            .unwrap_or(usize::MAX)
+            .min(lines.len())
+    } else {
+        0
+    };
+    let mut range = CompactRange::new();
+    for leaf in &leaves[..start] {
+        range.append(*leaf);
+    }
+    let mut seen_roots: std::collections::HashSet<Hash> = std::collections::HashSet::new();
+    for (i, head) in heads.iter().enumerate().skip(start) {
+        let pos = i as u64;
+        let root = range.root();
+        seen_roots.insert(root);
+        if let Some(h) = head {
+            let witnessed: Option<Hash> = h
+                .prev_root
+                .as_deref()
+                .and_then(|w| B64.decode(w).ok())
+                .and_then(|w| w.try_into().ok());
+            if witnessed != Some(root) {
+                let in_place = h.seq == Some(pos);
+                // A witnessed root equal to an earlier prefix's is a replayed or copied
+                // entry: this one is the intruder. Otherwise the one before it changed.
+                let replayed = witnessed.is_some_and(|w| seen_roots.contains(&w));
+                match pos.checked_sub(1) {
+                    _ if !in_place => {}
+                    Some(_) if replayed => {
+                        report.problem(
+                            format!("entry {pos}"),
+                            "forged or out of place: it witnessed an earlier state of the log",
+                        );
+                        report.bad_entry(pos);
+                    }
+                    Some(prev) => {
+                        report.problem(
+                            format!("entry {prev}"),
+                            format!("altered: entry {pos} witnessed a different history up to it"),
+                        );
+                        report.bad_entry(prev);
+                    }
+                    None => {
+                        report.problem(
+                            format!("entry {pos}"),
+                            "altered: the first entry must witness an empty log",
+                        );
+                        report.bad_entry(pos);
+                    }
+                }
+                break;
+            }
+        }
+        range.append(leaves[i]);
+    }
     for (from, to) in suspect {
         let named_inside = report.first_bad_entry.is_some_and(|b| b <= to);
         if !named_inside {
@@ -458,6 +499,16 @@ pub fn verify(bundle: &Bundle, trusted: Option<&Verifier>, external: &[(u64, Str
         report.problem("checkpoints", "no valid checkpoint covers these entries");
     }
     report
+}
+
+/// The fields of an entry the verifier needs; the rest is covered by its hash.
+#[derive(Debug, Deserialize)]
+struct EntryHead<'a> {
+    seq: Option<u64>,
+    #[serde(borrow)]
+    log: Option<std::borrow::Cow<'a, str>>,
+    #[serde(borrow)]
+    prev_root: Option<std::borrow::Cow<'a, str>>,
 }
 
 #[cfg(test)]
