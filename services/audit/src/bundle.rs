@@ -353,7 +353,7 @@ pub fn verify(bundle: &Bundle, trusted: Option<&Verifier>, external: &[(u64, Str
     for (i, line) in lines.iter().enumerate() {
         let pos = i as u64;
         let subject = format!("entry {pos}");
-        let head = match serde_json::from_str::<EntryHead<'_>>(line) {
+        let head = match EntryHead::parse(line) {
             Err(e) => {
                 report.problem(&subject, format!("not JSON: {e}"));
                 report.bad_entry(pos);
@@ -509,6 +509,38 @@ struct EntryHead<'a> {
     log: Option<std::borrow::Cow<'a, str>>,
     #[serde(borrow)]
     prev_root: Option<std::borrow::Cow<'a, str>>,
+}
+
+impl<'a> EntryHead<'a> {
+    /// Entries as Allot writes them start `{"log":"…","seq":N,"time":"…","prev_root":"…",`;
+    /// those fields are read straight off that prefix (verification is bound by this loop),
+    /// anything else goes through the JSON parser.
+    fn parse(line: &'a str) -> Result<Self, serde_json::Error> {
+        Self::canonical_prefix(line).map_or_else(|| serde_json::from_str(line), Ok)
+    }
+
+    fn canonical_prefix(line: &'a str) -> Option<Self> {
+        let plain = |s: &str| !s.contains(['\\', '"']);
+        let rest = line.strip_prefix(r#"{"log":""#)?;
+        let (log, rest) = rest.split_once('"')?;
+        let rest = rest.strip_prefix(r#","seq":"#)?;
+        let (seq, rest) = rest.split_once(',')?;
+        if seq.is_empty() || !seq.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        let rest = rest.strip_prefix(r#""time":""#)?;
+        let (_, rest) = rest.split_once('"')?;
+        let rest = rest.strip_prefix(r#","prev_root":""#)?;
+        let (prev_root, rest) = rest.split_once('"')?;
+        if !rest.starts_with(',') || !plain(log) || log.ends_with('\\') {
+            return None;
+        }
+        Some(Self {
+            seq: seq.parse().ok(),
+            log: Some(std::borrow::Cow::Borrowed(log)),
+            prev_root: Some(std::borrow::Cow::Borrowed(prev_root)),
+        })
+    }
 }
 
 #[cfg(test)]

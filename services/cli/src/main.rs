@@ -57,6 +57,9 @@ enum Command {
     /// Manage API tokens.
     #[command(subcommand)]
     Token(TokenCmd),
+    /// Run a benchmark (results belong in docs/benchmarks.md).
+    #[command(subcommand)]
+    Bench(cmd::bench::BenchCmd),
     /// Read, export and verify the tamper-evident audit logs.
     #[command(subcommand)]
     Audit(cmd::audit::AuditCmd),
@@ -89,6 +92,7 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Node(c) => cmd::node::run(&client()?, c).await.map(|()| 0),
         Command::Token(c) => cmd::token::run(&client()?, c).await.map(|()| 0),
         Command::Audit(c) => cmd::audit::run(client, c).await,
+        Command::Bench(c) => cmd::bench::run(c).await.map(|()| 0),
     }
 }
 
@@ -96,7 +100,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let daemon = matches!(
         cli.command,
-        Command::Server(_) | Command::Agent(_) | Command::Dev(_)
+        Command::Server(_) | Command::Agent(_) | Command::Dev(_) | Command::Bench(_)
     );
     let default_level = if daemon { "info" } else { "warn" };
     tracing_subscriber::fmt()

@@ -53,6 +53,14 @@ pub trait AuditRepo {
         event: AuditEvent,
     ) -> impl Future<Output = Result<u64, StoreError>> + Send;
     /// The leaf hashes of `log` for `seq < size`, in order (for proofs).
+    /// Appends events that change nothing else to one log in one transaction, under one
+    /// lock of its head (bulk and high-rate writers); returns the first sequence number.
+    fn record_events(
+        &self,
+        ctx: &AuditContext,
+        log: &str,
+        events: Vec<AuditEvent>,
+    ) -> impl Future<Output = Result<u64, StoreError>> + Send;
     fn audit_leaf_hashes(
         &self,
         log: &str,
@@ -114,9 +122,20 @@ pub(crate) async fn record<C: ConnectionTrait>(
     ctx: &AuditContext,
     event: AuditEvent,
 ) -> Result<u64, StoreError> {
+    let log = event.log.clone();
+    record_batch(db, store, &log, vec![(ctx.clone(), event)]).await
+}
+
+/// Appends `events` to `log` under one lock of its head; returns the first sequence number.
+pub(crate) async fn record_batch<C: ConnectionTrait>(
+    db: &C,
+    store: &Store,
+    log: &str,
+    events: Vec<(AuditContext, AuditEvent)>,
+) -> Result<u64, StoreError> {
     let now = store.clock.now();
     audit_logs::Entity::insert(audit_logs::ActiveModel {
-        log_id: Set(event.log.clone()),
+        log_id: Set(log.to_owned()),
         size: Set(0),
         frontier: Set(String::new()),
         updated_at: Set(now),
@@ -128,50 +147,134 @@ pub(crate) async fn record<C: ConnectionTrait>(
     )
     .exec_without_returning(db)
     .await?;
-    let head = audit_logs::Entity::find_by_id(event.log.clone())
+    let head = audit_logs::Entity::find_by_id(log.to_owned())
         .lock_exclusive()
         .one(db)
         .await?
-        .ok_or_else(|| StoreError::Corrupt(format!("audit log {} has no head", event.log)))?;
+        .ok_or_else(|| StoreError::Corrupt(format!("audit log {log} has no head")))?;
     let mut range = range_of(&head)?;
-    let seq = range.size();
-    let entry = AuditEntry {
-        log: event.log,
-        seq,
-        time: AuditEntry::format_time(now),
-        prev_root: base64::engine::general_purpose::STANDARD.encode(range.root()),
-        actor: ctx.actor.clone(),
-        action: event.action,
-        target: event.target,
-        outcome: event.outcome,
-        reason: event.reason,
-        request_id: ctx.request_id.clone(),
-        before: event.before,
-        after: event.after,
-    };
-    let bytes = entry.canonical_bytes();
-    let leaf = allot_audit::merkle::leaf_hash(&bytes);
-    range.append(leaf);
-    let body = String::from_utf8(bytes)
-        .map_err(|e| StoreError::Corrupt(format!("audit entry is not UTF-8: {e}")))?;
-    audit_entries::Entity::insert(audit_entries::ActiveModel {
-        log_id: Set(entry.log.clone()),
-        seq: Set(to_i64("seq", seq)?),
-        at: Set(now),
-        leaf_hash: Set(hex::encode(leaf)),
-        body: Set(body),
-    })
-    .exec_without_returning(db)
-    .await?;
+    let first = range.size();
+    let time = AuditEntry::format_time(now);
+    let mut rows = Vec::with_capacity(events.len());
+    for (ctx, event) in events {
+        if event.log != log {
+            return Err(StoreError::Corrupt(format!(
+                "an event for log {} in a batch for {log}",
+                event.log
+            )));
+        }
+        let entry = AuditEntry {
+            log: event.log,
+            seq: range.size(),
+            time: time.clone(),
+            prev_root: base64::engine::general_purpose::STANDARD.encode(range.root()),
+            actor: ctx.actor.clone(),
+            action: event.action,
+            target: event.target,
+            outcome: event.outcome,
+            reason: event.reason,
+            request_id: ctx.request_id.clone(),
+            before: event.before,
+            after: event.after,
+        };
+        let bytes = entry.canonical_bytes();
+        let leaf = allot_audit::merkle::leaf_hash(&bytes);
+        let body = String::from_utf8(bytes)
+            .map_err(|e| StoreError::Corrupt(format!("audit entry is not UTF-8: {e}")))?;
+        rows.push(audit_entries::ActiveModel {
+            log_id: Set(entry.log),
+            seq: Set(to_i64("seq", entry.seq)?),
+            at: Set(now),
+            leaf_hash: Set(hex::encode(leaf)),
+            body: Set(body),
+        });
+        range.append(leaf);
+    }
+    // Bounded statements: PostgreSQL takes at most 65535 bind parameters.
+    let mut rows = rows.into_iter().peekable();
+    while rows.peek().is_some() {
+        let chunk: Vec<_> = rows.by_ref().take(1000).collect();
+        audit_entries::Entity::insert_many(chunk)
+            .exec_without_returning(db)
+            .await?;
+    }
     audit_logs::Entity::update(audit_logs::ActiveModel {
-        log_id: Set(entry.log),
+        log_id: Set(log.to_owned()),
         size: Set(to_i64("size", range.size())?),
         frontier: Set(range.frontier().iter().map(hex::encode).collect()),
         updated_at: Set(now),
     })
     .exec(db)
     .await?;
-    Ok(seq)
+    Ok(first)
+}
+
+/// Group commit for events that change nothing else (denials, reads, bulk imports): callers
+/// queue, one task appends whatever has queued in one transaction per log, so a busy log
+/// pays one commit per batch instead of one per event.
+#[derive(Clone)]
+pub struct AuditBatcher {
+    tx: tokio::sync::mpsc::UnboundedSender<Queued>,
+}
+
+type Queued = (
+    AuditContext,
+    AuditEvent,
+    tokio::sync::oneshot::Sender<Result<u64, String>>,
+);
+
+impl AuditBatcher {
+    /// Starts the appending task; it ends when every clone of the batcher is dropped.
+    pub fn start(store: Store, max_batch: usize) -> (Self, tokio::task::JoinHandle<()>) {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Queued>();
+        let task = tokio::spawn(async move {
+            while let Some(first) = rx.recv().await {
+                let mut batch = vec![first];
+                while batch.len() < max_batch {
+                    match rx.try_recv() {
+                        Ok(q) => batch.push(q),
+                        Err(_) => break,
+                    }
+                }
+                let mut by_log: std::collections::BTreeMap<String, Vec<Queued>> =
+                    std::collections::BTreeMap::new();
+                for q in batch {
+                    by_log.entry(q.1.log.clone()).or_default().push(q);
+                }
+                for (log, queued) in by_log {
+                    let (items, waiters): (Vec<_>, Vec<_>) = queued
+                        .into_iter()
+                        .map(|(ctx, event, done)| ((ctx, event), done))
+                        .unzip();
+                    let result = async {
+                        let txn = store.db.begin().await?;
+                        let first = record_batch(&txn, &store, &log, items).await?;
+                        txn.commit().await?;
+                        Ok::<u64, StoreError>(first)
+                    }
+                    .await;
+                    for (i, done) in waiters.into_iter().enumerate() {
+                        let _ = done.send(match &result {
+                            Ok(first) => Ok(first + i as u64),
+                            Err(e) => Err(e.to_string()),
+                        });
+                    }
+                }
+            }
+        });
+        (Self { tx }, task)
+    }
+
+    /// Queues one event and waits until it is committed; returns its sequence number.
+    pub async fn record(&self, ctx: AuditContext, event: AuditEvent) -> Result<u64, StoreError> {
+        let (done, wait) = tokio::sync::oneshot::channel();
+        self.tx
+            .send((ctx, event, done))
+            .map_err(|_| StoreError::Batch("the audit batcher has stopped".into()))?;
+        wait.await
+            .map_err(|_| StoreError::Batch("the audit batcher has stopped".into()))?
+            .map_err(StoreError::Batch)
+    }
 }
 
 fn checkpoint_of(m: audit_checkpoints::Model) -> Result<StoredCheckpoint, StoreError> {
@@ -189,6 +292,19 @@ impl AuditRepo for Store {
         let seq = record(&txn, self, ctx, event).await?;
         txn.commit().await?;
         Ok(seq)
+    }
+
+    async fn record_events(
+        &self,
+        ctx: &AuditContext,
+        log: &str,
+        events: Vec<AuditEvent>,
+    ) -> Result<u64, StoreError> {
+        let txn = self.db.begin().await?;
+        let items = events.into_iter().map(|e| (ctx.clone(), e)).collect();
+        let first = record_batch(&txn, self, log, items).await?;
+        txn.commit().await?;
+        Ok(first)
     }
 
     async fn audit_leaf_hashes(&self, log: &str, size: u64) -> Result<Vec<Hash>, StoreError> {
@@ -260,6 +376,9 @@ impl AuditRepo for Store {
         audit_entries::Entity::find()
             .filter(audit_entries::Column::LogId.eq(log))
             .filter(audit_entries::Column::Seq.gte(to_i64("from", from)?))
+            // Sequence numbers have no gaps, so the page is a closed range: without the upper
+            // bound PostgreSQL may fetch and sort the whole rest of the log for every page.
+            .filter(audit_entries::Column::Seq.lt(to_i64("to", from.saturating_add(limit))?))
             .order_by_asc(audit_entries::Column::Seq)
             .limit(limit)
             .all(&self.db)

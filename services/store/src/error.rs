@@ -12,6 +12,9 @@ pub enum StoreError {
     Corrupt(String),
     #[error("database error: {0}")]
     Db(DbErr),
+    /// A batched audit append failed (the message of the underlying error).
+    #[error("audit batch failed: {0}")]
+    Batch(String),
 }
 
 impl From<DbErr> for StoreError {

@@ -737,3 +737,84 @@ async fn audit_entries_cannot_be_changed_or_removed_sqlite() {
 async fn audit_entries_cannot_be_changed_or_removed_postgres() {
     append_only(Backend::Postgres).await;
 }
+
+both_backends!(
+    batched_audit_appends_stay_gap_free_and_hashed,
+    |store, _clock| {
+        use allot_domain::AuditEvent;
+        let events = |n: usize| -> Vec<AuditEvent> {
+            (0..n)
+                .map(|i| AuditEvent::success("bulk", "bench.append", format!("item/{i}")))
+                .collect()
+        };
+        assert_eq!(
+            store
+                .record_events(&ctx(), "bulk", events(1500))
+                .await
+                .expect("batch"),
+            0
+        );
+        assert_eq!(
+            store
+                .record_events(&ctx(), "bulk", events(7))
+                .await
+                .expect("batch"),
+            1500
+        );
+        let bad = vec![AuditEvent::success("other", "x", "y")];
+        assert!(
+            store.record_events(&ctx(), "bulk", bad).await.is_err(),
+            "one log per batch"
+        );
+        let head = store.audit_head("bulk").await.expect("head");
+        assert_eq!(head.size, 1507);
+        let leaves = store
+            .audit_leaf_hashes("bulk", head.size)
+            .await
+            .expect("leaves");
+        assert_eq!(allot_audit::merkle::root(&leaves), head.root);
+    }
+);
+
+both_backends!(
+    the_audit_batcher_commits_concurrent_events_in_order,
+    |store, _clock| {
+        use allot_domain::AuditEvent;
+        let (batcher, task) = allot_store::AuditBatcher::start(store.clone(), 64);
+        let mut waits = Vec::new();
+        for i in 0..200 {
+            let b = batcher.clone();
+            let log = if i % 2 == 0 { "even" } else { "odd" };
+            waits.push(tokio::spawn(async move {
+                b.record(
+                    ctx(),
+                    AuditEvent::success(log, "bench.append", format!("item/{i}")),
+                )
+                .await
+            }));
+        }
+        let mut seqs: std::collections::BTreeMap<String, Vec<u64>> = Default::default();
+        for (i, w) in waits.into_iter().enumerate() {
+            let seq = w.await.expect("join").expect("recorded");
+            seqs.entry(if i % 2 == 0 {
+                "even".into()
+            } else {
+                "odd".into()
+            })
+            .or_default()
+            .push(seq);
+        }
+        for (log, mut s) in seqs {
+            s.sort_unstable();
+            assert_eq!(s, (0..100).collect::<Vec<u64>>(), "{log}");
+            let head = store.audit_head(&log).await.expect("head");
+            let leaves = store
+                .audit_leaf_hashes(&log, head.size)
+                .await
+                .expect("leaves");
+            assert_eq!(allot_audit::merkle::root(&leaves), head.root);
+        }
+        drop(batcher);
+        task.await.expect("the batcher stops when dropped");
+    }
+);

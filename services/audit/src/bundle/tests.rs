@@ -262,3 +262,22 @@ fn a_tampered_manifest_or_entries_file_is_caught() {
     assert!(r.problems.iter().any(|p| p.subject == "key"));
     assert!(r.problems.iter().any(|p| p.subject == "manifest"));
 }
+
+#[test]
+fn the_canonical_prefix_reader_agrees_with_the_json_parser() {
+    let line = r#"{"log":"t1","seq":42,"time":"2026-11-29T12:00:00.000000Z","prev_root":"47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU=","action":"x"}"#;
+    let fast = EntryHead::canonical_prefix(line).expect("canonical");
+    let slow: EntryHead<'_> = serde_json::from_str(line).expect("json");
+    assert_eq!(
+        (fast.seq, fast.log.clone(), fast.prev_root.clone()),
+        (slow.seq, slow.log, slow.prev_root)
+    );
+    for odd in [
+        r#"{"seq":42,"log":"t1"}"#,
+        r#"{"log":"t\"1","seq":42,"time":"t","prev_root":"p","a":1}"#,
+        r#"{"log":"t1","seq":-1,"time":"t","prev_root":"p","a":1}"#,
+        r#"{"log":"t1","seq":4 2,"time":"t","prev_root":"p","a":1}"#,
+    ] {
+        assert!(EntryHead::canonical_prefix(odd).is_none(), "{odd}");
+    }
+}

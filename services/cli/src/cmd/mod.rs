@@ -2,6 +2,7 @@
 
 pub mod agent;
 pub mod audit;
+pub mod bench;
 pub mod dev;
 pub mod job;
 pub mod node;

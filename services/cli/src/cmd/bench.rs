@@ -1,0 +1,368 @@
+//! `allot bench …`: measured benchmarks whose figures go into docs/benchmarks.md.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use allot_audit::bundle::{Bundle, verify};
+use allot_audit::{Checkpoint, Signer};
+use allot_domain::{AuditContext, AuditEvent, SystemClock};
+use allot_store::{AuditBatcher, AuditRepo, Store};
+use anyhow::{Context, bail};
+use clap::{Args, Subcommand};
+use serde_json::json;
+
+#[derive(Debug, Subcommand)]
+pub enum BenchCmd {
+    /// The audit log on PostgreSQL: batched append throughput with concurrent writers, append
+    /// latency at a fixed rate, offline verification rate, and export + verify of a large log.
+    Audit(AuditBench),
+}
+
+#[derive(Debug, Args)]
+pub struct AuditBench {
+    /// PostgreSQL to use (a database of its own: the benchmark writes to it); a throwaway
+    /// cluster is started when absent.
+    #[arg(long, env = "DATABASE_URL")]
+    database_url: Option<String>,
+    /// Concurrent writers for the throughput run.
+    #[arg(long, default_value_t = 8)]
+    writers: usize,
+    /// Entries per append transaction in the throughput run.
+    #[arg(long, default_value_t = 200)]
+    batch: usize,
+    /// Seconds of each timed run.
+    #[arg(long, default_value_t = 5)]
+    seconds: u64,
+    /// Entries in the export + verify run.
+    #[arg(long, default_value_t = 1_000_000)]
+    entries: u64,
+    /// Print one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+/// A PostgreSQL cluster in a temporary directory, stopped on drop.
+struct Throwaway {
+    pg_ctl: PathBuf,
+    data: PathBuf,
+    as_postgres: bool,
+    _dir: tempfile::TempDir,
+}
+
+fn pg_bindir() -> Option<PathBuf> {
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+        .ok()?
+        .flatten()
+        .map(|e| e.path().join("bin"))
+        .filter(|d| d.join("initdb").exists())
+        .collect();
+    dirs.sort_by_key(|d| {
+        d.parent()
+            .and_then(|v| v.file_name())
+            .and_then(|v| v.to_str())
+            .and_then(|v| v.parse::<u32>().ok())
+            .unwrap_or(0)
+    });
+    dirs.pop()
+}
+
+impl Throwaway {
+    fn start() -> anyhow::Result<(Self, String)> {
+        let bin = pg_bindir().context(
+            "no PostgreSQL found under /usr/lib/postgresql: install the postgresql package or set DATABASE_URL",
+        )?;
+        let dir = tempfile::tempdir()?;
+        let data = dir.path().join("data");
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
+        let as_postgres = nix::unistd::Uid::effective().is_root();
+        let run = |program: PathBuf, args: &[&str]| -> anyhow::Result<()> {
+            let mut cmd = if as_postgres {
+                let mut c = Command::new("runuser");
+                c.args(["-u", "postgres", "--"]).arg(&program);
+                c
+            } else {
+                Command::new(&program)
+            };
+            let out = cmd.args(args).output()?;
+            if !out.status.success() {
+                bail!(
+                    "{} failed: {}",
+                    program.display(),
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+            Ok(())
+        };
+        if as_postgres {
+            let status = Command::new("chown")
+                .arg("postgres")
+                .arg(dir.path())
+                .status()?;
+            if !status.success() {
+                bail!("cannot hand {} to the postgres user", dir.path().display());
+            }
+        }
+        let data_s = data.display().to_string();
+        run(
+            bin.join("initdb"),
+            &[
+                "-D",
+                &data_s,
+                "-U",
+                "postgres",
+                "--auth=trust",
+                "-E",
+                "UTF8",
+                "--no-locale",
+            ],
+        )?;
+        let opts = format!(
+            "-p {port} -k {} -c listen_addresses=127.0.0.1 -c max_connections=100 -c shared_buffers=256MB",
+            dir.path().display()
+        );
+        let log = dir.path().join("server.log").display().to_string();
+        run(
+            bin.join("pg_ctl"),
+            &["-D", &data_s, "-l", &log, "-w", "-o", &opts, "start"],
+        )?;
+        let url = format!("postgres://postgres@127.0.0.1:{port}/postgres");
+        Ok((
+            Self {
+                pg_ctl: bin.join("pg_ctl"),
+                data,
+                as_postgres,
+                _dir: dir,
+            },
+            url,
+        ))
+    }
+}
+
+impl Drop for Throwaway {
+    fn drop(&mut self) {
+        let mut cmd = if self.as_postgres {
+            let mut c = Command::new("runuser");
+            c.args(["-u", "postgres", "--"]).arg(&self.pg_ctl);
+            c
+        } else {
+            Command::new(&self.pg_ctl)
+        };
+        let _ = cmd
+            .arg("-D")
+            .arg(&self.data)
+            .args(["-m", "immediate", "-w", "stop"])
+            .output();
+    }
+}
+
+fn event(log: &str, i: u64) -> AuditEvent {
+    AuditEvent::success(
+        log,
+        "job.transition",
+        format!("job/{:032x}", u128::from(i) * 0x9e37_79b9),
+    )
+    .before(json!({ "state": "running" }))
+    .after(json!({ "state": "succeeded", "exit_code": 0, "node_id": "node-0001" }))
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[idx.min(sorted.len() - 1)]
+}
+
+/// Appends one event per millisecond for `seconds`, each timed from its scheduled start
+/// to its commit; returns the latencies in milliseconds, sorted.
+async fn latency(
+    store: &Store,
+    ctx: &AuditContext,
+    log: &str,
+    seconds: u64,
+    batcher: Option<&AuditBatcher>,
+) -> anyhow::Result<Vec<f64>> {
+    let mut tick = tokio::time::interval(Duration::from_millis(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+    let mut pending = tokio::task::JoinSet::new();
+    let total = seconds * 1000;
+    for i in 0..total {
+        tick.tick().await;
+        let scheduled = Instant::now();
+        let (store, ctx, log, batcher) =
+            (store.clone(), ctx.clone(), log.to_owned(), batcher.cloned());
+        pending.spawn(async move {
+            let e = event(&log, i);
+            match batcher {
+                Some(b) => b.record(ctx, e).await?,
+                None => store.record_event(&ctx, e).await?,
+            };
+            anyhow::Ok(scheduled.elapsed().as_secs_f64() * 1000.0)
+        });
+    }
+    let mut latencies = Vec::with_capacity(total as usize);
+    while let Some(r) = pending.join_next().await {
+        latencies.push(r??);
+    }
+    latencies.sort_by(f64::total_cmp);
+    Ok(latencies)
+}
+
+pub async fn run(cmd: BenchCmd) -> anyhow::Result<()> {
+    match cmd {
+        BenchCmd::Audit(args) => audit(args).await,
+    }
+}
+
+async fn audit(args: AuditBench) -> anyhow::Result<()> {
+    let (_pg, url) = match &args.database_url {
+        Some(u) => (None, u.clone()),
+        None => {
+            eprintln!("starting a throwaway PostgreSQL");
+            let (pg, url) = Throwaway::start()?;
+            (Some(pg), url)
+        }
+    };
+    let store = Store::connect(&url, Arc::new(SystemClock)).await?;
+    let ctx = AuditContext::system("bench");
+    let run_id = uuid::Uuid::new_v4().simple().to_string();
+    let log = |name: &str| format!("bench-{name}-{}", &run_id[..8]);
+
+    // 1. Throughput: concurrent writers appending batches to one log.
+    let throughput_log = log("tp");
+    let appended = Arc::new(AtomicU64::new(0));
+    let deadline = Instant::now() + Duration::from_secs(args.seconds);
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..args.writers {
+        let (store, ctx, appended, log) = (
+            store.clone(),
+            ctx.clone(),
+            appended.clone(),
+            throughput_log.clone(),
+        );
+        let batch = args.batch as u64;
+        tasks.push(tokio::spawn(async move {
+            let mut i = 0;
+            while Instant::now() < deadline {
+                let events = (i..i + batch).map(|n| event(&log, n)).collect();
+                store.record_events(&ctx, &log, events).await?;
+                appended.fetch_add(batch, Ordering::Relaxed);
+                i += batch;
+            }
+            anyhow::Ok(())
+        }));
+    }
+    for t in tasks {
+        t.await??;
+    }
+    let appends_per_s = appended.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64();
+
+    // 2. Latency at a fixed 1,000 appends per second (open loop): through the group-commit
+    //    batcher, as standalone events are meant to be written, and one transaction each.
+    let (batcher, batcher_task) = AuditBatcher::start(store.clone(), 1000);
+    let batched = latency(
+        &store,
+        &ctx,
+        &log("lat-batched"),
+        args.seconds,
+        Some(&batcher),
+    )
+    .await?;
+    drop(batcher);
+    batcher_task.await?;
+    let unbatched = latency(&store, &ctx, &log("lat-single"), args.seconds, None).await?;
+
+    // 3. Export and verify a large log.
+    let export_log = log("export");
+    let fill_started = Instant::now();
+    let mut written = 0;
+    while written < args.entries {
+        let n = 5000.min(args.entries - written);
+        let events = (written..written + n)
+            .map(|i| event(&export_log, i))
+            .collect();
+        store.record_events(&ctx, &export_log, events).await?;
+        written += n;
+    }
+    let fill_s = fill_started.elapsed().as_secs_f64();
+    let signer = Signer::generate_system("bench.allot.local")?;
+    let head = store.audit_head(&export_log).await?;
+    let origin = format!("bench.allot.local/{export_log}");
+    let cp = Checkpoint {
+        origin: origin.clone(),
+        size: head.size,
+        root: head.root,
+        extensions: vec![],
+    };
+    let note = signer.sign(&cp.body())?;
+
+    let export_started = Instant::now();
+    let mut bodies = Vec::with_capacity(args.entries as usize);
+    while (bodies.len() as u64) < head.size {
+        let page = store
+            .audit_entries(&export_log, bodies.len() as u64, 10_000)
+            .await?;
+        if page.is_empty() {
+            break;
+        }
+        bodies.extend(page.into_iter().map(|e| e.body));
+    }
+    let bundle = Bundle::build(
+        &signer,
+        &export_log,
+        &origin,
+        &bodies,
+        vec![(head.size, note)],
+        "bench",
+    )?;
+    drop(bodies);
+    let tar = bundle.to_tar()?;
+    drop(bundle);
+    let export_s = export_started.elapsed().as_secs_f64();
+    let verify_started = Instant::now();
+    let read = Bundle::from_tar(&tar)?;
+    let report = verify(&read, Some(&signer.verifier()), &[]);
+    let verify_s = verify_started.elapsed().as_secs_f64();
+    if !report.ok() || report.entries != args.entries {
+        bail!(
+            "the benchmark's own bundle did not verify: {:?}",
+            report.problems
+        );
+    }
+
+    let mut out = json!({
+        "backend": "postgres",
+        "writers": args.writers,
+        "batch": args.batch,
+        "appends_per_s": appends_per_s.round(),
+        "p50_append_ms_at_1000_per_s": percentile(&batched, 0.50),
+        "p99_append_ms_at_1000_per_s": percentile(&batched, 0.99),
+        "p50_append_ms_at_1000_per_s_one_txn_each": percentile(&unbatched, 0.50),
+        "p99_append_ms_at_1000_per_s_one_txn_each": percentile(&unbatched, 0.99),
+        "verify_entries_per_s": (args.entries as f64 / verify_s).round(),
+        "export_entries": args.entries,
+        "export_s": export_s,
+        "verify_s": verify_s,
+        "fill_s": fill_s,
+        "bundle_bytes": tar.len(),
+    });
+    let key = if args.entries == 1_000_000 {
+        "export_verify_1m_s"
+    } else {
+        "export_verify_s"
+    };
+    out[key] = json!(export_s + verify_s);
+    if args.json {
+        println!("{out}");
+    } else {
+        println!("{}", serde_json::to_string_pretty(&out)?);
+    }
+    store.close().await?;
+    Ok(())
+}
