@@ -17,6 +17,16 @@ fn b64hash(v: &Value) -> Hash {
         .expect("32 bytes")
 }
 
+/// The `proof` hashes of a proof response.
+fn proof_of(response: &Value) -> Vec<Hash> {
+    response["proof"]
+        .as_array()
+        .expect("proof")
+        .iter()
+        .map(b64hash)
+        .collect()
+}
+
 /// Waits for a verified checkpoint of `log` covering at least `min_size` entries.
 async fn checkpoint(
     c: &TestCluster,
@@ -100,14 +110,14 @@ async fn checkpoints_entries_and_proofs_verify_offline() {
             ))
             .await;
         assert_eq!(s, StatusCode::OK, "{p}");
-        let proof: Vec<Hash> = p["proof"]
-            .as_array()
-            .expect("proof")
-            .iter()
-            .map(b64hash)
-            .collect();
-        verify_inclusion(&leaves[seq as usize], seq, first.size, &proof, &first.root)
-            .expect("inclusion");
+        verify_inclusion(
+            &leaves[seq as usize],
+            seq,
+            first.size,
+            &proof_of(&p),
+            &first.root,
+        )
+        .expect("inclusion");
     }
 
     // More activity, a later checkpoint, and a consistency proof between the two.
@@ -121,14 +131,14 @@ async fn checkpoints_entries_and_proofs_verify_offline() {
         ))
         .await;
     assert_eq!(s, StatusCode::OK, "{p}");
-    let proof: Vec<Hash> = p["proof"]
-        .as_array()
-        .expect("proof")
-        .iter()
-        .map(b64hash)
-        .collect();
-    verify_consistency(first.size, second.size, &first.root, &second.root, &proof)
-        .expect("consistency");
+    verify_consistency(
+        first.size,
+        second.size,
+        &first.root,
+        &second.root,
+        &proof_of(&p),
+    )
+    .expect("consistency");
 
     // The external sink holds the same signed note.
     let copy = std::fs::read_to_string(
