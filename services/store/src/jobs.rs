@@ -156,7 +156,7 @@ impl Store {
         from: JobState,
         to: JobState,
         update: JobUpdate,
-    ) -> Result<(), StoreError> {
+    ) -> Result<Job, StoreError> {
         from.transition(to)?;
         let now = self.clock.now();
         let mut row = jobs::ActiveModel {
@@ -226,7 +226,7 @@ impl Store {
                     "message": job.message,
                 }));
         record(db, self, ctx, event).await?;
-        Ok(())
+        Ok(job)
     }
 }
 
@@ -337,8 +337,7 @@ impl JobRepo for Store {
         update: JobUpdate,
     ) -> Result<Job, StoreError> {
         let txn = self.db.begin().await?;
-        self.transition_in(&txn, ctx, id, from, to, update).await?;
-        let job = load(&txn, id).await?;
+        let job = self.transition_in(&txn, ctx, id, from, to, update).await?;
         txn.commit().await?;
         Ok(job)
     }
