@@ -71,6 +71,10 @@ pub trait AuditRepo {
         &self,
         cp: StoredCheckpoint,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// The size of the largest checkpoint of every log that has one, in one query.
+    fn checkpointed_sizes(
+        &self,
+    ) -> impl Future<Output = Result<std::collections::HashMap<String, u64>, StoreError>> + Send;
     /// The largest checkpoint of `log`, if any.
     fn latest_checkpoint(
         &self,
@@ -337,6 +341,23 @@ impl AuditRepo for Store {
         .exec_without_returning(&self.db)
         .await?;
         Ok(())
+    }
+
+    async fn checkpointed_sizes(
+        &self,
+    ) -> Result<std::collections::HashMap<String, u64>, StoreError> {
+        let rows: Vec<(String, Option<i64>)> = audit_checkpoints::Entity::find()
+            .select_only()
+            .column(audit_checkpoints::Column::LogId)
+            .column_as(audit_checkpoints::Column::Size.max(), "size")
+            .group_by(audit_checkpoints::Column::LogId)
+            .into_tuple()
+            .all(&self.db)
+            .await?;
+        rows.into_iter()
+            .filter_map(|(log, size)| size.map(|s| (log, s)))
+            .map(|(log, size)| Ok((log, to_u64("size", size)?)))
+            .collect()
     }
 
     async fn latest_checkpoint(&self, log: &str) -> Result<Option<StoredCheckpoint>, StoreError> {
