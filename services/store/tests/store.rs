@@ -43,6 +43,17 @@ macro_rules! both_backends {
     };
 }
 
+/// Checks that a log's head root is the tree over its stored entries; returns its size.
+async fn head_matches_entries(store: &Store, log: &str) -> u64 {
+    let head = store.audit_head(log).await.expect("head");
+    let leaves = store
+        .audit_leaf_hashes(log, head.size)
+        .await
+        .expect("leaves");
+    assert_eq!(allot_audit::merkle::root(&leaves), head.root, "{log}");
+    head.size
+}
+
 fn ctx() -> AuditContext {
     AuditContext::system("store-test")
 }
@@ -766,13 +777,7 @@ both_backends!(
             store.record_events(&ctx(), "bulk", bad).await.is_err(),
             "one log per batch"
         );
-        let head = store.audit_head("bulk").await.expect("head");
-        assert_eq!(head.size, 1507);
-        let leaves = store
-            .audit_leaf_hashes("bulk", head.size)
-            .await
-            .expect("leaves");
-        assert_eq!(allot_audit::merkle::root(&leaves), head.root);
+        assert_eq!(head_matches_entries(&store, "bulk").await, 1507);
     }
 );
 
@@ -807,14 +812,38 @@ both_backends!(
         for (log, mut s) in seqs {
             s.sort_unstable();
             assert_eq!(s, (0..100).collect::<Vec<u64>>(), "{log}");
-            let head = store.audit_head(&log).await.expect("head");
-            let leaves = store
-                .audit_leaf_hashes(&log, head.size)
-                .await
-                .expect("leaves");
-            assert_eq!(allot_audit::merkle::root(&leaves), head.root);
+            head_matches_entries(&store, &log).await;
         }
         drop(batcher);
         task.await.expect("the batcher stops when dropped");
+    }
+);
+
+both_backends!(
+    checkpointed_sizes_are_the_largest_per_log,
+    |store, _clock| {
+        use allot_store::StoredCheckpoint;
+        assert!(store.checkpointed_sizes().await.expect("sizes").is_empty());
+        for (log, size) in [("a", 3), ("a", 9), ("b", 4), ("a", 5)] {
+            store
+                .insert_checkpoint(StoredCheckpoint {
+                    log: log.into(),
+                    size,
+                    root: [0; 32],
+                    note: format!("{log} {size}\n"),
+                })
+                .await
+                .expect("checkpoint");
+        }
+        let sizes = store.checkpointed_sizes().await.expect("sizes");
+        assert_eq!(sizes, [("a".to_owned(), 9), ("b".to_owned(), 4)].into());
+        assert_eq!(
+            store
+                .latest_checkpoint("a")
+                .await
+                .expect("latest")
+                .map(|c| c.size),
+            Some(9)
+        );
     }
 );
