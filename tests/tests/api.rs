@@ -812,6 +812,11 @@ async fn openapi_document_covers_every_route() {
         ("/api/v1/audit/logs/{log}/export", "get"),
         ("/api/v1/audit/logs/{log}/proof/inclusion", "get"),
         ("/api/v1/audit/logs/{log}/proof/consistency", "get"),
+        ("/api/v1/audit/entries", "get"),
+        ("/api/v1/audit/holds", "get"),
+        ("/api/v1/audit/logs/{log}/hold", "put"),
+        ("/api/v1/audit/logs/{log}/hold", "delete"),
+        ("/api/v1/audit/logs/{log}/prune", "post"),
     ];
     for (path, method) in expected {
         assert!(

@@ -267,3 +267,370 @@ async fn tenants_read_only_their_own_audit_log() {
     assert_eq!(unauthenticated["reason"], "the token is not valid");
     c.shutdown().await;
 }
+
+/// Mints a token and returns (id, secret).
+async fn mint(c: &TestCluster, body: Value) -> (String, String) {
+    let (s, t) = c.post("/api/v1/tokens", body).await;
+    assert_eq!(s, StatusCode::CREATED, "{t}");
+    (
+        t["token"]["id"].as_str().expect("id").to_owned(),
+        t["secret"].as_str().expect("secret").to_owned(),
+    )
+}
+
+async fn set_quota(c: &TestCluster, tenant: &str, gpus: u32) {
+    let (s, body) = c
+        .request(
+            Method::PUT,
+            &format!("/api/v1/tenants/{tenant}/quota"),
+            Some(&c.admin_token),
+            Some(json!({ "max_gpus": gpus })),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{body}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_auditor_reads_every_log_and_nothing_else() {
+    let c = spawn_cluster(Backend::Sqlite, 0, "").await;
+    c.create_tenant("red", None).await;
+    let (auditor_id, auditor) = mint(&c, json!({"name": "soc2", "role": "auditor"})).await;
+    let (s, p) = c
+        .post(
+            "/api/v1/tokens",
+            json!({"name": "x", "role": "auditor", "tenant": "red"}),
+        )
+        .await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{p}");
+    assert_eq!(p["errors"][0]["field"], "tenant");
+    let (_, red_admin) = mint(
+        &c,
+        json!({"name": "ra", "role": "tenant-admin", "tenant": "red"}),
+    )
+    .await;
+    let (s, _) = c
+        .request(
+            Method::POST,
+            "/api/v1/tokens",
+            Some(&red_admin),
+            Some(json!({"name": "y", "role": "auditor"})),
+        )
+        .await;
+    assert_eq!(
+        s,
+        StatusCode::FORBIDDEN,
+        "a tenant admin cannot mint auditors"
+    );
+
+    let as_auditor = |method: Method, path: &str, body: Option<Value>| {
+        let (c, token, path) = (&c, auditor.clone(), path.to_owned());
+        async move { c.request(method, &path, Some(&token), body).await }
+    };
+    let (s, logs) = as_auditor(Method::GET, "/api/v1/audit/logs", None).await;
+    assert_eq!(s, StatusCode::OK);
+    let mut visible: Vec<&str> = logs
+        .as_array()
+        .expect("logs")
+        .iter()
+        .filter_map(|l| l["tenant"].as_str().or(l["log"].as_str()))
+        .collect();
+    visible.sort_unstable();
+    assert_eq!(visible, ["red", "system"]);
+    for path in [
+        "/api/v1/audit/logs/system/entries",
+        "/api/v1/audit/logs/red/export",
+        "/api/v1/audit/entries?log=red",
+        "/api/v1/audit/holds",
+        "/api/v1/audit/key",
+    ] {
+        let (s, body) = as_auditor(Method::GET, path, None).await;
+        assert_eq!(s, StatusCode::OK, "{path}: {body}");
+    }
+    for (method, path, body) in [
+        (Method::GET, "/api/v1/tenants", None),
+        (Method::GET, "/api/v1/jobs", None),
+        (Method::GET, "/api/v1/nodes", None),
+        (Method::GET, "/api/v1/tokens", None),
+        (
+            Method::POST,
+            "/api/v1/tenants",
+            Some(json!({"name": "evil"})),
+        ),
+        (
+            Method::PUT,
+            "/api/v1/audit/logs/red/hold",
+            Some(json!({"reason": "r"})),
+        ),
+        (
+            Method::POST,
+            "/api/v1/audit/logs/red/prune",
+            Some(json!({"before": "2020-01-01T00:00:00Z"})),
+        ),
+    ] {
+        let (s, p) = as_auditor(method.clone(), path, body).await;
+        assert_eq!(s, StatusCode::FORBIDDEN, "{method} {path}: {p}");
+    }
+    let (_, tenants) = c.get("/api/v1/tenants").await;
+    assert_eq!(
+        tenants.as_array().map(Vec::len),
+        Some(1),
+        "nothing was created"
+    );
+
+    // The auditor's reads and refusals are themselves on record, under its token.
+    let (_, page) = c
+        .get(&format!(
+            "/api/v1/audit/entries?log=system&actor=token:{auditor_id}&limit=1000"
+        ))
+        .await;
+    let actions: Vec<&str> = page["entries"]
+        .as_array()
+        .expect("entries")
+        .iter()
+        .map(|e| e["action"].as_str().expect("action"))
+        .collect();
+    assert!(actions.contains(&"audit.read"), "{actions:?}");
+    assert!(actions.contains(&"audit.export"), "{actions:?}");
+    assert_eq!(
+        actions.iter().filter(|a| **a == "api.denied").count(),
+        7,
+        "{actions:?}"
+    );
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn search_filters_and_pages_through_every_match() {
+    let c = spawn_cluster(Backend::Postgres, 0, "").await;
+    c.create_tenant("red", None).await;
+    c.create_tenant("blue", None).await;
+    for g in 1..=5 {
+        set_quota(&c, "red", g).await;
+        set_quota(&c, "blue", g).await;
+    }
+    let q = |query: &str| {
+        let c = &c;
+        let path = format!("/api/v1/audit/entries?{query}");
+        async move { c.get(&path).await }
+    };
+    let (s, all) = q("action=tenant.quota.set&limit=1000").await;
+    assert_eq!(s, StatusCode::OK, "{all}");
+    let all = all["entries"].as_array().expect("entries").clone();
+    assert_eq!(all.len(), 10, "both tenants' quota changes");
+    let (_, red) = q("action=tenant.quota.*&log=red").await;
+    assert_eq!(red["entries"].as_array().map(Vec::len), Some(5));
+    let (_, none) = q("action=tenant.quota.set&outcome=denied").await;
+    assert_eq!(none["entries"].as_array().map(Vec::len), Some(0));
+
+    // Pages of 3 cover every match once, in order.
+    let mut seen = Vec::new();
+    let mut after: Option<String> = None;
+    loop {
+        let cursor = after
+            .as_ref()
+            .map(|a| format!("&after={a}"))
+            .unwrap_or_default();
+        let (s, page) = q(&format!("action=tenant.quota.set&limit=3{cursor}")).await;
+        assert_eq!(s, StatusCode::OK, "{page}");
+        for e in page["entries"].as_array().expect("entries") {
+            seen.push((e["log"].clone(), e["seq"].clone()));
+        }
+        match page["next"].as_str() {
+            Some(n) => after = Some(n.to_owned()),
+            None => break,
+        }
+    }
+    let expected: Vec<_> = all
+        .iter()
+        .map(|e| (e["log"].clone(), e["seq"].clone()))
+        .collect();
+    assert_eq!(seen, expected);
+
+    // A time window: since the sixth match, until the ninth.
+    let since = all[5]["time"].as_str().expect("time");
+    let until = all[8]["time"].as_str().expect("time");
+    let (_, window) = q(&format!(
+        "action=tenant.quota.set&since={}&until={}",
+        since.replace('+', "%2B"),
+        until.replace('+', "%2B")
+    ))
+    .await;
+    let window = window["entries"].as_array().expect("entries");
+    assert!(!window.is_empty() && window.len() <= 3, "{window:?}");
+    assert!(window.iter().all(|e| e["time"].as_str() >= Some(since)));
+
+    // A tenant admin searches its own log only.
+    let (_, red_admin) = mint(
+        &c,
+        json!({"name": "ra", "role": "tenant-admin", "tenant": "red"}),
+    )
+    .await;
+    let (_, mine) = c
+        .request(
+            Method::GET,
+            "/api/v1/audit/entries?action=tenant.quota.set",
+            Some(&red_admin),
+            None,
+        )
+        .await;
+    let mine = mine["entries"].as_array().expect("entries");
+    assert_eq!(mine.len(), 5);
+    let (s, _) = c
+        .request(
+            Method::GET,
+            "/api/v1/audit/entries?log=blue",
+            Some(&red_admin),
+            None,
+        )
+        .await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+
+    for (query, field) in [
+        ("outcome=maybe", "outcome"),
+        ("since=yesterday", "since"),
+        (
+            "since=2026-02-01T00:00:00Z&until=2026-01-01T00:00:00Z",
+            "until",
+        ),
+        ("after=bm9wZQ", "after"),
+        ("limit=0", "limit"),
+    ] {
+        let (s, p) = q(query).await;
+        assert_eq!(s, StatusCode::BAD_REQUEST, "{query}: {p}");
+        assert_eq!(p["errors"][0]["field"], field, "{query}: {p}");
+    }
+    c.shutdown().await;
+}
+
+/// Exports `log` with `query` and runs `allot audit verify` on it with the published keys.
+async fn export_and_verify(c: &TestCluster, log: &str, query: &str) -> (bool, String, Vec<u8>) {
+    let res = c
+        .http
+        .get(c.url(&format!("/api/v1/audit/logs/{log}/export?{query}")))
+        .bearer_auth(&c.admin_token)
+        .send()
+        .await
+        .expect("export");
+    assert_eq!(res.status(), StatusCode::OK);
+    let bytes = res.bytes().await.expect("bytes").to_vec();
+    let dir = tempfile::tempdir().expect("dir");
+    let bundle = dir.path().join("bundle.tar");
+    std::fs::write(&bundle, &bytes).expect("write");
+    let (_, key) = c.get("/api/v1/audit/key").await;
+    let keys = dir.path().join("keys.txt");
+    std::fs::write(&keys, key["keys"].as_str().expect("keys")).expect("write");
+    let out = std::process::Command::new(allot_system_tests::allot_bin())
+        .args(["audit", "verify"])
+        .arg(&bundle)
+        .arg("--trusted-key")
+        .arg(&keys)
+        .arg("--checkpoints")
+        .arg(c.checkpoints.path())
+        .output()
+        .expect("verify runs");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        bytes,
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn filtered_exports_prove_entries_and_pruning_respects_legal_holds() {
+    let c = spawn_cluster(Backend::Sqlite, 0, "").await;
+    c.create_tenant("red", None).await;
+    for g in 1..=6 {
+        set_quota(&c, "red", g).await;
+    }
+    let (_, t) = c.get("/api/v1/tenants/red").await;
+    let red = t["id"].as_str().expect("id").to_owned();
+    let (_, key) = c.get("/api/v1/audit/key").await;
+    let verifier = Verifier::from_vkey(key["vkey"].as_str().expect("vkey")).expect("vkey");
+    checkpoint(&c, &verifier, &red, 6).await;
+
+    // A filtered export: each matching entry with its proof, plus CSV and OCSF renderings.
+    let (ok, out, bytes) = export_and_verify(&c, "red", "action=tenant.quota.set").await;
+    assert!(ok, "{out}");
+    assert!(out.contains("filtered export"), "{out}");
+    let bundle = allot_audit::bundle::Bundle::from_tar(&bytes).expect("bundle");
+    assert_eq!(bundle.entries_jsonl.lines().count(), 6);
+    assert_eq!(bundle.csv.lines().count(), 1 + 6);
+    let ocsf: Value =
+        serde_json::from_str(bundle.ocsf_jsonl.lines().next().expect("event")).expect("json");
+    assert_eq!(ocsf["class_uid"], 6003);
+    assert_eq!(ocsf["api"]["operation"], "tenant.quota.set");
+
+    // A legal hold blocks pruning until released; all three are on record.
+    let hold = |method: Method, body: Option<Value>| {
+        let c = &c;
+        async move {
+            c.request(
+                method,
+                "/api/v1/audit/logs/red/hold",
+                Some(&c.admin_token),
+                body,
+            )
+            .await
+        }
+    };
+    let prune = || {
+        let c = &c;
+        async move {
+            c.post(
+                "/api/v1/audit/logs/red/prune",
+                json!({"before": chrono::Utc::now().to_rfc3339()}),
+            )
+            .await
+        }
+    };
+    let (s, h) = hold(Method::PUT, Some(json!({"reason": "matter 42"}))).await;
+    assert_eq!(s, StatusCode::CREATED, "{h}");
+    let (s, _) = hold(Method::PUT, Some(json!({"reason": "again"}))).await;
+    assert_eq!(s, StatusCode::CONFLICT);
+    let (s, p) = prune().await;
+    assert_eq!(s, StatusCode::CONFLICT, "{p}");
+    assert!(
+        p["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("legal hold")),
+        "{p}"
+    );
+    let (_, holds) = c.get("/api/v1/audit/holds").await;
+    assert_eq!(holds[0]["reason"], "matter 42");
+    let (s, _) = hold(Method::DELETE, None).await;
+    assert_eq!(s, StatusCode::OK);
+    let (s, p) = prune().await;
+    assert_eq!(s, StatusCode::OK, "{p}");
+    assert_eq!(p["pruned"], 6);
+
+    // Pruned entries keep their place and hash: the whole log still verifies.
+    let entries = all_entries(&c, &red).await;
+    assert!(
+        entries
+            .iter()
+            .all(|e| e["pruned"] == true && e["body"].is_null())
+    );
+    assert_eq!(entries[0]["action"], "tenant.quota.set");
+    let (ok, out, _) = export_and_verify(&c, "red", "").await;
+    assert!(ok, "{out}");
+    assert!(out.contains("6 pruned"), "{out}");
+
+    let (_, page) = c
+        .get("/api/v1/audit/entries?log=system&action=audit.*&limit=1000")
+        .await;
+    let actions: Vec<&str> = page["entries"]
+        .as_array()
+        .expect("entries")
+        .iter()
+        .map(|e| e["action"].as_str().expect("action"))
+        .collect();
+    for want in [
+        "audit.hold.set",
+        "audit.hold.release",
+        "audit.prune",
+        "audit.export",
+    ] {
+        assert!(actions.contains(&want), "{want} missing from {actions:?}");
+    }
+    c.shutdown().await;
+}

@@ -91,7 +91,7 @@ impl Scene {
         std::fs::write(&bundle, res.bytes().await.expect("bytes")).expect("write bundle");
         let (_, key) = self.c.get("/api/v1/audit/key").await;
         let key_file = self.dir.path().join("trusted.vkey");
-        std::fs::write(&key_file, key["vkey"].as_str().expect("vkey")).expect("write key");
+        std::fs::write(&key_file, key["keys"].as_str().expect("keys")).expect("write key");
         let mut cmd = Command::new(allot_bin());
         cmd.args(["audit", "verify"])
             .arg(&bundle)
@@ -157,7 +157,7 @@ async fn an_untouched_log_verifies() {
         let (ok, out) = s.verify(with_sink).await;
         assert!(ok, "{out}");
         assert!(
-            out.contains(&format!("OK: log {}: {ENTRIES} entries", s.log)),
+            out.contains(&format!("OK: log {} (whole log): {ENTRIES} entries", s.log)),
             "{out}"
         );
     }
@@ -200,8 +200,9 @@ async fn an_inserted_forged_entry_is_named() {
     s.tamper(
         "UPDATE audit_entries SET seq = seq + 1000 WHERE log_id = '$LOG' AND seq >= 7; \
          UPDATE audit_entries SET seq = seq - 999 WHERE log_id = '$LOG' AND seq >= 1007; \
-         INSERT INTO audit_entries (log_id, seq, at, leaf_hash, body) \
-         SELECT log_id, 7, at, leaf_hash, replace(replace(body, '\"seq\":6,', '\"seq\":7,'), 'tenant.quota.set', 'tenant.delete') \
+         INSERT INTO audit_entries (log_id, seq, at, leaf_hash, body, actor, action, target, outcome) \
+         SELECT log_id, 7, at, leaf_hash, replace(replace(body, '\"seq\":6,', '\"seq\":7,'), 'tenant.quota.set', 'tenant.delete'), \
+                actor, 'tenant.delete', target, outcome \
          FROM audit_entries WHERE log_id = '$LOG' AND seq = 6",
     )
     .await;

@@ -30,7 +30,9 @@ async fn audit_trail(
         .expect("audit entries");
     entries
         .iter()
-        .map(|e| serde_json::from_str::<Value>(&e.body).expect("entry"))
+        .map(|e| {
+            serde_json::from_str::<Value>(e.body.as_deref().unwrap_or_default()).expect("entry")
+        })
         .filter(|e| e["target"] == format!("job/{job}"))
         .map(|e| {
             let s = |v: &Value| v.as_str().unwrap_or("-").to_owned();

@@ -13,6 +13,9 @@ use crate::AppState;
 use crate::problem::ApiError;
 use crate::secret;
 
+/// Where the audit API lives: the only routes an auditor token opens.
+const AUDIT_PATH: &str = "/api/v1/audit/";
+
 /// The id of a presented token that exists but is revoked or expired.
 #[derive(Debug, Clone)]
 pub struct UnusableToken(pub String);
@@ -62,6 +65,11 @@ impl Principal {
         self.role == Role::Admin
     }
 
+    /// Whether the caller reads every audit log (admins and auditors).
+    pub fn reads_all_audit_logs(&self) -> bool {
+        matches!(self.role, Role::Admin | Role::Auditor)
+    }
+
     pub fn require_admin(&self) -> Result<(), ApiError> {
         if self.is_admin() {
             Ok(())
@@ -83,7 +91,7 @@ impl Principal {
         if !self.can_see(tenant_id) {
             return Err(ApiError::NotFound(format!("{what} does not exist")));
         }
-        if self.role < role {
+        if !self.role.includes(role) {
             return Err(ApiError::Forbidden(format!(
                 "this action needs the {role} role; the token has {}",
                 self.role
@@ -135,6 +143,22 @@ impl FromRequest for Principal {
             let found = state.store.use_token(&secret::hash(token)).await?;
             let now = state.store.clock().now();
             match found {
+                Some(t)
+                    if t.is_usable(now)
+                        && t.role == Role::Auditor
+                        && !http_req.path().starts_with(AUDIT_PATH) =>
+                {
+                    http_req.extensions_mut().insert(Principal {
+                        token_id: t.id,
+                        role: t.role,
+                        tenant_id: t.tenant_id,
+                        source,
+                        request_id,
+                    });
+                    Err(ApiError::Forbidden(
+                        "the auditor role reads the audit logs and nothing else".into(),
+                    ))
+                }
                 Some(t) if t.is_usable(now) => {
                     let principal = Principal {
                         token_id: t.id,

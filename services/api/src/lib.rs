@@ -37,8 +37,9 @@ pub trait ControlEvents: Send + Sync + 'static {
 #[derive(Clone)]
 pub struct AppState {
     pub store: Store,
-    /// Signs audit checkpoints and export manifests; its verifier key is public.
-    pub audit_signer: Arc<allot_audit::Signer>,
+    /// Sign audit checkpoints and export manifests (the key in force at the time); their
+    /// verifier keys are public.
+    pub audit_keys: Arc<allot_audit::SigningKeys>,
     /// Checkpoint origins are `<audit_origin>/<log>`.
     pub audit_origin: String,
     pub events: Arc<dyn ControlEvents>,
@@ -53,6 +54,14 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
                 .route("/openapi.json", web::get().to(openapi::serve))
                 .service(resource("/audit/key").get(handlers::audit::key))
                 .service(resource("/audit/logs").get(handlers::audit::logs))
+                .service(resource("/audit/entries").get(handlers::audit::search))
+                .service(resource("/audit/holds").get(handlers::audit::holds))
+                .service(
+                    resource("/audit/logs/{log}/hold")
+                        .put(handlers::audit::set_hold)
+                        .delete(handlers::audit::release_hold),
+                )
+                .service(resource("/audit/logs/{log}/prune").post(handlers::audit::prune))
                 .service(resource("/audit/logs/{log}/entries").get(handlers::audit::entries))
                 .service(resource("/audit/logs/{log}/checkpoint").get(handlers::audit::checkpoint))
                 .service(resource("/audit/logs/{log}/export").get(handlers::audit::export))

@@ -28,7 +28,8 @@ impl Modify for BearerAuth {
         nodes::list, nodes::get,
         tokens::create, tokens::list, tokens::get, tokens::revoke,
         audit::key, audit::logs, audit::entries, audit::checkpoint, audit::export, audit::inclusion,
-        audit::consistency,
+        audit::consistency, audit::search, audit::holds, audit::set_hold, audit::release_hold,
+        audit::prune,
     ),
     modifiers(&BearerAuth),
     tags(

@@ -1,31 +1,96 @@
 //! The auditor's export bundle and its offline verification.
 //!
 //! A bundle is a tar file holding:
-//! - `manifest.json`: what was exported (log, origin, counts, sequence and time range, the
-//!   SHA-256 of the entries file, the checkpoint sizes included);
-//! - `manifest.note`: a signed note over the manifest's SHA-256, by the log's key;
-//! - `entries.jsonl`: every entry of the log from sequence 0, one per line, exactly the bytes
-//!   that were hashed;
-//! - `checkpoints/<size>.note`: the log's signed checkpoints;
-//! - `key.vkey`: the verifier key (use `--trusted-key` to not rely on it).
+//! - `manifest.json`: what was exported (log, origin, the query, counts, sequence and time
+//!   range, the checkpoint sizes included, the SHA-256 of every other file);
+//! - `manifest.note`: a signed note over the manifest's SHA-256, by the key in force;
+//! - `entries.jsonl`: the entries, one per line, exactly the bytes that were hashed. A whole
+//!   log export has every position from 0; a pruned entry is the line
+//!   `{"log":…,"seq":N,"pruned":"<hex leaf hash>"}`, which keeps the tree checkable;
+//! - `proofs.jsonl` (filtered exports): each entry's inclusion proof in the covering
+//!   checkpoint, line for line;
+//! - `entries.csv` and `entries.ocsf.jsonl`: the same entries for spreadsheets and SIEMs
+//!   (OCSF 1.3), which the verifier re-derives from the hashed lines;
+//! - `checkpoints/<size>.note`: signed checkpoints;
+//! - `keys.txt`: the verifier keys with their validity periods (use `--trusted-key` to not
+//!   rely on them).
 //!
-//! [`verify`] needs nothing but the bundle (and, ideally, a trusted key and the external
-//! checkpoint copies): it checks signatures, sequence continuity, each entry's commitment to
-//! the history before it, and every checkpoint's root, and names the first bad entry.
+//! A whole-log bundle proves completeness: every position up to the largest checkpoint is
+//! there. A filtered bundle proves that each entry it holds is in the log at its position,
+//! not that it holds every match: completeness needs the whole log.
 
+mod render;
+mod verify;
+
+use std::collections::BTreeMap;
 use std::io::Read;
 
-use base64::Engine;
-use base64::engine::general_purpose::STANDARD as B64;
 use ring::digest::{SHA256, digest};
 use serde::{Deserialize, Serialize};
 
-use crate::checkpoint::Checkpoint;
-use crate::merkle::{CompactRange, Hash, leaf_hash};
-use crate::note::{NoteError, Signer, Verifier, open};
+use crate::keys::TrustedKeys;
+use crate::merkle::Hash;
+use crate::note::{NoteError, Signer};
 
-pub const FORMAT: &str = "allot-audit-bundle/1";
+pub use render::{csv, ocsf, ocsf_jsonl};
+pub use verify::{Problem, Report, verify};
+
+pub const FORMAT: &str = "allot-audit-bundle/2";
 const MANIFEST_NOTE_HEADER: &str = "allot audit bundle manifest";
+
+/// What a filtered export selected. Times are in the entries' own format (RFC 3339, UTC,
+/// microseconds), so they compare as strings; `since` is inclusive, `until` exclusive.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Query {
+    pub since: Option<String>,
+    pub until: Option<String>,
+    /// `<kind>:<id>`, or a bare id of any kind.
+    pub actor: Option<String>,
+    /// An exact action, or a prefix ending in `.*`.
+    pub action: Option<String>,
+    pub target: Option<String>,
+    /// `success`, `denied` or `failed`.
+    pub outcome: Option<String>,
+}
+
+impl Query {
+    pub fn is_empty(&self) -> bool {
+        self == &Self::default()
+    }
+
+    /// Whether the entry (parsed JSON) matches every condition.
+    pub fn matches(&self, entry: &serde_json::Value) -> bool {
+        let field = |name: &str| entry.get(name).and_then(|v| v.as_str());
+        let time = field("time").unwrap_or("");
+        let actor_kind = entry.pointer("/actor/kind").and_then(|v| v.as_str());
+        let actor_id = entry.pointer("/actor/id").and_then(|v| v.as_str());
+        self.since.as_deref().is_none_or(|s| time >= s)
+            && self.until.as_deref().is_none_or(|u| time < u)
+            && self
+                .actor
+                .as_deref()
+                .is_none_or(|a| match a.split_once(':') {
+                    Some((kind, id)) => actor_kind == Some(kind) && actor_id == Some(id),
+                    None => actor_id == Some(a),
+                })
+            && self.action.as_deref().is_none_or(|a| {
+                let action = field("action").unwrap_or("");
+                match a.strip_suffix('*') {
+                    Some(prefix) => action.starts_with(prefix),
+                    None => action == a,
+                }
+            })
+            && self
+                .target
+                .as_deref()
+                .is_none_or(|t| field("target") == Some(t))
+            && self
+                .outcome
+                .as_deref()
+                .is_none_or(|o| field("outcome") == Some(o))
+    }
+}
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -34,15 +99,44 @@ pub struct Manifest {
     pub log: String,
     /// The origin line of this log's checkpoints.
     pub origin: String,
-    /// Entries `0..entries` are in the bundle.
+    /// The filter of a filtered export; `None` for the whole log.
+    pub query: Option<Query>,
+    /// The tree size the bundle is checked against: every position for a whole-log export,
+    /// the covering checkpoint's size for a filtered one.
+    pub size: u64,
+    /// Lines in `entries.jsonl`, of which `pruned` are pruned stubs.
     pub entries: u64,
+    pub pruned: u64,
+    pub first_seq: Option<u64>,
+    pub last_seq: Option<u64>,
     pub first_time: Option<String>,
     pub last_time: Option<String>,
     /// Sizes of the checkpoints included.
     pub checkpoints: Vec<u64>,
     pub exported_at: String,
-    /// Hex SHA-256 of `entries.jsonl`.
-    pub entries_sha256: String,
+    /// Hex SHA-256 of every other file, by name.
+    pub files: BTreeMap<String, String>,
+}
+
+/// One position of a whole-log export.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Line {
+    /// The entry's bytes, as hashed.
+    Entry(String),
+    /// A pruned entry: only its leaf hash is left.
+    Pruned { seq: u64, leaf_hash: Hash },
+}
+
+/// What every bundle carries besides its entries.
+#[derive(Debug, Clone)]
+pub struct Export<'a> {
+    pub log: &'a str,
+    pub origin: &'a str,
+    /// RFC 3339.
+    pub exported_at: &'a str,
+    /// (size, signed note), ascending.
+    pub checkpoints: Vec<(u64, String)>,
+    pub keys: &'a TrustedKeys,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,9 +144,13 @@ pub struct Bundle {
     pub manifest_json: String,
     pub manifest_note: String,
     pub entries_jsonl: String,
+    /// Filtered exports only.
+    pub proofs_jsonl: Option<String>,
+    pub csv: String,
+    pub ocsf_jsonl: String,
     /// (size, signed note), ascending.
     pub checkpoints: Vec<(u64, String)>,
-    pub vkey: String,
+    pub keys: String,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -67,58 +165,176 @@ pub enum BundleError {
     Note(#[from] NoteError),
 }
 
-fn sha256_hex(data: &[u8]) -> String {
-    digest(&SHA256, data)
-        .as_ref()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+pub(crate) fn sha256_hex(data: &[u8]) -> String {
+    hex(digest(&SHA256, data).as_ref())
 }
 
-fn manifest_note_text(manifest_json: &str) -> String {
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+pub(crate) fn manifest_note_text(manifest_json: &str) -> String {
     format!(
         "{MANIFEST_NOTE_HEADER}\n{}\n",
         sha256_hex(manifest_json.as_bytes())
     )
 }
 
-/// Pulls `time` out of an entry body, if it has one.
-fn entry_time(body: &str) -> Option<String> {
-    serde_json::from_str::<serde_json::Value>(body)
-        .ok()?
-        .get("time")?
-        .as_str()
-        .map(str::to_owned)
+/// The stub line that stands for a pruned entry.
+pub fn pruned_line(log: &str, seq: u64, leaf_hash: &Hash) -> String {
+    serde_json::json!({ "log": log, "seq": seq, "pruned": hex(leaf_hash) }).to_string()
+}
+
+fn push_line(out: &mut String, line: &str) -> Result<(), BundleError> {
+    if line.contains('\n') {
+        return Err(BundleError::Malformed("an entry contains a newline".into()));
+    }
+    out.push_str(line);
+    out.push('\n');
+    Ok(())
+}
+
+/// Sequence number and time of an entry body, if it has them.
+fn seq_and_time(body: &str) -> (Option<u64>, Option<String>) {
+    let v: serde_json::Value = serde_json::from_str(body).unwrap_or_default();
+    (
+        v.get("seq").and_then(serde_json::Value::as_u64),
+        v.get("time").and_then(|t| t.as_str()).map(str::to_owned),
+    )
+}
+
+struct Parts {
+    query: Option<Query>,
+    size: u64,
+    entries_jsonl: String,
+    proofs_jsonl: Option<String>,
+    bodies: Vec<String>,
+    lines: u64,
+    pruned: u64,
+    first_seq: Option<u64>,
+    last_seq: Option<u64>,
 }
 
 impl Bundle {
-    /// Assembles and signs a bundle of `entries` (bodies, from sequence 0) and checkpoints.
-    pub fn build(
-        signer: &Signer,
-        log: &str,
-        origin: &str,
-        entries: &[String],
-        checkpoints: Vec<(u64, String)>,
-        exported_at: &str,
-    ) -> Result<Self, BundleError> {
+    /// A whole-log bundle: every position from 0, pruned ones as stubs.
+    pub fn full(signer: &Signer, export: Export<'_>, lines: &[Line]) -> Result<Self, BundleError> {
         let mut entries_jsonl = String::new();
-        for e in entries {
-            if e.contains('\n') {
-                return Err(BundleError::Malformed("an entry contains a newline".into()));
+        let mut bodies = Vec::new();
+        let mut pruned = 0;
+        for line in lines {
+            match line {
+                Line::Entry(body) => {
+                    push_line(&mut entries_jsonl, body)?;
+                    bodies.push(body.clone());
+                }
+                Line::Pruned { seq, leaf_hash } => {
+                    push_line(
+                        &mut entries_jsonl,
+                        &pruned_line(export.log, *seq, leaf_hash),
+                    )?;
+                    pruned += 1;
+                }
             }
-            entries_jsonl.push_str(e);
-            entries_jsonl.push('\n');
+        }
+        let n = lines.len() as u64;
+        Self::assemble(
+            signer,
+            export,
+            Parts {
+                query: None,
+                size: n,
+                entries_jsonl,
+                proofs_jsonl: None,
+                bodies,
+                lines: n,
+                pruned,
+                first_seq: (n > 0).then_some(0),
+                last_seq: n.checked_sub(1),
+            },
+        )
+    }
+
+    /// A filtered bundle: the entries matching `query`, each with its inclusion proof in the
+    /// tree of `size` entries (the covering checkpoint, which must be among the export's).
+    pub fn filtered(
+        signer: &Signer,
+        export: Export<'_>,
+        query: Query,
+        size: u64,
+        entries: &[(String, Vec<Hash>)],
+    ) -> Result<Self, BundleError> {
+        if !export.checkpoints.iter().any(|(s, _)| *s == size) {
+            return Err(BundleError::Malformed(format!(
+                "no checkpoint of size {size} in the export"
+            )));
+        }
+        let mut entries_jsonl = String::new();
+        let mut proofs_jsonl = String::new();
+        let (mut first_seq, mut last_seq) = (None, None);
+        for (body, proof) in entries {
+            push_line(&mut entries_jsonl, body)?;
+            let (seq, _) = seq_and_time(body);
+            first_seq = first_seq.or(seq);
+            last_seq = seq;
+            let proof: Vec<String> = proof
+                .iter()
+                .map(|h| base64::Engine::encode(&base64::engine::general_purpose::STANDARD, h))
+                .collect();
+            push_line(
+                &mut proofs_jsonl,
+                &serde_json::json!({ "seq": seq, "proof": proof }).to_string(),
+            )?;
+        }
+        Self::assemble(
+            signer,
+            export,
+            Parts {
+                query: Some(query),
+                size,
+                entries_jsonl,
+                proofs_jsonl: Some(proofs_jsonl),
+                bodies: entries.iter().map(|(b, _)| b.clone()).collect(),
+                lines: entries.len() as u64,
+                pruned: 0,
+                first_seq,
+                last_seq,
+            },
+        )
+    }
+
+    fn assemble(signer: &Signer, export: Export<'_>, p: Parts) -> Result<Self, BundleError> {
+        let csv = render::csv(p.bodies.iter().map(String::as_str))?;
+        let ocsf_jsonl = render::ocsf_jsonl(p.bodies.iter().map(String::as_str))?;
+        let keys = export.keys.to_text();
+        let mut files = BTreeMap::new();
+        files.insert(
+            "entries.jsonl".to_owned(),
+            sha256_hex(p.entries_jsonl.as_bytes()),
+        );
+        files.insert("entries.csv".to_owned(), sha256_hex(csv.as_bytes()));
+        files.insert(
+            "entries.ocsf.jsonl".to_owned(),
+            sha256_hex(ocsf_jsonl.as_bytes()),
+        );
+        files.insert("keys.txt".to_owned(), sha256_hex(keys.as_bytes()));
+        if let Some(proofs) = &p.proofs_jsonl {
+            files.insert("proofs.jsonl".to_owned(), sha256_hex(proofs.as_bytes()));
         }
         let manifest = Manifest {
             format: FORMAT.to_owned(),
-            log: log.to_owned(),
-            origin: origin.to_owned(),
-            entries: entries.len() as u64,
-            first_time: entries.first().and_then(|e| entry_time(e)),
-            last_time: entries.last().and_then(|e| entry_time(e)),
-            checkpoints: checkpoints.iter().map(|(s, _)| *s).collect(),
-            exported_at: exported_at.to_owned(),
-            entries_sha256: sha256_hex(entries_jsonl.as_bytes()),
+            log: export.log.to_owned(),
+            origin: export.origin.to_owned(),
+            query: p.query,
+            size: p.size,
+            entries: p.lines,
+            pruned: p.pruned,
+            first_seq: p.first_seq,
+            last_seq: p.last_seq,
+            first_time: p.bodies.first().and_then(|b| seq_and_time(b).1),
+            last_time: p.bodies.last().and_then(|b| seq_and_time(b).1),
+            checkpoints: export.checkpoints.iter().map(|(s, _)| *s).collect(),
+            exported_at: export.exported_at.to_owned(),
+            files,
         };
         let manifest_json = serde_json::to_string_pretty(&manifest)
             .map_err(|e| BundleError::Malformed(e.to_string()))?;
@@ -126,9 +342,12 @@ impl Bundle {
         Ok(Self {
             manifest_json,
             manifest_note,
-            entries_jsonl,
-            checkpoints,
-            vkey: signer.verifier().vkey(),
+            entries_jsonl: p.entries_jsonl,
+            proofs_jsonl: p.proofs_jsonl,
+            csv,
+            ocsf_jsonl,
+            checkpoints: export.checkpoints,
+            keys,
         })
     }
 
@@ -146,7 +365,12 @@ impl Bundle {
         add("manifest.json", self.manifest_json.as_bytes())?;
         add("manifest.note", self.manifest_note.as_bytes())?;
         add("entries.jsonl", self.entries_jsonl.as_bytes())?;
-        add("key.vkey", format!("{}\n", self.vkey).as_bytes())?;
+        if let Some(proofs) = &self.proofs_jsonl {
+            add("proofs.jsonl", proofs.as_bytes())?;
+        }
+        add("entries.csv", self.csv.as_bytes())?;
+        add("entries.ocsf.jsonl", self.ocsf_jsonl.as_bytes())?;
+        add("keys.txt", self.keys.as_bytes())?;
         for (size, note) in &self.checkpoints {
             add(&format!("checkpoints/{size:020}.note"), note.as_bytes())?;
         }
@@ -156,8 +380,7 @@ impl Bundle {
     /// Reads a bundle written by [`Bundle::to_tar`].
     pub fn from_tar(bytes: &[u8]) -> Result<Self, BundleError> {
         let mut archive = tar::Archive::new(bytes);
-        let (mut manifest_json, mut manifest_note, mut entries, mut vkey) =
-            (None, None, None, None);
+        let mut files: BTreeMap<String, String> = BTreeMap::new();
         let mut checkpoints = Vec::new();
         for file in archive.entries()? {
             let mut file = file?;
@@ -165,380 +388,39 @@ impl Bundle {
             let mut text = String::new();
             file.read_to_string(&mut text)
                 .map_err(|e| BundleError::Malformed(format!("{path}: {e}")))?;
-            match path.as_str() {
-                "manifest.json" => manifest_json = Some(text),
-                "manifest.note" => manifest_note = Some(text),
-                "entries.jsonl" => entries = Some(text),
-                "key.vkey" => vkey = Some(text.trim().to_owned()),
-                p => {
-                    let size = p
-                        .strip_prefix("checkpoints/")
-                        .and_then(|n| n.strip_suffix(".note"))
-                        .and_then(|n| n.parse::<u64>().ok())
-                        .ok_or_else(|| BundleError::Malformed(format!("unexpected file {p}")))?;
-                    checkpoints.push((size, text));
-                }
+            if let Some(name) = path.strip_prefix("checkpoints/") {
+                let size = name
+                    .strip_suffix(".note")
+                    .and_then(|n| n.parse::<u64>().ok())
+                    .ok_or_else(|| BundleError::Malformed(format!("unexpected file {path}")))?;
+                checkpoints.push((size, text));
+            } else if [
+                "manifest.json",
+                "manifest.note",
+                "entries.jsonl",
+                "proofs.jsonl",
+                "entries.csv",
+                "entries.ocsf.jsonl",
+                "keys.txt",
+            ]
+            .contains(&path.as_str())
+            {
+                files.insert(path, text);
+            } else {
+                return Err(BundleError::Malformed(format!("unexpected file {path}")));
             }
         }
         checkpoints.sort_by_key(|(s, _)| *s);
+        let mut take = |name: &'static str| files.remove(name).ok_or(BundleError::Missing(name));
         Ok(Self {
-            manifest_json: manifest_json.ok_or(BundleError::Missing("manifest.json"))?,
-            manifest_note: manifest_note.ok_or(BundleError::Missing("manifest.note"))?,
-            entries_jsonl: entries.ok_or(BundleError::Missing("entries.jsonl"))?,
+            manifest_json: take("manifest.json")?,
+            manifest_note: take("manifest.note")?,
+            entries_jsonl: take("entries.jsonl")?,
+            proofs_jsonl: take("proofs.jsonl").ok(),
+            csv: take("entries.csv")?,
+            ocsf_jsonl: take("entries.ocsf.jsonl")?,
+            keys: take("keys.txt")?,
             checkpoints,
-            vkey: vkey.ok_or(BundleError::Missing("key.vkey"))?,
-        })
-    }
-}
-
-/// One thing wrong, naming what it concerns: `manifest`, `entry 17`, `checkpoint 40`, `key`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Problem {
-    pub subject: String,
-    pub message: String,
-}
-
-impl std::fmt::Display for Problem {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}: {}", self.subject, self.message)
-    }
-}
-
-#[derive(Debug, Clone, Default)]
-pub struct Report {
-    pub problems: Vec<Problem>,
-    pub entries: u64,
-    pub checkpoints_verified: usize,
-    /// False when no trusted key was given and the bundle's own key was used.
-    pub key_trusted: bool,
-    /// The sequence number of the first entry found altered, missing or out of place.
-    pub first_bad_entry: Option<u64>,
-    /// Entries after the largest valid checkpoint: consistent, but not yet signed.
-    pub unsigned_tail: u64,
-}
-
-impl Report {
-    fn problem(&mut self, subject: impl Into<String>, message: impl Into<String>) {
-        self.problems.push(Problem {
-            subject: subject.into(),
-            message: message.into(),
-        });
-    }
-
-    fn bad_entry(&mut self, seq: u64) {
-        self.first_bad_entry = Some(self.first_bad_entry.map_or(seq, |s| s.min(seq)));
-    }
-
-    pub fn ok(&self) -> bool {
-        self.problems.is_empty()
-    }
-}
-
-/// Verifies `bundle` offline. `trusted` is the key to trust (else the bundle's own is used,
-/// and the report says so); `external` are checkpoints from outside the database (the sink),
-/// which catch truncation and wholesale rewrites that the bundle alone cannot.
-pub fn verify(bundle: &Bundle, trusted: Option<&Verifier>, external: &[(u64, String)]) -> Report {
-    let mut report = Report::default();
-    let bundled_key = Verifier::from_vkey(&bundle.vkey);
-    let key = match (trusted, bundled_key) {
-        (Some(t), bundled) => {
-            report.key_trusted = true;
-            if bundled.as_ref().map(Verifier::vkey).ok() != Some(t.vkey()) {
-                report.problem(
-                    "key",
-                    "the bundle names a different key than the trusted one",
-                );
-            }
-            t.clone()
-        }
-        (None, Ok(k)) => k,
-        (None, Err(e)) => {
-            report.problem("key", format!("the bundle's key is unusable: {e}"));
-            return report;
-        }
-    };
-
-    // The manifest and its signature.
-    let manifest: Option<Manifest> = match serde_json::from_str(&bundle.manifest_json) {
-        Ok(m) => Some(m),
-        Err(e) => {
-            report.problem("manifest", format!("not a valid manifest: {e}"));
-            None
-        }
-    };
-    match open(&bundle.manifest_note, std::slice::from_ref(&key)) {
-        Ok(n) if n.text == manifest_note_text(&bundle.manifest_json) => {}
-        Ok(_) => report.problem("manifest", "the signed digest does not match manifest.json"),
-        Err(e) => report.problem("manifest", format!("signature: {e}")),
-    }
-    let Some(manifest) = manifest else {
-        return report;
-    };
-    if manifest.format != FORMAT {
-        report.problem("manifest", format!("unknown format `{}`", manifest.format));
-    }
-    if sha256_hex(bundle.entries_jsonl.as_bytes()) != manifest.entries_sha256 {
-        report.problem(
-            "manifest",
-            "entries.jsonl differs from the one the manifest signed",
-        );
-    }
-
-    // Checkpoints first, so the entry pass knows at which sizes to keep a root.
-    let mut cps: Vec<(u64, &str, Option<Checkpoint>)> = Vec::new();
-    for (claimed, note, source) in bundle
-        .checkpoints
-        .iter()
-        .map(|(s, n)| (*s, n.as_str(), "bundled"))
-        .chain(external.iter().map(|(s, n)| (*s, n.as_str(), "external")))
-    {
-        let subject = format!("checkpoint {claimed} ({source})");
-        let cp = match open(note, std::slice::from_ref(&key)) {
-            Err(e) => {
-                report.problem(&subject, format!("signature does not verify: {e}"));
-                None
-            }
-            Ok(opened) => match Checkpoint::parse(&opened.text) {
-                Err(e) => {
-                    report.problem(&subject, e.to_string());
-                    None
-                }
-                Ok(cp) if cp.origin != manifest.origin => {
-                    report.problem(
-                        &subject,
-                        format!("is for `{}`, not `{}`", cp.origin, manifest.origin),
-                    );
-                    None
-                }
-                Ok(cp) => {
-                    if cp.size != claimed {
-                        report.problem(
-                            &subject,
-                            format!("signs size {}, filed as {claimed}", cp.size),
-                        );
-                    }
-                    Some(cp)
-                }
-            },
-        };
-        cps.push((claimed, source, cp));
-    }
-    cps.sort_by_key(|(s, _, _)| *s);
-    let wanted: std::collections::BTreeSet<u64> = cps
-        .iter()
-        .filter_map(|(_, _, cp)| cp.as_ref().map(|c| c.size))
-        .collect();
-
-    // Entries: continuity and the log they claim; leaf hashes and the roots checkpoints need.
-    let lines: Vec<&str> = bundle.entries_jsonl.lines().collect();
-    report.entries = lines.len() as u64;
-    if report.entries != manifest.entries {
-        report.problem(
-            "manifest",
-            format!(
-                "lists {} entries; the bundle has {}",
-                manifest.entries, report.entries
-            ),
-        );
-    }
-    let mut heads: Vec<Option<EntryHead<'_>>> = Vec::with_capacity(lines.len());
-    let mut leaves: Vec<Hash> = Vec::with_capacity(lines.len());
-    let mut range = CompactRange::new();
-    let mut roots_at = std::collections::BTreeMap::new();
-    if wanted.contains(&0) {
-        roots_at.insert(0, range.root());
-    }
-    // seq - position of the last continuity break reported, to report each break once.
-    let mut offset: i128 = 0;
-    for (i, line) in lines.iter().enumerate() {
-        let pos = i as u64;
-        let subject = format!("entry {pos}");
-        let head = match EntryHead::parse(line) {
-            Err(e) => {
-                report.problem(&subject, format!("not JSON: {e}"));
-                report.bad_entry(pos);
-                None
-            }
-            Ok(h) => {
-                match h.seq {
-                    Some(seq) if seq == pos => offset = 0,
-                    Some(seq) => {
-                        let off = i128::from(seq) - i128::from(pos);
-                        if off != offset {
-                            report.problem(
-                                &subject,
-                                format!("has sequence number {seq} at position {pos} (entries missing, reordered or inserted)"),
-                            );
-                            offset = off;
-                        }
-                        report.bad_entry(pos);
-                    }
-                    None => {
-                        report.problem(&subject, "has no sequence number");
-                        report.bad_entry(pos);
-                    }
-                }
-                if h.log.as_deref() != Some(manifest.log.as_str()) {
-                    report.problem(&subject, format!("does not belong to log {}", manifest.log));
-                    report.bad_entry(pos);
-                }
-                Some(h)
-            }
-        };
-        heads.push(head);
-        let leaf = leaf_hash(line.as_bytes());
-        leaves.push(leaf);
-        range.append(leaf);
-        if wanted.contains(&range.size()) {
-            roots_at.insert(range.size(), range.root());
-        }
-    }
-
-    // Each checkpoint against the entries.
-    let mut last_good = 0u64;
-    let mut suspect: Vec<(u64, u64)> = Vec::new();
-    for (claimed, source, cp) in &cps {
-        let Some(cp) = cp else { continue };
-        let subject = format!("checkpoint {claimed} ({source})");
-        match roots_at.get(&cp.size) {
-            None => {
-                report.problem(
-                    &subject,
-                    format!(
-                        "covers {} entries but only {} are present: entries {}..{} were removed (the log was truncated)",
-                        cp.size, report.entries, report.entries, cp.size - 1
-                    ),
-                );
-                report.bad_entry(report.entries);
-            }
-            Some(root) if *root == cp.root => {
-                last_good = last_good.max(cp.size);
-                report.checkpoints_verified += 1;
-            }
-            Some(_) => {
-                let from = last_good.min(cp.size.saturating_sub(1));
-                report.problem(
-                    &subject,
-                    format!(
-                        "root differs from entries 0..{}: the first altered entry is among {from}..{}",
-                        cp.size - 1,
-                        cp.size - 1
-                    ),
-                );
-                suspect.push((from, cp.size - 1));
-            }
-        }
-    }
-
-    // Each entry's commitment to the history before it: over everything when something is
-    // wrong (to name the first bad entry), else only over the part no checkpoint covers.
-    let start = if report.problems.is_empty() && suspect.is_empty() {
-        usize::try_from(last_good)
-            .unwrap_or(usize::MAX)
-            .min(lines.len())
-    } else {
-        0
-    };
-    let mut range = CompactRange::new();
-    for leaf in &leaves[..start] {
-        range.append(*leaf);
-    }
-    let mut seen_roots: std::collections::HashSet<Hash> = std::collections::HashSet::new();
-    for (i, head) in heads.iter().enumerate().skip(start) {
-        let pos = i as u64;
-        let root = range.root();
-        seen_roots.insert(root);
-        if let Some(h) = head {
-            let witnessed: Option<Hash> = h
-                .prev_root
-                .as_deref()
-                .and_then(|w| B64.decode(w).ok())
-                .and_then(|w| w.try_into().ok());
-            if witnessed != Some(root) {
-                let in_place = h.seq == Some(pos);
-                // A witnessed root equal to an earlier prefix's is a replayed or copied
-                // entry: this one is the intruder. Otherwise the one before it changed.
-                let replayed = witnessed.is_some_and(|w| seen_roots.contains(&w));
-                match pos.checked_sub(1) {
-                    _ if !in_place => {}
-                    Some(_) if replayed => {
-                        report.problem(
-                            format!("entry {pos}"),
-                            "forged or out of place: it witnessed an earlier state of the log",
-                        );
-                        report.bad_entry(pos);
-                    }
-                    Some(prev) => {
-                        report.problem(
-                            format!("entry {prev}"),
-                            format!("altered: entry {pos} witnessed a different history up to it"),
-                        );
-                        report.bad_entry(prev);
-                    }
-                    None => {
-                        report.problem(
-                            format!("entry {pos}"),
-                            "altered: the first entry must witness an empty log",
-                        );
-                        report.bad_entry(pos);
-                    }
-                }
-                break;
-            }
-        }
-        range.append(leaves[i]);
-    }
-    for (from, to) in suspect {
-        let named_inside = report.first_bad_entry.is_some_and(|b| b <= to);
-        if !named_inside {
-            report.bad_entry(from);
-        }
-    }
-    report.unsigned_tail = report.entries.saturating_sub(last_good);
-    if report.checkpoints_verified == 0 && report.entries > 0 {
-        report.problem("checkpoints", "no valid checkpoint covers these entries");
-    }
-    report
-}
-
-/// The fields of an entry the verifier needs; the rest is covered by its hash.
-#[derive(Debug, Deserialize)]
-struct EntryHead<'a> {
-    seq: Option<u64>,
-    #[serde(borrow)]
-    log: Option<std::borrow::Cow<'a, str>>,
-    #[serde(borrow)]
-    prev_root: Option<std::borrow::Cow<'a, str>>,
-}
-
-impl<'a> EntryHead<'a> {
-    /// Entries as Allot writes them start `{"log":"…","seq":N,"time":"…","prev_root":"…",`;
-    /// those fields are read straight off that prefix (verification is bound by this loop),
-    /// anything else goes through the JSON parser.
-    fn parse(line: &'a str) -> Result<Self, serde_json::Error> {
-        Self::canonical_prefix(line).map_or_else(|| serde_json::from_str(line), Ok)
-    }
-
-    fn canonical_prefix(line: &'a str) -> Option<Self> {
-        let plain = |s: &str| !s.contains(['\\', '"']);
-        let rest = line.strip_prefix(r#"{"log":""#)?;
-        let (log, rest) = rest.split_once('"')?;
-        let rest = rest.strip_prefix(r#","seq":"#)?;
-        let (seq, rest) = rest.split_once(',')?;
-        if seq.is_empty() || !seq.bytes().all(|b| b.is_ascii_digit()) {
-            return None;
-        }
-        let rest = rest.strip_prefix(r#""time":""#)?;
-        let (_, rest) = rest.split_once('"')?;
-        let rest = rest.strip_prefix(r#","prev_root":""#)?;
-        let (prev_root, rest) = rest.split_once('"')?;
-        if !rest.starts_with(',') || !plain(log) || log.ends_with('\\') {
-            return None;
-        }
-        Some(Self {
-            seq: seq.parse().ok(),
-            log: Some(std::borrow::Cow::Borrowed(log)),
-            prev_root: Some(std::borrow::Cow::Borrowed(prev_root)),
         })
     }
 }

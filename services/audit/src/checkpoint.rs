@@ -17,7 +17,29 @@ pub struct Checkpoint {
     pub extensions: Vec<String>,
 }
 
+/// The extension line that carries when a checkpoint was signed, so that a verifier can
+/// check the signing key was valid then: `allot-time <RFC 3339>`.
+pub const TIME_EXTENSION: &str = "allot-time ";
+
 impl Checkpoint {
+    /// Adds the signing time as an extension line.
+    pub fn at(mut self, time: chrono::DateTime<chrono::Utc>) -> Self {
+        self.extensions.push(format!(
+            "{TIME_EXTENSION}{}",
+            time.to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
+        ));
+        self
+    }
+
+    /// The signing time, if the checkpoint carries one.
+    pub fn time(&self) -> Option<chrono::DateTime<chrono::Utc>> {
+        self.extensions
+            .iter()
+            .find_map(|e| e.strip_prefix(TIME_EXTENSION))
+            .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+            .map(|t| t.with_timezone(&chrono::Utc))
+    }
+
     /// The note text: origin, decimal size, base64 root, then extension lines.
     pub fn body(&self) -> String {
         let mut out = format!(

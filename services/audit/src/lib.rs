@@ -5,9 +5,11 @@
 
 pub mod bundle;
 pub mod checkpoint;
+pub mod keys;
 pub mod merkle;
 pub mod note;
 
 pub use checkpoint::Checkpoint;
-pub use merkle::{CompactRange, Hash, ProofError};
+pub use keys::{SigningKeys, TrustedKeys};
+pub use merkle::{CompactRange, Hash, ProofError, Tree};
 pub use note::{NoteError, Signer, Verifier};

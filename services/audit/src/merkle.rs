@@ -126,6 +126,81 @@ pub enum ProofError {
     RootMismatch,
 }
 
+/// Every complete, aligned subtree of a tree, built once in O(n): inclusion proofs for
+/// many entries (a filtered export) then cost O(log n) each instead of O(n).
+#[derive(Debug, Clone)]
+pub struct Tree {
+    /// `levels[l][i]` is the hash of leaves `i·2^l .. (i+1)·2^l`.
+    levels: Vec<Vec<Hash>>,
+}
+
+impl Tree {
+    pub fn new(leaves: Vec<Hash>) -> Self {
+        let mut levels = vec![leaves];
+        while let Some(last) = levels.last().filter(|l| l.len() > 1) {
+            let next = last
+                .chunks_exact(2)
+                .map(|p| node_hash(&p[0], &p[1]))
+                .collect();
+            levels.push(next);
+        }
+        Self { levels }
+    }
+
+    pub fn size(&self) -> u64 {
+        self.levels[0].len() as u64
+    }
+
+    /// The hash of leaves `start..end`, where `start` is aligned to the largest power of two
+    /// not above `end - start` (as every range in a proof is).
+    fn range_hash(&self, start: usize, end: usize) -> Hash {
+        // Split into complete subtrees, largest first, then fold from the right.
+        let mut parts = Vec::new();
+        let mut at = start;
+        while at < end {
+            let level = (usize::BITS - 1 - (end - at).leading_zeros()) as usize;
+            parts.push(self.levels[level][at >> level]);
+            at += 1 << level;
+        }
+        let mut acc = parts.pop().unwrap_or_else(empty_root);
+        while let Some(left) = parts.pop() {
+            acc = node_hash(&left, &acc);
+        }
+        acc
+    }
+
+    pub fn root(&self) -> Hash {
+        self.range_hash(0, self.levels[0].len())
+    }
+
+    /// The same proof as [`inclusion_proof`] over the whole tree.
+    pub fn inclusion_proof(&self, index: u64) -> Result<Vec<Hash>, ProofError> {
+        let n = self.levels[0].len();
+        let i = usize::try_from(index).unwrap_or(usize::MAX);
+        if i >= n {
+            return Err(ProofError::IndexOutOfRange {
+                index,
+                size: n as u64,
+            });
+        }
+        let mut proof = Vec::new();
+        let mut level = 0;
+        while (n - 1) >> level > 0 || (i >> level) > 0 {
+            let sibling = (i >> level) ^ 1;
+            let start = sibling << level;
+            if start < n {
+                let end = (start + (1 << level)).min(n);
+                proof.push(self.range_hash(start, end));
+            }
+            level += 1;
+            if level >= usize::BITS as usize {
+                break;
+            }
+        }
+        Ok(proof)
+    }
+}
+
 /// The audit path for leaf `index` in the tree over `leaves` (RFC 9162 §2.1.3.1).
 pub fn inclusion_proof(leaves: &[Hash], index: usize) -> Result<Vec<Hash>, ProofError> {
     if index >= leaves.len() {

@@ -62,12 +62,13 @@ impl Client {
     }
 
     /// GET returning the raw body.
-    pub async fn get_bytes(&self, path: &str) -> anyhow::Result<Vec<u8>> {
+    pub async fn get_bytes(&self, path: &str, query: &[(&str, String)]) -> anyhow::Result<Vec<u8>> {
         let url = format!("{}{path}", self.base);
         let res = self
             .http
             .get(&url)
             .bearer_auth(&self.token)
+            .query(query)
             .timeout(Duration::from_secs(600))
             .send()
             .await

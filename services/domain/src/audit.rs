@@ -37,6 +37,16 @@ pub struct Actor {
 }
 
 impl Actor {
+    /// `<kind>:<id>`, e.g. `token:01…`, `node:01…`, `system:scheduler`.
+    pub fn key(&self) -> String {
+        let kind = match self.kind {
+            ActorKind::Token => "token",
+            ActorKind::Node => "node",
+            ActorKind::System => "system",
+        };
+        format!("{kind}:{}", self.id)
+    }
+
     pub fn system(component: &str) -> Self {
         Self {
             kind: ActorKind::System,
@@ -70,6 +80,38 @@ pub enum Outcome {
     Success,
     Denied,
     Failed,
+}
+
+impl Outcome {
+    pub const ALL: [Outcome; 3] = [Outcome::Success, Outcome::Denied, Outcome::Failed];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Success => "success",
+            Outcome::Denied => "denied",
+            Outcome::Failed => "failed",
+        }
+    }
+}
+
+impl std::str::FromStr for Outcome {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Outcome::ALL
+            .into_iter()
+            .find(|o| o.as_str() == s)
+            .ok_or_else(|| format!("unknown outcome `{s}` (one of success, denied, failed)"))
+    }
+}
+
+/// A legal hold on one log: while it stands, nothing in that log is pruned.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LegalHold {
+    pub log: String,
+    pub reason: String,
+    /// The actor who set it, as `<kind>:<id>`.
+    pub set_by: String,
+    pub set_at: DateTime<Utc>,
 }
 
 /// One recorded event, as hashed.

@@ -13,7 +13,9 @@ pub mod quantity;
 pub mod tenant;
 pub mod token;
 
-pub use audit::{Actor, ActorKind, AuditContext, AuditEntry, AuditEvent, Outcome, SYSTEM_LOG};
+pub use audit::{
+    Actor, ActorKind, AuditContext, AuditEntry, AuditEvent, LegalHold, Outcome, SYSTEM_LOG,
+};
 pub use clock::{Clock, FixedClock, SystemClock};
 pub use error::{FieldError, ValidationError};
 pub use job::{Job, JobEvent, JobSpec, JobState, PendingReason, TransitionError};

@@ -6,9 +6,11 @@ use std::str::FromStr;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-/// What a token may do. `Admin` is platform-wide and has no tenant; the others are scoped to
-/// exactly one tenant. Roles are ordered: each includes the rights of those below it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+/// What a token may do. `Admin` and `Auditor` are platform-wide and have no tenant; the
+/// others are scoped to exactly one tenant. The tenant roles and `Admin` form a ladder, each
+/// including the rights of those below; `Auditor` stands apart: it reads every audit log and
+/// nothing else, and only `Admin` includes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Role {
     /// Read the tenant's jobs, quota and the node inventory.
@@ -19,10 +21,39 @@ pub enum Role {
     TenantAdmin,
     /// Everything, across all tenants.
     Admin,
+    /// Read every audit log, its proofs and exports; nothing else.
+    Auditor,
 }
 
 impl Role {
-    pub const ALL: [Role; 4] = [Role::Viewer, Role::Member, Role::TenantAdmin, Role::Admin];
+    pub const ALL: [Role; 5] = [
+        Role::Viewer,
+        Role::Member,
+        Role::TenantAdmin,
+        Role::Admin,
+        Role::Auditor,
+    ];
+
+    /// Whether this role has every right of `other`.
+    pub fn includes(self, other: Role) -> bool {
+        let rank = |r: Role| match r {
+            Role::Viewer => Some(0),
+            Role::Member => Some(1),
+            Role::TenantAdmin => Some(2),
+            Role::Admin => Some(3),
+            Role::Auditor => None,
+        };
+        match (self, rank(self), rank(other)) {
+            (Role::Admin, _, _) => true,
+            (_, Some(a), Some(b)) => a >= b,
+            _ => self == other,
+        }
+    }
+
+    /// Platform-wide roles hold no tenant.
+    pub fn is_platform(self) -> bool {
+        matches!(self, Role::Admin | Role::Auditor)
+    }
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -30,6 +61,7 @@ impl Role {
             Role::Member => "member",
             Role::TenantAdmin => "tenant-admin",
             Role::Admin => "admin",
+            Role::Auditor => "auditor",
         }
     }
 }
@@ -47,7 +79,7 @@ impl FromStr for Role {
             .into_iter()
             .find(|r| r.as_str() == s)
             .ok_or_else(|| {
-                format!("unknown role `{s}` (one of viewer, member, tenant-admin, admin)")
+                format!("unknown role `{s}` (one of viewer, member, tenant-admin, admin, auditor)")
             })
     }
 }

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use allot_audit::{Checkpoint, Signer};
+use allot_audit::{Checkpoint, SigningKeys};
 use allot_domain::{AuditContext, AuditEvent, SYSTEM_LOG};
 use allot_store::{AuditRepo, Store, StoreError, StoredCheckpoint};
 use base64::Engine;
@@ -75,7 +75,8 @@ pub enum CheckpointError {
 
 pub struct Checkpointer {
     pub store: Store,
-    pub signer: Arc<Signer>,
+    /// The key in force at signing time signs; its validity period is checked offline.
+    pub keys: Arc<SigningKeys>,
     /// Prefix of every checkpoint's origin line: `<origin>/<log>`.
     pub origin: String,
     pub sink: Option<Arc<dyn CheckpointSink>>,
@@ -90,13 +91,15 @@ impl Checkpointer {
             if head.size == 0 || signed.get(&head.log).is_some_and(|&s| s >= head.size) {
                 continue;
             }
+            let now = self.store.clock().now();
             let cp = Checkpoint {
                 origin: format!("{}/{}", self.origin, head.log),
                 size: head.size,
                 root: head.root,
                 extensions: Vec::new(),
-            };
-            let note = self.signer.sign(&cp.body())?;
+            }
+            .at(now);
+            let note = self.keys.active(now)?.sign(&cp.body())?;
             // Outside first: an outside checkpoint without its database twin is still a true
             // statement about the log; the reverse would be a gap the sink cannot vouch for.
             if let Some(sink) = &self.sink {
@@ -134,6 +137,18 @@ impl Checkpointer {
     }
 
     pub async fn run(self, interval: Duration, stop: CancellationToken) {
+        self.run_with_retention(interval, None, stop).await;
+    }
+
+    /// Like [`Checkpointer::run`], and also applies `retention` (see [`Retention`]) once an
+    /// hour.
+    pub async fn run_with_retention(
+        self,
+        interval: Duration,
+        retention: Option<Retention>,
+        stop: CancellationToken,
+    ) {
+        let mut last_retention: Option<tokio::time::Instant> = None;
         loop {
             tokio::select! {
                 () = stop.cancelled() => break,
@@ -142,10 +157,57 @@ impl Checkpointer {
             if let Err(e) = self.tick().await {
                 tracing::error!(error = %e, "audit checkpoint failed; retrying");
             }
+            if let Some(r) = &retention
+                && last_retention.is_none_or(|t| t.elapsed() >= RETENTION_EVERY)
+            {
+                last_retention = Some(tokio::time::Instant::now());
+                match r.tick().await {
+                    Ok(0) => {}
+                    Ok(n) => tracing::info!(pruned = n, "audit retention pruned entries"),
+                    Err(e) => tracing::error!(error = %e, "audit retention failed"),
+                }
+            }
         }
         // One last checkpoint so a clean shutdown leaves nothing unsigned.
         if let Err(e) = self.tick().await {
             tracing::error!(error = %e, "final audit checkpoint failed");
         }
+    }
+}
+
+const RETENTION_EVERY: Duration = Duration::from_secs(3600);
+
+/// The retention policy: entries older than `keep` lose their payload (their leaf hashes
+/// stay), except in logs under legal hold. Each pruning is recorded in the system log.
+pub struct Retention {
+    pub store: Store,
+    pub keep: chrono::Duration,
+}
+
+impl Retention {
+    /// Prunes every log that is not held; returns how many entries were pruned.
+    pub async fn tick(&self) -> Result<u64, StoreError> {
+        let held: std::collections::HashSet<String> = self
+            .store
+            .legal_holds()
+            .await?
+            .into_iter()
+            .map(|h| h.log)
+            .collect();
+        let before = self.store.clock().now() - self.keep;
+        let ctx = AuditContext::system("retention");
+        let mut total = 0;
+        for head in self.store.audit_heads().await? {
+            if held.contains(&head.log) {
+                continue;
+            }
+            match self.store.prune_audit(&ctx, &head.log, before).await {
+                Ok(n) => total += n,
+                // Held between the listing and the pruning: the hold wins.
+                Err(StoreError::Conflict(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(total)
     }
 }

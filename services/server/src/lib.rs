@@ -38,13 +38,17 @@ pub struct ServerConfig {
     /// Scheduling passes run at least this often.
     pub schedule_interval: Duration,
     pub body_limit: usize,
-    /// The audit checkpoint signing key (`PRIVATE+KEY+…`), kept outside the database.
+    /// The audit signing keys, one `PRIVATE+KEY+… [not-before=…] [not-after=…]` per line
+    /// (see `allot_audit::keys`), kept outside the database. Empty: a throwaway key.
     pub audit_key: String,
     /// Checkpoint origins are `<audit_origin>/<log>`.
     pub audit_origin: String,
     /// Directory that receives a copy of every checkpoint (the external sink).
     pub checkpoint_dir: Option<std::path::PathBuf>,
     pub checkpoint_interval: Duration,
+    /// Audit entries older than this lose their payload (leaf hashes stay), except in logs
+    /// under legal hold. `None` keeps everything.
+    pub audit_retention: Option<Duration>,
 }
 
 impl ServerConfig {
@@ -62,6 +66,7 @@ impl ServerConfig {
             audit_origin: "allot.local".to_owned(),
             checkpoint_dir: None,
             checkpoint_interval: Duration::from_secs(1),
+            audit_retention: None,
         }
     }
 }
@@ -183,11 +188,15 @@ pub async fn start(
     config: ServerConfig,
     clock: Arc<dyn Clock>,
 ) -> Result<RunningServer, ServerError> {
-    let signer = Arc::new(if config.audit_key.is_empty() {
-        allot_audit::Signer::generate_system(&config.audit_origin)?
+    let keys = Arc::new(if config.audit_key.trim().is_empty() {
+        allot_audit::SigningKeys::single(allot_audit::Signer::generate_system(
+            &config.audit_origin,
+        )?)
     } else {
-        allot_audit::Signer::from_skey(&config.audit_key)?
+        allot_audit::SigningKeys::parse(&config.audit_key)?
     });
+    // Refuse to start without a key in force, rather than fail every checkpoint later.
+    keys.active(clock.now())?;
     let store = Store::connect(&config.database_url, clock).await?;
     let bootstrap_admin_token = bootstrap_admin(&store).await?;
 
@@ -211,7 +220,7 @@ pub async fn start(
     let notify = Arc::new(Notify::new());
     let hub = Arc::new(Hub::default());
     let state = AppState {
-        audit_signer: signer.clone(),
+        audit_keys: keys.clone(),
         audit_origin: config.audit_origin.clone(),
         store: store.clone(),
         events: Arc::new(Events {
@@ -270,15 +279,24 @@ pub async fn start(
 
     let checkpointer = checkpoints::Checkpointer {
         store: store.clone(),
-        signer,
+        keys,
         origin: config.audit_origin.clone(),
         sink: config.checkpoint_dir.clone().map(|dir| {
             Arc::new(checkpoints::DirSink { dir }) as Arc<dyn checkpoints::CheckpointSink>
         }),
     };
-    tasks.push(tokio::spawn(
-        checkpointer.run(config.checkpoint_interval, stop.clone()),
-    ));
+    let retention = config
+        .audit_retention
+        .and_then(|d| chrono::Duration::from_std(d).ok())
+        .map(|keep| checkpoints::Retention {
+            store: store.clone(),
+            keep,
+        });
+    tasks.push(tokio::spawn(checkpointer.run_with_retention(
+        config.checkpoint_interval,
+        retention,
+        stop.clone(),
+    )));
 
     tracing::info!(%http_addr, %grpc_addr, backend = store.backend_name(), "control plane started");
     Ok(RunningServer {

@@ -5,25 +5,51 @@
 //! extends the head's Merkle frontier, so the head always holds the current tree.
 
 use allot_audit::{CompactRange, Hash};
-use allot_domain::{AuditContext, AuditEntry, AuditEvent};
+use allot_domain::{AuditContext, AuditEntry, AuditEvent, LegalHold, Outcome, SYSTEM_LOG};
 use base64::Engine;
+use chrono::{DateTime, Utc};
 use sea_orm::sea_query::OnConflict;
+use sea_orm::sea_query::{Expr, LikeExpr};
 use sea_orm::{
-    ActiveValue::Set, ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QueryOrder,
-    QuerySelect, TransactionTrait,
+    ActiveValue::Set, ColumnTrait, Condition, ConnectionTrait, EntityTrait, QueryFilter,
+    QueryOrder, QuerySelect, TransactionTrait,
 };
 
 use crate::convert::{to_i64, to_u64};
-use crate::entities::{audit_checkpoints, audit_entries, audit_logs};
+use crate::entities::{audit_checkpoints, audit_entries, audit_holds, audit_logs};
 use crate::{Store, StoreError};
 
-/// An entry as stored: its position, the hash of its bytes, and the bytes.
+/// An entry as stored: its position, time, the hash of its bytes, and the bytes (`None`
+/// once pruned: the leaf hash stays, so proofs still hold).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoredEntry {
     pub log: String,
     pub seq: u64,
+    pub at: DateTime<Utc>,
     pub leaf_hash: Hash,
-    pub body: String,
+    pub action: String,
+    pub outcome: String,
+    pub body: Option<String>,
+}
+
+/// Which entries to find, across the logs named (or every log).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AuditSearch {
+    /// Only these logs; `None` is every log.
+    pub logs: Option<Vec<String>>,
+    /// `at >= since`.
+    pub since: Option<DateTime<Utc>>,
+    /// `at < until`.
+    pub until: Option<DateTime<Utc>>,
+    /// An actor as `<kind>:<id>`, or a bare id of any kind.
+    pub actor: Option<String>,
+    /// An exact action, or a prefix ending in `.*` (`token.*`).
+    pub action: Option<String>,
+    pub target: Option<String>,
+    pub outcome: Option<Outcome>,
+    /// Entries strictly after this position in (time, log, seq) order.
+    pub after: Option<(DateTime<Utc>, String, u64)>,
+    pub limit: u64,
 }
 
 /// A log's current size and Merkle tree head.
@@ -94,6 +120,34 @@ pub trait AuditRepo {
         from: u64,
         limit: u64,
     ) -> impl Future<Output = Result<Vec<StoredEntry>, StoreError>> + Send;
+    /// Entries matching `q`, in (time, log, seq) order.
+    fn search_audit(
+        &self,
+        q: &AuditSearch,
+    ) -> impl Future<Output = Result<Vec<StoredEntry>, StoreError>> + Send;
+    /// Clears the payload of `log`'s entries recorded before `before` (their leaf hashes
+    /// stay); refused while the log is under legal hold. Recorded in the system log when
+    /// anything was pruned. Returns how many entries were pruned.
+    fn prune_audit(
+        &self,
+        ctx: &AuditContext,
+        log: &str,
+        before: DateTime<Utc>,
+    ) -> impl Future<Output = Result<u64, StoreError>> + Send;
+    /// Places `log` under legal hold; a second hold on the same log is a conflict.
+    fn set_legal_hold(
+        &self,
+        ctx: &AuditContext,
+        log: &str,
+        reason: &str,
+    ) -> impl Future<Output = Result<LegalHold, StoreError>> + Send;
+    /// Releases the hold on `log`.
+    fn release_legal_hold(
+        &self,
+        ctx: &AuditContext,
+        log: &str,
+    ) -> impl Future<Output = Result<LegalHold, StoreError>> + Send;
+    fn legal_holds(&self) -> impl Future<Output = Result<Vec<LegalHold>, StoreError>> + Send;
     /// The head of one log (size 0 and the empty root if nothing was recorded yet).
     fn audit_head(&self, log: &str) -> impl Future<Output = Result<LogHead, StoreError>> + Send;
     /// The heads of every log.
@@ -137,7 +191,8 @@ pub(crate) async fn record_batch<C: ConnectionTrait>(
     log: &str,
     events: Vec<(AuditContext, AuditEvent)>,
 ) -> Result<u64, StoreError> {
-    let now = store.clock.now();
+    // Microseconds, as entries carry and PostgreSQL keeps: search cursors compare exactly.
+    let now = chrono::SubsecRound::trunc_subsecs(store.clock.now(), 6);
     audit_logs::Entity::insert(audit_logs::ActiveModel {
         log_id: Set(log.to_owned()),
         size: Set(0),
@@ -186,11 +241,15 @@ pub(crate) async fn record_batch<C: ConnectionTrait>(
         let body = String::from_utf8(bytes)
             .map_err(|e| StoreError::Corrupt(format!("audit entry is not UTF-8: {e}")))?;
         rows.push(audit_entries::ActiveModel {
-            log_id: Set(entry.log),
             seq: Set(to_i64("seq", entry.seq)?),
             at: Set(now),
             leaf_hash: Set(hex::encode(leaf)),
-            body: Set(body),
+            body: Set(Some(body)),
+            actor: Set(Some(entry.actor.key())),
+            action: Set(entry.action),
+            target: Set(Some(entry.target)),
+            outcome: Set(entry.outcome.as_str().to_owned()),
+            log_id: Set(entry.log),
         });
         range.append(leaf);
     }
@@ -279,6 +338,84 @@ impl AuditBatcher {
             .map_err(|_| StoreError::Batch("the audit batcher has stopped".into()))?
             .map_err(StoreError::Batch)
     }
+}
+
+fn entry_of(m: audit_entries::Model) -> Result<StoredEntry, StoreError> {
+    Ok(StoredEntry {
+        seq: to_u64("seq", m.seq)?,
+        at: m.at,
+        leaf_hash: hash_from_hex("leaf_hash", &m.leaf_hash)?,
+        log: m.log_id,
+        action: m.action,
+        outcome: m.outcome,
+        body: m.body,
+    })
+}
+
+fn hold_of(m: audit_holds::Model) -> LegalHold {
+    LegalHold {
+        log: m.log_id,
+        reason: m.reason,
+        set_by: m.set_by,
+        set_at: m.set_at,
+    }
+}
+
+fn search_condition(q: &AuditSearch) -> Result<Condition, StoreError> {
+    use audit_entries::Column as C;
+    let mut cond = Condition::all();
+    if let Some(logs) = &q.logs {
+        cond = cond.add(C::LogId.is_in(logs.clone()));
+    }
+    if let Some(since) = q.since {
+        cond = cond.add(C::At.gte(since));
+    }
+    if let Some(until) = q.until {
+        cond = cond.add(C::At.lt(until));
+    }
+    if let Some(actor) = &q.actor {
+        cond = cond.add(if actor.contains(':') {
+            C::Actor.eq(actor.clone())
+        } else {
+            C::Actor.is_in(["token", "node", "system"].map(|k| format!("{k}:{actor}")))
+        });
+    }
+    if let Some(action) = &q.action {
+        cond = cond.add(match action.strip_suffix('*') {
+            Some(prefix) => {
+                let escaped: String = prefix
+                    .chars()
+                    .flat_map(|c| match c {
+                        '\\' | '%' | '_' => vec!['\\', c],
+                        c => vec![c],
+                    })
+                    .collect();
+                C::Action.like(LikeExpr::new(format!("{escaped}%")).escape('\\'))
+            }
+            None => C::Action.eq(action.clone()),
+        });
+    }
+    if let Some(target) = &q.target {
+        cond = cond.add(C::Target.eq(target.clone()));
+    }
+    if let Some(outcome) = q.outcome {
+        cond = cond.add(C::Outcome.eq(outcome.as_str()));
+    }
+    if let Some((at, log, seq)) = &q.after {
+        let seq = to_i64("after", *seq)?;
+        cond = cond.add(
+            Condition::any().add(C::At.gt(*at)).add(
+                Condition::all().add(C::At.eq(*at)).add(
+                    Condition::any().add(C::LogId.gt(log.clone())).add(
+                        Condition::all()
+                            .add(C::LogId.eq(log.clone()))
+                            .add(C::Seq.gt(seq)),
+                    ),
+                ),
+            ),
+        );
+    }
+    Ok(cond)
 }
 
 fn checkpoint_of(m: audit_checkpoints::Model) -> Result<StoredCheckpoint, StoreError> {
@@ -405,15 +542,133 @@ impl AuditRepo for Store {
             .all(&self.db)
             .await?
             .into_iter()
-            .map(|m| {
-                Ok(StoredEntry {
-                    seq: to_u64("seq", m.seq)?,
-                    leaf_hash: hash_from_hex("leaf_hash", &m.leaf_hash)?,
-                    log: m.log_id,
-                    body: m.body,
-                })
-            })
+            .map(entry_of)
             .collect()
+    }
+
+    async fn search_audit(&self, q: &AuditSearch) -> Result<Vec<StoredEntry>, StoreError> {
+        audit_entries::Entity::find()
+            .filter(search_condition(q)?)
+            .order_by_asc(audit_entries::Column::At)
+            .order_by_asc(audit_entries::Column::LogId)
+            .order_by_asc(audit_entries::Column::Seq)
+            .limit(q.limit)
+            .all(&self.db)
+            .await?
+            .into_iter()
+            .map(entry_of)
+            .collect()
+    }
+
+    async fn prune_audit(
+        &self,
+        ctx: &AuditContext,
+        log: &str,
+        before: DateTime<Utc>,
+    ) -> Result<u64, StoreError> {
+        use audit_entries::Column as C;
+        let txn = self.db.begin().await?;
+        if let Some(hold) = audit_holds::Entity::find_by_id(log.to_owned())
+            .one(&txn)
+            .await?
+        {
+            return Err(StoreError::Conflict(format!(
+                "audit log {log} is under legal hold ({}); release it before pruning",
+                hold.reason
+            )));
+        }
+        let pruned = audit_entries::Entity::update_many()
+            .col_expr(C::Body, Expr::value(Option::<String>::None))
+            .col_expr(C::Actor, Expr::value(Option::<String>::None))
+            .col_expr(C::Target, Expr::value(Option::<String>::None))
+            .filter(C::LogId.eq(log))
+            .filter(C::At.lt(before))
+            .filter(C::Body.is_not_null())
+            .exec(&txn)
+            .await?
+            .rows_affected;
+        if pruned == 0 {
+            // Nothing changed, so there is nothing to record.
+            return Ok(0);
+        }
+        let event = AuditEvent::success(SYSTEM_LOG, "audit.prune", format!("audit-log/{log}"))
+            .after(serde_json::json!({
+                "before": AuditEntry::format_time(before),
+                "pruned": pruned,
+            }));
+        record(&txn, self, ctx, event).await?;
+        txn.commit().await?;
+        Ok(pruned)
+    }
+
+    async fn set_legal_hold(
+        &self,
+        ctx: &AuditContext,
+        log: &str,
+        reason: &str,
+    ) -> Result<LegalHold, StoreError> {
+        let txn = self.db.begin().await?;
+        let hold = LegalHold {
+            log: log.to_owned(),
+            reason: reason.to_owned(),
+            set_by: ctx.actor.key(),
+            set_at: self.clock.now(),
+        };
+        audit_holds::Entity::insert(audit_holds::ActiveModel {
+            log_id: Set(hold.log.clone()),
+            reason: Set(hold.reason.clone()),
+            set_by: Set(hold.set_by.clone()),
+            set_at: Set(hold.set_at),
+        })
+        .exec_without_returning(&txn)
+        .await
+        .map_err(|e| match StoreError::from(e) {
+            StoreError::Conflict(_) => {
+                StoreError::Conflict(format!("audit log {log} is already under legal hold"))
+            }
+            e => e,
+        })?;
+        let event = AuditEvent::success(SYSTEM_LOG, "audit.hold.set", format!("audit-log/{log}"))
+            .after(serde_json::json!({ "reason": reason }));
+        record(&txn, self, ctx, event).await?;
+        txn.commit().await?;
+        Ok(hold)
+    }
+
+    async fn release_legal_hold(
+        &self,
+        ctx: &AuditContext,
+        log: &str,
+    ) -> Result<LegalHold, StoreError> {
+        let txn = self.db.begin().await?;
+        let hold = audit_holds::Entity::find_by_id(log.to_owned())
+            .one(&txn)
+            .await?
+            .map(hold_of)
+            .ok_or_else(|| StoreError::NotFound(format!("audit log {log} has no legal hold")))?;
+        audit_holds::Entity::delete_by_id(log.to_owned())
+            .exec(&txn)
+            .await?;
+        let event =
+            AuditEvent::success(SYSTEM_LOG, "audit.hold.release", format!("audit-log/{log}"))
+                .before(serde_json::json!({
+                    "reason": hold.reason,
+                    "set_by": hold.set_by,
+                    "set_at": AuditEntry::format_time(hold.set_at),
+                }));
+        record(&txn, self, ctx, event).await?;
+        txn.commit().await?;
+        Ok(hold)
+    }
+
+    async fn legal_holds(&self) -> Result<Vec<LegalHold>, StoreError> {
+        Ok(audit_holds::Entity::find()
+            .order_by_asc(audit_holds::Column::LogId)
+            .all(&self.db)
+            .await?
+            .into_iter()
+            .map(hold_of)
+            .collect())
     }
 
     async fn audit_head(&self, log: &str) -> Result<LogHead, StoreError> {

@@ -23,7 +23,7 @@ use allot_domain::Clock;
 use allot_migrations::{Migrator, MigratorTrait};
 use sea_orm::{ConnectOptions, ConnectionTrait, Database, DatabaseConnection, DbBackend};
 
-pub use audit::{AuditBatcher, AuditRepo, LogHead, StoredCheckpoint, StoredEntry};
+pub use audit::{AuditBatcher, AuditRepo, AuditSearch, LogHead, StoredCheckpoint, StoredEntry};
 pub use error::StoreError;
 pub use jobs::{JobFilter, JobPage, JobRepo, JobUpdate, NewJob};
 pub use nodes::{NodeRegistration, NodeRepo};

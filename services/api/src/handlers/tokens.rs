@@ -47,11 +47,11 @@ pub async fn create(
         .into());
     }
     let tenant_id = match (body.role, body.tenant.as_deref()) {
-        (Role::Admin, None) => None,
-        (Role::Admin, Some(_)) => {
+        (role, None) if role.is_platform() => None,
+        (role, Some(_)) if role.is_platform() => {
             return Err(ValidationError::single(
                 "tenant",
-                "must be absent for the admin role, which spans all tenants",
+                format!("must be absent for the {role} role, which spans all tenants"),
             )
             .into());
         }
@@ -79,7 +79,7 @@ pub async fn create(
         Some(t) => who.require(t, Role::TenantAdmin, "tenant")?,
         None => who.require_admin()?,
     }
-    if body.role > who.role {
+    if !who.role.includes(body.role) {
         return Err(ApiError::Forbidden(format!(
             "cannot grant the {} role with a {} token",
             body.role, who.role

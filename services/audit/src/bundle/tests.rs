@@ -1,8 +1,12 @@
 //! Every kind of tampering an attacker with database access could try, applied to a
 //! bundle in memory, must be reported and the first bad entry named.
 
+use super::verify::EntryHead;
 use super::*;
 use crate::checkpoint::Checkpoint;
+use crate::merkle::{CompactRange, leaf_hash};
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD as B64;
 
 const LOG: &str = "tenant-1";
 const ORIGIN: &str = "audit.test/tenant-1";
@@ -63,23 +67,30 @@ fn fixture() -> Fixture {
     }
 }
 
-fn bundle(f: &Fixture, entries: &[String], checkpoints: Vec<(u64, String)>) -> Bundle {
-    Bundle::build(
-        &f.signer,
-        LOG,
-        ORIGIN,
-        entries,
+fn trusted(f: &Fixture) -> TrustedKeys {
+    TrustedKeys::from(f.signer.verifier())
+}
+
+fn export<'a>(keys: &'a TrustedKeys, checkpoints: Vec<(u64, String)>) -> Export<'a> {
+    Export {
+        log: LOG,
+        origin: ORIGIN,
+        exported_at: "2026-11-29T13:00:00Z",
         checkpoints,
-        "2026-11-29T13:00:00Z",
-    )
-    .expect("bundle")
+        keys,
+    }
+}
+
+fn bundle(f: &Fixture, entries: &[String], checkpoints: Vec<(u64, String)>) -> Bundle {
+    let lines: Vec<Line> = entries.iter().cloned().map(Line::Entry).collect();
+    Bundle::full(&f.signer, export(&trusted(f), checkpoints), &lines).expect("bundle")
 }
 
 fn check(f: &Fixture, b: &Bundle, external: &[(u64, String)]) -> Report {
     // Through the tar format, as an auditor receives it.
     let read = Bundle::from_tar(&b.to_tar().expect("tar")).expect("untar");
     assert_eq!(&read, b);
-    verify(&read, Some(&f.signer.verifier()), external)
+    verify(&read, Some(&trusted(f)), external)
 }
 
 #[test]
@@ -250,7 +261,7 @@ fn a_tampered_manifest_or_entries_file_is_caught() {
         check(&f, &b, &[])
             .problems
             .iter()
-            .any(|p| p.subject == "manifest")
+            .any(|p| p.subject == "entries.jsonl")
     );
     // A bundle signed by another key fails against the trusted one.
     let other = Fixture {
@@ -258,7 +269,7 @@ fn a_tampered_manifest_or_entries_file_is_caught() {
         ..fixture()
     };
     let b = bundle(&other, &other.entries, other.checkpoints.clone());
-    let r = verify(&b, Some(&f.signer.verifier()), &[]);
+    let r = verify(&b, Some(&trusted(&f)), &[]);
     assert!(r.problems.iter().any(|p| p.subject == "key"));
     assert!(r.problems.iter().any(|p| p.subject == "manifest"));
 }
@@ -280,4 +291,220 @@ fn the_canonical_prefix_reader_agrees_with_the_json_parser() {
     ] {
         assert!(EntryHead::canonical_prefix(odd).is_none(), "{odd}");
     }
+}
+
+fn pruned(f: &Fixture, upto: usize) -> Vec<Line> {
+    f.entries
+        .iter()
+        .enumerate()
+        .map(|(i, e)| {
+            if i < upto {
+                Line::Pruned {
+                    seq: i as u64,
+                    leaf_hash: leaf_hash(e.as_bytes()),
+                }
+            } else {
+                Line::Entry(e.clone())
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn pruned_entries_keep_the_log_verifiable() {
+    let f = fixture();
+    let keys = trusted(&f);
+    let b = Bundle::full(
+        &f.signer,
+        export(&keys, f.checkpoints.clone()),
+        &pruned(&f, 7),
+    )
+    .expect("bundle");
+    let r = check(&f, &b, &f.checkpoints);
+    assert!(r.ok(), "{:?}", r.problems);
+    assert_eq!((r.entries, r.pruned), (20, 7));
+    assert_eq!(
+        b.csv.lines().count(),
+        1 + 13,
+        "pruned entries have no CSV row"
+    );
+
+    // A stub with a wrong leaf hash breaks the next entry's witness and the checkpoint.
+    let mut lines = pruned(&f, 4);
+    lines[3] = Line::Pruned {
+        seq: 3,
+        leaf_hash: leaf_hash(b"something else"),
+    };
+    let b = Bundle::full(&f.signer, export(&keys, f.checkpoints.clone()), &lines).expect("bundle");
+    assert_eq!(check(&f, &b, &[]).first_bad_entry, Some(3));
+
+    // A stub that carries more than its hash is refused.
+    let mut b = Bundle::full(
+        &f.signer,
+        export(&keys, f.checkpoints.clone()),
+        &pruned(&f, 7),
+    )
+    .expect("bundle");
+    let stub = pruned_line(LOG, 2, &leaf_hash(f.entries[2].as_bytes()));
+    b.entries_jsonl = b
+        .entries_jsonl
+        .replace(&stub, &stub.replace("}", r#","note":"nothing to see"}"#));
+    let r = verify(&b, Some(&keys), &[]);
+    assert!(
+        r.problems.iter().any(|p| p.subject == "entry 2"),
+        "{:?}",
+        r.problems
+    );
+}
+
+/// A filtered bundle of the entries whose target is in `targets`, against checkpoint 20.
+fn filtered(f: &Fixture, entries: &[String], query: Query, seqs: &[usize]) -> Bundle {
+    let tree =
+        crate::merkle::Tree::new(f.entries.iter().map(|e| leaf_hash(e.as_bytes())).collect());
+    let picked: Vec<(String, Vec<Hash>)> = seqs
+        .iter()
+        .map(|&i| {
+            (
+                entries[i].clone(),
+                tree.inclusion_proof(i as u64).expect("proof"),
+            )
+        })
+        .collect();
+    let keys = trusted(f);
+    Bundle::filtered(
+        &f.signer,
+        export(&keys, vec![f.checkpoints[3].clone()]),
+        query,
+        20,
+        &picked,
+    )
+    .expect("bundle")
+}
+
+fn target_query(t: &str) -> Query {
+    Query {
+        target: Some(t.into()),
+        ..Query::default()
+    }
+}
+
+#[test]
+fn a_filtered_bundle_proves_each_entry() {
+    let f = fixture();
+    let b = filtered(&f, &f.entries, target_query("job/4"), &[4]);
+    let r = check(&f, &b, &f.checkpoints);
+    assert!(r.ok(), "{:?}", r.problems);
+    assert!(r.filtered);
+    assert_eq!(r.external_unchecked, 3, "checkpoints 5, 10 and 15");
+    let manifest: Manifest = serde_json::from_str(&b.manifest_json).expect("manifest");
+    assert_eq!(
+        (manifest.first_seq, manifest.last_seq, manifest.size),
+        (Some(4), Some(4), 20)
+    );
+
+    // An altered entry fails its proof; an entry outside the query is named.
+    let mut altered = f.entries.clone();
+    altered[4] = altered[4].replace("job/4", "job/40");
+    let r = check(
+        &f,
+        &filtered(&f, &altered, target_query("job/40"), &[4]),
+        &[],
+    );
+    assert_eq!(r.first_bad_entry, Some(4), "{:?}", r.problems);
+    let r = check(
+        &f,
+        &filtered(&f, &f.entries, target_query("job/4"), &[4, 5]),
+        &[],
+    );
+    assert!(
+        r.problems
+            .iter()
+            .any(|p| p.subject == "entry 5" && p.message.contains("query")),
+        "{:?}",
+        r.problems
+    );
+    // A sink that saw the log grow beyond the covering checkpoint reports it.
+    let later = checkpoint(&f.signer, &entries(25), 25);
+    let r = check(&f, &b, &[later]);
+    assert!(
+        r.problems
+            .iter()
+            .any(|p| p.subject == "checkpoint 25 (external)")
+    );
+}
+
+#[test]
+fn renderings_that_disagree_with_the_entries_are_named() {
+    let f = fixture();
+    let mut b = bundle(&f, &f.entries, f.checkpoints.clone());
+    b.csv = b.csv.replace("job/3", "job/33");
+    // Re-signing the manifest over the doctored file does not help: the rendering differs.
+    let mut manifest: Manifest = serde_json::from_str(&b.manifest_json).expect("manifest");
+    manifest
+        .files
+        .insert("entries.csv".into(), sha256_hex(b.csv.as_bytes()));
+    b.manifest_json = serde_json::to_string_pretty(&manifest).expect("json");
+    b.manifest_note = f
+        .signer
+        .sign(&manifest_note_text(&b.manifest_json))
+        .expect("sign");
+    let r = check(&f, &b, &[]);
+    assert_eq!(
+        r.problems
+            .iter()
+            .map(|p| (p.subject.as_str(), p.message.as_str()))
+            .collect::<Vec<_>>(),
+        vec![(
+            "entries.csv",
+            "line 5 does not say what the hashed entries say"
+        )]
+    );
+}
+
+#[test]
+fn a_checkpoint_signed_after_its_key_expired_is_named() {
+    let f = fixture();
+    let keys = TrustedKeys::parse(&format!(
+        "{} not-after=2026-11-29T12:30:00Z\n",
+        f.signer.verifier().vkey()
+    ))
+    .expect("keys");
+    let leaves: Vec<Hash> = f.entries.iter().map(|e| leaf_hash(e.as_bytes())).collect();
+    let at = |t: &str| {
+        chrono::DateTime::parse_from_rfc3339(t)
+            .expect("time")
+            .with_timezone(&chrono::Utc)
+    };
+    let cp = |time: &str| {
+        let body = Checkpoint {
+            origin: ORIGIN.into(),
+            size: 20,
+            root: crate::merkle::root(&leaves),
+            extensions: vec![],
+        }
+        .at(at(time))
+        .body();
+        (20, f.signer.sign(&body).expect("sign"))
+    };
+    let lines: Vec<Line> = f.entries.iter().cloned().map(Line::Entry).collect();
+    let in_time = Export {
+        exported_at: "2026-11-29T12:10:00Z",
+        ..export(&keys, vec![cp("2026-11-29T12:00:00Z")])
+    };
+    let b = Bundle::full(&f.signer, in_time, &lines).expect("bundle");
+    assert!(verify(&b, Some(&keys), &[]).ok());
+    let late = Export {
+        exported_at: "2026-11-29T12:10:00Z",
+        ..export(&keys, vec![cp("2026-11-29T13:00:00Z")])
+    };
+    let b = Bundle::full(&f.signer, late, &lines).expect("bundle");
+    let r = verify(&b, Some(&keys), &[]);
+    assert!(
+        r.problems
+            .iter()
+            .any(|p| p.subject == "checkpoint 20 (bundled)"
+                && p.message.contains("outside its validity period")),
+        "{:?}",
+        r.problems
+    );
 }

@@ -241,3 +241,20 @@ fn compact_ranges_agree_with_full_trees_and_rebuild_from_parts() {
     }
     assert!(CompactRange::from_parts(3, vec![empty_root()]).is_err());
 }
+
+#[test]
+fn the_prebuilt_tree_gives_the_same_roots_and_proofs() {
+    for n in 1..=70 {
+        let l = leaves(n);
+        let tree = Tree::new(l.clone());
+        assert_eq!(tree.root(), root(&l), "root of {n}");
+        for i in 0..n {
+            assert_eq!(
+                tree.inclusion_proof(i as u64).expect("proof"),
+                inclusion_proof(&l, i).expect("proof"),
+                "leaf {i} of {n}"
+            );
+        }
+        assert!(tree.inclusion_proof(n as u64).is_err());
+    }
+}

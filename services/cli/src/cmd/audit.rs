@@ -1,13 +1,15 @@
-//! `allot audit`: list the logs, export one as a bundle, verify a bundle offline.
+//! `allot audit`: list and search the logs, export a bundle, verify a bundle offline, and
+//! manage retention (pruning, legal holds).
 
 use std::path::{Path, PathBuf};
 
-use allot_api::views::TenantView;
-use allot_audit::Verifier;
+use allot_audit::TrustedKeys;
 use allot_audit::bundle::{Bundle, verify};
 use anyhow::Context;
-use clap::Subcommand;
-use serde_json::Value;
+use chrono::{DateTime, Utc};
+use clap::{Args, Subcommand};
+use reqwest::Method;
+use serde_json::{Value, json};
 
 use crate::client::Client;
 use crate::output::{Format, print, table};
@@ -19,18 +21,42 @@ pub enum AuditCmd {
         #[arg(short, long, value_enum, default_value_t)]
         output: Format,
     },
-    /// Export a log (`system` or a tenant name) as a bundle file for offline verification.
+    /// Search the logs you may read, oldest first.
+    Search {
+        /// Only this log: `system` or a tenant name.
+        #[arg(long)]
+        log: Option<String>,
+        #[command(flatten)]
+        filter: Filter,
+        /// Entries per page (1–1000).
+        #[arg(long, default_value_t = 100)]
+        limit: u64,
+        /// Continue after this cursor (printed when more entries remain).
+        #[arg(long)]
+        after: Option<String>,
+        /// Follow every page to the end.
+        #[arg(long)]
+        all: bool,
+        #[arg(short, long, value_enum, default_value_t)]
+        output: Format,
+    },
+    /// Export a log (`system` or a tenant name) as a bundle file for offline verification:
+    /// the whole log, or with filters the matching entries with inclusion proofs.
     Export {
         log: String,
         #[arg(long, short = 'O')]
         output: PathBuf,
+        #[command(flatten)]
+        filter: Filter,
     },
-    /// Verify a bundle offline, with no server: signatures, hashes, sequence continuity,
-    /// history commitments and checkpoints. One line per problem; non-zero exit on any.
+    /// Verify a bundle offline, with no server: signatures and key validity periods, hashes,
+    /// sequence continuity, history commitments, checkpoints, inclusion proofs and the CSV
+    /// and OCSF renderings. One line per problem; non-zero exit on any.
     Verify {
         bundle: PathBuf,
-        /// The verifier key to trust (a file holding NAME+ID+KEY); without it the bundle's
-        /// own key is used, which proves integrity but not origin.
+        /// The verifier keys to trust (a file as `allot audit keys` prints: one
+        /// NAME+ID+KEY per line, with optional not-before=/not-after= periods); without it
+        /// the bundle's own keys are used, which proves integrity but not origin.
         #[arg(long)]
         trusted_key: Option<PathBuf>,
         /// The external checkpoint copies: the sink directory (holding <log>/…) or one
@@ -38,15 +64,96 @@ pub enum AuditCmd {
         #[arg(long)]
         checkpoints: Option<PathBuf>,
     },
+    /// Print the verifier keys with their validity periods (save for --trusted-key).
+    Keys,
+    /// Remove the payload of a log's entries recorded before a time; positions, times,
+    /// leaf hashes, actions and outcomes stay, so the log still verifies (admins).
+    Prune {
+        log: String,
+        /// RFC 3339, e.g. 2026-01-01T00:00:00Z.
+        #[arg(long)]
+        before: DateTime<Utc>,
+    },
+    /// Legal holds: while a log is held, nothing in it is pruned (admins).
+    #[command(subcommand)]
+    Hold(HoldCmd),
 }
 
-/// A log id from `system` or a tenant's name.
-async fn log_id(client: &Client, log: &str) -> anyhow::Result<String> {
-    if log == "system" {
-        return Ok(log.to_owned());
+#[derive(Debug, Subcommand)]
+pub enum HoldCmd {
+    /// Hold a log (`system` or a tenant name).
+    Set {
+        log: String,
+        #[arg(long)]
+        reason: String,
+    },
+    /// Release a log's hold.
+    Release { log: String },
+    /// List the holds.
+    List {
+        #[arg(short, long, value_enum, default_value_t)]
+        output: Format,
+    },
+}
+
+/// Which entries: every condition must hold.
+#[derive(Debug, Args)]
+pub struct Filter {
+    /// Recorded at or after (RFC 3339).
+    #[arg(long)]
+    since: Option<DateTime<Utc>>,
+    /// Recorded before (RFC 3339).
+    #[arg(long)]
+    until: Option<DateTime<Utc>>,
+    /// `<kind>:<id>` (token:…, node:…, system:scheduler) or a bare id.
+    #[arg(long)]
+    actor: Option<String>,
+    /// An action, or a prefix ending in `.*` (e.g. `token.*`).
+    #[arg(long)]
+    action: Option<String>,
+    /// The resource, e.g. job/01….
+    #[arg(long)]
+    target: Option<String>,
+    #[arg(long, value_parser = ["success", "denied", "failed"])]
+    outcome: Option<String>,
+}
+
+impl Filter {
+    fn query(&self) -> Vec<(&'static str, String)> {
+        let time = |t: &DateTime<Utc>| t.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true);
+        [
+            ("since", self.since.as_ref().map(time)),
+            ("until", self.until.as_ref().map(time)),
+            ("actor", self.actor.clone()),
+            ("action", self.action.clone()),
+            ("target", self.target.clone()),
+            ("outcome", self.outcome.clone()),
+        ]
+        .into_iter()
+        .filter_map(|(k, v)| v.map(|v| (k, v)))
+        .collect()
     }
-    let t: TenantView = client.get(&format!("/api/v1/tenants/{log}"), &[]).await?;
-    Ok(t.id)
+}
+
+/// The table row of one entry; pruned entries show what is left of them.
+fn entry_row(e: &Value) -> Vec<String> {
+    let body: Value = e["body"]
+        .as_str()
+        .and_then(|b| serde_json::from_str(b).ok())
+        .unwrap_or_default();
+    let actor = match (body["actor"]["kind"].as_str(), body["actor"]["id"].as_str()) {
+        (Some(k), Some(id)) => format!("{k}:{id}"),
+        _ => "(pruned)".to_owned(),
+    };
+    vec![
+        e["time"].as_str().unwrap_or("").to_owned(),
+        e["log"].as_str().unwrap_or("").to_owned(),
+        e["seq"].to_string(),
+        e["action"].as_str().unwrap_or("").to_owned(),
+        body["target"].as_str().unwrap_or("(pruned)").to_owned(),
+        e["outcome"].as_str().unwrap_or("").to_owned(),
+        actor,
+    ]
 }
 
 /// Reads `*.checkpoint` files of `log` from a sink directory or a log's directory.
@@ -84,10 +191,10 @@ pub fn verify_file(
     let bytes = std::fs::read(bundle).with_context(|| format!("reading {}", bundle.display()))?;
     let bundle = Bundle::from_tar(&bytes).context("the file is not an Allot audit bundle")?;
     let trusted = trusted_key
-        .map(|p| -> anyhow::Result<Verifier> {
+        .map(|p| -> anyhow::Result<TrustedKeys> {
             let text =
                 std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
-            Ok(Verifier::from_vkey(&text)?)
+            TrustedKeys::parse(&text).with_context(|| format!("{}", p.display()))
         })
         .transpose()?;
     let log = serde_json::from_str::<Value>(&bundle.manifest_json)
@@ -111,8 +218,18 @@ pub fn verify_file(
         );
     }
     if report.ok() {
+        let kind = if report.filtered {
+            "filtered export, each entry proven in the covering checkpoint"
+        } else {
+            "whole log"
+        };
+        let pruned = if report.pruned > 0 {
+            format!(" ({} pruned to their leaf hashes)", report.pruned)
+        } else {
+            String::new()
+        };
         println!(
-            "OK: log {log}: {} entries, {} checkpoint(s) verified{}",
+            "OK: log {log} ({kind}): {} entries{pruned}, {} checkpoint(s) verified{}",
             report.entries,
             report.checkpoints_verified,
             if report.unsigned_tail > 0 {
@@ -168,15 +285,108 @@ pub async fn run(
             })?;
             Ok(0)
         }
-        AuditCmd::Export { log, output } => {
-            let client = client()?;
-            let id = log_id(&client, &log).await?;
-            let bytes = client
-                .get_bytes(&format!("/api/v1/audit/logs/{id}/export"))
+        AuditCmd::Export {
+            log,
+            output,
+            filter,
+        } => {
+            let bytes = client()?
+                .get_bytes(&format!("/api/v1/audit/logs/{log}/export"), &filter.query())
                 .await?;
             std::fs::write(&output, &bytes)
                 .with_context(|| format!("writing {}", output.display()))?;
             eprintln!("wrote {} ({} bytes)", output.display(), bytes.len());
+            Ok(0)
+        }
+        AuditCmd::Search {
+            log,
+            filter,
+            limit,
+            mut after,
+            all,
+            output,
+        } => {
+            let client = client()?;
+            let mut entries: Vec<Value> = Vec::new();
+            loop {
+                let mut query = filter.query();
+                query.push(("limit", limit.to_string()));
+                if let Some(l) = &log {
+                    query.push(("log", l.clone()));
+                }
+                if let Some(a) = &after {
+                    query.push(("after", a.clone()));
+                }
+                let page: Value = client.get("/api/v1/audit/entries", &query).await?;
+                entries.extend(page["entries"].as_array().cloned().unwrap_or_default());
+                after = page["next"].as_str().map(str::to_owned);
+                if !all || after.is_none() {
+                    break;
+                }
+            }
+            print(output, &entries, |entries| {
+                let rows: Vec<_> = entries.iter().map(entry_row).collect();
+                table(
+                    &["TIME", "LOG", "SEQ", "ACTION", "TARGET", "OUTCOME", "ACTOR"],
+                    &rows,
+                )
+            })?;
+            if let Some(a) = after {
+                eprintln!("more entries: continue with --after {a}");
+            }
+            Ok(0)
+        }
+        AuditCmd::Keys => {
+            let keys: Value = client()?.get("/api/v1/audit/key", &[]).await?;
+            print!("{}", keys["keys"].as_str().unwrap_or(""));
+            Ok(0)
+        }
+        AuditCmd::Prune { log, before } => {
+            let out: Value = client()?
+                .call(
+                    Method::POST,
+                    &format!("/api/v1/audit/logs/{log}/prune"),
+                    Some(&json!({ "before": before })),
+                )
+                .await?;
+            println!("pruned {} entries of log {log}", out["pruned"]);
+            Ok(0)
+        }
+        AuditCmd::Hold(HoldCmd::Set { log, reason }) => {
+            let _: Value = client()?
+                .call(
+                    Method::PUT,
+                    &format!("/api/v1/audit/logs/{log}/hold"),
+                    Some(&json!({ "reason": reason })),
+                )
+                .await?;
+            println!("log {log} is under legal hold");
+            Ok(0)
+        }
+        AuditCmd::Hold(HoldCmd::Release { log }) => {
+            let _: Value = client()?
+                .call::<(), _>(
+                    Method::DELETE,
+                    &format!("/api/v1/audit/logs/{log}/hold"),
+                    None,
+                )
+                .await?;
+            println!("released the legal hold on log {log}");
+            Ok(0)
+        }
+        AuditCmd::Hold(HoldCmd::List { output }) => {
+            let holds: Vec<Value> = client()?.get("/api/v1/audit/holds", &[]).await?;
+            print(output, &holds, |holds| {
+                let rows: Vec<_> = holds
+                    .iter()
+                    .map(|h| {
+                        ["log", "reason", "set_by", "set_at"]
+                            .map(|k| h[k].as_str().unwrap_or("").to_owned())
+                            .to_vec()
+                    })
+                    .collect();
+                table(&["LOG", "REASON", "SET BY", "SET AT"], &rows)
+            })?;
             Ok(0)
         }
     }

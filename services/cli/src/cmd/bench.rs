@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use allot_audit::bundle::{Bundle, verify};
-use allot_audit::{Checkpoint, Signer};
+use allot_audit::bundle::{Bundle, Export, Line, verify};
+use allot_audit::{Checkpoint, Signer, TrustedKeys};
 use allot_domain::{AuditContext, AuditEvent, SystemClock};
 use allot_store::{AuditBatcher, AuditRepo, Store};
 use anyhow::{Context, bail};
@@ -303,31 +303,39 @@ async fn audit(args: AuditBench) -> anyhow::Result<()> {
     let note = signer.sign(&cp.body())?;
 
     let export_started = Instant::now();
-    let mut bodies = Vec::with_capacity(args.entries as usize);
-    while (bodies.len() as u64) < head.size {
+    let mut lines = Vec::with_capacity(args.entries as usize);
+    while (lines.len() as u64) < head.size {
         let page = store
-            .audit_entries(&export_log, bodies.len() as u64, 10_000)
+            .audit_entries(&export_log, lines.len() as u64, 10_000)
             .await?;
         if page.is_empty() {
             break;
         }
-        bodies.extend(page.into_iter().map(|e| e.body));
+        lines.extend(page.into_iter().map(|e| match e.body {
+            Some(body) => Line::Entry(body),
+            None => Line::Pruned {
+                seq: e.seq,
+                leaf_hash: e.leaf_hash,
+            },
+        }));
     }
-    let bundle = Bundle::build(
-        &signer,
-        &export_log,
-        &origin,
-        &bodies,
-        vec![(head.size, note)],
-        "bench",
-    )?;
-    drop(bodies);
+    let keys = TrustedKeys::from(signer.verifier());
+    let exported_at = allot_domain::AuditEntry::format_time(chrono::Utc::now());
+    let export = Export {
+        log: &export_log,
+        origin: &origin,
+        exported_at: &exported_at,
+        checkpoints: vec![(head.size, note)],
+        keys: &keys,
+    };
+    let bundle = Bundle::full(&signer, export, &lines)?;
+    drop(lines);
     let tar = bundle.to_tar()?;
     drop(bundle);
     let export_s = export_started.elapsed().as_secs_f64();
     let verify_started = Instant::now();
     let read = Bundle::from_tar(&tar)?;
-    let report = verify(&read, Some(&signer.verifier()), &[]);
+    let report = verify(&read, Some(&keys), &[]);
     let verify_s = verify_started.elapsed().as_secs_f64();
     if !report.ok() || report.entries != args.entries {
         bail!(

@@ -33,16 +33,25 @@ pub struct ServerArgs {
 /// Where the audit log's signing key and external checkpoint copies live.
 #[derive(Debug, clap::Args)]
 pub struct AuditArgs {
-    /// The checkpoint signing key (PRIVATE+KEY+…); generated into <data-dir>/audit.key when
-    /// absent. Keep it off the database host if you can.
+    /// The checkpoint signing keys: one `PRIVATE+KEY+… [not-before=TIME] [not-after=TIME]`
+    /// per line (rotate by adding a key with a later not-before); generated into
+    /// <data-dir>/audit.key when absent. Keep it off the database host if you can.
     #[arg(long, env = "ALLOT_AUDIT_KEY_FILE")]
     audit_key_file: Option<PathBuf>,
+    /// The signing keys themselves, in the key file's format (for secret stores that inject
+    /// environment variables); takes precedence over the file.
+    #[arg(long, env = "ALLOT_AUDIT_KEY", hide_env_values = true)]
+    audit_key: Option<String>,
     /// Directory receiving a copy of every signed checkpoint [default: <data-dir>/checkpoints].
     #[arg(long, env = "ALLOT_CHECKPOINT_DIR")]
     checkpoint_dir: Option<PathBuf>,
     /// Names this deployment in checkpoint origins and the key name, e.g. audit.example.com.
     #[arg(long, env = "ALLOT_AUDIT_ORIGIN", default_value = "allot.local")]
     audit_origin: String,
+    /// Prune audit entries older than this many days (their leaf hashes stay, so the logs
+    /// still verify); logs under legal hold are never pruned. Default: keep everything.
+    #[arg(long, env = "ALLOT_AUDIT_RETENTION_DAYS", value_parser = clap::value_parser!(u32).range(1..=36_500))]
+    audit_retention_days: Option<u32>,
 }
 
 impl AuditArgs {
@@ -52,7 +61,7 @@ impl AuditArgs {
             .audit_key_file
             .clone()
             .unwrap_or_else(|| data_dir.join("audit.key"));
-        config.audit_key = match read_secret(&key_path) {
+        config.audit_key = match self.audit_key.clone().or_else(|| read_secret(&key_path)) {
             Some(k) => k,
             None => {
                 let k = allot_server::generate_audit_key(&self.audit_origin)?;
@@ -62,6 +71,9 @@ impl AuditArgs {
             }
         };
         config.audit_origin = self.audit_origin.clone();
+        config.audit_retention = self
+            .audit_retention_days
+            .map(|d| std::time::Duration::from_secs(u64::from(d) * 86_400));
         config.checkpoint_dir = Some(
             self.checkpoint_dir
                 .clone()

@@ -9,8 +9,13 @@ pub struct Model {
     pub seq: i64,
     pub at: DateTimeUtc,
     pub leaf_hash: String,
-    #[sea_orm(column_type = "Text")]
-    pub body: String,
+    #[sea_orm(column_type = "Text", nullable)]
+    pub body: Option<String>,
+    pub actor: Option<String>,
+    pub action: String,
+    #[sea_orm(column_type = "Text", nullable)]
+    pub target: Option<String>,
+    pub outcome: String,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

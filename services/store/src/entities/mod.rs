@@ -3,6 +3,7 @@
 pub mod api_tokens;
 pub mod audit_checkpoints;
 pub mod audit_entries;
+pub mod audit_holds;
 pub mod audit_logs;
 pub mod gpus;
 pub mod job_events;

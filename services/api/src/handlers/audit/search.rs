@@ -1,0 +1,209 @@
+//! Searching the audit logs the caller may read, by time, actor, action, resource, tenant
+//! and outcome, newest last, a page at a time.
+
+use actix_web::http::StatusCode;
+use actix_web::{HttpResponse, web};
+use allot_domain::{Outcome, SYSTEM_LOG};
+use allot_store::{AuditRepo, AuditSearch, TenantRepo};
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+
+use super::{AuditEntryView, MAX_ENTRIES, readable_logs, record_read};
+use crate::auth::Principal;
+use crate::extract::Query;
+use crate::problem::Problem;
+use crate::{ApiError, AppState, json};
+
+/// The filters shared by search and export.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct AuditFilter {
+    /// Entries recorded at or after this time (RFC 3339).
+    pub since: Option<DateTime<Utc>>,
+    /// Entries recorded before this time (RFC 3339).
+    pub until: Option<DateTime<Utc>>,
+    /// The actor as `<kind>:<id>` (`token:…`, `node:…`, `system:scheduler`) or a bare id.
+    pub actor: Option<String>,
+    /// An action (`token.revoke`), or a prefix ending in `.*` (`token.*`).
+    pub action: Option<String>,
+    /// The resource acted on, e.g. `job/01…`.
+    pub target: Option<String>,
+    /// `success`, `denied` or `failed`.
+    #[param(value_type = Option<String>)]
+    pub outcome: Option<Outcome>,
+}
+
+impl AuditFilter {
+    pub fn check(&self) -> Result<(), ApiError> {
+        if let (Some(s), Some(u)) = (self.since, self.until)
+            && u <= s
+        {
+            return Err(ApiError::malformed("until", "must be later than `since`"));
+        }
+        for (field, value) in [
+            ("actor", &self.actor),
+            ("action", &self.action),
+            ("target", &self.target),
+        ] {
+            if value
+                .as_ref()
+                .is_some_and(|v| v.is_empty() || v.len() > 500)
+            {
+                return Err(ApiError::malformed(field, "must be 1–500 characters"));
+            }
+        }
+        Ok(())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.since.is_none()
+            && self.until.is_none()
+            && self.actor.is_none()
+            && self.action.is_none()
+            && self.target.is_none()
+            && self.outcome.is_none()
+    }
+
+    pub fn search(&self, logs: Option<Vec<String>>, limit: u64) -> AuditSearch {
+        AuditSearch {
+            logs,
+            since: self.since,
+            until: self.until,
+            actor: self.actor.clone(),
+            action: self.action.clone(),
+            target: self.target.clone(),
+            outcome: self.outcome,
+            after: None,
+            limit,
+        }
+    }
+
+    /// The same filter as it appears in a bundle's manifest.
+    pub fn bundle_query(&self) -> allot_audit::bundle::Query {
+        let time = |t: Option<DateTime<Utc>>| t.map(allot_domain::AuditEntry::format_time);
+        allot_audit::bundle::Query {
+            since: time(self.since),
+            until: time(self.until),
+            actor: self.actor.clone(),
+            action: self.action.clone(),
+            target: self.target.clone(),
+            outcome: self.outcome.map(|o| o.as_str().to_owned()),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct SearchQuery {
+    /// Only this log: `system` or a tenant's name or id. Default: every log you may read.
+    pub log: Option<String>,
+    pub since: Option<DateTime<Utc>>,
+    pub until: Option<DateTime<Utc>>,
+    pub actor: Option<String>,
+    pub action: Option<String>,
+    pub target: Option<String>,
+    /// `success`, `denied` or `failed`.
+    #[param(value_type = Option<String>)]
+    pub outcome: Option<Outcome>,
+    /// At most this many entries, 1–1000 (default 100).
+    pub limit: Option<u64>,
+    /// The `next` of the previous page.
+    pub after: Option<String>,
+}
+
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct AuditSearchPage {
+    pub entries: Vec<AuditEntryView>,
+    /// Pass as `after` for the next page; absent on the last page.
+    pub next: Option<String>,
+}
+
+fn cursor(e: &AuditEntryView) -> String {
+    URL_SAFE_NO_PAD.encode(format!("{}|{}|{}", e.time, e.log, e.seq))
+}
+
+fn parse_cursor(s: &str) -> Result<(DateTime<Utc>, String, u64), ApiError> {
+    let bad = || ApiError::malformed("after", "is not a cursor this API returned");
+    let text =
+        String::from_utf8(URL_SAFE_NO_PAD.decode(s).map_err(|_| bad())?).map_err(|_| bad())?;
+    let mut parts = text.splitn(3, '|');
+    let (Some(at), Some(log), Some(seq)) = (parts.next(), parts.next(), parts.next()) else {
+        return Err(bad());
+    };
+    let at = DateTime::parse_from_rfc3339(at)
+        .map_err(|_| bad())?
+        .with_timezone(&Utc);
+    Ok((at, log.to_owned(), seq.parse().map_err(|_| bad())?))
+}
+
+/// Resolves a log named by tenant name or id (or `system`) to its id.
+pub(super) async fn resolve_log(state: &AppState, log: &str) -> Result<String, ApiError> {
+    if log == SYSTEM_LOG {
+        return Ok(log.to_owned());
+    }
+    match state.store.tenant_by_id(log).await {
+        Ok(t) => Ok(t.id),
+        Err(_) => state
+            .store
+            .tenant_by_name(log)
+            .await
+            .map(|t| t.id)
+            .map_err(|_| ApiError::NotFound(format!("audit log `{log}` does not exist"))),
+    }
+}
+
+/// Search the audit logs you may read, oldest first.
+#[utoipa::path(get, path = "/api/v1/audit/entries", tag = "audit",
+    params(SearchQuery), security(("bearer" = [])),
+    responses((status = 200, body = AuditSearchPage), (status = 400, body = Problem),
+        (status = 403, body = Problem), (status = 404, body = Problem)))]
+pub async fn search(
+    state: web::Data<AppState>,
+    who: Principal,
+    Query(q): Query<SearchQuery>,
+) -> Result<HttpResponse, ApiError> {
+    let limit = q.limit.unwrap_or(100);
+    if !(1..=MAX_ENTRIES).contains(&limit) {
+        return Err(ApiError::malformed(
+            "limit",
+            format!("must be between 1 and {MAX_ENTRIES}"),
+        ));
+    }
+    let filter = AuditFilter {
+        since: q.since,
+        until: q.until,
+        actor: q.actor,
+        action: q.action,
+        target: q.target,
+        outcome: q.outcome,
+    };
+    filter.check()?;
+    let visible = readable_logs(&who)?;
+    let logs = match q.log {
+        None => visible,
+        Some(log) => {
+            let id = resolve_log(&state, &log).await?;
+            super::readable(&state, &who, &id).await?;
+            Some(vec![id])
+        }
+    };
+    let mut search = filter.search(logs, limit + 1);
+    search.after = q.after.as_deref().map(parse_cursor).transpose()?;
+    record_read(&state, &who, "*", "search").await?;
+    let mut entries: Vec<AuditEntryView> = state
+        .store
+        .search_audit(&search)
+        .await?
+        .into_iter()
+        .map(AuditEntryView::from)
+        .collect();
+    let more = entries.len() as u64 > limit;
+    entries.truncate(usize::try_from(limit).unwrap_or(usize::MAX));
+    let next = entries.last().filter(|_| more).map(cursor);
+    Ok(json(StatusCode::OK, &AuditSearchPage { entries, next }))
+}
