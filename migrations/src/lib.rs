@@ -5,6 +5,9 @@ pub use sea_orm_migration::prelude::*;
 mod m20261129_000001_initial;
 mod m20261130_000001_audit;
 mod m20261130_000002_audit_checkpoints;
+mod roles;
+
+pub use roles::{APPEND_ONLY_TABLES, BadRoleName, postgres_app_role_grants};
 
 pub struct Migrator;
 

@@ -75,12 +75,17 @@ impl Scene {
 
     /// Exports the log, then runs `allot audit verify` on it, with or without the sink.
     async fn verify(&self, with_sink: bool) -> (bool, String) {
+        self.verify_export(with_sink, "").await
+    }
+
+    /// Like [`Scene::verify`] for an export with the filter `query`.
+    async fn verify_export(&self, with_sink: bool, query: &str) -> (bool, String) {
         let res = self
             .c
             .http
             .get(
                 self.c
-                    .url(&format!("/api/v1/audit/logs/{}/export", self.log)),
+                    .url(&format!("/api/v1/audit/logs/{}/export?{query}", self.log)),
             )
             .bearer_auth(&self.c.admin_token)
             .send()
@@ -191,6 +196,21 @@ async fn reordered_entries_are_named() {
     )
     .await;
     assert_caught(&s, 3).await;
+    s.c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_modified_payload_is_named_in_a_filtered_export() {
+    let s = scene().await;
+    let (ok, out) = s.verify_export(true, "action=tenant.quota.set").await;
+    assert!(ok, "{out}");
+    s.tamper("UPDATE audit_entries SET body = replace(body, '\"max_gpus\":6', '\"max_gpus\":60') WHERE log_id = '$LOG' AND seq = 5").await;
+    for with_sink in [false, true] {
+        let (ok, out) = s.verify_export(with_sink, "action=tenant.quota.set").await;
+        assert!(!ok, "undetected (sink: {with_sink}):\n{out}");
+        assert_eq!(first_bad(&out), Some(5), "{out}");
+        assert!(out.contains("entry 5: is not in the log"), "{out}");
+    }
     s.c.shutdown().await;
 }
 

@@ -155,9 +155,10 @@ impl From<StoreError> for ApiError {
         match e {
             StoreError::NotFound(what) => ApiError::NotFound(format!("{what} does not exist")),
             StoreError::Conflict(msg) => ApiError::Conflict(msg),
-            e @ (StoreError::Corrupt(_) | StoreError::Db(_) | StoreError::Batch(_)) => {
-                ApiError::Internal(e.to_string())
-            }
+            e @ (StoreError::Corrupt(_)
+            | StoreError::Db(_)
+            | StoreError::Batch(_)
+            | StoreError::Migrate(_)) => ApiError::Internal(e.to_string()),
         }
     }
 }

@@ -63,6 +63,9 @@ enum Command {
     /// Read, export and verify the tamper-evident audit logs.
     #[command(subcommand)]
     Audit(cmd::audit::AuditCmd),
+    /// Schema administration: migrations and the PostgreSQL application role.
+    #[command(subcommand)]
+    Db(cmd::db::DbCmd),
 }
 
 /// Resolves on Ctrl-C or SIGTERM.
@@ -93,6 +96,7 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Token(c) => cmd::token::run(&client()?, c).await.map(|()| 0),
         Command::Audit(c) => cmd::audit::run(client, c).await,
         Command::Bench(c) => cmd::bench::run(c).await.map(|()| 0),
+        Command::Db(c) => cmd::db::run(c).await.map(|()| 0),
     }
 }
 

@@ -15,6 +15,9 @@ pub enum StoreError {
     /// A batched audit append failed (the message of the underlying error).
     #[error("audit batch failed: {0}")]
     Batch(String),
+    /// The schema is behind and could not be brought up to date.
+    #[error("database schema: {0}")]
+    Migrate(String),
 }
 
 impl From<DbErr> for StoreError {

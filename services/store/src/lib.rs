@@ -56,7 +56,7 @@ impl Store {
             db.execute_unprepared("PRAGMA journal_mode = WAL; PRAGMA foreign_keys = ON;")
                 .await?;
         }
-        Migrator::up(&db, None).await?;
+        migrate(&db).await?;
         Ok(Self { db, clock })
     }
 
@@ -82,6 +82,35 @@ impl Store {
     pub async fn close(self) -> Result<(), StoreError> {
         self.db.close().await.map_err(StoreError::from)
     }
+}
+
+/// Applies pending migrations. A schema that is already current is left alone without
+/// touching DDL, so the PostgreSQL application role (which may not create or alter tables;
+/// see `allot_migrations::postgres_app_role_grants`) connects once the owner has migrated.
+async fn migrate(db: &DatabaseConnection) -> Result<(), StoreError> {
+    let applied = db
+        .query_all_raw(sea_orm::Statement::from_string(
+            db.get_database_backend(),
+            "SELECT version FROM seaql_migrations",
+        ))
+        .await
+        .and_then(|rows| {
+            rows.iter()
+                .map(|r| r.try_get::<String>("", "version"))
+                .collect::<Result<Vec<_>, _>>()
+        });
+    if let Ok(applied) = applied
+        && Migrator::migrations()
+            .iter()
+            .all(|m| applied.iter().any(|a| a == m.name()))
+    {
+        return Ok(());
+    }
+    Migrator::up(db, None).await.map_err(|e| {
+        StoreError::Migrate(format!(
+            "{e} (pending migrations need the schema owner: start once as the owner, or run `allot db migrate`)"
+        ))
+    })
 }
 
 /// A fresh, time-ordered identifier (UUIDv7) from the injected clock.

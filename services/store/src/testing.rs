@@ -69,6 +69,22 @@ impl TestDb {
     pub async fn store_with_system_clock(&self) -> Result<Store, StoreError> {
         self.store(Arc::new(SystemClock)).await
     }
+
+    /// This database's URL with another user and password.
+    pub fn url_as(&self, user: &str, password: &str) -> String {
+        let scheme_end = self.url.find("://").map_or(0, |i| i + 3);
+        let rest = &self.url[scheme_end..];
+        let host_start = match (rest.find('@'), rest.find('/')) {
+            (Some(at), Some(slash)) if at < slash => at + 1,
+            (Some(at), None) => at + 1,
+            _ => 0,
+        };
+        format!(
+            "{}{user}:{password}@{}",
+            &self.url[..scheme_end],
+            &rest[host_start..]
+        )
+    }
 }
 
 /// Replaces the database name in a PostgreSQL URL.

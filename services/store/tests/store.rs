@@ -700,6 +700,16 @@ async fn append_only(backend: Backend) {
         .create_tenant(&ctx(), &name("t"), Quota::default())
         .await
         .expect("tenant");
+    let head = store.audit_head("system").await.expect("head");
+    store
+        .insert_checkpoint(allot_store::StoredCheckpoint {
+            log: head.log,
+            size: head.size,
+            root: head.root,
+            note: "a signed note".into(),
+        })
+        .await
+        .expect("checkpoint");
     let raw = sea_orm::Database::connect(db.url.as_str())
         .await
         .expect("raw connection");
@@ -707,10 +717,36 @@ async fn append_only(backend: Backend) {
     for sql in [
         "UPDATE audit_entries SET body = '{}'",
         "DELETE FROM audit_entries",
+        // Pruning must clear the whole payload and change nothing else.
+        "UPDATE audit_entries SET body = NULL",
+        "UPDATE audit_entries SET body = NULL, actor = NULL, target = NULL, action = 'x'",
+        "UPDATE audit_entries SET body = NULL, actor = NULL, target = NULL, leaf_hash = 'ab'",
+        "UPDATE audit_entries SET seq = seq + 1",
+        "UPDATE audit_checkpoints SET note = ''",
     ] {
         let err = raw.execute_unprepared(sql).await.expect_err(sql);
         assert!(err.to_string().contains("append-only"), "{sql}: {err}");
     }
+    let prune = "UPDATE audit_entries SET body = NULL, actor = NULL, target = NULL";
+    raw.execute_unprepared(
+        "INSERT INTO audit_holds (log_id, reason, set_by, set_at) \
+         VALUES ('system', 'r', 'x', '2026-01-01 00:00:00+00')",
+    )
+    .await
+    .expect("hold");
+    let err = raw.execute_unprepared(prune).await.expect_err("held");
+    assert!(err.to_string().contains("legal hold"), "{err}");
+    raw.execute_unprepared("DELETE FROM audit_holds")
+        .await
+        .expect("release");
+    raw.execute_unprepared(prune)
+        .await
+        .expect("pruning is allowed");
+    let err = raw
+        .execute_unprepared("UPDATE audit_entries SET body = '{}'")
+        .await
+        .expect_err("a pruned payload cannot come back");
+    assert!(err.to_string().contains("append-only"), "{err}");
     if backend == Backend::Postgres {
         let err = raw
             .execute_unprepared("TRUNCATE audit_entries")
@@ -718,13 +754,85 @@ async fn append_only(backend: Backend) {
             .expect_err("truncate");
         assert!(err.to_string().contains("append-only"), "{err}");
     }
+    let entries = store.audit_entries("system", 0, 10).await.expect("entries");
+    assert_eq!(entries.len(), 1);
+    assert_eq!(entries[0].body, None);
+    assert_eq!(entries[0].action, "tenant.create");
+    assert_eq!(head_matches_entries(&store, "system").await, 1);
+}
+
+/// The control plane running as the application role of `allot_migrations::roles`: its
+/// work goes on, but the audit log can only grow (and be pruned as the triggers allow).
+#[tokio::test]
+async fn the_postgres_application_role_can_only_append_to_the_audit_log() {
+    use sea_orm::ConnectionTrait;
+    let db = TestDb::new(Backend::Postgres).await.expect("db");
+    let owner = db.store_with_system_clock().await.expect("owner migrates");
+    owner
+        .create_tenant(&ctx(), &name("t"), Quota::default())
+        .await
+        .expect("tenant");
+    let role = format!(
+        "allot_app_{}",
+        &uuid::Uuid::new_v4().simple().to_string()[..12]
+    );
+    let superuser = sea_orm::Database::connect(db.url.as_str())
+        .await
+        .expect("superuser");
+    superuser
+        .execute_unprepared(&format!("CREATE ROLE {role} LOGIN PASSWORD 'app-secret'"))
+        .await
+        .expect("create role");
+    superuser
+        .execute_unprepared(&allot_migrations::postgres_app_role_grants(&role).expect("grants"))
+        .await
+        .expect("grants");
+
+    let app_url = db.url_as(&role, "app-secret");
+    let app = Store::connect(&app_url, Arc::new(allot_domain::SystemClock))
+        .await
+        .expect("the application role connects to an up-to-date schema");
+    let tenant = app
+        .create_tenant(&ctx(), &name("u"), Quota::default())
+        .await
+        .expect("audited change as the application role");
+    app.set_quota(&ctx(), "u", Quota::default())
+        .await
+        .expect("another");
     assert_eq!(
-        store
-            .audit_entries("system", 0, 10)
+        app.prune_audit(&ctx(), &tenant.id, Utc::now() + Duration::seconds(1))
             .await
-            .expect("entries")
-            .len(),
+            .expect("pruning is allowed"),
         1
+    );
+
+    let raw = sea_orm::Database::connect(app_url.as_str())
+        .await
+        .expect("app connection");
+    for sql in [
+        "DELETE FROM audit_entries",
+        "UPDATE audit_entries SET leaf_hash = 'x'",
+        "UPDATE audit_entries SET seq = seq + 1",
+        "TRUNCATE audit_entries",
+        "UPDATE audit_checkpoints SET note = ''",
+        "DELETE FROM audit_checkpoints",
+        "DELETE FROM seaql_migrations",
+        "DROP TRIGGER audit_entries_no_update_delete ON audit_entries",
+        "ALTER TABLE audit_entries DISABLE TRIGGER ALL",
+        "SET session_replication_role = replica",
+        "CREATE TABLE sneaky (x int)",
+    ] {
+        let err = raw.execute_unprepared(sql).await.expect_err(sql);
+        let msg = err.to_string();
+        assert!(
+            msg.contains("permission denied") || msg.contains("must be owner"),
+            "{sql}: {msg}"
+        );
+    }
+    assert_eq!(
+        head_matches_entries(&app, "system").await,
+        3,
+        "two tenants and a pruning"
     );
 }
 
@@ -737,6 +845,176 @@ async fn audit_entries_cannot_be_changed_or_removed_sqlite() {
 async fn audit_entries_cannot_be_changed_or_removed_postgres() {
     append_only(Backend::Postgres).await;
 }
+
+both_backends!(
+    pruning_keeps_leaf_hashes_and_yields_to_legal_holds,
+    |store, clock| {
+        use allot_domain::AuditEvent;
+        let events: Vec<AuditEvent> = (0..5)
+            .map(|i| AuditEvent::success("t1", "job.submit", format!("job/{i}")))
+            .collect();
+        store
+            .record_events(&ctx(), "t1", events)
+            .await
+            .expect("old");
+        clock.advance(Duration::days(40));
+        let cutoff = clock.now() - Duration::days(30);
+        store
+            .record_event(&ctx(), AuditEvent::success("t1", "job.submit", "job/new"))
+            .await
+            .expect("new");
+        let head = store.audit_head("t1").await.expect("head");
+
+        store
+            .set_legal_hold(&ctx(), "t1", "matter 7")
+            .await
+            .expect("hold");
+        assert!(matches!(
+            store.set_legal_hold(&ctx(), "t1", "again").await,
+            Err(StoreError::Conflict(_))
+        ));
+        assert!(matches!(
+            store.prune_audit(&ctx(), "t1", cutoff).await,
+            Err(StoreError::Conflict(m)) if m.contains("matter 7")
+        ));
+        assert_eq!(
+            store.legal_holds().await.expect("holds")[0].set_by,
+            "system:store-test"
+        );
+        store
+            .release_legal_hold(&ctx(), "t1")
+            .await
+            .expect("release");
+        assert!(matches!(
+            store.release_legal_hold(&ctx(), "t1").await,
+            Err(StoreError::NotFound(_))
+        ));
+        assert_eq!(
+            store
+                .prune_audit(&ctx(), "t1", cutoff)
+                .await
+                .expect("prune"),
+            5
+        );
+        assert_eq!(
+            store
+                .prune_audit(&ctx(), "t1", cutoff)
+                .await
+                .expect("again"),
+            0
+        );
+
+        let entries = store.audit_entries("t1", 0, 10).await.expect("entries");
+        let pruned: Vec<bool> = entries.iter().map(|e| e.body.is_none()).collect();
+        assert_eq!(pruned, [true, true, true, true, true, false]);
+        assert_eq!(
+            store.audit_head("t1").await.expect("head"),
+            head,
+            "the tree is intact"
+        );
+        assert_eq!(
+            store.audit_leaf_hashes("t1", 6).await.expect("leaves"),
+            entries.iter().map(|e| e.leaf_hash).collect::<Vec<_>>()
+        );
+        let system = store
+            .search_audit(&allot_store::AuditSearch {
+                logs: Some(vec!["system".into()]),
+                action: Some("audit.*".into()),
+                limit: 100,
+                ..Default::default()
+            })
+            .await
+            .expect("search");
+        let actions: Vec<&str> = system.iter().map(|e| e.action.as_str()).collect();
+        assert_eq!(
+            actions,
+            ["audit.hold.set", "audit.hold.release", "audit.prune"],
+            "a no-op prune records nothing"
+        );
+    }
+);
+
+both_backends!(
+    audit_search_filters_and_resumes_after_a_cursor,
+    |store, clock| {
+        use allot_domain::{AuditEvent, Outcome};
+        for i in 0..6u32 {
+            let mut e = AuditEvent::success(
+                if i % 2 == 0 { "a" } else { "b" },
+                if i < 3 {
+                    "token.create"
+                } else {
+                    "token_x.create"
+                },
+                format!("token/{i}"),
+            );
+            if i == 5 {
+                e.outcome = Outcome::Denied;
+            }
+            store.record_event(&ctx(), e).await.expect("event");
+            clock.advance(Duration::seconds(1));
+        }
+        let find = |q: allot_store::AuditSearch| {
+            let store = store.clone();
+            async move {
+                store
+                    .search_audit(&q)
+                    .await
+                    .expect("search")
+                    .into_iter()
+                    .map(|e| (e.log, e.seq))
+                    .collect::<Vec<_>>()
+            }
+        };
+        let q = |f: fn(&mut allot_store::AuditSearch)| {
+            let mut q = allot_store::AuditSearch {
+                limit: 100,
+                ..Default::default()
+            };
+            f(&mut q);
+            q
+        };
+        let s = |l: &str, n: u64| (l.to_owned(), n);
+        // `_` in a prefix is literal, not a wildcard.
+        assert_eq!(
+            find(q(|q| q.action = Some("token.*".into()))).await,
+            [s("a", 0), s("b", 0), s("a", 1)]
+        );
+        assert_eq!(
+            find(q(|q| q.action = Some("token_*".into()))).await,
+            [s("b", 1), s("a", 2), s("b", 2)]
+        );
+        assert_eq!(
+            find(q(|q| q.outcome = Some(Outcome::Denied))).await,
+            [s("b", 2)]
+        );
+        assert_eq!(
+            find(q(|q| q.target = Some("token/4".into()))).await,
+            [s("a", 2)]
+        );
+        assert_eq!(
+            find(q(|q| q.actor = Some("store-test".into()))).await.len(),
+            6
+        );
+        assert_eq!(
+            find(q(|q| q.actor = Some("token:store-test".into())))
+                .await
+                .len(),
+            0
+        );
+        let all = store
+            .search_audit(&q(|q| q.logs = Some(vec!["a".into(), "b".into()])))
+            .await
+            .expect("all");
+        let mut after = q(|q| q.limit = 2);
+        after.after = Some((all[1].at, all[1].log.clone(), all[1].seq));
+        assert_eq!(find(after).await, [s("a", 1), s("b", 1)]);
+        let mut window = q(|_| {});
+        window.since = Some(all[2].at);
+        window.until = Some(all[4].at);
+        assert_eq!(find(window).await, [s("a", 1), s("b", 1)]);
+    }
+);
 
 both_backends!(
     batched_audit_appends_stay_gap_free_and_hashed,

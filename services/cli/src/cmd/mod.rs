@@ -3,6 +3,7 @@
 pub mod agent;
 pub mod audit;
 pub mod bench;
+pub mod db;
 pub mod dev;
 pub mod job;
 pub mod node;
