@@ -7,7 +7,6 @@ use actix_web::http::StatusCode;
 use actix_web::middleware::Next;
 use actix_web::{HttpMessage, web};
 use allot_domain::{Actor, ActorKind, AuditContext, AuditEvent, Outcome, SYSTEM_LOG};
-use allot_store::AuditRepo;
 
 use crate::auth::{Principal, UnusableToken};
 use crate::{ApiError, AppState};
@@ -66,7 +65,7 @@ pub async fn record_denials(
         before: None,
         after: None,
     };
-    if let Err(e) = state.store.record_event(&ctx, event).await {
+    if let Err(e) = state.audit_batcher.record(ctx, event).await {
         tracing::error!(error = %e, "could not audit a refused request");
     }
     Ok(res)

@@ -43,6 +43,9 @@ pub struct AppState {
     /// Checkpoint origins are `<audit_origin>/<log>`.
     pub audit_origin: String,
     pub events: Arc<dyn ControlEvents>,
+    /// Group-commits events that change nothing else (refusals, audit reads and exports),
+    /// so a burst of them costs one transaction per log, not one each.
+    pub audit_batcher: allot_store::AuditBatcher,
 }
 
 /// Registers every route. Call from `App::configure` after adding `web::Data<AppState>`.

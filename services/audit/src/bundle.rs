@@ -10,7 +10,8 @@
 //! - `proofs.jsonl` (filtered exports): each entry's inclusion proof in the covering
 //!   checkpoint, line for line;
 //! - `entries.csv` and `entries.ocsf.jsonl`: the same entries for spreadsheets and SIEMs
-//!   (OCSF 1.3), which the verifier re-derives from the hashed lines;
+//!   (OCSF 1.3). They are a pure function of the hashed lines, so they are not signed on
+//!   their own: the verifier re-derives them and reports any difference;
 //! - `checkpoints/<size>.note`: signed checkpoints;
 //! - `keys.txt`: the verifier keys with their validity periods (use `--trusted-key` to not
 //!   rely on them).
@@ -30,10 +31,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::keys::TrustedKeys;
 use crate::merkle::Hash;
-use crate::note::{NoteError, Signer};
+use crate::note::{NoteError, NoteSigner};
 
-pub use render::{csv, ocsf, ocsf_jsonl};
-pub use verify::{Problem, Report, verify};
+pub use render::{ocsf, renderings};
+pub use verify::{Checks, Problem, Report, verify, verify_with};
 
 pub const FORMAT: &str = "allot-audit-bundle/2";
 const MANIFEST_NOTE_HEADER: &str = "allot audit bundle manifest";
@@ -114,7 +115,7 @@ pub struct Manifest {
     /// Sizes of the checkpoints included.
     pub checkpoints: Vec<u64>,
     pub exported_at: String,
-    /// Hex SHA-256 of every other file, by name.
+    /// Hex SHA-256 of the entries, proofs and keys files, by name.
     pub files: BTreeMap<String, String>,
 }
 
@@ -217,7 +218,11 @@ struct Parts {
 
 impl Bundle {
     /// A whole-log bundle: every position from 0, pruned ones as stubs.
-    pub fn full(signer: &Signer, export: Export<'_>, lines: &[Line]) -> Result<Self, BundleError> {
+    pub fn full(
+        signer: &dyn NoteSigner,
+        export: Export<'_>,
+        lines: &[Line],
+    ) -> Result<Self, BundleError> {
         let mut entries_jsonl = String::new();
         let mut bodies = Vec::new();
         let mut pruned = 0;
@@ -257,7 +262,7 @@ impl Bundle {
     /// A filtered bundle: the entries matching `query`, each with its inclusion proof in the
     /// tree of `size` entries (the covering checkpoint, which must be among the export's).
     pub fn filtered(
-        signer: &Signer,
+        signer: &dyn NoteSigner,
         export: Export<'_>,
         query: Query,
         size: u64,
@@ -302,9 +307,12 @@ impl Bundle {
         )
     }
 
-    fn assemble(signer: &Signer, export: Export<'_>, p: Parts) -> Result<Self, BundleError> {
-        let csv = render::csv(p.bodies.iter().map(String::as_str))?;
-        let ocsf_jsonl = render::ocsf_jsonl(p.bodies.iter().map(String::as_str))?;
+    fn assemble(
+        signer: &dyn NoteSigner,
+        export: Export<'_>,
+        p: Parts,
+    ) -> Result<Self, BundleError> {
+        let (csv, ocsf_jsonl) = render::renderings(p.bodies.iter().map(String::as_str))?;
         let keys = export.keys.to_text();
         let mut files = BTreeMap::new();
         files.insert(
@@ -338,7 +346,7 @@ impl Bundle {
         };
         let manifest_json = serde_json::to_string_pretty(&manifest)
             .map_err(|e| BundleError::Malformed(e.to_string()))?;
-        let manifest_note = signer.sign(&manifest_note_text(&manifest_json))?;
+        let manifest_note = signer.sign_note(&manifest_note_text(&manifest_json))?;
         Ok(Self {
             manifest_json,
             manifest_note,

@@ -15,7 +15,7 @@
 
 use chrono::{DateTime, SecondsFormat, Utc};
 
-use crate::note::{NoteError, Signer, Verifier};
+use crate::note::{NoteError, NoteSigner, Signer, Verifier};
 
 /// A key and the period in which it may sign.
 #[derive(Debug, Clone)]
@@ -99,29 +99,40 @@ fn parse_lines<K>(
 /// The control plane's signing keys.
 #[derive(Debug)]
 pub struct SigningKeys {
-    keys: Vec<Period<Signer>>,
+    keys: Vec<Period<Box<dyn NoteSigner>>>,
 }
 
 impl SigningKeys {
+    /// From a key file's text (private keys held in memory).
     pub fn parse(text: &str) -> Result<Self, NoteError> {
-        Ok(Self {
-            keys: parse_lines(text, Signer::from_skey)?,
-        })
+        let keys = parse_lines(text, Signer::from_skey)?;
+        Ok(Self::from_signers(
+            keys.into_iter()
+                .map(|p| Period {
+                    key: Box::new(p.key) as Box<dyn NoteSigner>,
+                    not_before: p.not_before,
+                    not_after: p.not_after,
+                })
+                .collect(),
+        ))
+    }
+
+    /// From signers held anywhere, e.g. an HSM or KMS behind [`NoteSigner`].
+    pub fn from_signers(keys: Vec<Period<Box<dyn NoteSigner>>>) -> Self {
+        Self { keys }
     }
 
     pub fn single(signer: Signer) -> Self {
-        Self {
-            keys: vec![Period::open(signer)],
-        }
+        Self::from_signers(vec![Period::open(Box::new(signer))])
     }
 
     /// The key to sign with at `at`: of the keys valid then, the one that started last.
-    pub fn active(&self, at: DateTime<Utc>) -> Result<&Signer, NoteError> {
+    pub fn active(&self, at: DateTime<Utc>) -> Result<&dyn NoteSigner, NoteError> {
         self.keys
             .iter()
             .filter(|p| p.contains(at))
             .max_by_key(|p| p.not_before)
-            .map(|p| &p.key)
+            .map(|p| p.key.as_ref())
             .ok_or_else(|| NoteError::Key(format!("no audit signing key is valid at {at}")))
     }
 
@@ -224,7 +235,7 @@ mod tests {
             new.skey()
         );
         let keys = SigningKeys::parse(&text).expect("parse");
-        let id = |s: &Signer| s.verifier().id();
+        let id = |s: &dyn NoteSigner| s.verifier().id();
         assert_eq!(
             id(keys.active(t("2026-03-01T00:00:00Z")).expect("key")),
             id(&old)

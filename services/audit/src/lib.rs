@@ -12,4 +12,4 @@ pub mod note;
 pub use checkpoint::Checkpoint;
 pub use keys::{SigningKeys, TrustedKeys};
 pub use merkle::{CompactRange, Hash, ProofError, Tree};
-pub use note::{NoteError, Signer, Verifier};
+pub use note::{NoteError, NoteSigner, Signer, Verifier};

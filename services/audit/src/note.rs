@@ -116,6 +116,46 @@ impl Verifier {
     }
 }
 
+/// Whatever signs notes: a key in memory ([`Signer`]), or an HSM or KMS holding an Ed25519
+/// key, which only has to produce the 64-byte signature of the note text.
+pub trait NoteSigner: Send + Sync + std::fmt::Debug {
+    /// The public key, with the name and id that signature lines carry.
+    fn verifier(&self) -> Verifier;
+
+    /// The Ed25519 signature of `message`.
+    fn sign_bytes(&self, message: &[u8]) -> Result<Vec<u8>, NoteError>;
+
+    /// Signs `text` (which must end with a newline) into a note.
+    fn sign_note(&self, text: &str) -> Result<String, NoteError> {
+        check_text(text)?;
+        let v = self.verifier();
+        let sig = self.sign_bytes(text.as_bytes())?;
+        if sig.len() != 64 {
+            return Err(NoteError::Key(format!(
+                "the signer returned {} bytes; an Ed25519 signature has 64",
+                sig.len()
+            )));
+        }
+        let mut blob = v.id.to_be_bytes().to_vec();
+        blob.extend_from_slice(&sig);
+        Ok(format!(
+            "{text}\n{SIG_PREFIX}{} {}\n",
+            v.name,
+            B64.encode(blob)
+        ))
+    }
+}
+
+impl NoteSigner for Signer {
+    fn verifier(&self) -> Verifier {
+        Signer::verifier(self)
+    }
+
+    fn sign_bytes(&self, message: &[u8]) -> Result<Vec<u8>, NoteError> {
+        Ok(self.pair.sign(message).as_ref().to_vec())
+    }
+}
+
 /// Signs notes with an Ed25519 key. The seed never leaves this value but through
 /// [`Signer::skey`], for storing outside the database.
 pub struct Signer {
@@ -201,15 +241,7 @@ impl Signer {
 
     /// Signs `text` (which must end with a newline) into a note.
     pub fn sign(&self, text: &str) -> Result<String, NoteError> {
-        check_text(text)?;
-        let sig = self.pair.sign(text.as_bytes());
-        let mut blob = self.id.to_be_bytes().to_vec();
-        blob.extend_from_slice(sig.as_ref());
-        Ok(format!(
-            "{text}\n{SIG_PREFIX}{} {}\n",
-            self.name,
-            B64.encode(blob)
-        ))
+        self.sign_note(text)
     }
 }
 

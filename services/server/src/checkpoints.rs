@@ -99,7 +99,7 @@ impl Checkpointer {
                 extensions: Vec::new(),
             }
             .at(now);
-            let note = self.keys.active(now)?.sign(&cp.body())?;
+            let note = self.keys.active(now)?.sign_note(&cp.body())?;
             // Outside first: an outside checkpoint without its database twin is still a true
             // statement about the log; the reverse would be a gap the sink cannot vouch for.
             if let Some(sink) = &self.sink {

@@ -219,7 +219,9 @@ pub async fn start(
     let stop = CancellationToken::new();
     let notify = Arc::new(Notify::new());
     let hub = Arc::new(Hub::default());
+    let (audit_batcher, batcher_task) = allot_store::AuditBatcher::start(store.clone(), 512);
     let state = AppState {
+        audit_batcher,
         audit_keys: keys.clone(),
         audit_origin: config.audit_origin.clone(),
         store: store.clone(),
@@ -242,11 +244,15 @@ pub async fn start(
     .listen(http_listener)?
     .run();
     let http_handle = http.handle();
-    let mut tasks = vec![tokio::spawn(async move {
-        if let Err(e) = http.await {
-            tracing::error!(error = %e, "HTTP server stopped");
-        }
-    })];
+    // The batcher drains and ends once the HTTP server has dropped its last handle.
+    let mut tasks = vec![
+        batcher_task,
+        tokio::spawn(async move {
+            if let Err(e) = http.await {
+                tracing::error!(error = %e, "HTTP server stopped");
+            }
+        }),
+    ];
 
     let svc = grpc::NodeSvc {
         store: store.clone(),

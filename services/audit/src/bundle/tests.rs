@@ -3,6 +3,7 @@
 
 use super::verify::EntryHead;
 use super::*;
+use crate::Signer;
 use crate::checkpoint::Checkpoint;
 use crate::merkle::{CompactRange, leaf_hash};
 use base64::Engine;
@@ -438,16 +439,6 @@ fn renderings_that_disagree_with_the_entries_are_named() {
     let f = fixture();
     let mut b = bundle(&f, &f.entries, f.checkpoints.clone());
     b.csv = b.csv.replace("job/3", "job/33");
-    // Re-signing the manifest over the doctored file does not help: the rendering differs.
-    let mut manifest: Manifest = serde_json::from_str(&b.manifest_json).expect("manifest");
-    manifest
-        .files
-        .insert("entries.csv".into(), sha256_hex(b.csv.as_bytes()));
-    b.manifest_json = serde_json::to_string_pretty(&manifest).expect("json");
-    b.manifest_note = f
-        .signer
-        .sign(&manifest_note_text(&b.manifest_json))
-        .expect("sign");
     let r = check(&f, &b, &[]);
     assert_eq!(
         r.problems

@@ -80,6 +80,13 @@ struct Cp {
     cp: Option<Checkpoint>,
 }
 
+/// What to check besides the log's integrity.
+#[derive(Debug, Clone, Copy)]
+pub struct Checks {
+    /// Re-derive the CSV and OCSF renderings (on a second thread) and compare.
+    pub renderings: bool,
+}
+
 /// Verifies `bundle` offline. `trusted` are the keys to trust (else the bundle's own are
 /// used, and the report says so); `external` are checkpoints from outside the database (the
 /// sink), which catch truncation and wholesale rewrites that the bundle alone cannot.
@@ -87,6 +94,17 @@ pub fn verify(
     bundle: &Bundle,
     trusted: Option<&TrustedKeys>,
     external: &[(u64, String)],
+) -> Report {
+    verify_with(bundle, trusted, external, Checks { renderings: true })
+}
+
+/// [`verify`], choosing whether the renderings are checked too (the integrity of the log
+/// itself is always checked).
+pub fn verify_with(
+    bundle: &Bundle,
+    trusted: Option<&TrustedKeys>,
+    external: &[(u64, String)],
+    checks: Checks,
 ) -> Report {
     let mut report = Report::default();
     let bundled = TrustedKeys::parse(&bundle.keys);
@@ -142,22 +160,10 @@ pub fn verify(
     }
     let files = [
         ("entries.jsonl", Some(&bundle.entries_jsonl)),
-        ("entries.csv", Some(&bundle.csv)),
-        ("entries.ocsf.jsonl", Some(&bundle.ocsf_jsonl)),
         ("keys.txt", Some(&bundle.keys)),
         ("proofs.jsonl", bundle.proofs_jsonl.as_ref()),
     ];
-    for (name, content) in files {
-        match (manifest.files.get(name), content) {
-            (Some(want), Some(got)) if *want == sha256_hex(got.as_bytes()) => {}
-            (Some(_), Some(_)) => {
-                report.problem(name, "differs from the one the manifest signed");
-            }
-            (Some(_), None) => report.problem(name, "listed in the manifest but missing"),
-            (None, Some(_)) => report.problem(name, "not listed in the manifest"),
-            (None, None) => {}
-        }
-    }
+    report.problems.extend(file_problems(&manifest, &files));
 
     let cps = open_checkpoints(&mut report, bundle, external, &verifiers, &keys, &manifest);
     let lines: Vec<&str> = bundle.entries_jsonl.lines().collect();
@@ -171,14 +177,35 @@ pub fn verify(
             ),
         );
     }
-    let bodies = match &manifest.query {
-        None => verify_whole_log(&mut report, &manifest, &lines, &cps),
-        Some(query) => {
-            report.filtered = true;
-            verify_filtered(&mut report, bundle, &manifest, query, &lines, &cps)
+    // The renderings are re-derived on a second thread while the integrity checks run.
+    let rendering = std::thread::scope(|scope| {
+        let rendering = scope.spawn(|| {
+            if !checks.renderings {
+                return Vec::new();
+            }
+            let bodies: Vec<&str> = match &manifest.query {
+                None => lines
+                    .iter()
+                    .copied()
+                    .filter(|l| !EntryHead::parse(l).is_ok_and(|h| h.pruned.is_some()))
+                    .collect(),
+                Some(_) => lines.clone(),
+            };
+            rendering_problems(bundle, &bodies)
+        });
+        match &manifest.query {
+            None => verify_whole_log(&mut report, &manifest, &lines, &cps),
+            Some(query) => {
+                report.filtered = true;
+                verify_filtered(&mut report, bundle, &manifest, query, &lines, &cps);
+            }
         }
-    };
-    check_renderings(&mut report, bundle, &bodies);
+        rendering.join()
+    });
+    match rendering {
+        Ok(problems) => report.problems.extend(problems),
+        Err(_) => report.problem("entries.csv", "re-deriving the renderings failed"),
+    }
     if report.pruned != manifest.pruned {
         report.problem(
             "manifest",
@@ -189,6 +216,25 @@ pub fn verify(
         );
     }
     report
+}
+
+/// Each file must be the one the manifest signed (by SHA-256).
+fn file_problems(manifest: &Manifest, files: &[(&str, Option<&String>)]) -> Vec<Problem> {
+    let mut out = Vec::new();
+    for (name, content) in files {
+        let message = match (manifest.files.get(*name), content) {
+            (Some(want), Some(got)) if *want == sha256_hex(got.as_bytes()) => continue,
+            (Some(_), Some(_)) => "differs from the one the manifest signed",
+            (Some(_), None) => "listed in the manifest but missing",
+            (None, Some(_)) => "not listed in the manifest",
+            (None, None) => continue,
+        };
+        out.push(Problem {
+            subject: (*name).to_owned(),
+            message: message.to_owned(),
+        });
+    }
+    out
 }
 
 /// Opens every bundled and external checkpoint, smallest first.
@@ -251,13 +297,8 @@ fn open_checkpoints(
     cps
 }
 
-/// A whole-log bundle: every position from 0. Returns the bodies of unpruned entries.
-fn verify_whole_log<'a>(
-    report: &mut Report,
-    manifest: &Manifest,
-    lines: &[&'a str],
-    cps: &[Cp],
-) -> Vec<&'a str> {
+/// A whole-log bundle: every position from 0.
+fn verify_whole_log(report: &mut Report, manifest: &Manifest, lines: &[&str], cps: &[Cp]) {
     if manifest.size != report.entries {
         report.problem(
             "manifest",
@@ -273,7 +314,6 @@ fn verify_whole_log<'a>(
         .collect();
     let mut heads: Vec<Option<EntryHead<'_>>> = Vec::with_capacity(lines.len());
     let mut leaves: Vec<Hash> = Vec::with_capacity(lines.len());
-    let mut bodies = Vec::with_capacity(lines.len());
     let mut range = CompactRange::new();
     let mut roots_at = BTreeMap::new();
     if wanted.contains(&0) {
@@ -326,8 +366,6 @@ fn verify_whole_log<'a>(
                             report.bad_entry(pos);
                         }
                     }
-                } else {
-                    bodies.push(*line);
                 }
                 Some(h)
             }
@@ -446,7 +484,6 @@ fn verify_whole_log<'a>(
     if report.checkpoints_verified == 0 && report.entries > 0 {
         report.problem("checkpoints", "no valid checkpoint covers these entries");
     }
-    bodies
 }
 
 #[derive(Debug, Deserialize)]
@@ -456,15 +493,15 @@ struct ProofLine {
     proof: Vec<String>,
 }
 
-/// A filtered bundle: each entry proven against the covering checkpoint. Returns the bodies.
-fn verify_filtered<'a>(
+/// A filtered bundle: each entry proven against the covering checkpoint.
+fn verify_filtered(
     report: &mut Report,
     bundle: &Bundle,
     manifest: &Manifest,
     query: &Query,
-    lines: &[&'a str],
+    lines: &[&str],
     cps: &[Cp],
-) -> Vec<&'a str> {
+) {
     let size = manifest.size;
     let covering = cps
         .iter()
@@ -475,7 +512,7 @@ fn verify_filtered<'a>(
             "manifest",
             format!("no valid bundled checkpoint of the covering size {size}"),
         );
-        return lines.to_vec();
+        return;
     };
     report.checkpoints_verified = 1;
     for c in cps.iter().filter(|c| c.source == "external") {
@@ -569,39 +606,27 @@ fn verify_filtered<'a>(
             }
         }
     }
-    lines.to_vec()
 }
 
 /// The CSV and OCSF files must be exactly what the hashed entries render to.
-fn check_renderings(report: &mut Report, bundle: &Bundle, bodies: &[&str]) {
-    for (name, rendered, got) in [
-        (
-            "entries.csv",
-            render::csv(bodies.iter().copied()),
-            &bundle.csv,
-        ),
-        (
-            "entries.ocsf.jsonl",
-            render::ocsf_jsonl(bodies.iter().copied()),
-            &bundle.ocsf_jsonl,
-        ),
-    ] {
-        match rendered {
-            Ok(want) if want == *got => {}
-            Ok(want) => {
-                let sep = if name.ends_with(".csv") { "\r\n" } else { "\n" };
-                let row = want
-                    .split(sep)
-                    .zip(got.split(sep))
-                    .position(|(a, b)| a != b)
-                    .unwrap_or_else(|| want.split(sep).count().min(got.split(sep).count()));
-                report.problem(
-                    name,
-                    format!("line {} does not say what the hashed entries say", row + 1),
-                );
-            }
-            Err(e) => report.problem(name, format!("cannot be re-derived: {e}")),
-        }
+fn rendering_problems(bundle: &Bundle, bodies: &[&str]) -> Vec<Problem> {
+    let problem = |subject: &str, message: String| Problem {
+        subject: subject.to_owned(),
+        message,
+    };
+    match render::first_differences(bodies.iter().copied(), &bundle.csv, &bundle.ocsf_jsonl) {
+        Err(e) => vec![problem("entries.csv", format!("cannot be re-derived: {e}"))],
+        Ok((csv, ocsf)) => [("entries.csv", csv), ("entries.ocsf.jsonl", ocsf)]
+            .into_iter()
+            .filter_map(|(name, line)| {
+                line.map(|l| {
+                    problem(
+                        name,
+                        format!("line {l} does not say what the hashed entries say"),
+                    )
+                })
+            })
+            .collect(),
     }
 }
 

@@ -66,6 +66,15 @@ pub enum AuditCmd {
     },
     /// Print the verifier keys with their validity periods (save for --trusted-key).
     Keys,
+    /// Generate a signing key line for the audit key file (offline; prints a secret).
+    Keygen {
+        /// The key's name, usually the deployment's --audit-origin.
+        #[arg(long, default_value = "allot.local")]
+        name: String,
+        /// When the key takes over signing (RFC 3339); default at once.
+        #[arg(long)]
+        not_before: Option<DateTime<Utc>>,
+    },
     /// Remove the payload of a log's entries recorded before a time; positions, times,
     /// leaf hashes, actions and outcomes stay, so the log still verifies (admins).
     Prune {
@@ -334,6 +343,19 @@ pub async fn run(
             if let Some(a) = after {
                 eprintln!("more entries: continue with --after {a}");
             }
+            Ok(0)
+        }
+        AuditCmd::Keygen { name, not_before } => {
+            let key = allot_audit::Signer::generate_system(&name)?;
+            match not_before {
+                Some(t) => println!(
+                    "{} not-before={}",
+                    key.skey(),
+                    t.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)
+                ),
+                None => println!("{}", key.skey()),
+            }
+            eprintln!("public key: {}", key.verifier().vkey());
             Ok(0)
         }
         AuditCmd::Keys => {

@@ -12,10 +12,10 @@ pub enum TokenCmd {
     /// Create an API token; its secret is printed once.
     Create {
         name: String,
-        /// viewer, member, tenant-admin or admin.
+        /// viewer, member, tenant-admin, admin, or auditor (reads every audit log, nothing else).
         #[arg(long)]
         role: String,
-        /// The tenant the token acts in (all roles but admin).
+        /// The tenant the token acts in (all roles but admin and auditor).
         #[arg(long)]
         tenant: Option<String>,
         /// Lifetime, e.g. 3600s, 90m, 12h, 30d.

@@ -13,6 +13,19 @@ use crate::extract::Query;
 use crate::problem::Problem;
 use crate::{ApiError, AppState};
 
+/// What goes into a bundle, gathered from the store before the CPU work starts.
+enum Contents {
+    Full {
+        lines: Vec<Line>,
+        checkpoints: Vec<(u64, String)>,
+    },
+    Filtered {
+        query: allot_audit::bundle::Query,
+        covering: (u64, String),
+        entries: Vec<(String, Vec<allot_audit::Hash>)>,
+    },
+}
+
 /// Export a log as a bundle: without filters the whole log, else the matching entries with
 /// inclusion proofs in the latest checkpoint.
 #[utoipa::path(get, path = "/api/v1/audit/logs/{log}/export", tag = "audit",
@@ -30,24 +43,43 @@ pub async fn export(
     readable(&state, &who, &log).await?;
     filter.check()?;
     let now = state.store.clock().now();
-    let signer = state
-        .audit_keys
-        .active(now)
-        .map_err(|e| ApiError::Internal(e.to_string()))?;
-    let keys = state.audit_keys.public();
+    let signing_keys = state.audit_keys.clone();
     let exported_at = AuditEntry::format_time(now);
     let origin = format!("{}/{log}", state.audit_origin);
-    let export = |checkpoints| Export {
-        log: &log,
-        origin: &origin,
-        exported_at: &exported_at,
-        checkpoints,
-        keys: &keys,
+    // Signing and rendering a large log is CPU work: off the async workers.
+    let build = |contents: Contents| {
+        let (log, origin, exported_at) = (log.clone(), origin.clone(), exported_at.clone());
+        web::block(move || -> Result<Vec<u8>, String> {
+            let signer = signing_keys.active(now).map_err(|e| e.to_string())?;
+            let keys = signing_keys.public();
+            let export = |checkpoints| Export {
+                log: &log,
+                origin: &origin,
+                exported_at: &exported_at,
+                checkpoints,
+                keys: &keys,
+            };
+            let bundle = match contents {
+                Contents::Full { lines, checkpoints } => {
+                    Bundle::full(signer, export(checkpoints), &lines)
+                }
+                Contents::Filtered {
+                    query,
+                    covering,
+                    entries,
+                } => Bundle::filtered(
+                    signer,
+                    export(vec![covering.clone()]),
+                    query,
+                    covering.0,
+                    &entries,
+                ),
+            };
+            bundle.and_then(|b| b.to_tar()).map_err(|e| e.to_string())
+        })
     };
-    let internal = |e: allot_audit::bundle::BundleError| {
-        ApiError::Internal(format!("building the audit bundle: {e}"))
-    };
-    let (bundle, count) = if filter.is_empty() {
+    let internal = |e: String| ApiError::Internal(format!("building the audit bundle: {e}"));
+    let (contents, count) = if filter.is_empty() {
         let mut lines = Vec::new();
         loop {
             let page = state
@@ -73,8 +105,8 @@ pub async fn export(
             .into_iter()
             .map(|c| (c.size, c.note))
             .collect();
-        let bundle = Bundle::full(signer, export(checkpoints), &lines).map_err(internal)?;
-        (bundle, lines.len())
+        let count = lines.len();
+        (Contents::Full { lines, checkpoints }, count)
     } else {
         let covering = state.store.latest_checkpoint(&log).await?.ok_or_else(|| {
             ApiError::Conflict(format!(
@@ -106,24 +138,25 @@ pub async fn export(
         // Search pages come in time order; a bundle lists entries by position.
         picked.sort_by_key(|(seq, _, _)| *seq);
         let entries: Vec<_> = picked.into_iter().map(|(_, b, p)| (b, p)).collect();
-        let bundle = Bundle::filtered(
-            signer,
-            export(vec![(covering.size, covering.note)]),
-            filter.bundle_query(),
-            covering.size,
-            &entries,
-        )
-        .map_err(internal)?;
-        (bundle, entries.len())
+        let count = entries.len();
+        let contents = Contents::Filtered {
+            query: filter.bundle_query(),
+            covering: (covering.size, covering.note),
+            entries,
+        };
+        (contents, count)
     };
-    let tar = bundle.to_tar().map_err(internal)?;
+    let tar = build(contents)
+        .await
+        .map_err(|e| internal(e.to_string()))?
+        .map_err(internal)?;
     let event = AuditEvent::success(SYSTEM_LOG, "audit.export", format!("audit-log/{log}")).after(
         serde_json::json!({
             "entries": count,
             "query": (!filter.is_empty()).then(|| filter.bundle_query()),
         }),
     );
-    state.store.record_event(&who.audit(), event).await?;
+    state.audit_batcher.record(who.audit(), event).await?;
     Ok(HttpResponse::Ok()
         .content_type("application/x-tar")
         .insert_header((

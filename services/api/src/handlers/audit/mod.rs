@@ -77,7 +77,7 @@ async fn record_read(
 ) -> Result<(), ApiError> {
     let event = AuditEvent::success(SYSTEM_LOG, "audit.read", format!("audit-log/{log}"))
         .after(serde_json::json!({ "read": what }));
-    state.store.record_event(&who.audit(), event).await?;
+    state.audit_batcher.record(who.audit(), event).await?;
     Ok(())
 }
 
