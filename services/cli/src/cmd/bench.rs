@@ -319,6 +319,7 @@ async fn audit(args: AuditBench) -> anyhow::Result<()> {
             },
         }));
     }
+    let fetch_s = export_started.elapsed().as_secs_f64();
     let keys = TrustedKeys::from(signer.verifier());
     let exported_at = allot_domain::AuditEntry::format_time(chrono::Utc::now());
     let export = Export {
@@ -366,6 +367,7 @@ async fn audit(args: AuditBench) -> anyhow::Result<()> {
         "verify_full_entries_per_s": (args.entries as f64 / verify_s).round(),
         "export_entries": args.entries,
         "export_s": export_s,
+        "export_fetch_s": fetch_s,
         "verify_s": verify_s,
         "fill_s": fill_s,
         "bundle_bytes": tar.len(),
