@@ -9,6 +9,8 @@
 //!   `{"log":…,"seq":N,"pruned":"<hex leaf hash>"}`, which keeps the tree checkable;
 //! - `proofs.jsonl` (filtered exports): each entry's inclusion proof in the covering
 //!   checkpoint, line for line;
+//! - `consistency.jsonl` (whole-log exports): RFC 9162 consistency proofs between each pair
+//!   of consecutive checkpoints;
 //! - `entries.csv` and `entries.ocsf.jsonl`: the same entries for spreadsheets and SIEMs
 //!   (OCSF 1.3). They are a pure function of the hashed lines, so they are not signed on
 //!   their own: the verifier re-derives them and reports any difference;
@@ -147,6 +149,8 @@ pub struct Bundle {
     pub entries_jsonl: String,
     /// Filtered exports only.
     pub proofs_jsonl: Option<String>,
+    /// Whole-log exports only.
+    pub consistency_jsonl: Option<String>,
     pub csv: String,
     pub ocsf_jsonl: String,
     /// (size, signed note), ascending.
@@ -186,6 +190,13 @@ pub fn pruned_line(log: &str, seq: u64, leaf_hash: &Hash) -> String {
     serde_json::json!({ "log": log, "seq": seq, "pruned": hex(leaf_hash) }).to_string()
 }
 
+fn b64_all(hashes: &[Hash]) -> Vec<String> {
+    hashes
+        .iter()
+        .map(|h| base64::Engine::encode(&base64::engine::general_purpose::STANDARD, h))
+        .collect()
+}
+
 fn push_line(out: &mut String, line: &str) -> Result<(), BundleError> {
     if line.contains('\n') {
         return Err(BundleError::Malformed("an entry contains a newline".into()));
@@ -209,6 +220,7 @@ struct Parts {
     size: u64,
     entries_jsonl: String,
     proofs_jsonl: Option<String>,
+    consistency_jsonl: Option<String>,
     bodies: Vec<String>,
     lines: u64,
     pruned: u64,
@@ -225,11 +237,13 @@ impl Bundle {
     ) -> Result<Self, BundleError> {
         let mut entries_jsonl = String::new();
         let mut bodies = Vec::new();
+        let mut leaves = Vec::with_capacity(lines.len());
         let mut pruned = 0;
         for line in lines {
             match line {
                 Line::Entry(body) => {
                     push_line(&mut entries_jsonl, body)?;
+                    leaves.push(crate::merkle::leaf_hash(body.as_bytes()));
                     bodies.push(body.clone());
                 }
                 Line::Pruned { seq, leaf_hash } => {
@@ -237,11 +251,29 @@ impl Bundle {
                         &mut entries_jsonl,
                         &pruned_line(export.log, *seq, leaf_hash),
                     )?;
+                    leaves.push(*leaf_hash);
                     pruned += 1;
                 }
             }
         }
         let n = lines.len() as u64;
+        // Proofs that each checkpoint extends the one before it.
+        let tree = crate::merkle::Tree::new(leaves);
+        let mut consistency_jsonl = String::new();
+        let sizes: Vec<u64> = export
+            .checkpoints
+            .iter()
+            .map(|(s, _)| *s)
+            .filter(|s| *s <= n)
+            .collect();
+        for pair in sizes.windows(2) {
+            let proof = tree
+                .consistency_proof(pair[0], pair[1])
+                .map_err(|e| BundleError::Malformed(e.to_string()))?;
+            let line =
+                serde_json::json!({ "from": pair[0], "to": pair[1], "proof": b64_all(&proof) });
+            push_line(&mut consistency_jsonl, &line.to_string())?;
+        }
         Self::assemble(
             signer,
             export,
@@ -250,6 +282,7 @@ impl Bundle {
                 size: n,
                 entries_jsonl,
                 proofs_jsonl: None,
+                consistency_jsonl: Some(consistency_jsonl),
                 bodies,
                 lines: n,
                 pruned,
@@ -281,13 +314,9 @@ impl Bundle {
             let (seq, _) = seq_and_time(body);
             first_seq = first_seq.or(seq);
             last_seq = seq;
-            let proof: Vec<String> = proof
-                .iter()
-                .map(|h| base64::Engine::encode(&base64::engine::general_purpose::STANDARD, h))
-                .collect();
             push_line(
                 &mut proofs_jsonl,
-                &serde_json::json!({ "seq": seq, "proof": proof }).to_string(),
+                &serde_json::json!({ "seq": seq, "proof": b64_all(proof) }).to_string(),
             )?;
         }
         Self::assemble(
@@ -298,6 +327,7 @@ impl Bundle {
                 size,
                 entries_jsonl,
                 proofs_jsonl: Some(proofs_jsonl),
+                consistency_jsonl: None,
                 bodies: entries.iter().map(|(b, _)| b.clone()).collect(),
                 lines: entries.len() as u64,
                 pruned: 0,
@@ -328,6 +358,9 @@ impl Bundle {
         if let Some(proofs) = &p.proofs_jsonl {
             files.insert("proofs.jsonl".to_owned(), sha256_hex(proofs.as_bytes()));
         }
+        if let Some(c) = &p.consistency_jsonl {
+            files.insert("consistency.jsonl".to_owned(), sha256_hex(c.as_bytes()));
+        }
         let manifest = Manifest {
             format: FORMAT.to_owned(),
             log: export.log.to_owned(),
@@ -352,6 +385,7 @@ impl Bundle {
             manifest_note,
             entries_jsonl: p.entries_jsonl,
             proofs_jsonl: p.proofs_jsonl,
+            consistency_jsonl: p.consistency_jsonl,
             csv,
             ocsf_jsonl,
             checkpoints: export.checkpoints,
@@ -375,6 +409,9 @@ impl Bundle {
         add("entries.jsonl", self.entries_jsonl.as_bytes())?;
         if let Some(proofs) = &self.proofs_jsonl {
             add("proofs.jsonl", proofs.as_bytes())?;
+        }
+        if let Some(c) = &self.consistency_jsonl {
+            add("consistency.jsonl", c.as_bytes())?;
         }
         add("entries.csv", self.csv.as_bytes())?;
         add("entries.ocsf.jsonl", self.ocsf_jsonl.as_bytes())?;
@@ -407,6 +444,7 @@ impl Bundle {
                 "manifest.note",
                 "entries.jsonl",
                 "proofs.jsonl",
+                "consistency.jsonl",
                 "entries.csv",
                 "entries.ocsf.jsonl",
                 "keys.txt",
@@ -425,6 +463,7 @@ impl Bundle {
             manifest_note: take("manifest.note")?,
             entries_jsonl: take("entries.jsonl")?,
             proofs_jsonl: take("proofs.jsonl").ok(),
+            consistency_jsonl: take("consistency.jsonl").ok(),
             csv: take("entries.csv")?,
             ocsf_jsonl: take("entries.ocsf.jsonl")?,
             keys: take("keys.txt")?,

@@ -173,6 +173,44 @@ impl Tree {
         self.range_hash(0, self.levels[0].len())
     }
 
+    /// The same proof as [`consistency_proof`] between the trees of the first `old` and the
+    /// first `new` leaves, in O(log² n).
+    pub fn consistency_proof(&self, old: u64, new: u64) -> Result<Vec<Hash>, ProofError> {
+        if old > new || new > self.size() {
+            return Err(ProofError::SizesOutOfOrder { old, new });
+        }
+        let (old, new) = (old as usize, new as usize);
+        if old == 0 || old == new {
+            return Ok(Vec::new());
+        }
+        let mut out = Vec::new();
+        // RFC 9162 SUBPROOF over leaves lo..hi, iteratively: the hashes collected on the way
+        // down are emitted in reverse, as the recursion would emit them on the way up.
+        let (mut m, mut lo, mut hi, mut complete) = (old, 0, new, true);
+        let mut pending = Vec::new();
+        loop {
+            let n = hi - lo;
+            if m == n {
+                if !complete {
+                    out.push(self.range_hash(lo, hi));
+                }
+                break;
+            }
+            let k = split(n);
+            if m <= k {
+                pending.push(self.range_hash(lo + k, hi));
+                hi = lo + k;
+            } else {
+                pending.push(self.range_hash(lo, lo + k));
+                lo += k;
+                m -= k;
+                complete = false;
+            }
+        }
+        out.extend(pending.into_iter().rev());
+        Ok(out)
+    }
+
     /// The same proof as [`inclusion_proof`] over the whole tree.
     pub fn inclusion_proof(&self, index: u64) -> Result<Vec<Hash>, ProofError> {
         let n = self.levels[0].len();

@@ -499,3 +499,54 @@ fn a_checkpoint_signed_after_its_key_expired_is_named() {
         r.problems
     );
 }
+
+#[test]
+fn consistency_proofs_link_every_pair_of_checkpoints() {
+    let f = fixture();
+    let b = bundle(&f, &f.entries, f.checkpoints.clone());
+    assert_eq!(
+        b.consistency_jsonl.as_deref().map(|c| c.lines().count()),
+        Some(3),
+        "5→10, 10→15, 15→20"
+    );
+    assert!(check(&f, &b, &[]).ok());
+
+    // A proof that does not lead from one signed root to the next is named.
+    let mut bad = b.clone();
+    let lines: Vec<String> = b
+        .consistency_jsonl
+        .as_deref()
+        .unwrap_or("")
+        .lines()
+        .map(|l| {
+            if l.contains(r#""from":10"#) {
+                let mut v: serde_json::Value = serde_json::from_str(l).expect("json");
+                v["proof"][0] = B64.encode([7u8; 32]).into();
+                v.to_string()
+            } else {
+                l.to_owned()
+            }
+        })
+        .collect();
+    bad.consistency_jsonl = Some(lines.join("\n") + "\n");
+    let mut manifest: Manifest = serde_json::from_str(&bad.manifest_json).expect("manifest");
+    manifest.files.insert(
+        "consistency.jsonl".into(),
+        sha256_hex(bad.consistency_jsonl.as_deref().unwrap_or("").as_bytes()),
+    );
+    bad.manifest_json = serde_json::to_string_pretty(&manifest).expect("json");
+    bad.manifest_note = f
+        .signer
+        .sign(&manifest_note_text(&bad.manifest_json))
+        .expect("sign");
+    let r = check(&f, &bad, &[]);
+    assert_eq!(
+        r.problems
+            .iter()
+            .map(|p| p.subject.as_str())
+            .collect::<Vec<_>>(),
+        ["checkpoint 15 (bundled)"],
+        "{:?}",
+        r.problems
+    );
+}

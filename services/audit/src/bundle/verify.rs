@@ -162,6 +162,7 @@ pub fn verify_with(
         ("entries.jsonl", Some(&bundle.entries_jsonl)),
         ("keys.txt", Some(&bundle.keys)),
         ("proofs.jsonl", bundle.proofs_jsonl.as_ref()),
+        ("consistency.jsonl", bundle.consistency_jsonl.as_ref()),
     ];
     report.problems.extend(file_problems(&manifest, &files));
 
@@ -194,7 +195,10 @@ pub fn verify_with(
             rendering_problems(bundle, &bodies)
         });
         match &manifest.query {
-            None => verify_whole_log(&mut report, &manifest, &lines, &cps),
+            None => {
+                verify_consistency_proofs(&mut report, bundle, &cps);
+                verify_whole_log(&mut report, &manifest, &lines, &cps);
+            }
             Some(query) => {
                 report.filtered = true;
                 verify_filtered(&mut report, bundle, &manifest, query, &lines, &cps);
@@ -488,6 +492,60 @@ fn verify_whole_log(report: &mut Report, manifest: &Manifest, lines: &[&str], cp
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
+struct ConsistencyLine {
+    from: u64,
+    to: u64,
+    proof: Vec<String>,
+}
+
+fn decode_hashes(hashes: &[String]) -> Option<Vec<Hash>> {
+    hashes
+        .iter()
+        .map(|h| B64.decode(h).ok().and_then(|h| Hash::try_from(h).ok()))
+        .collect()
+}
+
+/// Each consecutive pair of bundled checkpoints must be consistent (RFC 9162 §2.1.4.2):
+/// the larger tree extends the smaller, checkable without the entries.
+fn verify_consistency_proofs(report: &mut Report, bundle: &Bundle, cps: &[Cp]) {
+    let roots: BTreeMap<u64, Hash> = cps
+        .iter()
+        .filter(|c| c.source == "bundled")
+        .filter_map(|c| c.cp.as_ref().map(|cp| (cp.size, cp.root)))
+        .collect();
+    let proofs: BTreeMap<(u64, u64), Option<Vec<Hash>>> = bundle
+        .consistency_jsonl
+        .as_deref()
+        .unwrap_or("")
+        .lines()
+        .filter_map(|l| serde_json::from_str::<ConsistencyLine>(l).ok())
+        .map(|c| ((c.from, c.to), decode_hashes(&c.proof)))
+        .collect();
+    let sizes: Vec<u64> = roots.keys().copied().collect();
+    for pair in sizes.windows(2) {
+        let (from, to) = (pair[0], pair[1]);
+        let subject = format!("checkpoint {to} (bundled)");
+        match proofs.get(&(from, to)) {
+            Some(Some(proof)) => {
+                if let Err(e) =
+                    crate::merkle::verify_consistency(from, to, &roots[&from], &roots[&to], proof)
+                {
+                    report.problem(
+                        &subject,
+                        format!("is not consistent with checkpoint {from}: {e}"),
+                    );
+                }
+            }
+            _ => report.problem(
+                &subject,
+                format!("no consistency proof from checkpoint {from}"),
+            ),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct ProofLine {
     seq: Option<u64>,
     proof: Vec<String>,
@@ -578,12 +636,7 @@ fn verify_filtered(
             .get(i)
             .and_then(|p| serde_json::from_str::<ProofLine>(p).ok())
             .filter(|p| p.seq == Some(seq))
-            .and_then(|p| {
-                p.proof
-                    .iter()
-                    .map(|h| B64.decode(h).ok().and_then(|h| Hash::try_from(h).ok()))
-                    .collect::<Option<Vec<Hash>>>()
-            });
+            .and_then(|p| decode_hashes(&p.proof));
         match proof {
             None => {
                 report.problem(&subject, "has no well-formed inclusion proof");

@@ -256,5 +256,17 @@ fn the_prebuilt_tree_gives_the_same_roots_and_proofs() {
             );
         }
         assert!(tree.inclusion_proof(n as u64).is_err());
+        for new in (0..=n).filter(|_| n <= 40) {
+            for old in 0..=new {
+                assert_eq!(
+                    tree.consistency_proof(old as u64, new as u64)
+                        .expect("proof"),
+                    consistency_proof(&l[..new], old).expect("proof"),
+                    "{old} -> {new} in a tree of {n}"
+                );
+            }
+        }
+        assert!(tree.consistency_proof(2, 1).is_err());
+        assert!(tree.consistency_proof(0, n as u64 + 1).is_err());
     }
 }
