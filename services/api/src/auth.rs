@@ -146,7 +146,10 @@ impl FromRequest for Principal {
                 Some(t)
                     if t.is_usable(now)
                         && t.role == Role::Auditor
-                        && !http_req.path().starts_with(AUDIT_PATH) =>
+                        // The route that matched, not the raw path a client chose.
+                        && !http_req
+                            .match_pattern()
+                            .is_some_and(|p| p.starts_with(AUDIT_PATH)) =>
                 {
                     http_req.extensions_mut().insert(Principal {
                         token_id: t.id,
