@@ -5,6 +5,7 @@
 //! Placement policies implement [`Placement`]; [`FirstFit`] is the walking skeleton's.
 
 mod first_fit;
+pub mod openb;
 
 use std::collections::{HashMap, HashSet};
 

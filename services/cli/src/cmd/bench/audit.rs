@@ -1,4 +1,4 @@
-//! `allot bench …`: measured benchmarks whose figures go into docs/benchmarks.md.
+//! `allot bench audit`: the audit log on PostgreSQL.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -11,15 +11,8 @@ use allot_audit::{Checkpoint, Signer, TrustedKeys};
 use allot_domain::{AuditContext, AuditEvent, SystemClock};
 use allot_store::{AuditBatcher, AuditRepo, Store};
 use anyhow::{Context, bail};
-use clap::{Args, Subcommand};
+use clap::Args;
 use serde_json::json;
-
-#[derive(Debug, Subcommand)]
-pub enum BenchCmd {
-    /// The audit log on PostgreSQL: batched append throughput with concurrent writers, append
-    /// latency at a fixed rate, offline verification rate, and export + verify of a large log.
-    Audit(AuditBench),
-}
 
 #[derive(Debug, Args)]
 pub struct AuditBench {
@@ -213,13 +206,7 @@ async fn latency(
     Ok(latencies)
 }
 
-pub async fn run(cmd: BenchCmd) -> anyhow::Result<()> {
-    match cmd {
-        BenchCmd::Audit(args) => audit(args).await,
-    }
-}
-
-async fn audit(args: AuditBench) -> anyhow::Result<()> {
+pub async fn run(args: AuditBench) -> anyhow::Result<()> {
     let (_pg, url) = match &args.database_url {
         Some(u) => (None, u.clone()),
         None => {
