@@ -307,6 +307,56 @@ pub struct Fgd {
     classes: Vec<PodClass>,
     /// Each node's fragmentation now, refreshed after every placement on it.
     current: Vec<f64>,
+    memo: FragMemo,
+}
+
+/// What a node's fragmentation depends on: CPU left, model, and the free milli of its GPUs
+/// in ascending order (which GPU is which does not matter).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct FragKey {
+    cpu: u32,
+    model: u8,
+    gpus: u8,
+    free: [u16; 8],
+}
+
+/// Fragmentation by node state: the same few states recur across nodes and decisions.
+#[derive(Debug, Default)]
+struct FragMemo {
+    known: HashMap<FragKey, f64>,
+}
+
+impl FragMemo {
+    /// The fragmentation of `n` after `r` is placed on `gpus`.
+    fn after(&mut self, n: &NodeState, r: &Request, gpus: &[u8], classes: &[PodClass]) -> f64 {
+        let after = || {
+            let mut a = n.clone();
+            a.place(r, gpus);
+            a
+        };
+        if n.gpu_free.len() > 8 {
+            return fragmentation(&after(), classes);
+        }
+        let mut free = [0u16; 8];
+        for (i, f) in n.gpu_free.iter().enumerate() {
+            free[i] = *f as u16;
+        }
+        for &g in gpus {
+            free[usize::from(g)] -= r.gpu_milli as u16;
+        }
+        let len = n.gpu_free.len();
+        free[..len].sort_unstable();
+        let key = FragKey {
+            cpu: n.cpu_free - r.cpu_milli,
+            model: n.model,
+            gpus: len as u8,
+            free,
+        };
+        *self
+            .known
+            .entry(key)
+            .or_insert_with(|| fragmentation(&after(), classes))
+    }
 }
 
 impl Fgd {
@@ -318,7 +368,11 @@ impl Fgd {
             .iter()
             .map(|n| fragmentation(n, &classes))
             .collect();
-        Self { classes, current }
+        Self {
+            classes,
+            current,
+            memo: FragMemo::default(),
+        }
     }
 }
 
@@ -349,22 +403,19 @@ impl OpenbPolicy for Fgd {
     }
 
     fn choose(&mut self, cluster: &Cluster, r: &Request, _rng: &mut StdRng) -> Option<Choice> {
-        let classes = &self.classes;
-        let current = &self.current;
-        let candidates = feasible(cluster, r).map(|(i, n)| {
+        let mut candidates = Vec::new();
+        for (i, n) in feasible(cluster, r) {
             let mut top: Option<(f64, Vec<u8>)> = None;
             for gpus in gpu_options(n, r) {
-                let mut after = n.clone();
-                after.place(r, &gpus);
-                let delta = current[i] - fragmentation(&after, classes);
+                let delta = self.current[i] - self.memo.after(n, r, &gpus, &self.classes);
                 if top.as_ref().is_none_or(|(d, _)| delta > *d) {
                     top = Some((delta, gpus));
                 }
             }
             let (delta, gpus) = top.unwrap_or((0.0, Vec::new()));
-            ((100.0 * sigmoid(delta / 1000.0)) as i64, i, gpus)
-        });
-        best(cluster, candidates).map(|(node, gpus)| Choice { node, gpus })
+            candidates.push(((100.0 * sigmoid(delta / 1000.0)) as i64, i, gpus));
+        }
+        best(cluster, candidates.into_iter()).map(|(node, gpus)| Choice { node, gpus })
     }
 
     fn placed(&mut self, cluster: &Cluster, choice: &Choice) {
