@@ -349,11 +349,6 @@ impl Bundle {
             "entries.jsonl".to_owned(),
             sha256_hex(p.entries_jsonl.as_bytes()),
         );
-        files.insert("entries.csv".to_owned(), sha256_hex(csv.as_bytes()));
-        files.insert(
-            "entries.ocsf.jsonl".to_owned(),
-            sha256_hex(ocsf_jsonl.as_bytes()),
-        );
         files.insert("keys.txt".to_owned(), sha256_hex(keys.as_bytes()));
         if let Some(proofs) = &p.proofs_jsonl {
             files.insert("proofs.jsonl".to_owned(), sha256_hex(proofs.as_bytes()));
