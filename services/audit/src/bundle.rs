@@ -171,11 +171,7 @@ pub enum BundleError {
 }
 
 pub(crate) fn sha256_hex(data: &[u8]) -> String {
-    hex(digest(&SHA256, data).as_ref())
-}
-
-pub(crate) fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    hex::encode(digest(&SHA256, data))
 }
 
 pub(crate) fn manifest_note_text(manifest_json: &str) -> String {
@@ -187,7 +183,7 @@ pub(crate) fn manifest_note_text(manifest_json: &str) -> String {
 
 /// The stub line that stands for a pruned entry.
 pub fn pruned_line(log: &str, seq: u64, leaf_hash: &Hash) -> String {
-    serde_json::json!({ "log": log, "seq": seq, "pruned": hex(leaf_hash) }).to_string()
+    serde_json::json!({ "log": log, "seq": seq, "pruned": hex::encode(leaf_hash) }).to_string()
 }
 
 fn b64_all(hashes: &[Hash]) -> Vec<String> {

@@ -684,14 +684,7 @@ fn rendering_problems(bundle: &Bundle, bodies: &[&str]) -> Vec<Problem> {
 }
 
 fn hex_hash(s: &str) -> Option<Hash> {
-    if s.len() != 64 {
-        return None;
-    }
-    let mut out = [0u8; 32];
-    for (i, b) in out.iter_mut().enumerate() {
-        *b = u8::from_str_radix(s.get(2 * i..2 * i + 2)?, 16).ok()?;
-    }
-    Some(out)
+    hex::decode(s).ok()?.try_into().ok()
 }
 
 /// The fields of an entry the verifier needs; the rest is covered by its hash.

@@ -65,10 +65,6 @@ fn readable_logs(who: &Principal) -> Result<Option<Vec<String>>, ApiError> {
     }
 }
 
-fn hex(h: &[u8]) -> String {
-    h.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 async fn record_read(
     state: &AppState,
     who: &Principal,
@@ -157,7 +153,7 @@ impl From<allot_store::StoredEntry> for AuditEntryView {
         Self {
             pruned: e.body.is_none(),
             time: allot_domain::AuditEntry::format_time(e.at),
-            leaf_hash: hex(&e.leaf_hash),
+            leaf_hash: hex::encode(e.leaf_hash),
             log: e.log,
             seq: e.seq,
             action: e.action,
