@@ -3,6 +3,7 @@
 //! checks that the bundle's copies say the same as what the log signed.
 
 use std::borrow::Cow;
+use std::fmt::Write;
 
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -118,10 +119,10 @@ fn push_cell(out: &mut String, text: Option<&str>) {
 }
 
 fn push_csv(out: &mut String, e: &Entry<'_>) {
-    let mut seq = itoa_buf();
+    let seq = e.seq.map(|n| n.to_string());
     let cells = [
         s(&e.log),
-        e.seq.map(|n| fmt_u64(&mut seq, n)),
+        seq.as_deref(),
         s(&e.time),
         s(&e.actor().kind),
         s(&e.actor().id),
@@ -143,24 +144,6 @@ fn push_csv(out: &mut String, e: &Entry<'_>) {
         push_cell(out, c);
     }
     out.push_str("\r\n");
-}
-
-fn itoa_buf() -> [u8; 20] {
-    [0; 20]
-}
-
-/// Formats `n` into `buf` without allocating.
-fn fmt_u64(buf: &mut [u8; 20], mut n: u64) -> &str {
-    let mut i = buf.len();
-    loop {
-        i -= 1;
-        buf[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    std::str::from_utf8(&buf[i..]).unwrap_or("0")
 }
 
 /// The entries as CSV (one row per entry, with a header row) and as OCSF events (one JSON
@@ -343,11 +326,8 @@ impl<'o> Obj<'o> {
 
     fn num(&mut self, k: &str, v: Option<i64>) -> &mut Self {
         if let Some(v) = v {
-            let out = self.key(k);
-            if v < 0 {
-                out.push('-');
-            }
-            out.push_str(fmt_u64(&mut itoa_buf(), v.unsigned_abs()));
+            // Writing to a String cannot fail.
+            let _ = write!(self.key(k), "{v}");
         }
         self
     }
@@ -435,13 +415,7 @@ fn push_ocsf(out: &mut String, e: &Entry<'_>, times: &mut TimeCache) {
         .str("type", target.split('/').next());
     res.close();
     o.out.push(']');
-    let mut seq = itoa_buf();
-    let uid = [
-        s(&e.log).unwrap_or(""),
-        "/",
-        fmt_u64(&mut seq, e.seq.unwrap_or(0)),
-    ]
-    .concat();
+    let uid = format!("{}/{}", s(&e.log).unwrap_or(""), e.seq.unwrap_or(0));
     o.obj("metadata", |m| {
         m.str("version", Some("1.3.0"))
             .obj("product", |p| {
