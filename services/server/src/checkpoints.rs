@@ -136,13 +136,9 @@ impl Checkpointer {
         Ok(made)
     }
 
-    pub async fn run(self, interval: Duration, stop: CancellationToken) {
-        self.run_with_retention(interval, None, stop).await;
-    }
-
-    /// Like [`Checkpointer::run`], and also applies `retention` (see [`Retention`]) once an
-    /// hour.
-    pub async fn run_with_retention(
+    /// Checkpoints every `interval` until `stop`, then once more; applies `retention` (see
+    /// [`Retention`]), when given, once an hour.
+    pub async fn run(
         self,
         interval: Duration,
         retention: Option<Retention>,

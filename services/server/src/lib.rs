@@ -298,7 +298,7 @@ pub async fn start(
             store: store.clone(),
             keep,
         });
-    tasks.push(tokio::spawn(checkpointer.run_with_retention(
+    tasks.push(tokio::spawn(checkpointer.run(
         config.checkpoint_interval,
         retention,
         stop.clone(),
