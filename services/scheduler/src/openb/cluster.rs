@@ -148,6 +148,16 @@ impl Cluster {
         }
     }
 
+    /// Gives the nodes a random order (`rank`) that breaks ties between equal scores.
+    pub fn shuffle_ranks(&mut self, rng: &mut rand::rngs::StdRng) {
+        use rand::seq::SliceRandom;
+        let mut order: Vec<u32> = (0..self.nodes.len() as u32).collect();
+        order.shuffle(rng);
+        for (rank, node) in order.into_iter().enumerate() {
+            self.rank[node as usize] = rank as u32;
+        }
+    }
+
     pub fn request(&self, p: &Pod) -> Request {
         let models = if p.gpu_spec.is_empty() {
             u64::MAX

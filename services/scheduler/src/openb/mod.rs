@@ -2,13 +2,26 @@
 //! replayed under the published evaluation protocol, with ports of the published baseline
 //! policies. Pure: trace text in, placements and allocation figures out.
 
+pub mod allot;
 pub mod cluster;
 pub mod policies;
 pub mod run;
+pub mod synthetic;
 pub mod trace;
 
 pub use cluster::{Cluster, Request};
-pub use policies::{Choice, OpenbPolicy, POLICIES};
+pub use policies::{BASELINES, Choice, OpenbPolicy};
+
+/// Every policy by its command-line name: Allot's own, then the published baselines.
+pub const POLICIES: [&str; 7] = [
+    "allot",
+    BASELINES[0],
+    BASELINES[1],
+    BASELINES[2],
+    BASELINES[3],
+    BASELINES[4],
+    BASELINES[5],
+];
 pub use run::{RunOutcome, arrival_stream, run_seed, simulate};
 pub use trace::{Node, Pod, parse_nodes, parse_pods};
 
@@ -33,6 +46,7 @@ pub fn policy(
         "gpu-packing" => Box::new(policies::GpuPacking),
         "gpu-clustering" => Box::new(policies::GpuClustering),
         "fgd" => Box::new(policies::Fgd::new(cluster, pods)),
+        "allot" => Box::new(allot::Allot::new(cluster)),
         other => return Err(OpenbError::UnknownPolicy(other.to_owned())),
     })
 }

@@ -21,14 +21,18 @@ pub struct Choice {
 /// A placement policy of the openb simulation.
 pub trait OpenbPolicy {
     fn name(&self) -> &'static str;
+    /// What the policy was told beyond each request and the cluster's state.
+    fn given(&self) -> &'static str {
+        "nothing"
+    }
     /// Picks a node and GPUs for `r`, or `None` when it fits nowhere.
     fn choose(&mut self, cluster: &Cluster, r: &Request, rng: &mut StdRng) -> Option<Choice>;
     /// Told after every placement (policies that cache per-node state refresh it).
     fn placed(&mut self, _cluster: &Cluster, _choice: &Choice) {}
 }
 
-/// The policies by their command-line names.
-pub const POLICIES: [&str; 6] = [
+/// The published baselines by their command-line names.
+pub const BASELINES: [&str; 6] = [
     "random",
     "dotprod",
     "gpu-clustering",
@@ -38,7 +42,7 @@ pub const POLICIES: [&str; 6] = [
 ];
 
 /// The highest score; among equals, the node first in `cluster.rank` (the run's seeded order).
-fn best<T>(
+pub(crate) fn best<T>(
     cluster: &Cluster,
     candidates: impl Iterator<Item = (i64, usize, T)>,
 ) -> Option<(usize, T)> {
@@ -55,7 +59,7 @@ fn best<T>(
     top.map(|(_, _, node, c)| (node, c))
 }
 
-fn feasible<'a>(
+pub(crate) fn feasible<'a>(
     cluster: &'a Cluster,
     r: &'a Request,
 ) -> impl Iterator<Item = (usize, &'a NodeState)> {
@@ -246,13 +250,25 @@ pub struct PodClass {
 /// The most frequent pod shapes covering `coverage` of `pods` (by count), each with its
 /// frequency among them.
 pub fn typical_classes(cluster: &Cluster, pods: &[Pod], coverage: f64) -> Vec<PodClass> {
-    let mut counts: HashMap<Request, usize> = HashMap::new();
+    let mut counts: HashMap<Request, u64> = HashMap::new();
     for p in pods {
-        let mut r = cluster.request(p);
-        r.memory_mib = 0;
-        *counts.entry(r).or_default() += 1;
+        *counts.entry(class_of(&cluster.request(p))).or_default() += 1;
     }
-    let mut classes: Vec<(Request, usize)> = counts.into_iter().collect();
+    classes_from_counts(&counts, coverage)
+}
+
+/// The class a request belongs to: its shape without memory (as the authors' simulator).
+pub(crate) fn class_of(r: &Request) -> Request {
+    Request {
+        memory_mib: 0,
+        ..*r
+    }
+}
+
+/// The most frequent classes in `counts` covering `coverage` of them, with their
+/// frequencies renormalised (as the authors' simulator does) to sum to one.
+pub(crate) fn classes_from_counts(counts: &HashMap<Request, u64>, coverage: f64) -> Vec<PodClass> {
+    let mut classes: Vec<(Request, u64)> = counts.iter().map(|(r, n)| (*r, *n)).collect();
     classes.sort_by(|a, b| {
         b.1.cmp(&a.1).then_with(|| {
             (a.0.num_gpu, a.0.gpu_milli, a.0.cpu_milli, a.0.models).cmp(&(
@@ -263,8 +279,8 @@ pub fn typical_classes(cluster: &Cluster, pods: &[Pod], coverage: f64) -> Vec<Po
             ))
         })
     });
-    let total = pods.len().max(1) as f64;
-    let mut covered = 0usize;
+    let total = classes.iter().map(|c| c.1).sum::<u64>().max(1) as f64;
+    let mut covered = 0u64;
     let mut out = Vec::new();
     for (request, count) in classes {
         if covered as f64 / total >= coverage {
@@ -276,7 +292,6 @@ pub fn typical_classes(cluster: &Cluster, pods: &[Pod], coverage: f64) -> Vec<Po
             weight: count as f64 / total,
         });
     }
-    // As the authors' simulator does: the kept classes' frequencies sum to one.
     let kept = covered as f64 / total;
     for c in &mut out {
         c.weight /= kept;
@@ -313,7 +328,7 @@ pub struct Fgd {
 /// What a node's fragmentation depends on: CPU left, model, and the free milli of its GPUs
 /// in ascending order (which GPU is which does not matter).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-struct FragKey {
+pub(crate) struct FragKey {
     cpu: u32,
     model: u8,
     gpus: u8,
@@ -322,13 +337,19 @@ struct FragKey {
 
 /// Fragmentation by node state: the same few states recur across nodes and decisions.
 #[derive(Debug, Default)]
-struct FragMemo {
+pub(crate) struct FragMemo {
     known: HashMap<FragKey, f64>,
 }
 
 impl FragMemo {
     /// The fragmentation of `n` after `r` is placed on `gpus`.
-    fn after(&mut self, n: &NodeState, r: &Request, gpus: &[u8], classes: &[PodClass]) -> f64 {
+    pub(crate) fn after(
+        &mut self,
+        n: &NodeState,
+        r: &Request,
+        gpus: &[u8],
+        classes: &[PodClass],
+    ) -> f64 {
         let after = || {
             let mut a = n.clone();
             a.place(r, gpus);
@@ -376,7 +397,7 @@ impl Fgd {
     }
 }
 
-fn sigmoid(x: f64) -> f64 {
+pub(crate) fn sigmoid(x: f64) -> f64 {
     1.0 / (1.0 + (-x).exp())
 }
 
@@ -400,6 +421,10 @@ pub(crate) fn gpu_options(n: &NodeState, r: &Request) -> Vec<Vec<u8>> {
 impl OpenbPolicy for Fgd {
     fn name(&self) -> &'static str {
         "fgd"
+    }
+
+    fn given(&self) -> &'static str {
+        "the pod classes of the whole original trace, before the run"
     }
 
     fn choose(&mut self, cluster: &Cluster, r: &Request, _rng: &mut StdRng) -> Option<Choice> {

@@ -110,11 +110,7 @@ pub fn run_seed(
     let mut rng = StdRng::seed_from_u64(seed);
     let stream = arrival_stream(pods, cluster.capacity, tune, &mut rng);
     let mut cluster = cluster.clone();
-    let mut order: Vec<u32> = (0..cluster.nodes.len() as u32).collect();
-    order.shuffle(&mut rng);
-    for (rank, node) in order.into_iter().enumerate() {
-        cluster.rank[node as usize] = rank as u32;
-    }
+    cluster.shuffle_ranks(&mut rng);
     let outcome = simulate(&mut cluster, &stream, policy, &mut rng);
     (stream, outcome)
 }

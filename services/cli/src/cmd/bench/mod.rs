@@ -2,6 +2,7 @@
 
 mod audit;
 mod openb;
+mod scheduler;
 
 use clap::Subcommand;
 
@@ -13,11 +14,15 @@ pub enum BenchCmd {
     /// Replay the openb GPU-sharing trace under the published protocol with one placement
     /// policy, and report GPU allocation against arrival.
     Openb(openb::OpenbBench),
+    /// Placement throughput and decision latency on a large synthetic cluster with a deep
+    /// backlog (one decision per pending job, in order).
+    Scheduler(scheduler::SchedulerBench),
 }
 
 pub async fn run(cmd: BenchCmd) -> anyhow::Result<()> {
     match cmd {
         BenchCmd::Audit(args) => audit::run(args).await,
         BenchCmd::Openb(args) => openb::run(&args),
+        BenchCmd::Scheduler(args) => scheduler::run(&args),
     }
 }

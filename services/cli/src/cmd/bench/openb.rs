@@ -17,7 +17,8 @@ pub struct OpenbBench {
     /// The pod list, e.g. ../shared/openb/openb_pod_list_default.csv.
     #[arg(long)]
     pods: PathBuf,
-    /// random, dotprod, gpu-clustering, gpu-packing, bestfit or fgd.
+    /// allot (ours), or a published baseline: random, dotprod, gpu-clustering, gpu-packing,
+    /// bestfit or fgd.
     #[arg(long)]
     policy: String,
     /// The seed of one run.
@@ -123,6 +124,7 @@ pub fn run(args: &OpenbBench) -> anyhow::Result<()> {
         Some(s) => parse_seeds(s).map_err(|e| anyhow::anyhow!("--seeds: {e}"))?,
         None => vec![args.seed],
     };
+    let given = openb::policy(&args.policy, &cluster, &pods)?.given();
     let mut runs = Vec::new();
     for &seed in &seeds {
         let mut policy = openb::policy(&args.policy, &cluster, &pods)?;
@@ -144,6 +146,7 @@ pub fn run(args: &OpenbBench) -> anyhow::Result<()> {
     let mut out = json!({
         "trace": trace_name(&args.pods),
         "policy": args.policy,
+        "policy_given": given,
         "tune": args.tune,
     });
     if let [one] = runs.as_slice() {

@@ -1,0 +1,330 @@
+//! Allot's own placement policy, as it runs in the openb evaluation.
+//!
+//! It scores a placement by how much it changes three expectations about a node, each in
+//! GPU milli that future work could not use:
+//! - the fragment FGD measures (free GPU milli that the typical pod classes could not use),
+//! - the eventual waste of each GPU it touches: [`waste_table`] gives, for a GPU with `f`
+//!   milli free, the milli expected to stay free once pods of the workload's sizes keep
+//!   landing on it, so it tells a hole that later pods fill exactly (two 470s) from one that
+//!   nothing will fill (a 320 next to a 470 leaves 210),
+//! - the GPU milli stranded because the node's CPU would run out first at the workload's CPU
+//!   per GPU milli: it keeps CPU-hungry pods, CPU-only ones above all, off nodes whose
+//!   GPUs still need that CPU.
+//!
+//! The workload mix behind all three is learned from the requests the policy has been asked
+//! to place, refreshed as it sees more of them: nothing about the trace is given up front.
+//! Scores are quantised as FGD's are, and ties go to the node first in the run's seeded
+//! order, which keeps consolidating work onto the nodes already in use.
+
+use std::collections::{BTreeSet, HashMap};
+
+use rand::rngs::StdRng;
+
+use super::cluster::{Cluster, GPU_MILLI, NodeState, Request};
+use super::policies::{
+    Choice, FragMemo, OpenbPolicy, PodClass, best, class_of, classes_from_counts, fragmentation,
+    gpu_options, sigmoid,
+};
+
+/// The share of requests the typical classes cover (as FGD).
+const COVERAGE: f64 = 0.95;
+/// How much the eventual-waste term weighs against the fragment.
+const WASTE_WEIGHT: f64 = 0.5;
+/// How much the stranded-by-CPU term weighs against the fragment.
+const STRANDED_WEIGHT: f64 = 1.0;
+/// The learned mix is refreshed after 1, 2, 4, ... requests, then every this many.
+const REFRESH_EVERY: u64 = 512;
+
+/// W(f) for f = 0..=1000: the milli a GPU with `f` free is expected to end with when pods
+/// of the classes' sizes (in proportion to their frequency, conditioned on fitting) keep
+/// landing on it until none fits.
+pub fn waste_table(classes: &[PodClass]) -> Vec<f64> {
+    let sizes: Vec<(usize, f64)> = classes
+        .iter()
+        .filter(|c| c.request.num_gpu > 0 && c.request.gpu_milli > 0)
+        .map(|c| {
+            (
+                c.request.gpu_milli as usize,
+                c.weight * f64::from(c.request.num_gpu),
+            )
+        })
+        .collect();
+    let mut w = vec![0.0; GPU_MILLI as usize + 1];
+    for f in 0..w.len() {
+        let (mut sum, mut weight) = (0.0, 0.0);
+        for &(size, p) in &sizes {
+            if size <= f {
+                sum += p * w[f - size];
+                weight += p;
+            }
+        }
+        w[f] = if weight > 0.0 { sum / weight } else { f as f64 };
+    }
+    w
+}
+
+/// What the policy has learned of the workload.
+#[derive(Debug, Default)]
+struct Mix {
+    counts: HashMap<Request, u64>,
+    seen: u64,
+    classes: Vec<PodClass>,
+    waste: Vec<f64>,
+    /// CPU milli per GPU milli of the GPU classes; `None` before any GPU request.
+    cpu_per_milli: Option<f64>,
+}
+
+impl Mix {
+    /// Counts `r`; true when the derived figures were refreshed.
+    fn observe(&mut self, r: &Request) -> bool {
+        *self.counts.entry(class_of(r)).or_default() += 1;
+        self.seen += 1;
+        let due = if self.seen < REFRESH_EVERY {
+            self.seen.is_power_of_two()
+        } else {
+            self.seen.is_multiple_of(REFRESH_EVERY)
+        };
+        if due {
+            self.refresh();
+        }
+        due
+    }
+
+    fn refresh(&mut self) {
+        self.classes = classes_from_counts(&self.counts, COVERAGE);
+        self.waste = waste_table(&self.classes);
+        let gpu_classes = self.classes.iter().filter(|c| c.request.num_gpu > 0);
+        let (cpu, gpu) = gpu_classes.fold((0.0, 0.0), |(cpu, gpu), c| {
+            (
+                cpu + c.weight * f64::from(c.request.cpu_milli),
+                gpu + c.weight * c.request.gpu_total() as f64,
+            )
+        });
+        self.cpu_per_milli = (gpu > 0.0 && cpu > 0.0).then(|| cpu / gpu);
+    }
+
+    /// GPU milli of a node with these free amounts that its CPU could not serve.
+    fn stranded(&self, gpu_free: f64, cpu_free: f64) -> f64 {
+        self.cpu_per_milli
+            .map_or(0.0, |ratio| (gpu_free - cpu_free / ratio).max(0.0))
+    }
+
+    /// How much placing `r` on `gpus` of `n` lowers the node's expected unusable milli
+    /// (higher is better), given its fragment now (`before`) and after (`after`).
+    fn gain(&self, n: &NodeState, r: &Request, gpus: &[u8], before: f64, after: f64) -> f64 {
+        let (gpu_free, cpu_free) = (f64::from(n.gpu_free_total()), f64::from(n.cpu_free));
+        let stranded = self.stranded(gpu_free, cpu_free)
+            - self.stranded(
+                gpu_free - r.gpu_total() as f64,
+                cpu_free - f64::from(r.cpu_milli),
+            );
+        let waste: f64 = gpus
+            .iter()
+            .map(|&g| {
+                let f = n.gpu_free[usize::from(g)] as usize;
+                self.waste[f] - self.waste[f - r.gpu_milli as usize]
+            })
+            .sum();
+        (before - after) + STRANDED_WEIGHT * stranded + WASTE_WEIGHT * waste
+    }
+}
+
+/// What a node's score depends on; nodes with equal keys are interchangeable.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct StateKey {
+    cpu: u32,
+    memory: u32,
+    model: u8,
+    /// Free milli of its GPUs, in ascending order.
+    free: Vec<u32>,
+}
+
+impl StateKey {
+    fn of(n: &NodeState) -> Self {
+        let mut free = n.gpu_free.clone();
+        free.sort_unstable();
+        Self {
+            cpu: n.cpu_free,
+            memory: n.memory_free,
+            model: n.model,
+            free,
+        }
+    }
+}
+
+/// The nodes grouped by state, each group ordered by the run's node order: a decision
+/// scores each distinct state once and takes the first node that has it, which chooses
+/// exactly what scoring every node would, at a cost that grows with the distinct states
+/// rather than with the nodes.
+#[derive(Debug, Default)]
+struct Groups {
+    by_state: HashMap<StateKey, BTreeSet<(u32, usize)>>,
+    state_of: Vec<StateKey>,
+}
+
+impl Groups {
+    fn new(cluster: &Cluster) -> Self {
+        let mut groups = Self::default();
+        for (i, n) in cluster.nodes.iter().enumerate() {
+            let key = StateKey::of(n);
+            groups
+                .by_state
+                .entry(key.clone())
+                .or_default()
+                .insert((cluster.rank[i], i));
+            groups.state_of.push(key);
+        }
+        groups
+    }
+
+    /// Moves `node` to the group of its state now.
+    fn update(&mut self, cluster: &Cluster, node: usize) {
+        let entry = (cluster.rank[node], node);
+        let old = &self.state_of[node];
+        if let Some(group) = self.by_state.get_mut(old) {
+            group.remove(&entry);
+            if group.is_empty() {
+                self.by_state.remove(old);
+            }
+        }
+        let key = StateKey::of(&cluster.nodes[node]);
+        self.by_state.entry(key.clone()).or_default().insert(entry);
+        self.state_of[node] = key;
+    }
+
+    /// The first node of each group.
+    fn representatives(&self) -> impl Iterator<Item = usize> + '_ {
+        self.by_state
+            .values()
+            .filter_map(|g| g.first().map(|(_, node)| *node))
+    }
+}
+
+/// Allot's policy: see the module documentation.
+pub struct Allot {
+    mix: Mix,
+    /// Each node's fragment under the current mix.
+    current: Vec<f64>,
+    memo: FragMemo,
+    /// Built on the first decision (the run's node order is set by then).
+    groups: Option<Groups>,
+}
+
+impl Allot {
+    pub fn new(cluster: &Cluster) -> Self {
+        let mut mix = Mix::default();
+        mix.refresh();
+        Self {
+            current: vec![0.0; cluster.nodes.len()],
+            mix,
+            memo: FragMemo::default(),
+            groups: None,
+        }
+    }
+
+    fn relearn(&mut self, cluster: &Cluster) {
+        self.memo = FragMemo::default();
+        for (current, n) in self.current.iter_mut().zip(&cluster.nodes) {
+            *current = fragmentation(n, &self.mix.classes);
+        }
+    }
+}
+
+impl OpenbPolicy for Allot {
+    fn name(&self) -> &'static str {
+        "allot"
+    }
+
+    fn given(&self) -> &'static str {
+        "nothing: it learns the workload mix from the requests it has placed so far"
+    }
+
+    fn choose(&mut self, cluster: &Cluster, r: &Request, _rng: &mut StdRng) -> Option<Choice> {
+        if self.mix.observe(r) {
+            self.relearn(cluster);
+        }
+        let groups = self.groups.get_or_insert_with(|| Groups::new(cluster));
+        let mut candidates = Vec::new();
+        for i in groups.representatives() {
+            let n = &cluster.nodes[i];
+            if !n.fits(r) {
+                continue;
+            }
+            let mut top: Option<(f64, Vec<u8>)> = None;
+            for gpus in gpu_options(n, r) {
+                let after = self.memo.after(n, r, &gpus, &self.mix.classes);
+                let gain = self.mix.gain(n, r, &gpus, self.current[i], after);
+                if top.as_ref().is_none_or(|(g, _)| gain > *g) {
+                    top = Some((gain, gpus));
+                }
+            }
+            if let Some((gain, gpus)) = top {
+                candidates.push(((100.0 * sigmoid(gain / 1000.0)) as i64, i, gpus));
+            }
+        }
+        best(cluster, candidates.into_iter()).map(|(node, gpus)| Choice { node, gpus })
+    }
+
+    fn placed(&mut self, cluster: &Cluster, choice: &Choice) {
+        self.current[choice.node] = fragmentation(&cluster.nodes[choice.node], &self.mix.classes);
+        if let Some(groups) = &mut self.groups {
+            groups.update(cluster, choice.node);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn class(num_gpu: u8, gpu_milli: u32, weight: f64) -> PodClass {
+        PodClass {
+            request: Request {
+                cpu_milli: 1000,
+                memory_mib: 0,
+                num_gpu,
+                gpu_milli,
+                models: u64::MAX,
+            },
+            weight,
+        }
+    }
+
+    #[test]
+    fn waste_tells_holes_that_fill_from_holes_that_do_not() {
+        let w = waste_table(&[class(1, 470, 0.5), class(1, 320, 0.5)]);
+        assert_eq!(w[0], 0.0);
+        assert_eq!(w[200], 200.0, "nothing fits 200 milli");
+        assert_eq!(
+            w[530],
+            0.5 * 60.0 + 0.5 * 210.0,
+            "a 470 leaves 60, a 320 210"
+        );
+        assert!(w[360] < w[210], "a 320 still fits 360 and leaves 40");
+        assert!(
+            waste_table(&[])
+                .iter()
+                .enumerate()
+                .all(|(f, w)| *w == f as f64)
+        );
+    }
+
+    #[test]
+    fn the_mix_is_learned_from_what_was_seen() {
+        let mut mix = Mix::default();
+        mix.refresh();
+        assert!(mix.classes.is_empty() && mix.cpu_per_milli.is_none());
+        let r = class(1, 500, 1.0).request;
+        assert!(mix.observe(&r), "refreshed after the first request");
+        assert_eq!(mix.classes.len(), 1);
+        assert_eq!(
+            mix.cpu_per_milli,
+            Some(2.0),
+            "1000 CPU milli per 500 GPU milli"
+        );
+        assert!(!mix.observe(&r) || mix.seen.is_power_of_two());
+        // A node with 1000 GPU milli free and CPU for 250 of them strands 750.
+        assert_eq!(mix.stranded(1000.0, 500.0), 750.0);
+        assert_eq!(mix.stranded(1000.0, 4000.0), 0.0);
+    }
+}
