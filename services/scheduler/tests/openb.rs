@@ -91,4 +91,9 @@ fn allot_allocates_more_than_published_fgd() {
         let (fgd, _) = published("default", "fgd", pct);
         assert!(mean > fgd, "allot at {pct}%: {mean:.2}, FGD {fgd:.2}");
     }
+    assert!(
+        means[0] >= 96.0,
+        "the target at 100% arrival: {:.2}",
+        means[0]
+    );
 }

@@ -6,10 +6,12 @@
 //! - the eventual waste of each GPU it touches: [`waste_table`] gives, for a GPU with `f`
 //!   milli free, the milli expected to stay free once pods of the workload's sizes keep
 //!   landing on it, so it tells a hole that later pods fill exactly (two 470s) from one that
-//!   nothing will fill (a 320 next to a 470 leaves 210),
-//! - the GPU milli stranded because the node's CPU would run out first at the workload's CPU
-//!   per GPU milli: it keeps CPU-hungry pods, CPU-only ones above all, off nodes whose
-//!   GPUs still need that CPU.
+//!   nothing will fill (a 320 next to a 470 leaves 210); sizes rarer than
+//!   [`RARE_SIZE`] are not counted on to fill holes, as too few of them come for all the
+//!   holes they fit,
+//! - the GPU milli stranded because the node's CPU (or memory) would run out first at the
+//!   workload's CPU (memory) per GPU milli: it keeps CPU-hungry pods, CPU-only ones above
+//!   all, off nodes whose GPUs still need that CPU.
 //!
 //! The workload mix behind all three is learned from the requests the policy has been asked
 //! to place, refreshed as it sees more of them: nothing about the trace is given up front.
@@ -28,27 +30,33 @@ use super::policies::{
 
 /// The share of requests the typical classes cover (as FGD).
 const COVERAGE: f64 = 0.95;
+/// GPU sizes with less than this share of the GPU requests do not count in [`waste_table`].
+pub const RARE_SIZE: f64 = 0.01;
 /// How much the eventual-waste term weighs against the fragment.
-const WASTE_WEIGHT: f64 = 0.5;
-/// How much the stranded-by-CPU term weighs against the fragment.
-const STRANDED_WEIGHT: f64 = 1.0;
+const WASTE_WEIGHT: f64 = 1.5;
+/// How much GPU milli stranded for want of CPU weighs against the fragment.
+const CPU_STRANDED_WEIGHT: f64 = 3.0;
+/// How much GPU milli stranded for want of memory weighs against the fragment.
+const MEMORY_STRANDED_WEIGHT: f64 = 0.5;
 /// The learned mix is refreshed after 1, 2, 4, ... requests, then every this many.
 const REFRESH_EVERY: u64 = 512;
 
 /// W(f) for f = 0..=1000: the milli a GPU with `f` free is expected to end with when pods
 /// of the classes' sizes (in proportion to their frequency, conditioned on fitting) keep
-/// landing on it until none fits.
-pub fn waste_table(classes: &[PodClass]) -> Vec<f64> {
-    let sizes: Vec<(usize, f64)> = classes
-        .iter()
-        .filter(|c| c.request.num_gpu > 0 && c.request.gpu_milli > 0)
-        .map(|c| {
-            (
-                c.request.gpu_milli as usize,
-                c.weight * f64::from(c.request.num_gpu),
-            )
-        })
+/// landing on it until none fits. Sizes with less than `rare` of the GPU requests are left
+/// out.
+pub fn waste_table(classes: &[PodClass], rare: f64) -> Vec<f64> {
+    let mut by_size: HashMap<usize, f64> = HashMap::new();
+    for c in classes.iter().filter(|c| c.request.num_gpu > 0) {
+        *by_size.entry(c.request.gpu_milli as usize).or_default() +=
+            c.weight * f64::from(c.request.num_gpu);
+    }
+    let total: f64 = by_size.values().sum();
+    let mut sizes: Vec<(usize, f64)> = by_size
+        .into_iter()
+        .filter(|&(size, p)| size > 0 && p >= rare * total)
         .collect();
+    sizes.sort_by_key(|s| s.0);
     let mut w = vec![0.0; GPU_MILLI as usize + 1];
     for f in 0..w.len() {
         let (mut sum, mut weight) = (0.0, 0.0);
@@ -66,18 +74,23 @@ pub fn waste_table(classes: &[PodClass]) -> Vec<f64> {
 /// What the policy has learned of the workload.
 #[derive(Debug, Default)]
 struct Mix {
-    counts: HashMap<Request, u64>,
+    /// Requests seen, and the memory they asked for in all, by class.
+    counts: HashMap<Request, (u64, u64)>,
     seen: u64,
     classes: Vec<PodClass>,
     waste: Vec<f64>,
-    /// CPU milli per GPU milli of the GPU classes; `None` before any GPU request.
+    /// CPU milli and memory MiB per GPU milli of the GPU classes; `None` before any GPU
+    /// request.
     cpu_per_milli: Option<f64>,
+    memory_per_milli: Option<f64>,
 }
 
 impl Mix {
     /// Counts `r`; true when the derived figures were refreshed.
     fn observe(&mut self, r: &Request) -> bool {
-        *self.counts.entry(class_of(r)).or_default() += 1;
+        let class = self.counts.entry(class_of(r)).or_default();
+        class.0 += 1;
+        class.1 += u64::from(r.memory_mib);
         self.seen += 1;
         let due = if self.seen < REFRESH_EVERY {
             self.seen.is_power_of_two()
@@ -91,32 +104,43 @@ impl Mix {
     }
 
     fn refresh(&mut self) {
-        self.classes = classes_from_counts(&self.counts, COVERAGE);
-        self.waste = waste_table(&self.classes);
-        let gpu_classes = self.classes.iter().filter(|c| c.request.num_gpu > 0);
-        let (cpu, gpu) = gpu_classes.fold((0.0, 0.0), |(cpu, gpu), c| {
-            (
-                cpu + c.weight * f64::from(c.request.cpu_milli),
-                gpu + c.weight * c.request.gpu_total() as f64,
-            )
-        });
+        let counts = self.counts.iter().map(|(r, (n, _))| (*r, *n)).collect();
+        self.classes = classes_from_counts(&counts, COVERAGE);
+        self.waste = waste_table(&self.classes, RARE_SIZE);
+        let (mut cpu, mut memory, mut gpu) = (0.0, 0.0, 0.0);
+        for c in self.classes.iter().filter(|c| c.request.num_gpu > 0) {
+            let (n, memory_sum) = self.counts.get(&c.request).copied().unwrap_or((1, 0));
+            cpu += c.weight * f64::from(c.request.cpu_milli);
+            memory += c.weight * memory_sum as f64 / n.max(1) as f64;
+            gpu += c.weight * c.request.gpu_total() as f64;
+        }
         self.cpu_per_milli = (gpu > 0.0 && cpu > 0.0).then(|| cpu / gpu);
+        self.memory_per_milli = (gpu > 0.0 && memory > 0.0).then(|| memory / gpu);
     }
 
-    /// GPU milli of a node with these free amounts that its CPU could not serve.
-    fn stranded(&self, gpu_free: f64, cpu_free: f64) -> f64 {
-        self.cpu_per_milli
-            .map_or(0.0, |ratio| (gpu_free - cpu_free / ratio).max(0.0))
+    /// GPU milli of a node with these free amounts that its CPU or memory could not serve,
+    /// weighted.
+    fn stranded(&self, gpu_free: f64, cpu_free: f64, memory_free: f64) -> f64 {
+        let short = |ratio: Option<f64>, free: f64| {
+            ratio.map_or(0.0, |ratio| (gpu_free - free / ratio).max(0.0))
+        };
+        CPU_STRANDED_WEIGHT * short(self.cpu_per_milli, cpu_free)
+            + MEMORY_STRANDED_WEIGHT * short(self.memory_per_milli, memory_free)
     }
 
     /// How much placing `r` on `gpus` of `n` lowers the node's expected unusable milli
     /// (higher is better), given its fragment now (`before`) and after (`after`).
     fn gain(&self, n: &NodeState, r: &Request, gpus: &[u8], before: f64, after: f64) -> f64 {
-        let (gpu_free, cpu_free) = (f64::from(n.gpu_free_total()), f64::from(n.cpu_free));
-        let stranded = self.stranded(gpu_free, cpu_free)
+        let (gpu_free, cpu_free, memory_free) = (
+            f64::from(n.gpu_free_total()),
+            f64::from(n.cpu_free),
+            f64::from(n.memory_free),
+        );
+        let stranded = self.stranded(gpu_free, cpu_free, memory_free)
             - self.stranded(
                 gpu_free - r.gpu_total() as f64,
                 cpu_free - f64::from(r.cpu_milli),
+                memory_free - f64::from(r.memory_mib),
             );
         let waste: f64 = gpus
             .iter()
@@ -125,7 +149,7 @@ impl Mix {
                 self.waste[f] - self.waste[f - r.gpu_milli as usize]
             })
             .sum();
-        (before - after) + STRANDED_WEIGHT * stranded + WASTE_WEIGHT * waste
+        (before - after) + stranded + WASTE_WEIGHT * waste
     }
 }
 
@@ -292,7 +316,7 @@ mod tests {
 
     #[test]
     fn waste_tells_holes_that_fill_from_holes_that_do_not() {
-        let w = waste_table(&[class(1, 470, 0.5), class(1, 320, 0.5)]);
+        let w = waste_table(&[class(1, 470, 0.5), class(1, 320, 0.5)], 0.0);
         assert_eq!(w[0], 0.0);
         assert_eq!(w[200], 200.0, "nothing fits 200 milli");
         assert_eq!(
@@ -301,12 +325,10 @@ mod tests {
             "a 470 leaves 60, a 320 210"
         );
         assert!(w[360] < w[210], "a 320 still fits 360 and leaves 40");
-        assert!(
-            waste_table(&[])
-                .iter()
-                .enumerate()
-                .all(|(f, w)| *w == f as f64)
-        );
+        let empty = waste_table(&[], 0.0);
+        assert!(empty.iter().enumerate().all(|(f, w)| *w == f as f64));
+        let rare = waste_table(&[class(1, 470, 0.995), class(1, 160, 0.005)], RARE_SIZE);
+        assert_eq!(rare[190], 190.0, "too few 160s come to count on them");
     }
 
     #[test]
@@ -314,7 +336,10 @@ mod tests {
         let mut mix = Mix::default();
         mix.refresh();
         assert!(mix.classes.is_empty() && mix.cpu_per_milli.is_none());
-        let r = class(1, 500, 1.0).request;
+        let r = Request {
+            memory_mib: 4000,
+            ..class(1, 500, 1.0).request
+        };
         assert!(mix.observe(&r), "refreshed after the first request");
         assert_eq!(mix.classes.len(), 1);
         assert_eq!(
@@ -322,9 +347,18 @@ mod tests {
             Some(2.0),
             "1000 CPU milli per 500 GPU milli"
         );
-        assert!(!mix.observe(&r) || mix.seen.is_power_of_two());
-        // A node with 1000 GPU milli free and CPU for 250 of them strands 750.
-        assert_eq!(mix.stranded(1000.0, 500.0), 750.0);
-        assert_eq!(mix.stranded(1000.0, 4000.0), 0.0);
+        assert_eq!(
+            mix.memory_per_milli,
+            Some(8.0),
+            "4000 MiB per 500 GPU milli"
+        );
+        assert!(mix.observe(&r), "and after the second");
+        assert!(!mix.observe(&r), "but not the third");
+        // 1000 GPU milli free with CPU for 250 of them strands 750, weighted.
+        let cpu_short = mix.stranded(1000.0, 500.0, 1e9);
+        assert_eq!(cpu_short, CPU_STRANDED_WEIGHT * 750.0);
+        let memory_short = mix.stranded(1000.0, 1e9, 4000.0);
+        assert_eq!(memory_short, MEMORY_STRANDED_WEIGHT * 500.0);
+        assert_eq!(mix.stranded(1000.0, 4000.0, 8000.0), 0.0);
     }
 }
