@@ -4,8 +4,10 @@
 //! a [`Snapshot`] from the store, calls [`schedule`], and persists the [`Decision`]s.
 //! Placement policies implement [`Placement`]; [`FirstFit`] is the walking skeleton's.
 
+pub mod engine;
 mod first_fit;
 pub mod openb;
+pub mod quota;
 
 use std::collections::{HashMap, HashSet};
 

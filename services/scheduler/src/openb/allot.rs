@@ -289,10 +289,10 @@ impl OpenbPolicy for Allot {
         best(cluster, candidates.into_iter()).map(|(node, gpus)| Choice { node, gpus })
     }
 
-    fn placed(&mut self, cluster: &Cluster, choice: &Choice) {
-        self.current[choice.node] = fragmentation(&cluster.nodes[choice.node], &self.mix.classes);
+    fn node_changed(&mut self, cluster: &Cluster, node: usize) {
+        self.current[node] = fragmentation(&cluster.nodes[node], &self.mix.classes);
         if let Some(groups) = &mut self.groups {
-            groups.update(cluster, choice.node);
+            groups.update(cluster, node);
         }
     }
 }

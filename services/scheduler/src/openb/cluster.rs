@@ -103,6 +103,15 @@ impl NodeState {
             self.kinds |= 1 << r.kind();
         }
     }
+
+    /// Gives back what `place(r, gpus)` took. (`kinds` keeps the kinds the node has hosted.)
+    pub fn release(&mut self, r: &Request, gpus: &[u8]) {
+        self.cpu_free += r.cpu_milli;
+        self.memory_free += r.memory_mib;
+        for &g in gpus {
+            self.gpu_free[usize::from(g)] += r.gpu_milli;
+        }
+    }
 }
 
 #[derive(Debug, Clone)]

@@ -27,8 +27,9 @@ pub trait OpenbPolicy {
     }
     /// Picks a node and GPUs for `r`, or `None` when it fits nowhere.
     fn choose(&mut self, cluster: &Cluster, r: &Request, rng: &mut StdRng) -> Option<Choice>;
-    /// Told after every placement (policies that cache per-node state refresh it).
-    fn placed(&mut self, _cluster: &Cluster, _choice: &Choice) {}
+    /// Told after every change to a node's state, a placement or a release (policies that
+    /// cache per-node state refresh it).
+    fn node_changed(&mut self, _cluster: &Cluster, _node: usize) {}
 }
 
 /// The published baselines by their command-line names.
@@ -443,7 +444,7 @@ impl OpenbPolicy for Fgd {
         best(cluster, candidates.into_iter()).map(|(node, gpus)| Choice { node, gpus })
     }
 
-    fn placed(&mut self, cluster: &Cluster, choice: &Choice) {
-        self.current[choice.node] = fragmentation(&cluster.nodes[choice.node], &self.classes);
+    fn node_changed(&mut self, cluster: &Cluster, node: usize) {
+        self.current[node] = fragmentation(&cluster.nodes[node], &self.classes);
     }
 }

@@ -80,7 +80,7 @@ pub fn simulate(
             cluster.nodes[c.node].place(&r, &c.gpus);
             allocated += r.gpu_total();
             placed += 1;
-            policy.placed(cluster, c);
+            policy.node_changed(cluster, c.node);
         }
         placements.push(choice);
         let arrival_pct = (100.0 * arrived as f64 / capacity).round() as u32;

@@ -46,7 +46,7 @@ pub fn run(args: &SchedulerBench) -> anyhow::Result<()> {
         let r = cluster.request(job);
         if let Some(choice) = policy.choose(&cluster, &r, &mut rng) {
             cluster.nodes[choice.node].place(&r, &choice.gpus);
-            policy.placed(&cluster, &choice);
+            policy.node_changed(&cluster, choice.node);
             placed += 1;
             gpu_milli += r.gpu_total();
         }

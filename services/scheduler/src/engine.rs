@@ -1,0 +1,556 @@
+//! One scheduling pass that decides quotas and placement together: pending jobs in fair
+//! order, each placed by the placement policy if its quota chain allows, gangs all or none,
+//! and jobs within their guarantee reclaiming capacity that others borrowed by preempting
+//! them. Pure: cluster, quotas, running and pending jobs in; decisions out.
+//!
+//! Order: jobs that stay within their tenant's guarantee first (guaranteed capacity before
+//! borrowed), then higher priority, then the tenant furthest below its fair share of spare
+//! capacity (dominant resource over the guarantee, divided by its weight), then the oldest.
+//!
+//! Reclaim takes only from jobs that are preemptible, have run at least the minimum
+//! runtime, and belong to a tenant holding more than its guarantee of what they use; it
+//! takes the lowest priority first, then the tenant most over its fair share, then the
+//! newest, and never takes a tenant (or its parents) below its guarantee. It preempts only
+//! on the node where the freed room lets the job fit, choosing the node that needs the
+//! fewest victims.
+
+use std::cmp::Ordering;
+
+use allot_domain::PendingReason;
+use rand::rngs::StdRng;
+
+use crate::openb::{Choice, Cluster, OpenbPolicy, Request};
+use crate::quota::{Amounts, QuotaTree, Resource, Usage};
+
+/// A job as the pass sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Job {
+    pub id: String,
+    /// The quota queue (tenant or team) it counts against.
+    pub queue: String,
+    /// What each replica asks for.
+    pub request: Request,
+    /// Replicas of a gang: all are placed in one pass, or none. At least 1.
+    pub replicas: u32,
+    pub priority: i32,
+    pub preemptible: bool,
+    /// Submission order: lower is older.
+    pub seq: u64,
+}
+
+impl Job {
+    /// What one replica holds.
+    pub fn replica_amounts(&self) -> Amounts {
+        Amounts::new(
+            self.request.gpu_total(),
+            u64::from(self.request.cpu_milli),
+            u64::from(self.request.memory_mib),
+        )
+    }
+
+    /// What all replicas hold.
+    pub fn amounts(&self) -> Amounts {
+        let one = self.replica_amounts();
+        Amounts(one.0.map(|x| x * u64::from(self.replicas.max(1))))
+    }
+}
+
+/// A job holding capacity: one placement per replica.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Running {
+    pub job: Job,
+    pub placements: Vec<Choice>,
+    /// Unix seconds.
+    pub started_at: i64,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct Config {
+    /// A job runs at least this long before reclaim may preempt it.
+    pub min_runtime_secs: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    Place {
+        job_id: String,
+        placements: Vec<Choice>,
+        /// Placed (partly) on capacity above its tenant's guarantee: reclaim may take it.
+        borrowing: bool,
+    },
+    Preempt {
+        job_id: String,
+        /// The job the capacity goes to.
+        for_job: String,
+        reason: String,
+    },
+    Wait {
+        job_id: String,
+        reason: PendingReason,
+    },
+}
+
+/// A job preempted by a reclaim, and why.
+type Victim = (String, String);
+
+/// The pass's working state.
+struct Pass<'a> {
+    tree: &'a QuotaTree,
+    cluster: Cluster,
+    usage: Usage,
+    /// Running jobs not (yet) preempted in this pass.
+    live: Vec<Option<&'a Running>>,
+    /// Jobs preempted in this pass, to be tried again as pending ones.
+    requeued: Vec<&'a Job>,
+    capacity: Amounts,
+    now: i64,
+    config: Config,
+}
+
+/// What a pass decides against.
+#[derive(Debug, Clone, Copy)]
+pub struct World<'a> {
+    /// The nodes, empty: `running` is applied to a copy.
+    pub cluster: &'a Cluster,
+    pub tree: &'a QuotaTree,
+    pub running: &'a [Running],
+    /// Unix seconds.
+    pub now: i64,
+    pub config: Config,
+}
+
+/// Decides `pending` against `world`, placing with `policy`.
+pub fn schedule(
+    world: World<'_>,
+    pending: &[Job],
+    policy: &mut dyn OpenbPolicy,
+    rng: &mut StdRng,
+) -> Vec<Decision> {
+    let World {
+        cluster: empty,
+        tree,
+        running,
+        now,
+        config,
+    } = world;
+    let mut cluster = empty.clone();
+    let mut usage = Usage::new(tree);
+    let mut capacity = Amounts::default();
+    for n in &cluster.nodes {
+        capacity.add(&Amounts::new(
+            u64::from(n.gpu_free_total()),
+            u64::from(n.cpu_free),
+            u64::from(n.memory_free),
+        ));
+    }
+    for r in running {
+        for c in &r.placements {
+            cluster.nodes[c.node].place(&r.job.request, &c.gpus);
+        }
+        if let Some(q) = tree.find(&r.job.queue) {
+            usage.take(tree, q, &r.job.amounts());
+        }
+    }
+    for node in 0..cluster.nodes.len() {
+        policy.node_changed(&cluster, node);
+    }
+    let mut pass = Pass {
+        tree,
+        cluster,
+        usage,
+        live: running.iter().map(Some).collect(),
+        requeued: Vec::new(),
+        capacity,
+        now,
+        config,
+    };
+    let mut decisions = Vec::with_capacity(pending.len());
+    let mut waiting = Vec::new();
+    let mut queues = by_queue(pending);
+    while let Some(job) = pass.next(&mut queues) {
+        if !pass.decide(job, policy, rng, &mut decisions) {
+            waiting.push(job);
+        }
+    }
+    // A reclaim can free more than its job takes, and a placement changes what a tenant
+    // holds: try the waiting jobs, and the jobs just preempted, again until nothing changes,
+    // so that the same state, decided again, moves nothing.
+    loop {
+        waiting.append(&mut pass.requeued);
+        let mut still = Vec::new();
+        for job in &waiting {
+            let mut retry = Vec::new();
+            if pass.decide(job, policy, rng, &mut retry) {
+                decisions
+                    .retain(|d| !matches!(d, Decision::Wait { job_id, .. } if *job_id == job.id));
+                decisions.extend(retry);
+            } else {
+                still.push(*job);
+            }
+        }
+        if still.len() == waiting.len() && pass.requeued.is_empty() {
+            break;
+        }
+        waiting = still;
+    }
+    decisions
+}
+
+/// Pending jobs per queue, each list in (priority desc, seq asc) order, reversed so the
+/// next job pops off the end.
+fn by_queue(pending: &[Job]) -> Vec<Vec<&Job>> {
+    let mut queues: Vec<Vec<&Job>> = Vec::new();
+    let mut sorted: Vec<&Job> = pending.iter().collect();
+    sorted.sort_by(|a, b| a.queue.cmp(&b.queue));
+    for job in sorted {
+        match queues.last_mut() {
+            Some(q) if q[0].queue == job.queue => q.push(job),
+            _ => queues.push(vec![job]),
+        }
+    }
+    for q in &mut queues {
+        q.sort_by(|a, b| b.priority.cmp(&a.priority).then(a.seq.cmp(&b.seq)));
+        q.reverse();
+    }
+    queues
+}
+
+impl<'a> Pass<'a> {
+    /// The next job: among each queue's head, guaranteed first, then priority, then the
+    /// queue furthest below its fair share, then the oldest.
+    fn next<'j>(&self, queues: &mut [Vec<&'j Job>]) -> Option<&'j Job> {
+        let key = |job: &Job| {
+            let q = self.tree.find(&job.queue);
+            let within =
+                q.is_some_and(|q| self.usage.within_guarantee(self.tree, q, &job.amounts()));
+            let share = q.map_or(f64::INFINITY, |q| {
+                self.usage.fair_share_key(self.tree, q, &self.capacity)
+            });
+            (within, job.priority, share, job.seq)
+        };
+        let best = queues
+            .iter()
+            .enumerate()
+            .filter_map(|(i, q)| q.last().map(|job| (i, key(job))))
+            .min_by(|(_, a), (_, b)| {
+                b.0.cmp(&a.0)
+                    .then(b.1.cmp(&a.1))
+                    .then(a.2.partial_cmp(&b.2).unwrap_or(Ordering::Equal))
+                    .then(a.3.cmp(&b.3))
+            })?;
+        queues[best.0].pop()
+    }
+
+    /// Decides `job`; true when it was placed.
+    fn decide(
+        &mut self,
+        job: &Job,
+        policy: &mut dyn OpenbPolicy,
+        rng: &mut StdRng,
+        decisions: &mut Vec<Decision>,
+    ) -> bool {
+        let wait = |code: &str, message: String| Decision::Wait {
+            job_id: job.id.clone(),
+            reason: PendingReason {
+                code: code.into(),
+                message,
+            },
+        };
+        let Some(q) = self.tree.find(&job.queue) else {
+            decisions.push(wait(
+                "UnknownTenant",
+                format!("no quota is defined for `{}`", job.queue),
+            ));
+            return false;
+        };
+        let total = job.amounts();
+        if let Some(over) = self.usage.over_limit(self.tree, q, &total) {
+            decisions.push(wait("TenantLimit", over.to_string()));
+            return false;
+        }
+        let within = self.usage.within_guarantee(self.tree, q, &total);
+        if let Some(placements) = self.place_gang(job, policy, rng) {
+            self.usage.take(self.tree, q, &total);
+            let borrowing = self.usage.borrowing(self.tree, q, &total);
+            decisions.push(Decision::Place {
+                job_id: job.id.clone(),
+                placements,
+                borrowing,
+            });
+            return true;
+        }
+        if within && let Some((victims, placements)) = self.reclaim(job, q, policy) {
+            for (victim, reason) in victims {
+                decisions.push(Decision::Preempt {
+                    job_id: victim,
+                    for_job: job.id.clone(),
+                    reason,
+                });
+            }
+            decisions.push(Decision::Place {
+                job_id: job.id.clone(),
+                placements,
+                borrowing: false,
+            });
+            return true;
+        }
+        decisions.push(wait("NoRoom", self.no_room(job, q, within)));
+        false
+    }
+
+    /// All replicas, or none (what was placed is given back). A single replica goes where
+    /// the policy says. A gang's replicas each take the tightest node that fits (fewest free
+    /// GPU milli, then CPU, then the node order), so whether a gang fits depends only on
+    /// the cluster's state, never on what the policy has learned: the same state always
+    /// gives the same answer.
+    fn place_gang(
+        &mut self,
+        job: &Job,
+        policy: &mut dyn OpenbPolicy,
+        rng: &mut StdRng,
+    ) -> Option<Vec<Choice>> {
+        let mut placed: Vec<Choice> = Vec::new();
+        for _ in 0..job.replicas.max(1) {
+            let choice = if job.replicas > 1 {
+                self.tightest(&job.request)
+            } else {
+                policy.choose(&self.cluster, &job.request, rng)
+            };
+            match choice {
+                Some(c) => {
+                    self.cluster.nodes[c.node].place(&job.request, &c.gpus);
+                    policy.node_changed(&self.cluster, c.node);
+                    placed.push(c);
+                }
+                None => {
+                    for c in placed {
+                        self.cluster.nodes[c.node].release(&job.request, &c.gpus);
+                        policy.node_changed(&self.cluster, c.node);
+                    }
+                    return None;
+                }
+            }
+        }
+        Some(placed)
+    }
+
+    /// The fitting node with the least room left (GPU milli, then CPU, then node order).
+    fn tightest(&self, request: &Request) -> Option<Choice> {
+        let c = &self.cluster;
+        let node = (0..c.nodes.len())
+            .filter(|&i| c.nodes[i].fits(request))
+            .min_by_key(|&i| (c.nodes[i].gpu_free_total(), c.nodes[i].cpu_free, c.rank[i]))?;
+        Some(Choice {
+            node,
+            gpus: c.nodes[node].default_gpus(request),
+        })
+    }
+
+    /// Whether running job `r` may be preempted now, on what the pass has taken so far
+    /// (`usage`).
+    fn eligible(&self, r: &Running, usage: &Usage, for_queue: usize) -> Option<usize> {
+        let q = self.tree.find(&r.job.queue)?;
+        let amounts = r.job.amounts();
+        (q != for_queue
+            && r.job.preemptible
+            && self.now - r.started_at >= self.config.min_runtime_secs
+            && usage.borrowing(self.tree, q, &amounts)
+            && usage.can_lose(usage, self.tree, q, &amounts, for_queue))
+        .then_some(q)
+    }
+
+    /// Frees room for every replica of `job` by preempting borrowers, node by node, and
+    /// takes the job's amounts; all replicas or nothing changes. Returns the victims (with
+    /// reasons) and the placements.
+    fn reclaim(
+        &mut self,
+        job: &Job,
+        q: usize,
+        policy: &mut dyn OpenbPolicy,
+    ) -> Option<(Vec<Victim>, Vec<Choice>)> {
+        let (cluster_before, usage_before, live_before) =
+            (self.cluster.clone(), self.usage.clone(), self.live.clone());
+        let requeued_before = self.requeued.len();
+        let mut victims = Vec::new();
+        let mut placements = Vec::new();
+        let mut touched = Vec::new();
+        for _ in 0..job.replicas.max(1) {
+            let Some((node, chosen)) = self.cheapest_room(job, q, &usage_before) else {
+                self.cluster = cluster_before;
+                self.usage = usage_before;
+                self.live = live_before;
+                self.requeued.truncate(requeued_before);
+                for node in touched {
+                    policy.node_changed(&self.cluster, node);
+                }
+                return None;
+            };
+            for i in chosen {
+                let Some(r) = self.live[i].take() else {
+                    continue;
+                };
+                self.requeued.push(&r.job);
+                let Some(vq) = self.tree.find(&r.job.queue) else {
+                    continue;
+                };
+                for c in &r.placements {
+                    self.cluster.nodes[c.node].release(&r.job.request, &c.gpus);
+                    touched.push(c.node);
+                }
+                let held = self.usage.of(vq).get(Resource::GpuMilli);
+                self.usage.give_back(self.tree, vq, &r.job.amounts());
+                let guaranteed = self.tree.spec(vq).guaranteed.get(Resource::GpuMilli);
+                victims.push((
+                    r.job.id.clone(),
+                    format!(
+                        "tenant {} held {} of {} guaranteed; reclaimed for {} (tenant {}, within its guarantee)",
+                        self.tree.spec(vq).name,
+                        Resource::GpuMilli.number(held),
+                        Resource::GpuMilli.show(guaranteed),
+                        job.id,
+                        self.tree.spec(q).name,
+                    ),
+                ));
+            }
+            let gpus = self.cluster.nodes[node].default_gpus(&job.request);
+            self.cluster.nodes[node].place(&job.request, &gpus);
+            self.usage.take(self.tree, q, &job.replica_amounts());
+            touched.push(node);
+            placements.push(Choice { node, gpus });
+        }
+        touched.sort_unstable();
+        touched.dedup();
+        for node in touched {
+            policy.node_changed(&self.cluster, node);
+        }
+        Some((victims, placements))
+    }
+
+    /// The node where preempting the fewest eligible borrowers (in reclaim order) makes room
+    /// for `request`, and those borrowers (indices into `live`).
+    /// `base`: the usage before this reclaim began (a gang reclaims replica by replica).
+    fn cheapest_room(&self, job: &Job, q: usize, base: &Usage) -> Option<(usize, Vec<usize>)> {
+        let request = &job.request;
+        let mut candidates: Vec<(usize, usize)> = self
+            .live
+            .iter()
+            .enumerate()
+            .filter_map(|(i, r)| {
+                let r = (*r)?;
+                self.eligible(r, &self.usage, q).map(|vq| (i, vq))
+            })
+            .collect();
+        candidates.sort_by(|&(a, qa), &(b, qb)| {
+            let (Some(ra), Some(rb)) = (self.live[a], self.live[b]) else {
+                return Ordering::Equal;
+            };
+            let share = |vq| self.usage.fair_share_key(self.tree, vq, &self.capacity);
+            ra.job
+                .priority
+                .cmp(&rb.job.priority)
+                .then(share(qb).partial_cmp(&share(qa)).unwrap_or(Ordering::Equal))
+                .then(rb.started_at.cmp(&ra.started_at))
+                .then(rb.job.seq.cmp(&ra.job.seq))
+        });
+        let mut best: Option<(usize, Vec<usize>)> = None;
+        for node in 0..self.cluster.nodes.len() {
+            let mut state = self.cluster.nodes[node].clone();
+            let model_refused = (request.models >> state.model) & 1 == 0;
+            if request.num_gpu > 0 && model_refused {
+                continue;
+            }
+            let mut usage = self.usage.clone();
+            let mut chosen = Vec::new();
+            for &(i, vq) in &candidates {
+                if state.fits(request) {
+                    break;
+                }
+                if best
+                    .as_ref()
+                    .is_some_and(|(_, b)| chosen.len() + 1 >= b.len())
+                {
+                    break;
+                }
+                let Some(r) = self.live[i] else { continue };
+                let here: Vec<&Choice> = r.placements.iter().filter(|c| c.node == node).collect();
+                if here.is_empty() || !usage.can_lose(base, self.tree, vq, &r.job.amounts(), q) {
+                    continue;
+                }
+                for c in here {
+                    state.release(&r.job.request, &c.gpus);
+                }
+                usage.give_back(self.tree, vq, &r.job.amounts());
+                chosen.push(i);
+            }
+            if chosen.is_empty() || !state.fits(request) {
+                continue;
+            }
+            // Keep only the victims the room needs: a later, larger one can make an
+            // earlier one unnecessary.
+            let mut needed = chosen.clone();
+            for &i in &chosen {
+                let without: Vec<usize> = needed.iter().copied().filter(|&j| j != i).collect();
+                let mut trial = self.cluster.nodes[node].clone();
+                for &j in &without {
+                    let Some(r) = self.live[j] else { continue };
+                    for c in r.placements.iter().filter(|c| c.node == node) {
+                        trial.release(&r.job.request, &c.gpus);
+                    }
+                }
+                if trial.fits(request) {
+                    needed = without;
+                }
+            }
+            if best.as_ref().is_none_or(|(_, b)| needed.len() < b.len()) {
+                best = Some((node, needed));
+            }
+        }
+        best
+    }
+
+    /// Why `job` waits, with numbers.
+    fn no_room(&self, job: &Job, q: usize, within: bool) -> String {
+        let r = &job.request;
+        let mut want = Vec::new();
+        if r.num_gpu > 0 {
+            if r.gpu_milli < 1000 {
+                want.push(format!(
+                    "{} of a GPU",
+                    Resource::GpuMilli.number(u64::from(r.gpu_milli))
+                ));
+            } else {
+                want.push(format!("{} whole GPUs", r.num_gpu));
+            }
+        }
+        want.push(Resource::CpuMilli.show(u64::from(r.cpu_milli)));
+        want.push(Resource::MemoryMib.show(u64::from(r.memory_mib)));
+        let replicas = if job.replicas > 1 {
+            format!("{} replicas (all or none) of ", job.replicas)
+        } else {
+            String::new()
+        };
+        let spec = self.tree.spec(q);
+        let held = self.usage.of(q).get(Resource::GpuMilli);
+        let limit = spec
+            .limit
+            .get(Resource::GpuMilli)
+            .map_or(String::new(), |l| {
+                format!(", limit {}", Resource::GpuMilli.number(l))
+            });
+        let reclaim = if within {
+            "nothing preemptible is borrowed where it would make room"
+        } else {
+            "above its guarantee, so it waits for spare capacity"
+        };
+        format!(
+            "no node has room for {replicas}{}; tenant {}: {} of {} guaranteed GPUs in use{limit}; {reclaim}",
+            want.join(", "),
+            spec.name,
+            Resource::GpuMilli.number(held),
+            Resource::GpuMilli.number(spec.guaranteed.get(Resource::GpuMilli)),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,481 @@
+//! Hierarchical quotas: tenants and their teams, each with a guaranteed amount, an optional
+//! hard limit and an over-quota weight per resource. Pure arithmetic over usage; the
+//! scheduling pass ([`crate::engine`]) decides with it.
+
+use std::collections::HashMap;
+use std::fmt;
+
+/// The resources a quota speaks of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resource {
+    /// GPU share in milli: 1000 is one whole GPU.
+    GpuMilli,
+    CpuMilli,
+    MemoryMib,
+}
+
+impl Resource {
+    pub const ALL: [Resource; 3] = [Resource::GpuMilli, Resource::CpuMilli, Resource::MemoryMib];
+
+    fn index(self) -> usize {
+        self as usize
+    }
+
+    /// `amount` in the resource's unit, to a tenth: "7.5", "16", "0.2".
+    pub fn number(self, amount: u64) -> String {
+        let unit = match self {
+            Resource::GpuMilli | Resource::CpuMilli => 1000,
+            Resource::MemoryMib => 1024,
+        };
+        let (whole, tenths) = (amount / unit, (amount % unit) * 10 / unit);
+        if tenths == 0 {
+            whole.to_string()
+        } else {
+            format!("{whole}.{tenths}")
+        }
+    }
+
+    pub fn unit(self) -> &'static str {
+        match self {
+            Resource::GpuMilli => "GPUs",
+            Resource::CpuMilli => "CPUs",
+            Resource::MemoryMib => "GiB",
+        }
+    }
+
+    /// `amount` as people read it: "7.5 GPUs", "16 CPUs", "48 GiB".
+    pub fn show(self, amount: u64) -> String {
+        format!("{} {}", self.number(amount), self.unit())
+    }
+}
+
+/// An amount of each resource.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct Amounts(pub [u64; 3]);
+
+impl Amounts {
+    pub fn new(gpu_milli: u64, cpu_milli: u64, memory_mib: u64) -> Self {
+        Self([gpu_milli, cpu_milli, memory_mib])
+    }
+
+    pub fn get(&self, r: Resource) -> u64 {
+        self.0[r.index()]
+    }
+
+    pub fn add(&mut self, other: &Amounts) {
+        for (a, b) in self.0.iter_mut().zip(other.0) {
+            *a += b;
+        }
+    }
+
+    pub fn sub(&mut self, other: &Amounts) {
+        for (a, b) in self.0.iter_mut().zip(other.0) {
+            *a = a.saturating_sub(b);
+        }
+    }
+
+    pub fn plus(&self, other: &Amounts) -> Amounts {
+        let mut sum = *self;
+        sum.add(other);
+        sum
+    }
+
+    /// Every resource at most `other`'s.
+    pub fn fits_in(&self, other: &Amounts) -> bool {
+        self.0.iter().zip(other.0).all(|(a, b)| *a <= b)
+    }
+}
+
+/// Per-resource hard limits; `None` is unlimited.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Limits(pub [Option<u64>; 3]);
+
+impl Limits {
+    pub fn get(&self, r: Resource) -> Option<u64> {
+        self.0[r.index()]
+    }
+}
+
+/// One tenant or team in the quota tree.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QueueSpec {
+    pub id: String,
+    pub name: String,
+    pub parent: Option<String>,
+    /// Held for this queue (and its children) whenever it asks; lent to others while idle.
+    pub guaranteed: Amounts,
+    /// Never exceeded, borrowing included.
+    pub limit: Limits,
+    /// Share of spare capacity relative to other queues (dominant-resource fair).
+    pub weight: u32,
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum QuotaError {
+    #[error("quota `{0}`: the parent `{1}` does not exist")]
+    UnknownParent(String, String),
+    #[error("quota `{0}` appears twice")]
+    Duplicate(String),
+    #[error("quota `{0}` is its own ancestor")]
+    Cycle(String),
+    #[error("quota `{0}`: weight must be at least 1")]
+    ZeroWeight(String),
+    #[error("quota `{0}`: guaranteed {what} is above its limit {limit}", what = .1, limit = .2)]
+    GuaranteeAboveLimit(String, String, String),
+    #[error("quota `{0}`: its children are guaranteed {1} in all, more than its own {2}")]
+    ChildrenOverGuarantee(String, String, String),
+}
+
+/// The validated tree of queues.
+#[derive(Debug, Clone)]
+pub struct QuotaTree {
+    specs: Vec<QueueSpec>,
+    index: HashMap<String, usize>,
+    parent: Vec<Option<usize>>,
+    /// Resources someone is guaranteed; the others are first come, first served and never
+    /// make a job borrowed.
+    governed: [bool; 3],
+}
+
+impl QuotaTree {
+    pub fn new(specs: Vec<QueueSpec>) -> Result<Self, QuotaError> {
+        let mut index = HashMap::new();
+        for (i, s) in specs.iter().enumerate() {
+            if index.insert(s.id.clone(), i).is_some() {
+                return Err(QuotaError::Duplicate(s.id.clone()));
+            }
+            if s.weight == 0 {
+                return Err(QuotaError::ZeroWeight(s.id.clone()));
+            }
+            for r in Resource::ALL {
+                if let Some(limit) = s.limit.get(r)
+                    && s.guaranteed.get(r) > limit
+                {
+                    return Err(QuotaError::GuaranteeAboveLimit(
+                        s.id.clone(),
+                        r.show(s.guaranteed.get(r)),
+                        r.show(limit),
+                    ));
+                }
+            }
+        }
+        let parent = specs
+            .iter()
+            .map(|s| match &s.parent {
+                None => Ok(None),
+                Some(p) => index
+                    .get(p)
+                    .map(|&i| Some(i))
+                    .ok_or_else(|| QuotaError::UnknownParent(s.id.clone(), p.clone())),
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let governed = Resource::ALL.map(|r| specs.iter().any(|s| s.guaranteed.get(r) > 0));
+        let tree = Self {
+            specs,
+            index,
+            parent,
+            governed,
+        };
+        for q in 0..tree.specs.len() {
+            if tree.ancestors(q).skip(1).any(|a| a == q) {
+                return Err(QuotaError::Cycle(tree.specs[q].id.clone()));
+            }
+        }
+        for (q, spec) in tree.specs.iter().enumerate() {
+            let mut children = Amounts::default();
+            for (c, _) in tree
+                .parent
+                .iter()
+                .enumerate()
+                .filter(|(_, p)| **p == Some(q))
+            {
+                children.add(&tree.specs[c].guaranteed);
+            }
+            if !children.fits_in(&spec.guaranteed) {
+                let show = |a: &Amounts| Resource::ALL.map(|r| r.show(a.get(r))).join(", ");
+                return Err(QuotaError::ChildrenOverGuarantee(
+                    spec.id.clone(),
+                    show(&children),
+                    show(&spec.guaranteed),
+                ));
+            }
+        }
+        Ok(tree)
+    }
+
+    pub fn len(&self) -> usize {
+        self.specs.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.specs.is_empty()
+    }
+
+    /// Whether anyone is guaranteed some of `r`.
+    pub fn governs(&self, r: Resource) -> bool {
+        self.governed[r.index()]
+    }
+
+    pub fn find(&self, id: &str) -> Option<usize> {
+        self.index.get(id).copied()
+    }
+
+    pub fn spec(&self, q: usize) -> &QueueSpec {
+        &self.specs[q]
+    }
+
+    /// `q`, its parent, and so on up to the root. Stops after `len()` steps, so even an
+    /// unvalidated cycle cannot loop forever.
+    pub fn ancestors(&self, q: usize) -> impl Iterator<Item = usize> + '_ {
+        std::iter::successors(Some(q), |&q| self.parent[q]).take(self.specs.len() + 1)
+    }
+}
+
+/// What each queue holds, its descendants included.
+#[derive(Debug, Clone)]
+pub struct Usage {
+    held: Vec<Amounts>,
+}
+
+/// Why a request may not go ahead under the quota tree.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OverLimit {
+    pub queue: String,
+    pub resource: Resource,
+    pub used: u64,
+    pub limit: u64,
+    pub requested: u64,
+}
+
+impl fmt::Display for OverLimit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let r = self.resource;
+        write!(
+            f,
+            "tenant {}: {} of {} in use (limit); request {}",
+            self.queue,
+            r.number(self.used),
+            r.show(self.limit),
+            r.number(self.requested)
+        )
+    }
+}
+
+impl Usage {
+    pub fn new(tree: &QuotaTree) -> Self {
+        Self {
+            held: vec![Amounts::default(); tree.len()],
+        }
+    }
+
+    pub fn of(&self, q: usize) -> &Amounts {
+        &self.held[q]
+    }
+
+    pub fn take(&mut self, tree: &QuotaTree, q: usize, a: &Amounts) {
+        for anc in tree.ancestors(q) {
+            self.held[anc].add(a);
+        }
+    }
+
+    pub fn give_back(&mut self, tree: &QuotaTree, q: usize, a: &Amounts) {
+        for anc in tree.ancestors(q) {
+            self.held[anc].sub(a);
+        }
+    }
+
+    /// The first hard limit on `q`'s chain that `a` more would break.
+    pub fn over_limit(&self, tree: &QuotaTree, q: usize, a: &Amounts) -> Option<OverLimit> {
+        for anc in tree.ancestors(q) {
+            let spec = tree.spec(anc);
+            for r in Resource::ALL {
+                if let Some(limit) = spec.limit.get(r)
+                    && a.get(r) > 0
+                    && self.held[anc].get(r) + a.get(r) > limit
+                {
+                    return Some(OverLimit {
+                        queue: spec.name.clone(),
+                        resource: r,
+                        used: self.held[anc].get(r),
+                        limit,
+                        requested: a.get(r),
+                    });
+                }
+            }
+        }
+        None
+    }
+
+    /// Whether `q` would stay within its guarantee with `a` more: such a request may
+    /// reclaim what others borrowed. (A child's guarantee is carved out of its parent's, so
+    /// the child's own is what it is entitled to, whoever borrowed it.)
+    /// A request for nothing anyone is guaranteed is never within a guarantee.
+    pub fn within_guarantee(&self, tree: &QuotaTree, q: usize, a: &Amounts) -> bool {
+        let governed = Resource::ALL
+            .iter()
+            .any(|&r| tree.governs(r) && a.get(r) > 0);
+        governed
+            && Resource::ALL.iter().all(|&r| {
+                !tree.governs(r)
+                    || a.get(r) == 0
+                    || self.held[q].get(r) + a.get(r) <= tree.spec(q).guaranteed.get(r)
+            })
+    }
+
+    /// Whether `q` holds more than its guarantee of some resource that `a` uses: a job using
+    /// `a` is then (partly) on borrowed capacity.
+    pub fn borrowing(&self, tree: &QuotaTree, q: usize, a: &Amounts) -> bool {
+        Resource::ALL.iter().any(|&r| {
+            tree.governs(r) && a.get(r) > 0 && self.held[q].get(r) > tree.spec(q).guaranteed.get(r)
+        })
+    }
+
+    /// Whether giving back `a` so that queue `to` can have it leaves `q` and its
+    /// ancestors at or above their guarantee in every resource (or, if they were already
+    /// below it in `base`, where they were then: `base` is the usage before a reclaim that
+    /// takes several jobs, `self` the usage with those taken so far). Ancestors that `to`
+    /// shares with `q` are not checked: the capacity moves between their own members.
+    pub fn can_lose(
+        &self,
+        base: &Usage,
+        tree: &QuotaTree,
+        q: usize,
+        a: &Amounts,
+        to: usize,
+    ) -> bool {
+        let shared: Vec<usize> = tree.ancestors(to).collect();
+        tree.ancestors(q)
+            .filter(|anc| !shared.contains(anc))
+            .all(|anc| {
+                Resource::ALL.iter().all(|&r| {
+                    let held = self.held[anc].get(r);
+                    let floor = base.held[anc].get(r).min(tree.spec(anc).guaranteed.get(r));
+                    held.saturating_sub(a.get(r)) >= floor
+                })
+            })
+    }
+
+    /// `q`'s dominant share of `capacity` above its guarantee, divided by its weight: the
+    /// queue with the least goes first for spare capacity (dominant-resource fairness).
+    pub fn fair_share_key(&self, tree: &QuotaTree, q: usize, capacity: &Amounts) -> f64 {
+        let spec = tree.spec(q);
+        let dominant = Resource::ALL
+            .iter()
+            .map(|&r| {
+                let over = self.held[q].get(r).saturating_sub(spec.guaranteed.get(r));
+                over as f64 / capacity.get(r).max(1) as f64
+            })
+            .fold(0.0, f64::max);
+        dominant / f64::from(spec.weight)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn q(
+        id: &str,
+        parent: Option<&str>,
+        guaranteed_gpus: u64,
+        limit_gpus: Option<u64>,
+    ) -> QueueSpec {
+        QueueSpec {
+            id: id.into(),
+            name: id.into(),
+            parent: parent.map(Into::into),
+            guaranteed: Amounts::new(guaranteed_gpus * 1000, 0, 0),
+            limit: Limits([limit_gpus.map(|g| g * 1000), None, None]),
+            weight: 1,
+        }
+    }
+
+    #[test]
+    fn the_tree_is_validated() {
+        assert!(QuotaTree::new(vec![q("a", None, 4, Some(8)), q("b", Some("a"), 2, None)]).is_ok());
+        let bad = [
+            (vec![q("a", Some("x"), 0, None)], "does not exist"),
+            (vec![q("a", None, 0, None), q("a", None, 0, None)], "twice"),
+            (
+                vec![q("a", Some("b"), 0, None), q("b", Some("a"), 0, None)],
+                "ancestor",
+            ),
+            (vec![q("a", None, 9, Some(8))], "above its limit"),
+            (
+                vec![
+                    q("a", None, 4, None),
+                    q("b", Some("a"), 3, None),
+                    q("c", Some("a"), 2, None),
+                ],
+                "children are guaranteed 5 GPUs",
+            ),
+        ];
+        for (specs, want) in bad {
+            let err = QuotaTree::new(specs).expect_err(want).to_string();
+            assert!(err.contains(want), "{err}");
+        }
+    }
+
+    #[test]
+    fn limits_guarantees_and_borrowing_follow_the_chain() {
+        let tree = QuotaTree::new(vec![
+            q("org", None, 8, Some(10)),
+            q("team-a", Some("org"), 4, None),
+            q("team-b", Some("org"), 4, Some(6)),
+        ])
+        .expect("tree");
+        let (org, a, b) = (0, 1, 2);
+        let mut usage = Usage::new(&tree);
+        let gpus = |n: u64| Amounts::new(n * 500, 0, 0);
+        usage.take(&tree, a, &gpus(15));
+        assert_eq!(
+            usage.of(org).get(Resource::GpuMilli),
+            7500,
+            "children count in the parent"
+        );
+        let over = usage.over_limit(&tree, b, &gpus(6)).expect("org limit");
+        assert_eq!(
+            over.to_string(),
+            "tenant org: 7.5 of 10 GPUs in use (limit); request 3"
+        );
+        assert!(usage.over_limit(&tree, b, &gpus(5)).is_none());
+        assert!(
+            usage.borrowing(&tree, a, &gpus(1)),
+            "team-a holds 7.5 of 4 guaranteed"
+        );
+        assert!(
+            usage.within_guarantee(&tree, b, &gpus(8)),
+            "team-b's own 4 GPUs"
+        );
+        assert!(!usage.within_guarantee(&tree, b, &gpus(9)));
+        assert!(
+            usage.can_lose(&usage, &tree, a, &gpus(7), b),
+            "7.5 - 3.5 = 4, the guarantee"
+        );
+        assert!(
+            !usage.can_lose(&usage, &tree, a, &gpus(8), b),
+            "below team-a's guarantee"
+        );
+        assert!(
+            !usage.within_guarantee(&tree, b, &Amounts::new(0, 1000, 0)),
+            "CPUs are not guaranteed"
+        );
+        let outsider = QuotaTree::new(vec![
+            q("org", None, 8, None),
+            q("team-a", Some("org"), 4, None),
+            q("other", None, 4, None),
+        ])
+        .expect("tree");
+        let mut usage = Usage::new(&outsider);
+        usage.take(&outsider, 1, &gpus(15));
+        assert!(
+            !usage.can_lose(&usage, &outsider, 1, &gpus(7), 2),
+            "org would drop from 7.5 to 4 of its 8 guaranteed for another tenant"
+        );
+        assert!(usage.fair_share_key(&tree, a, &Amounts::new(16_000, 1, 1)) > 0.0);
+        assert_eq!(
+            usage.fair_share_key(&tree, b, &Amounts::new(16_000, 1, 1)),
+            0.0
+        );
+    }
+}
