@@ -304,7 +304,10 @@ fn usage_of(tree: &QuotaTree, running: &[Running]) -> Usage {
     usage
 }
 
-fn arb_job() -> impl Strategy<Value = (usize, u8, u32, u32, u32, u32, i32, bool)> {
+/// A generated job: team, GPUs, milli per GPU, CPUs, GiB, replicas, priority, preemptible.
+type JobSpec = (usize, u8, u32, u32, u32, u32, i32, bool);
+
+fn arb_job() -> impl Strategy<Value = JobSpec> {
     (
         0usize..3,
         prop_oneof![Just(0u8), Just(1), Just(1), Just(2), Just(4)],
@@ -317,7 +320,7 @@ fn arb_job() -> impl Strategy<Value = (usize, u8, u32, u32, u32, u32, i32, bool)
     )
 }
 
-fn make_jobs(specs: &[(usize, u8, u32, u32, u32, u32, i32, bool)], first_seq: u64) -> Vec<Job> {
+fn make_jobs(specs: &[JobSpec], first_seq: u64) -> Vec<Job> {
     specs
         .iter()
         .enumerate()
