@@ -1,7 +1,8 @@
 //! One scheduling pass that decides quotas and placement together: pending jobs in fair
 //! order, each placed by the placement policy if its quota chain allows, gangs all or none,
 //! and jobs within their guarantee reclaiming capacity that others borrowed by preempting
-//! them. Pure: cluster, quotas, running and pending jobs in; decisions out.
+//! them, under isolation constraints ([`isolation`]). Pure: cluster, quotas, running and
+//! pending jobs in; decisions out.
 //!
 //! Order: jobs that stay within their tenant's guarantee first (guaranteed capacity before
 //! borrowed), then higher priority, then the tenant furthest below its fair share of spare
@@ -22,6 +23,11 @@ use rand::rngs::StdRng;
 use crate::openb::{Choice, Cluster, OpenbPolicy, Request};
 use crate::quota::{Amounts, QuotaTree, Resource, Usage};
 
+mod isolation;
+
+pub use isolation::{GpuLimits, Isolation, WorkloadClass};
+use isolation::{Occupancy, held_request};
+
 /// A job as the pass sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Job {
@@ -36,6 +42,9 @@ pub struct Job {
     pub preemptible: bool,
     /// Submission order: lower is older.
     pub seq: u64,
+    /// The isolation asked for; `None` takes the workload class's default.
+    pub isolation: Option<Isolation>,
+    pub class: Option<WorkloadClass>,
 }
 
 impl Job {
@@ -68,12 +77,16 @@ pub struct Running {
 pub struct Config {
     /// A job runs at least this long before reclaim may preempt it.
     pub min_runtime_secs: i64,
+    pub gpu_limits: GpuLimits,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decision {
     Place {
         job_id: String,
+        /// What each replica holds (a dedicated job holds whole GPUs): what a running job's
+        /// `request` is from now on.
+        request: Request,
         placements: Vec<Choice>,
         /// Placed (partly) on capacity above its tenant's guarantee: reclaim may take it.
         borrowing: bool,
@@ -98,6 +111,7 @@ struct Pass<'a> {
     tree: &'a QuotaTree,
     cluster: Cluster,
     usage: Usage,
+    occupancy: Occupancy,
     /// Running jobs not (yet) preempted in this pass.
     live: Vec<Option<&'a Running>>,
     /// Jobs preempted in this pass, to be tried again as pending ones.
@@ -143,11 +157,16 @@ pub fn schedule(
             u64::from(n.memory_free),
         ));
     }
+    let mut occupancy = Occupancy::new(cluster.nodes.len());
     for r in running {
+        let q = tree.find(&r.job.queue);
         for c in &r.placements {
             cluster.nodes[c.node].place(&r.job.request, &c.gpus);
+            if let Some(q) = q {
+                occupancy.add(c.node, &c.gpus, q, level_of(tree, &r.job, q));
+            }
         }
-        if let Some(q) = tree.find(&r.job.queue) {
+        if let Some(q) = q {
             usage.take(tree, q, &r.job.amounts());
         }
     }
@@ -158,6 +177,7 @@ pub fn schedule(
         tree,
         cluster,
         usage,
+        occupancy,
         live: running.iter().map(Some).collect(),
         requeued: Vec::new(),
         capacity,
@@ -194,6 +214,18 @@ pub fn schedule(
         waiting = still;
     }
     decisions
+}
+
+/// The isolation `job` runs at: what it asks for (or its class's default), raised to the
+/// minimum of its tenant and the tenant's parents.
+pub fn level_of(tree: &QuotaTree, job: &Job, q: usize) -> Isolation {
+    let asked = job
+        .isolation
+        .or(job.class.map(WorkloadClass::default_isolation))
+        .unwrap_or_default();
+    tree.ancestors(q)
+        .map(|a| tree.spec(a).min_isolation)
+        .fold(asked, Isolation::max)
 }
 
 /// Pending jobs per queue, each list in (priority desc, seq asc) order, reversed so the
@@ -263,23 +295,40 @@ impl<'a> Pass<'a> {
             ));
             return false;
         };
+        let level = level_of(self.tree, job, q);
+        if level == Isolation::Mig && job.request.num_gpu > 0 {
+            decisions.push(wait(
+                "MigUnavailable",
+                format!(
+                    "isolation mig (tenant {}): no node offers MIG partitions yet",
+                    self.tree.spec(q).name
+                ),
+            ));
+            return false;
+        }
+        let held = Job {
+            request: held_request(&job.request, level),
+            ..job.clone()
+        };
+        let job = &held;
         let total = job.amounts();
         if let Some(over) = self.usage.over_limit(self.tree, q, &total) {
             decisions.push(wait("TenantLimit", over.to_string()));
             return false;
         }
         let within = self.usage.within_guarantee(self.tree, q, &total);
-        if let Some(placements) = self.place_gang(job, policy, rng) {
+        if let Some(placements) = self.place_gang(job, q, level, policy, rng) {
             self.usage.take(self.tree, q, &total);
             let borrowing = self.usage.borrowing(self.tree, q, &total);
             decisions.push(Decision::Place {
                 job_id: job.id.clone(),
+                request: job.request,
                 placements,
                 borrowing,
             });
             return true;
         }
-        if within && let Some((victims, placements)) = self.reclaim(job, q, policy) {
+        if within && let Some((victims, placements)) = self.reclaim(job, q, level, policy) {
             for (victim, reason) in victims {
                 decisions.push(Decision::Preempt {
                     job_id: victim,
@@ -289,12 +338,13 @@ impl<'a> Pass<'a> {
             }
             decisions.push(Decision::Place {
                 job_id: job.id.clone(),
+                request: job.request,
                 placements,
                 borrowing: false,
             });
             return true;
         }
-        decisions.push(wait("NoRoom", self.no_room(job, q, within)));
+        decisions.push(wait("NoRoom", self.no_room(job, q, level, within)));
         false
     }
 
@@ -303,28 +353,44 @@ impl<'a> Pass<'a> {
     /// GPU milli, then CPU, then the node order), so whether a gang fits depends only on
     /// the cluster's state, never on what the policy has learned: the same state always
     /// gives the same answer.
+    ///
+    /// Isolation holds either way: a choice of the policy that breaks it (another tenant on
+    /// a dedicated node, a shared GPU at its job limit) gives way to the tightest allowed.
     fn place_gang(
         &mut self,
         job: &Job,
+        q: usize,
+        level: Isolation,
         policy: &mut dyn OpenbPolicy,
         rng: &mut StdRng,
     ) -> Option<Vec<Choice>> {
+        let limits = self.config.gpu_limits;
         let mut placed: Vec<Choice> = Vec::new();
         for _ in 0..job.replicas.max(1) {
             let choice = if job.replicas > 1 {
-                self.tightest(&job.request)
+                self.tightest(&job.request, q, level)
             } else {
-                policy.choose(&self.cluster, &job.request, rng)
+                policy
+                    .choose(&self.cluster, &job.request, rng)
+                    .filter(|c| {
+                        self.occupancy.node_allows(c.node, q, level)
+                            && self
+                                .occupancy
+                                .gpus_allow(c.node, &c.gpus, &job.request, limits)
+                    })
+                    .or_else(|| self.tightest(&job.request, q, level))
             };
             match choice {
                 Some(c) => {
                     self.cluster.nodes[c.node].place(&job.request, &c.gpus);
+                    self.occupancy.add(c.node, &c.gpus, q, level);
                     policy.node_changed(&self.cluster, c.node);
                     placed.push(c);
                 }
                 None => {
                     for c in placed {
                         self.cluster.nodes[c.node].release(&job.request, &c.gpus);
+                        self.occupancy.remove(c.node, &c.gpus, q, level);
                         policy.node_changed(&self.cluster, c.node);
                     }
                     return None;
@@ -334,16 +400,25 @@ impl<'a> Pass<'a> {
         Some(placed)
     }
 
-    /// The fitting node with the least room left (GPU milli, then CPU, then node order).
-    fn tightest(&self, request: &Request) -> Option<Choice> {
+    /// The allowed fitting node with the least room left (GPU milli, then CPU, then node
+    /// order).
+    fn tightest(&self, request: &Request, q: usize, level: Isolation) -> Option<Choice> {
         let c = &self.cluster;
-        let node = (0..c.nodes.len())
-            .filter(|&i| c.nodes[i].fits(request))
-            .min_by_key(|&i| (c.nodes[i].gpu_free_total(), c.nodes[i].cpu_free, c.rank[i]))?;
-        Some(Choice {
-            node,
-            gpus: c.nodes[node].default_gpus(request),
-        })
+        let limits = self.config.gpu_limits;
+        (0..c.nodes.len())
+            .filter(|&i| self.occupancy.node_allows(i, q, level))
+            .filter_map(|i| {
+                let gpus = self.occupancy.gpus_for(i, &c.nodes[i], request, limits)?;
+                Some((i, gpus))
+            })
+            .min_by_key(|(i, _)| {
+                (
+                    c.nodes[*i].gpu_free_total(),
+                    c.nodes[*i].cpu_free,
+                    c.rank[*i],
+                )
+            })
+            .map(|(node, gpus)| Choice { node, gpus })
     }
 
     /// Whether running job `r` may be preempted now, on what the pass has taken so far
@@ -366,19 +441,25 @@ impl<'a> Pass<'a> {
         &mut self,
         job: &Job,
         q: usize,
+        level: Isolation,
         policy: &mut dyn OpenbPolicy,
     ) -> Option<(Vec<Victim>, Vec<Choice>)> {
-        let (cluster_before, usage_before, live_before) =
-            (self.cluster.clone(), self.usage.clone(), self.live.clone());
+        let (cluster_before, usage_before, live_before, occupancy_before) = (
+            self.cluster.clone(),
+            self.usage.clone(),
+            self.live.clone(),
+            self.occupancy.clone(),
+        );
         let requeued_before = self.requeued.len();
         let mut victims = Vec::new();
         let mut placements = Vec::new();
         let mut touched = Vec::new();
         for _ in 0..job.replicas.max(1) {
-            let Some((node, chosen)) = self.cheapest_room(job, q, &usage_before) else {
+            let Some((node, chosen)) = self.cheapest_room(job, q, level, &usage_before) else {
                 self.cluster = cluster_before;
                 self.usage = usage_before;
                 self.live = live_before;
+                self.occupancy = occupancy_before;
                 self.requeued.truncate(requeued_before);
                 for node in touched {
                     policy.node_changed(&self.cluster, node);
@@ -393,8 +474,10 @@ impl<'a> Pass<'a> {
                 let Some(vq) = self.tree.find(&r.job.queue) else {
                     continue;
                 };
+                let victim_level = level_of(self.tree, &r.job, vq);
                 for c in &r.placements {
                     self.cluster.nodes[c.node].release(&r.job.request, &c.gpus);
+                    self.occupancy.remove(c.node, &c.gpus, vq, victim_level);
                     touched.push(c.node);
                 }
                 let held = self.usage.of(vq).get(Resource::GpuMilli);
@@ -412,8 +495,17 @@ impl<'a> Pass<'a> {
                     ),
                 ));
             }
-            let gpus = self.cluster.nodes[node].default_gpus(&job.request);
+            let gpus = self
+                .occupancy
+                .gpus_for(
+                    node,
+                    &self.cluster.nodes[node],
+                    &job.request,
+                    self.config.gpu_limits,
+                )
+                .unwrap_or_else(|| self.cluster.nodes[node].default_gpus(&job.request));
             self.cluster.nodes[node].place(&job.request, &gpus);
+            self.occupancy.add(node, &gpus, q, level);
             self.usage.take(self.tree, q, &job.replica_amounts());
             touched.push(node);
             placements.push(Choice { node, gpus });
@@ -429,7 +521,13 @@ impl<'a> Pass<'a> {
     /// The node where preempting the fewest eligible borrowers (in reclaim order) makes room
     /// for `request`, and those borrowers (indices into `live`).
     /// `base`: the usage before this reclaim began (a gang reclaims replica by replica).
-    fn cheapest_room(&self, job: &Job, q: usize, base: &Usage) -> Option<(usize, Vec<usize>)> {
+    fn cheapest_room(
+        &self,
+        job: &Job,
+        q: usize,
+        level: Isolation,
+        base: &Usage,
+    ) -> Option<(usize, Vec<usize>)> {
         let request = &job.request;
         let mut candidates: Vec<(usize, usize)> = self
             .live
@@ -501,15 +599,48 @@ impl<'a> Pass<'a> {
                     needed = without;
                 }
             }
-            if best.as_ref().is_none_or(|(_, b)| needed.len() < b.len()) {
-                best = Some((node, needed));
+            if best.as_ref().is_some_and(|(_, b)| needed.len() >= b.len())
+                || !self.allowed_without(node, &needed, job, q, level)
+            {
+                continue;
             }
+            best = Some((node, needed));
         }
         best
     }
 
+    /// Whether `job` may run on `node` once the `victims` (indices into `live`) are gone:
+    /// isolation and the per-GPU job limit.
+    fn allowed_without(
+        &self,
+        node: usize,
+        victims: &[usize],
+        job: &Job,
+        q: usize,
+        level: Isolation,
+    ) -> bool {
+        let mut occupancy = self.occupancy.clone();
+        let mut state = self.cluster.nodes[node].clone();
+        for r in victims.iter().filter_map(|&i| self.live[i]) {
+            let Some(vq) = self.tree.find(&r.job.queue) else {
+                continue;
+            };
+            let victim_level = level_of(self.tree, &r.job, vq);
+            for c in &r.placements {
+                occupancy.remove(c.node, &c.gpus, vq, victim_level);
+                if c.node == node {
+                    state.release(&r.job.request, &c.gpus);
+                }
+            }
+        }
+        occupancy.node_allows(node, q, level)
+            && occupancy
+                .gpus_for(node, &state, &job.request, self.config.gpu_limits)
+                .is_some()
+    }
+
     /// Why `job` waits, with numbers.
-    fn no_room(&self, job: &Job, q: usize, within: bool) -> String {
+    fn no_room(&self, job: &Job, q: usize, level: Isolation, within: bool) -> String {
         let r = &job.request;
         let mut want = Vec::new();
         if r.num_gpu > 0 {
@@ -542,8 +673,15 @@ impl<'a> Pass<'a> {
         } else {
             "above its guarantee, so it waits for spare capacity"
         };
+        let isolation = match level {
+            Isolation::Shared => String::new(),
+            other => format!(
+                " at isolation {} (whole GPUs on a node with no other tenant's work)",
+                other.as_str()
+            ),
+        };
         format!(
-            "no node has room for {replicas}{}; tenant {}: {} of {} guaranteed GPUs in use{limit}; {reclaim}",
+            "no node has room for {replicas}{}{isolation}; tenant {}: {} of {} guaranteed GPUs in use{limit}; {reclaim}",
             want.join(", "),
             spec.name,
             Resource::GpuMilli.number(held),

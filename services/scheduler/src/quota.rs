@@ -108,6 +108,8 @@ pub struct QueueSpec {
     pub limit: Limits,
     /// Share of spare capacity relative to other queues (dominant-resource fair).
     pub weight: u32,
+    /// The least isolation its jobs (and its children's) run at.
+    pub min_isolation: crate::engine::Isolation,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -387,6 +389,7 @@ mod tests {
             guaranteed: Amounts::new(guaranteed_gpus * 1000, 0, 0),
             limit: Limits([limit_gpus.map(|g| g * 1000), None, None]),
             weight: 1,
+            min_isolation: crate::engine::Isolation::Shared,
         }
     }
 

@@ -37,6 +37,7 @@ fn queue(
         guaranteed: Amounts::new(guaranteed_gpus * 1000, 0, 0),
         limit: Limits([limit_gpus.map(|g| g * 1000), None, None]),
         weight: 1,
+        min_isolation: Isolation::Shared,
     }
 }
 
@@ -55,11 +56,16 @@ fn job(id: &str, queue: &str, gpus: u8, gpu_milli: u32, seq: u64) -> Job {
         priority: 0,
         preemptible: true,
         seq,
+        isolation: None,
+        class: None,
     }
 }
 
 const CONFIG: Config = Config {
     min_runtime_secs: 60,
+    gpu_limits: GpuLimits {
+        max_jobs_per_shared_gpu: 3,
+    },
 };
 
 fn pass(
@@ -90,14 +96,19 @@ fn apply(decisions: &[Decision], running: &mut Vec<Running>, pending: &mut Vec<J
     for d in decisions {
         match d {
             Decision::Place {
-                job_id, placements, ..
+                job_id,
+                request,
+                placements,
+                ..
             } => {
                 let i = pending
                     .iter()
                     .position(|j| &j.id == job_id)
                     .expect("pending job");
+                let mut job = pending.remove(i);
+                job.request = *request;
                 running.push(Running {
-                    job: pending.remove(i),
+                    job,
                     placements: placements.clone(),
                     started_at: now,
                 });
@@ -241,6 +252,70 @@ fn limits_gangs_and_fair_order() {
     );
 }
 
+#[test]
+fn isolation_levels_constrain_placement() {
+    let cluster = cluster(&[(4, 64, 256), (4, 64, 256)]);
+    let mut secure = queue("secure", None, 0, None);
+    secure.min_isolation = Isolation::Dedicated;
+    let tree = QuotaTree::new(vec![queue("web", None, 0, None), secure]).expect("tree");
+    let mut inference = job("infer", "web", 1, 300, 0);
+    inference.class = Some(WorkloadClass::Inference);
+    let mut mig = job("mig", "web", 1, 1000, 3);
+    mig.isolation = Some(Isolation::Mig);
+    let pending = vec![
+        inference,
+        job("secret", "secure", 1, 500, 1),
+        job("secret-2", "secure", 2, 1000, 2),
+        mig,
+    ];
+    let d = pass(&cluster, &tree, &[], &pending, 0);
+    let node_of = |id: &str| {
+        d.iter().find_map(|x| match x {
+            Decision::Place {
+                job_id,
+                placements,
+                request,
+                ..
+            } if job_id == id => Some((placements[0].node, request.gpu_milli)),
+            _ => None,
+        })
+    };
+    let (web_node, _) = node_of("infer").expect("inference placed");
+    let (secret_node, held) = node_of("secret").expect("secret placed");
+    assert_ne!(web_node, secret_node, "the tenant's minimum is dedicated");
+    assert_eq!(held, 1000, "a dedicated half GPU holds the whole GPU");
+    assert_eq!(
+        node_of("secret-2").map(|p| p.0),
+        Some(secret_node),
+        "its own node is fine"
+    );
+    assert_eq!(reason(&d, "mig").code, "MigUnavailable");
+
+    // Another dedicated job of a second tenant finds no node free of others' work.
+    let tree = QuotaTree::new(vec![
+        queue("web", None, 0, None),
+        queue("secure", None, 0, None),
+        queue("other", None, 0, None),
+    ])
+    .expect("tree");
+    let mut training = job("train", "other", 1, 1000, 9);
+    training.class = Some(WorkloadClass::Training);
+    let running: Vec<Running> = [("w", "web", 0), ("s", "secure", 1)]
+        .iter()
+        .map(|&(id, q, node)| Running {
+            job: job(id, q, 1, 250, 0),
+            placements: vec![Choice {
+                node,
+                gpus: vec![0],
+            }],
+            started_at: 0,
+        })
+        .collect();
+    let d = pass(&cluster, &tree, &running, &[training], 0);
+    let wait = reason(&d, "train");
+    assert!(wait.message.contains("at isolation dedicated"), "{wait:?}");
+}
+
 /// Checks that what is running fits every GPU, node and quota limit.
 fn check_capacity(
     cluster: &Cluster,
@@ -269,6 +344,46 @@ fn check_capacity(
             tree,
             tree.find(&r.job.queue).expect("queue"),
             &r.job.amounts(),
+        );
+    }
+    // Isolation: a node with a dedicated job runs no other tenant's work, and a shared GPU
+    // holds at most the job limit.
+    let mut tenants: HashMap<usize, Vec<(String, Isolation)>> = HashMap::new();
+    let mut shared_jobs: HashMap<(usize, u8), u32> = HashMap::new();
+    for r in running {
+        let q = tree.find(&r.job.queue).expect("queue");
+        let level = level_of(tree, &r.job, q);
+        prop_assert!(
+            level != Isolation::Mig || r.job.request.num_gpu == 0,
+            "no MIG yet"
+        );
+        for c in &r.placements {
+            tenants
+                .entry(c.node)
+                .or_default()
+                .push((r.job.queue.clone(), level));
+            if r.job.request.is_shared() {
+                for &g in &c.gpus {
+                    *shared_jobs.entry((c.node, g)).or_default() += 1;
+                }
+            }
+            if level == Isolation::Dedicated && r.job.request.num_gpu > 0 {
+                prop_assert_eq!(r.job.request.gpu_milli, 1000, "dedicated holds whole GPUs");
+            }
+        }
+    }
+    for (n, here) in &tenants {
+        if let Some((owner, _)) = here.iter().find(|(_, l)| *l == Isolation::Dedicated) {
+            prop_assert!(
+                here.iter().all(|(t, _)| t == owner),
+                "node {n} dedicated to {owner}: {here:?}"
+            );
+        }
+    }
+    for ((n, g), jobs) in shared_jobs {
+        prop_assert!(
+            jobs <= CONFIG.gpu_limits.max_jobs_per_shared_gpu,
+            "GPU {g} of node {n}: {jobs} jobs"
         );
     }
     for ((n, g), milli) in gpu {
@@ -304,8 +419,9 @@ fn usage_of(tree: &QuotaTree, running: &[Running]) -> Usage {
     usage
 }
 
-/// A generated job: team, GPUs, milli per GPU, CPUs, GiB, replicas, priority, preemptible.
-type JobSpec = (usize, u8, u32, u32, u32, u32, i32, bool);
+/// A generated job: team, GPUs, milli per GPU, CPUs, GiB, replicas, priority, preemptible,
+/// isolation asked for.
+type JobSpec = (usize, u8, u32, u32, u32, u32, i32, bool, Option<Isolation>);
 
 fn arb_job() -> impl Strategy<Value = JobSpec> {
     (
@@ -317,6 +433,12 @@ fn arb_job() -> impl Strategy<Value = JobSpec> {
         1u32..3,
         0i32..3,
         prop::bool::weighted(0.8),
+        prop_oneof![
+            4 => Just(None),
+            2 => Just(Some(Isolation::Shared)),
+            2 => Just(Some(Isolation::Dedicated)),
+            1 => Just(Some(Isolation::Mig)),
+        ],
     )
 }
 
@@ -325,7 +447,7 @@ fn make_jobs(specs: &[JobSpec], first_seq: u64) -> Vec<Job> {
         .iter()
         .enumerate()
         .map(
-            |(i, &(team, gpus, milli, cpus, gib, replicas, priority, preemptible))| {
+            |(i, &(team, gpus, milli, cpus, gib, replicas, priority, preemptible, isolation))| {
                 let seq = first_seq + i as u64;
                 Job {
                     id: format!("j{seq}"),
@@ -341,6 +463,8 @@ fn make_jobs(specs: &[JobSpec], first_seq: u64) -> Vec<Job> {
                     priority,
                     preemptible,
                     seq,
+                    isolation,
+                    class: None,
                 }
             },
         )
