@@ -1,7 +1,7 @@
 //! One scheduling pass that decides quotas and placement together: pending jobs in fair
 //! order, each placed by the placement policy if its quota chain allows, gangs all or none,
 //! and jobs within their guarantee reclaiming capacity that others borrowed by preempting
-//! them, under isolation constraints ([`isolation`]). Pure: cluster, quotas, running and
+//! them, under isolation constraints ([`Isolation`]). Pure: cluster, quotas, running and
 //! pending jobs in; decisions out.
 //!
 //! Order: jobs that stay within their tenant's guarantee first (guaranteed capacity before
