@@ -16,10 +16,12 @@
 //! fewest victims.
 
 use std::cmp::Ordering;
+use std::collections::HashMap;
 
 use allot_domain::PendingReason;
 use rand::rngs::StdRng;
 
+use crate::openb::cluster::NodeState;
 use crate::openb::{Choice, Cluster, OpenbPolicy, Request};
 use crate::quota::{Amounts, QuotaTree, Resource, Usage};
 
@@ -112,6 +114,9 @@ struct Pass<'a> {
     cluster: Cluster,
     usage: Usage,
     occupancy: Occupancy,
+    /// Shared GPUs at the job limit, with the milli hidden from placement (their free milli
+    /// reads 0, so no policy picks them and no whole-GPU request could use them anyway).
+    sealed: HashMap<(usize, u8), u32>,
     /// Running jobs not (yet) preempted in this pass.
     live: Vec<Option<&'a Running>>,
     /// Jobs preempted in this pass, to be tried again as pending ones.
@@ -147,8 +152,8 @@ pub fn schedule(
         now,
         config,
     } = world;
-    let mut cluster = empty.clone();
-    let mut usage = Usage::new(tree);
+    let cluster = empty.clone();
+    let usage = Usage::new(tree);
     let mut capacity = Amounts::default();
     for n in &cluster.nodes {
         capacity.add(&Amounts::new(
@@ -157,33 +162,36 @@ pub fn schedule(
             u64::from(n.memory_free),
         ));
     }
-    let mut occupancy = Occupancy::new(cluster.nodes.len());
-    for r in running {
-        let q = tree.find(&r.job.queue);
-        for c in &r.placements {
-            cluster.nodes[c.node].place(&r.job.request, &c.gpus);
-            if let Some(q) = q {
-                occupancy.add(c.node, &c.gpus, q, level_of(tree, &r.job, q));
-            }
-        }
-        if let Some(q) = q {
-            usage.take(tree, q, &r.job.amounts());
-        }
-    }
-    for node in 0..cluster.nodes.len() {
-        policy.node_changed(&cluster, node);
-    }
+    let occupancy = Occupancy::new(cluster.nodes.len());
     let mut pass = Pass {
         tree,
         cluster,
         usage,
         occupancy,
+        sealed: HashMap::new(),
         live: running.iter().map(Some).collect(),
         requeued: Vec::new(),
         capacity,
         now,
         config,
     };
+    for r in running {
+        let Some(q) = tree.find(&r.job.queue) else {
+            // Without a quota it counts nowhere, but it still holds its GPUs.
+            for c in &r.placements {
+                pass.cluster.nodes[c.node].place(&r.job.request, &c.gpus);
+            }
+            continue;
+        };
+        let level = level_of(tree, &r.job, q);
+        for c in &r.placements {
+            pass.hold(c.node, &c.gpus, &r.job.request, q, level);
+        }
+        pass.usage.take(tree, q, &r.job.amounts());
+    }
+    for node in 0..pass.cluster.nodes.len() {
+        policy.node_changed(&pass.cluster, node);
+    }
     let mut decisions = Vec::with_capacity(pending.len());
     let mut waiting = Vec::new();
     let mut queues = by_queue(pending);
@@ -248,6 +256,63 @@ fn by_queue(pending: &[Job]) -> Vec<Vec<&Job>> {
 }
 
 impl<'a> Pass<'a> {
+    /// Takes `request` on `gpus` of `node` for queue `q`, sealing shared GPUs that reach
+    /// the job limit.
+    fn hold(&mut self, node: usize, gpus: &[u8], request: &Request, q: usize, level: Isolation) {
+        // (A running job can land on a sealed GPU when the limit was lowered since.)
+        for &g in gpus {
+            if let Some(hidden) = self.sealed.remove(&(node, g)) {
+                self.cluster.nodes[node].gpu_free[usize::from(g)] += hidden;
+            }
+        }
+        self.cluster.nodes[node].place(request, gpus);
+        self.occupancy.add(node, gpus, q, level);
+        if request.is_shared() {
+            for &g in gpus {
+                let at_limit = self.occupancy.jobs_on(node, g)
+                    >= self.config.gpu_limits.max_jobs_per_shared_gpu;
+                if at_limit {
+                    let free = &mut self.cluster.nodes[node].gpu_free[usize::from(g)];
+                    self.sealed.insert((node, g), *free);
+                    *free = 0;
+                }
+            }
+        }
+    }
+
+    /// Gives back what `hold` took, unsealing the GPUs.
+    fn unhold(&mut self, node: usize, gpus: &[u8], request: &Request, q: usize, level: Isolation) {
+        for &g in gpus {
+            if let Some(hidden) = self.sealed.remove(&(node, g)) {
+                self.cluster.nodes[node].gpu_free[usize::from(g)] += hidden;
+            }
+        }
+        self.cluster.nodes[node].release(request, gpus);
+        self.occupancy.remove(node, gpus, q, level);
+    }
+
+    /// Releases `r`'s placements on `node` from `state`, a trial copy of that node,
+    /// unsealing each GPU once (`unsealed` remembers which).
+    fn trial_release(
+        &self,
+        state: &mut NodeState,
+        node: usize,
+        r: &Running,
+        unsealed: &mut Vec<u8>,
+    ) {
+        for c in r.placements.iter().filter(|c| c.node == node) {
+            for &g in &c.gpus {
+                if !unsealed.contains(&g)
+                    && let Some(hidden) = self.sealed.get(&(node, g))
+                {
+                    state.gpu_free[usize::from(g)] += hidden;
+                    unsealed.push(g);
+                }
+            }
+            state.release(&r.job.request, &c.gpus);
+        }
+    }
+
     /// The next job: among each queue's head, guaranteed first, then priority, then the
     /// queue furthest below its fair share, then the oldest.
     fn next<'j>(&self, queues: &mut [Vec<&'j Job>]) -> Option<&'j Job> {
@@ -382,15 +447,13 @@ impl<'a> Pass<'a> {
             };
             match choice {
                 Some(c) => {
-                    self.cluster.nodes[c.node].place(&job.request, &c.gpus);
-                    self.occupancy.add(c.node, &c.gpus, q, level);
+                    self.hold(c.node, &c.gpus, &job.request, q, level);
                     policy.node_changed(&self.cluster, c.node);
                     placed.push(c);
                 }
                 None => {
                     for c in placed {
-                        self.cluster.nodes[c.node].release(&job.request, &c.gpus);
-                        self.occupancy.remove(c.node, &c.gpus, q, level);
+                        self.unhold(c.node, &c.gpus, &job.request, q, level);
                         policy.node_changed(&self.cluster, c.node);
                     }
                     return None;
@@ -444,11 +507,14 @@ impl<'a> Pass<'a> {
         level: Isolation,
         policy: &mut dyn OpenbPolicy,
     ) -> Option<(Vec<Victim>, Vec<Choice>)> {
-        let (cluster_before, usage_before, live_before, occupancy_before) = (
+        // Most attempts find nothing to take: find out before copying the pass's state.
+        self.cheapest_room(job, q, level, &self.usage)?;
+        let (cluster_before, usage_before, live_before, occupancy_before, sealed_before) = (
             self.cluster.clone(),
             self.usage.clone(),
             self.live.clone(),
             self.occupancy.clone(),
+            self.sealed.clone(),
         );
         let requeued_before = self.requeued.len();
         let mut victims = Vec::new();
@@ -460,6 +526,7 @@ impl<'a> Pass<'a> {
                 self.usage = usage_before;
                 self.live = live_before;
                 self.occupancy = occupancy_before;
+                self.sealed = sealed_before;
                 self.requeued.truncate(requeued_before);
                 for node in touched {
                     policy.node_changed(&self.cluster, node);
@@ -476,8 +543,7 @@ impl<'a> Pass<'a> {
                 };
                 let victim_level = level_of(self.tree, &r.job, vq);
                 for c in &r.placements {
-                    self.cluster.nodes[c.node].release(&r.job.request, &c.gpus);
-                    self.occupancy.remove(c.node, &c.gpus, vq, victim_level);
+                    self.unhold(c.node, &c.gpus, &r.job.request, vq, victim_level);
                     touched.push(c.node);
                 }
                 let held = self.usage.of(vq).get(Resource::GpuMilli);
@@ -504,8 +570,7 @@ impl<'a> Pass<'a> {
                     self.config.gpu_limits,
                 )
                 .unwrap_or_else(|| self.cluster.nodes[node].default_gpus(&job.request));
-            self.cluster.nodes[node].place(&job.request, &gpus);
-            self.occupancy.add(node, &gpus, q, level);
+            self.hold(node, &gpus, &job.request, q, level);
             self.usage.take(self.tree, q, &job.replica_amounts());
             touched.push(node);
             placements.push(Choice { node, gpus });
@@ -550,8 +615,16 @@ impl<'a> Pass<'a> {
                 .then(rb.started_at.cmp(&ra.started_at))
                 .then(rb.job.seq.cmp(&ra.job.seq))
         });
+        // Only nodes where some candidate runs can gain room.
+        let mut nodes: Vec<usize> = candidates
+            .iter()
+            .filter_map(|&(i, _)| self.live[i])
+            .flat_map(|r| r.placements.iter().map(|c| c.node))
+            .collect();
+        nodes.sort_unstable_by_key(|&n| (self.cluster.rank[n], n));
+        nodes.dedup();
         let mut best: Option<(usize, Vec<usize>)> = None;
-        for node in 0..self.cluster.nodes.len() {
+        for node in nodes {
             let mut state = self.cluster.nodes[node].clone();
             let model_refused = (request.models >> state.model) & 1 == 0;
             if request.num_gpu > 0 && model_refused {
@@ -559,6 +632,7 @@ impl<'a> Pass<'a> {
             }
             let mut usage = self.usage.clone();
             let mut chosen = Vec::new();
+            let mut unsealed = Vec::new();
             for &(i, vq) in &candidates {
                 if state.fits(request) {
                     break;
@@ -570,13 +644,11 @@ impl<'a> Pass<'a> {
                     break;
                 }
                 let Some(r) = self.live[i] else { continue };
-                let here: Vec<&Choice> = r.placements.iter().filter(|c| c.node == node).collect();
-                if here.is_empty() || !usage.can_lose(base, self.tree, vq, &r.job.amounts(), q) {
+                let here = r.placements.iter().any(|c| c.node == node);
+                if !here || !usage.can_lose(base, self.tree, vq, &r.job.amounts(), q) {
                     continue;
                 }
-                for c in here {
-                    state.release(&r.job.request, &c.gpus);
-                }
+                self.trial_release(&mut state, node, r, &mut unsealed);
                 usage.give_back(self.tree, vq, &r.job.amounts());
                 chosen.push(i);
             }
@@ -589,11 +661,10 @@ impl<'a> Pass<'a> {
             for &i in &chosen {
                 let without: Vec<usize> = needed.iter().copied().filter(|&j| j != i).collect();
                 let mut trial = self.cluster.nodes[node].clone();
+                let mut unsealed = Vec::new();
                 for &j in &without {
                     let Some(r) = self.live[j] else { continue };
-                    for c in r.placements.iter().filter(|c| c.node == node) {
-                        trial.release(&r.job.request, &c.gpus);
-                    }
+                    self.trial_release(&mut trial, node, r, &mut unsealed);
                 }
                 if trial.fits(request) {
                     needed = without;
@@ -621,6 +692,7 @@ impl<'a> Pass<'a> {
     ) -> bool {
         let mut occupancy = self.occupancy.clone();
         let mut state = self.cluster.nodes[node].clone();
+        let mut unsealed = Vec::new();
         for r in victims.iter().filter_map(|&i| self.live[i]) {
             let Some(vq) = self.tree.find(&r.job.queue) else {
                 continue;
@@ -628,10 +700,8 @@ impl<'a> Pass<'a> {
             let victim_level = level_of(self.tree, &r.job, vq);
             for c in &r.placements {
                 occupancy.remove(c.node, &c.gpus, vq, victim_level);
-                if c.node == node {
-                    state.release(&r.job.request, &c.gpus);
-                }
             }
+            self.trial_release(&mut state, node, r, &mut unsealed);
         }
         occupancy.node_allows(node, q, level)
             && occupancy

@@ -130,6 +130,11 @@ impl Occupancy {
         }
     }
 
+    /// Jobs on GPU `g` of `node`.
+    pub fn jobs_on(&self, node: usize, g: u8) -> u32 {
+        self.gpu_jobs.get(&(node, g)).copied().unwrap_or(0)
+    }
+
     /// Whether tenant `q` may run a job at `level` on `node` at all.
     pub fn node_allows(&self, node: usize, q: usize, level: Isolation) -> bool {
         let held_by_other = self.dedicated[node].is_some_and(|(t, _)| t != q);

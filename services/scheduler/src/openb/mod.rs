@@ -22,6 +22,8 @@ pub const POLICIES: [&str; 7] = [
     BASELINES[4],
     BASELINES[5],
 ];
+/// The generator policies draw from (re-exported so callers need no `rand` of their own).
+pub use rand::rngs::StdRng;
 pub use run::{RunOutcome, arrival_stream, run_seed, simulate};
 pub use trace::{Node, Pod, parse_nodes, parse_pods};
 
