@@ -138,13 +138,41 @@ pub struct World<'a> {
     pub config: Config,
 }
 
+/// What makes a pass impossible: the running jobs do not describe a possible state.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum EngineError {
+    #[error("running job `{job}`: node {node} has no GPU {gpu}")]
+    NoSuchGpu { job: String, node: usize, gpu: u8 },
+    #[error("running job `{job}`: there is no node {node}")]
+    NoSuchNode { job: String, node: usize },
+    #[error("running job `{job}`: node {node} cannot hold it with what runs there already")]
+    Overcommitted { job: String, node: usize },
+}
+
+/// Whether `r` can be taken on `gpus` of `n` exactly as given.
+fn holds_on(n: &NodeState, r: &Request, gpus: &[u8]) -> Result<(), Option<u8>> {
+    for &g in gpus {
+        match n.gpu_free.get(usize::from(g)) {
+            None => return Err(Some(g)),
+            Some(&free) if free < r.gpu_milli => return Err(None),
+            Some(_) => {}
+        }
+    }
+    let enough = n.cpu_free >= r.cpu_milli && n.memory_free >= r.memory_mib;
+    if enough && gpus.len() == usize::from(r.num_gpu) {
+        Ok(())
+    } else {
+        Err(None)
+    }
+}
+
 /// Decides `pending` against `world`, placing with `policy`.
 pub fn schedule(
     world: World<'_>,
     pending: &[Job],
     policy: &mut dyn OpenbPolicy,
     rng: &mut StdRng,
-) -> Vec<Decision> {
+) -> Result<Vec<Decision>, EngineError> {
     let World {
         cluster: empty,
         tree,
@@ -176,18 +204,19 @@ pub fn schedule(
         config,
     };
     for r in running {
-        let Some(q) = tree.find(&r.job.queue) else {
-            // Without a quota it counts nowhere, but it still holds its GPUs.
-            for c in &r.placements {
-                pass.cluster.nodes[c.node].place(&r.job.request, &c.gpus);
-            }
-            continue;
-        };
-        let level = level_of(tree, &r.job, q);
+        let q = tree.find(&r.job.queue);
+        let level = q.map(|q| level_of(tree, &r.job, q));
         for c in &r.placements {
-            pass.hold(c.node, &c.gpus, &r.job.request, q, level);
+            pass.check_holds(r, c)?;
+            match (q, level) {
+                (Some(q), Some(level)) => pass.hold(c.node, &c.gpus, &r.job.request, q, level),
+                // Without a quota it counts nowhere, but it still holds its GPUs.
+                _ => pass.cluster.nodes[c.node].place(&r.job.request, &c.gpus),
+            }
         }
-        pass.usage.take(tree, q, &r.job.amounts());
+        if let Some(q) = q {
+            pass.usage.take(tree, q, &r.job.amounts());
+        }
     }
     for node in 0..pass.cluster.nodes.len() {
         policy.node_changed(&pass.cluster, node);
@@ -221,7 +250,7 @@ pub fn schedule(
         }
         waiting = still;
     }
-    decisions
+    Ok(decisions)
 }
 
 /// The isolation `job` runs at: what it asks for (or its class's default), raised to the
@@ -256,6 +285,37 @@ fn by_queue(pending: &[Job]) -> Vec<Vec<&Job>> {
 }
 
 impl<'a> Pass<'a> {
+    /// Whether running job `r` can hold placement `c` on top of what is already held.
+    fn check_holds(&self, r: &Running, c: &Choice) -> Result<(), EngineError> {
+        let job = || r.job.id.clone();
+        let n = self
+            .cluster
+            .nodes
+            .get(c.node)
+            .ok_or_else(|| EngineError::NoSuchNode {
+                job: job(),
+                node: c.node,
+            })?;
+        // A sealed GPU reads 0 free: count what it hides.
+        let mut n = n.clone();
+        for (&(node, g), hidden) in &self.sealed {
+            if node == c.node {
+                n.gpu_free[usize::from(g)] += hidden;
+            }
+        }
+        holds_on(&n, &r.job.request, &c.gpus).map_err(|gpu| match gpu {
+            Some(gpu) => EngineError::NoSuchGpu {
+                job: job(),
+                node: c.node,
+                gpu,
+            },
+            None => EngineError::Overcommitted {
+                job: job(),
+                node: c.node,
+            },
+        })
+    }
+
     /// Takes `request` on `gpus` of `node` for queue `q`, sealing shared GPUs that reach
     /// the job limit.
     fn hold(&mut self, node: usize, gpus: &[u8], request: &Request, q: usize, level: Isolation) {

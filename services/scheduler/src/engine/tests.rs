@@ -83,12 +83,8 @@ fn pass(
         now,
         config: CONFIG,
     };
-    schedule(
-        world,
-        pending,
-        policy.as_mut(),
-        &mut StdRng::seed_from_u64(7),
-    )
+    let mut rng = StdRng::seed_from_u64(7);
+    schedule(world, pending, policy.as_mut(), &mut rng).expect("a possible state")
 }
 
 /// Applies `decisions`: placed jobs start at `now`, preempted ones go back to pending.
@@ -314,6 +310,43 @@ fn isolation_levels_constrain_placement() {
     let d = pass(&cluster, &tree, &running, &[training], 0);
     let wait = reason(&d, "train");
     assert!(wait.message.contains("at isolation dedicated"), "{wait:?}");
+}
+
+#[test]
+fn running_jobs_that_cannot_be_are_refused() {
+    let cluster = cluster(&[(2, 16, 64)]);
+    let tree = QuotaTree::new(vec![queue("a", None, 0, None)]).expect("tree");
+    let run = |id: &str, node: usize, gpus: Vec<u8>| Running {
+        job: job(id, "a", 1, 1000, 0),
+        placements: vec![Choice { node, gpus }],
+        started_at: 0,
+    };
+    let mut policy = openb::policy("allot", &cluster, &[]).expect("policy");
+    let mut rng = StdRng::seed_from_u64(1);
+    for (running, want) in [
+        (
+            vec![run("x", 3, vec![0])],
+            "running job `x`: there is no node 3",
+        ),
+        (
+            vec![run("x", 0, vec![5])],
+            "running job `x`: node 0 has no GPU 5",
+        ),
+        (
+            vec![run("x", 0, vec![0]), run("y", 0, vec![0])],
+            "running job `y`: node 0 cannot hold it with what runs there already",
+        ),
+    ] {
+        let world = World {
+            cluster: &cluster,
+            tree: &tree,
+            running: &running,
+            now: 0,
+            config: CONFIG,
+        };
+        let err = schedule(world, &[], policy.as_mut(), &mut rng).expect_err(want);
+        assert_eq!(err.to_string(), want);
+    }
 }
 
 /// Checks that what is running fits every GPU, node and quota limit.

@@ -141,7 +141,7 @@ fn engine_pass(
         },
     };
     let started = Instant::now();
-    let decisions = engine::schedule(world, &jobs, policy.as_mut(), rng);
+    let decisions = engine::schedule(world, &jobs, policy.as_mut(), rng)?;
     let pass_s = started.elapsed().as_secs_f64();
     let placed = decisions
         .iter()
