@@ -372,26 +372,29 @@ impl Usage {
     }
 }
 
+/// A queue guaranteed (and limited to) whole GPUs, for tests.
+#[cfg(test)]
+pub(crate) fn gpu_queue(
+    id: &str,
+    parent: Option<&str>,
+    guaranteed_gpus: u64,
+    limit_gpus: Option<u64>,
+) -> QueueSpec {
+    QueueSpec {
+        id: id.into(),
+        name: id.into(),
+        parent: parent.map(Into::into),
+        guaranteed: Amounts::new(guaranteed_gpus * 1000, 0, 0),
+        limit: Limits([limit_gpus.map(|g| g * 1000), None, None]),
+        weight: 1,
+        min_isolation: crate::engine::Isolation::Shared,
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use super::gpu_queue as q;
     use super::*;
-
-    fn q(
-        id: &str,
-        parent: Option<&str>,
-        guaranteed_gpus: u64,
-        limit_gpus: Option<u64>,
-    ) -> QueueSpec {
-        QueueSpec {
-            id: id.into(),
-            name: id.into(),
-            parent: parent.map(Into::into),
-            guaranteed: Amounts::new(guaranteed_gpus * 1000, 0, 0),
-            limit: Limits([limit_gpus.map(|g| g * 1000), None, None]),
-            weight: 1,
-            min_isolation: crate::engine::Isolation::Shared,
-        }
-    }
 
     #[test]
     fn the_tree_is_validated() {

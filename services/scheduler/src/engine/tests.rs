@@ -5,7 +5,7 @@ use rand::SeedableRng;
 
 use super::*;
 use crate::openb::{self, Node};
-use crate::quota::{Limits, QueueSpec};
+use crate::quota::gpu_queue as queue;
 
 const GIB: u32 = 1024;
 
@@ -22,23 +22,6 @@ fn cluster(nodes: &[(u8, u32, u32)]) -> Cluster {
         })
         .collect();
     Cluster::new(&nodes)
-}
-
-fn queue(
-    id: &str,
-    parent: Option<&str>,
-    guaranteed_gpus: u64,
-    limit_gpus: Option<u64>,
-) -> QueueSpec {
-    QueueSpec {
-        id: id.into(),
-        name: id.into(),
-        parent: parent.map(Into::into),
-        guaranteed: Amounts::new(guaranteed_gpus * 1000, 0, 0),
-        limit: Limits([limit_gpus.map(|g| g * 1000), None, None]),
-        weight: 1,
-        min_isolation: Isolation::Shared,
-    }
 }
 
 fn job(id: &str, queue: &str, gpus: u8, gpu_milli: u32, seq: u64) -> Job {

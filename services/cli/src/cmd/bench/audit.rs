@@ -365,11 +365,7 @@ pub async fn run(args: AuditBench) -> anyhow::Result<()> {
         "export_verify_s"
     };
     out[key] = json!(export_s + verify_s);
-    if args.json {
-        println!("{out}");
-    } else {
-        println!("{}", serde_json::to_string_pretty(&out)?);
-    }
+    super::print(&out, args.json)?;
     store.close().await?;
     Ok(())
 }

@@ -26,3 +26,13 @@ pub async fn run(cmd: BenchCmd) -> anyhow::Result<()> {
         BenchCmd::Scheduler(args) => scheduler::run(&args),
     }
 }
+
+/// Prints a benchmark's result: one line of JSON with `--json`, else indented.
+fn print(out: &serde_json::Value, one_line: bool) -> anyhow::Result<()> {
+    if one_line {
+        println!("{out}");
+    } else {
+        println!("{}", serde_json::to_string_pretty(out)?);
+    }
+    Ok(())
+}

@@ -169,10 +169,6 @@ pub fn run(args: &OpenbBench) -> anyhow::Result<()> {
         out["alloc_pct_at_arrival"] = Value::Object(summary);
         out["runs"] = json!(runs);
     }
-    if args.json {
-        println!("{out}");
-    } else {
-        println!("{}", serde_json::to_string_pretty(&out)?);
-    }
+    super::print(&out, args.json)?;
     Ok(())
 }

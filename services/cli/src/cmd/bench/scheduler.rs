@@ -81,11 +81,7 @@ pub fn run(args: &SchedulerBench) -> anyhow::Result<()> {
         "max_decision_ms": at(1.0),
         "seed": args.seed,
     });
-    if args.json {
-        println!("{out}");
-    } else {
-        println!("{}", serde_json::to_string_pretty(&out)?);
-    }
+    super::print(&out, args.json)?;
     Ok(())
 }
 
@@ -160,10 +156,6 @@ fn engine_pass(
         "placements_per_s": placed as f64 / pass_s,
         "seed": args.seed,
     });
-    if args.json {
-        println!("{out}");
-    } else {
-        println!("{}", serde_json::to_string_pretty(&out)?);
-    }
+    super::print(&out, args.json)?;
     Ok(())
 }
