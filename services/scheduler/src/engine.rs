@@ -28,7 +28,7 @@ use crate::quota::{Amounts, QuotaTree, Resource, Usage};
 mod isolation;
 
 pub use isolation::{GpuLimits, Isolation, WorkloadClass};
-use isolation::{Occupancy, held_request};
+use isolation::{MemoryNeed, Occupancy, Tenancy, held_request};
 
 /// A job as the pass sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,6 +44,9 @@ pub struct Job {
     pub preemptible: bool,
     /// Submission order: lower is older.
     pub seq: u64,
+    /// GPU memory each GPU must have (whole GPUs), or that the job holds on the GPU it
+    /// shares; 0 when not asked.
+    pub gpu_memory_mib: u32,
     /// The isolation asked for; `None` takes the workload class's default.
     pub isolation: Option<Isolation>,
     pub class: Option<WorkloadClass>,
@@ -57,6 +60,20 @@ impl Job {
             u64::from(self.request.cpu_milli),
             u64::from(self.request.memory_mib),
         )
+        .with_gpu_memory(u64::from(self.request.num_gpu) * u64::from(self.gpu_memory_mib))
+    }
+
+    /// What one placement holds, as far as isolation is concerned.
+    fn tenancy(&self, q: usize, level: Isolation) -> Tenancy {
+        Tenancy {
+            q,
+            level,
+            shared_mib: if self.request.is_shared() {
+                self.gpu_memory_mib
+            } else {
+                0
+            },
+        }
     }
 
     /// What all replicas hold.
@@ -209,7 +226,7 @@ pub fn schedule(
         for c in &r.placements {
             pass.check_holds(r, c)?;
             match (q, level) {
-                (Some(q), Some(level)) => pass.hold(c.node, &c.gpus, &r.job.request, q, level),
+                (Some(q), Some(level)) => pass.hold(c.node, &c.gpus, &r.job, q, level),
                 // Without a quota it counts nowhere, but it still holds its GPUs.
                 _ => pass.cluster.nodes[c.node].place(&r.job.request, &c.gpus),
             }
@@ -318,7 +335,8 @@ impl<'a> Pass<'a> {
 
     /// Takes `request` on `gpus` of `node` for queue `q`, sealing shared GPUs that reach
     /// the job limit.
-    fn hold(&mut self, node: usize, gpus: &[u8], request: &Request, q: usize, level: Isolation) {
+    fn hold(&mut self, node: usize, gpus: &[u8], job: &Job, q: usize, level: Isolation) {
+        let request = &job.request;
         // (A running job can land on a sealed GPU when the limit was lowered since.)
         for &g in gpus {
             if let Some(hidden) = self.sealed.remove(&(node, g)) {
@@ -326,7 +344,7 @@ impl<'a> Pass<'a> {
             }
         }
         self.cluster.nodes[node].place(request, gpus);
-        self.occupancy.add(node, gpus, q, level);
+        self.occupancy.add(node, gpus, job.tenancy(q, level));
         if request.is_shared() {
             for &g in gpus {
                 let at_limit = self.occupancy.jobs_on(node, g)
@@ -341,14 +359,26 @@ impl<'a> Pass<'a> {
     }
 
     /// Gives back what `hold` took, unsealing the GPUs.
-    fn unhold(&mut self, node: usize, gpus: &[u8], request: &Request, q: usize, level: Isolation) {
+    fn unhold(&mut self, node: usize, gpus: &[u8], job: &Job, q: usize, level: Isolation) {
         for &g in gpus {
             if let Some(hidden) = self.sealed.remove(&(node, g)) {
                 self.cluster.nodes[node].gpu_free[usize::from(g)] += hidden;
             }
         }
-        self.cluster.nodes[node].release(request, gpus);
-        self.occupancy.remove(node, gpus, q, level);
+        self.cluster.nodes[node].release(&job.request, gpus);
+        self.occupancy.remove(node, gpus, job.tenancy(q, level));
+    }
+
+    /// What `job` needs of the GPU memory of `node`'s GPUs.
+    fn memory_need(&self, job: &Job, node: usize) -> MemoryNeed {
+        MemoryNeed {
+            mib: if job.request.num_gpu > 0 {
+                job.gpu_memory_mib
+            } else {
+                0
+            },
+            capacity_mib: self.cluster.gpu_memory_mib.get(node).copied().unwrap_or(0),
+        }
     }
 
     /// Releases `r`'s placements on `node` from `state`, a trial copy of that node,
@@ -493,27 +523,32 @@ impl<'a> Pass<'a> {
         let mut placed: Vec<Choice> = Vec::new();
         for _ in 0..job.replicas.max(1) {
             let choice = if job.replicas > 1 {
-                self.tightest(&job.request, q, level)
+                self.tightest(job, q, level)
             } else {
                 policy
                     .choose(&self.cluster, &job.request, rng)
                     .filter(|c| {
+                        let memory = self.memory_need(job, c.node);
                         self.occupancy.node_allows(c.node, q, level)
-                            && self
-                                .occupancy
-                                .gpus_allow(c.node, &c.gpus, &job.request, limits)
+                            && self.occupancy.gpus_allow(
+                                c.node,
+                                &c.gpus,
+                                &job.request,
+                                memory,
+                                limits,
+                            )
                     })
-                    .or_else(|| self.tightest(&job.request, q, level))
+                    .or_else(|| self.tightest(job, q, level))
             };
             match choice {
                 Some(c) => {
-                    self.hold(c.node, &c.gpus, &job.request, q, level);
+                    self.hold(c.node, &c.gpus, job, q, level);
                     policy.node_changed(&self.cluster, c.node);
                     placed.push(c);
                 }
                 None => {
                     for c in placed {
-                        self.unhold(c.node, &c.gpus, &job.request, q, level);
+                        self.unhold(c.node, &c.gpus, job, q, level);
                         policy.node_changed(&self.cluster, c.node);
                     }
                     return None;
@@ -525,13 +560,16 @@ impl<'a> Pass<'a> {
 
     /// The allowed fitting node with the least room left (GPU milli, then CPU, then node
     /// order).
-    fn tightest(&self, request: &Request, q: usize, level: Isolation) -> Option<Choice> {
+    fn tightest(&self, job: &Job, q: usize, level: Isolation) -> Option<Choice> {
         let c = &self.cluster;
         let limits = self.config.gpu_limits;
         (0..c.nodes.len())
             .filter(|&i| self.occupancy.node_allows(i, q, level))
             .filter_map(|i| {
-                let gpus = self.occupancy.gpus_for(i, &c.nodes[i], request, limits)?;
+                let memory = self.memory_need(job, i);
+                let gpus = self
+                    .occupancy
+                    .gpus_for(i, &c.nodes[i], &job.request, memory, limits)?;
                 Some((i, gpus))
             })
             .min_by_key(|(i, _)| {
@@ -603,7 +641,7 @@ impl<'a> Pass<'a> {
                 };
                 let victim_level = level_of(self.tree, &r.job, vq);
                 for c in &r.placements {
-                    self.unhold(c.node, &c.gpus, &r.job.request, vq, victim_level);
+                    self.unhold(c.node, &c.gpus, &r.job, vq, victim_level);
                     touched.push(c.node);
                 }
                 let held = self.usage.of(vq).get(Resource::GpuMilli);
@@ -621,16 +659,18 @@ impl<'a> Pass<'a> {
                     ),
                 ));
             }
+            let memory = self.memory_need(job, node);
             let gpus = self
                 .occupancy
                 .gpus_for(
                     node,
                     &self.cluster.nodes[node],
                     &job.request,
+                    memory,
                     self.config.gpu_limits,
                 )
                 .unwrap_or_else(|| self.cluster.nodes[node].default_gpus(&job.request));
-            self.hold(node, &gpus, &job.request, q, level);
+            self.hold(node, &gpus, job, q, level);
             self.usage.take(self.tree, q, &job.replica_amounts());
             touched.push(node);
             placements.push(Choice { node, gpus });
@@ -759,13 +799,19 @@ impl<'a> Pass<'a> {
             };
             let victim_level = level_of(self.tree, &r.job, vq);
             for c in &r.placements {
-                occupancy.remove(c.node, &c.gpus, vq, victim_level);
+                occupancy.remove(c.node, &c.gpus, r.job.tenancy(vq, victim_level));
             }
             self.trial_release(&mut state, node, r, &mut unsealed);
         }
         occupancy.node_allows(node, q, level)
             && occupancy
-                .gpus_for(node, &state, &job.request, self.config.gpu_limits)
+                .gpus_for(
+                    node,
+                    &state,
+                    &job.request,
+                    self.memory_need(job, node),
+                    self.config.gpu_limits,
+                )
                 .is_some()
     }
 
@@ -782,6 +828,10 @@ impl<'a> Pass<'a> {
             } else {
                 want.push(format!("{} whole GPUs", r.num_gpu));
             }
+        }
+        if r.num_gpu > 0 && job.gpu_memory_mib > 0 {
+            let mib = u64::from(job.gpu_memory_mib);
+            want.push(format!("{} per GPU", Resource::GpuMemoryMib.show(mib)));
         }
         want.push(Resource::CpuMilli.show(u64::from(r.cpu_milli)));
         want.push(Resource::MemoryMib.show(u64::from(r.memory_mib)));

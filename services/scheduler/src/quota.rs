@@ -12,10 +12,17 @@ pub enum Resource {
     GpuMilli,
     CpuMilli,
     MemoryMib,
+    /// GPU memory asked for (per GPU, times the GPUs).
+    GpuMemoryMib,
 }
 
 impl Resource {
-    pub const ALL: [Resource; 3] = [Resource::GpuMilli, Resource::CpuMilli, Resource::MemoryMib];
+    pub const ALL: [Resource; 4] = [
+        Resource::GpuMilli,
+        Resource::CpuMilli,
+        Resource::MemoryMib,
+        Resource::GpuMemoryMib,
+    ];
 
     fn index(self) -> usize {
         self as usize
@@ -25,7 +32,7 @@ impl Resource {
     pub fn number(self, amount: u64) -> String {
         let unit = match self {
             Resource::GpuMilli | Resource::CpuMilli => 1000,
-            Resource::MemoryMib => 1024,
+            Resource::MemoryMib | Resource::GpuMemoryMib => 1024,
         };
         let (whole, tenths) = (amount / unit, (amount % unit) * 10 / unit);
         if tenths == 0 {
@@ -40,6 +47,7 @@ impl Resource {
             Resource::GpuMilli => "GPUs",
             Resource::CpuMilli => "CPUs",
             Resource::MemoryMib => "GiB",
+            Resource::GpuMemoryMib => "GiB of GPU memory",
         }
     }
 
@@ -51,11 +59,17 @@ impl Resource {
 
 /// An amount of each resource.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
-pub struct Amounts(pub [u64; 3]);
+pub struct Amounts(pub [u64; 4]);
 
 impl Amounts {
+    /// GPU share, CPU and memory; no GPU memory (see [`Amounts::with_gpu_memory`]).
     pub fn new(gpu_milli: u64, cpu_milli: u64, memory_mib: u64) -> Self {
-        Self([gpu_milli, cpu_milli, memory_mib])
+        Self([gpu_milli, cpu_milli, memory_mib, 0])
+    }
+
+    pub fn with_gpu_memory(mut self, gpu_memory_mib: u64) -> Self {
+        self.0[Resource::GpuMemoryMib.index()] = gpu_memory_mib;
+        self
     }
 
     pub fn get(&self, r: Resource) -> u64 {
@@ -88,7 +102,7 @@ impl Amounts {
 
 /// Per-resource hard limits; `None` is unlimited.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Limits(pub [Option<u64>; 3]);
+pub struct Limits(pub [Option<u64>; 4]);
 
 impl Limits {
     pub fn get(&self, r: Resource) -> Option<u64> {
@@ -136,7 +150,7 @@ pub struct QuotaTree {
     parent: Vec<Option<usize>>,
     /// Resources someone is guaranteed; the others are first come, first served and never
     /// make a job borrowed.
-    governed: [bool; 3],
+    governed: [bool; 4],
 }
 
 impl QuotaTree {
@@ -385,7 +399,7 @@ pub(crate) fn gpu_queue(
         name: id.into(),
         parent: parent.map(Into::into),
         guaranteed: Amounts::new(guaranteed_gpus * 1000, 0, 0),
-        limit: Limits([limit_gpus.map(|g| g * 1000), None, None]),
+        limit: Limits([limit_gpus.map(|g| g * 1000), None, None, None]),
         weight: 1,
         min_isolation: crate::engine::Isolation::Shared,
     }

@@ -1,7 +1,8 @@
 //! Isolation levels as placement constraints, and the per-GPU limits of operations practice.
 //!
 //! - `shared`: a fraction of a GPU that other tenants' shared jobs may also use, up to
-//!   `max_jobs_per_shared_gpu` jobs on one GPU.
+//!   `max_jobs_per_shared_gpu` jobs on one GPU, whose GPU memory together stays within the
+//!   GPU's memory less `shared_memory_reserve_pct` (10% by default).
 //! - `mig`: a hardware partition (MIG), placed by the node-agent work; until nodes offer
 //!   MIG instances such jobs wait with their own reason.
 //! - `dedicated`: whole GPUs on a node that runs no other tenant's work while the job is
@@ -55,14 +56,44 @@ impl WorkloadClass {
 pub struct GpuLimits {
     /// Most jobs sharing one GPU.
     pub max_jobs_per_shared_gpu: u32,
+    /// Percent of a shared GPU's memory kept free of jobs' memory (headroom for the
+    /// driver, contexts and spikes).
+    pub shared_memory_reserve_pct: u32,
 }
 
 impl Default for GpuLimits {
     fn default() -> Self {
         Self {
             max_jobs_per_shared_gpu: 4,
+            shared_memory_reserve_pct: 10,
         }
     }
+}
+
+impl GpuLimits {
+    /// GPU memory jobs may hold on one shared GPU of `capacity_mib`.
+    pub fn shared_memory_budget(&self, capacity_mib: u32) -> u64 {
+        u64::from(capacity_mib) * u64::from(100 - self.shared_memory_reserve_pct.min(100)) / 100
+    }
+}
+
+/// What one placement of a job holds, as far as isolation is concerned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tenancy {
+    /// The quota queue.
+    pub q: usize,
+    pub level: Isolation,
+    /// GPU memory it holds on each GPU it shares (0 for whole GPUs).
+    pub shared_mib: u32,
+}
+
+/// What a request needs of a GPU's memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemoryNeed {
+    /// Per GPU; 0 when not asked.
+    pub mib: u32,
+    /// The node's GPU memory; 0 when unknown.
+    pub capacity_mib: u32,
 }
 
 /// The request a job at `level` holds: a dedicated job takes whole GPUs.
@@ -86,6 +117,8 @@ pub struct Occupancy {
     dedicated: Vec<Option<(usize, u32)>>,
     /// Jobs on each (node, GPU).
     gpu_jobs: HashMap<(usize, u8), u32>,
+    /// GPU memory held by the jobs sharing each (node, GPU).
+    shared_mib: HashMap<(usize, u8), u64>,
 }
 
 impl Occupancy {
@@ -94,10 +127,12 @@ impl Occupancy {
             tenants: vec![HashMap::new(); nodes],
             dedicated: vec![None; nodes],
             gpu_jobs: HashMap::new(),
+            shared_mib: HashMap::new(),
         }
     }
 
-    pub fn add(&mut self, node: usize, gpus: &[u8], q: usize, level: Isolation) {
+    pub fn add(&mut self, node: usize, gpus: &[u8], t: Tenancy) {
+        let Tenancy { q, level, .. } = t;
         *self.tenants[node].entry(q).or_default() += 1;
         if level == Isolation::Dedicated {
             let held = self.dedicated[node].get_or_insert((q, 0));
@@ -105,10 +140,17 @@ impl Occupancy {
         }
         for &g in gpus {
             *self.gpu_jobs.entry((node, g)).or_default() += 1;
+            *self.shared_mib.entry((node, g)).or_default() += u64::from(t.shared_mib);
         }
     }
 
-    pub fn remove(&mut self, node: usize, gpus: &[u8], q: usize, level: Isolation) {
+    pub fn remove(&mut self, node: usize, gpus: &[u8], t: Tenancy) {
+        let Tenancy { q, level, .. } = t;
+        for &g in gpus {
+            if let Some(held) = self.shared_mib.get_mut(&(node, g)) {
+                *held = held.saturating_sub(u64::from(t.shared_mib));
+            }
+        }
         if let Some(n) = self.tenants[node].get_mut(&q) {
             *n = n.saturating_sub(1);
             if *n == 0 {
@@ -143,36 +185,56 @@ impl Occupancy {
         !(held_by_other || wants_alone && others_here)
     }
 
+    /// Whether GPU `g` of `node` may take a shared request needing `memory`: under the job
+    /// limit, and its jobs' GPU memory within the budget the reserve leaves.
+    fn shared_gpu_allows(&self, node: usize, g: u8, memory: MemoryNeed, limits: GpuLimits) -> bool {
+        let held = self.shared_mib.get(&(node, g)).copied().unwrap_or(0);
+        self.jobs_on(node, g) < limits.max_jobs_per_shared_gpu
+            && (memory.mib == 0
+                || held + u64::from(memory.mib) <= limits.shared_memory_budget(memory.capacity_mib))
+    }
+
     /// The GPUs of `n` (node `node`) that `r` would take: a shared request the tightest GPU
-    /// with room and under the job limit, whole GPUs the first free ones.
+    /// with room, under the job limit and within the memory budget; whole GPUs the first
+    /// free ones, if they have the memory asked for.
     pub fn gpus_for(
         &self,
         node: usize,
         n: &NodeState,
         r: &Request,
+        memory: MemoryNeed,
         limits: GpuLimits,
     ) -> Option<Vec<u8>> {
-        if !n.fits(r) {
+        if !n.fits(r) || memory.mib > memory.capacity_mib {
             return None;
         }
         if !r.is_shared() {
             return Some(n.default_gpus(r));
         }
-        let jobs = |g: usize| self.gpu_jobs.get(&(node, g as u8)).copied().unwrap_or(0);
         n.gpu_free
             .iter()
             .enumerate()
-            .filter(|&(g, &free)| free >= r.gpu_milli && jobs(g) < limits.max_jobs_per_shared_gpu)
+            .filter(|&(g, &free)| {
+                free >= r.gpu_milli && self.shared_gpu_allows(node, g as u8, memory, limits)
+            })
             .min_by_key(|&(g, &free)| (free, g))
             .map(|(g, _)| vec![g as u8])
     }
 
-    /// Whether `gpus` of `node` may take a shared request under the job limit.
-    pub fn gpus_allow(&self, node: usize, gpus: &[u8], r: &Request, limits: GpuLimits) -> bool {
-        !r.is_shared()
-            || gpus.iter().all(|&g| {
-                self.gpu_jobs.get(&(node, g)).copied().unwrap_or(0) < limits.max_jobs_per_shared_gpu
-            })
+    /// Whether `gpus` of `node` may take `r` needing `memory`.
+    pub fn gpus_allow(
+        &self,
+        node: usize,
+        gpus: &[u8],
+        r: &Request,
+        memory: MemoryNeed,
+        limits: GpuLimits,
+    ) -> bool {
+        memory.mib <= memory.capacity_mib
+            && (!r.is_shared()
+                || gpus
+                    .iter()
+                    .all(|&g| self.shared_gpu_allows(node, g, memory, limits)))
     }
 }
 
@@ -200,23 +262,36 @@ mod tests {
         }
     }
 
+    fn t(q: usize, level: Isolation) -> Tenancy {
+        Tenancy {
+            q,
+            level,
+            shared_mib: 0,
+        }
+    }
+
+    const NO_MEMORY: MemoryNeed = MemoryNeed {
+        mib: 0,
+        capacity_mib: 0,
+    };
+
     #[test]
     fn dedicated_nodes_host_one_tenant() {
         let mut o = Occupancy::new(2);
-        o.add(0, &[0], 1, Isolation::Shared);
+        o.add(0, &[0], t(1, Isolation::Shared));
         assert!(
             !o.node_allows(0, 2, Isolation::Dedicated),
             "tenant 1 is already there"
         );
         assert!(o.node_allows(0, 1, Isolation::Dedicated), "its own node");
         assert!(o.node_allows(0, 2, Isolation::Shared));
-        o.add(1, &[0, 1], 3, Isolation::Dedicated);
+        o.add(1, &[0, 1], t(3, Isolation::Dedicated));
         assert!(
             !o.node_allows(1, 2, Isolation::Shared),
             "held dedicated by tenant 3"
         );
         assert!(o.node_allows(1, 3, Isolation::Shared));
-        o.remove(1, &[0, 1], 3, Isolation::Dedicated);
+        o.remove(1, &[0, 1], t(3, Isolation::Dedicated));
         assert!(o.node_allows(1, 2, Isolation::Dedicated), "free again");
     }
 
@@ -224,21 +299,21 @@ mod tests {
     fn shared_gpus_take_at_most_the_job_limit() {
         let limits = GpuLimits {
             max_jobs_per_shared_gpu: 2,
+            shared_memory_reserve_pct: 10,
         };
         let mut o = Occupancy::new(1);
         let mut n = node();
         for _ in 0..2 {
-            let gpus = o.gpus_for(0, &n, &shared(100), limits).expect("room");
+            let gpus = o
+                .gpus_for(0, &n, &shared(100), NO_MEMORY, limits)
+                .expect("room");
             assert_eq!(gpus, [0], "the tightest GPU first");
             n.place(&shared(100), &gpus);
-            o.add(0, &gpus, 1, Isolation::Shared);
+            o.add(0, &gpus, t(1, Isolation::Shared));
         }
-        assert_eq!(
-            o.gpus_for(0, &n, &shared(100), limits),
-            Some(vec![1]),
-            "GPU 0 has 2 jobs"
-        );
-        assert!(!o.gpus_allow(0, &[0], &shared(100), limits));
+        let next = o.gpus_for(0, &n, &shared(100), NO_MEMORY, limits);
+        assert_eq!(next, Some(vec![1]), "GPU 0 has 2 jobs");
+        assert!(!o.gpus_allow(0, &[0], &shared(100), NO_MEMORY, limits));
         assert_eq!(
             held_request(&shared(300), Isolation::Dedicated).gpu_milli,
             1000
@@ -246,6 +321,44 @@ mod tests {
         assert_eq!(
             WorkloadClass::Training.default_isolation(),
             Isolation::Dedicated
+        );
+    }
+
+    #[test]
+    fn shared_gpus_keep_their_memory_reserve() {
+        let limits = GpuLimits::default();
+        let mut o = Occupancy::new(1);
+        let n = node();
+        let need = |mib| MemoryNeed {
+            mib,
+            capacity_mib: 80 * 1024,
+        };
+        // 90% of 80 GiB is 72 GiB: 40 + 32 fit, 40 + 33 do not.
+        let holder = Tenancy {
+            shared_mib: 40 * 1024,
+            ..t(1, Isolation::Shared)
+        };
+        o.add(0, &[0], holder);
+        assert!(o.gpus_allow(0, &[0], &shared(100), need(32 * 1024), limits));
+        assert!(!o.gpus_allow(0, &[0], &shared(100), need(33 * 1024), limits));
+        let next = o.gpus_for(0, &n, &shared(100), need(33 * 1024), limits);
+        assert_eq!(next, Some(vec![1]));
+        let whole = Request {
+            gpu_milli: 1000,
+            ..shared(100)
+        };
+        assert!(
+            !o.gpus_allow(0, &[1], &whole, need(96 * 1024), limits),
+            "more than it has"
+        );
+        let unknown = MemoryNeed {
+            mib: 1024,
+            capacity_mib: 0,
+        };
+        assert_eq!(
+            o.gpus_for(0, &n, &whole, unknown, limits),
+            None,
+            "asked, not known"
         );
     }
 }

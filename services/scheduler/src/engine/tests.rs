@@ -19,6 +19,7 @@ fn cluster(nodes: &[(u8, u32, u32)]) -> Cluster {
             memory_mib: gib * GIB,
             gpus,
             model: "H200".into(),
+            gpu_memory_mib: 80 * GIB,
         })
         .collect();
     Cluster::new(&nodes)
@@ -39,6 +40,7 @@ fn job(id: &str, queue: &str, gpus: u8, gpu_milli: u32, seq: u64) -> Job {
         priority: 0,
         preemptible: true,
         seq,
+        gpu_memory_mib: 0,
         isolation: None,
         class: None,
     }
@@ -48,6 +50,7 @@ const CONFIG: Config = Config {
     min_runtime_secs: 60,
     gpu_limits: GpuLimits {
         max_jobs_per_shared_gpu: 3,
+        shared_memory_reserve_pct: 10,
     },
 };
 
@@ -332,6 +335,51 @@ fn running_jobs_that_cannot_be_are_refused() {
     }
 }
 
+#[test]
+fn gpu_memory_is_asked_reserved_and_counted() {
+    let cluster = cluster(&[(1, 64, 256)]);
+    let mut team = queue("team", None, 0, None);
+    team.limit.0[Resource::GpuMemoryMib as usize] = Some(u64::from(200 * GIB));
+    let tree = QuotaTree::new(vec![team]).expect("tree");
+    let with_memory = |id: &str, milli, gib: u32, seq| Job {
+        gpu_memory_mib: gib * GIB,
+        ..job(id, "team", 1, milli, seq)
+    };
+    let pending = vec![
+        with_memory("a", 300, 40, 0),
+        with_memory("b", 300, 33, 1),
+        with_memory("c", 300, 32, 2),
+        with_memory("big", 1000, 81, 3),
+    ];
+    let d = pass(&cluster, &tree, &[], &pending, 0);
+    assert_eq!(
+        placed(&d),
+        ["a", "c"],
+        "72 of 80 GiB may be shared: 40 + 32"
+    );
+    assert!(
+        reason(&d, "b")
+            .message
+            .starts_with("no node has room for 0.3 of a GPU, 33 GiB of GPU memory per GPU")
+    );
+    assert!(
+        reason(&d, "big")
+            .message
+            .contains("81 GiB of GPU memory per GPU")
+    );
+    let over = pass(
+        &cluster,
+        &tree,
+        &[],
+        &[with_memory("huge", 1000, 201, 0)],
+        0,
+    );
+    assert_eq!(
+        reason(&over, "huge").message,
+        "tenant team: 0 of 200 GiB of GPU memory in use (limit); request 201"
+    );
+}
+
 /// Checks that what is running fits every GPU, node and quota limit.
 fn check_capacity(
     cluster: &Cluster,
@@ -366,6 +414,7 @@ fn check_capacity(
     // holds at most the job limit.
     let mut tenants: HashMap<usize, Vec<(String, Isolation)>> = HashMap::new();
     let mut shared_jobs: HashMap<(usize, u8), u32> = HashMap::new();
+    let mut shared_mib: HashMap<(usize, u8), u64> = HashMap::new();
     for r in running {
         let q = tree.find(&r.job.queue).expect("queue");
         let level = level_of(tree, &r.job, q);
@@ -378,9 +427,17 @@ fn check_capacity(
                 .entry(c.node)
                 .or_default()
                 .push((r.job.queue.clone(), level));
+            let capacity = cluster.gpu_memory_mib[c.node];
+            let asks = if r.job.request.num_gpu > 0 {
+                r.job.gpu_memory_mib
+            } else {
+                0
+            };
+            prop_assert!(asks <= capacity, "more GPU memory than the GPU has");
             if r.job.request.is_shared() {
                 for &g in &c.gpus {
                     *shared_jobs.entry((c.node, g)).or_default() += 1;
+                    *shared_mib.entry((c.node, g)).or_default() += u64::from(r.job.gpu_memory_mib);
                 }
             }
             if level == Isolation::Dedicated && r.job.request.num_gpu > 0 {
@@ -395,6 +452,15 @@ fn check_capacity(
                 "node {n} dedicated to {owner}: {here:?}"
             );
         }
+    }
+    for ((n, g), mib) in shared_mib {
+        let budget = CONFIG
+            .gpu_limits
+            .shared_memory_budget(cluster.gpu_memory_mib[n]);
+        prop_assert!(
+            mib <= budget,
+            "GPU {g} of node {n}: {mib} MiB shared, budget {budget}"
+        );
     }
     for ((n, g), jobs) in shared_jobs {
         prop_assert!(
@@ -436,8 +502,19 @@ fn usage_of(tree: &QuotaTree, running: &[Running]) -> Usage {
 }
 
 /// A generated job: team, GPUs, milli per GPU, CPUs, GiB, replicas, priority, preemptible,
-/// isolation asked for.
-type JobSpec = (usize, u8, u32, u32, u32, u32, i32, bool, Option<Isolation>);
+/// isolation asked for, GPU memory per GPU in GiB.
+type JobSpec = (
+    usize,
+    u8,
+    u32,
+    u32,
+    u32,
+    u32,
+    i32,
+    bool,
+    Option<Isolation>,
+    u32,
+);
 
 fn arb_job() -> impl Strategy<Value = JobSpec> {
     (
@@ -455,6 +532,7 @@ fn arb_job() -> impl Strategy<Value = JobSpec> {
             2 => Just(Some(Isolation::Dedicated)),
             1 => Just(Some(Isolation::Mig)),
         ],
+        prop_oneof![Just(0u32), 1u32..48, Just(90)],
     )
 }
 
@@ -463,7 +541,21 @@ fn make_jobs(specs: &[JobSpec], first_seq: u64) -> Vec<Job> {
         .iter()
         .enumerate()
         .map(
-            |(i, &(team, gpus, milli, cpus, gib, replicas, priority, preemptible, isolation))| {
+            |(
+                i,
+                &(
+                    team,
+                    gpus,
+                    milli,
+                    cpus,
+                    gib,
+                    replicas,
+                    priority,
+                    preemptible,
+                    isolation,
+                    gpu_gib,
+                ),
+            )| {
                 let seq = first_seq + i as u64;
                 Job {
                     id: format!("j{seq}"),
@@ -479,6 +571,7 @@ fn make_jobs(specs: &[JobSpec], first_seq: u64) -> Vec<Job> {
                     priority,
                     preemptible,
                     seq,
+                    gpu_memory_mib: gpu_gib * GIB,
                     isolation,
                     class: None,
                 }

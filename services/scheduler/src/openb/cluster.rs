@@ -124,6 +124,8 @@ pub struct Cluster {
     pub capacity: u64,
     /// Each node's place in the run's random order, which breaks ties between equal scores.
     pub rank: Vec<u32>,
+    /// Memory of each node's GPUs (0: unknown).
+    pub gpu_memory_mib: Vec<u32>,
 }
 
 impl Cluster {
@@ -153,6 +155,7 @@ impl Cluster {
             names: nodes.iter().map(|n| n.name.clone()).collect(),
             capacity: nodes.iter().map(|n| u64::from(n.gpus)).sum::<u64>() * u64::from(GPU_MILLI),
             rank: (0..nodes.len() as u32).collect(),
+            gpu_memory_mib: nodes.iter().map(|n| n.gpu_memory_mib).collect(),
             models,
         }
     }

@@ -26,6 +26,15 @@ pub fn scenario(
 /// GPU models of the synthetic fleet and their share of its nodes.
 const MODELS: [(&str, f64); 3] = [("H200", 0.5), ("A100-80GB", 0.3), ("L40S", 0.2)];
 
+/// Memory of each model's GPUs.
+fn gpu_memory_mib(model: &str) -> u32 {
+    match model {
+        "H200" => 141 * 1024,
+        "A100-80GB" => 80 * 1024,
+        _ => 48 * 1024,
+    }
+}
+
 /// Request shapes: (weight, CPU milli, memory MiB, GPUs, milli per GPU).
 const SHAPES: [(f64, u32, u32, u8, u32); 12] = [
     (0.40, 8_000, 49_152, 1, 1000),
@@ -45,12 +54,16 @@ const SHAPES: [(f64, u32, u32, u8, u32); 12] = [
 /// `nodes` nodes of `gpus_per_node` GPUs, with 12 cores and 48 GiB per GPU.
 pub fn cluster(nodes: usize, gpus_per_node: u8, rng: &mut StdRng) -> Vec<Node> {
     (0..nodes)
-        .map(|i| Node {
-            name: format!("node-{i:05}"),
-            cpu_milli: 12_000 * u32::from(gpus_per_node).max(1),
-            memory_mib: 49_152 * u32::from(gpus_per_node).max(1),
-            gpus: gpus_per_node,
-            model: pick(&MODELS.map(|(m, w)| (w, m)), rng).to_owned(),
+        .map(|i| {
+            let model = pick(&MODELS.map(|(m, w)| (w, m)), rng);
+            Node {
+                name: format!("node-{i:05}"),
+                cpu_milli: 12_000 * u32::from(gpus_per_node).max(1),
+                memory_mib: 49_152 * u32::from(gpus_per_node).max(1),
+                gpus: gpus_per_node,
+                model: model.to_owned(),
+                gpu_memory_mib: gpu_memory_mib(model),
+            }
         })
         .collect()
 }

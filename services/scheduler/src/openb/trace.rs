@@ -11,6 +11,8 @@ pub struct Node {
     pub gpus: u8,
     /// The GPU model (`T4`, `V100M32`, or an undisclosed code such as `G2`).
     pub model: String,
+    /// Memory of each GPU; 0 when unknown (the openb trace does not say).
+    pub gpu_memory_mib: u32,
 }
 
 /// A pod (task) of the trace.
@@ -106,6 +108,7 @@ pub fn parse_nodes(text: &str) -> Result<Vec<Node>, OpenbError> {
                 memory_mib: number(what, line, "memory_mib", f(2)?)?,
                 gpus: number(what, line, "gpu", f(3)?)?,
                 model: f(4)?.to_owned(),
+                gpu_memory_mib: 0,
             })
         })
         .collect()

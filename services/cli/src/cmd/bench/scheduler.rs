@@ -121,6 +121,7 @@ fn engine_pass(
             priority: 0,
             preemptible: true,
             seq: i as u64,
+            gpu_memory_mib: 0,
             isolation: None,
             class: None,
         })
