@@ -8,6 +8,7 @@ pub mod audit;
 pub mod clock;
 pub mod error;
 pub mod job;
+pub mod mig;
 pub mod node;
 pub mod quantity;
 pub mod tenant;
