@@ -200,12 +200,16 @@ pub fn schedule(
     let cluster = empty.clone();
     let usage = Usage::new(tree);
     let mut capacity = Amounts::default();
-    for n in &cluster.nodes {
-        capacity.add(&Amounts::new(
-            u64::from(n.gpu_free_total()),
-            u64::from(n.cpu_free),
-            u64::from(n.memory_free),
-        ));
+    for (n, &gpu_mib) in cluster.nodes.iter().zip(&cluster.gpu_memory_mib) {
+        let gpu_memory = n.gpu_free.len() as u64 * u64::from(gpu_mib);
+        capacity.add(
+            &Amounts::new(
+                u64::from(n.gpu_free_total()),
+                u64::from(n.cpu_free),
+                u64::from(n.memory_free),
+            )
+            .with_gpu_memory(gpu_memory),
+        );
     }
     let occupancy = Occupancy::new(cluster.nodes.len());
     let mut pass = Pass {
@@ -222,13 +226,12 @@ pub fn schedule(
     };
     for r in running {
         let q = tree.find(&r.job.queue);
-        let level = q.map(|q| level_of(tree, &r.job, q));
         for c in &r.placements {
             pass.check_holds(r, c)?;
-            match (q, level) {
-                (Some(q), Some(level)) => pass.hold(c.node, &c.gpus, &r.job, q, level),
+            match q {
+                Some(q) => pass.hold(c.node, &c.gpus, &r.job, q, level_of(tree, &r.job, q)),
                 // Without a quota it counts nowhere, but it still holds its GPUs.
-                _ => pass.cluster.nodes[c.node].place(&r.job.request, &c.gpus),
+                None => pass.cluster.nodes[c.node].place(&r.job.request, &c.gpus),
             }
         }
         if let Some(q) = q {
