@@ -55,7 +55,7 @@ const SHAPES: [(f64, u32, u32, u8, u32); 12] = [
 pub fn cluster(nodes: usize, gpus_per_node: u8, rng: &mut StdRng) -> Vec<Node> {
     (0..nodes)
         .map(|i| {
-            let model = pick(&MODELS.map(|(m, w)| (w, m)), rng);
+            let model = pick_model(rng);
             Node {
                 name: format!("node-{i:05}"),
                 cpu_milli: 12_000 * u32::from(gpus_per_node).max(1),
@@ -79,7 +79,7 @@ pub fn backlog(count: usize, gpus_per_node: u8, rng: &mut StdRng) -> Vec<Pod> {
         .map(|i| {
             let (cpu_milli, memory_mib, num_gpu, gpu_milli) = pick(&shapes, rng);
             let gpu_spec = if num_gpu > 0 && rng.random_bool(0.1) {
-                vec![pick(&MODELS.map(|(m, w)| (w, m)), rng).to_owned()]
+                vec![pick_model(rng).to_owned()]
             } else {
                 Vec::new()
             };
@@ -93,6 +93,11 @@ pub fn backlog(count: usize, gpus_per_node: u8, rng: &mut StdRng) -> Vec<Pod> {
             }
         })
         .collect()
+}
+
+/// A GPU model, in proportion to its share of the fleet.
+fn pick_model(rng: &mut StdRng) -> &'static str {
+    pick(&MODELS.map(|(m, w)| (w, m)), rng)
 }
 
 /// One of `choices`, in proportion to its weight.
