@@ -25,7 +25,7 @@ use rand::rngs::StdRng;
 use super::cluster::{Cluster, GPU_MILLI, NodeState, Request};
 use super::policies::{
     Choice, FragMemo, OpenbPolicy, PodClass, best, class_of, classes_from_counts, fragmentation,
-    gpu_options, sigmoid,
+    scored_option,
 };
 
 /// The share of requests the typical classes cover (as FGD).
@@ -274,16 +274,12 @@ impl OpenbPolicy for Allot {
             if !n.fits(r) {
                 continue;
             }
-            let mut top: Option<(f64, Vec<u8>)> = None;
-            for gpus in gpu_options(n, r) {
-                let after = self.memo.after(n, r, &gpus, &self.mix.classes);
-                let gain = self.mix.gain(n, r, &gpus, self.current[i], after);
-                if top.as_ref().is_none_or(|(g, _)| gain > *g) {
-                    top = Some((gain, gpus));
-                }
-            }
-            if let Some((gain, gpus)) = top {
-                candidates.push(((100.0 * sigmoid(gain / 1000.0)) as i64, i, gpus));
+            let gain = |gpus: &[u8]| {
+                let after = self.memo.after(n, r, gpus, &self.mix.classes);
+                self.mix.gain(n, r, gpus, self.current[i], after)
+            };
+            if let Some((score, gpus)) = scored_option(n, r, gain) {
+                candidates.push((score, i, gpus));
             }
         }
         best(cluster, candidates.into_iter()).map(|(node, gpus)| Choice { node, gpus })

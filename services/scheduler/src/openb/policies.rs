@@ -398,6 +398,23 @@ impl Fgd {
     }
 }
 
+/// The option of `gpu_options(n, r)` with the highest `gain`, scored as FGD scores:
+/// 100 × sigmoid(gain / 1000), truncated to an integer.
+pub(crate) fn scored_option(
+    n: &NodeState,
+    r: &Request,
+    mut gain: impl FnMut(&[u8]) -> f64,
+) -> Option<(i64, Vec<u8>)> {
+    let mut top: Option<(f64, Vec<u8>)> = None;
+    for gpus in gpu_options(n, r) {
+        let g = gain(&gpus);
+        if top.as_ref().is_none_or(|(best, _)| g > *best) {
+            top = Some((g, gpus));
+        }
+    }
+    top.map(|(g, gpus)| ((100.0 * sigmoid(g / 1000.0)) as i64, gpus))
+}
+
 pub(crate) fn sigmoid(x: f64) -> f64 {
     1.0 / (1.0 + (-x).exp())
 }
@@ -431,15 +448,10 @@ impl OpenbPolicy for Fgd {
     fn choose(&mut self, cluster: &Cluster, r: &Request, _rng: &mut StdRng) -> Option<Choice> {
         let mut candidates = Vec::new();
         for (i, n) in feasible(cluster, r) {
-            let mut top: Option<(f64, Vec<u8>)> = None;
-            for gpus in gpu_options(n, r) {
-                let delta = self.current[i] - self.memo.after(n, r, &gpus, &self.classes);
-                if top.as_ref().is_none_or(|(d, _)| delta > *d) {
-                    top = Some((delta, gpus));
-                }
+            let delta = |gpus: &[u8]| self.current[i] - self.memo.after(n, r, gpus, &self.classes);
+            if let Some((score, gpus)) = scored_option(n, r, delta) {
+                candidates.push((score, i, gpus));
             }
-            let (delta, gpus) = top.unwrap_or((0.0, Vec::new()));
-            candidates.push(((100.0 * sigmoid(delta / 1000.0)) as i64, i, gpus));
         }
         best(cluster, candidates.into_iter()).map(|(node, gpus)| Choice { node, gpus })
     }
