@@ -608,8 +608,9 @@ impl<'a> Pass<'a> {
         level: Isolation,
         policy: &mut dyn OpenbPolicy,
     ) -> Option<(Vec<Victim>, Vec<Choice>)> {
-        // Most attempts find nothing to take: find out before copying the pass's state.
-        self.cheapest_room(job, q, level, &self.usage)?;
+        // Most attempts find nothing to take: find out before copying the pass's state. (The
+        // first replica's room is the one found here: nothing has changed yet.)
+        let mut first = Some(self.cheapest_room(job, q, level, &self.usage)?);
         let (cluster_before, usage_before, live_before, occupancy_before, sealed_before) = (
             self.cluster.clone(),
             self.usage.clone(),
@@ -622,7 +623,10 @@ impl<'a> Pass<'a> {
         let mut placements = Vec::new();
         let mut touched = Vec::new();
         for _ in 0..job.replicas.max(1) {
-            let Some((node, chosen)) = self.cheapest_room(job, q, level, &usage_before) else {
+            let room = first
+                .take()
+                .or_else(|| self.cheapest_room(job, q, level, &usage_before));
+            let Some((node, chosen)) = room else {
                 self.cluster = cluster_before;
                 self.usage = usage_before;
                 self.live = live_before;
