@@ -80,32 +80,22 @@ const fn profile(
     }
 }
 
+/// A board with the usual 8 memory and 7 compute slices.
+const fn board(board: &'static str, profiles: &'static [MigProfile]) -> MigGeometry {
+    MigGeometry {
+        board,
+        memory_slices: 8,
+        compute_slices: 7,
+        profiles,
+    }
+}
+
 /// The boards whose MIG geometry Allot knows.
 pub const GEOMETRIES: [MigGeometry; 4] = [
-    MigGeometry {
-        board: "A100-40GB",
-        memory_slices: 8,
-        compute_slices: 7,
-        profiles: profiles!(5, 10, 20, 40),
-    },
-    MigGeometry {
-        board: "A100-80GB",
-        memory_slices: 8,
-        compute_slices: 7,
-        profiles: profiles!(10, 20, 40, 80),
-    },
-    MigGeometry {
-        board: "H100-80GB",
-        memory_slices: 8,
-        compute_slices: 7,
-        profiles: profiles!(10, 20, 40, 80),
-    },
-    MigGeometry {
-        board: "H200-141GB",
-        memory_slices: 8,
-        compute_slices: 7,
-        profiles: profiles!(18, 35, 71, 141),
-    },
+    board("A100-40GB", profiles!(5, 10, 20, 40)),
+    board("A100-80GB", profiles!(10, 20, 40, 80)),
+    board("H100-80GB", profiles!(10, 20, 40, 80)),
+    board("H200-141GB", profiles!(18, 35, 71, 141)),
 ];
 
 /// The geometry of `board` (e.g. `H200-141GB`, or `NVIDIA H200` with its memory in MiB).
