@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use allot_proto::NodeServiceClient;
 use allot_proto::v1::{
-    Gpu, HeartbeatRequest, JobPhase, JobStatusReport, Launch, RegisterRequest,
+    Cancel, Gpu, HeartbeatRequest, JobPhase, JobStatusReport, Launch, RegisterRequest,
     WatchAssignmentsRequest, assignment::Kind,
 };
 use tokio::sync::mpsc;
@@ -38,6 +38,35 @@ pub struct AgentConfig {
     pub data_dir: PathBuf,
     /// How long a stopped job gets between SIGTERM and SIGKILL.
     pub stop_grace: Duration,
+    /// The CPU and memory this node offers to jobs.
+    pub offer: NodeResources,
+}
+
+/// CPU (milli) and memory (bytes) a node offers to jobs; 0 is "unknown" (not a constraint).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NodeResources {
+    pub cpu_milli: u64,
+    pub memory_bytes: u64,
+}
+
+impl NodeResources {
+    /// What this machine has: its usable CPUs, and `MemTotal` of `/proc/meminfo`.
+    pub fn detect() -> Self {
+        let cpus = std::thread::available_parallelism().map_or(0, |n| n.get() as u64);
+        let memory = std::fs::read_to_string("/proc/meminfo")
+            .ok()
+            .and_then(|m| {
+                m.lines()
+                    .find_map(|l| l.strip_prefix("MemTotal:"))
+                    .and_then(|v| v.trim().strip_suffix("kB"))
+                    .and_then(|kb| kb.trim().parse::<u64>().ok())
+            })
+            .map_or(0, |kb| kb * 1024);
+        Self {
+            cpu_milli: cpus * 1000,
+            memory_bytes: memory,
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -53,9 +82,11 @@ pub enum AgentError {
 /// Jobs this agent process has seen, and the ones still running.
 #[derive(Default)]
 struct Jobs {
-    running: HashMap<String, Arc<StopSignal>>,
-    /// Every job id ever assigned here, so a replayed launch never runs a job twice.
-    seen: HashSet<String>,
+    /// By job id: the attempt running and its stop signal.
+    running: HashMap<String, (u32, Arc<StopSignal>)>,
+    /// Every (job id, attempt) ever assigned here, so a replayed launch never runs an
+    /// attempt twice (a preempted job comes back as its next attempt).
+    seen: HashSet<(String, u32)>,
 }
 
 struct Agent {
@@ -141,6 +172,8 @@ impl Agent {
                 gpu_backend: self.backend.kind().to_owned(),
                 gpus: self.gpus()?,
                 running_job_ids: self.running_ids(),
+                cpu_milli: self.cfg.offer.cpu_milli,
+                memory_bytes: self.cfg.offer.memory_bytes,
             };
             match client.register(req).await {
                 Ok(res) => {
@@ -197,11 +230,13 @@ impl Agent {
         let signal = Arc::new(StopSignal::default());
         {
             let mut jobs = self.lock_jobs();
-            if !jobs.seen.insert(l.job_id.clone()) {
+            if !jobs.seen.insert((l.job_id.clone(), l.attempt)) {
                 return;
             }
-            jobs.running.insert(l.job_id.clone(), signal.clone());
+            jobs.running
+                .insert(l.job_id.clone(), (l.attempt, signal.clone()));
         }
+        let attempt = l.attempt;
         let spec = LaunchSpec {
             job_id: l.job_id.clone(),
             job_name: l.name,
@@ -211,6 +246,9 @@ impl Agent {
             env: l.env.into_iter().collect(),
             workdir: (!l.workdir.is_empty()).then_some(l.workdir),
             gpu_uuids: l.gpu_uuids,
+            attempt: l.attempt,
+            gpu_milli: l.gpu_milli,
+            gpu_memory_bytes: l.gpu_memory_bytes,
         };
         let agent = self.clone();
         tasks.spawn(async move {
@@ -222,6 +260,7 @@ impl Agent {
                     job_id: job_id.clone(),
                     phase: JobPhase::Running.into(),
                     pid: Some(pid),
+                    attempt,
                     ..Default::default()
                 });
             })
@@ -239,22 +278,38 @@ impl Agent {
                 exit_code,
                 message,
                 log_tail: finished.log_tail,
+                attempt,
             });
-            agent.lock_jobs().running.remove(&job_id);
+            let mut jobs = agent.lock_jobs();
+            if jobs
+                .running
+                .get(&job_id)
+                .is_some_and(|(a, _)| *a == attempt)
+            {
+                jobs.running.remove(&job_id);
+            }
         });
     }
 
-    fn cancel(&self, job_id: String) {
+    /// Stops the job's attempt `c.attempt` (0: whichever runs), or makes sure it never
+    /// starts here.
+    fn cancel(&self, c: Cancel) {
         let mut jobs = self.lock_jobs();
-        if let Some(signal) = jobs.running.get(&job_id) {
+        if let Some((attempt, signal)) = jobs.running.get(&c.job_id)
+            && (c.attempt == 0 || *attempt == c.attempt)
+        {
+            tracing::info!(job = %c.job_id, attempt, reason = %c.reason, "stopping");
             signal.stop(StopReason::Cancelled);
-        } else if jobs.seen.insert(job_id.clone()) {
-            // Cancelled before its launch reached us: it will never start here.
+            return;
+        }
+        if c.attempt != 0 && jobs.seen.insert((c.job_id.clone(), c.attempt)) {
+            // Stopped before its launch reached us: it will never start here.
             drop(jobs);
             self.report(JobStatusReport {
-                job_id,
+                job_id: c.job_id,
                 phase: JobPhase::Cancelled.into(),
-                message: "cancelled before it started".into(),
+                message: format!("{} before it started", c.reason),
+                attempt: c.attempt,
                 ..Default::default()
             });
         }
@@ -279,7 +334,7 @@ impl Agent {
             match msg {
                 Ok(Some(a)) => match a.kind {
                     Some(Kind::Launch(l)) => self.launch(l, tasks),
-                    Some(Kind::Cancel(c)) => self.cancel(c.job_id),
+                    Some(Kind::Cancel(c)) => self.cancel(c),
                     None => tracing::warn!("empty assignment ignored"),
                 },
                 Ok(None) => {
@@ -363,7 +418,7 @@ pub async fn run(
             }
         }
     }
-    for signal in agent.lock_jobs().running.values() {
+    for (_, signal) in agent.lock_jobs().running.values() {
         signal.stop(StopReason::AgentShutdown);
     }
     while tasks.join_next().await.is_some() {}

@@ -52,6 +52,12 @@ pub struct LaunchSpec {
     pub env: BTreeMap<String, String>,
     pub workdir: Option<String>,
     pub gpu_uuids: Vec<String>,
+    /// Which run of the job this is.
+    pub attempt: u32,
+    /// The share of each GPU the job holds (1000: whole GPUs) and the GPU memory it asked
+    /// for on each (0: not asked): what the GPU-sharing limits enforce.
+    pub gpu_milli: u32,
+    pub gpu_memory_bytes: u64,
 }
 
 /// How a job ended.
@@ -176,6 +182,9 @@ pub async fn run(
         .env("ALLOT_TENANT", &spec.tenant)
         .env("ALLOT_NODE", &spec.node_name)
         .env("ALLOT_GPU_UUIDS", spec.gpu_uuids.join(","))
+        .env("ALLOT_ATTEMPT", spec.attempt.to_string())
+        .env("ALLOT_GPU_MILLI", spec.gpu_milli.to_string())
+        .env("ALLOT_GPU_MEMORY_BYTES", spec.gpu_memory_bytes.to_string())
         .env("ALLOT_JOB_DIR", &dir)
         .current_dir(spec.workdir.as_deref().map_or(dir.as_path(), Path::new))
         .stdin(Stdio::null())
@@ -254,6 +263,9 @@ mod tests {
             env: BTreeMap::from([("GREETING".to_owned(), "hi".to_owned())]),
             workdir: None,
             gpu_uuids: vec!["GPU-a".into(), "GPU-b".into()],
+            attempt: 1,
+            gpu_milli: 1000,
+            gpu_memory_bytes: 0,
         }
     }
 

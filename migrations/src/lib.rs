@@ -5,6 +5,7 @@ pub use sea_orm_migration::prelude::*;
 mod m20261129_000001_initial;
 mod m20261130_000001_audit;
 mod m20261130_000002_audit_checkpoints;
+mod m20261201_000001_scheduling;
 mod roles;
 
 pub use roles::{APPEND_ONLY_TABLES, BadRoleName, postgres_app_role_grants};
@@ -18,6 +19,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261129_000001_initial::Migration),
             Box::new(m20261130_000001_audit::Migration),
             Box::new(m20261130_000002_audit_checkpoints::Migration),
+            Box::new(m20261201_000001_scheduling::Migration),
         ]
     }
 }

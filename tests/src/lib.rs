@@ -35,12 +35,23 @@ pub struct TestCluster {
 /// Starts a control plane on port 0 and `nodes` agents, each with `gpus` (e.g. `4xH200`),
 /// and waits until every node is ready.
 pub async fn spawn_cluster(backend: Backend, nodes: usize, gpus: &str) -> TestCluster {
+    spawn_cluster_with(backend, nodes, gpus, |_| {}).await
+}
+
+/// [`spawn_cluster`], with the server's configuration adjusted by `configure` first.
+pub async fn spawn_cluster_with(
+    backend: Backend,
+    nodes: usize,
+    gpus: &str,
+    configure: impl FnOnce(&mut ServerConfig),
+) -> TestCluster {
     let db = TestDb::new(backend).await.expect("test database");
     let join = "test-join-token";
     let mut config = ServerConfig::new(db.url.clone(), join);
     config.heartbeat_interval = Duration::from_millis(300);
     config.schedule_interval = Duration::from_millis(200);
     config.checkpoint_interval = Duration::from_millis(200);
+    configure(&mut config);
     let checkpoints = tempfile::tempdir().expect("temp dir");
     config.checkpoint_dir = Some(checkpoints.path().to_owned());
     let server = allot_server::start(config, Arc::new(SystemClock))
@@ -62,6 +73,7 @@ pub async fn spawn_cluster(backend: Backend, nodes: usize, gpus: &str) -> TestCl
                 node_name: name.clone(),
                 data_dir: data_dir.path().join(&name),
                 stop_grace: Duration::from_secs(2),
+                offer: allot_agent::NodeResources::detect(),
             };
             tokio::spawn(allot_agent::run(
                 cfg,
@@ -135,14 +147,29 @@ impl TestCluster {
         .await
     }
 
+    /// Creates a tenant with at most `max_gpus` GPUs (unlimited when `None`).
     pub async fn create_tenant(&self, name: &str, max_gpus: Option<u32>) {
+        let quota =
+            serde_json::json!({ "limit": { "gpu_milli": max_gpus.map(|g| u64::from(g) * 1000) } });
         let (status, body) = self
             .post(
                 "/api/v1/tenants",
-                serde_json::json!({ "name": name, "quota": { "max_gpus": max_gpus } }),
+                serde_json::json!({ "name": name, "quota": quota }),
             )
             .await;
         assert_eq!(status, StatusCode::CREATED, "{body}");
+    }
+
+    /// Submits a job as admin with extra request fields (`gpu_milli`, `priority`, ...) and
+    /// returns its id.
+    pub async fn submit_with(&self, tenant: &str, fields: Value, command: &[&str]) -> String {
+        let mut body = serde_json::json!({ "tenant": tenant, "command": command });
+        if let (Some(b), Some(extra)) = (body.as_object_mut(), fields.as_object()) {
+            b.extend(extra.clone());
+        }
+        let (status, body) = self.post("/api/v1/jobs", body).await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        body["id"].as_str().expect("job id").to_owned()
     }
 
     /// Submits a job as admin and returns its id.
@@ -171,6 +198,15 @@ impl TestCluster {
             assert!(start.elapsed() < PATIENCE, "timed out waiting for: {what}");
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+    }
+
+    /// Waits until the pending job carries a reason and returns the job.
+    pub async fn wait_for_reason(&self, id: &str) -> Value {
+        self.eventually("a pending reason", || async {
+            let (_, job) = self.get(&format!("/api/v1/jobs/{id}")).await;
+            job["pending_reason"]["code"].is_string().then_some(job)
+        })
+        .await
     }
 
     /// Waits until the job is in `state` and returns it.

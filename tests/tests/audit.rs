@@ -284,7 +284,7 @@ async fn set_quota(c: &TestCluster, tenant: &str, gpus: u32) {
             Method::PUT,
             &format!("/api/v1/tenants/{tenant}/quota"),
             Some(&c.admin_token),
-            Some(json!({ "max_gpus": gpus })),
+            Some(json!({ "limit": { "gpu_milli": u64::from(gpus) * 1000 } })),
         )
         .await;
     assert_eq!(s, StatusCode::OK, "{body}");

@@ -36,7 +36,7 @@ async fn scene() -> Scene {
                 Method::PUT,
                 "/api/v1/tenants/acme/quota",
                 Some(&c.admin_token),
-                Some(json!({ "max_gpus": i })),
+                Some(json!({ "limit": { "gpu_milli": u64::from(i) * 1000 } })),
             )
             .await;
         assert_eq!(s, StatusCode::OK);
@@ -204,7 +204,7 @@ async fn a_modified_payload_is_named_in_a_filtered_export() {
     let s = scene().await;
     let (ok, out) = s.verify_export(true, "action=tenant.quota.set").await;
     assert!(ok, "{out}");
-    s.tamper("UPDATE audit_entries SET body = replace(body, '\"max_gpus\":6', '\"max_gpus\":60') WHERE log_id = '$LOG' AND seq = 5").await;
+    s.tamper("UPDATE audit_entries SET body = replace(body, '\"gpu_milli\":6000', '\"gpu_milli\":60000') WHERE log_id = '$LOG' AND seq = 5").await;
     for with_sink in [false, true] {
         let (ok, out) = s.verify_export(with_sink, "action=tenant.quota.set").await;
         assert!(!ok, "undetected (sink: {with_sink}):\n{out}");

@@ -145,17 +145,12 @@ async fn job_lifecycle(backend: Backend) {
     let holder = c.submit("team-a", 3, &["sleep", "60"]).await;
     c.wait_for_state(&holder, "running").await;
     let waiting = c.submit("team-a", 1, &["true"]).await;
-    let job = c
-        .eventually("a pending reason", || async {
-            let (_, job) = c.get(&format!("/api/v1/jobs/{waiting}")).await;
-            job["pending_reason"]["code"].is_string().then_some(job)
-        })
-        .await;
+    let job = c.wait_for_reason(&waiting).await;
     assert_eq!(job["state"], "pending");
-    assert_eq!(job["pending_reason"]["code"], "TenantGpuCap");
+    assert_eq!(job["pending_reason"]["code"], "TenantLimit");
     assert_eq!(
         job["pending_reason"]["message"],
-        "tenant team-a: 3 of 3 GPUs in use (cap 3); request 1"
+        "tenant team-a: 3 of 3 GPUs in use (limit); request 1"
     );
     // A job over the cap on its own never runs; other tenants are not held back.
     let too_big = c.submit("team-a", 4, &["true"]).await;
@@ -201,13 +196,14 @@ async fn jobs_spread_over_both_nodes_and_gpus_are_not_shared() {
     let jb = c.wait_for_state(&b, "running").await;
     assert_ne!(ja["node_id"], jb["node_id"]);
     let third = c.submit("spread", 1, &["true"]).await;
-    let job = c
-        .eventually("a pending reason", || async {
-            let (_, job) = c.get(&format!("/api/v1/jobs/{third}")).await;
-            job["pending_reason"]["code"].is_string().then_some(job)
-        })
-        .await;
-    assert_eq!(job["pending_reason"]["code"], "InsufficientGpus");
+    let job = c.wait_for_reason(&third).await;
+    assert_eq!(job["pending_reason"]["code"], "NoRoom");
+    assert!(
+        job["pending_reason"]["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("no node has room for 1 whole GPUs")),
+        "{job}"
+    );
     for id in [&a, &b] {
         c.post(&format!("/api/v1/jobs/{id}/cancel"), Value::Null)
             .await;

@@ -25,6 +25,8 @@ fn register_req(token: &str, name: &str) -> RegisterRequest {
             healthy: true,
         }],
         running_job_ids: vec![],
+        cpu_milli: 8000,
+        memory_bytes: 64 << 30,
     }
 }
 

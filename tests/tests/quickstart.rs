@@ -115,17 +115,75 @@ fn quick_start_as_a_user_runs_it() {
             "tenant",
             "create",
             "demo",
-            "--gpus",
+            "--guaranteed-gpus",
+            "2",
+            "--max-gpus",
             "4",
-            "--gpu-memory",
+            "--max-gpu-memory",
             "600GiB",
         ],
     );
     assert!(out.status.success(), "{}", text(&out.stderr));
+    let shown = text(&out.stdout);
+    assert!(shown.contains("0 B / 600 GiB"), "{shown}");
+    assert!(shown.contains("2 / 4"), "{shown}");
+    let out = cli(
+        &bin,
+        &dev,
+        &token,
+        &[
+            "tenant",
+            "create",
+            "demo-train",
+            "--parent",
+            "demo",
+            "--guaranteed-gpus",
+            "1",
+            "--min-isolation",
+            "dedicated",
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(
-        text(&out.stdout).contains("600 GiB"),
+        text(&out.stdout).contains("dedicated"),
         "{}",
         text(&out.stdout)
+    );
+
+    // A quarter of a shared GPU: the job is told its share.
+    let out = cli(
+        &bin,
+        &dev,
+        &token,
+        &[
+            "job",
+            "submit",
+            "--tenant",
+            "demo",
+            "--gpus",
+            "0.25",
+            "--wait",
+            "--",
+            "sh",
+            "-c",
+            "echo share $ALLOT_GPU_MILLI",
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout).trim(), "share 250");
+    let out = cli(
+        &bin,
+        &dev,
+        &token,
+        &[
+            "job", "submit", "--tenant", "demo", "--gpus", "1.5", "--", "true",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("ask for whole GPUs, or a fraction of one GPU"),
+        "{}",
+        text(&out.stderr)
     );
 
     let out = cli(
@@ -185,7 +243,7 @@ fn quick_start_as_a_user_runs_it() {
         .iter()
         .map(|j| j["state"].as_str().unwrap_or("").to_owned())
         .collect();
-    assert_eq!(states, ["failed", "succeeded"]);
+    assert_eq!(states, ["failed", "succeeded", "succeeded"]);
     let out = cli(&bin, &dev, &token, &["job", "list"]);
     let table = text(&out.stdout);
     assert!(
@@ -227,7 +285,7 @@ fn quick_start_as_a_user_runs_it() {
     let out = cli(&bin, &dev, &token, &["job", "list", "-o", "json"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let again: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
-    assert_eq!(again["items"].as_array().map(Vec::len), Some(2));
+    assert_eq!(again["items"].as_array().map(Vec::len), Some(3));
     assert_eq!(
         std::fs::read_to_string(&token_file).expect("token").trim(),
         token

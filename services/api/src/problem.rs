@@ -28,7 +28,7 @@ pub struct Problem {
 /// One invalid field.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct FieldErrorView {
-    /// Path of the field, e.g. `gpus`, `command[0]`, `quota.max_gpus`.
+    /// Path of the field, e.g. `gpus`, `command[0]`, `quota.limit.gpu_milli`.
     pub field: String,
     pub reason: String,
 }

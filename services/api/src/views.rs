@@ -2,36 +2,111 @@
 
 use std::collections::BTreeMap;
 
-use allot_domain::{ApiToken, GpuDevice, Job, JobEvent, Node, PendingReason, Quota, Role, Tenant};
+use allot_domain::{
+    ApiToken, GpuDevice, Isolation, Job, JobEvent, Node, PendingReason, Quota, ResourceLimits,
+    Resources, Role, Tenant, WorkloadClass,
+};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-/// Per-tenant caps; an absent field means unlimited.
+/// An amount of each resource a quota speaks of; absent fields are 0.
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+pub struct ResourcesBody {
+    /// GPU share in milli: 1000 is one GPU, 7500 seven and a half.
+    #[serde(default)]
+    pub gpu_milli: u64,
+    /// CPU in milli: 1000 is one CPU.
+    #[serde(default)]
+    pub cpu_milli: u64,
+    #[serde(default)]
+    pub memory_bytes: u64,
+    /// GPU memory: per GPU asked for, times the GPUs.
+    #[serde(default)]
+    pub gpu_memory_bytes: u64,
+}
+
+/// Hard limits per resource; an absent field is unlimited.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsBody {
+    pub gpu_milli: Option<u64>,
+    pub cpu_milli: Option<u64>,
+    pub memory_bytes: Option<u64>,
+    pub gpu_memory_bytes: Option<u64>,
+}
+
+fn default_weight() -> u32 {
+    1
+}
+
+/// A tenant's share: held for it while it asks (`guaranteed`, lent to others while idle and
+/// reclaimed by preempting borrowers), never exceeded (`limit`), its weight among tenants
+/// competing for spare capacity, and the least isolation its jobs run at.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
 pub struct QuotaBody {
-    /// Most GPUs the tenant's jobs may hold at once.
-    #[schema(maximum = 100000)]
-    pub max_gpus: Option<u32>,
-    /// Most GPU memory, in bytes, summed over the GPUs held.
-    pub max_gpu_memory_bytes: Option<u64>,
+    #[serde(default)]
+    pub guaranteed: ResourcesBody,
+    #[serde(default)]
+    pub limit: LimitsBody,
+    /// Over-quota weight, 1 to 10000.
+    #[serde(default = "default_weight")]
+    #[schema(default = 1, minimum = 1, maximum = 10000)]
+    pub weight: u32,
+    /// shared, mig or dedicated.
+    #[serde(default)]
+    #[schema(value_type = String, example = "shared")]
+    pub min_isolation: Isolation,
+}
+
+impl Default for QuotaBody {
+    fn default() -> Self {
+        Quota::default().into()
+    }
 }
 
 impl From<QuotaBody> for Quota {
     fn from(q: QuotaBody) -> Self {
+        let (g, l) = (q.guaranteed, q.limit);
         Quota {
-            max_gpus: q.max_gpus,
-            max_gpu_memory_bytes: q.max_gpu_memory_bytes,
+            guaranteed: Resources {
+                gpu_milli: g.gpu_milli,
+                cpu_milli: g.cpu_milli,
+                memory_bytes: g.memory_bytes,
+                gpu_memory_bytes: g.gpu_memory_bytes,
+            },
+            limit: ResourceLimits {
+                gpu_milli: l.gpu_milli,
+                cpu_milli: l.cpu_milli,
+                memory_bytes: l.memory_bytes,
+                gpu_memory_bytes: l.gpu_memory_bytes,
+            },
+            weight: q.weight,
+            min_isolation: q.min_isolation,
         }
     }
 }
 
 impl From<Quota> for QuotaBody {
     fn from(q: Quota) -> Self {
+        let (g, l) = (q.guaranteed, q.limit);
         QuotaBody {
-            max_gpus: q.max_gpus,
-            max_gpu_memory_bytes: q.max_gpu_memory_bytes,
+            guaranteed: ResourcesBody {
+                gpu_milli: g.gpu_milli,
+                cpu_milli: g.cpu_milli,
+                memory_bytes: g.memory_bytes,
+                gpu_memory_bytes: g.gpu_memory_bytes,
+            },
+            limit: LimitsBody {
+                gpu_milli: l.gpu_milli,
+                cpu_milli: l.cpu_milli,
+                memory_bytes: l.memory_bytes,
+                gpu_memory_bytes: l.gpu_memory_bytes,
+            },
+            weight: q.weight,
+            min_isolation: q.min_isolation,
         }
     }
 }
@@ -41,6 +116,9 @@ impl From<Quota> for QuotaBody {
 pub struct CreateTenant {
     /// DNS-label style: lowercase letters, digits and `-`, starting with a letter.
     pub name: String,
+    /// The tenant this one is a team of: its guarantees nest within the parent's, and the
+    /// parent's limits and minimum isolation apply to it too.
+    pub parent: Option<String>,
     #[serde(default)]
     pub quota: QuotaBody,
 }
@@ -49,19 +127,32 @@ pub struct CreateTenant {
 pub struct TenantView {
     pub id: String,
     pub name: String,
+    /// The parent tenant's name, for a team.
+    pub parent: Option<String>,
     pub quota: QuotaBody,
     pub created_at: DateTime<Utc>,
 }
 
-impl From<Tenant> for TenantView {
-    fn from(t: Tenant) -> Self {
+impl TenantView {
+    /// `all`: the tenants to find the parent's name among.
+    pub fn new(t: Tenant, all: &[Tenant]) -> Self {
+        let parent = t
+            .parent_id
+            .as_ref()
+            .and_then(|p| all.iter().find(|x| x.id == *p))
+            .map(|p| p.name.to_string());
         Self {
             id: t.id,
             name: t.name.to_string(),
+            parent,
             quota: t.quota.into(),
             created_at: t.created_at,
         }
     }
+}
+
+fn default_preemptible() -> bool {
+    true
 }
 
 fn default_gpus() -> u32 {
@@ -75,12 +166,41 @@ pub struct SubmitJob {
     pub tenant: Option<String>,
     /// A label for people; defaults to the program name.
     pub name: Option<String>,
-    /// Whole GPUs (0 for a CPU-only job).
+    /// GPUs (0 for a CPU-only job).
     #[serde(default = "default_gpus")]
     #[schema(default = 1, maximum = 1024)]
     pub gpus: u32,
-    /// Minimum memory of each GPU, in bytes.
+    /// The share of each GPU in milli, 1–1000: less than 1000 asks for a fraction of one
+    /// GPU that other jobs share (then `gpus` is 1). Whole GPUs when absent.
+    pub gpu_milli: Option<u32>,
+    /// GPU memory needed on each GPU, in bytes: the least a whole GPU must have, or what
+    /// the job holds of a shared one.
     pub gpu_memory_bytes: Option<u64>,
+    /// Acceptable GPU models (e.g. `H200`, `A100-80GB`; case and a leading `NVIDIA` do
+    /// not matter); any when empty.
+    #[serde(default)]
+    pub gpu_models: Vec<String>,
+    /// CPU reserved on the node, in milli (1000 is one CPU).
+    #[serde(default)]
+    pub cpu_milli: u32,
+    /// Memory reserved on the node, in bytes.
+    #[serde(default)]
+    pub memory_bytes: u64,
+    /// -1000 to 1000; higher runs first and is preempted last (low -100, normal 0, high 100,
+    /// critical 1000).
+    #[serde(default)]
+    pub priority: i32,
+    /// Whether reclaim may stop and requeue the job while it runs on borrowed capacity.
+    #[serde(default = "default_preemptible")]
+    #[schema(default = true)]
+    pub preemptible: bool,
+    /// shared, mig or dedicated; the workload class's default (else shared) when absent,
+    /// and never below the tenant's minimum.
+    #[schema(value_type = Option<String>, example = "shared")]
+    pub isolation: Option<Isolation>,
+    /// training (default isolation dedicated), inference or batch (shared).
+    #[schema(value_type = Option<String>, example = "inference")]
+    pub class: Option<WorkloadClass>,
     /// Program and arguments, run directly (no shell).
     pub command: Vec<String>,
     #[serde(default)]
@@ -91,7 +211,8 @@ pub struct SubmitJob {
 
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct PendingReasonView {
-    /// Stable code, e.g. `TenantGpuCap`, `InsufficientGpus`, `NoReadyNodes`.
+    /// Stable code: `NoRoom`, `TenantLimit`, `AwaitingPreemption`, `Preempted`,
+    /// `MigUnavailable`, `NoReadyNodes`, `UnknownTenant`.
     pub code: String,
     /// The same with numbers, for people.
     pub message: String,
@@ -133,7 +254,17 @@ pub struct JobView {
     /// pending, scheduled, running, succeeded, failed or cancelled.
     pub state: String,
     pub gpus: u32,
+    pub gpu_milli: Option<u32>,
     pub gpu_memory_bytes: Option<u64>,
+    pub gpu_models: Vec<String>,
+    pub cpu_milli: u32,
+    pub memory_bytes: u64,
+    pub priority: i32,
+    pub preemptible: bool,
+    #[schema(value_type = Option<String>)]
+    pub isolation: Option<Isolation>,
+    #[schema(value_type = Option<String>)]
+    pub class: Option<WorkloadClass>,
     pub command: Vec<String>,
     pub env: BTreeMap<String, String>,
     pub workdir: Option<String>,
@@ -141,7 +272,15 @@ pub struct JobView {
     pub pending_reason: Option<PendingReasonView>,
     pub node_id: Option<String>,
     pub gpu_uuids: Vec<String>,
+    /// The share of each GPU the placement holds (a dedicated job holds whole GPUs).
+    pub held_gpu_milli: Option<u32>,
+    /// Placed on capacity above the tenant's guarantee, which reclaim may take back.
+    pub borrowing: bool,
+    /// 1, plus one for each time the job was preempted and requeued.
+    pub attempt: u32,
     pub cancel_requested: bool,
+    /// Why reclaim is stopping the job (it is requeued once stopped).
+    pub preempt_reason: Option<String>,
     pub pid: Option<u32>,
     pub exit_code: Option<i32>,
     /// How the job ended, when that needs saying (signal, launch failure, lost node).
@@ -164,14 +303,26 @@ impl From<Job> for JobView {
             name: j.spec.name,
             state: j.state.to_string(),
             gpus: j.spec.gpus,
+            gpu_milli: j.spec.gpu_milli,
             gpu_memory_bytes: j.spec.gpu_memory_bytes,
+            gpu_models: j.spec.gpu_models,
+            cpu_milli: j.spec.cpu_milli,
+            memory_bytes: j.spec.memory_bytes,
+            priority: j.spec.priority,
+            preemptible: j.spec.preemptible,
+            isolation: j.spec.isolation,
+            class: j.spec.class,
             command: j.spec.command,
             env: j.spec.env,
             workdir: j.spec.workdir,
             pending_reason: j.pending_reason.map(Into::into),
             node_id: j.node_id,
             gpu_uuids: j.gpu_uuids,
+            held_gpu_milli: j.held_gpu_milli,
+            borrowing: j.borrowing,
+            attempt: j.attempt,
             cancel_requested: j.cancel_requested,
+            preempt_reason: j.preempt_reason,
             pid: j.pid,
             exit_code: j.exit_code,
             message: j.message,
@@ -239,6 +390,9 @@ pub struct NodeView {
     pub lease_expires_at: DateTime<Utc>,
     pub agent_version: String,
     pub gpu_backend: String,
+    /// CPU (milli) and memory (bytes) the node offers to jobs; 0 when not reported.
+    pub cpu_milli: u64,
+    pub memory_bytes: u64,
     pub gpus: Vec<GpuView>,
 }
 
@@ -257,6 +411,8 @@ impl NodeView {
             lease_expires_at: n.lease_expires_at,
             agent_version: n.agent_version,
             gpu_backend: n.gpu_backend,
+            cpu_milli: n.cpu_milli,
+            memory_bytes: n.memory_bytes,
             gpus: n.gpus.into_iter().map(Into::into).collect(),
         }
     }

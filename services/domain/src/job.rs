@@ -2,9 +2,10 @@
 //!
 //! ```text
 //! Pending ──► Scheduled ──► Running ──► Succeeded
-//!    │            │            ├──────► Failed
-//!    │            ├──► Failed  └──────► Cancelled
-//!    └────────────┴──► Cancelled
+//!    │  ▲         │            ├──────► Failed
+//!    │  │         ├──► Failed  └──────► Cancelled
+//!    └──┼─────────┴──► Cancelled
+//!       └── Scheduled, Running: preempted by reclaim, stopped, requeued (next attempt)
 //! ```
 //! Every transition is persisted with its time; terminal states never change again.
 
@@ -16,8 +17,9 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{ValidationError, Violations};
+use crate::isolation::{Isolation, PRIORITY_RANGE, WorkloadClass};
 use crate::quantity::MAX_BYTES;
-use crate::tenant::TenantName;
+use crate::tenant::{MAX_CPU_MILLI, TenantName};
 
 /// Most GPUs a single job may ask for.
 pub const MAX_JOB_GPUS: u32 = 1024;
@@ -25,6 +27,10 @@ pub const MAX_JOB_GPUS: u32 = 1024;
 pub const MAX_COMMAND_BYTES: usize = 64 * 1024;
 /// Most environment variables a job may set.
 pub const MAX_ENV_VARS: usize = 256;
+/// Most GPU models a job may list as acceptable.
+pub const MAX_GPU_MODELS: usize = 16;
+/// A whole GPU, in milli.
+pub const GPU_MILLI: u32 = 1000;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -78,6 +84,8 @@ impl JobState {
             (Pending, Scheduled)
                 | (Pending, Cancelled)
                 | (Scheduled, Running)
+                | (Scheduled, Pending)
+                | (Running, Pending)
                 | (Scheduled, Failed)
                 | (Scheduled, Cancelled)
                 | (Running, Succeeded)
@@ -129,10 +137,28 @@ pub struct TransitionError {
 pub struct JobSpec {
     pub tenant: TenantName,
     pub name: String,
-    /// Whole GPUs, 0 for a CPU-only job.
+    /// CPU the job reserves on its node, in milli (1000 is one CPU); 0 reserves none.
+    pub cpu_milli: u32,
+    /// Memory the job reserves on its node; 0 reserves none.
+    pub memory_bytes: u64,
+    /// GPUs, 0 for a CPU-only job.
     pub gpus: u32,
-    /// Minimum memory of each GPU, if the job needs a large card.
+    /// The share of each GPU, in milli: 1000 (the default) is a whole GPU; less asks for a
+    /// fraction of one GPU that other jobs share.
+    pub gpu_milli: Option<u32>,
+    /// GPU memory the job needs on each GPU: the least a whole GPU must have, or what the
+    /// job holds of a shared one.
     pub gpu_memory_bytes: Option<u64>,
+    /// GPU models the job accepts (e.g. `H200`, `A100-80GB`); empty accepts any.
+    pub gpu_models: Vec<String>,
+    /// Higher runs first and is preempted last; see [`crate::PRIORITY_CLASSES`].
+    pub priority: i32,
+    /// Whether reclaim may stop the job (and requeue it) while it runs on borrowed capacity.
+    pub preemptible: bool,
+    /// The isolation asked for; the workload class's default when absent, and never below
+    /// the tenant's minimum.
+    pub isolation: Option<Isolation>,
+    pub class: Option<WorkloadClass>,
     /// Program and arguments, executed directly (no shell unless the job names one).
     pub command: Vec<String>,
     pub env: BTreeMap<String, String>,
@@ -159,6 +185,59 @@ impl JobSpec {
             self.gpus <= MAX_JOB_GPUS,
             "gpus",
             format!("must be at most {MAX_JOB_GPUS}"),
+        );
+        v.check(
+            u64::from(self.cpu_milli) <= MAX_CPU_MILLI,
+            "cpu_milli",
+            "must be at most 100000 CPUs",
+        );
+        v.check(
+            self.memory_bytes <= MAX_BYTES,
+            "memory_bytes",
+            "must be at most 1 PiB",
+        );
+        if let Some(share) = self.gpu_milli {
+            v.check(
+                (1..=GPU_MILLI).contains(&share),
+                "gpu_milli",
+                format!("must be from 1 to {GPU_MILLI} (a whole GPU)"),
+            );
+            v.check(
+                self.gpus > 0,
+                "gpu_milli",
+                "only applies to jobs that request GPUs",
+            );
+            v.check(
+                share >= GPU_MILLI || self.gpus <= 1,
+                "gpu_milli",
+                "a fraction of a GPU is asked of one GPU: set gpus to 1, or ask for whole GPUs",
+            );
+        }
+        v.check(
+            self.gpu_models.len() <= MAX_GPU_MODELS,
+            "gpu_models",
+            format!("must list at most {MAX_GPU_MODELS} models"),
+        );
+        for (i, m) in self.gpu_models.iter().enumerate() {
+            v.check(
+                !m.trim().is_empty() && m.len() <= 64 && !m.chars().any(char::is_control),
+                format!("gpu_models[{i}]"),
+                "must be 1 to 64 characters without control characters",
+            );
+        }
+        v.check(
+            self.gpu_models.is_empty() || self.gpus > 0,
+            "gpu_models",
+            "only applies to jobs that request GPUs",
+        );
+        v.check(
+            PRIORITY_RANGE.contains(&self.priority),
+            "priority",
+            format!(
+                "must be from {} to {}",
+                PRIORITY_RANGE.start(),
+                PRIORITY_RANGE.end()
+            ),
         );
         if let Some(m) = self.gpu_memory_bytes {
             v.check(m > 0, "gpu_memory_bytes", "must be positive");
@@ -233,7 +312,15 @@ pub struct Job {
     pub pending_reason: Option<PendingReason>,
     pub node_id: Option<String>,
     pub gpu_uuids: Vec<String>,
+    /// The share of each GPU the placement holds (a dedicated job holds whole GPUs).
+    pub held_gpu_milli: Option<u32>,
+    /// Placed (partly) on capacity above its tenant's guarantee, which reclaim may take back.
+    pub borrowing: bool,
+    /// Which run of the job this is: 1, plus one each time it is preempted and requeued.
+    pub attempt: u32,
     pub cancel_requested: bool,
+    /// Why reclaim is stopping the job; it is requeued once its node reports it stopped.
+    pub preempt_reason: Option<String>,
     pub pid: Option<u32>,
     pub exit_code: Option<i32>,
     /// Why the job ended the way it did (a signal, a launch failure, a lost node).
@@ -263,8 +350,16 @@ mod tests {
         JobSpec {
             tenant: TenantName::parse("tenant", "team-a").expect("valid"),
             name: "train".into(),
+            cpu_milli: 0,
+            memory_bytes: 0,
             gpus: 1,
+            gpu_milli: None,
             gpu_memory_bytes: None,
+            gpu_models: Vec::new(),
+            priority: 0,
+            preemptible: true,
+            isolation: None,
+            class: None,
             command: vec!["sh".into(), "-c".into(), "echo hi".into()],
             env: BTreeMap::new(),
             workdir: None,
@@ -319,6 +414,31 @@ mod tests {
         ] {
             assert!(fields.contains(&f), "{f} missing from {fields:?}");
         }
+    }
+
+    #[test]
+    fn a_fraction_is_of_one_gpu() {
+        let mut s = spec();
+        s.gpu_milli = Some(300);
+        assert_eq!(s.validate(), Ok(()));
+        s.gpus = 2;
+        assert_eq!(
+            s.validate().expect_err("two fractions").0[0].field,
+            "gpu_milli"
+        );
+        s.gpu_milli = Some(1000);
+        assert_eq!(s.validate(), Ok(()));
+        s.gpu_milli = Some(1001);
+        assert_eq!(
+            s.validate().expect_err("above a GPU").0[0].field,
+            "gpu_milli"
+        );
+        s.gpu_milli = None;
+        s.priority = 5000;
+        s.gpu_models = vec![String::new()];
+        let err = s.validate().expect_err("invalid");
+        let fields: Vec<_> = err.0.iter().map(|e| e.field.as_str()).collect();
+        assert_eq!(fields, ["gpu_models[0]", "priority"]);
     }
 
     #[test]

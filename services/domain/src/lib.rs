@@ -7,6 +7,7 @@
 pub mod audit;
 pub mod clock;
 pub mod error;
+pub mod isolation;
 pub mod job;
 pub mod mig;
 pub mod node;
@@ -19,8 +20,9 @@ pub use audit::{
 };
 pub use clock::{Clock, FixedClock, SystemClock};
 pub use error::{FieldError, ValidationError};
-pub use job::{Job, JobEvent, JobSpec, JobState, PendingReason, TransitionError};
+pub use isolation::{Isolation, PRIORITY_CLASSES, PRIORITY_RANGE, WorkloadClass, parse_priority};
+pub use job::{GPU_MILLI, Job, JobEvent, JobSpec, JobState, PendingReason, TransitionError};
 pub use node::{GpuDevice, Node, NodeStatus};
 pub use quantity::{format_bytes, parse_bytes};
-pub use tenant::{Quota, Tenant, TenantName};
+pub use tenant::{Quota, ResourceLimits, Resources, Tenant, TenantName};
 pub use token::{ApiToken, Role};

@@ -35,6 +35,10 @@ pub struct Node {
     pub lease_expires_at: DateTime<Utc>,
     pub agent_version: String,
     pub gpu_backend: String,
+    /// CPU the node offers to jobs, in milli; 0 when the agent did not say.
+    pub cpu_milli: u64,
+    /// Memory the node offers to jobs; 0 when the agent did not say.
+    pub memory_bytes: u64,
     pub gpus: Vec<GpuDevice>,
 }
 

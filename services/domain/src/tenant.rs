@@ -3,9 +3,10 @@
 use std::fmt;
 
 use chrono::{DateTime, Utc};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::error::{ValidationError, Violations};
+use crate::isolation::Isolation;
 use crate::quantity::MAX_BYTES;
 
 /// A tenant's name: 1–63 characters of lowercase letters, digits and `-`, starting with a
@@ -51,33 +52,128 @@ impl fmt::Display for TenantName {
 
 /// Upper bound on GPUs in any single quota or request: beyond it a number is a mistake.
 pub const MAX_GPUS: u32 = 100_000;
+/// Upper bound on CPUs (in milli) in any quota: beyond it a number is a mistake.
+pub const MAX_CPU_MILLI: u64 = 100_000_000;
+/// Upper bound on an over-quota weight.
+pub const MAX_WEIGHT: u32 = 10_000;
 
-/// Per-tenant caps. `None` means unlimited.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+/// An amount of each resource a quota speaks of.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Resources {
+    /// GPU share in milli: 1000 is one whole GPU, 7500 is seven and a half.
+    #[serde(default)]
+    pub gpu_milli: u64,
+    #[serde(default)]
+    pub cpu_milli: u64,
+    #[serde(default)]
+    pub memory_bytes: u64,
+    /// GPU memory (per GPU asked for, times the GPUs).
+    #[serde(default)]
+    pub gpu_memory_bytes: u64,
+}
+
+/// A hard limit per resource; `None` is unlimited.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResourceLimits {
+    #[serde(default)]
+    pub gpu_milli: Option<u64>,
+    #[serde(default)]
+    pub cpu_milli: Option<u64>,
+    #[serde(default)]
+    pub memory_bytes: Option<u64>,
+    #[serde(default)]
+    pub gpu_memory_bytes: Option<u64>,
+}
+
+/// A tenant's (or team's) share of the cluster.
+///
+/// `guaranteed` is held for the tenant (and its children) whenever it asks and lent to
+/// others while idle; the scheduler takes it back by preempting borrowers. `limit` is never
+/// exceeded, borrowing included. `weight` sets the share of spare capacity among tenants
+/// that compete for it. `min_isolation` is the least isolation its jobs run at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct Quota {
-    /// Most GPUs the tenant's running and scheduled jobs may hold at once.
-    pub max_gpus: Option<u32>,
-    /// Most GPU memory (bytes, summed over the GPUs held) the tenant may hold at once.
-    pub max_gpu_memory_bytes: Option<u64>,
+    pub guaranteed: Resources,
+    pub limit: ResourceLimits,
+    pub weight: u32,
+    pub min_isolation: Isolation,
+}
+
+impl Default for Quota {
+    fn default() -> Self {
+        Self {
+            guaranteed: Resources::default(),
+            limit: ResourceLimits::default(),
+            weight: 1,
+            min_isolation: Isolation::Shared,
+        }
+    }
 }
 
 impl Quota {
+    /// Checks each number on its own; whether guarantees fit the parent's is the
+    /// scheduler's quota tree to say.
     pub fn validate(&self, prefix: &str) -> Result<(), ValidationError> {
         let mut v = Violations::default();
-        if let Some(g) = self.max_gpus {
+        let max_gpu_milli = u64::from(MAX_GPUS) * 1000;
+        let g = &self.guaranteed;
+        let l = &self.limit;
+        let checks = [
+            (
+                "gpu_milli",
+                g.gpu_milli,
+                l.gpu_milli,
+                max_gpu_milli,
+                "100000 GPUs",
+            ),
+            (
+                "cpu_milli",
+                g.cpu_milli,
+                l.cpu_milli,
+                MAX_CPU_MILLI,
+                "100000 CPUs",
+            ),
+            (
+                "memory_bytes",
+                g.memory_bytes,
+                l.memory_bytes,
+                MAX_BYTES,
+                "1 PiB",
+            ),
+            (
+                "gpu_memory_bytes",
+                g.gpu_memory_bytes,
+                l.gpu_memory_bytes,
+                MAX_BYTES,
+                "1 PiB",
+            ),
+        ];
+        for (name, guaranteed, limit, max, shown) in checks {
             v.check(
-                g <= MAX_GPUS,
-                format!("{prefix}max_gpus"),
-                format!("must be at most {MAX_GPUS}"),
+                guaranteed <= max,
+                format!("{prefix}guaranteed.{name}"),
+                format!("must be at most {shown}"),
             );
+            if let Some(limit) = limit {
+                v.check(
+                    limit <= max,
+                    format!("{prefix}limit.{name}"),
+                    format!("must be at most {shown}"),
+                );
+                v.check(
+                    guaranteed <= limit,
+                    format!("{prefix}guaranteed.{name}"),
+                    format!("must not be above the limit ({limit})"),
+                );
+            }
         }
-        if let Some(m) = self.max_gpu_memory_bytes {
-            v.check(
-                m <= MAX_BYTES,
-                format!("{prefix}max_gpu_memory_bytes"),
-                "must be at most 1 PiB",
-            );
-        }
+        v.check(
+            (1..=MAX_WEIGHT).contains(&self.weight),
+            format!("{prefix}weight"),
+            format!("must be from 1 to {MAX_WEIGHT}"),
+        );
         v.into_result()
     }
 }
@@ -86,6 +182,8 @@ impl Quota {
 pub struct Tenant {
     pub id: String,
     pub name: TenantName,
+    /// The tenant this one is a team of; its quota nests within the parent's.
+    pub parent_id: Option<String>,
     pub quota: Quota,
     pub created_at: DateTime<Utc>,
 }
@@ -107,11 +205,28 @@ mod tests {
     #[test]
     fn quota_rejects_absurd_values() {
         let q = Quota {
-            max_gpus: Some(MAX_GPUS + 1),
-            max_gpu_memory_bytes: Some(MAX_BYTES + 1),
+            guaranteed: Resources {
+                gpu_milli: 9000,
+                ..Resources::default()
+            },
+            limit: ResourceLimits {
+                gpu_milli: Some(8000),
+                memory_bytes: Some(MAX_BYTES + 1),
+                ..ResourceLimits::default()
+            },
+            weight: 0,
+            min_isolation: Isolation::Shared,
         };
         let err = q.validate("quota.").expect_err("absurd");
         let fields: Vec<_> = err.0.iter().map(|e| e.field.as_str()).collect();
-        assert_eq!(fields, ["quota.max_gpus", "quota.max_gpu_memory_bytes"]);
+        assert_eq!(
+            fields,
+            [
+                "quota.guaranteed.gpu_milli",
+                "quota.limit.memory_bytes",
+                "quota.weight"
+            ]
+        );
+        assert_eq!(Quota::default().validate(""), Ok(()));
     }
 }

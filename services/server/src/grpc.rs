@@ -122,13 +122,23 @@ impl NodeSvc {
             .await
             .map_err(status)?;
         for job in held.jobs.into_iter().filter(|j| !running.contains(&j.id)) {
+            // A job being preempted was to stop anyway: it goes back to the queue.
+            let (to, message) = match &job.preempt_reason {
+                Some(reason) if !job.cancel_requested => {
+                    (JobState::Pending, format!("preempted: {reason}"))
+                }
+                _ => (
+                    JobState::Failed,
+                    "the node agent restarted and the process was lost".to_owned(),
+                ),
+            };
             let update = JobUpdate {
-                message: Some("the node agent restarted and the process was lost".into()),
+                message: Some(message),
                 ..Default::default()
             };
             match self
                 .store
-                .transition_job(ctx, &job.id, JobState::Running, JobState::Failed, update)
+                .transition_job(ctx, &job.id, JobState::Running, to, update)
                 .await
             {
                 Ok(_) | Err(StoreError::Conflict(_)) => {}
@@ -167,6 +177,8 @@ impl allot_proto::NodeService for NodeSvc {
                     secret_hash: secret::hash(&node_secret),
                     agent_version: r.agent_version.chars().take(64).collect(),
                     gpu_backend: r.gpu_backend.chars().take(32).collect(),
+                    cpu_milli: r.cpu_milli,
+                    memory_bytes: r.memory_bytes,
                     gpus: gpus_from_proto(r.gpus)?,
                     lease_expires_at: self.lease_until(),
                 },
@@ -235,8 +247,8 @@ impl allot_proto::NodeService for NodeSvc {
             .await
             .map_err(status)?;
         for job in held.jobs.iter().rev() {
-            let assignment = if job.cancel_requested {
-                hub::cancel(&job.id)
+            let assignment = if job.cancel_requested || job.preempt_reason.is_some() {
+                hub::cancel(job)
             } else if job.state == JobState::Scheduled {
                 hub::launch(job)
             } else {
@@ -271,8 +283,36 @@ impl allot_proto::NodeService for NodeSvc {
             JobPhase::Cancelled => JobState::Cancelled,
             JobPhase::Unspecified => return Err(Status::invalid_argument("phase is required")),
         };
-        if job.state == to || job.state.is_terminal() {
-            // A retried report that already landed.
+        if job.state == to
+            || job.state.is_terminal()
+            || (r.attempt != 0 && r.attempt != job.attempt)
+        {
+            // A retried report that already landed, or one about an earlier attempt.
+            return Ok(Response::new(JobStatusAck {}));
+        }
+        let stopped = matches!(to, JobState::Cancelled | JobState::Failed);
+        if let Some(reason) = job
+            .preempt_reason
+            .as_ref()
+            .filter(|_| stopped && !job.cancel_requested)
+        {
+            // Preempted by reclaim and now stopped: back to the queue, as its next attempt.
+            let update = JobUpdate {
+                message: Some(format!("preempted: {reason}")),
+                log_tail: (!r.log_tail.is_empty()).then_some(r.log_tail),
+                ..Default::default()
+            };
+            let job = self
+                .store
+                .transition_job(&ctx, &job.id, job.state, JobState::Pending, update)
+                .await
+                .map_err(status)?;
+            tracing::info!(job = %job.id, attempt = job.attempt, "preempted job requeued");
+            self.notify.notify_one();
+            return Ok(Response::new(JobStatusAck {}));
+        }
+        if job.state == JobState::Pending {
+            // The attempt this report is about was already requeued.
             return Ok(Response::new(JobStatusAck {}));
         }
         let mut from = job.state;
@@ -309,9 +349,9 @@ impl allot_proto::NodeService for NodeSvc {
         tracing::info!(job = %job.id, state = %job.state, exit_code = ?job.exit_code, "job status");
         if job.state.is_terminal() {
             self.notify.notify_one();
-        } else if job.cancel_requested {
-            // Cancelled while its launch was in flight: say it again now that it runs.
-            self.hub.send(&node.id, hub::cancel(&job.id));
+        } else if job.cancel_requested || job.preempt_reason.is_some() {
+            // Stopped while its launch was in flight: say it again now that it runs.
+            self.hub.send(&node.id, hub::cancel(&job));
         }
         Ok(Response::new(JobStatusAck {}))
     }

@@ -55,14 +55,24 @@ pub fn launch(job: &Job) -> Assignment {
             env: job.spec.env.clone().into_iter().collect(),
             workdir: job.spec.workdir.clone().unwrap_or_default(),
             gpu_uuids: job.gpu_uuids.clone(),
+            attempt: job.attempt,
+            gpu_milli: job.held_gpu_milli.unwrap_or(allot_domain::GPU_MILLI),
+            gpu_memory_bytes: job.spec.gpu_memory_bytes.unwrap_or(0),
         })),
     }
 }
 
-pub fn cancel(job_id: &str) -> Assignment {
+/// Stops the job's current attempt: cancelled by a person, or preempted by reclaim (then
+/// `preempt_reason` says why).
+pub fn cancel(job: &Job) -> Assignment {
     Assignment {
         kind: Some(Kind::Cancel(Cancel {
-            job_id: job_id.to_owned(),
+            job_id: job.id.clone(),
+            attempt: job.attempt,
+            reason: match &job.preempt_reason {
+                Some(r) if !job.cancel_requested => format!("preempted: {r}"),
+                _ => "cancelled".to_owned(),
+            },
         })),
     }
 }

@@ -13,7 +13,8 @@ use std::time::Duration;
 use actix_web::{App, HttpServer, web};
 use allot_api::{AppState, BodyLimit, ControlEvents, secret};
 use allot_domain::{AuditContext, Clock, Job, Role};
-use allot_scheduler::FirstFit;
+use allot_scheduler::LiveScheduler;
+use allot_scheduler::engine::{Config as EngineConfig, GpuLimits};
 use allot_store::{NewToken, Store, StoreError, TokenRepo};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
@@ -37,6 +38,14 @@ pub struct ServerConfig {
     pub heartbeat_interval: Duration,
     /// Scheduling passes run at least this often.
     pub schedule_interval: Duration,
+    /// The placement policy (`allot_scheduler::LIVE_POLICIES`); `allot` by default.
+    pub placement_policy: String,
+    /// Seeds the policy's tie-breaks, so a given history places the same way.
+    pub scheduler_seed: u64,
+    /// How long a job runs before reclaim may preempt it.
+    pub min_runtime: Duration,
+    /// Per-GPU limits on shared GPUs: most jobs on one, and the GPU memory kept free.
+    pub gpu_limits: GpuLimits,
     pub body_limit: usize,
     /// The audit signing keys, one `PRIVATE+KEY+… [not-before=…] [not-after=…]` per line
     /// (see `allot_audit::keys`), kept outside the database. Empty: a throwaway key.
@@ -61,6 +70,10 @@ impl ServerConfig {
             lease: Duration::from_secs(15),
             heartbeat_interval: Duration::from_secs(3),
             schedule_interval: Duration::from_secs(2),
+            placement_policy: "allot".to_owned(),
+            scheduler_seed: 42,
+            min_runtime: Duration::from_secs(60),
+            gpu_limits: GpuLimits::default(),
             body_limit: allot_api::extract::DEFAULT_BODY_LIMIT,
             audit_key: String::new(),
             audit_origin: "allot.local".to_owned(),
@@ -88,6 +101,8 @@ pub enum ServerError {
     Store(#[from] StoreError),
     #[error("audit signing key: {0}")]
     AuditKey(#[from] allot_audit::NoteError),
+    #[error("scheduler: {0}")]
+    Scheduler(#[from] allot_scheduler::LiveError),
     #[error("{0}")]
     Io(#[from] std::io::Error),
 }
@@ -105,7 +120,7 @@ impl ControlEvents for Events {
 
     fn job_cancel_requested(&self, job: &Job) {
         if let Some(node) = &job.node_id {
-            self.hub.send(node, hub::cancel(&job.id));
+            self.hub.send(node, hub::cancel(job));
         }
     }
 }
@@ -197,6 +212,14 @@ pub async fn start(
     });
     // Refuse to start without a key in force, rather than fail every checkpoint later.
     keys.active(clock.now())?;
+    let scheduler = LiveScheduler::new(
+        &config.placement_policy,
+        config.scheduler_seed,
+        EngineConfig {
+            min_runtime_secs: i64::try_from(config.min_runtime.as_secs()).unwrap_or(i64::MAX),
+            gpu_limits: config.gpu_limits,
+        },
+    )?;
     let store = Store::connect(&config.database_url, clock).await?;
     let bootstrap_admin_token = bootstrap_admin(&store).await?;
 
@@ -277,7 +300,7 @@ pub async fn start(
     tasks.push(tokio::spawn(scheduling::run(
         store.clone(),
         hub.clone(),
-        Arc::new(FirstFit),
+        scheduler,
         notify,
         config.schedule_interval,
         stop.clone(),

@@ -1,23 +1,32 @@
-//! The scheduling loop: snapshot the store, run the pure scheduler, persist its decisions and
-//! tell the chosen nodes.
+//! The scheduling loop: snapshot the store, run the scheduling engine, persist its decisions
+//! (placements, preemptions, reasons) and tell the nodes.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use allot_domain::{AuditContext, JobState, NodeStatus};
-use allot_scheduler::{Allocation, Decision, GpuView, NodeView, Placement, Request, Snapshot};
+use allot_domain::{AuditContext, JobState};
+use allot_scheduler::{LiveDecision, LiveError, LiveScheduler, Snapshot};
 use allot_store::{JobFilter, JobRepo, JobUpdate, NodeRepo, Store, StoreError, TenantRepo};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::hub::{self, Hub};
 
+/// Why a pass did not finish.
+#[derive(Debug, thiserror::Error)]
+pub enum PassError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Scheduler(#[from] LiveError),
+}
+
 /// Runs passes whenever notified, and every `interval` regardless (leases lapse silently).
 pub async fn run(
     store: Store,
     hub: Arc<Hub>,
-    policy: Arc<dyn Placement + Send + Sync>,
+    mut scheduler: LiveScheduler,
     notify: Arc<Notify>,
     interval: Duration,
     stop: CancellationToken,
@@ -28,7 +37,7 @@ pub async fn run(
             () = notify.notified() => {}
             () = tokio::time::sleep(interval) => {}
         }
-        if let Err(e) = pass(&store, &hub, policy.as_ref()).await {
+        if let Err(e) = pass(&store, &hub, &mut scheduler).await {
             tracing::warn!(error = %e, "scheduling pass failed; retrying on the next tick");
         }
     }
@@ -48,77 +57,58 @@ async fn jobs_in(store: &Store, states: &[JobState]) -> Result<Vec<allot_domain:
 pub async fn pass(
     store: &Store,
     hub: &Hub,
-    policy: &(dyn Placement + Send + Sync),
-) -> Result<(), StoreError> {
-    let mut pending = jobs_in(store, &[JobState::Pending]).await?;
+    scheduler: &mut LiveScheduler,
+) -> Result<(), PassError> {
+    let pending = jobs_in(store, &[JobState::Pending]).await?;
     if pending.is_empty() {
         return Ok(());
     }
-    pending.reverse(); // oldest first
-    let now = store.clock().now();
-    let nodes = store
-        .list_nodes()
-        .await?
-        .into_iter()
-        .filter(|n| n.status(now) == NodeStatus::Ready)
-        .map(|n| NodeView {
-            id: n.id,
-            name: n.name,
-            gpus: n
-                .gpus
-                .into_iter()
-                .map(|g| GpuView {
-                    uuid: g.uuid,
-                    model: g.model,
-                    memory_bytes: g.memory_bytes,
-                    healthy: g.healthy,
-                })
-                .collect(),
-        })
-        .collect();
-    let allocations = jobs_in(store, &[JobState::Scheduled, JobState::Running])
-        .await?
-        .into_iter()
-        .filter_map(|j| {
-            Some(Allocation {
-                node_id: j.node_id?,
-                tenant_id: j.tenant_id,
-                gpu_uuids: j.gpu_uuids,
-            })
-        })
-        .collect();
+    let holding = jobs_in(store, &[JobState::Scheduled, JobState::Running]).await?;
+    let nodes = store.list_nodes().await?;
     let tenants = store.list_tenants().await?;
-    let names: HashMap<_, _> = tenants
-        .iter()
-        .map(|t| (t.id.clone(), t.name.to_string()))
-        .collect();
-    let snapshot = Snapshot {
-        nodes,
-        allocations,
-        quotas: tenants.iter().map(|t| (t.id.clone(), t.quota)).collect(),
-        pending: pending
-            .iter()
-            .map(|j| Request {
-                job_id: j.id.clone(),
-                tenant_id: j.tenant_id.clone(),
-                tenant_name: names.get(&j.tenant_id).cloned().unwrap_or_default(),
-                gpus: j.spec.gpus,
-                gpu_memory_bytes: j.spec.gpu_memory_bytes,
-            })
-            .collect(),
-    };
+    let decisions = scheduler.decide(&Snapshot {
+        nodes: &nodes,
+        tenants: &tenants,
+        holding: &holding,
+        pending: &pending,
+        now: store.clock().now(),
+    })?;
     let current: HashMap<_, _> = pending
         .into_iter()
         .map(|j| (j.id.clone(), j.pending_reason))
         .collect();
     let ctx = AuditContext::system("scheduler");
-    for decision in allot_scheduler::schedule(policy, &snapshot) {
+    // Preemptions first: a placement that needs a victim's room waits for it anyway.
+    let (preempts, others): (Vec<_>, Vec<_>) = decisions
+        .into_iter()
+        .partition(|d| matches!(d, LiveDecision::Preempt { .. }));
+    for decision in preempts.into_iter().chain(others) {
         match decision {
-            Decision::Place { job_id, placed } => {
-                let node_id = placed.node_id.clone();
+            LiveDecision::Preempt {
+                job_id,
+                node_id,
+                reason,
+            } => match store.request_preemption(&ctx, &job_id, &reason).await {
+                Ok(job) => {
+                    tracing::info!(job = %job.id, node = %node_id, %reason, "preempting");
+                    hub.send(&node_id, hub::cancel(&job));
+                }
+                // Finished or cancelled while we decided: its capacity frees anyway.
+                Err(StoreError::Conflict(msg)) => tracing::debug!(%msg, "preemption skipped"),
+                Err(e) => return Err(e.into()),
+            },
+            LiveDecision::Place {
+                job_id,
+                node_id,
+                gpu_uuids,
+                held_gpu_milli,
+                borrowing,
+            } => {
                 let update = JobUpdate {
-                    node_id: Some(placed.node_id),
-                    gpu_uuids: Some(placed.gpu_uuids),
+                    node_id: Some(node_id.clone()),
+                    gpu_uuids: Some(gpu_uuids),
+                    held_gpu_milli: Some(held_gpu_milli),
+                    borrowing: Some(borrowing),
                     ..Default::default()
                 };
                 match store
@@ -132,15 +122,16 @@ pub async fn pass(
                     .await
                 {
                     Ok(job) => {
-                        tracing::info!(job = %job.id, node = %node_id, gpus = ?job.gpu_uuids, "scheduled");
+                        tracing::info!(job = %job.id, node = %node_id, gpus = ?job.gpu_uuids,
+                            gpu_milli = held_gpu_milli, borrowing, "scheduled");
                         hub.send(&node_id, hub::launch(&job));
                     }
                     // Cancelled while we decided: its capacity simply stays free.
                     Err(StoreError::Conflict(msg)) => tracing::debug!(%msg, "placement skipped"),
-                    Err(e) => return Err(e),
+                    Err(e) => return Err(e.into()),
                 }
             }
-            Decision::Wait { job_id, reason } => {
+            LiveDecision::Wait { job_id, reason } => {
                 if current.get(&job_id).and_then(Option::as_ref) != Some(&reason) {
                     store.set_pending_reason(&job_id, Some(reason)).await?;
                 }

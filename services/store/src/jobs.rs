@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 use allot_domain::{
     AuditContext, AuditEvent, Job, JobEvent, JobSpec, JobState, PendingReason, TenantName,
 };
+use sea_orm::sea_query::{Expr, ExprTrait};
 use sea_orm::{
     ActiveValue::Set, ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QueryOrder,
     QuerySelect, TransactionTrait,
@@ -48,6 +49,9 @@ pub struct JobUpdate {
     pub exit_code: Option<i32>,
     pub message: Option<String>,
     pub log_tail: Option<String>,
+    /// On placement: the share of each GPU held, and whether it borrows.
+    pub held_gpu_milli: Option<u32>,
+    pub borrowing: Option<bool>,
 }
 
 pub trait JobRepo {
@@ -85,6 +89,16 @@ pub trait JobRepo {
         &self,
         id: &str,
     ) -> impl Future<Output = Result<Vec<JobEvent>, StoreError>> + Send;
+    /// Marks a scheduled or running job for the agent to stop so that reclaim can give its
+    /// capacity to another; once stopped it is requeued (`transition_job` to Pending).
+    /// `Conflict` when the job no longer holds capacity, is being cancelled, or is already
+    /// being preempted.
+    fn request_preemption(
+        &self,
+        ctx: &AuditContext,
+        id: &str,
+        reason: &str,
+    ) -> impl Future<Output = Result<Job, StoreError>> + Send;
 }
 
 fn to_domain(m: jobs::Model, tenant: &str) -> Result<Job, StoreError> {
@@ -95,10 +109,29 @@ fn to_domain(m: jobs::Model, tenant: &str) -> Result<Job, StoreError> {
             tenant: TenantName::parse("tenant", tenant)
                 .map_err(|e| StoreError::Corrupt(e.to_string()))?,
             name: m.name,
+            cpu_milli: to_u32("cpu_milli", m.cpu_milli.into())?,
+            memory_bytes: to_u64("memory_bytes", m.memory_bytes)?,
             gpus: to_u32("gpus", m.gpus.into())?,
+            gpu_milli: m
+                .gpu_milli
+                .map(|g| to_u32("gpu_milli", g.into()))
+                .transpose()?,
             gpu_memory_bytes: m
                 .gpu_memory_bytes
                 .map(|b| to_u64("gpu_memory_bytes", b))
+                .transpose()?,
+            gpu_models: json("gpu_models", &m.gpu_models)?,
+            priority: m.priority,
+            preemptible: m.preemptible,
+            isolation: m
+                .isolation
+                .as_deref()
+                .map(|i| parse("isolation", i))
+                .transpose()?,
+            class: m
+                .workload_class
+                .as_deref()
+                .map(|c| parse("workload_class", c))
                 .transpose()?,
             command,
             env,
@@ -114,7 +147,14 @@ fn to_domain(m: jobs::Model, tenant: &str) -> Result<Job, StoreError> {
         id: m.id,
         tenant_id: m.tenant_id,
         node_id: m.node_id,
+        held_gpu_milli: m
+            .held_gpu_milli
+            .map(|g| to_u32("held_gpu_milli", g.into()))
+            .transpose()?,
+        borrowing: m.borrowing,
+        attempt: to_u32("attempt", m.attempt.into())?,
         cancel_requested: m.cancel_requested,
+        preempt_reason: m.preempt_reason,
         exit_code: m.exit_code,
         message: m.message,
         log_tail: m.log_tail,
@@ -124,6 +164,10 @@ fn to_domain(m: jobs::Model, tenant: &str) -> Result<Job, StoreError> {
         started_at: m.started_at,
         finished_at: m.finished_at,
     })
+}
+
+fn i32_of(v: u32) -> Result<i32, StoreError> {
+    i32::try_from(v).map_err(|_| StoreError::Corrupt(format!("{v} exceeds i32")))
 }
 
 async fn tenant_names<C: ConnectionTrait>(db: &C) -> Result<HashMap<String, String>, StoreError> {
@@ -167,8 +211,27 @@ impl Store {
             ..Default::default()
         };
         match to {
-            JobState::Scheduled => row.scheduled_at = Set(Some(now)),
+            JobState::Scheduled => {
+                row.scheduled_at = Set(Some(now));
+                row.held_gpu_milli = Set(update.held_gpu_milli.map(i32_of).transpose()?);
+                row.borrowing = Set(update.borrowing.unwrap_or(false));
+            }
             JobState::Running => row.started_at = Set(Some(now)),
+            JobState::Pending => {
+                // Requeued after a preemption: the placement is gone, the next run is a
+                // new attempt, and the reason it waits is the preemption until the
+                // scheduler says otherwise.
+                row.node_id = Set(None);
+                row.gpu_uuids = Set("[]".to_owned());
+                row.pid = Set(None);
+                row.held_gpu_milli = Set(None);
+                row.borrowing = Set(false);
+                row.preempt_reason = Set(None);
+                row.scheduled_at = Set(None);
+                row.started_at = Set(None);
+                row.pending_code = Set(Some("Preempted".to_owned()));
+                row.pending_message = Set(update.message.clone());
+            }
             s if s.is_terminal() => row.finished_at = Set(Some(now)),
             _ => {}
         }
@@ -190,8 +253,14 @@ impl Store {
         if let Some(tail) = update.log_tail {
             row.log_tail = Set(Some(tail));
         }
-        let res = jobs::Entity::update_many()
-            .set(row)
+        let mut query = jobs::Entity::update_many().set(row);
+        if to == JobState::Pending {
+            query = query.col_expr(
+                jobs::Column::Attempt,
+                Expr::col(jobs::Column::Attempt).add(1),
+            );
+        }
+        let res = query
             .filter(jobs::Column::Id.eq(id))
             .filter(jobs::Column::State.eq(from.as_str()))
             .exec(db)
@@ -221,6 +290,9 @@ impl Store {
                     "state": to,
                     "node_id": job.node_id,
                     "gpu_uuids": job.gpu_uuids,
+                    "held_gpu_milli": job.held_gpu_milli,
+                    "borrowing": job.borrowing,
+                    "attempt": job.attempt,
                     "pid": job.pid,
                     "exit_code": job.exit_code,
                     "message": job.message,
@@ -241,8 +313,19 @@ impl JobRepo for Store {
             tenant_id: Set(new.tenant_id),
             name: Set(spec.name.clone()),
             state: Set(JobState::Pending.as_str().to_owned()),
-            gpus: Set(i32::try_from(spec.gpus)
-                .map_err(|_| StoreError::Corrupt("gpus exceeds i32".into()))?),
+            gpus: Set(i32_of(spec.gpus)?),
+            cpu_milli: Set(i32_of(spec.cpu_milli)?),
+            memory_bytes: Set(to_i64("memory_bytes", spec.memory_bytes)?),
+            gpu_milli: Set(spec.gpu_milli.map(i32_of).transpose()?),
+            gpu_models: Set(to_json("gpu_models", &spec.gpu_models)?),
+            priority: Set(spec.priority),
+            preemptible: Set(spec.preemptible),
+            isolation: Set(spec.isolation.map(|i| i.as_str().to_owned())),
+            workload_class: Set(spec.class.map(|c| c.as_str().to_owned())),
+            held_gpu_milli: Set(None),
+            borrowing: Set(false),
+            attempt: Set(1),
+            preempt_reason: Set(None),
             gpu_memory_bytes: Set(spec
                 .gpu_memory_bytes
                 .map(|b| to_i64("gpu_memory_bytes", b))
@@ -403,6 +486,42 @@ impl JobRepo for Store {
             }
         }
         let job = load(&txn, id).await?;
+        txn.commit().await?;
+        Ok(job)
+    }
+
+    async fn request_preemption(
+        &self,
+        ctx: &AuditContext,
+        id: &str,
+        reason: &str,
+    ) -> Result<Job, StoreError> {
+        let txn = self.db.begin().await?;
+        let res = jobs::Entity::update_many()
+            .set(jobs::ActiveModel {
+                preempt_reason: Set(Some(reason.to_owned())),
+                updated_at: Set(self.clock.now()),
+                ..Default::default()
+            })
+            .filter(jobs::Column::Id.eq(id))
+            .filter(
+                jobs::Column::State
+                    .is_in([JobState::Scheduled.as_str(), JobState::Running.as_str()]),
+            )
+            .filter(jobs::Column::CancelRequested.eq(false))
+            .filter(jobs::Column::PreemptReason.is_null())
+            .exec(&txn)
+            .await?;
+        if res.rows_affected == 0 {
+            return Err(StoreError::Conflict(format!(
+                "job {id} is not running, or is already stopping"
+            )));
+        }
+        let job = load(&txn, id).await?;
+        let event = AuditEvent::success(job.tenant_id.clone(), "job.preempt", format!("job/{id}"))
+            .before(serde_json::json!({ "state": job.state, "preempt_reason": null }))
+            .after(serde_json::json!({ "state": job.state, "preempt_reason": reason }));
+        record(&txn, self, ctx, event).await?;
         txn.commit().await?;
         Ok(job)
     }

@@ -21,6 +21,9 @@ pub struct NodeRegistration {
     pub secret_hash: String,
     pub agent_version: String,
     pub gpu_backend: String,
+    /// CPU (milli) and memory the node offers to jobs; 0 when not reported.
+    pub cpu_milli: u64,
+    pub memory_bytes: u64,
     pub gpus: Vec<GpuDevice>,
     pub lease_expires_at: DateTime<Utc>,
 }
@@ -66,6 +69,10 @@ fn to_domain(m: nodes::Model, gpus: Vec<GpuDevice>) -> Node {
         lease_expires_at: m.lease_expires_at,
         agent_version: m.agent_version,
         gpu_backend: m.gpu_backend,
+        // Written from u64 values that fit i64: a negative one can only be tampering, and
+        // reads as "not reported".
+        cpu_milli: u64::try_from(m.cpu_milli).unwrap_or(0),
+        memory_bytes: u64::try_from(m.memory_bytes).unwrap_or(0),
         gpus,
     }
 }
@@ -120,6 +127,8 @@ impl NodeRepo for Store {
         r: NodeRegistration,
     ) -> Result<Node, StoreError> {
         let now = self.clock.now();
+        let cpu_milli = to_i64("cpu_milli", r.cpu_milli)?;
+        let memory_bytes = to_i64("memory_bytes", r.memory_bytes)?;
         let txn = self.db.begin().await?;
         let existing = nodes::Entity::find()
             .filter(nodes::Column::Name.eq(&r.name))
@@ -134,6 +143,8 @@ impl NodeRepo for Store {
                     gpu_backend: Set(r.gpu_backend),
                     last_heartbeat_at: Set(now),
                     lease_expires_at: Set(r.lease_expires_at),
+                    cpu_milli: Set(cpu_milli),
+                    memory_bytes: Set(memory_bytes),
                     ..Default::default()
                 })
                 .exec(&txn)
@@ -149,6 +160,8 @@ impl NodeRepo for Store {
                     registered_at: Set(now),
                     last_heartbeat_at: Set(now),
                     lease_expires_at: Set(r.lease_expires_at),
+                    cpu_milli: Set(cpu_milli),
+                    memory_bytes: Set(memory_bytes),
                 })
                 .exec_with_returning(&txn)
                 .await?

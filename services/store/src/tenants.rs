@@ -1,12 +1,14 @@
 //! Tenants and their quotas.
 
-use allot_domain::{AuditContext, AuditEvent, Quota, SYSTEM_LOG, Tenant, TenantName};
+use allot_domain::{
+    AuditContext, AuditEvent, Quota, ResourceLimits, Resources, SYSTEM_LOG, Tenant, TenantName,
+};
 use sea_orm::{
     ActiveValue::Set, ColumnTrait, EntityTrait, QueryFilter, QueryOrder, TransactionTrait,
 };
 
 use crate::audit::record;
-use crate::convert::{to_i64, to_u32, to_u64};
+use crate::convert::{parse, to_i64, to_u32, to_u64};
 use crate::entities::tenants;
 use crate::{Store, StoreError, new_id};
 
@@ -15,6 +17,7 @@ pub trait TenantRepo {
         &self,
         ctx: &AuditContext,
         name: &TenantName,
+        parent_id: Option<&str>,
         quota: Quota,
     ) -> impl Future<Output = Result<Tenant, StoreError>> + Send;
     fn tenant_by_name(&self, name: &str)
@@ -29,35 +32,61 @@ pub trait TenantRepo {
     ) -> impl Future<Output = Result<Tenant, StoreError>> + Send;
 }
 
+fn opt_u64(field: &str, v: Option<i64>) -> Result<Option<u64>, StoreError> {
+    v.map(|x| to_u64(field, x)).transpose()
+}
+
+fn opt_i64(field: &str, v: Option<u64>) -> Result<Option<i64>, StoreError> {
+    v.map(|x| to_i64(field, x)).transpose()
+}
+
 fn to_domain(m: tenants::Model) -> Result<Tenant, StoreError> {
     Ok(Tenant {
         name: TenantName::parse("name", &m.name)
             .map_err(|e| StoreError::Corrupt(format!("tenant {}: {e}", m.id)))?,
+        parent_id: m.parent_id,
         quota: Quota {
-            max_gpus: m
-                .max_gpus
-                .map(|g| to_u32("max_gpus", g.into()))
-                .transpose()?,
-            max_gpu_memory_bytes: m
-                .max_gpu_memory_bytes
-                .map(|b| to_u64("max_gpu_memory_bytes", b))
-                .transpose()?,
+            guaranteed: Resources {
+                gpu_milli: to_u64("guaranteed_gpu_milli", m.guaranteed_gpu_milli)?,
+                cpu_milli: to_u64("guaranteed_cpu_milli", m.guaranteed_cpu_milli)?,
+                memory_bytes: to_u64("guaranteed_memory_bytes", m.guaranteed_memory_bytes)?,
+                gpu_memory_bytes: to_u64(
+                    "guaranteed_gpu_memory_bytes",
+                    m.guaranteed_gpu_memory_bytes,
+                )?,
+            },
+            limit: ResourceLimits {
+                gpu_milli: opt_u64("max_gpu_milli", m.max_gpu_milli)?,
+                cpu_milli: opt_u64("max_cpu_milli", m.max_cpu_milli)?,
+                memory_bytes: opt_u64("max_memory_bytes", m.max_memory_bytes)?,
+                gpu_memory_bytes: opt_u64("max_gpu_memory_bytes", m.max_gpu_memory_bytes)?,
+            },
+            weight: to_u32("weight", m.weight.into())?,
+            min_isolation: parse("min_isolation", &m.min_isolation)?,
         },
         id: m.id,
         created_at: m.created_at,
     })
 }
 
-fn quota_columns(quota: Quota) -> Result<(Option<i32>, Option<i64>), StoreError> {
-    let gpus = quota
-        .max_gpus
-        .map(|g| i32::try_from(g).map_err(|_| StoreError::Corrupt("max_gpus exceeds i32".into())))
-        .transpose()?;
-    let mem = quota
-        .max_gpu_memory_bytes
-        .map(|b| to_i64("max_gpu_memory_bytes", b))
-        .transpose()?;
-    Ok((gpus, mem))
+/// Sets the quota's columns on `row`.
+fn set_quota_columns(row: &mut tenants::ActiveModel, q: &Quota) -> Result<(), StoreError> {
+    let g = &q.guaranteed;
+    let l = &q.limit;
+    row.guaranteed_gpu_milli = Set(to_i64("guaranteed.gpu_milli", g.gpu_milli)?);
+    row.guaranteed_cpu_milli = Set(to_i64("guaranteed.cpu_milli", g.cpu_milli)?);
+    row.guaranteed_memory_bytes = Set(to_i64("guaranteed.memory_bytes", g.memory_bytes)?);
+    row.guaranteed_gpu_memory_bytes =
+        Set(to_i64("guaranteed.gpu_memory_bytes", g.gpu_memory_bytes)?);
+    row.max_gpu_milli = Set(opt_i64("limit.gpu_milli", l.gpu_milli)?);
+    row.max_cpu_milli = Set(opt_i64("limit.cpu_milli", l.cpu_milli)?);
+    row.max_memory_bytes = Set(opt_i64("limit.memory_bytes", l.memory_bytes)?);
+    row.max_gpu_memory_bytes = Set(opt_i64("limit.gpu_memory_bytes", l.gpu_memory_bytes)?);
+    row.weight =
+        Set(i32::try_from(q.weight)
+            .map_err(|_| StoreError::Corrupt("weight exceeds i32".into()))?);
+    row.min_isolation = Set(q.min_isolation.as_str().to_owned());
+    Ok(())
 }
 
 impl TenantRepo for Store {
@@ -65,17 +94,26 @@ impl TenantRepo for Store {
         &self,
         ctx: &AuditContext,
         name: &TenantName,
+        parent_id: Option<&str>,
         quota: Quota,
     ) -> Result<Tenant, StoreError> {
-        let (max_gpus, max_mem) = quota_columns(quota)?;
-        let row = tenants::ActiveModel {
+        let mut row = tenants::ActiveModel {
             id: Set(new_id(self.clock.as_ref())),
             name: Set(name.as_str().to_owned()),
-            max_gpus: Set(max_gpus),
-            max_gpu_memory_bytes: Set(max_mem),
+            parent_id: Set(parent_id.map(str::to_owned)),
             created_at: Set(self.clock.now()),
+            ..Default::default()
         };
+        set_quota_columns(&mut row, &quota)?;
         let txn = self.db.begin().await?;
+        if let Some(parent) = parent_id
+            && tenants::Entity::find_by_id(parent.to_owned())
+                .one(&txn)
+                .await?
+                .is_none()
+        {
+            return Err(StoreError::NotFound(format!("parent tenant {parent}")));
+        }
         let tenant = match tenants::Entity::insert(row)
             .exec_with_returning(&txn)
             .await
@@ -132,13 +170,11 @@ impl TenantRepo for Store {
     ) -> Result<Tenant, StoreError> {
         let tenant = self.tenant_by_name(name).await?;
         let before = tenant.quota;
-        let (max_gpus, max_mem) = quota_columns(quota)?;
-        let row = tenants::ActiveModel {
+        let mut row = tenants::ActiveModel {
             id: Set(tenant.id),
-            max_gpus: Set(max_gpus),
-            max_gpu_memory_bytes: Set(max_mem),
             ..Default::default()
         };
+        set_quota_columns(&mut row, &quota)?;
         let txn = self.db.begin().await?;
         let updated = to_domain(tenants::Entity::update(row).exec(&txn).await?)?;
         let event = AuditEvent::success(

@@ -3,8 +3,8 @@
 use std::sync::Arc;
 
 use allot_domain::{
-    AuditContext, Clock, FixedClock, GpuDevice, JobSpec, JobState, PendingReason, Quota, Role,
-    TenantName,
+    AuditContext, Clock, FixedClock, GpuDevice, Isolation, JobSpec, JobState, PendingReason, Quota,
+    ResourceLimits, Resources, Role, TenantName, WorkloadClass,
 };
 use allot_store::testing::{Backend, TestDb};
 use allot_store::{
@@ -66,8 +66,16 @@ fn spec(tenant: &str, gpus: u32) -> JobSpec {
     JobSpec {
         tenant: name(tenant),
         name: "train".into(),
+        cpu_milli: 4000,
+        memory_bytes: 64 << 30,
         gpus,
+        gpu_milli: None,
         gpu_memory_bytes: Some(80 << 30),
+        gpu_models: vec!["H200".into()],
+        priority: 100,
+        preemptible: false,
+        isolation: Some(Isolation::Dedicated),
+        class: Some(WorkloadClass::Training),
         command: vec!["python".into(), "train.py".into()],
         env: [("EPOCHS".to_owned(), "3".to_owned())].into(),
         workdir: Some("/work".into()),
@@ -79,17 +87,47 @@ both_backends!(tenants_and_quotas, |store, _clock| {
         .create_tenant(
             &ctx(),
             &name("team-a"),
+            None,
             Quota {
-                max_gpus: Some(8),
-                max_gpu_memory_bytes: Some(1 << 40),
+                guaranteed: Resources {
+                    gpu_milli: 7500,
+                    cpu_milli: 64_000,
+                    memory_bytes: 1 << 40,
+                    gpu_memory_bytes: 1 << 39,
+                },
+                limit: ResourceLimits {
+                    gpu_milli: Some(8000),
+                    gpu_memory_bytes: Some(1 << 40),
+                    ..ResourceLimits::default()
+                },
+                weight: 3,
+                min_isolation: Isolation::Mig,
             },
         )
         .await
         .expect("create");
-    assert_eq!(t.quota.max_gpus, Some(8));
+    assert_eq!(t.quota.limit.gpu_milli, Some(8000));
+    assert_eq!(t.quota.guaranteed.gpu_milli, 7500);
+    assert_eq!((t.quota.weight, t.quota.min_isolation), (3, Isolation::Mig));
+    let team = store
+        .create_tenant(&ctx(), &name("team-a1"), Some(&t.id), Quota::default())
+        .await
+        .expect("a team");
+    assert_eq!(team.parent_id.as_deref(), Some(t.id.as_str()));
     assert!(matches!(
         store
-            .create_tenant(&ctx(), &name("team-a"), Quota::default())
+            .create_tenant(
+                &ctx(),
+                &name("orphan"),
+                Some("no-such-id"),
+                Quota::default()
+            )
+            .await,
+        Err(StoreError::NotFound(_))
+    ));
+    assert!(matches!(
+        store
+            .create_tenant(&ctx(), &name("team-a"), None, Quota::default())
             .await,
         Err(StoreError::Conflict(_))
     ));
@@ -98,19 +136,17 @@ both_backends!(tenants_and_quotas, |store, _clock| {
             &ctx(),
             "team-a",
             Quota {
-                max_gpus: None,
-                max_gpu_memory_bytes: Some(5),
+                limit: ResourceLimits {
+                    gpu_memory_bytes: Some(5),
+                    ..ResourceLimits::default()
+                },
+                ..Quota::default()
             },
         )
         .await
         .expect("set quota");
-    assert_eq!(
-        t2.quota,
-        Quota {
-            max_gpus: None,
-            max_gpu_memory_bytes: Some(5)
-        }
-    );
+    assert_eq!(t2.quota.limit.gpu_memory_bytes, Some(5));
+    assert_eq!(t2.quota.limit.gpu_milli, None);
     assert_eq!(
         store.tenant_by_name("team-a").await.expect("get").quota,
         t2.quota
@@ -128,7 +164,7 @@ both_backends!(tenants_and_quotas, |store, _clock| {
         Err(StoreError::NotFound(_))
     ));
     store
-        .create_tenant(&ctx(), &name("alpha"), Quota::default())
+        .create_tenant(&ctx(), &name("alpha"), None, Quota::default())
         .await
         .expect("create");
     let names: Vec<_> = store
@@ -138,12 +174,12 @@ both_backends!(tenants_and_quotas, |store, _clock| {
         .into_iter()
         .map(|t| t.name.to_string())
         .collect();
-    assert_eq!(names, ["alpha", "team-a"]);
+    assert_eq!(names, ["alpha", "team-a", "team-a1"]);
 });
 
 both_backends!(jobs_move_through_the_state_machine, |store, clock| {
     let t = store
-        .create_tenant(&ctx(), &name("t"), Quota::default())
+        .create_tenant(&ctx(), &name("t"), None, Quota::default())
         .await
         .expect("tenant");
     let job = store
@@ -273,7 +309,7 @@ both_backends!(jobs_move_through_the_state_machine, |store, clock| {
 
 both_backends!(cancelling, |store, _clock| {
     let t = store
-        .create_tenant(&ctx(), &name("t"), Quota::default())
+        .create_tenant(&ctx(), &name("t"), None, Quota::default())
         .await
         .expect("tenant");
     let pending = store
@@ -338,11 +374,11 @@ both_backends!(cancelling, |store, _clock| {
 
 both_backends!(listing_filters_and_pages, |store, clock| {
     let a = store
-        .create_tenant(&ctx(), &name("a"), Quota::default())
+        .create_tenant(&ctx(), &name("a"), None, Quota::default())
         .await
         .expect("a");
     let b = store
-        .create_tenant(&ctx(), &name("b"), Quota::default())
+        .create_tenant(&ctx(), &name("b"), None, Quota::default())
         .await
         .expect("b");
     let mut ids = Vec::new();
@@ -419,7 +455,7 @@ both_backends!(listing_filters_and_pages, |store, clock| {
 both_backends!(tokens, |store, clock| {
     assert_eq!(store.count_admin_tokens().await.expect("count"), 0);
     let t = store
-        .create_tenant(&ctx(), &name("t"), Quota::default())
+        .create_tenant(&ctx(), &name("t"), None, Quota::default())
         .await
         .expect("tenant");
     let admin = store
@@ -507,6 +543,8 @@ both_backends!(nodes_register_and_heartbeat, |store, clock| {
         .register_node(
             &ctx(),
             NodeRegistration {
+                cpu_milli: 64_000,
+                memory_bytes: 512 << 30,
                 name: "n1".into(),
                 secret_hash: "s1".repeat(32),
                 agent_version: "0.1.0".into(),
@@ -530,6 +568,8 @@ both_backends!(nodes_register_and_heartbeat, |store, clock| {
         .register_node(
             &ctx(),
             NodeRegistration {
+                cpu_milli: 64_000,
+                memory_bytes: 512 << 30,
                 name: "n1".into(),
                 secret_hash: "s2".repeat(32),
                 agent_version: "0.1.1".into(),
@@ -576,7 +616,7 @@ async fn restart_keeps_data(backend: Backend) {
     let clock = Arc::new(allot_domain::SystemClock);
     let store = db.store(clock.clone()).await.expect("first start");
     store
-        .create_tenant(&ctx(), &name("keep"), Quota::default())
+        .create_tenant(&ctx(), &name("keep"), None, Quota::default())
         .await
         .expect("tenant");
     store.close().await.expect("close");
@@ -599,7 +639,7 @@ both_backends!(
     every_change_is_audited_in_a_verifiable_append_only_log,
     |store, clock| {
         let t = store
-            .create_tenant(&ctx(), &name("audited"), Quota::default())
+            .create_tenant(&ctx(), &name("audited"), None, Quota::default())
             .await
             .expect("tenant");
         store
@@ -607,8 +647,11 @@ both_backends!(
                 &ctx(),
                 "audited",
                 Quota {
-                    max_gpus: Some(2),
-                    max_gpu_memory_bytes: None,
+                    limit: ResourceLimits {
+                        gpu_milli: Some(2000),
+                        ..ResourceLimits::default()
+                    },
+                    ..Quota::default()
                 },
             )
             .await
@@ -678,7 +721,7 @@ both_backends!(
         // A failed change records nothing.
         assert!(
             store
-                .create_tenant(&ctx(), &name("audited"), Quota::default())
+                .create_tenant(&ctx(), &name("audited"), None, Quota::default())
                 .await
                 .is_err()
         );
@@ -697,7 +740,7 @@ async fn append_only(backend: Backend) {
     let db = TestDb::new(backend).await.expect("db");
     let store = db.store_with_system_clock().await.expect("store");
     store
-        .create_tenant(&ctx(), &name("t"), Quota::default())
+        .create_tenant(&ctx(), &name("t"), None, Quota::default())
         .await
         .expect("tenant");
     let head = store.audit_head("system").await.expect("head");
@@ -769,7 +812,7 @@ async fn the_postgres_application_role_can_only_append_to_the_audit_log() {
     let db = TestDb::new(Backend::Postgres).await.expect("db");
     let owner = db.store_with_system_clock().await.expect("owner migrates");
     owner
-        .create_tenant(&ctx(), &name("t"), Quota::default())
+        .create_tenant(&ctx(), &name("t"), None, Quota::default())
         .await
         .expect("tenant");
     let role = format!(
@@ -793,7 +836,7 @@ async fn the_postgres_application_role_can_only_append_to_the_audit_log() {
         .await
         .expect("the application role connects to an up-to-date schema");
     let tenant = app
-        .create_tenant(&ctx(), &name("u"), Quota::default())
+        .create_tenant(&ctx(), &name("u"), None, Quota::default())
         .await
         .expect("audited change as the application role");
     app.set_quota(&ctx(), "u", Quota::default())

@@ -1,6 +1,6 @@
 use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, web};
-use allot_domain::{Quota, Role, TenantName};
+use allot_domain::{Quota, Role, Tenant, TenantName, ValidationError};
 use allot_store::TenantRepo;
 
 use crate::auth::Principal;
@@ -23,24 +23,53 @@ pub async fn create(
     let name = TenantName::parse("name", &body.name)?;
     let quota = Quota::from(body.quota);
     quota.validate("quota.")?;
+    let mut all = state.store.list_tenants().await?;
+    let parent_id = match &body.parent {
+        None => None,
+        Some(p) => Some(
+            all.iter()
+                .find(|t| t.name.as_str() == p)
+                .map(|t| t.id.clone())
+                .ok_or_else(|| {
+                    ValidationError::single("parent", format!("no tenant named `{p}`"))
+                })?,
+        ),
+    };
+    let mut trial = all.clone();
+    trial.push(Tenant {
+        id: "(new)".to_owned(),
+        name: name.clone(),
+        parent_id: parent_id.clone(),
+        quota,
+        created_at: state.store.clock().now(),
+    });
+    check_tree(&trial)?;
     let tenant = state
         .store
-        .create_tenant(&who.audit(), &name, quota)
+        .create_tenant(&who.audit(), &name, parent_id.as_deref(), quota)
         .await?;
-    Ok(json(StatusCode::CREATED, &TenantView::from(tenant)))
+    state.events.job_submitted();
+    all.push(tenant.clone());
+    Ok(json(StatusCode::CREATED, &TenantView::new(tenant, &all)))
+}
+
+/// Refuses quotas that do not nest: children guaranteed more than their parent, or a
+/// guarantee above a limit. The scheduler decides with this same tree.
+fn check_tree(tenants: &[Tenant]) -> Result<(), ValidationError> {
+    allot_scheduler::live::quota_tree(tenants)
+        .map(|_| ())
+        .map_err(|e| ValidationError::single("quota", e.to_string()))
 }
 
 /// List tenants: all of them for admins, the caller's own otherwise.
 #[utoipa::path(get, path = "/api/v1/tenants", tag = "tenants", security(("bearer" = [])),
     responses((status = 200, body = Vec<TenantView>), (status = 401, body = Problem)))]
 pub async fn list(state: web::Data<AppState>, who: Principal) -> Result<HttpResponse, ApiError> {
-    let tenants: Vec<TenantView> = state
-        .store
-        .list_tenants()
-        .await?
-        .into_iter()
+    let all = state.store.list_tenants().await?;
+    let tenants: Vec<TenantView> = all
+        .iter()
         .filter(|t| who.can_see(&t.id))
-        .map(Into::into)
+        .map(|t| TenantView::new(t.clone(), &all))
         .collect();
     Ok(json(StatusCode::OK, &tenants))
 }
@@ -70,7 +99,8 @@ pub async fn get(
     name: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     let tenant = visible(&state, &who, &name).await?;
-    Ok(json(StatusCode::OK, &TenantView::from(tenant)))
+    let all = state.store.list_tenants().await?;
+    Ok(json(StatusCode::OK, &TenantView::new(tenant, &all)))
 }
 
 /// Get a tenant's quota.
@@ -100,7 +130,12 @@ pub async fn set_quota(
     who.require_admin()?;
     let quota = Quota::from(body);
     quota.validate("")?;
+    let mut all = state.store.list_tenants().await?;
+    if let Some(t) = all.iter_mut().find(|t| t.name.as_str() == name.as_str()) {
+        t.quota = quota;
+        check_tree(&all)?;
+    }
     let tenant = state.store.set_quota(&who.audit(), &name, quota).await?;
     state.events.job_submitted();
-    Ok(json(StatusCode::OK, &TenantView::from(tenant)))
+    Ok(json(StatusCode::OK, &TenantView::new(tenant, &all)))
 }

@@ -2,8 +2,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use allot_agent::AgentConfig;
 use allot_agent::gpu::SimBackend;
+use allot_agent::{AgentConfig, NodeResources};
 use anyhow::Context;
 use clap::Args;
 use tokio_util::sync::CancellationToken;
@@ -33,6 +33,12 @@ pub struct AgentArgs {
     /// Seconds a stopped job gets between SIGTERM and SIGKILL.
     #[arg(long, default_value_t = 10)]
     stop_grace_secs: u64,
+    /// CPUs offered to jobs, e.g. 60 (default: all of this machine's).
+    #[arg(long, env = "ALLOT_AGENT_CPUS", value_parser = crate::cmd::parse_milli)]
+    cpus: Option<u64>,
+    /// Memory offered to jobs, e.g. 480GiB (default: all of this machine's).
+    #[arg(long, env = "ALLOT_AGENT_MEMORY", value_parser = allot_domain::parse_bytes)]
+    memory: Option<u64>,
 }
 
 fn host_name() -> anyhow::Result<String> {
@@ -55,6 +61,13 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
         node_name: name,
         data_dir: args.data_dir,
         stop_grace: Duration::from_secs(args.stop_grace_secs),
+        offer: {
+            let host = NodeResources::detect();
+            NodeResources {
+                cpu_milli: args.cpus.unwrap_or(host.cpu_milli),
+                memory_bytes: args.memory.unwrap_or(host.memory_bytes),
+            }
+        },
     };
     let agent = tokio::spawn(allot_agent::run(config, Arc::new(backend), stop.clone()));
     crate::shutdown_signal().await;

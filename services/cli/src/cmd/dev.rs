@@ -36,6 +36,8 @@ pub struct DevArgs {
     sim_gpus: String,
     #[command(flatten)]
     audit: crate::cmd::server::AuditArgs,
+    #[command(flatten)]
+    scheduler: crate::cmd::server::SchedulerArgs,
 }
 
 /// The admin token to show: the one from an earlier run if it still works, else a new one.
@@ -73,6 +75,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     config.grpc_listen = args.grpc_listen;
     config.heartbeat_interval = Duration::from_secs(2);
     args.audit.apply(&args.data_dir, &mut config)?;
+    args.scheduler.apply(&mut config);
     let server = allot_server::start(config, Arc::new(SystemClock)).await?;
 
     let token_path = args.data_dir.join("admin.token");
@@ -90,6 +93,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
             node_name: name.clone(),
             data_dir: args.data_dir.join("nodes").join(&name),
             stop_grace: Duration::from_secs(5),
+            offer: allot_agent::NodeResources::detect(),
         };
         agents.push(tokio::spawn(allot_agent::run(
             cfg,
@@ -115,7 +119,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         "  export ALLOT_SERVER={url} ALLOT_TOKEN=$(cat {})",
         token_path.display()
     );
-    println!("  allot tenant create demo --gpus 4");
+    println!("  allot tenant create demo --guaranteed-gpus 2 --max-gpus 4");
     println!(
         "  allot job submit --tenant demo --wait -- sh -c 'echo hello from $CUDA_VISIBLE_DEVICES'"
     );

@@ -2,14 +2,14 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use allot_api::views::{JobList, JobView};
-use allot_domain::{format_bytes, parse_bytes};
+use allot_domain::{Isolation, WorkloadClass, format_bytes, parse_bytes, parse_priority};
 use anyhow::bail;
 use clap::Subcommand;
 use reqwest::Method;
 use serde_json::json;
 
 use crate::client::Client;
-use crate::cmd::opt;
+use crate::cmd::{opt, parse_milli, show_milli};
 use crate::output::{Format, fields, print, table};
 
 #[derive(Debug, Subcommand)]
@@ -19,12 +19,37 @@ pub enum JobCmd {
         /// The tenant to run as (defaults to the token's tenant).
         #[arg(long)]
         tenant: Option<String>,
-        /// Whole GPUs (0 for a CPU-only job).
-        #[arg(long, default_value_t = 1)]
-        gpus: u32,
-        /// Minimum memory of each GPU, e.g. 80GiB.
+        /// GPUs: whole ones (2), none (0, a CPU-only job), or a fraction of one GPU that
+        /// other jobs share (0.25).
+        #[arg(long, default_value = "1", value_parser = parse_milli)]
+        gpus: u64,
+        /// GPU memory needed on each GPU, e.g. 80GiB: the least a whole GPU must have, or
+        /// what the job holds of a shared one.
         #[arg(long, value_parser = parse_bytes)]
         gpu_memory: Option<u64>,
+        /// An acceptable GPU model, e.g. H200 (repeatable; any model when absent).
+        #[arg(long = "gpu-model")]
+        gpu_models: Vec<String>,
+        /// CPUs reserved on the node, e.g. 4 or 0.5.
+        #[arg(long, value_parser = parse_milli)]
+        cpus: Option<u64>,
+        /// Memory reserved on the node, e.g. 16GiB.
+        #[arg(long, value_parser = parse_bytes)]
+        memory: Option<u64>,
+        /// low, normal, high, critical, or a number from -1000 to 1000.
+        #[arg(long, default_value = "normal", value_parser = parse_priority)]
+        priority: i32,
+        /// Never preempt this job (it then runs only within the tenant's guarantee or on
+        /// spare capacity nobody reclaims).
+        #[arg(long)]
+        not_preemptible: bool,
+        /// shared, mig or dedicated (default: the class's, else shared; never below the
+        /// tenant's minimum).
+        #[arg(long)]
+        isolation: Option<Isolation>,
+        /// training, inference or batch.
+        #[arg(long)]
+        class: Option<WorkloadClass>,
         #[arg(long)]
         name: Option<String>,
         /// Environment variable for the job, KEY=VALUE (repeatable).
@@ -89,8 +114,25 @@ fn describe(j: &JobView) -> String {
                 .as_ref()
                 .map(|r| format!("{} ({})", r.message, r.code))),
         ),
-        ("GPUs", j.gpus.to_string()),
+        ("GPUs", gpus_of(j)),
         ("GPU memory", opt(j.gpu_memory_bytes.map(format_bytes))),
+        (
+            "GPU models",
+            if j.gpu_models.is_empty() {
+                "any".into()
+            } else {
+                j.gpu_models.join(",")
+            },
+        ),
+        ("CPUs", show_milli(u64::from(j.cpu_milli))),
+        ("Memory", format_bytes(j.memory_bytes)),
+        ("Priority", j.priority.to_string()),
+        ("Preemptible", j.preemptible.to_string()),
+        ("Isolation", opt(j.isolation)),
+        ("Class", opt(j.class)),
+        ("Attempt", j.attempt.to_string()),
+        ("Borrowing", j.borrowing.to_string()),
+        ("Preempting", opt(j.preempt_reason.clone())),
         ("Command", j.command.join(" ")),
         ("Node", opt(j.node_id.clone())),
         (
@@ -126,6 +168,29 @@ fn describe(j: &JobView) -> String {
     out
 }
 
+/// "2", or "0.25 of a shared GPU" (what the placement holds, once placed).
+fn gpus_of(j: &JobView) -> String {
+    let share = j.held_gpu_milli.or(j.gpu_milli).unwrap_or(1000);
+    if j.gpus == 1 && share < 1000 {
+        format!("{} of a shared GPU", show_milli(u64::from(share)))
+    } else {
+        j.gpus.to_string()
+    }
+}
+
+/// `--gpus` as the API's GPU count and per-GPU share.
+fn gpu_request(milli: u64) -> anyhow::Result<(u64, Option<u64>)> {
+    match milli {
+        0 => Ok((0, None)),
+        m if m < 1000 => Ok((1, Some(m))),
+        m if m % 1000 == 0 => Ok((m / 1000, None)),
+        m => bail!(
+            "--gpus {}: ask for whole GPUs, or a fraction of one GPU (under 1)",
+            show_milli(m)
+        ),
+    }
+}
+
 fn is_terminal(state: &str) -> bool {
     matches!(state, "succeeded" | "failed" | "cancelled")
 }
@@ -146,6 +211,13 @@ pub async fn run(client: &Client, cmd: JobCmd) -> anyhow::Result<i32> {
             tenant,
             gpus,
             gpu_memory,
+            gpu_models,
+            cpus,
+            memory,
+            priority,
+            not_preemptible,
+            isolation,
+            class,
             name,
             env,
             workdir,
@@ -154,8 +226,13 @@ pub async fn run(client: &Client, cmd: JobCmd) -> anyhow::Result<i32> {
             command,
         } => {
             let env: BTreeMap<_, _> = env.into_iter().collect();
+            let (gpus, gpu_milli) = gpu_request(gpus)?;
             let body = json!({
-                "tenant": tenant, "name": name, "gpus": gpus, "gpu_memory_bytes": gpu_memory,
+                "tenant": tenant, "name": name, "gpus": gpus, "gpu_milli": gpu_milli,
+                "gpu_memory_bytes": gpu_memory, "gpu_models": gpu_models,
+                "cpu_milli": cpus.unwrap_or(0), "memory_bytes": memory.unwrap_or(0),
+                "priority": priority, "preemptible": !not_preemptible,
+                "isolation": isolation, "class": class,
                 "command": command, "env": env, "workdir": workdir,
             });
             let job: JobView = client

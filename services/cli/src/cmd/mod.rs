@@ -46,3 +46,57 @@ pub fn read_secret(path: &Path) -> Option<String> {
 pub fn opt<T: ToString>(v: Option<T>) -> String {
     v.map_or_else(|| "-".to_owned(), |v| v.to_string())
 }
+
+/// A decimal count of whole units (GPUs, CPUs) in milli: `7.5` is 7500, `0.25` is 250.
+pub fn parse_milli(s: &str) -> Result<u64, String> {
+    let bad = || format!("`{s}` is not a number with at most three decimals, like 2 or 0.25");
+    let (whole, frac) = s.trim().split_once('.').unwrap_or((s.trim(), ""));
+    if whole.is_empty() && frac.is_empty() || frac.len() > 3 {
+        return Err(bad());
+    }
+    let digits = |d: &str| d.chars().all(|c| c.is_ascii_digit());
+    if !digits(whole) || !digits(frac) {
+        return Err(bad());
+    }
+    let whole: u64 = if whole.is_empty() {
+        0
+    } else {
+        whole.parse().map_err(|_| bad())?
+    };
+    let frac: u64 = format!("{frac:0<3}").parse().map_err(|_| bad())?;
+    whole
+        .checked_mul(1000)
+        .and_then(|w| w.checked_add(frac))
+        .ok_or_else(bad)
+}
+
+/// Milli of a unit as a decimal: 7500 is `7.5`, 250 is `0.25`.
+pub fn show_milli(m: u64) -> String {
+    let (whole, frac) = (m / 1000, m % 1000);
+    if frac == 0 {
+        whole.to_string()
+    } else {
+        format!("{whole}.{frac:03}")
+            .trim_end_matches('0')
+            .to_owned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn milli_round_trips() {
+        assert_eq!(parse_milli("7.5"), Ok(7500));
+        assert_eq!(parse_milli("0.25"), Ok(250));
+        assert_eq!(parse_milli("3"), Ok(3000));
+        assert_eq!(parse_milli(".5"), Ok(500));
+        for bad in ["", ".", "1.2345", "-1", "x", "1e3"] {
+            assert!(parse_milli(bad).is_err(), "{bad}");
+        }
+        assert_eq!(show_milli(7500), "7.5");
+        assert_eq!(show_milli(250), "0.25");
+        assert_eq!(show_milli(3000), "3");
+    }
+}

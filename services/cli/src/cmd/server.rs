@@ -28,6 +28,40 @@ pub struct ServerArgs {
     join_token: Option<String>,
     #[command(flatten)]
     audit: AuditArgs,
+    #[command(flatten)]
+    scheduler: SchedulerArgs,
+}
+
+/// How the scheduler places and reclaims.
+#[derive(Debug, clap::Args)]
+pub struct SchedulerArgs {
+    /// Placement policy: allot (fragmentation-aware, the default), or a published baseline
+    /// (fgd, bestfit, dotprod, gpu-packing, gpu-clustering, random).
+    #[arg(long, env = "ALLOT_PLACEMENT_POLICY", default_value = "allot",
+        value_parser = clap::builder::PossibleValuesParser::new(allot_scheduler::LIVE_POLICIES))]
+    placement_policy: String,
+    /// Seconds a job runs before reclaim may preempt it.
+    #[arg(long, env = "ALLOT_MIN_RUNTIME_SECS", default_value_t = 60)]
+    min_runtime_secs: u64,
+    /// Most jobs sharing one GPU.
+    #[arg(long, env = "ALLOT_MAX_JOBS_PER_SHARED_GPU", default_value_t = 4,
+        value_parser = clap::value_parser!(u32).range(1..=64))]
+    max_jobs_per_shared_gpu: u32,
+    /// Percent of a shared GPU's memory kept free of jobs' memory.
+    #[arg(long, env = "ALLOT_SHARED_GPU_MEMORY_RESERVE_PCT", default_value_t = 10,
+        value_parser = clap::value_parser!(u32).range(0..=90))]
+    shared_gpu_memory_reserve_pct: u32,
+}
+
+impl SchedulerArgs {
+    pub fn apply(&self, config: &mut ServerConfig) {
+        config.placement_policy = self.placement_policy.clone();
+        config.min_runtime = std::time::Duration::from_secs(self.min_runtime_secs);
+        config.gpu_limits = allot_scheduler::engine::GpuLimits {
+            max_jobs_per_shared_gpu: self.max_jobs_per_shared_gpu,
+            shared_memory_reserve_pct: self.shared_gpu_memory_reserve_pct,
+        };
+    }
 }
 
 /// Where the audit log's signing key and external checkpoint copies live.
@@ -111,6 +145,7 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
     config.http_listen = args.listen;
     config.grpc_listen = args.grpc_listen;
     args.audit.apply(&args.data_dir, &mut config)?;
+    args.scheduler.apply(&mut config);
     let server = allot_server::start(config, Arc::new(SystemClock)).await?;
     if let Some(token) = &server.bootstrap_admin_token {
         let path = args.data_dir.join("admin.token");

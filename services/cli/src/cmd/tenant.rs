@@ -1,18 +1,21 @@
-use allot_api::views::{QuotaBody, TenantView};
-use allot_domain::{format_bytes, parse_bytes};
+use allot_api::views::{LimitsBody, QuotaBody, ResourcesBody, TenantView};
+use allot_domain::{Isolation, format_bytes, parse_bytes};
 use clap::{Args, Subcommand};
 use reqwest::Method;
 use serde_json::json;
 
 use crate::client::Client;
-use crate::cmd::opt;
+use crate::cmd::{opt, parse_milli, show_milli};
 use crate::output::{Format, fields, print, table};
 
 #[derive(Debug, Subcommand)]
 pub enum TenantCmd {
-    /// Create a tenant, optionally with caps.
+    /// Create a tenant (or, with --parent, a team of one), optionally with a quota.
     Create {
         name: String,
+        /// The tenant this one is a team of.
+        #[arg(long)]
+        parent: Option<String>,
         #[command(flatten)]
         quota: QuotaArgs,
         #[arg(short, long, value_enum, default_value_t)]
@@ -29,7 +32,8 @@ pub enum TenantCmd {
         #[arg(short, long, value_enum, default_value_t)]
         output: Format,
     },
-    /// Replace a tenant's caps (omitted caps become unlimited).
+    /// Replace a tenant's quota (what is omitted becomes: nothing guaranteed, no limit,
+    /// weight 1, isolation shared).
     SetQuota {
         name: String,
         #[command(flatten)]
@@ -37,35 +41,91 @@ pub enum TenantCmd {
     },
 }
 
+/// A quota: what is guaranteed (held for the tenant, lent while idle, reclaimed from
+/// borrowers), hard limits, the weight for spare capacity, and the minimum isolation.
 #[derive(Debug, Args)]
 pub struct QuotaArgs {
-    /// Most GPUs the tenant may hold at once.
-    #[arg(long)]
-    gpus: Option<u32>,
-    /// Most GPU memory the tenant may hold at once, e.g. 80GiB.
+    /// GPUs guaranteed, fractions allowed (e.g. 7.5).
+    #[arg(long, value_parser = parse_milli)]
+    guaranteed_gpus: Option<u64>,
+    /// Most GPUs the tenant's jobs may hold at once, borrowing included (e.g. 8).
+    #[arg(long, alias = "gpus", value_parser = parse_milli)]
+    max_gpus: Option<u64>,
+    /// CPUs guaranteed (e.g. 64).
+    #[arg(long, value_parser = parse_milli)]
+    guaranteed_cpus: Option<u64>,
+    #[arg(long, value_parser = parse_milli)]
+    max_cpus: Option<u64>,
+    /// Memory guaranteed, e.g. 256GiB.
     #[arg(long, value_parser = parse_bytes)]
-    gpu_memory: Option<u64>,
+    guaranteed_memory: Option<u64>,
+    #[arg(long, value_parser = parse_bytes)]
+    max_memory: Option<u64>,
+    /// GPU memory guaranteed, e.g. 640GiB.
+    #[arg(long, value_parser = parse_bytes)]
+    guaranteed_gpu_memory: Option<u64>,
+    /// Most GPU memory the tenant may hold at once, e.g. 80GiB.
+    #[arg(long, alias = "gpu-memory", value_parser = parse_bytes)]
+    max_gpu_memory: Option<u64>,
+    /// Share of spare capacity relative to other tenants (1-10000).
+    #[arg(long, default_value_t = 1)]
+    weight: u32,
+    /// The least isolation the tenant's jobs run at: shared, mig or dedicated.
+    #[arg(long, default_value = "shared")]
+    min_isolation: Isolation,
 }
 
 impl QuotaArgs {
     fn body(&self) -> QuotaBody {
         QuotaBody {
-            max_gpus: self.gpus,
-            max_gpu_memory_bytes: self.gpu_memory,
+            guaranteed: ResourcesBody {
+                gpu_milli: self.guaranteed_gpus.unwrap_or(0),
+                cpu_milli: self.guaranteed_cpus.unwrap_or(0),
+                memory_bytes: self.guaranteed_memory.unwrap_or(0),
+                gpu_memory_bytes: self.guaranteed_gpu_memory.unwrap_or(0),
+            },
+            limit: LimitsBody {
+                gpu_milli: self.max_gpus,
+                cpu_milli: self.max_cpus,
+                memory_bytes: self.max_memory,
+                gpu_memory_bytes: self.max_gpu_memory,
+            },
+            weight: self.weight,
+            min_isolation: self.min_isolation,
         }
     }
 }
 
+/// "used / limit" style cells: a guarantee and a limit of one resource.
+fn amounts(guaranteed: u64, limit: Option<u64>, show: impl Fn(u64) -> String) -> String {
+    format!("{} / {}", show(guaranteed), opt(limit.map(show)))
+}
+
 fn show(t: &TenantView, output: Format) -> anyhow::Result<()> {
     print(output, t, |t| {
+        let (g, l) = (&t.quota.guaranteed, &t.quota.limit);
         fields(&[
             ("Name", t.name.clone()),
             ("ID", t.id.clone()),
-            ("GPU cap", opt(t.quota.max_gpus)),
+            ("Parent", opt(t.parent.clone())),
             (
-                "GPU memory cap",
-                opt(t.quota.max_gpu_memory_bytes.map(format_bytes)),
+                "GPUs (guaranteed / limit)",
+                amounts(g.gpu_milli, l.gpu_milli, show_milli),
             ),
+            (
+                "CPUs (guaranteed / limit)",
+                amounts(g.cpu_milli, l.cpu_milli, show_milli),
+            ),
+            (
+                "Memory (guaranteed / limit)",
+                amounts(g.memory_bytes, l.memory_bytes, format_bytes),
+            ),
+            (
+                "GPU memory (guaranteed / limit)",
+                amounts(g.gpu_memory_bytes, l.gpu_memory_bytes, format_bytes),
+            ),
+            ("Weight", t.quota.weight.to_string()),
+            ("Minimum isolation", t.quota.min_isolation.to_string()),
             ("Created", t.created_at.to_rfc3339()),
         ])
     })
@@ -75,10 +135,11 @@ pub async fn run(client: &Client, cmd: TenantCmd) -> anyhow::Result<()> {
     match cmd {
         TenantCmd::Create {
             name,
+            parent,
             quota,
             output,
         } => {
-            let body = json!({ "name": name, "quota": quota.body() });
+            let body = json!({ "name": name, "parent": parent, "quota": quota.body() });
             let t: TenantView = client
                 .call(Method::POST, "/api/v1/tenants", Some(&body))
                 .await?;
@@ -90,15 +151,30 @@ pub async fn run(client: &Client, cmd: TenantCmd) -> anyhow::Result<()> {
                 let rows: Vec<_> = ts
                     .iter()
                     .map(|t| {
+                        let q = &t.quota;
                         vec![
                             t.name.clone(),
-                            opt(t.quota.max_gpus),
-                            opt(t.quota.max_gpu_memory_bytes.map(format_bytes)),
+                            opt(t.parent.clone()),
+                            show_milli(q.guaranteed.gpu_milli),
+                            opt(q.limit.gpu_milli.map(show_milli)),
+                            q.weight.to_string(),
+                            q.min_isolation.to_string(),
                             t.created_at.format("%Y-%m-%d %H:%M").to_string(),
                         ]
                     })
                     .collect();
-                table(&["NAME", "GPU CAP", "GPU MEMORY CAP", "CREATED"], &rows)
+                table(
+                    &[
+                        "NAME",
+                        "PARENT",
+                        "GUARANTEED GPUS",
+                        "MAX GPUS",
+                        "WEIGHT",
+                        "ISOLATION",
+                        "CREATED",
+                    ],
+                    &rows,
+                )
             })
         }
         TenantCmd::Get { name, output } => {

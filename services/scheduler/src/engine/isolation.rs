@@ -15,41 +15,7 @@ use std::collections::HashMap;
 
 use crate::openb::cluster::{GPU_MILLI, NodeState, Request};
 
-/// How much a job shares its GPUs; later levels share less.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Isolation {
-    #[default]
-    Shared,
-    Mig,
-    Dedicated,
-}
-
-impl Isolation {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Isolation::Shared => "shared",
-            Isolation::Mig => "mig",
-            Isolation::Dedicated => "dedicated",
-        }
-    }
-}
-
-/// What a job is for, which sets its default isolation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum WorkloadClass {
-    Training,
-    Inference,
-    Batch,
-}
-
-impl WorkloadClass {
-    pub fn default_isolation(self) -> Isolation {
-        match self {
-            WorkloadClass::Training => Isolation::Dedicated,
-            WorkloadClass::Inference | WorkloadClass::Batch => Isolation::Shared,
-        }
-    }
-}
+pub use allot_domain::{Isolation, WorkloadClass};
 
 /// Per-GPU limits from operations practice.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -291,6 +291,12 @@ impl OpenbPolicy for Allot {
             groups.update(cluster, node);
         }
     }
+
+    fn reset(&mut self, cluster: &Cluster) {
+        self.current = vec![0.0; cluster.nodes.len()];
+        self.groups = None;
+        self.relearn(cluster);
+    }
 }
 
 #[cfg(test)]

@@ -19,7 +19,7 @@ pub struct Choice {
 }
 
 /// A placement policy of the openb simulation.
-pub trait OpenbPolicy {
+pub trait OpenbPolicy: Send {
     fn name(&self) -> &'static str;
     /// What the policy was told beyond each request and the cluster's state.
     fn given(&self) -> &'static str {
@@ -30,6 +30,9 @@ pub trait OpenbPolicy {
     /// Told after every change to a node's state, a placement or a release (policies that
     /// cache per-node state refresh it).
     fn node_changed(&mut self, _cluster: &Cluster, _node: usize) {}
+    /// Told before a pass over a cluster that may differ from the last one (nodes come and
+    /// go): per-node state starts again, what was learned stays.
+    fn reset(&mut self, _cluster: &Cluster) {}
 }
 
 /// The published baselines by their command-line names.

@@ -37,6 +37,21 @@ pub struct Model {
     pub scheduled_at: Option<DateTimeUtc>,
     pub started_at: Option<DateTimeUtc>,
     pub finished_at: Option<DateTimeUtc>,
+    pub cpu_milli: i32,
+    pub memory_bytes: i64,
+    pub gpu_milli: Option<i32>,
+    /// JSON array of model names.
+    #[sea_orm(column_type = "Text")]
+    pub gpu_models: String,
+    pub priority: i32,
+    pub preemptible: bool,
+    pub isolation: Option<String>,
+    pub workload_class: Option<String>,
+    pub held_gpu_milli: Option<i32>,
+    pub borrowing: bool,
+    pub attempt: i32,
+    #[sea_orm(column_type = "Text", nullable)]
+    pub preempt_reason: Option<String>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

@@ -14,6 +14,8 @@ pub struct Model {
     pub registered_at: DateTimeUtc,
     pub last_heartbeat_at: DateTimeUtc,
     pub lease_expires_at: DateTimeUtc,
+    pub cpu_milli: i64,
+    pub memory_bytes: i64,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

@@ -7,8 +7,17 @@ pub struct Model {
     pub id: String,
     #[sea_orm(unique)]
     pub name: String,
-    pub max_gpus: Option<i32>,
     pub max_gpu_memory_bytes: Option<i64>,
+    pub parent_id: Option<String>,
+    pub guaranteed_gpu_milli: i64,
+    pub guaranteed_cpu_milli: i64,
+    pub guaranteed_memory_bytes: i64,
+    pub guaranteed_gpu_memory_bytes: i64,
+    pub max_gpu_milli: Option<i64>,
+    pub max_cpu_milli: Option<i64>,
+    pub max_memory_bytes: Option<i64>,
+    pub weight: i32,
+    pub min_isolation: String,
     pub created_at: DateTimeUtc,
 }
 

@@ -1,0 +1,581 @@
+//! The control plane's scheduling pass: the store's nodes, tenants and jobs in, the
+//! engine's decisions out in the store's terms (node ids, GPU UUIDs, reasons).
+//!
+//! How the live cluster maps onto the engine's model:
+//! - A node offers the CPU and memory its agent reported (unknown: not a constraint) and
+//!   its GPUs of one model: the most common model among its healthy GPUs. A GPU that is
+//!   unhealthy, of another model, or on a node whose lease lapsed offers nothing new: its
+//!   capacity is what the jobs already there hold, so they stay accounted and nothing
+//!   joins them. Jobs on such capacity are not reclaimed (that would free room that is not
+//!   really there); moving them is fault migration's business.
+//! - A tenant is a quota queue; its parent tenant is the queue's parent.
+//! - A job holding capacity that reclaim is already stopping (`preempt_reason`) is treated
+//!   as gone, so the pass decides what happens once it stops; a placement that needs its
+//!   room waits (`AwaitingPreemption`) until its node reports it stopped. The jobs a pass
+//!   preempts are such jobs at once.
+//! - Memory is decided in MiB: requests round up, capacities down.
+
+use std::collections::HashMap;
+
+use allot_domain::{GPU_MILLI, Job as StoredJob, Node, NodeStatus, PendingReason, Tenant};
+use chrono::{DateTime, Utc};
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+
+use crate::engine::{self, Config, Decision, EngineError, Job, Running, World};
+use crate::openb::cluster::NodeState;
+use crate::openb::{self, Choice, Cluster, OpenbPolicy, Request};
+use crate::quota::{Amounts, Limits, QueueSpec, QuotaError, QuotaTree};
+
+const MIB: u64 = 1 << 20;
+
+/// Policies the control plane can run: every openb policy. `fgd` is given the requests of
+/// the jobs in each pass as its target workload; the others are given nothing.
+pub const LIVE_POLICIES: [&str; 7] = openb::POLICIES;
+
+/// What the control plane should do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LiveDecision {
+    Place {
+        job_id: String,
+        node_id: String,
+        gpu_uuids: Vec<String>,
+        /// The share of each GPU held (a dedicated job holds whole GPUs).
+        held_gpu_milli: u32,
+        borrowing: bool,
+    },
+    /// Stop the job (it runs on `node_id`) and requeue it.
+    Preempt {
+        job_id: String,
+        node_id: String,
+        reason: String,
+    },
+    Wait {
+        job_id: String,
+        reason: PendingReason,
+    },
+}
+
+/// Everything a pass decides against, as the store holds it.
+#[derive(Debug, Clone, Copy)]
+pub struct Snapshot<'a> {
+    pub nodes: &'a [Node],
+    pub tenants: &'a [Tenant],
+    /// Scheduled and running jobs.
+    pub holding: &'a [StoredJob],
+    /// Pending jobs.
+    pub pending: &'a [StoredJob],
+    pub now: DateTime<Utc>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LiveError {
+    #[error("unknown placement policy `{0}` (one of {list})", list = LIVE_POLICIES.join(", "))]
+    UnknownPolicy(String),
+    #[error("the tenants' quotas do not form a valid tree: {0}")]
+    Quota(#[from] QuotaError),
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+}
+
+/// The pass's placement policy and generator, kept from pass to pass (Allot's policy learns
+/// the workload mix from what it places).
+pub struct LiveScheduler {
+    name: String,
+    /// `None` for `fgd`, which is built per pass from that pass's jobs.
+    policy: Option<Box<dyn OpenbPolicy>>,
+    rng: StdRng,
+    config: Config,
+}
+
+impl std::fmt::Debug for LiveScheduler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LiveScheduler")
+            .field("policy", &self.name)
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Model names compare case-insensitively and without a leading vendor name, so
+/// `h200` accepts a GPU NVML calls `NVIDIA H200`.
+fn model_key(model: &str) -> String {
+    let m = model.trim();
+    let m = m
+        .strip_prefix("NVIDIA ")
+        .or_else(|| m.strip_prefix("nvidia "))
+        .unwrap_or(m);
+    m.to_ascii_lowercase()
+}
+
+fn mib_up(bytes: u64) -> u32 {
+    u32::try_from(bytes.div_ceil(MIB)).unwrap_or(u32::MAX)
+}
+
+fn mib_down(bytes: u64) -> u32 {
+    u32::try_from(bytes / MIB).unwrap_or(u32::MAX)
+}
+
+fn u32_of(v: u64) -> u32 {
+    u32::try_from(v).unwrap_or(u32::MAX)
+}
+
+/// The live cluster in the engine's model, and how to map back.
+struct Mapped {
+    cluster: Cluster,
+    /// Per engine node: the store's node id and its GPUs' UUIDs by engine index.
+    nodes: Vec<(String, String, Vec<String>)>,
+    by_node: HashMap<String, usize>,
+    /// Whether each node takes new work (ready, and the index of its offered model).
+    offers: Vec<bool>,
+    /// Per (node, GPU): whether it offers capacity.
+    usable: HashMap<(usize, u8), bool>,
+}
+
+impl Mapped {
+    fn new(nodes: &[Node], holding: &[&StoredJob], now: DateTime<Utc>) -> Self {
+        let mut models: Vec<String> = Vec::new();
+        let mut model_of = |key: String| -> u8 {
+            let i = models.iter().position(|m| *m == key).unwrap_or_else(|| {
+                models.push(key);
+                models.len() - 1
+            });
+            u8::try_from(i.min(63)).unwrap_or(63)
+        };
+        let mut states = Vec::with_capacity(nodes.len());
+        let mut names = Vec::with_capacity(nodes.len());
+        let mut gpu_memory = Vec::with_capacity(nodes.len());
+        let mut ids = Vec::with_capacity(nodes.len());
+        let mut offers = Vec::with_capacity(nodes.len());
+        let mut usable = HashMap::new();
+        // What the jobs already hold on each node: CPU, memory, and milli per GPU UUID.
+        let mut held: HashMap<&str, (u64, u64, HashMap<&str, u64>)> = HashMap::new();
+        for j in holding {
+            let Some(node) = j.node_id.as_deref() else {
+                continue;
+            };
+            let h = held.entry(node).or_default();
+            h.0 += u64::from(j.spec.cpu_milli);
+            h.1 += u64::from(mib_up(j.spec.memory_bytes));
+            let milli = u64::from(held_milli(j));
+            for g in &j.gpu_uuids {
+                *h.2.entry(g.as_str()).or_default() += milli;
+            }
+        }
+        for (i, n) in nodes.iter().enumerate() {
+            let ready = n.status(now) == NodeStatus::Ready;
+            let gpus: Vec<_> = n.gpus.iter().take(usize::from(u8::MAX)).collect();
+            // The node's model: the most common among its healthy GPUs (first on a tie).
+            let mut counts: Vec<(String, usize)> = Vec::new();
+            for g in gpus.iter().filter(|g| g.healthy) {
+                let key = model_key(&g.model);
+                match counts.iter_mut().find(|(m, _)| *m == key) {
+                    Some((_, c)) => *c += 1,
+                    None => counts.push((key, 1)),
+                }
+            }
+            let chosen = counts
+                .iter()
+                .enumerate()
+                .max_by_key(|(pos, (_, c))| (*c, usize::MAX - pos))
+                .map(|(_, (m, _))| m.clone());
+            let (cpu_held, mem_held, gpu_held) =
+                held.get(n.id.as_str()).cloned().unwrap_or_default();
+            let mut gpu_free = Vec::with_capacity(gpus.len());
+            for (gi, g) in gpus.iter().enumerate() {
+                let offered =
+                    ready && g.healthy && chosen.as_deref() == Some(&*model_key(&g.model));
+                let already = gpu_held.get(g.uuid.as_str()).copied().unwrap_or(0);
+                let nominal = if offered { u64::from(GPU_MILLI) } else { 0 };
+                gpu_free.push(u32_of(nominal.max(already)));
+                usable.insert((i, u8::try_from(gi).unwrap_or(u8::MAX)), offered);
+            }
+            let cpu = match (ready, n.cpu_milli) {
+                (false, _) => cpu_held,
+                (true, 0) => u64::from(u32::MAX / 2),
+                (true, c) => c.max(cpu_held),
+            };
+            let memory = match (ready, n.memory_bytes) {
+                (false, _) => mem_held,
+                (true, 0) => u64::from(u32::MAX / 2),
+                (true, m) => u64::from(mib_down(m)).max(mem_held),
+            };
+            let model = chosen.clone().map_or(63, &mut model_of);
+            let memory_mib = gpus
+                .iter()
+                .filter(|g| chosen.as_deref() == Some(&*model_key(&g.model)))
+                .map(|g| mib_down(g.memory_bytes))
+                .min()
+                .unwrap_or(0);
+            states.push(NodeState {
+                cpu_free: u32_of(cpu),
+                memory_free: u32_of(memory),
+                gpu_free,
+                model,
+                kinds: 0,
+            });
+            names.push(n.name.clone());
+            gpu_memory.push(memory_mib);
+            ids.push((
+                n.id.clone(),
+                n.name.clone(),
+                gpus.iter().map(|g| g.uuid.clone()).collect(),
+            ));
+            offers.push(ready);
+        }
+        let capacity = states.iter().map(|s| u64::from(s.gpu_free_total())).sum();
+        let by_node = ids
+            .iter()
+            .enumerate()
+            .map(|(i, (id, _, _))| (id.clone(), i))
+            .collect();
+        Self {
+            cluster: Cluster {
+                rank: (0..states.len() as u32).collect(),
+                nodes: states,
+                names,
+                models,
+                capacity,
+                gpu_memory_mib: gpu_memory,
+            },
+            nodes: ids,
+            by_node,
+            offers,
+            usable,
+        }
+    }
+
+    /// The engine's request for what `job` asks (its held share once placed), or why it can
+    /// never be placed.
+    fn request(&self, job: &StoredJob, gpu_milli: u32) -> Result<Request, PendingReason> {
+        let s = &job.spec;
+        let num_gpu = u8::try_from(s.gpus).map_err(|_| PendingReason {
+            code: "NoRoom".into(),
+            message: format!("no node has {} GPUs (a job runs on one node)", s.gpus),
+        })?;
+        let models = if s.gpu_models.is_empty() {
+            u64::MAX
+        } else {
+            let wanted: Vec<String> = s.gpu_models.iter().map(|m| model_key(m)).collect();
+            self.cluster
+                .models
+                .iter()
+                .enumerate()
+                .filter(|(_, m)| wanted.contains(m))
+                .fold(0u64, |acc, (i, _)| acc | (1 << i.min(63)))
+        };
+        Ok(Request {
+            cpu_milli: s.cpu_milli,
+            memory_mib: mib_up(s.memory_bytes),
+            num_gpu,
+            gpu_milli: if num_gpu == 0 { 0 } else { gpu_milli },
+            models,
+        })
+    }
+
+    fn choice(&self, job: &StoredJob) -> Option<Choice> {
+        let node = *self.by_node.get(job.node_id.as_deref()?)?;
+        let uuids = &self.nodes[node].2;
+        let gpus = job
+            .gpu_uuids
+            .iter()
+            .map(|u| {
+                uuids
+                    .iter()
+                    .position(|x| x == u)
+                    .and_then(|p| u8::try_from(p).ok())
+            })
+            .collect::<Option<Vec<u8>>>()?;
+        Some(Choice { node, gpus })
+    }
+
+    /// Whether every GPU of the placement offers capacity (a running job there may be
+    /// reclaimed without handing out room that is not there).
+    fn all_usable(&self, c: &Choice) -> bool {
+        self.offers[c.node]
+            && c.gpus
+                .iter()
+                .all(|&g| self.usable.get(&(c.node, g)).copied().unwrap_or(false))
+    }
+}
+
+/// The share of each GPU a holding job holds.
+fn held_milli(j: &StoredJob) -> u32 {
+    if j.spec.gpus == 0 {
+        0
+    } else {
+        j.held_gpu_milli.or(j.spec.gpu_milli).unwrap_or(GPU_MILLI)
+    }
+}
+
+fn engine_job(j: &StoredJob, request: Request, seq: u64) -> Job {
+    Job {
+        id: j.id.clone(),
+        queue: j.tenant_id.clone(),
+        request,
+        replicas: 1,
+        priority: j.spec.priority,
+        preemptible: j.spec.preemptible,
+        seq,
+        gpu_memory_mib: j.spec.gpu_memory_bytes.map_or(0, mib_up),
+        isolation: j.spec.isolation,
+        class: j.spec.class,
+    }
+}
+
+/// The tenants as a quota tree (memory in MiB).
+pub fn quota_tree(tenants: &[Tenant]) -> Result<QuotaTree, QuotaError> {
+    let specs = tenants
+        .iter()
+        .map(|t| {
+            let g = &t.quota.guaranteed;
+            let l = &t.quota.limit;
+            QueueSpec {
+                id: t.id.clone(),
+                name: t.name.to_string(),
+                parent: t.parent_id.clone(),
+                guaranteed: Amounts::new(
+                    g.gpu_milli,
+                    g.cpu_milli,
+                    u64::from(mib_down(g.memory_bytes)),
+                )
+                .with_gpu_memory(u64::from(mib_down(g.gpu_memory_bytes))),
+                limit: Limits([
+                    l.gpu_milli,
+                    l.cpu_milli,
+                    l.memory_bytes.map(|b| u64::from(mib_down(b))),
+                    l.gpu_memory_bytes.map(|b| u64::from(mib_down(b))),
+                ]),
+                weight: t.quota.weight,
+                min_isolation: t.quota.min_isolation,
+            }
+        })
+        .collect();
+    QuotaTree::new(specs)
+}
+
+impl LiveScheduler {
+    pub fn new(policy: &str, seed: u64, config: Config) -> Result<Self, LiveError> {
+        if !LIVE_POLICIES.contains(&policy) {
+            return Err(LiveError::UnknownPolicy(policy.to_owned()));
+        }
+        let empty = Cluster::new(&[]);
+        let built = if policy == "fgd" {
+            None
+        } else {
+            Some(
+                openb::policy(policy, &empty, &[])
+                    .map_err(|_| LiveError::UnknownPolicy(policy.to_owned()))?,
+            )
+        };
+        Ok(Self {
+            name: policy.to_owned(),
+            policy: built,
+            rng: StdRng::seed_from_u64(seed),
+            config,
+        })
+    }
+
+    pub fn policy_name(&self) -> &str {
+        &self.name
+    }
+
+    /// One pass over `snap`.
+    pub fn decide(&mut self, snap: &Snapshot<'_>) -> Result<Vec<LiveDecision>, LiveError> {
+        if snap.pending.is_empty() {
+            return Ok(Vec::new());
+        }
+        let tree = quota_tree(snap.tenants)?;
+        let all_holding: Vec<&StoredJob> = snap.holding.iter().collect();
+        let mapped = Mapped::new(snap.nodes, &all_holding, snap.now);
+        // Submission order over every job, for the engine's age tie-breaks.
+        let mut order: Vec<&StoredJob> = snap.holding.iter().chain(snap.pending).collect();
+        order.sort_by(|a, b| a.created_at.cmp(&b.created_at).then(a.id.cmp(&b.id)));
+        let seq: HashMap<&str, u64> = order
+            .iter()
+            .enumerate()
+            .map(|(i, j)| (j.id.as_str(), i as u64))
+            .collect();
+        let seq_of = |j: &StoredJob| seq.get(j.id.as_str()).copied().unwrap_or(u64::MAX);
+
+        // Leaving: jobs reclaim is already stopping, and what they hold.
+        let mut leaving: Vec<(&StoredJob, Request, Choice)> = Vec::new();
+        let mut running = Vec::new();
+        for j in snap.holding {
+            let Ok(request) = mapped.request(j, held_milli(j)) else {
+                continue;
+            };
+            let Some(choice) = mapped.choice(j) else {
+                continue;
+            };
+            if j.preempt_reason.is_some() {
+                leaving.push((j, request, choice));
+                continue;
+            }
+            let mut job = engine_job(j, request, seq_of(j));
+            // Capacity that is not really there is not reclaimed.
+            job.preemptible &= mapped.all_usable(&choice);
+            let started = j.started_at.or(j.scheduled_at).unwrap_or(j.created_at);
+            running.push(Running {
+                job,
+                placements: vec![choice],
+                started_at: started.timestamp(),
+            });
+        }
+
+        let mut decisions = Vec::new();
+        let mut pending = Vec::new();
+        for j in snap.pending {
+            let share = if j.spec.gpus == 0 {
+                0
+            } else {
+                j.spec.gpu_milli.unwrap_or(GPU_MILLI)
+            };
+            match mapped.request(j, share) {
+                Ok(r) => pending.push(engine_job(j, r, seq_of(j))),
+                Err(reason) => decisions.push(LiveDecision::Wait {
+                    job_id: j.id.clone(),
+                    reason,
+                }),
+            }
+        }
+        if !mapped.offers.iter().any(|&r| r) {
+            decisions.extend(pending.iter().map(|j| LiveDecision::Wait {
+                job_id: j.id.clone(),
+                reason: PendingReason {
+                    code: "NoReadyNodes".into(),
+                    message: "no node is ready (none registered, or all leases expired)".into(),
+                },
+            }));
+            return Ok(decisions);
+        }
+
+        let mut fgd;
+        let policy: &mut dyn OpenbPolicy = match self.policy.as_mut() {
+            Some(p) => {
+                p.reset(&mapped.cluster);
+                p.as_mut()
+            }
+            None => {
+                let pods: Vec<openb::Pod> = pending
+                    .iter()
+                    .map(|j| &j.request)
+                    .chain(running.iter().map(|r| &r.job.request))
+                    .map(|r| openb::Pod {
+                        name: String::new(),
+                        cpu_milli: r.cpu_milli,
+                        memory_mib: r.memory_mib,
+                        num_gpu: r.num_gpu,
+                        gpu_milli: r.gpu_milli,
+                        gpu_spec: Vec::new(),
+                    })
+                    .collect();
+                fgd = openb::policies::Fgd::new(&mapped.cluster, &pods);
+                &mut fgd
+            }
+        };
+        let world = World {
+            cluster: &mapped.cluster,
+            tree: &tree,
+            running: &running,
+            now: snap.now.timestamp(),
+            config: self.config,
+        };
+        let engine_decisions = engine::schedule(world, &pending, policy, &mut self.rng)?;
+
+        // What is really held right now: everything, the leaving jobs and this pass's
+        // victims included. A placement is made only where it fits on top of that.
+        let mut actual = mapped.cluster.nodes.clone();
+        for r in &running {
+            for c in &r.placements {
+                actual[c.node].place(&r.job.request, &c.gpus);
+            }
+        }
+        for (_, request, c) in &leaving {
+            actual[c.node].place(request, &c.gpus);
+        }
+        let mut stopping: Vec<usize> = leaving.iter().map(|(_, _, c)| c.node).collect();
+        for d in &engine_decisions {
+            if let Decision::Preempt { job_id, .. } = d
+                && let Some(r) = running.iter().find(|r| r.job.id == *job_id)
+            {
+                stopping.extend(r.placements.iter().map(|c| c.node));
+            }
+        }
+        for d in engine_decisions {
+            match d {
+                Decision::Place {
+                    job_id,
+                    request,
+                    placements,
+                    borrowing,
+                } => {
+                    let Some(c) = placements.into_iter().next() else {
+                        continue;
+                    };
+                    let node = &mut actual[c.node];
+                    if !fits_exactly(node, &request, &c.gpus) {
+                        let waiting_on = stopping.iter().filter(|&&n| n == c.node).count();
+                        decisions.push(LiveDecision::Wait {
+                            job_id,
+                            reason: PendingReason {
+                                code: "AwaitingPreemption".into(),
+                                message: format!(
+                                    "reclaiming room on node {}: waiting for {} preempted job{} there to stop",
+                                    mapped.nodes[c.node].1,
+                                    waiting_on,
+                                    if waiting_on == 1 { "" } else { "s" }
+                                ),
+                            },
+                        });
+                        continue;
+                    }
+                    node.place(&request, &c.gpus);
+                    let uuids = &mapped.nodes[c.node].2;
+                    decisions.push(LiveDecision::Place {
+                        job_id,
+                        node_id: mapped.nodes[c.node].0.clone(),
+                        gpu_uuids: c
+                            .gpus
+                            .iter()
+                            .filter_map(|&g| uuids.get(usize::from(g)).cloned())
+                            .collect(),
+                        held_gpu_milli: request.gpu_milli,
+                        borrowing,
+                    });
+                }
+                Decision::Preempt { job_id, reason, .. } => {
+                    let node_id = running
+                        .iter()
+                        .find(|r| r.job.id == job_id)
+                        .and_then(|r| r.placements.first())
+                        .map(|c| mapped.nodes[c.node].0.clone())
+                        .unwrap_or_default();
+                    decisions.push(LiveDecision::Preempt {
+                        job_id,
+                        node_id,
+                        reason,
+                    });
+                }
+                Decision::Wait { job_id, reason } => {
+                    decisions.push(LiveDecision::Wait { job_id, reason });
+                }
+            }
+        }
+        Ok(decisions)
+    }
+}
+
+/// Whether `r` fits on exactly `gpus` of `n`, CPU and memory included.
+fn fits_exactly(n: &NodeState, r: &Request, gpus: &[u8]) -> bool {
+    n.cpu_free >= r.cpu_milli
+        && n.memory_free >= r.memory_mib
+        && gpus.iter().all(|&g| {
+            n.gpu_free
+                .get(usize::from(g))
+                .is_some_and(|&free| free >= r.gpu_milli)
+        })
+}
+
+#[cfg(test)]
+mod tests;

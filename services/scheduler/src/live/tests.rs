@@ -1,0 +1,296 @@
+use std::collections::BTreeMap;
+
+use allot_domain::{GpuDevice, JobSpec, JobState, Quota, Resources, TenantName};
+use chrono::TimeZone;
+
+use super::*;
+use crate::engine::GpuLimits;
+
+fn now() -> DateTime<Utc> {
+    Utc.with_ymd_and_hms(2026, 11, 30, 12, 0, 0)
+        .single()
+        .expect("valid time")
+}
+
+fn node(id: &str, models: &[&str]) -> Node {
+    Node {
+        id: id.into(),
+        name: id.into(),
+        registered_at: now(),
+        last_heartbeat_at: now(),
+        lease_expires_at: now() + chrono::Duration::seconds(30),
+        agent_version: "test".into(),
+        gpu_backend: "simulated".into(),
+        cpu_milli: 64_000,
+        memory_bytes: 512 << 30,
+        gpus: models
+            .iter()
+            .enumerate()
+            .map(|(i, m)| GpuDevice {
+                uuid: format!("{id}-gpu{i}"),
+                index: i as u32,
+                model: (*m).into(),
+                memory_bytes: 141 << 30,
+                healthy: true,
+            })
+            .collect(),
+    }
+}
+
+fn tenant(id: &str, guaranteed_gpus: u64) -> Tenant {
+    Tenant {
+        id: id.into(),
+        name: TenantName::parse("name", id).expect("valid"),
+        parent_id: None,
+        quota: Quota {
+            guaranteed: Resources {
+                gpu_milli: guaranteed_gpus * 1000,
+                ..Resources::default()
+            },
+            ..Quota::default()
+        },
+        created_at: now(),
+    }
+}
+
+fn job(id: &str, tenant: &str, gpus: u32, share: Option<u32>) -> StoredJob {
+    StoredJob {
+        id: id.into(),
+        tenant_id: tenant.into(),
+        spec: JobSpec {
+            tenant: TenantName::parse("tenant", tenant).expect("valid"),
+            name: id.into(),
+            cpu_milli: 1000,
+            memory_bytes: 1 << 30,
+            gpus,
+            gpu_milli: share,
+            gpu_memory_bytes: None,
+            gpu_models: Vec::new(),
+            priority: 0,
+            preemptible: true,
+            isolation: None,
+            class: None,
+            command: vec!["true".into()],
+            env: BTreeMap::new(),
+            workdir: None,
+        },
+        state: JobState::Pending,
+        pending_reason: None,
+        node_id: None,
+        gpu_uuids: Vec::new(),
+        held_gpu_milli: None,
+        borrowing: false,
+        attempt: 1,
+        cancel_requested: false,
+        preempt_reason: None,
+        pid: None,
+        exit_code: None,
+        message: None,
+        log_tail: None,
+        created_at: now() - chrono::Duration::hours(1),
+        updated_at: now(),
+        scheduled_at: None,
+        started_at: None,
+        finished_at: None,
+    }
+}
+
+fn running_on(mut j: StoredJob, node: &str, gpus: &[usize]) -> StoredJob {
+    j.state = JobState::Running;
+    j.node_id = Some(node.into());
+    j.gpu_uuids = gpus.iter().map(|g| format!("{node}-gpu{g}")).collect();
+    j.held_gpu_milli = Some(j.spec.gpu_milli.unwrap_or(1000));
+    j.started_at = Some(now() - chrono::Duration::minutes(30));
+    j
+}
+
+fn scheduler() -> LiveScheduler {
+    LiveScheduler::new(
+        "allot",
+        7,
+        Config {
+            min_runtime_secs: 60,
+            gpu_limits: GpuLimits::default(),
+        },
+    )
+    .expect("known policy")
+}
+
+fn decide(
+    nodes: &[Node],
+    tenants: &[Tenant],
+    holding: &[StoredJob],
+    pending: &[StoredJob],
+) -> Vec<LiveDecision> {
+    scheduler()
+        .decide(&Snapshot {
+            nodes,
+            tenants,
+            holding,
+            pending,
+            now: now(),
+        })
+        .expect("a possible state")
+}
+
+fn placed(d: &[LiveDecision], id: &str) -> Option<(String, Vec<String>, u32)> {
+    d.iter().find_map(|d| match d {
+        LiveDecision::Place {
+            job_id,
+            node_id,
+            gpu_uuids,
+            held_gpu_milli,
+            ..
+        } if job_id == id => Some((node_id.clone(), gpu_uuids.clone(), *held_gpu_milli)),
+        _ => None,
+    })
+}
+
+fn waits(d: &[LiveDecision], id: &str) -> Option<PendingReason> {
+    d.iter().find_map(|d| match d {
+        LiveDecision::Wait { job_id, reason } if job_id == id => Some(reason.clone()),
+        _ => None,
+    })
+}
+
+#[test]
+fn fractions_of_different_tenants_share_one_gpu() {
+    let nodes = [node("n1", &["H200"])];
+    let tenants = [tenant("a", 0), tenant("b", 0)];
+    let pending = [
+        job("j1", "a", 1, Some(400)),
+        job("j2", "b", 1, Some(400)),
+        job("j3", "a", 1, Some(400)),
+    ];
+    let d = decide(&nodes, &tenants, &[], &pending);
+    for id in ["j1", "j2"] {
+        let (node, gpus, milli) = placed(&d, id).expect("placed");
+        assert_eq!(
+            (node.as_str(), gpus, milli),
+            ("n1", vec!["n1-gpu0".into()], 400)
+        );
+    }
+    let r = waits(&d, "j3").expect("the third does not fit in 1000 milli");
+    assert_eq!(r.code, "NoRoom");
+    assert!(r.message.contains("0.4 of a GPU"), "{}", r.message);
+}
+
+#[test]
+fn reclaim_preempts_the_borrower_and_places_once_it_stopped() {
+    let nodes = [node("n1", &["H200"])];
+    let tenants = [tenant("owner", 1), tenant("borrower", 0)];
+    let borrower = running_on(job("b1", "borrower", 1, None), "n1", &[0]);
+    let claim = job("o1", "owner", 1, None);
+
+    // The owner asks: the borrower is preempted, and the owner waits for it to stop.
+    let d = decide(
+        &nodes,
+        &tenants,
+        std::slice::from_ref(&borrower),
+        std::slice::from_ref(&claim),
+    );
+    let preempted = d.iter().find_map(|d| match d {
+        LiveDecision::Preempt {
+            job_id,
+            node_id,
+            reason,
+        } => Some((job_id.clone(), node_id.clone(), reason.clone())),
+        _ => None,
+    });
+    let (victim, node_id, reason) = preempted.expect("a preemption");
+    assert_eq!((victim.as_str(), node_id.as_str()), ("b1", "n1"));
+    assert!(reason.contains("reclaimed for o1"), "{reason}");
+    assert_eq!(
+        waits(&d, "o1").map(|r| r.code),
+        Some("AwaitingPreemption".into())
+    );
+
+    // While it stops, nothing more is preempted and the owner still waits.
+    let mut stopping = borrower.clone();
+    stopping.preempt_reason = Some(reason);
+    let d = decide(&nodes, &tenants, &[stopping], std::slice::from_ref(&claim));
+    assert!(!d.iter().any(|d| matches!(d, LiveDecision::Preempt { .. })));
+    assert_eq!(
+        waits(&d, "o1").map(|r| r.code),
+        Some("AwaitingPreemption".into())
+    );
+
+    // Once stopped and requeued, the owner runs and the borrower waits.
+    let mut requeued = job("b1", "borrower", 1, None);
+    requeued.attempt = 2;
+    let d = decide(&nodes, &tenants, &[], &[claim, requeued]);
+    assert_eq!(placed(&d, "o1").map(|p| p.0), Some("n1".into()));
+    assert_eq!(waits(&d, "b1").map(|r| r.code), Some("NoRoom".into()));
+}
+
+#[test]
+fn sick_gpus_and_lapsed_nodes_offer_nothing_but_keep_their_jobs() {
+    let mut sick = node("n1", &["H200", "H200"]);
+    sick.gpus[0].healthy = false;
+    let mut gone = node("n2", &["H200"]);
+    gone.lease_expires_at = now() - chrono::Duration::seconds(1);
+    let nodes = [sick, gone];
+    let tenants = [tenant("a", 0)];
+    let holding = [
+        running_on(job("on-sick", "a", 1, None), "n1", &[0]),
+        running_on(job("on-gone", "a", 1, None), "n2", &[0]),
+    ];
+    let pending = [job("j1", "a", 1, None), job("j2", "a", 1, None)];
+    let d = decide(&nodes, &tenants, &holding, &pending);
+    let (node, gpus, _) = placed(&d, "j1").expect("the healthy GPU");
+    assert_eq!((node.as_str(), gpus), ("n1", vec!["n1-gpu1".into()]));
+    assert_eq!(waits(&d, "j2").map(|r| r.code), Some("NoRoom".into()));
+    assert!(!d.iter().any(|d| matches!(d, LiveDecision::Preempt { .. })));
+
+    let d = decide(&nodes[1..], &tenants, &[], &pending[..1]);
+    assert_eq!(waits(&d, "j1").map(|r| r.code), Some("NoReadyNodes".into()));
+}
+
+#[test]
+fn models_match_without_case_or_vendor() {
+    let nodes = [node("n1", &["NVIDIA H200"]), node("n2", &["A100-80GB"])];
+    let tenants = [tenant("a", 0)];
+    let mut h200 = job("h", "a", 1, None);
+    h200.spec.gpu_models = vec!["h200".into()];
+    let mut t4 = job("t", "a", 1, None);
+    t4.spec.gpu_models = vec!["T4".into()];
+    let d = decide(&nodes, &tenants, &[], &[h200, t4]);
+    assert_eq!(placed(&d, "h").map(|p| p.0), Some("n1".into()));
+    assert_eq!(waits(&d, "t").map(|r| r.code), Some("NoRoom".into()));
+}
+
+#[test]
+fn limits_and_dedicated_isolation_hold() {
+    let nodes = [node("n1", &["H200", "H200"])];
+    let mut capped = tenant("capped", 0);
+    capped.quota.limit.gpu_milli = Some(1000);
+    let tenants = [capped, tenant("other", 0)];
+    let mut secret = job("s", "capped", 1, Some(300));
+    secret.spec.isolation = Some(allot_domain::Isolation::Dedicated);
+    let second = job("s2", "capped", 1, None);
+    secret.created_at -= chrono::Duration::minutes(5);
+    let shared = job("o", "other", 1, Some(300));
+    let d = decide(&nodes, &tenants, &[], &[secret, second, shared]);
+    // A dedicated fraction holds a whole GPU, and the node is then the tenant's alone.
+    assert_eq!(placed(&d, "s").map(|p| p.2), Some(1000));
+    let r = waits(&d, "s2").expect("over the limit");
+    assert_eq!(r.code, "TenantLimit");
+    assert_eq!(waits(&d, "o").map(|r| r.code), Some("NoRoom".into()));
+}
+
+#[test]
+fn a_bad_quota_tree_is_an_error_not_a_guess() {
+    let mut child = tenant("child", 2);
+    child.parent_id = Some("parent".into());
+    let tenants = [tenant("parent", 1), child];
+    let err = scheduler()
+        .decide(&Snapshot {
+            nodes: &[node("n1", &["H200"])],
+            tenants: &tenants,
+            holding: &[],
+            pending: &[job("j", "child", 1, None)],
+            now: now(),
+        })
+        .expect_err("children guaranteed more than the parent");
+    assert!(matches!(err, LiveError::Quota(_)), "{err}");
+}
