@@ -1157,3 +1157,50 @@ both_backends!(
         );
     }
 );
+
+/// Caps written before quotas nested (whole GPUs) read back as GPU-milli limits.
+async fn existing_caps_become_gpu_milli_limits(backend: Backend) {
+    use allot_migrations::MigratorTrait;
+    use sea_orm::ConnectionTrait;
+
+    let db = TestDb::new(backend).await.expect("test database");
+    let conn = sea_orm::Database::connect(db.url.as_str())
+        .await
+        .expect("connect");
+    allot_migrations::Migrator::up(&conn, Some(3))
+        .await
+        .expect("the schema before quotas nested");
+    conn.execute_unprepared(
+        "INSERT INTO tenants (id, name, max_gpus, max_gpu_memory_bytes, created_at) VALUES \
+         ('t-capped', 'capped', 3, 1099511627776, '2026-11-29T12:00:00+00:00'), \
+         ('t-free', 'free', NULL, NULL, '2026-11-29T12:00:00+00:00')",
+    )
+    .await
+    .expect("tenants of the old schema");
+    conn.close().await.expect("close");
+
+    let store = db
+        .store_with_system_clock()
+        .await
+        .expect("migrates on connect");
+    let capped = store.tenant_by_name("capped").await.expect("capped");
+    assert_eq!(capped.quota.limit.gpu_milli, Some(3000));
+    assert_eq!(capped.quota.limit.gpu_memory_bytes, Some(1 << 40));
+    assert_eq!(capped.quota.guaranteed, Resources::default());
+    assert_eq!(
+        (capped.quota.weight, capped.quota.min_isolation),
+        (1, Isolation::Shared)
+    );
+    let free = store.tenant_by_name("free").await.expect("free");
+    assert_eq!(free.quota, Quota::default());
+}
+
+#[tokio::test]
+async fn existing_caps_become_gpu_milli_limits_sqlite() {
+    existing_caps_become_gpu_milli_limits(Backend::Sqlite).await;
+}
+
+#[tokio::test]
+async fn existing_caps_become_gpu_milli_limits_postgres() {
+    existing_caps_become_gpu_milli_limits(Backend::Postgres).await;
+}
