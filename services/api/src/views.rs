@@ -212,7 +212,7 @@ pub struct SubmitJob {
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct PendingReasonView {
     /// Stable code: `NoRoom`, `TenantLimit`, `AwaitingPreemption`, `Preempted`,
-    /// `MigUnavailable`, `NoReadyNodes`, `UnknownTenant`.
+    /// `MigUnavailable`, `NoReadyNodes`, `UnknownTenant`, `InvalidQuotaTree`.
     pub code: String,
     /// The same with numbers, for people.
     pub message: String,

@@ -72,8 +72,6 @@ pub struct Snapshot<'a> {
 pub enum LiveError {
     #[error("unknown placement policy `{0}` (one of {list})", list = LIVE_POLICIES.join(", "))]
     UnknownPolicy(String),
-    #[error("the tenants' quotas do not form a valid tree: {0}")]
-    Quota(#[from] QuotaError),
     #[error(transparent)]
     Engine(#[from] EngineError),
 }
@@ -385,7 +383,26 @@ impl LiveScheduler {
         if snap.pending.is_empty() {
             return Ok(Vec::new());
         }
-        let tree = quota_tree(snap.tenants)?;
+        let tree = match quota_tree(snap.tenants) {
+            Ok(tree) => tree,
+            // Nothing can be decided fairly against quotas that do not nest: every pending
+            // job says so (running ones keep running) until an admin mends them.
+            Err(e) => {
+                return Ok(snap
+                    .pending
+                    .iter()
+                    .map(|j| LiveDecision::Wait {
+                        job_id: j.id.clone(),
+                        reason: PendingReason {
+                            code: "InvalidQuotaTree".into(),
+                            message: format!(
+                                "scheduling is paused until a platform admin fixes the quotas: {e}"
+                            ),
+                        },
+                    })
+                    .collect());
+            }
+        };
         let all_holding: Vec<&StoredJob> = snap.holding.iter().collect();
         let mapped = Mapped::new(snap.nodes, &all_holding, snap.now);
         // Submission order over every job, for the engine's age tie-breaks.

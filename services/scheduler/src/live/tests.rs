@@ -279,18 +279,17 @@ fn limits_and_dedicated_isolation_hold() {
 }
 
 #[test]
-fn a_bad_quota_tree_is_an_error_not_a_guess() {
+fn a_bad_quota_tree_pauses_placement_and_says_so() {
     let mut child = tenant("child", 2);
     child.parent_id = Some("parent".into());
     let tenants = [tenant("parent", 1), child];
-    let err = scheduler()
-        .decide(&Snapshot {
-            nodes: &[node("n1", &["H200"])],
-            tenants: &tenants,
-            holding: &[],
-            pending: &[job("j", "child", 1, None)],
-            now: now(),
-        })
-        .expect_err("children guaranteed more than the parent");
-    assert!(matches!(err, LiveError::Quota(_)), "{err}");
+    let d = decide(
+        &[node("n1", &["H200"])],
+        &tenants,
+        &[],
+        &[job("j", "child", 1, None)],
+    );
+    let r = waits(&d, "j").expect("nothing is placed against quotas that do not nest");
+    assert_eq!(r.code, "InvalidQuotaTree");
+    assert!(r.message.contains("guaranteed"), "{}", r.message);
 }
