@@ -8,7 +8,7 @@ pub mod runner;
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use allot_proto::NodeServiceClient;
 use allot_proto::v1::{
@@ -79,6 +79,18 @@ pub enum AgentError {
     Io(#[from] std::io::Error),
 }
 
+/// Why following the assignment stream ended.
+enum StreamEnd {
+    /// The agent is shutting down.
+    Stopped,
+    /// The stream was open and broke (or the control plane closed it).
+    Broke,
+    /// It could not be opened.
+    Unreachable,
+    /// The control plane refused the node's credentials: register again.
+    Unauthenticated,
+}
+
 /// Jobs this agent process has seen, and the ones still running.
 #[derive(Default)]
 struct Jobs {
@@ -89,6 +101,23 @@ struct Jobs {
     seen: HashSet<(String, u32)>,
 }
 
+/// The lease as this agent knows it, on its own monotonic clock: it runs from the moment a
+/// registration or heartbeat that the control plane accepted was *sent*, so it never
+/// outlasts the control plane's view of it (which starts when the call arrived).
+#[derive(Debug, Default, Clone, Copy)]
+struct Lease {
+    valid_until: Option<Instant>,
+    duration: Duration,
+}
+
+impl Lease {
+    /// When jobs must be gone: a fifth of the lease before it lapses, so that killing them
+    /// and a late clock tick still finish before the control plane may requeue them.
+    fn fence_at(&self) -> Option<Instant> {
+        self.valid_until.map(|u| u - self.duration / 5)
+    }
+}
+
 struct Agent {
     cfg: AgentConfig,
     backend: Arc<dyn GpuBackend>,
@@ -96,6 +125,7 @@ struct Agent {
     secret: Arc<RwLock<String>>,
     jobs: Mutex<Jobs>,
     reports: mpsc::UnboundedSender<JobStatusReport>,
+    lease: Mutex<Lease>,
 }
 
 /// Adds the node secret, as it is after the latest registration, to every call.
@@ -175,9 +205,15 @@ impl Agent {
                 cpu_milli: self.cfg.offer.cpu_milli,
                 memory_bytes: self.cfg.offer.memory_bytes,
             };
+            let sent = Instant::now();
             match client.register(req).await {
                 Ok(res) => {
                     let res = res.into_inner();
+                    let duration = Duration::from_millis(res.lease_duration_ms.into());
+                    *self.lock_lease() = Lease {
+                        valid_until: Some(sent + duration),
+                        duration,
+                    };
                     *self.secret.write().unwrap_or_else(|e| e.into_inner()) = res.node_secret;
                     tracing::info!(node = %self.cfg.node_name, id = %res.node_id, "registered");
                     return Ok(Some(Duration::from_millis(
@@ -210,12 +246,50 @@ impl Agent {
                     continue;
                 }
             };
-            let req = HeartbeatRequest {
+            let mut req = Request::new(HeartbeatRequest {
                 gpus,
                 running_job_ids: self.running_ids(),
+            });
+            // A slow answer still renews the lease from when the call was sent, so wait for
+            // one up to half a lease (a loaded control plane is not a lost one).
+            let half_lease = self.lock_lease().duration / 2;
+            req.set_timeout(half_lease.max(every));
+            let sent = Instant::now();
+            match client.heartbeat(req).await {
+                Ok(_) => {
+                    let mut lease = self.lock_lease();
+                    lease.valid_until = Some(sent + lease.duration);
+                }
+                Err(s) => tracing::warn!(error = %s.message(), "heartbeat failed"),
+            }
+        }
+    }
+
+    fn lock_lease(&self) -> std::sync::MutexGuard<'_, Lease> {
+        self.lease.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Kills every job once the lease is about to lapse without renewal: from then on the
+    /// control plane may requeue them elsewhere, and a job must never run twice.
+    async fn fence(self: Arc<Self>, stop: CancellationToken) {
+        loop {
+            let (fence_at, check) = {
+                let lease = *self.lock_lease();
+                let check = (lease.duration / 10)
+                    .clamp(Duration::from_millis(20), Duration::from_millis(250));
+                (lease.fence_at(), check)
             };
-            if let Err(s) = client.heartbeat(req).await {
-                tracing::warn!(error = %s.message(), "heartbeat failed");
+            tokio::select! {
+                () = stop.cancelled() => return,
+                () = tokio::time::sleep(check) => {}
+            }
+            if fence_at.is_none_or(|at| Instant::now() < at) {
+                continue;
+            }
+            let jobs = self.lock_jobs();
+            for (id, (attempt, signal)) in &jobs.running {
+                tracing::warn!(job = %id, attempt, "lease about to lapse without renewal: killing the job");
+                signal.stop(StopReason::LeaseLost);
             }
         }
     }
@@ -269,6 +343,7 @@ impl Agent {
                 Outcome::Succeeded => (JobPhase::Succeeded, Some(0), String::new()),
                 Outcome::Failed { exit_code, message } => (JobPhase::Failed, exit_code, message),
                 Outcome::Cancelled { message } => (JobPhase::Cancelled, None, message),
+                Outcome::Lost { message } => (JobPhase::Lost, None, message),
             };
             tracing::info!(job = %job_id, ?phase, ?exit_code, "job ended");
             agent.report(JobStatusReport {
@@ -316,18 +391,26 @@ impl Agent {
     }
 
     /// Follows the assignment stream until it breaks or the agent stops.
-    async fn follow(self: &Arc<Self>, stop: &CancellationToken, tasks: &mut JoinSet<()>) {
+    async fn follow(
+        self: &Arc<Self>,
+        stop: &CancellationToken,
+        tasks: &mut JoinSet<()>,
+    ) -> StreamEnd {
         let mut client = authed_client(self.channel.clone(), self.secret.clone());
         let mut stream = match client.watch_assignments(WatchAssignmentsRequest {}).await {
             Ok(s) => s.into_inner(),
             Err(s) => {
                 tracing::warn!(error = %s.message(), "cannot watch assignments");
-                return;
+                return if s.code() == Code::Unauthenticated {
+                    StreamEnd::Unauthenticated
+                } else {
+                    StreamEnd::Unreachable
+                };
             }
         };
         loop {
             let msg = tokio::select! {
-                () = stop.cancelled() => return,
+                () = stop.cancelled() => return StreamEnd::Stopped,
                 Some(_) = tasks.join_next(), if !tasks.is_empty() => continue,
                 msg = stream.message() => msg,
             };
@@ -339,11 +422,11 @@ impl Agent {
                 },
                 Ok(None) => {
                     tracing::warn!("assignment stream closed by the control plane");
-                    return;
+                    return StreamEnd::Broke;
                 }
                 Err(s) => {
                     tracing::warn!(error = %s.message(), "assignment stream broke");
-                    return;
+                    return StreamEnd::Broke;
                 }
             }
         }
@@ -365,7 +448,9 @@ async fn deliver_reports(
                 Ok(_) => break,
                 Err(s) if transient(&s) => {
                     attempt += 1;
-                    tokio::time::sleep(backoff(attempt)).await;
+                    // Retried often: a report stuck behind a partition holds up every
+                    // later one (a job's start included).
+                    tokio::time::sleep(backoff(attempt).min(Duration::from_millis(300))).await;
                 }
                 Err(s) => {
                     tracing::warn!(job = %report.job_id, error = %s.message(), "status report rejected");
@@ -399,24 +484,41 @@ pub async fn run(
         secret,
         jobs: Mutex::new(Jobs::default()),
         reports,
+        lease: Mutex::new(Lease::default()),
     });
+    let killed = runner::kill_orphans(&agent.cfg.data_dir.join("jobs"));
+    if killed > 0 {
+        tracing::warn!(
+            killed,
+            "killed processes left by an earlier run of this agent"
+        );
+    }
+    tokio::spawn(agent.clone().fence(shutdown.clone()));
     let mut tasks = JoinSet::new();
-    let mut attempt = 0;
-    while !shutdown.is_cancelled() {
+    'register: while !shutdown.is_cancelled() {
         let Some(every) = agent.register(&shutdown).await? else {
             break;
         };
+        // Heartbeats go on while the stream is re-opened: a broken stream is not a lost
+        // lease, and registering again is only needed when the credentials are refused.
         let session = shutdown.child_token();
         tokio::spawn(agent.clone().heartbeats(every, session.clone()));
-        agent.follow(&shutdown, &mut tasks).await;
-        session.cancel();
-        if !shutdown.is_cancelled() {
-            attempt += 1;
+        let mut failures = 0;
+        loop {
+            failures = match agent.follow(&shutdown, &mut tasks).await {
+                StreamEnd::Stopped => break 'register,
+                StreamEnd::Unauthenticated => break,
+                StreamEnd::Broke => 1,
+                StreamEnd::Unreachable => failures + 1,
+            };
+            // Heartbeats may already say the node is back: re-open the stream promptly.
+            let wait = backoff(failures).min(Duration::from_secs(1));
             tokio::select! {
-                () = shutdown.cancelled() => {}
-                () = tokio::time::sleep(backoff(attempt)) => {}
+                () = shutdown.cancelled() => break 'register,
+                () = tokio::time::sleep(wait) => {}
             }
         }
+        session.cancel();
     }
     for (_, signal) in agent.lock_jobs().running.values() {
         signal.stop(StopReason::AgentShutdown);

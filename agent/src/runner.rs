@@ -20,6 +20,8 @@ pub const LOG_TAIL_BYTES: u64 = 64 * 1024;
 pub enum StopReason {
     Cancelled,
     AgentShutdown,
+    /// The agent could not renew its lease: kill at once, the attempt is being requeued.
+    LeaseLost,
 }
 
 /// Tells a running job to stop, and why.
@@ -69,6 +71,10 @@ pub enum Outcome {
         message: String,
     },
     Cancelled {
+        message: String,
+    },
+    /// Killed because the node lost its lease.
+    Lost {
         message: String,
     },
 }
@@ -138,6 +144,52 @@ pub fn process_group_alive(pgid: u32) -> bool {
     })
 }
 
+/// Makes the job's process die with the agent (Linux `PR_SET_PDEATHSIG`): an agent killed
+/// outright takes its jobs' leaders along, so an attempt the control plane requeues does
+/// not keep running here. (What a job forks itself is reaped by the service manager's
+/// kill of the agent's cgroup, and by [`kill_orphans`] when the agent starts again.)
+#[allow(unsafe_code)]
+fn die_with_agent(cmd: &mut tokio::process::Command) {
+    // SAFETY: the closure runs in the forked child before exec. It only calls prctl(2),
+    // which is async-signal-safe, and allocates nothing.
+    unsafe {
+        cmd.pre_exec(|| {
+            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from)
+        });
+    }
+}
+
+/// Kills every process left from an earlier run of an agent with this jobs directory (its
+/// environment names a job directory under `jobs_dir`), before the agent registers again
+/// and its jobs are requeued. Returns how many were killed.
+pub fn kill_orphans(jobs_dir: &Path) -> usize {
+    let marker = format!("ALLOT_JOB_DIR={}/", jobs_dir.display());
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    let me = std::process::id();
+    let mut killed = 0;
+    for e in entries.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|p| p.parse::<u32>().ok()) else {
+            continue;
+        };
+        if pid == me {
+            continue;
+        }
+        let Ok(environ) = std::fs::read(e.path().join("environ")) else {
+            continue;
+        };
+        let ours = environ
+            .split(|b| *b == 0)
+            .any(|var| var.starts_with(marker.as_bytes()));
+        if ours && let Ok(raw) = i32::try_from(pid) {
+            let _ = nix::sys::signal::kill(Pid::from_raw(raw), Signal::SIGKILL);
+            killed += 1;
+        }
+    }
+    killed
+}
+
 /// The job's directory: `<data_dir>/jobs/<job id>`, holding `output.log`.
 pub fn job_dir(data_dir: &Path, job_id: &str) -> PathBuf {
     data_dir.join("jobs").join(job_id)
@@ -191,6 +243,7 @@ pub async fn run(
         .stdout(out)
         .stderr(err)
         .process_group(0);
+    die_with_agent(&mut cmd);
     let mut child = match cmd.spawn() {
         Ok(c) => c,
         Err(e) => return failed(format!("could not start `{program}`: {e}")),
@@ -202,6 +255,12 @@ pub async fn run(
     let status = tokio::select! {
         status = child.wait() => status,
         () = stop.token.cancelled() => {
+            // Losing the lease allows no grace: the attempt may start elsewhere any moment.
+            let grace = if stop.reason() == Some(StopReason::LeaseLost) {
+                Duration::ZERO
+            } else {
+                grace
+            };
             signal_group(pid, Signal::SIGTERM);
             match tokio::time::timeout(grace, child.wait()).await {
                 Ok(status) => status,
@@ -222,6 +281,9 @@ pub async fn run(
         (Some(StopReason::AgentShutdown), _) => Outcome::Failed {
             exit_code: None,
             message: "stopped because the node agent shut down".into(),
+        },
+        (Some(StopReason::LeaseLost), _) => Outcome::Lost {
+            message: "killed: the node could not renew its lease with the control plane".into(),
         },
         (None, Ok(s)) if s.success() => Outcome::Succeeded,
         (None, Ok(s)) => {

@@ -97,7 +97,18 @@ async fn node_identity_comes_from_credentials() {
         .await
         .expect("heartbeat with the real secret");
 
-    // A job placed on node A (the only node with 1 GPU free first in order) ...
+    // Only nodes listening for assignments get work: both open their streams.
+    let mut streams = Vec::new();
+    for n in [&a, &b] {
+        streams.push(
+            client
+                .watch_assignments(with_secret(WatchAssignmentsRequest {}, &n.node_secret))
+                .await
+                .expect("watch")
+                .into_inner(),
+        );
+    }
+    // A job placed on one of them ...
     c.create_tenant("t", None).await;
     let id = c.submit("t", 1, &["true"]).await;
     let job = c
@@ -106,18 +117,13 @@ async fn node_identity_comes_from_credentials() {
             (job["state"] == "scheduled").then_some(job)
         })
         .await;
-    let (owner, other) = if job["node_id"] == a.node_id.as_str() {
-        (&a, &b)
+    let (owner, other, mut stream) = if job["node_id"] == a.node_id.as_str() {
+        (&a, &b, streams.swap_remove(0))
     } else {
-        (&b, &a)
+        (&b, &a, streams.swap_remove(1))
     };
 
     // ... is announced on its node's stream ...
-    let mut stream = client
-        .watch_assignments(with_secret(WatchAssignmentsRequest {}, &owner.node_secret))
-        .await
-        .expect("watch")
-        .into_inner();
     let first = stream
         .message()
         .await
@@ -135,11 +141,22 @@ async fn node_identity_comes_from_credentials() {
                 job_id: id.clone(),
                 phase: phase.into(),
                 pid: Some(1),
+                attempt: 1,
                 ..Default::default()
             },
             secret,
         )
     };
+    // The attempt is a fencing token: a report about another attempt changes nothing.
+    for stale in [0, 2] {
+        let mut r = report(&owner.node_secret, JobPhase::Succeeded);
+        r.get_mut().attempt = stale;
+        let err = client
+            .report_job_status(r)
+            .await
+            .expect_err("a stale fencing token");
+        assert_eq!(err.code(), Code::FailedPrecondition, "attempt {stale}");
+    }
     let err = client
         .report_job_status(report(&other.node_secret, JobPhase::Running))
         .await

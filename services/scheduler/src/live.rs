@@ -8,6 +8,9 @@
 //!   capacity is what the jobs already there hold, so they stay accounted and nothing
 //!   joins them. Jobs on such capacity are not reclaimed (that would free room that is not
 //!   really there); moving them is fault migration's business.
+//! - A node that has missed heartbeats (see [`LiveScheduler::with_suspect_after`]), or
+//!   whose assignment stream is not open (`Snapshot::reachable`), offers nothing new
+//!   either, before its lease lapses.
 //! - A tenant is a quota queue; its parent tenant is the queue's parent.
 //! - A job holding capacity that reclaim is already stopping (`preempt_reason`) is treated
 //!   as gone, so the pass decides what happens once it stops; a placement that needs its
@@ -66,6 +69,9 @@ pub struct Snapshot<'a> {
     /// Pending jobs.
     pub pending: &'a [StoredJob],
     pub now: DateTime<Utc>,
+    /// Nodes that can be told about new work now (their assignment stream is open); `None`
+    /// when every node can.
+    pub reachable: Option<&'a std::collections::HashSet<String>>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -84,6 +90,9 @@ pub struct LiveScheduler {
     policy: Option<Box<dyn OpenbPolicy>>,
     rng: StdRng,
     config: Config,
+    /// A node silent this long (no heartbeat) gets no new work, though its lease (and so
+    /// its jobs) still stand: work placed there now would likely be disrupted again.
+    suspect_after: Option<chrono::Duration>,
 }
 
 impl std::fmt::Debug for LiveScheduler {
@@ -131,7 +140,13 @@ struct Mapped {
 }
 
 impl Mapped {
-    fn new(nodes: &[Node], holding: &[&StoredJob], now: DateTime<Utc>) -> Self {
+    fn new(
+        nodes: &[Node],
+        holding: &[&StoredJob],
+        now: DateTime<Utc>,
+        suspect_after: Option<chrono::Duration>,
+        reachable: Option<&std::collections::HashSet<String>>,
+    ) -> Self {
         let mut models: Vec<String> = Vec::new();
         let mut model_of = |key: String| -> u8 {
             let i = models.iter().position(|m| *m == key).unwrap_or_else(|| {
@@ -161,7 +176,9 @@ impl Mapped {
             }
         }
         for (i, n) in nodes.iter().enumerate() {
-            let ready = n.status(now) == NodeStatus::Ready;
+            let silent = suspect_after.is_some_and(|s| now - n.last_heartbeat_at > s);
+            let unreachable = reachable.is_some_and(|r| !r.contains(&n.id));
+            let ready = n.status(now) == NodeStatus::Ready && !silent && !unreachable;
             let gpus: Vec<_> = n.gpus.iter().take(usize::from(u8::MAX)).collect();
             // The node's model: the most common among its healthy GPUs (first on a tie).
             let mut counts: Vec<(String, usize)> = Vec::new();
@@ -371,7 +388,14 @@ impl LiveScheduler {
             policy: built,
             rng: StdRng::seed_from_u64(seed),
             config,
+            suspect_after: None,
         })
+    }
+
+    /// Offers no new work on nodes that have not heartbeated for `after`.
+    pub fn with_suspect_after(mut self, after: std::time::Duration) -> Self {
+        self.suspect_after = chrono::Duration::from_std(after).ok();
+        self
     }
 
     pub fn policy_name(&self) -> &str {
@@ -404,10 +428,22 @@ impl LiveScheduler {
             }
         };
         let all_holding: Vec<&StoredJob> = snap.holding.iter().collect();
-        let mapped = Mapped::new(snap.nodes, &all_holding, snap.now);
-        // Submission order over every job, for the engine's age tie-breaks.
+        let mapped = Mapped::new(
+            snap.nodes,
+            &all_holding,
+            snap.now,
+            self.suspect_after,
+            snap.reachable,
+        );
+        // The engine's age order: work that already ran and was interrupted (requeued after
+        // a lost node or a preemption) first, then by submission.
         let mut order: Vec<&StoredJob> = snap.holding.iter().chain(snap.pending).collect();
-        order.sort_by(|a, b| a.created_at.cmp(&b.created_at).then(a.id.cmp(&b.id)));
+        order.sort_by(|a, b| {
+            (a.attempt <= 1)
+                .cmp(&(b.attempt <= 1))
+                .then(a.created_at.cmp(&b.created_at))
+                .then(a.id.cmp(&b.id))
+        });
         let seq: HashMap<&str, u64> = order
             .iter()
             .enumerate()

@@ -105,8 +105,8 @@ impl NodeSvc {
     }
 
     /// Jobs the control plane thinks run on `node` but the agent does not: their processes
-    /// are gone (the agent restarted), so they failed.
-    async fn fail_lost_jobs(
+    /// are gone (the agent restarted), through no fault of theirs, so they are requeued.
+    async fn requeue_lost_jobs(
         &self,
         ctx: &AuditContext,
         node_id: &str,
@@ -122,15 +122,17 @@ impl NodeSvc {
             .await
             .map_err(status)?;
         for job in held.jobs.into_iter().filter(|j| !running.contains(&j.id)) {
-            // A job being preempted was to stop anyway: it goes back to the queue.
-            let (to, message) = match &job.preempt_reason {
-                Some(reason) if !job.cancel_requested => {
-                    (JobState::Pending, format!("preempted: {reason}"))
-                }
-                _ => (
-                    JobState::Failed,
-                    "the node agent restarted and the process was lost".to_owned(),
-                ),
+            // A job being cancelled is simply cancelled.
+            let (to, message) = if job.cancel_requested {
+                (
+                    JobState::Cancelled,
+                    "the node agent restarted; the process is gone".to_owned(),
+                )
+            } else {
+                (
+                    JobState::Pending,
+                    "the node agent restarted and the process was lost; requeued".to_owned(),
+                )
             };
             let update = JobUpdate {
                 message: Some(message),
@@ -192,7 +194,7 @@ impl allot_proto::NodeService for NodeSvc {
             },
             ..ctx
         };
-        self.fail_lost_jobs(&ctx, &node.id, &r.running_job_ids)
+        self.requeue_lost_jobs(&ctx, &node.id, &r.running_job_ids)
             .await?;
         tracing::info!(node = %node.name, id = %node.id, gpus = node.gpus.len(), "node registered");
         self.notify.notify_one();
@@ -216,11 +218,30 @@ impl allot_proto::NodeService for NodeSvc {
         let changed = gpus != node.gpus;
         let until = self.lease_until();
         self.store
-            .heartbeat(&node.id, gpus, until)
+            .heartbeat(&node.id, changed.then_some(gpus), until)
             .await
             .map_err(status)?;
         if !was_ready || changed {
             self.notify.notify_one();
+        }
+        // Launches the agent should be running by now but is not: the stream that carried
+        // them may have died unnoticed. Send again those still current (agents launch each
+        // attempt once, so a duplicate is harmless).
+        for (job_id, attempt) in
+            self.hub
+                .overdue(&node.id, &r.running_job_ids, self.heartbeat_interval * 2)
+        {
+            match self.store.job(&job_id).await {
+                Ok(job)
+                    if job.state == JobState::Scheduled
+                        && job.attempt == attempt
+                        && job.node_id.as_deref() == Some(node.id.as_str()) =>
+                {
+                    tracing::info!(job = %job.id, node = %node.name, "launch not confirmed; sending it again");
+                    self.hub.send(&node.id, hub::launch(&job));
+                }
+                _ => self.hub.confirmed(&node.id, &job_id),
+            }
         }
         Ok(Response::new(HeartbeatResponse {
             lease_expires_at_ms: until.timestamp_millis(),
@@ -257,6 +278,8 @@ impl allot_proto::NodeService for NodeSvc {
             // The receiver is ours and alive until returned below.
             let _ = tx.send(Ok(assignment));
         }
+        // The node can take new work again.
+        self.notify.notify_one();
         Ok(Response::new(Box::pin(UnboundedReceiverStream::new(rx))))
     }
 
@@ -268,6 +291,15 @@ impl allot_proto::NodeService for NodeSvc {
         let ctx = node_ctx(&req, &node.id, "node-secret");
         let r = req.into_inner();
         let job = self.store.job(&r.job_id).await.map_err(status)?;
+        self.hub.confirmed(&node.id, &job.id);
+        // The attempt is the report's fencing token: a report about an attempt that was
+        // requeued (the node lost its lease, or was preempted) changes nothing.
+        if r.attempt != job.attempt {
+            return Err(Status::failed_precondition(format!(
+                "stale report: it is about attempt {} of job {}, which is on attempt {}",
+                r.attempt, job.id, job.attempt
+            )));
+        }
         if job.node_id.as_deref() != Some(node.id.as_str()) {
             return Err(Status::permission_denied(format!(
                 "job {} is not assigned to this node",
@@ -281,24 +313,32 @@ impl allot_proto::NodeService for NodeSvc {
             JobPhase::Succeeded => JobState::Succeeded,
             JobPhase::Failed => JobState::Failed,
             JobPhase::Cancelled => JobState::Cancelled,
+            // Killed by its own agent for want of a lease: requeued below.
+            JobPhase::Lost => JobState::Pending,
             JobPhase::Unspecified => return Err(Status::invalid_argument("phase is required")),
         };
-        if job.state == to
-            || job.state.is_terminal()
-            || (r.attempt != 0 && r.attempt != job.attempt)
-        {
-            // A retried report that already landed, or one about an earlier attempt.
+        if job.state == to || job.state.is_terminal() {
+            // A retried report that already landed.
             return Ok(Response::new(JobStatusAck {}));
         }
-        let stopped = matches!(to, JobState::Cancelled | JobState::Failed);
-        if let Some(reason) = job
-            .preempt_reason
-            .as_ref()
-            .filter(|_| stopped && !job.cancel_requested)
-        {
-            // Preempted by reclaim and now stopped: back to the queue, as its next attempt.
+        let stopped = matches!(
+            to,
+            JobState::Cancelled | JobState::Failed | JobState::Pending
+        );
+        let requeue = match (&job.preempt_reason, phase) {
+            _ if !stopped || job.cancel_requested => None,
+            (_, JobPhase::Lost) => Some(format!(
+                "node {} lost its lease and stopped the job; requeued",
+                node.name
+            )),
+            (Some(reason), _) => Some(format!("preempted: {reason}")),
+            (None, _) => None,
+        };
+        if let Some(message) = requeue {
+            // Stopped for the cluster's sake, not the job's: back to the queue, as its
+            // next attempt.
             let update = JobUpdate {
-                message: Some(format!("preempted: {reason}")),
+                message: Some(message),
                 log_tail: (!r.log_tail.is_empty()).then_some(r.log_tail),
                 ..Default::default()
             };
@@ -307,14 +347,16 @@ impl allot_proto::NodeService for NodeSvc {
                 .transition_job(&ctx, &job.id, job.state, JobState::Pending, update)
                 .await
                 .map_err(status)?;
-            tracing::info!(job = %job.id, attempt = job.attempt, "preempted job requeued");
+            tracing::info!(job = %job.id, attempt = job.attempt, "job requeued");
             self.notify.notify_one();
             return Ok(Response::new(JobStatusAck {}));
         }
-        if job.state == JobState::Pending {
-            // The attempt this report is about was already requeued.
-            return Ok(Response::new(JobStatusAck {}));
-        }
+        // Lost while being cancelled: it is stopped, as asked.
+        let to = if to == JobState::Pending {
+            JobState::Cancelled
+        } else {
+            to
+        };
         let mut from = job.state;
         if from == JobState::Scheduled && to == JobState::Succeeded {
             // The process ran and exited before its start was recorded.

@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use allot_domain::Job;
 use allot_proto::v1::{Assignment, Cancel, Launch, assignment::Kind};
@@ -14,7 +15,14 @@ pub type AssignmentRx = mpsc::UnboundedReceiver<Result<Assignment, tonic::Status
 #[derive(Debug, Default)]
 pub struct Hub {
     streams: Mutex<HashMap<String, AssignmentTx>>,
+    /// Launches sent but not yet confirmed by any report, per node: (job id, attempt) and
+    /// when last sent. A stream can die without the sender noticing, so these are sent
+    /// again when the node's heartbeat shows it does not run them.
+    unconfirmed: Mutex<HashMap<String, Unconfirmed>>,
 }
+
+/// A node's launches awaiting confirmation: job id to (attempt, when last sent).
+type Unconfirmed = HashMap<String, (u32, Instant)>;
 
 impl Hub {
     /// Opens the node's stream, replacing (and so closing) any earlier one.
@@ -35,14 +43,67 @@ impl Hub {
         }
     }
 
+    /// Nodes whose assignment stream is open: the only ones a launch can reach now.
+    pub fn connected(&self) -> std::collections::HashSet<String> {
+        self.lock()
+            .iter()
+            .filter(|(_, tx)| !tx.is_closed())
+            .map(|(node, _)| node.clone())
+            .collect()
+    }
+
+    /// Sends a launch and remembers it until the node confirms it.
+    pub fn launch(&self, node_id: &str, job: &Job) {
+        lock(&self.unconfirmed)
+            .entry(node_id.to_owned())
+            .or_default()
+            .insert(job.id.clone(), (job.attempt, Instant::now()));
+        self.send(node_id, launch(job));
+    }
+
+    /// The node reported on the job: whatever it was sent arrived.
+    pub fn confirmed(&self, node_id: &str, job_id: &str) {
+        if let Some(jobs) = lock(&self.unconfirmed).get_mut(node_id) {
+            jobs.remove(job_id);
+        }
+    }
+
+    /// Launches to `node_id` unconfirmed for longer than `after` that its agent does not
+    /// run (`running`): (job id, attempt) to check and send again. Those it runs are
+    /// confirmed.
+    pub fn overdue(
+        &self,
+        node_id: &str,
+        running: &[String],
+        after: Duration,
+    ) -> Vec<(String, u32)> {
+        let mut map = lock(&self.unconfirmed);
+        let Some(jobs) = map.get_mut(node_id) else {
+            return Vec::new();
+        };
+        jobs.retain(|id, _| !running.contains(id));
+        let now = Instant::now();
+        jobs.iter_mut()
+            .filter(|(_, (_, sent))| now.duration_since(*sent) >= after)
+            .map(|(id, (attempt, sent))| {
+                *sent = now;
+                (id.clone(), *attempt)
+            })
+            .collect()
+    }
+
     /// Ends every open stream, so that connected agents see the control plane go away.
     pub fn close_all(&self) {
         self.lock().clear();
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, AssignmentTx>> {
-        self.streams.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.streams)
     }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 pub fn launch(job: &Job) -> Assignment {

@@ -4,6 +4,7 @@
 pub mod checkpoints;
 pub mod grpc;
 pub mod hub;
+pub mod leases;
 pub mod scheduling;
 
 use std::net::SocketAddr;
@@ -219,7 +220,9 @@ pub async fn start(
             min_runtime_secs: i64::try_from(config.min_runtime.as_secs()).unwrap_or(i64::MAX),
             gpu_limits: config.gpu_limits,
         },
-    )?;
+    )?
+    // Two missed heartbeats and a half: probably gone, though the lease still stands.
+    .with_suspect_after(config.heartbeat_interval.mul_f64(2.5));
     let store = Store::connect(&config.database_url, clock).await?;
     let bootstrap_admin_token = bootstrap_admin(&store).await?;
 

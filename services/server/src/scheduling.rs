@@ -59,6 +59,7 @@ pub async fn pass(
     hub: &Hub,
     scheduler: &mut LiveScheduler,
 ) -> Result<(), PassError> {
+    crate::leases::requeue_from_lapsed_nodes(store).await?;
     let pending = jobs_in(store, &[JobState::Pending]).await?;
     if pending.is_empty() {
         return Ok(());
@@ -66,12 +67,14 @@ pub async fn pass(
     let holding = jobs_in(store, &[JobState::Scheduled, JobState::Running]).await?;
     let nodes = store.list_nodes().await?;
     let tenants = store.list_tenants().await?;
+    let reachable = hub.connected();
     let decisions = scheduler.decide(&Snapshot {
         nodes: &nodes,
         tenants: &tenants,
         holding: &holding,
         pending: &pending,
         now: store.clock().now(),
+        reachable: Some(&reachable),
     })?;
     let current: HashMap<_, _> = pending
         .into_iter()
@@ -124,7 +127,7 @@ pub async fn pass(
                     Ok(job) => {
                         tracing::info!(job = %job.id, node = %node_id, gpus = ?job.gpu_uuids,
                             gpu_milli = held_gpu_milli, borrowing, "scheduled");
-                        hub.send(&node_id, hub::launch(&job));
+                        hub.launch(&node_id, &job);
                     }
                     // Cancelled while we decided: its capacity simply stays free.
                     Err(StoreError::Conflict(msg)) => tracing::debug!(%msg, "placement skipped"),

@@ -39,11 +39,11 @@ pub trait NodeRepo {
         &self,
         secret_hash: &str,
     ) -> impl Future<Output = Result<Option<Node>, StoreError>> + Send;
-    /// Renews the lease and replaces the reported inventory.
+    /// Renews the lease and, when given (it changed), replaces the reported inventory.
     fn heartbeat(
         &self,
         node_id: &str,
-        gpus: Vec<GpuDevice>,
+        gpus: Option<Vec<GpuDevice>>,
         lease_expires_at: DateTime<Utc>,
     ) -> impl Future<Output = Result<Node, StoreError>> + Send;
     fn node(&self, id: &str) -> impl Future<Output = Result<Node, StoreError>> + Send;
@@ -191,7 +191,7 @@ impl NodeRepo for Store {
     async fn heartbeat(
         &self,
         node_id: &str,
-        gpus: Vec<GpuDevice>,
+        gpus: Option<Vec<GpuDevice>>,
         lease_expires_at: DateTime<Utc>,
     ) -> Result<Node, StoreError> {
         let txn = self.db.begin().await?;
@@ -207,8 +207,14 @@ impl NodeRepo for Store {
             sea_orm::DbErr::RecordNotUpdated => StoreError::NotFound(format!("node {node_id}")),
             e => e.into(),
         })?;
-        replace_gpus(&txn, node_id, &gpus).await?;
+        if let Some(gpus) = &gpus {
+            replace_gpus(&txn, node_id, gpus).await?;
+        }
         txn.commit().await?;
+        let gpus = match gpus {
+            Some(g) => g,
+            None => self.gpus_of(node_id).await?,
+        };
         Ok(to_domain(row, gpus))
     }
 

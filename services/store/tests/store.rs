@@ -595,7 +595,7 @@ both_backends!(nodes_register_and_heartbeat, |store, clock| {
     let beat = store
         .heartbeat(
             &node.id,
-            vec![sick.clone(), gpu(1)],
+            Some(vec![sick.clone(), gpu(1)]),
             clock.now() + Duration::seconds(15),
         )
         .await
@@ -603,10 +603,16 @@ both_backends!(nodes_register_and_heartbeat, |store, clock| {
     assert_eq!(beat.last_heartbeat_at, clock.now());
     let listed = store.list_nodes().await.expect("list");
     assert_eq!(listed.len(), 1);
-    assert_eq!(listed[0].gpus, vec![sick, gpu(1)]);
+    assert_eq!(listed[0].gpus, vec![sick.clone(), gpu(1)]);
     assert_eq!(listed[0].agent_version, "0.1.1");
+    // A heartbeat without inventory keeps the one reported last.
+    let beat = store
+        .heartbeat(&node.id, None, clock.now() + Duration::seconds(15))
+        .await
+        .expect("heartbeat without inventory");
+    assert_eq!(beat.gpus, vec![sick, gpu(1)]);
     assert!(matches!(
-        store.heartbeat("missing", vec![], clock.now()).await,
+        store.heartbeat("missing", None, clock.now()).await,
         Err(StoreError::NotFound(_))
     ));
 });

@@ -129,6 +129,7 @@ fn decide(
             holding,
             pending,
             now: now(),
+            reachable: None,
         })
         .expect("a possible state")
 }
@@ -237,12 +238,28 @@ fn sick_gpus_and_lapsed_nodes_offer_nothing_but_keep_their_jobs() {
     ];
     let pending = [job("j1", "a", 1, None), job("j2", "a", 1, None)];
     let d = decide(&nodes, &tenants, &holding, &pending);
-    let (node, gpus, _) = placed(&d, "j1").expect("the healthy GPU");
-    assert_eq!((node.as_str(), gpus), ("n1", vec!["n1-gpu1".into()]));
+    let (on, gpus, _) = placed(&d, "j1").expect("the healthy GPU");
+    assert_eq!((on.as_str(), gpus), ("n1", vec!["n1-gpu1".into()]));
     assert_eq!(waits(&d, "j2").map(|r| r.code), Some("NoRoom".into()));
     assert!(!d.iter().any(|d| matches!(d, LiveDecision::Preempt { .. })));
 
     let d = decide(&nodes[1..], &tenants, &[], &pending[..1]);
+    assert_eq!(waits(&d, "j1").map(|r| r.code), Some("NoReadyNodes".into()));
+
+    // A node that stopped heartbeating gets no new work while its lease still stands.
+    let mut quiet = node("n3", &["H200"]);
+    quiet.last_heartbeat_at = now() - chrono::Duration::seconds(8);
+    let d = scheduler()
+        .with_suspect_after(std::time::Duration::from_secs(5))
+        .decide(&Snapshot {
+            nodes: &[quiet],
+            tenants: &tenants,
+            holding: &[],
+            pending: &pending[..1],
+            now: now(),
+            reachable: None,
+        })
+        .expect("a possible state");
     assert_eq!(waits(&d, "j1").map(|r| r.code), Some("NoReadyNodes".into()));
 }
 

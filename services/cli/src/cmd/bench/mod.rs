@@ -1,6 +1,7 @@
 //! `allot bench …`: measured benchmarks whose figures go into docs/benchmarks.md.
 
 mod audit;
+mod chaos;
 mod openb;
 mod scheduler;
 
@@ -11,6 +12,9 @@ pub enum BenchCmd {
     /// The audit log on PostgreSQL: batched append throughput with concurrent writers, append
     /// latency at a fixed rate, offline verification rate, and export + verify of a large log.
     Audit(audit::AuditBench),
+    /// Fault injection against real agent processes: SIGKILLed and restarted agents,
+    /// partitions and blips; counts jobs lost or running twice, and recovery times.
+    Chaos(chaos::ChaosBench),
     /// Replay the openb GPU-sharing trace under the published protocol with one placement
     /// policy, and report GPU allocation against arrival.
     Openb(openb::OpenbBench),
@@ -22,6 +26,7 @@ pub enum BenchCmd {
 pub async fn run(cmd: BenchCmd) -> anyhow::Result<()> {
     match cmd {
         BenchCmd::Audit(args) => audit::run(args).await,
+        BenchCmd::Chaos(args) => chaos::run(&args).await,
         BenchCmd::Openb(args) => openb::run(&args),
         BenchCmd::Scheduler(args) => scheduler::run(&args),
     }

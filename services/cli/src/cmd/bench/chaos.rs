@@ -1,0 +1,596 @@
+//! `allot bench chaos`: a control plane and real `allot agent` processes talking gRPC over
+//! loopback links the benchmark can cut, a stream of short jobs, and faults injected at
+//! seeded random times: agents killed with SIGKILL (and restarted), network partitions
+//! longer than a lease, and short blips. It counts jobs lost (not succeeded in the end) and
+//! jobs seen running twice at once (two live processes of one job, read from `/proc`), and
+//! how long disrupted jobs took to run again.
+
+use std::collections::{HashMap, HashSet};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use allot_domain::SystemClock;
+use allot_scheduler::openb::StdRng;
+use allot_server::ServerConfig;
+use anyhow::{Context, bail};
+use rand::{Rng, SeedableRng};
+use reqwest::Method;
+use serde_json::{Value, json};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{Mutex, watch};
+
+use crate::client::Client;
+
+#[derive(Debug, clap::Args)]
+pub struct ChaosBench {
+    /// Agent processes (simulated GPU nodes).
+    #[arg(long, default_value_t = 20)]
+    nodes: usize,
+    /// Jobs submitted at the start, one GPU each.
+    #[arg(long, default_value_t = 500)]
+    jobs: usize,
+    /// Faults injected while the jobs run.
+    #[arg(long, default_value_t = 100)]
+    faults: usize,
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+    /// The node lease, in milliseconds; agents heartbeat every fifth of it.
+    #[arg(long, default_value_t = 2000)]
+    lease_ms: u64,
+    /// Simulated GPUs of each node.
+    #[arg(long, default_value = "4xH200")]
+    sim_gpus: String,
+    /// Each job sleeps a whole number of seconds drawn from this range.
+    #[arg(long, default_value = "1-4", value_parser = parse_range)]
+    job_secs: (u64, u64),
+    /// Give up (and count what has not succeeded as lost) after this many seconds.
+    #[arg(long, default_value_t = 900)]
+    timeout_secs: u64,
+    /// The faults to draw from (comma-separated): kill, partition, blip.
+    #[arg(long, default_value = "kill,partition,blip", value_delimiter = ',', value_parser = parse_fault)]
+    fault_kinds: Vec<Fault>,
+    /// Keep the database, agent logs and job directories here instead of a temporary
+    /// directory that is removed afterwards.
+    #[arg(long)]
+    keep_dir: Option<PathBuf>,
+    /// One line of JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+fn parse_fault(s: &str) -> Result<Fault, String> {
+    match s.trim() {
+        "kill" => Ok(Fault::Kill),
+        "partition" => Ok(Fault::Partition),
+        "blip" => Ok(Fault::Blip),
+        other => Err(format!("unknown fault `{other}` (kill, partition, blip)")),
+    }
+}
+
+fn parse_range(s: &str) -> Result<(u64, u64), String> {
+    let (a, b) = s.split_once('-').ok_or("expected LOW-HIGH, e.g. 1-4")?;
+    let (a, b): (u64, u64) = (
+        a.trim()
+            .parse()
+            .map_err(|_| format!("`{a}` is not a number"))?,
+        b.trim()
+            .parse()
+            .map_err(|_| format!("`{b}` is not a number"))?,
+    );
+    if a == 0 || a > b {
+        return Err("expected 1 <= LOW <= HIGH".into());
+    }
+    Ok((a, b))
+}
+
+/// A loopback TCP link to the control plane's gRPC port that can be cut: while cut, open
+/// connections are dropped and new ones closed at once.
+struct Link {
+    addr: SocketAddr,
+    cut: watch::Sender<bool>,
+}
+
+impl Link {
+    async fn start(target: SocketAddr) -> anyhow::Result<Self> {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let (cut, rx) = watch::channel(false);
+        tokio::spawn(async move {
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                if *rx.borrow() {
+                    continue;
+                }
+                let mut rx = rx.clone();
+                tokio::spawn(async move {
+                    let Ok(mut outbound) = TcpStream::connect(target).await else {
+                        return;
+                    };
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
+                        _ = rx.wait_for(|cut| *cut) => {}
+                    }
+                });
+            }
+        });
+        Ok(Self { addr, cut })
+    }
+
+    fn set_cut(&self, cut: bool) {
+        self.cut.send_replace(cut);
+    }
+}
+
+/// One node: its agent process (absent while killed) and its link.
+struct Node {
+    name: String,
+    data_dir: PathBuf,
+    link: Link,
+    agent: Option<tokio::process::Child>,
+}
+
+#[derive(Clone)]
+struct Agents {
+    exe: PathBuf,
+    join_token: String,
+    sim_gpus: String,
+}
+
+impl Agents {
+    fn spawn(&self, node: &Node) -> anyhow::Result<tokio::process::Child> {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(node.data_dir.with_extension("log"))?;
+        tokio::process::Command::new(&self.exe)
+            .arg("agent")
+            .args(["--server", &format!("http://{}", node.link.addr)])
+            .args(["--join-token", &self.join_token])
+            .args(["--name", &node.name])
+            .args(["--sim-gpus", &self.sim_gpus])
+            .arg("--data-dir")
+            .arg(&node.data_dir)
+            .args(["--stop-grace-secs", "1"])
+            .env("ALLOT_LOG", "warn")
+            .stdin(std::process::Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .kill_on_drop(true)
+            .spawn()
+            .with_context(|| format!("starting {}", self.exe.display()))
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Fault {
+    /// SIGKILL the agent; start it again a little later.
+    Kill,
+    /// Cut the node's link for longer than a lease.
+    Partition,
+    /// Cut it for a fraction of a lease.
+    Blip,
+}
+
+impl Fault {
+    fn name(self) -> &'static str {
+        match self {
+            Fault::Kill => "agent_kill9_and_restart",
+            Fault::Partition => "partition_longer_than_lease",
+            Fault::Blip => "blip_shorter_than_lease",
+        }
+    }
+}
+
+/// Live processes of each job of this run (by `ALLOT_JOB_ID`), read from `/proc`.
+/// `foreign` remembers processes (by pid and start time) that are not this run's jobs, so
+/// each environment is read once.
+fn live_job_processes(
+    root: &str,
+    foreign: &mut HashSet<(u32, String)>,
+) -> HashMap<String, HashSet<u32>> {
+    let mut seen: HashMap<String, HashSet<u32>> = HashMap::new();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return seen;
+    };
+    for e in entries.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|p| p.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
+            continue;
+        };
+        let Some((_, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        // state is the first field after the name; starttime the 20th.
+        if fields.first() == Some(&"Z") {
+            continue;
+        }
+        let key = (pid, fields.get(19).copied().unwrap_or_default().to_owned());
+        if foreign.contains(&key) {
+            continue;
+        }
+        let Ok(environ) = std::fs::read(e.path().join("environ")) else {
+            continue;
+        };
+        let vars: Vec<&[u8]> = environ.split(|b| *b == 0).collect();
+        if !vars.iter().any(|v| v.starts_with(root.as_bytes())) {
+            foreign.insert(key);
+            continue;
+        }
+        if let Some(id) = vars
+            .iter()
+            .find_map(|v| v.strip_prefix(b"ALLOT_JOB_ID".as_slice()))
+            .and_then(|v| v.strip_prefix(b"="))
+        {
+            seen.entry(String::from_utf8_lossy(id).into_owned())
+                .or_default()
+                .insert(pid);
+        }
+    }
+    seen
+}
+
+async fn all_jobs(client: &Client) -> anyhow::Result<Vec<Value>> {
+    let mut jobs = Vec::new();
+    let mut token: Option<String> = None;
+    loop {
+        let mut query = vec![("limit", "500".to_owned())];
+        if let Some(t) = &token {
+            query.push(("page_token", t.clone()));
+        }
+        let page: Value = client.get("/api/v1/jobs", &query).await?;
+        jobs.extend(page["items"].as_array().cloned().unwrap_or_default());
+        match page["next_page_token"].as_str() {
+            Some(t) => token = Some(t.to_owned()),
+            None => return Ok(jobs),
+        }
+    }
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+fn stop_agent(child: &mut tokio::process::Child) {
+    if let Some(pid) = child.id().and_then(|p| i32::try_from(p).ok()) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGTERM,
+        );
+    }
+}
+
+pub async fn run(args: &ChaosBench) -> anyhow::Result<()> {
+    if args.nodes == 0 || args.jobs == 0 || args.fault_kinds.is_empty() {
+        bail!("--nodes, --jobs and --fault-kinds must not be empty");
+    }
+    let lease = Duration::from_millis(args.lease_ms.max(200));
+    let dir = tempfile::tempdir().context("temporary directory")?;
+    let root = match &args.keep_dir {
+        Some(keep) => {
+            std::fs::create_dir_all(keep)?;
+            keep.canonicalize()?
+        }
+        None => dir.path().canonicalize()?,
+    };
+    let join_token = format!("chaos-{}", uuid::Uuid::new_v4().simple());
+    let mut config = ServerConfig::new(
+        format!("sqlite://{}?mode=rwc", root.join("allot.db").display()),
+        join_token.clone(),
+    );
+    config.lease = lease;
+    config.heartbeat_interval = lease / 5;
+    config.schedule_interval = Duration::from_millis(100);
+    config.min_runtime = Duration::ZERO;
+    let server = allot_server::start(config, Arc::new(SystemClock)).await?;
+    let token = server
+        .bootstrap_admin_token
+        .clone()
+        .context("a fresh database gives a bootstrap token")?;
+    let client = Client::new(&server.http_url(), Some(token))?;
+    let _: Value = client
+        .call(
+            Method::POST,
+            "/api/v1/tenants",
+            Some(&json!({ "name": "chaos" })),
+        )
+        .await?;
+
+    let agents = Agents {
+        exe: std::env::current_exe().context("locating the allot binary")?,
+        join_token,
+        sim_gpus: args.sim_gpus.clone(),
+    };
+    let mut nodes = Vec::with_capacity(args.nodes);
+    for i in 1..=args.nodes {
+        let name = format!("chaos-{i:03}");
+        let data_dir = root.join(&name);
+        std::fs::create_dir_all(&data_dir)?;
+        let mut node = Node {
+            name,
+            data_dir,
+            link: Link::start(server.grpc_addr).await?,
+            agent: None,
+        };
+        node.agent = Some(agents.spawn(&node)?);
+        nodes.push(Arc::new(Mutex::new(node)));
+    }
+    // Wait for every node, and learn their ids.
+    let started = Instant::now();
+    let ids: HashMap<String, String> = loop {
+        let list: Vec<Value> = client.get("/api/v1/nodes", &[]).await?;
+        let ready: HashMap<String, String> = list
+            .iter()
+            .filter(|n| n["status"] == "ready")
+            .filter_map(|n| Some((n["name"].as_str()?.to_owned(), n["id"].as_str()?.to_owned())))
+            .collect();
+        if ready.len() == args.nodes {
+            break ready;
+        }
+        if started.elapsed() > Duration::from_secs(60) {
+            bail!(
+                "only {} of {} agents registered within 60 s",
+                ready.len(),
+                args.nodes
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+
+    let mut rng = StdRng::seed_from_u64(args.seed);
+    let (lo, hi) = args.job_secs;
+    for i in 0..args.jobs {
+        let secs = rng.random_range(lo..=hi);
+        let _: Value = client
+            .call(
+                Method::POST,
+                "/api/v1/jobs",
+                Some(&json!({
+                    "tenant": "chaos", "name": format!("job-{i}"), "gpus": 1,
+                    "command": ["sleep", secs.to_string()],
+                })),
+            )
+            .await?;
+    }
+    let begin = Instant::now();
+
+    // Watch for doubles from the side: two live processes of one job at any moment.
+    let marker = format!("ALLOT_JOB_DIR={}/", root.display());
+    let watching = Arc::new(AtomicBool::new(true));
+    let observer = {
+        let watching = watching.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut doubled = HashSet::new();
+            let mut foreign = HashSet::new();
+            while watching.load(Ordering::Relaxed) {
+                for (job, pids) in live_job_processes(&marker, &mut foreign) {
+                    if pids.len() > 1 {
+                        doubled.insert(job);
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            doubled
+        })
+    };
+
+    // The fault schedule: seeded times spread over the run, which faults stretch to about
+    // one and a half times what the jobs would take undisturbed.
+    let gpus_per_node: u64 = args
+        .sim_gpus
+        .split(',')
+        .filter_map(|p| {
+            p.split_once('x')
+                .and_then(|(n, _)| n.trim().parse::<u64>().ok())
+        })
+        .sum::<u64>()
+        .max(1);
+    let slots = (args.nodes as u64 * gpus_per_node).max(1);
+    let undisturbed_s = (args.jobs as u64).div_ceil(slots) as f64 * (lo + hi) as f64 / 2.0;
+    let span_s = (undisturbed_s * 1.5).max(2.0);
+    let mut schedule: Vec<(Duration, usize, Fault, Duration)> = (0..args.faults)
+        .map(|_| {
+            let at = Duration::from_secs_f64(rng.random_range(0.2..span_s));
+            let node = rng.random_range(0..args.nodes);
+            let fault = args.fault_kinds[rng.random_range(0..args.fault_kinds.len())];
+            let lasting = match fault {
+                Fault::Kill => lease.mul_f64(rng.random_range(0.1..1.5)),
+                Fault::Partition => lease.mul_f64(rng.random_range(1.5..3.0)),
+                Fault::Blip => lease.mul_f64(rng.random_range(0.05..0.3)),
+            };
+            (at, node, fault, lasting)
+        })
+        .collect();
+    schedule.sort_by_key(|f| f.0);
+
+    let mut injected: HashMap<Fault, u64> = HashMap::new();
+    let mut busy_until: Vec<Instant> = vec![begin; args.nodes];
+    let mut healing = Vec::new();
+    // Jobs on a faulted node: (job, attempt at the fault, when, which fault, and by when
+    // the fault must have moved the job to count as disrupting it).
+    let mut disrupted: Vec<(String, u64, Instant, Fault, Instant)> = Vec::new();
+    let mut recoveries: Vec<(f64, Fault)> = Vec::new();
+    let mut next_fault = 0;
+    let deadline = begin + Duration::from_secs(args.timeout_secs);
+    let mut jobs = all_jobs(&client).await?;
+    loop {
+        let now = Instant::now();
+        while next_fault < schedule.len() && begin + schedule[next_fault].0 <= now {
+            let (_, i, fault, lasting) = schedule[next_fault];
+            // One fault at a time per node: a later one on a busy node goes to the next
+            // free node, or waits for one.
+            let Some(i) = (0..args.nodes)
+                .map(|k| (i + k) % args.nodes)
+                .find(|&k| busy_until[k] <= now)
+            else {
+                break;
+            };
+            next_fault += 1;
+            busy_until[i] = now + lasting + lease;
+            *injected.entry(fault).or_default() += 1;
+            let node = nodes[i].clone();
+            {
+                let mut n = node.lock().await;
+                if let Some(id) = ids.get(&n.name) {
+                    for j in &jobs {
+                        let here = j["node_id"].as_str() == Some(id.as_str());
+                        let holding = matches!(j["state"].as_str(), Some("scheduled" | "running"));
+                        if here && holding {
+                            let id = j["id"].as_str().unwrap_or_default().to_owned();
+                            // A later fault on its node is what moves it, if anything.
+                            disrupted.retain(|d| d.0 != id);
+                            disrupted.push((
+                                id,
+                                j["attempt"].as_u64().unwrap_or(0),
+                                now,
+                                fault,
+                                now + lasting + 2 * lease,
+                            ));
+                        }
+                    }
+                }
+                match fault {
+                    Fault::Kill => {
+                        if let Some(mut child) = n.agent.take() {
+                            let _ = child.start_kill();
+                            let _ = child.wait().await;
+                        }
+                    }
+                    Fault::Partition | Fault::Blip => n.link.set_cut(true),
+                }
+            }
+            let respawn = (fault == Fault::Kill).then(|| agents.clone());
+            healing.push(tokio::spawn(async move {
+                tokio::time::sleep(lasting).await;
+                let mut n = node.lock().await;
+                match respawn {
+                    Some(agents) => n.agent = agents.spawn(&n).ok(),
+                    None => n.link.set_cut(false),
+                }
+            }));
+        }
+
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        jobs = all_jobs(&client).await?;
+        let by_id: HashMap<&str, &Value> = jobs
+            .iter()
+            .filter_map(|j| Some((j["id"].as_str()?, j)))
+            .collect();
+        let seen = Instant::now();
+        disrupted.retain(|(id, attempt, at, fault, settle_by)| {
+            let Some(j) = by_id.get(id.as_str()) else {
+                return false;
+            };
+            let state = j["state"].as_str().unwrap_or_default();
+            let now_attempt = j["attempt"].as_u64().unwrap_or(0);
+            if now_attempt > *attempt && matches!(state, "running" | "succeeded") {
+                recoveries.push((seen.duration_since(*at).as_secs_f64(), *fault));
+                return false;
+            }
+            // Finished on the same attempt, or still on it well after the fault healed: the
+            // fault did not disrupt it.
+            let finished = matches!(state, "succeeded" | "failed" | "cancelled");
+            now_attempt == *attempt && !finished && seen < *settle_by || now_attempt > *attempt
+        });
+        let done = jobs.iter().all(|j| {
+            matches!(
+                j["state"].as_str(),
+                Some("succeeded" | "failed" | "cancelled")
+            )
+        });
+        if (done && next_fault >= schedule.len()) || Instant::now() > deadline {
+            break;
+        }
+    }
+    let wall = begin.elapsed();
+    for h in healing {
+        let _ = h.await;
+    }
+    watching.store(false, Ordering::Relaxed);
+    let doubled = observer.await.context("the process observer")?;
+
+    let succeeded = jobs.iter().filter(|j| j["state"] == "succeeded").count();
+    let requeues: u64 = jobs
+        .iter()
+        .map(|j| j["attempt"].as_u64().unwrap_or(1).saturating_sub(1))
+        .sum();
+    let times = |of: Option<Fault>| {
+        let mut t: Vec<f64> = recoveries
+            .iter()
+            .filter(|(_, f)| of.is_none_or(|of| of == *f))
+            .map(|(t, _)| *t)
+            .collect();
+        t.sort_by(f64::total_cmp);
+        t
+    };
+    let all = times(None);
+    let by_fault: serde_json::Map<String, Value> = [Fault::Kill, Fault::Partition, Fault::Blip]
+        .into_iter()
+        .map(|f| {
+            let t = times(Some(f));
+            (
+                f.name().to_owned(),
+                json!({ "recovered": t.len(), "p50_s": percentile(&t, 0.5), "p99_s": percentile(&t, 0.99) }),
+            )
+        })
+        .collect();
+
+    for node in &nodes {
+        let mut n = node.lock().await;
+        n.link.set_cut(false);
+        if let Some(child) = n.agent.as_mut() {
+            stop_agent(child);
+        }
+    }
+    for node in &nodes {
+        let mut n = node.lock().await;
+        if let Some(mut child) = n.agent.take()
+            && tokio::time::timeout(Duration::from_secs(10), child.wait())
+                .await
+                .is_err()
+        {
+            let _ = child.start_kill();
+        }
+        allot_agent::runner::kill_orphans(&n.data_dir.join("jobs"));
+    }
+    server.shutdown().await;
+
+    let faults: serde_json::Map<String, Value> = [Fault::Kill, Fault::Partition, Fault::Blip]
+        .into_iter()
+        .map(|f| {
+            (
+                f.name().to_owned(),
+                json!(injected.get(&f).copied().unwrap_or(0)),
+            )
+        })
+        .collect();
+    let out = json!({
+        "nodes": args.nodes,
+        "jobs": args.jobs,
+        "faults_requested": args.faults,
+        "faults": faults,
+        "seed": args.seed,
+        "lease_s": lease.as_secs_f64(),
+        "succeeded": succeeded,
+        "lost": args.jobs - succeeded,
+        "double_running": doubled.len(),
+        "requeued_attempts": requeues,
+        "recovered": all.len(),
+        "recovery_p50_s": percentile(&all, 0.5),
+        "recovery_p99_s": percentile(&all, 0.99),
+        "recovery_max_s": all.last().copied().unwrap_or(0.0),
+        "recovery_by_fault": by_fault,
+        "wall_s": wall.as_secs_f64(),
+    });
+    super::print(&out, args.json)?;
+    drop(dir);
+    Ok(())
+}

@@ -1,0 +1,51 @@
+//! Fault injection against real agent processes (`allot bench chaos`, small): agents killed
+//! with SIGKILL and restarted, partitions longer than a lease and short blips. No job is
+//! lost, none is ever seen running twice, and faults really moved jobs.
+
+use std::process::Command;
+
+use allot_system_tests::allot_bin;
+
+#[test]
+fn no_job_is_lost_or_doubled_under_faults() {
+    let out = Command::new(allot_bin())
+        .args([
+            "bench",
+            "chaos",
+            "--nodes",
+            "3",
+            "--jobs",
+            "24",
+            "--faults",
+            "9",
+            "--seed",
+            "7",
+            "--lease-ms",
+            "1500",
+            "--job-secs",
+            "1-3",
+            "--json",
+        ])
+        .env("ALLOT_LOG", "error")
+        .output()
+        .expect("allot bench chaos runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(r["lost"], 0, "{r}");
+    assert_eq!(r["double_running"], 0, "{r}");
+    assert_eq!(r["succeeded"], 24, "{r}");
+    let faults: u64 = [
+        "agent_kill9_and_restart",
+        "partition_longer_than_lease",
+        "blip_shorter_than_lease",
+    ]
+    .iter()
+    .map(|k| r["faults"][k].as_u64().unwrap_or(0))
+    .sum();
+    assert_eq!(faults, 9, "{r}");
+    assert!(
+        r["requeued_attempts"].as_u64().unwrap_or(0) > 0,
+        "the faults moved jobs: {r}"
+    );
+}
