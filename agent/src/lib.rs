@@ -22,7 +22,9 @@ use tonic::metadata::MetadataValue;
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Request, Status};
 
-use crate::gpu::GpuBackend;
+use allot_domain::XidClass;
+
+use crate::gpu::{GpuBackend, GpuEvent};
 use crate::runner::{LaunchSpec, Outcome, StopReason, StopSignal};
 
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -94,8 +96,8 @@ enum StreamEnd {
 /// Jobs this agent process has seen, and the ones still running.
 #[derive(Default)]
 struct Jobs {
-    /// By job id: the attempt running and its stop signal.
-    running: HashMap<String, (u32, Arc<StopSignal>)>,
+    /// By job id: the attempt running, its stop signal and its GPUs.
+    running: HashMap<String, (u32, Arc<StopSignal>, Vec<String>)>,
     /// Every (job id, attempt) ever assigned here, so a replayed launch never runs an
     /// attempt twice (a preempted job comes back as its next attempt).
     seen: HashSet<(String, u32)>,
@@ -126,6 +128,9 @@ struct Agent {
     jobs: Mutex<Jobs>,
     reports: mpsc::UnboundedSender<JobStatusReport>,
     lease: Mutex<Lease>,
+    /// GPUs that had an XID needing a drain: unhealthy until the agent starts again (an
+    /// operator resets the GPU meanwhile).
+    drained: Mutex<HashSet<String>>,
 }
 
 /// Adds the node secret, as it is after the latest registration, to every call.
@@ -168,16 +173,17 @@ fn backoff(attempt: u32) -> Duration {
 
 impl Agent {
     fn gpus(&self) -> Result<Vec<Gpu>, AgentError> {
+        let drained = self.lock_drained().clone();
         Ok(self
             .backend
             .inventory()?
             .into_iter()
             .map(|g| Gpu {
+                healthy: g.healthy && !drained.contains(&g.uuid),
                 uuid: g.uuid,
                 index: g.index,
                 model: g.model,
                 memory_bytes: g.memory_bytes,
-                healthy: g.healthy,
             })
             .collect())
     }
@@ -233,35 +239,41 @@ impl Agent {
     }
 
     async fn heartbeats(self: Arc<Self>, every: Duration, stop: CancellationToken) {
-        let mut client = authed_client(self.channel.clone(), self.secret.clone());
         loop {
             tokio::select! {
                 () = stop.cancelled() => return,
                 () = tokio::time::sleep(every) => {}
             }
-            let gpus = match self.gpus() {
-                Ok(g) => g,
-                Err(e) => {
-                    tracing::warn!(error = %e, "cannot read GPU inventory");
-                    continue;
-                }
-            };
-            let mut req = Request::new(HeartbeatRequest {
-                gpus,
-                running_job_ids: self.running_ids(),
-            });
-            // A slow answer still renews the lease from when the call was sent, so wait for
-            // one up to half a lease (a loaded control plane is not a lost one).
-            let half_lease = self.lock_lease().duration / 2;
-            req.set_timeout(half_lease.max(every));
-            let sent = Instant::now();
-            match client.heartbeat(req).await {
-                Ok(_) => {
-                    let mut lease = self.lock_lease();
-                    lease.valid_until = Some(sent + lease.duration);
-                }
-                Err(s) => tracing::warn!(error = %s.message(), "heartbeat failed"),
+            self.heartbeat(every).await;
+        }
+    }
+
+    /// One heartbeat: renews the lease (on success, from when it was sent) and reports the
+    /// inventory and the running jobs.
+    async fn heartbeat(&self, every: Duration) {
+        let gpus = match self.gpus() {
+            Ok(g) => g,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read GPU inventory");
+                return;
             }
+        };
+        let mut client = authed_client(self.channel.clone(), self.secret.clone());
+        let mut req = Request::new(HeartbeatRequest {
+            gpus,
+            running_job_ids: self.running_ids(),
+        });
+        // A slow answer still renews the lease from when the call was sent, so wait for
+        // one up to half a lease (a loaded control plane is not a lost one).
+        let half_lease = self.lock_lease().duration / 2;
+        req.set_timeout(half_lease.max(every));
+        let sent = Instant::now();
+        match client.heartbeat(req).await {
+            Ok(_) => {
+                let mut lease = self.lock_lease();
+                lease.valid_until = Some(sent + lease.duration);
+            }
+            Err(s) => tracing::warn!(error = %s.message(), "heartbeat failed"),
         }
     }
 
@@ -287,11 +299,65 @@ impl Agent {
                 continue;
             }
             let jobs = self.lock_jobs();
-            for (id, (attempt, signal)) in &jobs.running {
+            for (id, (attempt, signal, _)) in &jobs.running {
                 tracing::warn!(job = %id, attempt, "lease about to lapse without renewal: killing the job");
                 signal.stop(StopReason::LeaseLost);
             }
         }
+    }
+
+    /// Acts on the GPU events the backend reports (XIDs), by class (see
+    /// `allot_domain::xid`): the jobs on a GPU with an application fault fail; those on a GPU
+    /// with a contained memory error or one that needs a drain are stopped and requeued
+    /// elsewhere, and a GPU that needs a drain is reported unhealthy from then on.
+    async fn watch_gpus(self: Arc<Self>, stop: CancellationToken) {
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => return,
+                () = tokio::time::sleep(Duration::from_millis(200)) => {}
+            }
+            for event in self.backend.take_events() {
+                let GpuEvent::Xid { index, code } = event;
+                let Some(uuid) = self
+                    .backend
+                    .inventory()
+                    .ok()
+                    .and_then(|inv| inv.into_iter().find(|g| g.index == index))
+                    .map(|g| g.uuid)
+                else {
+                    tracing::warn!(index, code, "XID on a GPU the backend does not list");
+                    continue;
+                };
+                let what = format!("{} on GPU {uuid}", allot_domain::xid::describe(code));
+                let reason = match allot_domain::classify_xid(code) {
+                    XidClass::Informational => {
+                        tracing::info!(%what, "informational XID recorded");
+                        continue;
+                    }
+                    XidClass::ApplicationFault => StopReason::ApplicationFault,
+                    XidClass::ContainedMemoryError => StopReason::DeviceFault,
+                    XidClass::DrainAndReset => {
+                        self.lock_drained().insert(uuid.clone());
+                        // Tell the control plane first, so the jobs stopped below are not
+                        // placed on this GPU again.
+                        let every = self.lock_lease().duration / 5;
+                        self.heartbeat(every).await;
+                        StopReason::DeviceFault
+                    }
+                };
+                tracing::warn!(%what, ?reason, "GPU fault");
+                for (id, (attempt, signal, gpus)) in &self.lock_jobs().running {
+                    if gpus.contains(&uuid) {
+                        tracing::warn!(job = %id, attempt, %what, "stopping the job");
+                        signal.stop_with(reason, what.clone());
+                    }
+                }
+            }
+        }
+    }
+
+    fn lock_drained(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
+        self.drained.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn report(&self, r: JobStatusReport) {
@@ -307,8 +373,10 @@ impl Agent {
             if !jobs.seen.insert((l.job_id.clone(), l.attempt)) {
                 return;
             }
-            jobs.running
-                .insert(l.job_id.clone(), (l.attempt, signal.clone()));
+            jobs.running.insert(
+                l.job_id.clone(),
+                (l.attempt, signal.clone(), l.gpu_uuids.clone()),
+            );
         }
         let attempt = l.attempt;
         let spec = LaunchSpec {
@@ -344,6 +412,7 @@ impl Agent {
                 Outcome::Failed { exit_code, message } => (JobPhase::Failed, exit_code, message),
                 Outcome::Cancelled { message } => (JobPhase::Cancelled, None, message),
                 Outcome::Lost { message } => (JobPhase::Lost, None, message),
+                Outcome::DeviceFault { message } => (JobPhase::DeviceFault, None, message),
             };
             tracing::info!(job = %job_id, ?phase, ?exit_code, "job ended");
             agent.report(JobStatusReport {
@@ -359,7 +428,7 @@ impl Agent {
             if jobs
                 .running
                 .get(&job_id)
-                .is_some_and(|(a, _)| *a == attempt)
+                .is_some_and(|(a, _, _)| *a == attempt)
             {
                 jobs.running.remove(&job_id);
             }
@@ -370,7 +439,7 @@ impl Agent {
     /// starts here.
     fn cancel(&self, c: Cancel) {
         let mut jobs = self.lock_jobs();
-        if let Some((attempt, signal)) = jobs.running.get(&c.job_id)
+        if let Some((attempt, signal, _)) = jobs.running.get(&c.job_id)
             && (c.attempt == 0 || *attempt == c.attempt)
         {
             tracing::info!(job = %c.job_id, attempt, reason = %c.reason, "stopping");
@@ -485,6 +554,7 @@ pub async fn run(
         jobs: Mutex::new(Jobs::default()),
         reports,
         lease: Mutex::new(Lease::default()),
+        drained: Mutex::new(HashSet::new()),
     });
     let killed = runner::kill_orphans(&agent.cfg.data_dir.join("jobs"));
     if killed > 0 {
@@ -494,6 +564,7 @@ pub async fn run(
         );
     }
     tokio::spawn(agent.clone().fence(shutdown.clone()));
+    tokio::spawn(agent.clone().watch_gpus(shutdown.clone()));
     let mut tasks = JoinSet::new();
     'register: while !shutdown.is_cancelled() {
         let Some(every) = agent.register(&shutdown).await? else {
@@ -520,7 +591,7 @@ pub async fn run(
         }
         session.cancel();
     }
-    for (_, signal) in agent.lock_jobs().running.values() {
+    for (_, signal, _) in agent.lock_jobs().running.values() {
         signal.stop(StopReason::AgentShutdown);
     }
     while tasks.join_next().await.is_some() {}

@@ -22,6 +22,10 @@ pub enum StopReason {
     AgentShutdown,
     /// The agent could not renew its lease: kill at once, the attempt is being requeued.
     LeaseLost,
+    /// The job's GPU faulted through no fault of the job (XID): kill at once, requeue.
+    DeviceFault,
+    /// The job's work on its GPU failed (an application XID): kill at once, it failed.
+    ApplicationFault,
 }
 
 /// Tells a running job to stop, and why.
@@ -29,6 +33,8 @@ pub enum StopReason {
 pub struct StopSignal {
     token: CancellationToken,
     reason: Mutex<Option<StopReason>>,
+    /// What happened, for the report (e.g. which XID).
+    note: Mutex<Option<String>>,
 }
 
 impl StopSignal {
@@ -36,6 +42,24 @@ impl StopSignal {
         let mut r = self.reason.lock().unwrap_or_else(|e| e.into_inner());
         r.get_or_insert(reason);
         self.token.cancel();
+    }
+
+    /// Stops with a note saying what happened (the first stop's reason and note win).
+    pub fn stop_with(&self, reason: StopReason, note: String) {
+        {
+            let r = self.reason.lock().unwrap_or_else(|e| e.into_inner());
+            if r.is_none() {
+                self.note
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .get_or_insert(note);
+            }
+        }
+        self.stop(reason);
+    }
+
+    fn note(&self) -> Option<String> {
+        self.note.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     fn reason(&self) -> Option<StopReason> {
@@ -75,6 +99,10 @@ pub enum Outcome {
     },
     /// Killed because the node lost its lease.
     Lost {
+        message: String,
+    },
+    /// Killed because its GPU faulted (not the job's doing).
+    DeviceFault {
         message: String,
     },
 }
@@ -255,11 +283,15 @@ pub async fn run(
     let status = tokio::select! {
         status = child.wait() => status,
         () = stop.token.cancelled() => {
-            // Losing the lease allows no grace: the attempt may start elsewhere any moment.
-            let grace = if stop.reason() == Some(StopReason::LeaseLost) {
-                Duration::ZERO
-            } else {
-                grace
+            // Losing the lease allows no grace (the attempt may start elsewhere any moment),
+            // and neither does a faulted GPU.
+            let grace = match stop.reason() {
+                Some(StopReason::Cancelled | StopReason::AgentShutdown) | None => grace,
+                Some(
+                    StopReason::LeaseLost
+                    | StopReason::DeviceFault
+                    | StopReason::ApplicationFault,
+                ) => Duration::ZERO,
             };
             signal_group(pid, Signal::SIGTERM);
             match tokio::time::timeout(grace, child.wait()).await {
@@ -284,6 +316,16 @@ pub async fn run(
         },
         (Some(StopReason::LeaseLost), _) => Outcome::Lost {
             message: "killed: the node could not renew its lease with the control plane".into(),
+        },
+        (Some(StopReason::DeviceFault), _) => Outcome::DeviceFault {
+            message: stop.note().unwrap_or_else(|| "its GPU faulted".into()),
+        },
+        (Some(StopReason::ApplicationFault), _) => Outcome::Failed {
+            exit_code: None,
+            message: format!(
+                "{}: the job's work on the GPU failed",
+                stop.note().unwrap_or_else(|| "an application XID".into())
+            ),
         },
         (None, Ok(s)) if s.success() => Outcome::Succeeded,
         (None, Ok(s)) => {

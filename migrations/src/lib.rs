@@ -6,6 +6,7 @@ mod m20261129_000001_initial;
 mod m20261130_000001_audit;
 mod m20261130_000002_audit_checkpoints;
 mod m20261201_000001_scheduling;
+mod m20261201_000002_retries;
 mod roles;
 
 pub use roles::{APPEND_ONLY_TABLES, BadRoleName, postgres_app_role_grants};
@@ -20,6 +21,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261130_000001_audit::Migration),
             Box::new(m20261130_000002_audit_checkpoints::Migration),
             Box::new(m20261201_000001_scheduling::Migration),
+            Box::new(m20261201_000002_retries::Migration),
         ]
     }
 }

@@ -66,7 +66,9 @@ pub async fn spawn_cluster_with(
     let agents = (1..=nodes)
         .map(|i| {
             let name = format!("node-{i}");
-            let backend = SimBackend::from_spec(gpus, &name).expect("gpu spec");
+            let backend = SimBackend::from_spec(gpus, &name)
+                .expect("gpu spec")
+                .with_fault_dir(data_dir.path().join(&name).join("sim-faults"));
             let cfg = AgentConfig {
                 server: server.grpc_url(),
                 join_token: join.to_owned(),

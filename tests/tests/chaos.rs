@@ -1,5 +1,5 @@
 //! Fault injection against real agent processes (`allot bench chaos`, small): agents killed
-//! with SIGKILL and restarted, partitions longer than a lease and short blips. No job is
+//! with SIGKILL and restarted, partitions longer than a lease, short blips and XIDs. No job is
 //! lost, none is ever seen running twice, and faults really moved jobs.
 
 use std::process::Command;
@@ -17,7 +17,7 @@ fn no_job_is_lost_or_doubled_under_faults() {
             "--jobs",
             "24",
             "--faults",
-            "9",
+            "12",
             "--seed",
             "7",
             "--lease-ms",
@@ -39,11 +39,12 @@ fn no_job_is_lost_or_doubled_under_faults() {
         "agent_kill9_and_restart",
         "partition_longer_than_lease",
         "blip_shorter_than_lease",
+        "xid",
     ]
     .iter()
     .map(|k| r["faults"][k].as_u64().unwrap_or(0))
     .sum();
-    assert_eq!(faults, 9, "{r}");
+    assert_eq!(faults, 12, "{r}");
     assert!(
         r["requeued_attempts"].as_u64().unwrap_or(0) > 0,
         "the faults moved jobs: {r}"

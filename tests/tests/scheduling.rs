@@ -151,3 +151,115 @@ async fn tenants_share_one_gpu_in_fractions() {
     }
     c.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failures_retry_with_backoff_then_fail() {
+    let c = spawn_cluster_with(Backend::Sqlite, 1, "1xH200", |_| {}).await;
+    tenant(&c, "flaky", json!({})).await;
+    let id = c
+        .submit_with(
+            "flaky",
+            json!({ "max_retries": 2 }),
+            &["sh", "-c", "echo attempt $ALLOT_ATTEMPT; exit 3"],
+        )
+        .await;
+    let job = c.wait_for_state(&id, "failed").await;
+    assert_eq!(
+        (job["attempt"].as_u64(), job["failures"].as_u64()),
+        (Some(3), Some(2))
+    );
+    assert_eq!(job["exit_code"], 3);
+    let (_, job) = c.get(&format!("/api/v1/jobs/{id}")).await;
+    let messages: Vec<&str> = job["events"]
+        .as_array()
+        .expect("events")
+        .iter()
+        .filter(|e| e["to"] == "pending" && e["from"].is_string())
+        .filter_map(|e| e["message"].as_str())
+        .collect();
+    assert_eq!(
+        messages,
+        [
+            "exited with status 3; retry 1 of 2 in 1 s",
+            "exited with status 3; retry 2 of 2 in 2 s"
+        ],
+        "{job}"
+    );
+    // The backoff held: the third attempt started at least 1 + 2 s after the first failed.
+    let at = |i: usize| {
+        chrono::DateTime::parse_from_rfc3339(job["events"][i]["at"].as_str().unwrap_or_default())
+            .expect("time")
+    };
+    let events = job["events"].as_array().map_or(0, Vec::len);
+    assert_eq!(events, 10, "{job}");
+    assert!((at(7) - at(3)).num_milliseconds() >= 3000, "{job}");
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn xids_fail_the_attempt_or_drain_the_gpu() {
+    let c = spawn_cluster_with(Backend::Sqlite, 1, "2xH200", |_| {}).await;
+    tenant(&c, "gpu", json!({})).await;
+    let (_, nodes) = c.get("/api/v1/nodes").await;
+    let node = nodes[0]["name"].as_str().expect("node").to_owned();
+    let faults = c.data_dir.path().join(&node).join("sim-faults");
+    std::fs::create_dir_all(&faults).expect("fault dir");
+    let gpu_index = |job: &Value| {
+        let uuid = job["gpu_uuids"][0].as_str().unwrap_or_default().to_owned();
+        nodes[0]["gpus"]
+            .as_array()
+            .and_then(|g| g.iter().find(|g| g["uuid"] == uuid.as_str()))
+            .and_then(|g| g["index"].as_u64())
+            .expect("the job's GPU")
+    };
+
+    // An application fault fails the attempt; the GPU stays healthy.
+    let app = c.submit_with("gpu", json!({}), &["sleep", "60"]).await;
+    let job = c.wait_for_state(&app, "running").await;
+    std::fs::write(faults.join(format!("xid-{}-13", gpu_index(&job))), b"").expect("inject");
+    let job = c.wait_for_state(&app, "failed").await;
+    let message = job["message"].as_str().unwrap_or_default();
+    assert!(
+        message.starts_with("XID 13 (graphics engine exception) on GPU"),
+        "{job}"
+    );
+
+    // A GPU that fell off the bus: the job moves to the other GPU, not counted as a
+    // failure, and the GPU is reported unhealthy.
+    let moved = c.submit_with("gpu", json!({}), &["sleep", "60"]).await;
+    let job = c.wait_for_state(&moved, "running").await;
+    let first_gpu = job["gpu_uuids"][0].clone();
+    std::fs::write(faults.join(format!("xid-{}-79", gpu_index(&job))), b"").expect("inject");
+    let job = c
+        .eventually("the job to run again on the other GPU", || async {
+            let (_, j) = c.get(&format!("/api/v1/jobs/{moved}")).await;
+            (j["state"] == "running" && j["attempt"] == 2).then_some(j)
+        })
+        .await;
+    assert_ne!(job["gpu_uuids"][0], first_gpu);
+    assert_eq!(job["failures"], 0);
+    let requeued = job["events"]
+        .as_array()
+        .and_then(|e| {
+            e.iter()
+                .find(|e| e["to"] == "pending" && e["from"] == "running")
+        })
+        .and_then(|e| e["message"].as_str())
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        requeued.starts_with("XID 79 (GPU has fallen off the bus)"),
+        "{requeued}"
+    );
+    let (_, nodes) = c.get("/api/v1/nodes").await;
+    let sick: Vec<&Value> = nodes[0]["gpus"]
+        .as_array()
+        .map(|g| g.iter().filter(|g| g["healthy"] == false).collect())
+        .unwrap_or_default();
+    assert_eq!(sick.len(), 1, "{nodes}");
+    assert_eq!(sick[0]["uuid"], first_gpu);
+    c.post(&format!("/api/v1/jobs/{moved}/cancel"), Value::Null)
+        .await;
+    c.wait_for_state(&moved, "cancelled").await;
+    c.shutdown().await;
+}

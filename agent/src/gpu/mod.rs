@@ -5,7 +5,7 @@
 
 mod sim;
 
-pub use sim::{SimBackend, SimSpecError};
+pub use sim::{SimBackend, SimSpecError, XID_FILE_PREFIX};
 
 /// One GPU as the backend sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -23,9 +23,20 @@ pub enum BackendError {
     Failed(String),
 }
 
+/// Something the driver reported about a GPU since the last look.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GpuEvent {
+    /// An XID error on the GPU with this index (see `allot_domain::xid`).
+    Xid { index: u32, code: u32 },
+}
+
 pub trait GpuBackend: Send + Sync + std::fmt::Debug {
     /// `simulated`, `nvml`, …: reported to the control plane.
     fn kind(&self) -> &'static str;
     /// Current inventory, with health.
     fn inventory(&self) -> Result<Vec<GpuInfo>, BackendError>;
+    /// Events since the last call, oldest first.
+    fn take_events(&self) -> Vec<GpuEvent> {
+        Vec::new()
+    }
 }

@@ -4,7 +4,9 @@ use std::sync::Mutex;
 
 use sha2::{Digest, Sha256};
 
-use super::{BackendError, GpuBackend, GpuInfo};
+use std::path::PathBuf;
+
+use super::{BackendError, GpuBackend, GpuEvent, GpuInfo};
 
 const GIB: u64 = 1 << 30;
 
@@ -29,9 +31,15 @@ pub enum SimSpecError {
     Count(String),
 }
 
+/// Files named `xid-<gpu index>-<code>` in the fault directory inject an XID (each is
+/// consumed once read): the fault-injection control for agents in other processes.
+pub const XID_FILE_PREFIX: &str = "xid-";
+
 #[derive(Debug)]
 pub struct SimBackend {
     gpus: Mutex<Vec<GpuInfo>>,
+    events: Mutex<Vec<GpuEvent>>,
+    fault_dir: Option<PathBuf>,
 }
 
 impl SimBackend {
@@ -71,7 +79,48 @@ impl SimBackend {
         }
         Ok(Self {
             gpus: Mutex::new(gpus),
+            events: Mutex::new(Vec::new()),
+            fault_dir: None,
         })
+    }
+
+    /// Reads injected faults from `dir` too (see [`XID_FILE_PREFIX`]).
+    pub fn with_fault_dir(mut self, dir: PathBuf) -> Self {
+        self.fault_dir = Some(dir);
+        self
+    }
+
+    /// Injects an XID on the GPU with this index, as the driver would report it.
+    pub fn inject_xid(&self, index: u32, code: u32) {
+        self.events
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(GpuEvent::Xid { index, code });
+    }
+
+    /// XIDs injected as files, consumed.
+    fn file_events(&self) -> Vec<GpuEvent> {
+        let Some(dir) = &self.fault_dir else {
+            return Vec::new();
+        };
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return Vec::new();
+        };
+        let mut files: Vec<_> = entries.flatten().map(|e| e.path()).collect();
+        files.sort();
+        files
+            .into_iter()
+            .filter_map(|path| {
+                let name = path.file_name()?.to_str()?.to_owned();
+                let (index, code) = name.strip_prefix(XID_FILE_PREFIX)?.split_once('-')?;
+                let event = GpuEvent::Xid {
+                    index: index.parse().ok()?,
+                    code: code.parse().ok()?,
+                };
+                std::fs::remove_file(&path).ok()?;
+                Some(event)
+            })
+            .collect()
     }
 
     /// Marks a GPU healthy or not, as a fault would.
@@ -103,6 +152,13 @@ impl GpuBackend for SimBackend {
 
     fn inventory(&self) -> Result<Vec<GpuInfo>, BackendError> {
         Ok(self.gpus.lock().unwrap_or_else(|e| e.into_inner()).clone())
+    }
+
+    fn take_events(&self) -> Vec<GpuEvent> {
+        let mut events =
+            std::mem::take(&mut *self.events.lock().unwrap_or_else(|e| e.into_inner()));
+        events.extend(self.file_events());
+        events
     }
 }
 
@@ -146,6 +202,25 @@ mod tests {
             SimBackend::from_spec("100xH200", "n"),
             Err(SimSpecError::Count(_))
         ));
+    }
+
+    #[test]
+    fn injected_xids_are_reported_once() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let b = SimBackend::from_spec("2xH200", "n")
+            .expect("valid")
+            .with_fault_dir(dir.path().to_owned());
+        b.inject_xid(0, 13);
+        std::fs::write(dir.path().join("xid-1-79"), "").expect("fault file");
+        std::fs::write(dir.path().join("not-a-fault"), "").expect("other file");
+        assert_eq!(
+            b.take_events(),
+            [
+                GpuEvent::Xid { index: 0, code: 13 },
+                GpuEvent::Xid { index: 1, code: 79 }
+            ]
+        );
+        assert!(b.take_events().is_empty(), "consumed");
     }
 
     #[test]

@@ -201,6 +201,11 @@ pub struct SubmitJob {
     /// training (default isolation dedicated), inference or batch (shared).
     #[schema(value_type = Option<String>, example = "inference")]
     pub class: Option<WorkloadClass>,
+    /// Retries of attempts that fail on their own (non-zero exit, application XID), 0–100,
+    /// with exponential backoff from 1 s. Lost nodes, device faults and preemptions
+    /// requeue without counting.
+    #[serde(default)]
+    pub max_retries: u32,
     /// Program and arguments, run directly (no shell).
     pub command: Vec<String>,
     #[serde(default)]
@@ -212,7 +217,8 @@ pub struct SubmitJob {
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct PendingReasonView {
     /// Stable code: `NoRoom`, `TenantLimit`, `AwaitingPreemption`, `Preempted`,
-    /// `MigUnavailable`, `NoReadyNodes`, `UnknownTenant`, `InvalidQuotaTree`.
+    /// `NodeLost`, `DeviceFault`, `RetryBackoff`, `MigUnavailable`, `NoReadyNodes`,
+    /// `UnknownTenant`, `InvalidQuotaTree`.
     pub code: String,
     /// The same with numbers, for people.
     pub message: String,
@@ -265,6 +271,11 @@ pub struct JobView {
     pub isolation: Option<Isolation>,
     #[schema(value_type = Option<String>)]
     pub class: Option<WorkloadClass>,
+    pub max_retries: u32,
+    /// Attempts that failed on their own so far.
+    pub failures: u32,
+    /// A job retrying after a failure does not start before this.
+    pub retry_at: Option<DateTime<Utc>>,
     pub command: Vec<String>,
     pub env: BTreeMap<String, String>,
     pub workdir: Option<String>,
@@ -312,6 +323,9 @@ impl From<Job> for JobView {
             preemptible: j.spec.preemptible,
             isolation: j.spec.isolation,
             class: j.spec.class,
+            max_retries: j.spec.max_retries,
+            failures: j.failures,
+            retry_at: j.retry_at,
             command: j.spec.command,
             env: j.spec.env,
             workdir: j.spec.workdir,

@@ -27,6 +27,8 @@ pub const MAX_JOB_GPUS: u32 = 1024;
 pub const MAX_COMMAND_BYTES: usize = 64 * 1024;
 /// Most environment variables a job may set.
 pub const MAX_ENV_VARS: usize = 256;
+/// Most retries a job may ask for.
+pub const MAX_RETRIES: u32 = 100;
 /// Most GPU models a job may list as acceptable.
 pub const MAX_GPU_MODELS: usize = 16;
 /// A whole GPU, in milli.
@@ -159,6 +161,10 @@ pub struct JobSpec {
     /// the tenant's minimum.
     pub isolation: Option<Isolation>,
     pub class: Option<WorkloadClass>,
+    /// How often an attempt that fails on its own (a non-zero exit, an application XID) is
+    /// retried, with exponential backoff. Lost nodes, device faults and preemptions
+    /// requeue without counting.
+    pub max_retries: u32,
     /// Program and arguments, executed directly (no shell unless the job names one).
     pub command: Vec<String>,
     pub env: BTreeMap<String, String>,
@@ -229,6 +235,11 @@ impl JobSpec {
             self.gpu_models.is_empty() || self.gpus > 0,
             "gpu_models",
             "only applies to jobs that request GPUs",
+        );
+        v.check(
+            self.max_retries <= MAX_RETRIES,
+            "max_retries",
+            format!("must be at most {MAX_RETRIES}"),
         );
         v.check(
             PRIORITY_RANGE.contains(&self.priority),
@@ -321,6 +332,10 @@ pub struct Job {
     pub cancel_requested: bool,
     /// Why reclaim is stopping the job; it is requeued once its node reports it stopped.
     pub preempt_reason: Option<String>,
+    /// Attempts that failed on their own so far (see [`JobSpec::max_retries`]).
+    pub failures: u32,
+    /// A job retrying after a failure waits until then.
+    pub retry_at: Option<DateTime<Utc>>,
     pub pid: Option<u32>,
     pub exit_code: Option<i32>,
     /// Why the job ended the way it did (a signal, a launch failure, a lost node).
@@ -360,6 +375,7 @@ mod tests {
             preemptible: true,
             isolation: None,
             class: None,
+            max_retries: 0,
             command: vec!["sh".into(), "-c".into(), "echo hi".into()],
             env: BTreeMap::new(),
             workdir: None,

@@ -14,6 +14,7 @@ pub mod node;
 pub mod quantity;
 pub mod tenant;
 pub mod token;
+pub mod xid;
 
 pub use audit::{
     Actor, ActorKind, AuditContext, AuditEntry, AuditEvent, LegalHold, Outcome, SYSTEM_LOG,
@@ -26,3 +27,4 @@ pub use node::{GpuDevice, Node, NodeStatus};
 pub use quantity::{format_bytes, parse_bytes};
 pub use tenant::{Quota, ResourceLimits, Resources, Tenant, TenantName};
 pub use token::{ApiToken, Role};
+pub use xid::{XidClass, classify as classify_xid};

@@ -479,6 +479,21 @@ impl LiveScheduler {
         let mut decisions = Vec::new();
         let mut pending = Vec::new();
         for j in snap.pending {
+            if let Some(at) = j.retry_at.filter(|at| *at > snap.now) {
+                decisions.push(LiveDecision::Wait {
+                    job_id: j.id.clone(),
+                    reason: PendingReason {
+                        code: "RetryBackoff".into(),
+                        message: format!(
+                            "retrying after a failure ({} of {} retries used); not before {}",
+                            j.failures,
+                            j.spec.max_retries,
+                            at.format("%H:%M:%S%.3f UTC")
+                        ),
+                    },
+                });
+                continue;
+            }
             let share = if j.spec.gpus == 0 {
                 0
             } else {

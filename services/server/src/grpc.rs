@@ -62,6 +62,11 @@ fn gpus_from_proto(gpus: Vec<Gpu>) -> Result<Vec<GpuDevice>, Status> {
         .collect()
 }
 
+/// How long a job waits before retry `failures + 1`: 1 s, doubling, at most 5 minutes.
+fn retry_backoff(failures: u32) -> Duration {
+    Duration::from_secs(1u64 << failures.min(9)).min(Duration::from_secs(300))
+}
+
 fn valid_node_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 253
@@ -136,6 +141,7 @@ impl NodeSvc {
             };
             let update = JobUpdate {
                 message: Some(message),
+                requeue_code: Some("NodeLost".to_owned()),
                 ..Default::default()
             };
             match self
@@ -313,8 +319,9 @@ impl allot_proto::NodeService for NodeSvc {
             JobPhase::Succeeded => JobState::Succeeded,
             JobPhase::Failed => JobState::Failed,
             JobPhase::Cancelled => JobState::Cancelled,
-            // Killed by its own agent for want of a lease: requeued below.
-            JobPhase::Lost => JobState::Pending,
+            // Killed by its own agent for want of a lease, or for a faulted GPU: requeued
+            // below.
+            JobPhase::Lost | JobPhase::DeviceFault => JobState::Pending,
             JobPhase::Unspecified => return Err(Status::invalid_argument("phase is required")),
         };
         if job.state == to || job.state.is_terminal() {
@@ -325,21 +332,54 @@ impl allot_proto::NodeService for NodeSvc {
             to,
             JobState::Cancelled | JobState::Failed | JobState::Pending
         );
+        let now = self.store.clock().now();
         let requeue = match (&job.preempt_reason, phase) {
             _ if !stopped || job.cancel_requested => None,
-            (_, JobPhase::Lost) => Some(format!(
-                "node {} lost its lease and stopped the job; requeued",
-                node.name
+            (_, JobPhase::Lost) => Some((
+                "NodeLost",
+                format!(
+                    "node {} lost its lease and stopped the job; requeued",
+                    node.name
+                ),
+                None,
             )),
-            (Some(reason), _) => Some(format!("preempted: {reason}")),
+            (_, JobPhase::DeviceFault) => Some((
+                "DeviceFault",
+                format!("{} on node {}; requeued elsewhere", r.message, node.name),
+                None,
+            )),
+            (Some(reason), _) => Some(("Preempted", format!("preempted: {reason}"), None)),
+            // Failed on its own, with retries left: again, after a backoff.
+            (None, JobPhase::Failed) if job.failures < job.spec.max_retries => {
+                let wait = retry_backoff(job.failures);
+                let retry_at = now + chrono::Duration::from_std(wait).unwrap_or_default();
+                Some((
+                    "RetryBackoff",
+                    format!(
+                        "{}; retry {} of {} in {} s",
+                        if r.message.is_empty() {
+                            "failed"
+                        } else {
+                            r.message.as_str()
+                        },
+                        job.failures + 1,
+                        job.spec.max_retries,
+                        wait.as_secs()
+                    ),
+                    Some(retry_at),
+                ))
+            }
             (None, _) => None,
         };
-        if let Some(message) = requeue {
-            // Stopped for the cluster's sake, not the job's: back to the queue, as its
-            // next attempt.
+        if let Some((code, message, retry_at)) = requeue {
+            // Back to the queue, as its next attempt: stopped for the cluster's sake (not
+            // counted), or failed with retries left (counted, and not before `retry_at`).
             let update = JobUpdate {
-                message: Some(message),
+                message: Some(message.chars().take(4096).collect()),
                 log_tail: (!r.log_tail.is_empty()).then_some(r.log_tail),
+                exit_code: r.exit_code,
+                requeue_code: Some(code.to_owned()),
+                retry_at,
                 ..Default::default()
             };
             let job = self

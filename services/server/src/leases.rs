@@ -52,6 +52,7 @@ pub async fn requeue_from_lapsed_nodes(store: &Store) -> Result<usize, StoreErro
         };
         let update = JobUpdate {
             message: Some(message),
+            requeue_code: Some("NodeLost".to_owned()),
             ..Default::default()
         };
         match store

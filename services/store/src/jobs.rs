@@ -52,6 +52,11 @@ pub struct JobUpdate {
     /// On placement: the share of each GPU held, and whether it borrows.
     pub held_gpu_milli: Option<u32>,
     pub borrowing: Option<bool>,
+    /// On a requeue (back to Pending): the pending reason's code (`Preempted`, `NodeLost`,
+    /// `DeviceFault`, `RetryBackoff`; `Requeued` when absent), and for a retry after a
+    /// failure, when it may start (the failure is counted).
+    pub requeue_code: Option<String>,
+    pub retry_at: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 pub trait JobRepo {
@@ -133,6 +138,7 @@ fn to_domain(m: jobs::Model, tenant: &str) -> Result<Job, StoreError> {
                 .as_deref()
                 .map(|c| parse("workload_class", c))
                 .transpose()?,
+            max_retries: to_u32("max_retries", m.max_retries.into())?,
             command,
             env,
             workdir: m.workdir,
@@ -155,6 +161,8 @@ fn to_domain(m: jobs::Model, tenant: &str) -> Result<Job, StoreError> {
         attempt: to_u32("attempt", m.attempt.into())?,
         cancel_requested: m.cancel_requested,
         preempt_reason: m.preempt_reason,
+        failures: to_u32("failures", m.failures.into())?,
+        retry_at: m.retry_at,
         exit_code: m.exit_code,
         message: m.message,
         log_tail: m.log_tail,
@@ -229,8 +237,14 @@ impl Store {
                 row.preempt_reason = Set(None);
                 row.scheduled_at = Set(None);
                 row.started_at = Set(None);
-                row.pending_code = Set(Some("Preempted".to_owned()));
+                row.pending_code = Set(Some(
+                    update
+                        .requeue_code
+                        .clone()
+                        .unwrap_or_else(|| "Requeued".to_owned()),
+                ));
                 row.pending_message = Set(update.message.clone());
+                row.retry_at = Set(update.retry_at);
             }
             s if s.is_terminal() => row.finished_at = Set(Some(now)),
             _ => {}
@@ -259,6 +273,12 @@ impl Store {
                 jobs::Column::Attempt,
                 Expr::col(jobs::Column::Attempt).add(1),
             );
+            if update.retry_at.is_some() {
+                query = query.col_expr(
+                    jobs::Column::Failures,
+                    Expr::col(jobs::Column::Failures).add(1),
+                );
+            }
         }
         let res = query
             .filter(jobs::Column::Id.eq(id))
@@ -326,6 +346,9 @@ impl JobRepo for Store {
             borrowing: Set(false),
             attempt: Set(1),
             preempt_reason: Set(None),
+            max_retries: Set(i32_of(spec.max_retries)?),
+            failures: Set(0),
+            retry_at: Set(None),
             gpu_memory_bytes: Set(spec
                 .gpu_memory_bytes
                 .map(|b| to_i64("gpu_memory_bytes", b))

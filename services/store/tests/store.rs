@@ -76,6 +76,7 @@ fn spec(tenant: &str, gpus: u32) -> JobSpec {
         preemptible: false,
         isolation: Some(Isolation::Dedicated),
         class: Some(WorkloadClass::Training),
+        max_retries: 2,
         command: vec!["python".into(), "train.py".into()],
         env: [("EPOCHS".to_owned(), "3".to_owned())].into(),
         workdir: Some("/work".into()),

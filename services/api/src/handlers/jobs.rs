@@ -87,6 +87,7 @@ pub async fn submit(
         preemptible: body.preemptible,
         isolation: body.isolation,
         class: body.class,
+        max_retries: body.max_retries,
         command: body.command,
         env: body.env,
         workdir: body.workdir,

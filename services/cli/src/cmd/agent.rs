@@ -52,8 +52,10 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
         Some(n) => n,
         None => host_name()?,
     };
+    // Faults are injected by dropping files there (see `allot_agent::gpu::XID_FILE_PREFIX`).
     let backend = SimBackend::from_spec(&args.sim_gpus, &name)
-        .with_context(|| format!("--sim-gpus {}", args.sim_gpus))?;
+        .with_context(|| format!("--sim-gpus {}", args.sim_gpus))?
+        .with_fault_dir(args.data_dir.join("sim-faults"));
     let stop = CancellationToken::new();
     let config = AgentConfig {
         server: args.server,

@@ -86,12 +86,15 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     let mut agents = Vec::new();
     for i in 1..=args.nodes {
         let name = format!("dev-node-{i}");
-        let backend = SimBackend::from_spec(&args.sim_gpus, &name)?;
+        let node_dir = args.data_dir.join("nodes").join(&name);
+        // `touch <node dir>/sim-faults/xid-<gpu>-<code>` injects an XID.
+        let backend = SimBackend::from_spec(&args.sim_gpus, &name)?
+            .with_fault_dir(node_dir.join("sim-faults"));
         let cfg = AgentConfig {
             server: server.grpc_url(),
             join_token: join_token.clone(),
             node_name: name.clone(),
-            data_dir: args.data_dir.join("nodes").join(&name),
+            data_dir: node_dir,
             stop_grace: Duration::from_secs(5),
             offer: allot_agent::NodeResources::detect(),
         };

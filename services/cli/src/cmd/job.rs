@@ -50,6 +50,10 @@ pub enum JobCmd {
         /// training, inference or batch.
         #[arg(long)]
         class: Option<WorkloadClass>,
+        /// Retry attempts that fail on their own (non-zero exit) up to this many times,
+        /// with exponential backoff from 1 s.
+        #[arg(long, default_value_t = 0)]
+        max_retries: u32,
         #[arg(long)]
         name: Option<String>,
         /// Environment variable for the job, KEY=VALUE (repeatable).
@@ -131,6 +135,10 @@ fn describe(j: &JobView) -> String {
         ("Isolation", opt(j.isolation)),
         ("Class", opt(j.class)),
         ("Attempt", j.attempt.to_string()),
+        (
+            "Retries",
+            format!("{} of {} used", j.failures, j.max_retries),
+        ),
         ("Borrowing", j.borrowing.to_string()),
         ("Preempting", opt(j.preempt_reason.clone())),
         ("Command", j.command.join(" ")),
@@ -218,6 +226,7 @@ pub async fn run(client: &Client, cmd: JobCmd) -> anyhow::Result<i32> {
             not_preemptible,
             isolation,
             class,
+            max_retries,
             name,
             env,
             workdir,
@@ -232,7 +241,7 @@ pub async fn run(client: &Client, cmd: JobCmd) -> anyhow::Result<i32> {
                 "gpu_memory_bytes": gpu_memory, "gpu_models": gpu_models,
                 "cpu_milli": cpus.unwrap_or(0), "memory_bytes": memory.unwrap_or(0),
                 "priority": priority, "preemptible": !not_preemptible,
-                "isolation": isolation, "class": class,
+                "isolation": isolation, "class": class, "max_retries": max_retries,
                 "command": command, "env": env, "workdir": workdir,
             });
             let job: JobView = client

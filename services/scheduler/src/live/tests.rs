@@ -70,6 +70,7 @@ fn job(id: &str, tenant: &str, gpus: u32, share: Option<u32>) -> StoredJob {
             preemptible: true,
             isolation: None,
             class: None,
+            max_retries: 0,
             command: vec!["true".into()],
             env: BTreeMap::new(),
             workdir: None,
@@ -83,6 +84,8 @@ fn job(id: &str, tenant: &str, gpus: u32, share: Option<u32>) -> StoredJob {
         attempt: 1,
         cancel_requested: false,
         preempt_reason: None,
+        failures: 0,
+        retry_at: None,
         pid: None,
         exit_code: None,
         message: None,
@@ -261,6 +264,23 @@ fn sick_gpus_and_lapsed_nodes_offer_nothing_but_keep_their_jobs() {
         })
         .expect("a possible state");
     assert_eq!(waits(&d, "j1").map(|r| r.code), Some("NoReadyNodes".into()));
+}
+
+#[test]
+fn a_retry_waits_out_its_backoff() {
+    let nodes = [node("n1", &["H200"])];
+    let tenants = [tenant("a", 0)];
+    let mut retry = job("r", "a", 1, None);
+    retry.failures = 1;
+    retry.spec.max_retries = 3;
+    retry.retry_at = Some(now() + chrono::Duration::seconds(2));
+    let d = decide(&nodes, &tenants, &[], std::slice::from_ref(&retry));
+    let r = waits(&d, "r").expect("still backing off");
+    assert_eq!(r.code, "RetryBackoff");
+    assert!(r.message.contains("1 of 3 retries used"), "{}", r.message);
+    retry.retry_at = Some(now() - chrono::Duration::seconds(1));
+    let d = decide(&nodes, &tenants, &[], &[retry]);
+    assert!(placed(&d, "r").is_some(), "placed once the backoff is over");
 }
 
 #[test]

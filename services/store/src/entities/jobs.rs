@@ -52,6 +52,9 @@ pub struct Model {
     pub attempt: i32,
     #[sea_orm(column_type = "Text", nullable)]
     pub preempt_reason: Option<String>,
+    pub max_retries: i32,
+    pub failures: i32,
+    pub retry_at: Option<DateTimeUtc>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

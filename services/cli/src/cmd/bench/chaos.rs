@@ -12,7 +12,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use allot_domain::SystemClock;
+use allot_agent::gpu::XID_FILE_PREFIX;
+use allot_domain::xid::{XIDS, XidClass};
+use allot_domain::{SystemClock, classify_xid};
 use allot_scheduler::openb::StdRng;
 use allot_server::ServerConfig;
 use anyhow::{Context, bail};
@@ -49,8 +51,8 @@ pub struct ChaosBench {
     /// Give up (and count what has not succeeded as lost) after this many seconds.
     #[arg(long, default_value_t = 900)]
     timeout_secs: u64,
-    /// The faults to draw from (comma-separated): kill, partition, blip.
-    #[arg(long, default_value = "kill,partition,blip", value_delimiter = ',', value_parser = parse_fault)]
+    /// The faults to draw from (comma-separated): kill, partition, blip, xid.
+    #[arg(long, default_value = "kill,partition,blip,xid", value_delimiter = ',', value_parser = parse_fault)]
     fault_kinds: Vec<Fault>,
     /// Keep the database, agent logs and job directories here instead of a temporary
     /// directory that is removed afterwards.
@@ -66,7 +68,10 @@ fn parse_fault(s: &str) -> Result<Fault, String> {
         "kill" => Ok(Fault::Kill),
         "partition" => Ok(Fault::Partition),
         "blip" => Ok(Fault::Blip),
-        other => Err(format!("unknown fault `{other}` (kill, partition, blip)")),
+        "xid" => Ok(Fault::Xid),
+        other => Err(format!(
+            "unknown fault `{other}` (kill, partition, blip, xid)"
+        )),
     }
 }
 
@@ -163,6 +168,8 @@ impl Agents {
     }
 }
 
+const ALL_FAULTS: [Fault; 4] = [Fault::Kill, Fault::Partition, Fault::Blip, Fault::Xid];
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum Fault {
     /// SIGKILL the agent; start it again a little later.
@@ -171,6 +178,9 @@ enum Fault {
     Partition,
     /// Cut it for a fraction of a lease.
     Blip,
+    /// An XID on one of the node's GPUs, of any class (application fault, contained memory
+    /// error, informational, drain and reset).
+    Xid,
 }
 
 impl Fault {
@@ -179,6 +189,7 @@ impl Fault {
             Fault::Kill => "agent_kill9_and_restart",
             Fault::Partition => "partition_longer_than_lease",
             Fault::Blip => "blip_shorter_than_lease",
+            Fault::Xid => "xid",
         }
     }
 }
@@ -354,7 +365,7 @@ pub async fn run(args: &ChaosBench) -> anyhow::Result<()> {
                 Method::POST,
                 "/api/v1/jobs",
                 Some(&json!({
-                    "tenant": "chaos", "name": format!("job-{i}"), "gpus": 1,
+                    "tenant": "chaos", "name": format!("job-{i}"), "gpus": 1, "max_retries": 5,
                     "command": ["sleep", secs.to_string()],
                 })),
             )
@@ -405,6 +416,7 @@ pub async fn run(args: &ChaosBench) -> anyhow::Result<()> {
                 Fault::Kill => lease.mul_f64(rng.random_range(0.1..1.5)),
                 Fault::Partition => lease.mul_f64(rng.random_range(1.5..3.0)),
                 Fault::Blip => lease.mul_f64(rng.random_range(0.05..0.3)),
+                Fault::Xid => Duration::ZERO,
             };
             (at, node, fault, lasting)
         })
@@ -412,6 +424,7 @@ pub async fn run(args: &ChaosBench) -> anyhow::Result<()> {
     schedule.sort_by_key(|f| f.0);
 
     let mut injected: HashMap<Fault, u64> = HashMap::new();
+    let mut xids: HashMap<XidClass, u64> = HashMap::new();
     let mut busy_until: Vec<Instant> = vec![begin; args.nodes];
     let mut healing = Vec::new();
     // Jobs on a faulted node: (job, attempt at the fault, when, which fault, and by when
@@ -465,7 +478,18 @@ pub async fn run(args: &ChaosBench) -> anyhow::Result<()> {
                         }
                     }
                     Fault::Partition | Fault::Blip => n.link.set_cut(true),
+                    Fault::Xid => {
+                        let gpu = rng.random_range(0..gpus_per_node);
+                        let code = XIDS[rng.random_range(0..XIDS.len())].0;
+                        *xids.entry(classify_xid(code)).or_default() += 1;
+                        let dir = n.data_dir.join("sim-faults");
+                        std::fs::create_dir_all(&dir)?;
+                        std::fs::write(dir.join(format!("{XID_FILE_PREFIX}{gpu}-{code}")), b"")?;
+                    }
                 }
+            }
+            if fault == Fault::Xid {
+                continue;
             }
             let respawn = (fault == Fault::Kill).then(|| agents.clone());
             healing.push(tokio::spawn(async move {
@@ -518,6 +542,12 @@ pub async fn run(args: &ChaosBench) -> anyhow::Result<()> {
     let doubled = observer.await.context("the process observer")?;
 
     let succeeded = jobs.iter().filter(|j| j["state"] == "succeeded").count();
+    let node_list: Vec<Value> = client.get("/api/v1/nodes", &[]).await?;
+    let drained = node_list
+        .iter()
+        .flat_map(|n| n["gpus"].as_array().cloned().unwrap_or_default())
+        .filter(|g| g["healthy"] == false)
+        .count();
     let requeues: u64 = jobs
         .iter()
         .map(|j| j["attempt"].as_u64().unwrap_or(1).saturating_sub(1))
@@ -532,7 +562,7 @@ pub async fn run(args: &ChaosBench) -> anyhow::Result<()> {
         t
     };
     let all = times(None);
-    let by_fault: serde_json::Map<String, Value> = [Fault::Kill, Fault::Partition, Fault::Blip]
+    let by_fault: serde_json::Map<String, Value> = ALL_FAULTS
         .into_iter()
         .map(|f| {
             let t = times(Some(f));
@@ -563,7 +593,7 @@ pub async fn run(args: &ChaosBench) -> anyhow::Result<()> {
     }
     server.shutdown().await;
 
-    let faults: serde_json::Map<String, Value> = [Fault::Kill, Fault::Partition, Fault::Blip]
+    let faults: serde_json::Map<String, Value> = ALL_FAULTS
         .into_iter()
         .map(|f| {
             (
@@ -577,6 +607,11 @@ pub async fn run(args: &ChaosBench) -> anyhow::Result<()> {
         "jobs": args.jobs,
         "faults_requested": args.faults,
         "faults": faults,
+        "xids_by_class": xids
+            .iter()
+            .map(|(class, n)| (serde_json::to_value(class).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default(), json!(n)))
+            .collect::<serde_json::Map<String, Value>>(),
+        "drained_gpus": drained,
         "seed": args.seed,
         "lease_s": lease.as_secs_f64(),
         "succeeded": succeeded,
