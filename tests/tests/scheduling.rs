@@ -263,3 +263,75 @@ async fn xids_fail_the_attempt_or_drain_the_gpu() {
     c.wait_for_state(&moved, "cancelled").await;
     c.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operators_drain_cordon_and_return_to_service() {
+    let c = spawn_cluster_with(Backend::Sqlite, 1, "2xH200", |_| {}).await;
+    tenant(&c, "ops", json!({})).await;
+    let (_, nodes) = c.get("/api/v1/nodes").await;
+    let node = nodes[0]["name"].as_str().expect("node").to_owned();
+    let admin = |path: String| {
+        let c = &c;
+        async move {
+            let (status, body) = c.post(&path, Value::Null).await;
+            assert_eq!(status, StatusCode::OK, "{path}: {body}");
+            body
+        }
+    };
+
+    // Draining a GPU moves its job to the other one, without counting a failure.
+    let a = c.submit_with("ops", json!({}), &["sleep", "60"]).await;
+    let job = c.wait_for_state(&a, "running").await;
+    let first = job["gpu_uuids"][0].as_str().expect("gpu").to_owned();
+    let view = admin(format!("/api/v1/nodes/{node}/gpus/{first}/drain")).await;
+    let drained: Vec<&Value> = view["gpus"]
+        .as_array()
+        .map(|g| g.iter().filter(|g| g["drained"] == true).collect())
+        .unwrap_or_default();
+    assert_eq!(drained.len(), 1, "{view}");
+    let job = c
+        .eventually("the job to run on the other GPU", || async {
+            let (_, j) = c.get(&format!("/api/v1/jobs/{a}")).await;
+            (j["state"] == "running" && j["attempt"] == 2).then_some(j)
+        })
+        .await;
+    assert_ne!(job["gpu_uuids"][0], first.as_str());
+    assert_eq!(job["failures"], 0);
+
+    // A cordoned node takes nothing new; returned to service, it does again.
+    admin(format!("/api/v1/nodes/{node}/cordon")).await;
+    let b = c.submit_with("ops", json!({}), &["true"]).await;
+    let job = c.wait_for_reason(&b).await;
+    assert_eq!(job["pending_reason"]["code"], "NoReadyNodes", "{job}");
+    admin(format!("/api/v1/nodes/{node}/uncordon")).await;
+    admin(format!("/api/v1/nodes/{node}/gpus/{first}/return")).await;
+    c.wait_for_state(&b, "succeeded").await;
+
+    // Draining the node moves everything off it, and only returning it lets work back.
+    admin(format!("/api/v1/nodes/{node}/drain")).await;
+    c.eventually("the drained job to be requeued", || async {
+        let (_, j) = c.get(&format!("/api/v1/jobs/{a}")).await;
+        (j["state"] == "pending" && j["attempt"] == 3).then_some(())
+    })
+    .await;
+    admin(format!("/api/v1/nodes/{node}/uncordon")).await;
+    c.wait_for_state(&a, "running").await;
+
+    // Each decision is in the audit log.
+    for action in [
+        "node.gpu.drain",
+        "node.gpu.return",
+        "node.cordon",
+        "node.uncordon",
+    ] {
+        let (_, found) = c
+            .get(&format!("/api/v1/audit/entries?log=system&action={action}"))
+            .await;
+        let n = found["entries"].as_array().map_or(0, Vec::len);
+        assert!(n >= 1, "{action}: {found}");
+    }
+    c.post(&format!("/api/v1/jobs/{a}/cancel"), Value::Null)
+        .await;
+    c.wait_for_state(&a, "cancelled").await;
+    c.shutdown().await;
+}

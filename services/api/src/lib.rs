@@ -96,6 +96,13 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
                 .service(resource("/jobs/{id}/log").get(handlers::jobs::log))
                 .service(resource("/nodes").get(handlers::nodes::list))
                 .service(resource("/nodes/{id}").get(handlers::nodes::get))
+                .service(resource("/nodes/{id}/cordon").post(handlers::nodes::cordon))
+                .service(resource("/nodes/{id}/uncordon").post(handlers::nodes::uncordon))
+                .service(resource("/nodes/{id}/drain").post(handlers::nodes::drain))
+                .service(resource("/nodes/{id}/gpus/{uuid}/drain").post(handlers::nodes::drain_gpu))
+                .service(
+                    resource("/nodes/{id}/gpus/{uuid}/return").post(handlers::nodes::return_gpu),
+                )
                 .service(
                     resource("/tokens")
                         .get(handlers::tokens::list)

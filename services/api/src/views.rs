@@ -378,7 +378,10 @@ pub struct GpuView {
     pub index: u32,
     pub model: String,
     pub memory_bytes: u64,
+    /// As its agent reports it (a GPU with an XID that needs a drain is not).
     pub healthy: bool,
+    /// An operator drained it: no new work until it is returned to service.
+    pub drained: bool,
 }
 
 impl From<GpuDevice> for GpuView {
@@ -389,6 +392,7 @@ impl From<GpuDevice> for GpuView {
             model: g.model,
             memory_bytes: g.memory_bytes,
             healthy: g.healthy,
+            drained: false,
         }
     }
 }
@@ -408,6 +412,8 @@ pub struct NodeView {
     pub cpu_milli: u64,
     pub memory_bytes: u64,
     pub gpus: Vec<GpuView>,
+    /// An operator cordoned it: no new work.
+    pub cordoned: bool,
 }
 
 impl NodeView {
@@ -427,7 +433,18 @@ impl NodeView {
             gpu_backend: n.gpu_backend,
             cpu_milli: n.cpu_milli,
             memory_bytes: n.memory_bytes,
-            gpus: n.gpus.into_iter().map(Into::into).collect(),
+            gpus: n
+                .gpus
+                .into_iter()
+                .map(|g| {
+                    let drained = n.drained_gpus.contains(&g.uuid);
+                    GpuView {
+                        drained,
+                        ..g.into()
+                    }
+                })
+                .collect(),
+            cordoned: n.cordoned,
         }
     }
 }

@@ -40,6 +40,10 @@ pub struct Node {
     /// Memory the node offers to jobs; 0 when the agent did not say.
     pub memory_bytes: u64,
     pub gpus: Vec<GpuDevice>,
+    /// An operator cordoned the node: it takes no new work (what runs there stays).
+    pub cordoned: bool,
+    /// GPUs an operator drained: they take no new work until returned to service.
+    pub drained_gpus: Vec<String>,
 }
 
 impl Node {

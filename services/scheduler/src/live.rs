@@ -8,6 +8,7 @@
 //!   capacity is what the jobs already there hold, so they stay accounted and nothing
 //!   joins them. Jobs on such capacity are not reclaimed (that would free room that is not
 //!   really there); moving them is fault migration's business.
+//! - A cordoned node, and a GPU an operator drained, offer nothing new either.
 //! - A node that has missed heartbeats (see [`LiveScheduler::with_suspect_after`]), or
 //!   whose assignment stream is not open (`Snapshot::reachable`), offers nothing new
 //!   either, before its lease lapses.
@@ -178,7 +179,8 @@ impl Mapped {
         for (i, n) in nodes.iter().enumerate() {
             let silent = suspect_after.is_some_and(|s| now - n.last_heartbeat_at > s);
             let unreachable = reachable.is_some_and(|r| !r.contains(&n.id));
-            let ready = n.status(now) == NodeStatus::Ready && !silent && !unreachable;
+            let ready =
+                n.status(now) == NodeStatus::Ready && !silent && !unreachable && !n.cordoned;
             let gpus: Vec<_> = n.gpus.iter().take(usize::from(u8::MAX)).collect();
             // The node's model: the most common among its healthy GPUs (first on a tie).
             let mut counts: Vec<(String, usize)> = Vec::new();
@@ -198,8 +200,10 @@ impl Mapped {
                 held.get(n.id.as_str()).cloned().unwrap_or_default();
             let mut gpu_free = Vec::with_capacity(gpus.len());
             for (gi, g) in gpus.iter().enumerate() {
-                let offered =
-                    ready && g.healthy && chosen.as_deref() == Some(&*model_key(&g.model));
+                let offered = ready
+                    && g.healthy
+                    && !n.drained_gpus.contains(&g.uuid)
+                    && chosen.as_deref() == Some(&*model_key(&g.model));
                 let already = gpu_held.get(g.uuid.as_str()).copied().unwrap_or(0);
                 let nominal = if offered { u64::from(GPU_MILLI) } else { 0 };
                 gpu_free.push(u32_of(nominal.max(already)));

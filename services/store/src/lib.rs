@@ -26,7 +26,7 @@ use sea_orm::{ConnectOptions, ConnectionTrait, Database, DatabaseConnection, DbB
 pub use audit::{AuditBatcher, AuditRepo, AuditSearch, LogHead, StoredCheckpoint, StoredEntry};
 pub use error::StoreError;
 pub use jobs::{JobFilter, JobPage, JobRepo, JobUpdate, NewJob};
-pub use nodes::{NodeRegistration, NodeRepo};
+pub use nodes::{NodeAdmin, NodeRegistration, NodeRepo};
 pub use tenants::TenantRepo;
 pub use tokens::{NewToken, TokenRepo};
 

@@ -14,6 +14,26 @@ use crate::convert::{to_i64, to_u32, to_u64};
 use crate::entities::{gpus, nodes};
 use crate::{Store, StoreError, new_id};
 
+/// What an operator changes about a node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NodeAdmin {
+    Cordon,
+    Uncordon,
+    DrainGpu(String),
+    ReturnGpu(String),
+}
+
+impl NodeAdmin {
+    fn action(&self) -> &'static str {
+        match self {
+            NodeAdmin::Cordon => "node.cordon",
+            NodeAdmin::Uncordon => "node.uncordon",
+            NodeAdmin::DrainGpu(_) => "node.gpu.drain",
+            NodeAdmin::ReturnGpu(_) => "node.gpu.return",
+        }
+    }
+}
+
 /// What an agent presents when it (re-)registers.
 #[derive(Debug, Clone)]
 pub struct NodeRegistration {
@@ -47,6 +67,14 @@ pub trait NodeRepo {
         lease_expires_at: DateTime<Utc>,
     ) -> impl Future<Output = Result<Node, StoreError>> + Send;
     fn node(&self, id: &str) -> impl Future<Output = Result<Node, StoreError>> + Send;
+    /// An operator's decision about a node (audited): cordon or return it to service, and
+    /// drain a GPU or return it.
+    fn set_node_admin(
+        &self,
+        ctx: &AuditContext,
+        id: &str,
+        change: NodeAdmin,
+    ) -> impl Future<Output = Result<Node, StoreError>> + Send;
     fn list_nodes(&self) -> impl Future<Output = Result<Vec<Node>, StoreError>> + Send;
 }
 
@@ -74,6 +102,10 @@ fn to_domain(m: nodes::Model, gpus: Vec<GpuDevice>) -> Node {
         cpu_milli: u64::try_from(m.cpu_milli).unwrap_or(0),
         memory_bytes: u64::try_from(m.memory_bytes).unwrap_or(0),
         gpus,
+        cordoned: m.cordoned,
+        // Written by `set_node_admin` only; unreadable reads as nothing drained, and the
+        // GPUs' own health still applies.
+        drained_gpus: serde_json::from_str(&m.drained_gpus).unwrap_or_default(),
     }
 }
 
@@ -162,6 +194,8 @@ impl NodeRepo for Store {
                     lease_expires_at: Set(r.lease_expires_at),
                     cpu_milli: Set(cpu_milli),
                     memory_bytes: Set(memory_bytes),
+                    cordoned: Set(false),
+                    drained_gpus: Set("[]".to_owned()),
                 })
                 .exec_with_returning(&txn)
                 .await?
@@ -225,6 +259,51 @@ impl NodeRepo for Store {
             .ok_or_else(|| StoreError::NotFound(format!("node {id}")))?;
         let gpus = self.gpus_of(&m.id).await?;
         Ok(to_domain(m, gpus))
+    }
+
+    async fn set_node_admin(
+        &self,
+        ctx: &AuditContext,
+        id: &str,
+        change: NodeAdmin,
+    ) -> Result<Node, StoreError> {
+        let before = self.node(id).await?;
+        let mut cordoned = before.cordoned;
+        let mut drained = before.drained_gpus.clone();
+        match &change {
+            NodeAdmin::Cordon => cordoned = true,
+            NodeAdmin::Uncordon => cordoned = false,
+            NodeAdmin::DrainGpu(uuid) | NodeAdmin::ReturnGpu(uuid)
+                if !before.gpus.iter().any(|g| g.uuid == *uuid) =>
+            {
+                return Err(StoreError::NotFound(format!(
+                    "GPU {uuid} on node {}",
+                    before.name
+                )));
+            }
+            NodeAdmin::DrainGpu(uuid) => {
+                if !drained.contains(uuid) {
+                    drained.push(uuid.clone());
+                }
+            }
+            NodeAdmin::ReturnGpu(uuid) => drained.retain(|g| g != uuid),
+        }
+        let txn = self.db.begin().await?;
+        let row = nodes::Entity::update(nodes::ActiveModel {
+            id: Set(before.id.clone()),
+            cordoned: Set(cordoned),
+            drained_gpus: Set(serde_json::to_string(&drained)
+                .map_err(|e| StoreError::Corrupt(format!("drained_gpus: {e}")))?),
+            ..Default::default()
+        })
+        .exec(&txn)
+        .await?;
+        let event = AuditEvent::success(SYSTEM_LOG, change.action(), format!("node/{}", before.id))
+            .before(serde_json::json!({ "cordoned": before.cordoned, "drained_gpus": before.drained_gpus }))
+            .after(serde_json::json!({ "cordoned": cordoned, "drained_gpus": drained }));
+        record(&txn, self, ctx, event).await?;
+        txn.commit().await?;
+        Ok(to_domain(row, before.gpus))
     }
 
     async fn list_nodes(&self) -> Result<Vec<Node>, StoreError> {

@@ -1,6 +1,7 @@
 use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, web};
-use allot_store::NodeRepo;
+use allot_domain::JobState;
+use allot_store::{JobFilter, JobRepo, NodeAdmin, NodeRepo};
 
 use crate::auth::Principal;
 use crate::problem::Problem;
@@ -36,4 +37,150 @@ pub async fn get(
         StatusCode::OK,
         &NodeView::new(node, state.store.clock().now()),
     ))
+}
+
+/// The node named by `key`: its id, or its name.
+async fn find(state: &AppState, key: &str) -> Result<allot_domain::Node, ApiError> {
+    match state.store.node(key).await {
+        Ok(n) => Ok(n),
+        Err(allot_store::StoreError::NotFound(_)) => state
+            .store
+            .list_nodes()
+            .await?
+            .into_iter()
+            .find(|n| n.name == key)
+            .ok_or_else(|| ApiError::NotFound(format!("node `{key}` does not exist"))),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Stops the jobs on `node` (on `gpu` only, when given) so that they are requeued
+/// elsewhere, as a preemption that counts against nothing.
+async fn move_jobs_off(
+    state: &AppState,
+    who: &Principal,
+    node: &allot_domain::Node,
+    gpu: Option<&str>,
+) -> Result<(), ApiError> {
+    let held = state
+        .store
+        .list_jobs(JobFilter {
+            node_id: Some(node.id.clone()),
+            states: vec![JobState::Scheduled, JobState::Running],
+            ..Default::default()
+        })
+        .await?;
+    let why = match gpu {
+        Some(g) => format!("GPU {g} of node {} drained by an operator", node.name),
+        None => format!("node {} drained by an operator", node.name),
+    };
+    for job in held
+        .jobs
+        .into_iter()
+        .filter(|j| gpu.is_none_or(|g| j.gpu_uuids.iter().any(|u| u == g)))
+    {
+        match state
+            .store
+            .request_preemption(&who.audit(), &job.id, &why)
+            .await
+        {
+            Ok(job) => state.events.job_cancel_requested(&job),
+            // Finishing, cancelled or already stopping: it leaves anyway.
+            Err(allot_store::StoreError::Conflict(_)) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+async fn admin(
+    state: &AppState,
+    who: &Principal,
+    key: &str,
+    change: NodeAdmin,
+) -> Result<HttpResponse, ApiError> {
+    who.require_admin()?;
+    let node = find(state, key).await?;
+    let node = state
+        .store
+        .set_node_admin(&who.audit(), &node.id, change)
+        .await?;
+    // Capacity may have come back: decide again.
+    state.events.job_submitted();
+    Ok(json(
+        StatusCode::OK,
+        &NodeView::new(node, state.store.clock().now()),
+    ))
+}
+
+/// Cordon a node (platform admins): it takes no new work; what runs there stays.
+#[utoipa::path(post, path = "/api/v1/nodes/{id}/cordon", tag = "nodes",
+    security(("bearer" = [])), params(("id" = String, Path, description = "node id or name")),
+    responses((status = 200, body = NodeView), (status = 403, body = Problem), (status = 404, body = Problem)))]
+pub async fn cordon(
+    state: web::Data<AppState>,
+    who: Principal,
+    id: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    admin(&state, &who, &id, NodeAdmin::Cordon).await
+}
+
+/// Drain a node (platform admins): cordon it and move its jobs elsewhere (each is stopped
+/// and requeued as its next attempt, without counting as a failure).
+#[utoipa::path(post, path = "/api/v1/nodes/{id}/drain", tag = "nodes",
+    security(("bearer" = [])), params(("id" = String, Path, description = "node id or name")),
+    responses((status = 200, body = NodeView), (status = 403, body = Problem), (status = 404, body = Problem)))]
+pub async fn drain(
+    state: web::Data<AppState>,
+    who: Principal,
+    id: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    who.require_admin()?;
+    let res = admin(&state, &who, &id, NodeAdmin::Cordon).await?;
+    let node = find(&state, &id).await?;
+    move_jobs_off(&state, &who, &node, None).await?;
+    Ok(res)
+}
+
+/// Return a node to service (platform admins): undo a cordon or drain.
+#[utoipa::path(post, path = "/api/v1/nodes/{id}/uncordon", tag = "nodes",
+    security(("bearer" = [])), params(("id" = String, Path, description = "node id or name")),
+    responses((status = 200, body = NodeView), (status = 403, body = Problem), (status = 404, body = Problem)))]
+pub async fn uncordon(
+    state: web::Data<AppState>,
+    who: Principal,
+    id: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    admin(&state, &who, &id, NodeAdmin::Uncordon).await
+}
+
+/// Drain one GPU (platform admins): no new work on it, and its jobs move elsewhere.
+#[utoipa::path(post, path = "/api/v1/nodes/{id}/gpus/{uuid}/drain", tag = "nodes",
+    security(("bearer" = [])),
+    params(("id" = String, Path, description = "node id or name"), ("uuid" = String, Path)),
+    responses((status = 200, body = NodeView), (status = 403, body = Problem), (status = 404, body = Problem)))]
+pub async fn drain_gpu(
+    state: web::Data<AppState>,
+    who: Principal,
+    path: web::Path<(String, String)>,
+) -> Result<HttpResponse, ApiError> {
+    let (id, uuid) = path.into_inner();
+    let res = admin(&state, &who, &id, NodeAdmin::DrainGpu(uuid.clone())).await?;
+    let node = find(&state, &id).await?;
+    move_jobs_off(&state, &who, &node, Some(&uuid)).await?;
+    Ok(res)
+}
+
+/// Return a drained GPU to service (platform admins).
+#[utoipa::path(post, path = "/api/v1/nodes/{id}/gpus/{uuid}/return", tag = "nodes",
+    security(("bearer" = [])),
+    params(("id" = String, Path, description = "node id or name"), ("uuid" = String, Path)),
+    responses((status = 200, body = NodeView), (status = 403, body = Problem), (status = 404, body = Problem)))]
+pub async fn return_gpu(
+    state: web::Data<AppState>,
+    who: Principal,
+    path: web::Path<(String, String)>,
+) -> Result<HttpResponse, ApiError> {
+    let (id, uuid) = path.into_inner();
+    admin(&state, &who, &id, NodeAdmin::ReturnGpu(uuid)).await
 }

@@ -18,6 +18,34 @@ pub enum NodeCmd {
         #[arg(short, long, value_enum, default_value_t)]
         output: Format,
     },
+    /// Take no new work on a node (what runs there stays). Platform admins.
+    Cordon {
+        /// Node id or name.
+        node: String,
+    },
+    /// Cordon a node and move its jobs elsewhere, or with --gpu, only one GPU's.
+    Drain {
+        /// Node id or name.
+        node: String,
+        /// Only this GPU (UUID).
+        #[arg(long)]
+        gpu: Option<String>,
+    },
+    /// Return a node (undo cordon or drain), or with --gpu a drained GPU, to service.
+    Return {
+        /// Node id or name.
+        node: String,
+        #[arg(long)]
+        gpu: Option<String>,
+    },
+}
+
+fn health(g: &allot_api::views::GpuView) -> &'static str {
+    match (g.drained, g.healthy) {
+        (true, _) => "drained",
+        (false, true) => "healthy",
+        (false, false) => "unhealthy",
+    }
 }
 
 pub async fn run(client: &Client, cmd: NodeCmd) -> anyhow::Result<()> {
@@ -52,7 +80,14 @@ pub async fn run(client: &Client, cmd: NodeCmd) -> anyhow::Result<()> {
                 let head = fields(&[
                     ("Name", n.name.clone()),
                     ("ID", n.id.clone()),
-                    ("Status", n.status.clone()),
+                    (
+                        "Status",
+                        if n.cordoned {
+                            format!("{} (cordoned)", n.status)
+                        } else {
+                            n.status.clone()
+                        },
+                    ),
                     ("Agent", n.agent_version.clone()),
                     ("Backend", n.gpu_backend.clone()),
                     ("Last heartbeat", n.last_heartbeat_at.to_rfc3339()),
@@ -66,7 +101,7 @@ pub async fn run(client: &Client, cmd: NodeCmd) -> anyhow::Result<()> {
                             g.uuid.clone(),
                             g.model.clone(),
                             format_bytes(g.memory_bytes),
-                            if g.healthy { "healthy" } else { "unhealthy" }.to_owned(),
+                            health(g).to_owned(),
                         ]
                     })
                     .collect();
@@ -74,5 +109,43 @@ pub async fn run(client: &Client, cmd: NodeCmd) -> anyhow::Result<()> {
                 format!("{head}\n\n{gpus}")
             })
         }
+        NodeCmd::Cordon { node } => admin(client, &format!("/api/v1/nodes/{node}/cordon")).await,
+        NodeCmd::Drain { node, gpu } => {
+            let path = match gpu {
+                Some(g) => format!("/api/v1/nodes/{node}/gpus/{g}/drain"),
+                None => format!("/api/v1/nodes/{node}/drain"),
+            };
+            admin(client, &path).await
+        }
+        NodeCmd::Return { node, gpu } => {
+            let path = match gpu {
+                Some(g) => format!("/api/v1/nodes/{node}/gpus/{g}/return"),
+                None => format!("/api/v1/nodes/{node}/uncordon"),
+            };
+            admin(client, &path).await
+        }
     }
+}
+
+async fn admin(client: &Client, path: &str) -> anyhow::Result<()> {
+    let n: NodeView = client
+        .call(reqwest::Method::POST, path, None::<&serde_json::Value>)
+        .await?;
+    let drained: Vec<&str> = n
+        .gpus
+        .iter()
+        .filter(|g| g.drained)
+        .map(|g| g.uuid.as_str())
+        .collect();
+    println!(
+        "node {}: {}{}",
+        n.name,
+        if n.cordoned { "cordoned" } else { "in service" },
+        if drained.is_empty() {
+            String::new()
+        } else {
+            format!("; drained GPUs: {}", drained.join(", "))
+        }
+    );
+    Ok(())
 }

@@ -23,6 +23,8 @@ fn node(id: &str, models: &[&str]) -> Node {
         gpu_backend: "simulated".into(),
         cpu_milli: 64_000,
         memory_bytes: 512 << 30,
+        cordoned: false,
+        drained_gpus: Vec::new(),
         gpus: models
             .iter()
             .enumerate()
@@ -247,6 +249,15 @@ fn sick_gpus_and_lapsed_nodes_offer_nothing_but_keep_their_jobs() {
     assert!(!d.iter().any(|d| matches!(d, LiveDecision::Preempt { .. })));
 
     let d = decide(&nodes[1..], &tenants, &[], &pending[..1]);
+    assert_eq!(waits(&d, "j1").map(|r| r.code), Some("NoReadyNodes".into()));
+
+    // What an operator takes out of service offers nothing either.
+    let mut drained = node("n4", &["H200", "H200"]);
+    drained.drained_gpus = vec!["n4-gpu0".into()];
+    let d = decide(std::slice::from_ref(&drained), &tenants, &[], &pending[..1]);
+    assert_eq!(placed(&d, "j1").map(|p| p.1), Some(vec!["n4-gpu1".into()]));
+    drained.cordoned = true;
+    let d = decide(&[drained], &tenants, &[], &pending[..1]);
     assert_eq!(waits(&d, "j1").map(|r| r.code), Some("NoReadyNodes".into()));
 
     // A node that stopped heartbeating gets no new work while its lease still stands.

@@ -16,6 +16,10 @@ pub struct Model {
     pub lease_expires_at: DateTimeUtc,
     pub cpu_milli: i64,
     pub memory_bytes: i64,
+    pub cordoned: bool,
+    /// JSON array of GPU UUIDs.
+    #[sea_orm(column_type = "Text")]
+    pub drained_gpus: String,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
