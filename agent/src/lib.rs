@@ -3,6 +3,7 @@
 //! every status change until the control plane has acknowledged it.
 
 pub mod gpu;
+pub mod mig;
 pub mod runner;
 
 use std::collections::{HashMap, HashSet};
@@ -556,6 +557,18 @@ pub async fn run(
         lease: Mutex::new(Lease::default()),
         drained: Mutex::new(HashSet::new()),
     });
+    if let Some(mig) = agent.backend.mig() {
+        let store = mig::LayoutStore::new(&agent.cfg.data_dir);
+        let gpus = agent.backend.inventory()?;
+        match mig::restore(mig, &store, &gpus) {
+            Ok(failures) => {
+                for (gpu, e) in failures {
+                    tracing::warn!(%gpu, error = %e, "stored MIG layout not recreated");
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "stored MIG layouts unreadable"),
+        }
+    }
     let killed = runner::kill_orphans(&agent.cfg.data_dir.join("jobs"));
     if killed > 0 {
         tracing::warn!(

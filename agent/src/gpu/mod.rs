@@ -7,6 +7,8 @@ mod sim;
 
 pub use sim::{SimBackend, SimSpecError, XID_FILE_PREFIX};
 
+use serde::{Deserialize, Serialize};
+
 /// One GPU as the backend sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GpuInfo {
@@ -39,4 +41,35 @@ pub trait GpuBackend: Send + Sync + std::fmt::Debug {
     fn take_events(&self) -> Vec<GpuEvent> {
         Vec::new()
     }
+    /// MIG partitioning, where the backend can do it.
+    fn mig(&self) -> Option<&dyn MigBackend> {
+        None
+    }
+}
+
+/// A MIG GPU instance (with its one compute instance) as the backend reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MigInstance {
+    /// The GPU-instance profile id (see `allot_domain::mig`).
+    pub profile: u32,
+    /// The first memory slice it occupies.
+    pub start: u8,
+    /// `MIG-…`: what `CUDA_VISIBLE_DEVICES` names for a job on it.
+    pub uuid: String,
+}
+
+/// MIG partitioning, for backends whose GPUs support it. Instances are always created at an
+/// explicit placement (start slice), never where the driver would choose.
+pub trait MigBackend: Send + Sync {
+    /// The GPU's instances, by start; `None` when the GPU has no MIG.
+    fn mig_instances(&self, index: u32) -> Result<Option<Vec<MigInstance>>, BackendError>;
+    /// Creates a GPU instance of `profile` at `start` and its compute instance.
+    fn create_instance(
+        &self,
+        index: u32,
+        profile: u32,
+        start: u8,
+    ) -> Result<MigInstance, BackendError>;
+    /// Destroys the instance at `start`: its compute instance first, then the GPU instance.
+    fn destroy_instance(&self, index: u32, start: u8) -> Result<(), BackendError>;
 }

@@ -6,7 +6,9 @@ use sha2::{Digest, Sha256};
 
 use std::path::PathBuf;
 
-use super::{BackendError, GpuBackend, GpuEvent, GpuInfo};
+use allot_domain::mig::{MigGeometry, geometry};
+
+use super::{BackendError, GpuBackend, GpuEvent, GpuInfo, MigBackend, MigInstance};
 
 const GIB: u64 = 1 << 30;
 
@@ -38,6 +40,8 @@ pub const XID_FILE_PREFIX: &str = "xid-";
 #[derive(Debug)]
 pub struct SimBackend {
     gpus: Mutex<Vec<GpuInfo>>,
+    /// MIG instances per GPU index, for boards with a MIG geometry.
+    mig: Mutex<Vec<Option<Vec<MigInstance>>>>,
     events: Mutex<Vec<GpuEvent>>,
     fault_dir: Option<PathBuf>,
 }
@@ -77,8 +81,13 @@ impl SimBackend {
                 });
             }
         }
+        let mig = gpus
+            .iter()
+            .map(|g| mig_geometry(g).map(|_| Vec::new()))
+            .collect();
         Ok(Self {
             gpus: Mutex::new(gpus),
+            mig: Mutex::new(mig),
             events: Mutex::new(Vec::new()),
             fault_dir: None,
         })
@@ -132,6 +141,89 @@ impl SimBackend {
     }
 }
 
+fn mig_geometry(g: &GpuInfo) -> Option<&'static MigGeometry> {
+    geometry(&g.model, Some(g.memory_bytes / (1 << 20)))
+}
+
+fn failed(msg: impl Into<String>) -> BackendError {
+    BackendError::Failed(msg.into())
+}
+
+impl SimBackend {
+    fn gpu(&self, index: u32) -> Result<GpuInfo, BackendError> {
+        self.inventory()?
+            .into_iter()
+            .find(|g| g.index == index)
+            .ok_or_else(|| failed(format!("no GPU {index}")))
+    }
+}
+
+impl MigBackend for SimBackend {
+    fn mig_instances(&self, index: u32) -> Result<Option<Vec<MigInstance>>, BackendError> {
+        let mig = self.mig.lock().unwrap_or_else(|e| e.into_inner());
+        let gpu = usize::try_from(index).map_err(|_| failed("GPU index"))?;
+        Ok(mig.get(gpu).cloned().flatten())
+    }
+
+    fn create_instance(
+        &self,
+        index: u32,
+        profile: u32,
+        start: u8,
+    ) -> Result<MigInstance, BackendError> {
+        let g = self.gpu(index)?;
+        let geometry = mig_geometry(&g)
+            .ok_or_else(|| failed(format!("GPU {index} ({}) has no MIG", g.model)))?;
+        let mut mig = self.mig.lock().unwrap_or_else(|e| e.into_inner());
+        let gpu = usize::try_from(index).map_err(|_| failed("GPU index"))?;
+        let instances = mig
+            .get_mut(gpu)
+            .and_then(Option::as_mut)
+            .ok_or_else(|| failed(format!("GPU {index} has no MIG")))?;
+        let mut layout: Vec<(u32, u8)> = instances.iter().map(|i| (i.profile, i.start)).collect();
+        layout.push((profile, start));
+        // The driver refuses what the geometry does not allow, and so does the simulator.
+        geometry
+            .validate(&layout)
+            .map_err(|e| failed(format!("GPU {index}: {e}")))?;
+        let h = hex::encode(Sha256::digest(
+            format!("{}/{start}/{profile}", g.uuid).as_bytes(),
+        ));
+        let instance = MigInstance {
+            profile,
+            start,
+            uuid: format!(
+                "MIG-{}-{}-{}-{}-{}",
+                &h[0..8],
+                &h[8..12],
+                &h[12..16],
+                &h[16..20],
+                &h[20..32]
+            ),
+        };
+        instances.push(instance.clone());
+        instances.sort_by_key(|i| i.start);
+        Ok(instance)
+    }
+
+    fn destroy_instance(&self, index: u32, start: u8) -> Result<(), BackendError> {
+        let mut mig = self.mig.lock().unwrap_or_else(|e| e.into_inner());
+        let gpu = usize::try_from(index).map_err(|_| failed("GPU index"))?;
+        let instances = mig
+            .get_mut(gpu)
+            .and_then(Option::as_mut)
+            .ok_or_else(|| failed(format!("GPU {index} has no MIG")))?;
+        let before = instances.len();
+        instances.retain(|i| i.start != start);
+        if instances.len() == before {
+            return Err(failed(format!(
+                "GPU {index} has no instance at slice {start}"
+            )));
+        }
+        Ok(())
+    }
+}
+
 /// `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`, like NVML's, from a hash of node and index.
 fn sim_uuid(node: &str, index: u32) -> String {
     let h = hex::encode(Sha256::digest(format!("{node}/{index}").as_bytes()));
@@ -152,6 +244,10 @@ impl GpuBackend for SimBackend {
 
     fn inventory(&self) -> Result<Vec<GpuInfo>, BackendError> {
         Ok(self.gpus.lock().unwrap_or_else(|e| e.into_inner()).clone())
+    }
+
+    fn mig(&self) -> Option<&dyn MigBackend> {
+        Some(self)
     }
 
     fn take_events(&self) -> Vec<GpuEvent> {
