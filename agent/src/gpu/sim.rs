@@ -158,6 +158,18 @@ impl SimBackend {
     }
 }
 
+/// The instances of the GPU with `index`, when it has MIG.
+fn instances_of(
+    mig: &mut [Option<Vec<MigInstance>>],
+    index: u32,
+) -> Result<&mut Vec<MigInstance>, BackendError> {
+    usize::try_from(index)
+        .ok()
+        .and_then(|gpu| mig.get_mut(gpu))
+        .and_then(Option::as_mut)
+        .ok_or_else(|| failed(format!("GPU {index} has no MIG")))
+}
+
 impl MigBackend for SimBackend {
     fn mig_instances(&self, index: u32) -> Result<Option<Vec<MigInstance>>, BackendError> {
         let mig = self.mig.lock().unwrap_or_else(|e| e.into_inner());
@@ -175,31 +187,17 @@ impl MigBackend for SimBackend {
         let geometry = mig_geometry(&g)
             .ok_or_else(|| failed(format!("GPU {index} ({}) has no MIG", g.model)))?;
         let mut mig = self.mig.lock().unwrap_or_else(|e| e.into_inner());
-        let gpu = usize::try_from(index).map_err(|_| failed("GPU index"))?;
-        let instances = mig
-            .get_mut(gpu)
-            .and_then(Option::as_mut)
-            .ok_or_else(|| failed(format!("GPU {index} has no MIG")))?;
+        let instances = instances_of(&mut mig, index)?;
         let mut layout: Vec<(u32, u8)> = instances.iter().map(|i| (i.profile, i.start)).collect();
         layout.push((profile, start));
         // The driver refuses what the geometry does not allow, and so does the simulator.
         geometry
             .validate(&layout)
             .map_err(|e| failed(format!("GPU {index}: {e}")))?;
-        let h = hex::encode(Sha256::digest(
-            format!("{}/{start}/{profile}", g.uuid).as_bytes(),
-        ));
         let instance = MigInstance {
             profile,
             start,
-            uuid: format!(
-                "MIG-{}-{}-{}-{}-{}",
-                &h[0..8],
-                &h[8..12],
-                &h[12..16],
-                &h[16..20],
-                &h[20..32]
-            ),
+            uuid: uuid_like("MIG", &format!("{}/{start}/{profile}", g.uuid)),
         };
         instances.push(instance.clone());
         instances.sort_by_key(|i| i.start);
@@ -208,11 +206,7 @@ impl MigBackend for SimBackend {
 
     fn destroy_instance(&self, index: u32, start: u8) -> Result<(), BackendError> {
         let mut mig = self.mig.lock().unwrap_or_else(|e| e.into_inner());
-        let gpu = usize::try_from(index).map_err(|_| failed("GPU index"))?;
-        let instances = mig
-            .get_mut(gpu)
-            .and_then(Option::as_mut)
-            .ok_or_else(|| failed(format!("GPU {index} has no MIG")))?;
+        let instances = instances_of(&mut mig, index)?;
         let before = instances.len();
         instances.retain(|i| i.start != start);
         if instances.len() == before {
@@ -226,9 +220,14 @@ impl MigBackend for SimBackend {
 
 /// `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`, like NVML's, from a hash of node and index.
 fn sim_uuid(node: &str, index: u32) -> String {
-    let h = hex::encode(Sha256::digest(format!("{node}/{index}").as_bytes()));
+    uuid_like("GPU", &format!("{node}/{index}"))
+}
+
+/// `<prefix>-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx` from a hash of `seed`: stable and distinct.
+fn uuid_like(prefix: &str, seed: &str) -> String {
+    let h = hex::encode(Sha256::digest(seed.as_bytes()));
     format!(
-        "GPU-{}-{}-{}-{}-{}",
+        "{prefix}-{}-{}-{}-{}-{}",
         &h[0..8],
         &h[8..12],
         &h[12..16],
