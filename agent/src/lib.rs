@@ -392,6 +392,7 @@ impl Agent {
             attempt: l.attempt,
             gpu_milli: l.gpu_milli,
             gpu_memory_bytes: l.gpu_memory_bytes,
+            checkpoint_dir: (!l.checkpoint_dir.is_empty()).then(|| PathBuf::from(l.checkpoint_dir)),
         };
         let agent = self.clone();
         tasks.spawn(async move {

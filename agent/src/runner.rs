@@ -84,6 +84,8 @@ pub struct LaunchSpec {
     /// for on each (0: not asked): what the GPU-sharing limits enforce.
     pub gpu_milli: u32,
     pub gpu_memory_bytes: u64,
+    /// Where the job writes checkpoints, if it does.
+    pub checkpoint_dir: Option<PathBuf>,
 }
 
 /// How a job ended.
@@ -218,6 +220,34 @@ pub fn kill_orphans(jobs_dir: &Path) -> usize {
     killed
 }
 
+/// The newest entry (by modification time) of a checkpoint directory: what a later attempt
+/// restores from.
+pub fn latest_checkpoint(dir: &Path) -> Option<PathBuf> {
+    std::fs::read_dir(dir)
+        .ok()?
+        .flatten()
+        .filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, e.path())))
+        .max()
+        .map(|(_, path)| path)
+}
+
+/// `ALLOT_CHECKPOINT_DIR` (created if missing), and from the second attempt on
+/// `ALLOT_RESTORE_FROM` when there is a checkpoint to restore.
+fn checkpoint_env(spec: &LaunchSpec) -> Vec<(&'static str, PathBuf)> {
+    let Some(dir) = &spec.checkpoint_dir else {
+        return Vec::new();
+    };
+    // The job may create it itself; failing here must not fail the launch.
+    let _ = std::fs::create_dir_all(dir);
+    let mut env = vec![("ALLOT_CHECKPOINT_DIR", dir.clone())];
+    if spec.attempt > 1
+        && let Some(latest) = latest_checkpoint(dir)
+    {
+        env.push(("ALLOT_RESTORE_FROM", latest));
+    }
+    env
+}
+
 /// The job's directory: `<data_dir>/jobs/<job id>`, holding `output.log`.
 pub fn job_dir(data_dir: &Path, job_id: &str) -> PathBuf {
     data_dir.join("jobs").join(job_id)
@@ -266,6 +296,7 @@ pub async fn run(
         .env("ALLOT_GPU_MILLI", spec.gpu_milli.to_string())
         .env("ALLOT_GPU_MEMORY_BYTES", spec.gpu_memory_bytes.to_string())
         .env("ALLOT_JOB_DIR", &dir)
+        .envs(checkpoint_env(&spec))
         .current_dir(spec.workdir.as_deref().map_or(dir.as_path(), Path::new))
         .stdin(Stdio::null())
         .stdout(out)
@@ -370,7 +401,30 @@ mod tests {
             attempt: 1,
             gpu_milli: 1000,
             gpu_memory_bytes: 0,
+            checkpoint_dir: None,
         }
+    }
+
+    #[test]
+    fn the_newest_checkpoint_is_restored_from() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        assert_eq!(latest_checkpoint(dir.path()), None);
+        std::fs::write(dir.path().join("a"), "1").expect("write");
+        std::thread::sleep(Duration::from_millis(20));
+        std::fs::write(dir.path().join("b"), "2").expect("write");
+        assert_eq!(latest_checkpoint(dir.path()), Some(dir.path().join("b")));
+        let mut s = spec(&["true"]);
+        s.checkpoint_dir = Some(dir.path().to_owned());
+        assert_eq!(
+            checkpoint_env(&s).len(),
+            1,
+            "the first attempt restores nothing"
+        );
+        s.attempt = 2;
+        assert_eq!(
+            checkpoint_env(&s)[1],
+            ("ALLOT_RESTORE_FROM", dir.path().join("b"))
+        );
     }
 
     #[tokio::test]

@@ -8,6 +8,7 @@ mod m20261130_000002_audit_checkpoints;
 mod m20261201_000001_scheduling;
 mod m20261201_000002_retries;
 mod m20261201_000003_node_admin;
+mod m20261201_000004_checkpoints;
 mod roles;
 
 pub use roles::{APPEND_ONLY_TABLES, BadRoleName, postgres_app_role_grants};
@@ -24,6 +25,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261201_000001_scheduling::Migration),
             Box::new(m20261201_000002_retries::Migration),
             Box::new(m20261201_000003_node_admin::Migration),
+            Box::new(m20261201_000004_checkpoints::Migration),
         ]
     }
 }

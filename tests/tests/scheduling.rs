@@ -335,3 +335,29 @@ async fn operators_drain_cordon_and_return_to_service() {
     c.wait_for_state(&a, "cancelled").await;
     c.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retried_attempt_restores_from_the_newest_checkpoint() {
+    let c = spawn_cluster_with(Backend::Sqlite, 1, "1xH200", |_| {}).await;
+    tenant(&c, "ckpt", json!({})).await;
+    let shared = tempfile::tempdir().expect("checkpoint storage");
+    let dir = shared.path().join("job");
+    let script = r#"if [ -z "$ALLOT_RESTORE_FROM" ]; then
+  echo one > "$ALLOT_CHECKPOINT_DIR/step-1"; sleep 0.05
+  echo two > "$ALLOT_CHECKPOINT_DIR/step-2"; exit 3
+fi
+echo "restoring from $ALLOT_RESTORE_FROM: $(cat "$ALLOT_RESTORE_FROM")""#;
+    let id = c
+        .submit_with(
+            "ckpt",
+            json!({ "max_retries": 1, "checkpoint_dir": dir.to_str() }),
+            &["sh", "-c", script],
+        )
+        .await;
+    let job = c.wait_for_state(&id, "succeeded").await;
+    assert_eq!(job["attempt"], 2, "{job}");
+    let log = log_of(&c, &id).await;
+    let expected = format!("restoring from {}: two", dir.join("step-2").display());
+    assert!(log.contains(&expected), "{log}");
+    c.shutdown().await;
+}

@@ -212,6 +212,9 @@ pub struct SubmitJob {
     pub env: BTreeMap<String, String>,
     /// Absolute working directory on the node; the job's own directory when absent.
     pub workdir: Option<String>,
+    /// Absolute directory (on storage every node sees) where the job writes checkpoints; a
+    /// requeued or retried attempt finds the newest in `ALLOT_RESTORE_FROM`.
+    pub checkpoint_dir: Option<String>,
 }
 
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
@@ -279,6 +282,7 @@ pub struct JobView {
     pub command: Vec<String>,
     pub env: BTreeMap<String, String>,
     pub workdir: Option<String>,
+    pub checkpoint_dir: Option<String>,
     /// Why a pending job waits.
     pub pending_reason: Option<PendingReasonView>,
     pub node_id: Option<String>,
@@ -329,6 +333,7 @@ impl From<Job> for JobView {
             command: j.spec.command,
             env: j.spec.env,
             workdir: j.spec.workdir,
+            checkpoint_dir: j.spec.checkpoint_dir,
             pending_reason: j.pending_reason.map(Into::into),
             node_id: j.node_id,
             gpu_uuids: j.gpu_uuids,

@@ -170,6 +170,9 @@ pub struct JobSpec {
     pub env: BTreeMap<String, String>,
     /// Working directory on the node; the job's own directory when absent.
     pub workdir: Option<String>,
+    /// Where the job writes checkpoints (absolute; on storage every node sees). A requeued
+    /// or retried attempt is told the newest entry there in `ALLOT_RESTORE_FROM`.
+    pub checkpoint_dir: Option<String>,
 }
 
 impl JobSpec {
@@ -298,9 +301,14 @@ impl JobSpec {
             );
             v.check(!value.contains('\0'), field, "must not contain NUL bytes");
         }
-        if let Some(dir) = &self.workdir {
-            v.check(dir.starts_with('/'), "workdir", "must be an absolute path");
-            v.check(!dir.contains('\0'), "workdir", "must not contain NUL bytes");
+        for (field, dir) in [
+            ("workdir", &self.workdir),
+            ("checkpoint_dir", &self.checkpoint_dir),
+        ] {
+            if let Some(dir) = dir {
+                v.check(dir.starts_with('/'), field, "must be an absolute path");
+                v.check(!dir.contains('\0'), field, "must not contain NUL bytes");
+            }
         }
         v.into_result()
     }
@@ -379,6 +387,7 @@ mod tests {
             command: vec!["sh".into(), "-c".into(), "echo hi".into()],
             env: BTreeMap::new(),
             workdir: None,
+            checkpoint_dir: None,
         }
     }
 

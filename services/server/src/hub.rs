@@ -119,6 +119,7 @@ pub fn launch(job: &Job) -> Assignment {
             attempt: job.attempt,
             gpu_milli: job.held_gpu_milli.unwrap_or(allot_domain::GPU_MILLI),
             gpu_memory_bytes: job.spec.gpu_memory_bytes.unwrap_or(0),
+            checkpoint_dir: job.spec.checkpoint_dir.clone().unwrap_or_default(),
         })),
     }
 }

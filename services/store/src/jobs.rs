@@ -142,6 +142,7 @@ fn to_domain(m: jobs::Model, tenant: &str) -> Result<Job, StoreError> {
             command,
             env,
             workdir: m.workdir,
+            checkpoint_dir: m.checkpoint_dir,
         },
         state: parse("state", &m.state)?,
         pending_reason: match (m.pending_code, m.pending_message) {
@@ -349,6 +350,7 @@ impl JobRepo for Store {
             max_retries: Set(i32_of(spec.max_retries)?),
             failures: Set(0),
             retry_at: Set(None),
+            checkpoint_dir: Set(spec.checkpoint_dir.clone()),
             gpu_memory_bytes: Set(spec
                 .gpu_memory_bytes
                 .map(|b| to_i64("gpu_memory_bytes", b))

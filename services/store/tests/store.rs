@@ -80,6 +80,7 @@ fn spec(tenant: &str, gpus: u32) -> JobSpec {
         command: vec!["python".into(), "train.py".into()],
         env: [("EPOCHS".to_owned(), "3".to_owned())].into(),
         workdir: Some("/work".into()),
+        checkpoint_dir: Some("/shared/ckpt".into()),
     }
 }
 

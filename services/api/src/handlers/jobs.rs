@@ -91,6 +91,7 @@ pub async fn submit(
         command: body.command,
         env: body.env,
         workdir: body.workdir,
+        checkpoint_dir: body.checkpoint_dir,
     };
     spec.validate()?;
     let job = state

@@ -62,6 +62,10 @@ pub enum JobCmd {
         /// Absolute working directory on the node.
         #[arg(long)]
         workdir: Option<String>,
+        /// Absolute directory (on storage every node sees) the job writes checkpoints to; a
+        /// later attempt finds the newest in $ALLOT_RESTORE_FROM.
+        #[arg(long)]
+        checkpoint_dir: Option<String>,
         /// Wait for the job to finish, print its output, and exit with its status.
         #[arg(long)]
         wait: bool,
@@ -230,6 +234,7 @@ pub async fn run(client: &Client, cmd: JobCmd) -> anyhow::Result<i32> {
             name,
             env,
             workdir,
+            checkpoint_dir,
             wait,
             output,
             command,
@@ -243,6 +248,7 @@ pub async fn run(client: &Client, cmd: JobCmd) -> anyhow::Result<i32> {
                 "priority": priority, "preemptible": !not_preemptible,
                 "isolation": isolation, "class": class, "max_retries": max_retries,
                 "command": command, "env": env, "workdir": workdir,
+                "checkpoint_dir": checkpoint_dir,
             });
             let job: JobView = client
                 .call(Method::POST, "/api/v1/jobs", Some(&body))

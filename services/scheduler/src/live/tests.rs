@@ -76,6 +76,7 @@ fn job(id: &str, tenant: &str, gpus: u32, share: Option<u32>) -> StoredJob {
             command: vec!["true".into()],
             env: BTreeMap::new(),
             workdir: None,
+            checkpoint_dir: None,
         },
         state: JobState::Pending,
         pending_reason: None,

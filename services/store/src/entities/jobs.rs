@@ -55,6 +55,8 @@ pub struct Model {
     pub max_retries: i32,
     pub failures: i32,
     pub retry_at: Option<DateTimeUtc>,
+    #[sea_orm(column_type = "Text", nullable)]
+    pub checkpoint_dir: Option<String>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
