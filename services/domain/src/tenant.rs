@@ -3,7 +3,7 @@
 use std::fmt;
 
 use chrono::{DateTime, Utc};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use crate::error::{ValidationError, Violations};
 use crate::isolation::Isolation;
@@ -58,32 +58,22 @@ pub const MAX_CPU_MILLI: u64 = 100_000_000;
 pub const MAX_WEIGHT: u32 = 10_000;
 
 /// An amount of each resource a quota speaks of.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct Resources {
     /// GPU share in milli: 1000 is one whole GPU, 7500 is seven and a half.
-    #[serde(default)]
     pub gpu_milli: u64,
-    #[serde(default)]
     pub cpu_milli: u64,
-    #[serde(default)]
     pub memory_bytes: u64,
     /// GPU memory (per GPU asked for, times the GPUs).
-    #[serde(default)]
     pub gpu_memory_bytes: u64,
 }
 
 /// A hard limit per resource; `None` is unlimited.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct ResourceLimits {
-    #[serde(default)]
     pub gpu_milli: Option<u64>,
-    #[serde(default)]
     pub cpu_milli: Option<u64>,
-    #[serde(default)]
     pub memory_bytes: Option<u64>,
-    #[serde(default)]
     pub gpu_memory_bytes: Option<u64>,
 }
 

@@ -7,17 +7,15 @@
 //! the attempt it replaces, and any report the old attempt still sends carries a stale
 //! fencing token (its attempt number) and is refused.
 
-use allot_domain::{AuditContext, JobState, NodeStatus};
-use allot_store::{JobFilter, JobRepo, JobUpdate, NodeRepo, Store, StoreError};
+use allot_domain::{AuditContext, JobState, Node, NodeStatus};
+use allot_store::{JobFilter, JobRepo, JobUpdate, Store, StoreError};
 
-/// Requeues the jobs held on lapsed nodes (cancels those being cancelled). Returns how many
-/// jobs moved.
-pub async fn requeue_from_lapsed_nodes(store: &Store) -> Result<usize, StoreError> {
+/// Requeues the jobs held on those of `nodes` whose lease lapsed (cancels those being
+/// cancelled). Returns how many jobs moved.
+pub async fn requeue_from_lapsed_nodes(store: &Store, nodes: &[Node]) -> Result<usize, StoreError> {
     let now = store.clock().now();
-    let lapsed: Vec<_> = store
-        .list_nodes()
-        .await?
-        .into_iter()
+    let lapsed: Vec<&Node> = nodes
+        .iter()
         .filter(|n| n.status(now) == NodeStatus::NotReady)
         .collect();
     if lapsed.is_empty() {

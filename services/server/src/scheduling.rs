@@ -59,13 +59,13 @@ pub async fn pass(
     hub: &Hub,
     scheduler: &mut LiveScheduler,
 ) -> Result<(), PassError> {
-    crate::leases::requeue_from_lapsed_nodes(store).await?;
+    let nodes = store.list_nodes().await?;
+    crate::leases::requeue_from_lapsed_nodes(store, &nodes).await?;
     let pending = jobs_in(store, &[JobState::Pending]).await?;
     if pending.is_empty() {
         return Ok(());
     }
     let holding = jobs_in(store, &[JobState::Scheduled, JobState::Running]).await?;
-    let nodes = store.list_nodes().await?;
     let tenants = store.list_tenants().await?;
     let reachable = hub.connected();
     let decisions = scheduler.decide(&Snapshot {
