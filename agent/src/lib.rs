@@ -94,11 +94,19 @@ enum StreamEnd {
     Unauthenticated,
 }
 
+/// A job running here.
+struct RunningJob {
+    attempt: u32,
+    signal: Arc<StopSignal>,
+    /// The GPUs it holds (a fault on one of them stops it).
+    gpus: Vec<String>,
+}
+
 /// Jobs this agent process has seen, and the ones still running.
 #[derive(Default)]
 struct Jobs {
-    /// By job id: the attempt running, its stop signal and its GPUs.
-    running: HashMap<String, (u32, Arc<StopSignal>, Vec<String>)>,
+    /// By job id.
+    running: HashMap<String, RunningJob>,
     /// Every (job id, attempt) ever assigned here, so a replayed launch never runs an
     /// attempt twice (a preempted job comes back as its next attempt).
     seen: HashSet<(String, u32)>,
@@ -300,9 +308,9 @@ impl Agent {
                 continue;
             }
             let jobs = self.lock_jobs();
-            for (id, (attempt, signal, _)) in &jobs.running {
-                tracing::warn!(job = %id, attempt, "lease about to lapse without renewal: killing the job");
-                signal.stop(StopReason::LeaseLost);
+            for (id, job) in &jobs.running {
+                tracing::warn!(job = %id, attempt = job.attempt, "lease about to lapse without renewal: killing the job");
+                job.signal.stop(StopReason::LeaseLost);
             }
         }
     }
@@ -347,10 +355,10 @@ impl Agent {
                     }
                 };
                 tracing::warn!(%what, ?reason, "GPU fault");
-                for (id, (attempt, signal, gpus)) in &self.lock_jobs().running {
-                    if gpus.contains(&uuid) {
-                        tracing::warn!(job = %id, attempt, %what, "stopping the job");
-                        signal.stop_with(reason, what.clone());
+                for (id, job) in &self.lock_jobs().running {
+                    if job.gpus.contains(&uuid) {
+                        tracing::warn!(job = %id, attempt = job.attempt, %what, "stopping the job");
+                        job.signal.stop_with(reason, what.clone());
                     }
                 }
             }
@@ -376,7 +384,11 @@ impl Agent {
             }
             jobs.running.insert(
                 l.job_id.clone(),
-                (l.attempt, signal.clone(), l.gpu_uuids.clone()),
+                RunningJob {
+                    attempt: l.attempt,
+                    signal: signal.clone(),
+                    gpus: l.gpu_uuids.clone(),
+                },
             );
         }
         let attempt = l.attempt;
@@ -430,7 +442,7 @@ impl Agent {
             if jobs
                 .running
                 .get(&job_id)
-                .is_some_and(|(a, _, _)| *a == attempt)
+                .is_some_and(|j| j.attempt == attempt)
             {
                 jobs.running.remove(&job_id);
             }
@@ -441,11 +453,11 @@ impl Agent {
     /// starts here.
     fn cancel(&self, c: Cancel) {
         let mut jobs = self.lock_jobs();
-        if let Some((attempt, signal, _)) = jobs.running.get(&c.job_id)
-            && (c.attempt == 0 || *attempt == c.attempt)
+        if let Some(job) = jobs.running.get(&c.job_id)
+            && (c.attempt == 0 || job.attempt == c.attempt)
         {
-            tracing::info!(job = %c.job_id, attempt, reason = %c.reason, "stopping");
-            signal.stop(StopReason::Cancelled);
+            tracing::info!(job = %c.job_id, attempt = job.attempt, reason = %c.reason, "stopping");
+            job.signal.stop(StopReason::Cancelled);
             return;
         }
         if c.attempt != 0 && jobs.seen.insert((c.job_id.clone(), c.attempt)) {
@@ -605,8 +617,8 @@ pub async fn run(
         }
         session.cancel();
     }
-    for (_, signal, _) in agent.lock_jobs().running.values() {
-        signal.stop(StopReason::AgentShutdown);
+    for job in agent.lock_jobs().running.values() {
+        job.signal.stop(StopReason::AgentShutdown);
     }
     while tasks.join_next().await.is_some() {}
     // Give the final reports a moment to land; the control plane may be going away too.
