@@ -256,8 +256,8 @@ async fn tenants_read_only_their_own_audit_log() {
     assert!(
         forbidden["reason"]
             .as_str()
-            .is_some_and(|r| r.contains("tenant-admin")),
-        "{forbidden}"
+            .is_some_and(|r| r.contains("audit.read") && r.contains("member@")),
+        "the refusal names the action and the caller's role: {forbidden}"
     );
     let unauthenticated = denials
         .iter()

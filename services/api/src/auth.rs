@@ -1,36 +1,51 @@
-//! Who is calling: the API token in `Authorization: Bearer …`, and what it may do.
+//! Who is calling (an API token in `Authorization: Bearer …`), and whether the Cedar
+//! policies let them do what they ask.
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 
 use actix_web::dev::Payload;
 use actix_web::http::header;
 use actix_web::{FromRequest, HttpMessage, HttpRequest, web};
-use allot_domain::{Actor, ActorKind, AuditContext, Role};
-use allot_store::TokenRepo;
+use allot_authz::{Action, Policies, Resource, Session, Subject, TenantTree};
+use allot_domain::{Actor, ActorKind, AuditContext, Role, RoleBinding};
+use allot_store::{TenantRepo, TenantScope, TokenRepo};
 
 use crate::AppState;
 use crate::problem::ApiError;
 use crate::secret;
 
-/// Where the audit API lives: the only routes an auditor token opens.
-const AUDIT_PATH: &str = "/api/v1/audit/";
-
 /// The id of a presented token that exists but is revoked or expired.
 #[derive(Debug, Clone)]
 pub struct UnusableToken(pub String);
 
-/// An authenticated caller.
-#[derive(Debug, Clone)]
+/// An authenticated caller, with the tenant tree their requests are decided against.
+#[derive(Clone)]
 pub struct Principal {
-    pub token_id: String,
-    pub role: Role,
-    /// The tenant a scoped token belongs to; `None` for platform admins.
-    pub tenant_id: Option<String>,
+    pub kind: ActorKind,
+    /// The token's or user's id.
+    pub id: String,
+    /// Every role the caller holds.
+    pub bindings: Vec<RoleBinding>,
+    /// `api-token`, …: how the caller proved who they are.
+    pub auth_method: &'static str,
     /// The client's address.
     pub source: Option<String>,
     /// The caller's `X-Request-Id` when it is sensible, else one made up for this request.
     pub request_id: String,
+    policies: Arc<Policies>,
+    tree: Arc<TenantTree>,
+}
+
+impl std::fmt::Debug for Principal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Principal")
+            .field("kind", &self.kind)
+            .field("id", &self.id)
+            .field("bindings", &self.bindings)
+            .finish_non_exhaustive()
+    }
 }
 
 /// A request id from the client's header if it is 1–128 characters of `[A-Za-z0-9._-]`.
@@ -51,54 +66,168 @@ impl Principal {
     pub fn audit(&self) -> AuditContext {
         AuditContext {
             actor: Actor {
-                kind: ActorKind::Token,
-                id: self.token_id.clone(),
-                tenant_id: self.tenant_id.clone(),
-                auth_method: "api-token".to_owned(),
+                kind: self.kind,
+                id: self.id.clone(),
+                tenant_id: self.home_tenant().map(str::to_owned),
+                auth_method: self.auth_method.to_owned(),
                 source: self.source.clone(),
             },
             request_id: Some(self.request_id.clone()),
         }
     }
 
-    pub fn is_admin(&self) -> bool {
-        self.role == Role::Admin
-    }
-
-    /// Whether the caller reads every audit log (admins and auditors).
-    pub fn reads_all_audit_logs(&self) -> bool {
-        matches!(self.role, Role::Admin | Role::Auditor)
-    }
-
-    pub fn require_admin(&self) -> Result<(), ApiError> {
-        if self.is_admin() {
-            Ok(())
-        } else {
-            Err(ApiError::Forbidden(
-                "this action needs a platform admin token".into(),
-            ))
+    /// The tenant requests act in when they name none: the caller's only tenant, if it has
+    /// exactly one.
+    pub fn home_tenant(&self) -> Option<&str> {
+        let mut tenants = self.bindings.iter().filter_map(|b| b.tenant_id.as_deref());
+        match (tenants.next(), tenants.next()) {
+            (Some(t), None) => Some(t),
+            _ => None,
         }
+    }
+
+    /// The roles held, for messages: `member@<tenant id>`, `platform-admin`.
+    fn roles(&self) -> String {
+        let roles: Vec<String> = self
+            .bindings
+            .iter()
+            .map(|b| match &b.tenant_id {
+                Some(t) => format!("{}@{t}", b.role),
+                None => b.role.to_string(),
+            })
+            .collect();
+        if roles.is_empty() {
+            "no role".to_owned()
+        } else {
+            roles.join(", ")
+        }
+    }
+
+    fn session(&self) -> Result<Session<'_>, ApiError> {
+        let subject = Subject {
+            id: self.id.clone(),
+            bindings: self.bindings.clone(),
+        };
+        self.policies
+            .session(&subject, &self.tree)
+            .map_err(|e| ApiError::Internal(e.to_string()))
+    }
+
+    /// Whether the policies permit `action` on `resource`.
+    pub fn allows(&self, action: Action, resource: Resource<'_>) -> Result<bool, ApiError> {
+        self.session()?
+            .allows(action, resource, None)
+            .map_err(|e| ApiError::Internal(e.to_string()))
     }
 
     /// Whether the caller can see `tenant_id` at all.
-    pub fn can_see(&self, tenant_id: &str) -> bool {
-        self.is_admin() || self.tenant_id.as_deref() == Some(tenant_id)
+    pub fn can_see(&self, tenant_id: &str) -> Result<bool, ApiError> {
+        self.allows(Action::TenantRead, Resource::Tenant(tenant_id))
     }
 
-    /// Requires at least `role` within `tenant_id`. Other tenants' resources are reported as
-    /// missing (404, via `what`), so their existence does not leak.
-    pub fn require(&self, tenant_id: &str, role: Role, what: &str) -> Result<(), ApiError> {
-        if !self.can_see(tenant_id) {
-            return Err(ApiError::NotFound(format!("{what} does not exist")));
+    /// Requires the policies to permit `action` on `resource`. A resource of a tenant the
+    /// caller cannot see is reported missing (404, via `what`), so its existence does not
+    /// leak; otherwise the refusal is a 403.
+    pub fn authorize(
+        &self,
+        action: Action,
+        resource: Resource<'_>,
+        what: &str,
+    ) -> Result<(), ApiError> {
+        self.authorize_granting(action, resource, None, what)
+    }
+
+    /// [`Self::authorize`] for `token.create`, which names the role being granted.
+    pub fn authorize_granting(
+        &self,
+        action: Action,
+        resource: Resource<'_>,
+        granted: Option<Role>,
+        what: &str,
+    ) -> Result<(), ApiError> {
+        let session = self.session()?;
+        let decide = |action, resource| {
+            session
+                .allows(action, resource, granted)
+                .map_err(|e| ApiError::Internal(e.to_string()))
+        };
+        if decide(action, resource)? {
+            return Ok(());
         }
-        if !self.role.includes(role) {
+        // Whether the caller may know the resource exists: those who see its tenant do, and
+        // so do those who read its audit log (auditors read every tenant's).
+        if let Some(t) = resource.tenant() {
+            let visible = decide(Action::TenantRead, Resource::Tenant(t))?
+                || (matches!(resource, Resource::AuditLog { .. })
+                    && decide(Action::AuditRead, resource)?);
+            if !visible {
+                return Err(ApiError::NotFound(format!("{what} does not exist")));
+            }
+        }
+        let action = action.name();
+        Err(ApiError::Forbidden(match granted {
+            Some(role) => format!(
+                "the policies do not permit `{action}` granting the {role} role to a caller with {}",
+                self.roles()
+            ),
+            None => format!(
+                "the policies do not permit `{action}` on {what} to a caller with {}",
+                self.roles()
+            ),
+        }))
+    }
+
+    /// The tenants on which the policies permit `action` (an action on tenants).
+    pub fn permitted_tenants(&self, action: Action) -> Result<Vec<String>, ApiError> {
+        self.permitted_in_tenants(action, |t| Resource::Tenant(t))
+    }
+
+    /// The tenants `t` for which the policies permit `action` on `resource(t)`.
+    pub fn permitted_in_tenants(
+        &self,
+        action: Action,
+        resource: for<'t> fn(&'t str) -> Resource<'t>,
+    ) -> Result<Vec<String>, ApiError> {
+        let session = self.session()?;
+        let mut out = Vec::new();
+        for t in self.tree.ids() {
+            if session
+                .allows(action, resource(t), None)
+                .map_err(|e| ApiError::Internal(e.to_string()))?
+            {
+                out.push(t.to_owned());
+            }
+        }
+        out.sort_unstable();
+        Ok(out)
+    }
+
+    /// How many tenants there are.
+    pub fn tenant_count(&self) -> usize {
+        self.tree.ids().count()
+    }
+
+    /// The tenants where the caller may list with `action`; refused (403) when that is none.
+    pub fn listable(&self, action: Action, what: &str) -> Result<Vec<String>, ApiError> {
+        let tenants = self.permitted_tenants(action)?;
+        if tenants.is_empty() {
             return Err(ApiError::Forbidden(format!(
-                "this action needs the {role} role; the token has {}",
-                self.role
+                "the policies do not permit `{}` ({what}) in any tenant to a caller with {}",
+                action.name(),
+                self.roles()
             )));
         }
-        Ok(())
+        Ok(tenants)
     }
+
+    /// [`Self::listable`] as a store scope.
+    pub fn scope(&self, action: Action, what: &str) -> Result<TenantScope, ApiError> {
+        self.listable(action, what).map(TenantScope::Tenants)
+    }
+}
+
+fn unauthenticated(message: &str) -> ApiError {
+    ApiError::Unauthenticated(message.to_owned())
 }
 
 impl FromRequest for Principal {
@@ -119,13 +248,13 @@ impl FromRequest for Principal {
                 state.ok_or_else(|| ApiError::Internal("application state missing".into()))?;
             let value = match header {
                 None => {
-                    return Err(ApiError::Unauthenticated(
-                        "send an API token as `Authorization: Bearer <token>`".into(),
+                    return Err(unauthenticated(
+                        "send an API token as `Authorization: Bearer <token>`",
                     ));
                 }
                 Some(Err(_)) => {
-                    return Err(ApiError::Unauthenticated(
-                        "the Authorization header is not valid text".into(),
+                    return Err(unauthenticated(
+                        "the Authorization header is not valid text",
                     ));
                 }
                 Some(Ok(v)) => v,
@@ -136,39 +265,27 @@ impl FromRequest for Principal {
                 .map(str::trim)
                 .filter(|t| !t.is_empty())
             else {
-                return Err(ApiError::Unauthenticated(
-                    "the Authorization header must be `Bearer <token>`".into(),
+                return Err(unauthenticated(
+                    "the Authorization header must be `Bearer <token>`",
                 ));
             };
             let found = state.store.use_token(&secret::hash(token)).await?;
             let now = state.store.clock().now();
             match found {
-                Some(t)
-                    if t.is_usable(now)
-                        && t.role == Role::Auditor
-                        // The route that matched, not the raw path a client chose.
-                        && !http_req
-                            .match_pattern()
-                            .is_some_and(|p| p.starts_with(AUDIT_PATH)) =>
-                {
-                    http_req.extensions_mut().insert(Principal {
-                        token_id: t.id,
-                        role: t.role,
-                        tenant_id: t.tenant_id,
-                        source,
-                        request_id,
-                    });
-                    Err(ApiError::Forbidden(
-                        "the auditor role reads the audit logs and nothing else".into(),
-                    ))
-                }
                 Some(t) if t.is_usable(now) => {
+                    let tree = TenantTree::new(&state.store.list_tenants().await?);
                     let principal = Principal {
-                        token_id: t.id,
-                        role: t.role,
-                        tenant_id: t.tenant_id,
+                        kind: ActorKind::Token,
+                        id: t.id,
+                        bindings: vec![RoleBinding {
+                            role: t.role,
+                            tenant_id: t.tenant_id,
+                        }],
+                        auth_method: "api-token",
                         source,
                         request_id,
+                        policies: state.policies.clone(),
+                        tree: Arc::new(tree),
                     };
                     // For the denial audit, which runs after the handler.
                     http_req.extensions_mut().insert(principal.clone());
@@ -179,13 +296,13 @@ impl FromRequest for Principal {
                     http_req
                         .extensions_mut()
                         .insert(UnusableToken(t.id.clone()));
-                    Err(ApiError::Unauthenticated(if t.revoked_at.is_some() {
-                        "the token has been revoked".into()
+                    Err(unauthenticated(if t.revoked_at.is_some() {
+                        "the token has been revoked"
                     } else {
-                        "the token has expired".into()
+                        "the token has expired"
                     }))
                 }
-                None => Err(ApiError::Unauthenticated("the token is not valid".into())),
+                None => Err(unauthenticated("the token is not valid")),
             }
         })
     }

@@ -16,7 +16,8 @@ pub mod views;
 
 use std::sync::Arc;
 
-use actix_web::{HttpRequest, HttpResponse, ResponseError, web};
+use actix_web::http::Method;
+use actix_web::{FromRequest, Handler, HttpRequest, HttpResponse, Responder, ResponseError, web};
 use allot_domain::Job;
 use allot_store::Store;
 
@@ -37,6 +38,8 @@ pub trait ControlEvents: Send + Sync + 'static {
 #[derive(Clone)]
 pub struct AppState {
     pub store: Store,
+    /// The Cedar policies every action is authorized by.
+    pub policies: Arc<allot_authz::Policies>,
     /// Sign audit checkpoints and export manifests (the key in force at the time); their
     /// verifier keys are public.
     pub audit_keys: Arc<allot_audit::SigningKeys>,
@@ -48,78 +51,142 @@ pub struct AppState {
     pub audit_batcher: allot_store::AuditBatcher,
 }
 
-/// Registers every route. Call from `App::configure` after adding `web::Data<AppState>`.
-pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.route("/healthz", web::get().to(handlers::health::healthz))
-        .route("/readyz", web::get().to(handlers::health::readyz))
-        .service(
-            web::scope("/api/v1")
-                .route("/openapi.json", web::get().to(openapi::serve))
-                .service(resource("/audit/key").get(handlers::audit::key))
-                .service(resource("/audit/logs").get(handlers::audit::logs))
-                .service(resource("/audit/entries").get(handlers::audit::search))
-                .service(resource("/audit/holds").get(handlers::audit::holds))
-                .service(
-                    resource("/audit/logs/{log}/hold")
-                        .put(handlers::audit::set_hold)
-                        .delete(handlers::audit::release_hold),
-                )
-                .service(resource("/audit/logs/{log}/prune").post(handlers::audit::prune))
-                .service(resource("/audit/logs/{log}/entries").get(handlers::audit::entries))
-                .service(resource("/audit/logs/{log}/checkpoint").get(handlers::audit::checkpoint))
-                .service(resource("/audit/logs/{log}/export").get(handlers::audit::export))
-                .service(
-                    resource("/audit/logs/{log}/proof/inclusion").get(handlers::audit::inclusion),
-                )
-                .service(
-                    resource("/audit/logs/{log}/proof/consistency")
-                        .get(handlers::audit::consistency),
-                )
-                .service(
-                    resource("/tenants")
-                        .get(handlers::tenants::list)
-                        .post(handlers::tenants::create),
-                )
-                .service(resource("/tenants/{name}").get(handlers::tenants::get))
-                .service(
-                    resource("/tenants/{name}/quota")
-                        .get(handlers::tenants::get_quota)
-                        .put(handlers::tenants::set_quota),
-                )
-                .service(
-                    resource("/jobs")
-                        .get(handlers::jobs::list)
-                        .post(handlers::jobs::submit),
-                )
-                .service(resource("/jobs/{id}").get(handlers::jobs::get))
-                .service(resource("/jobs/{id}/cancel").post(handlers::jobs::cancel))
-                .service(resource("/jobs/{id}/log").get(handlers::jobs::log))
-                .service(resource("/nodes").get(handlers::nodes::list))
-                .service(resource("/nodes/{id}").get(handlers::nodes::get))
-                .service(resource("/nodes/{id}/cordon").post(handlers::nodes::cordon))
-                .service(resource("/nodes/{id}/uncordon").post(handlers::nodes::uncordon))
-                .service(resource("/nodes/{id}/drain").post(handlers::nodes::drain))
-                .service(resource("/nodes/{id}/gpus/{uuid}/drain").post(handlers::nodes::drain_gpu))
-                .service(
-                    resource("/nodes/{id}/gpus/{uuid}/return").post(handlers::nodes::return_gpu),
-                )
-                .service(
-                    resource("/tokens")
-                        .get(handlers::tokens::list)
-                        .post(handlers::tokens::create),
-                )
-                .service(
-                    resource("/tokens/{id}")
-                        .get(handlers::tokens::get)
-                        .delete(handlers::tokens::revoke),
-                ),
-        )
-        .default_service(web::to(not_found));
+/// Every route of the API, in one place: [`configure`] serves them and [`route_table`]
+/// lists them (the authorization matrix test walks that list, so a route cannot be added
+/// without deciding who may call it).
+fn routes<R: Routes>(r: &mut R) {
+    use Method as M;
+    use handlers::{audit, jobs, nodes, tenants, tokens};
+    r.add(M::GET, "/healthz", handlers::health::healthz);
+    r.add(M::GET, "/readyz", handlers::health::readyz);
+    r.add(M::GET, "/api/v1/openapi.json", openapi::serve);
+    r.add(M::GET, "/api/v1/audit/key", audit::key);
+    r.add(M::GET, "/api/v1/audit/logs", audit::logs);
+    r.add(M::GET, "/api/v1/audit/entries", audit::search);
+    r.add(M::GET, "/api/v1/audit/holds", audit::holds);
+    r.add(M::PUT, "/api/v1/audit/logs/{log}/hold", audit::set_hold);
+    r.add(
+        M::DELETE,
+        "/api/v1/audit/logs/{log}/hold",
+        audit::release_hold,
+    );
+    r.add(M::POST, "/api/v1/audit/logs/{log}/prune", audit::prune);
+    r.add(M::GET, "/api/v1/audit/logs/{log}/entries", audit::entries);
+    r.add(
+        M::GET,
+        "/api/v1/audit/logs/{log}/checkpoint",
+        audit::checkpoint,
+    );
+    r.add(M::GET, "/api/v1/audit/logs/{log}/export", audit::export);
+    r.add(
+        M::GET,
+        "/api/v1/audit/logs/{log}/proof/inclusion",
+        audit::inclusion,
+    );
+    r.add(
+        M::GET,
+        "/api/v1/audit/logs/{log}/proof/consistency",
+        audit::consistency,
+    );
+    r.add(M::GET, "/api/v1/tenants", tenants::list);
+    r.add(M::POST, "/api/v1/tenants", tenants::create);
+    r.add(M::GET, "/api/v1/tenants/{name}", tenants::get);
+    r.add(M::GET, "/api/v1/tenants/{name}/quota", tenants::get_quota);
+    r.add(M::PUT, "/api/v1/tenants/{name}/quota", tenants::set_quota);
+    r.add(M::GET, "/api/v1/jobs", jobs::list);
+    r.add(M::POST, "/api/v1/jobs", jobs::submit);
+    r.add(M::GET, "/api/v1/jobs/{id}", jobs::get);
+    r.add(M::POST, "/api/v1/jobs/{id}/cancel", jobs::cancel);
+    r.add(M::GET, "/api/v1/jobs/{id}/log", jobs::log);
+    r.add(M::GET, "/api/v1/nodes", nodes::list);
+    r.add(M::GET, "/api/v1/nodes/{id}", nodes::get);
+    r.add(M::POST, "/api/v1/nodes/{id}/cordon", nodes::cordon);
+    r.add(M::POST, "/api/v1/nodes/{id}/uncordon", nodes::uncordon);
+    r.add(M::POST, "/api/v1/nodes/{id}/drain", nodes::drain);
+    r.add(
+        M::POST,
+        "/api/v1/nodes/{id}/gpus/{uuid}/drain",
+        nodes::drain_gpu,
+    );
+    r.add(
+        M::POST,
+        "/api/v1/nodes/{id}/gpus/{uuid}/return",
+        nodes::return_gpu,
+    );
+    r.add(M::GET, "/api/v1/tokens", tokens::list);
+    r.add(M::POST, "/api/v1/tokens", tokens::create);
+    r.add(M::GET, "/api/v1/tokens/{id}", tokens::get);
+    r.add(M::DELETE, "/api/v1/tokens/{id}", tokens::revoke);
 }
 
-/// A resource whose unsupported methods answer 405 as a problem.
-fn resource(path: &str) -> actix_web::Resource {
-    web::resource(path).default_service(web::to(method_not_allowed))
+/// Where [`routes`] puts what it lists.
+trait Routes {
+    fn add<F, Args>(&mut self, method: Method, path: &'static str, handler: F)
+    where
+        F: Handler<Args>,
+        Args: FromRequest + 'static,
+        F::Output: Responder + 'static;
+}
+
+/// One served route: a method on a path template.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RouteEntry {
+    pub method: Method,
+    pub path: &'static str,
+}
+
+/// Every route the API serves.
+pub fn route_table() -> Vec<RouteEntry> {
+    struct Table(Vec<RouteEntry>);
+    impl Routes for Table {
+        fn add<F, Args>(&mut self, method: Method, path: &'static str, _: F)
+        where
+            F: Handler<Args>,
+            Args: FromRequest + 'static,
+            F::Output: Responder + 'static,
+        {
+            self.0.push(RouteEntry { method, path });
+        }
+    }
+    let mut t = Table(Vec::new());
+    routes(&mut t);
+    t.0
+}
+
+/// Registers every route. Call from `App::configure` after adding `web::Data<AppState>`.
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    /// Resources by path, in order: one resource carries every method of its path, so an
+    /// unsupported method answers 405 rather than falling through.
+    struct Actix(Vec<(&'static str, Option<actix_web::Resource>)>);
+    impl Routes for Actix {
+        fn add<F, Args>(&mut self, method: Method, path: &'static str, handler: F)
+        where
+            F: Handler<Args>,
+            Args: FromRequest + 'static,
+            F::Output: Responder + 'static,
+        {
+            let slot = match self.0.iter().position(|(p, _)| *p == path) {
+                Some(i) => i,
+                None => {
+                    let resource = web::resource(path).default_service(web::to(method_not_allowed));
+                    self.0.push((path, Some(resource)));
+                    self.0.len() - 1
+                }
+            };
+            let entry = &mut self.0[slot].1;
+            *entry = entry
+                .take()
+                .map(|r| r.route(web::method(method).to(handler)));
+        }
+    }
+    let mut a = Actix(Vec::new());
+    routes(&mut a);
+    for (_, resource) in a.0 {
+        if let Some(r) = resource {
+            cfg.service(r);
+        }
+    }
+    cfg.default_service(web::to(not_found));
 }
 
 async fn not_found(req: HttpRequest) -> HttpResponse {

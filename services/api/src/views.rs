@@ -459,7 +459,7 @@ impl NodeView {
 pub struct CreateToken {
     /// What the token is for, e.g. `ci-pipeline`.
     pub name: String,
-    /// The tenant the token acts in; required for every role except `admin`.
+    /// The tenant the token acts in; required for every role except `platform-admin` and `auditor`.
     pub tenant: Option<String>,
     #[schema(value_type = String, example = "member")]
     pub role: Role,

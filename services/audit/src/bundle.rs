@@ -183,7 +183,19 @@ pub(crate) fn manifest_note_text(manifest_json: &str) -> String {
 
 /// The stub line that stands for a pruned entry.
 pub fn pruned_line(log: &str, seq: u64, leaf_hash: &Hash) -> String {
-    serde_json::json!({ "log": log, "seq": seq, "pruned": hex::encode(leaf_hash) }).to_string()
+    // A struct, not a `json!` map: its field order does not depend on serde_json features.
+    #[derive(serde::Serialize)]
+    struct Pruned<'a> {
+        log: &'a str,
+        seq: u64,
+        pruned: String,
+    }
+    serde_json::to_string(&Pruned {
+        log,
+        seq,
+        pruned: hex::encode(leaf_hash),
+    })
+    .unwrap_or_default()
 }
 
 fn b64_all(hashes: &[Hash]) -> Vec<String> {

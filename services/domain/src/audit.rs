@@ -16,6 +16,8 @@ pub const SYSTEM_LOG: &str = "system";
 pub enum ActorKind {
     /// An API token.
     Token,
+    /// A person, signed in through the identity provider.
+    User,
     /// A node agent, identified by its node secret.
     Node,
     /// The control plane itself (the scheduler, bootstrap).
@@ -41,6 +43,7 @@ impl Actor {
     pub fn key(&self) -> String {
         let kind = match self.kind {
             ActorKind::Token => "token",
+            ActorKind::User => "user",
             ActorKind::Node => "node",
             ActorKind::System => "system",
         };
@@ -147,8 +150,29 @@ impl AuditEntry {
 
     /// The canonical bytes: what is hashed and stored.
     pub fn canonical_bytes(&self) -> Vec<u8> {
+        let mut entry = self.clone();
+        entry.before = entry.before.as_ref().map(sort_keys);
+        entry.after = entry.after.as_ref().map(sort_keys);
         // Serializing plain structs, strings and serde_json values cannot fail.
-        serde_json::to_vec(self).unwrap_or_default()
+        serde_json::to_vec(&entry).unwrap_or_default()
+    }
+}
+
+/// `value` with every object's keys in sorted order, whether or not serde_json keeps
+/// insertion order (its `preserve_order` feature, which any crate in the build may turn on).
+fn sort_keys(value: &Value) -> Value {
+    match value {
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort_unstable();
+            Value::Object(
+                keys.into_iter()
+                    .map(|k| (k.clone(), sort_keys(&map[k])))
+                    .collect(),
+            )
+        }
+        Value::Array(items) => Value::Array(items.iter().map(sort_keys).collect()),
+        other => other.clone(),
     }
 }
 
@@ -214,6 +238,16 @@ mod tests {
         assert!(
             text.contains(r#""before":{"a":1,"state":"pending"}"#),
             "keys sorted: {text}"
+        );
+        assert!(text.contains(r#""after":{"state":"scheduled"}"#), "{text}");
+        let nested = AuditEntry {
+            after: Some(serde_json::json!({"z": [{"y": 1, "b": 2}], "c": {"k": 0, "d": 1}})),
+            ..entry.clone()
+        };
+        let nested = String::from_utf8(nested.canonical_bytes()).expect("utf8");
+        assert!(
+            nested.contains(r#""after":{"c":{"d":1,"k":0},"z":[{"b":2,"y":1}]}"#),
+            "nested keys sorted: {nested}"
         );
         let back: AuditEntry = serde_json::from_slice(&bytes).expect("parse");
         assert_eq!(back, entry);

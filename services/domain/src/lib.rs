@@ -26,5 +26,5 @@ pub use job::{GPU_MILLI, Job, JobEvent, JobSpec, JobState, PendingReason, Transi
 pub use node::{GpuDevice, Node, NodeStatus};
 pub use quantity::{format_bytes, parse_bytes};
 pub use tenant::{Quota, ResourceLimits, Resources, Tenant, TenantName};
-pub use token::{ApiToken, Role};
+pub use token::{ApiToken, Role, RoleBinding};
 pub use xid::{XidClass, classify as classify_xid};

@@ -20,6 +20,7 @@ pub enum Role {
     /// Member, plus manage the tenant's API tokens.
     TenantAdmin,
     /// Everything, across all tenants.
+    #[serde(rename = "platform-admin", alias = "admin")]
     Admin,
     /// Read every audit log, its proofs and exports; nothing else.
     Auditor,
@@ -60,7 +61,7 @@ impl Role {
             Role::Viewer => "viewer",
             Role::Member => "member",
             Role::TenantAdmin => "tenant-admin",
-            Role::Admin => "admin",
+            Role::Admin => "platform-admin",
             Role::Auditor => "auditor",
         }
     }
@@ -75,11 +76,17 @@ impl fmt::Display for Role {
 impl FromStr for Role {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if s == "admin" {
+            // The name platform admins had before the role set grew.
+            return Ok(Role::Admin);
+        }
         Role::ALL
             .into_iter()
             .find(|r| r.as_str() == s)
             .ok_or_else(|| {
-                format!("unknown role `{s}` (one of viewer, member, tenant-admin, admin, auditor)")
+                format!(
+                    "unknown role `{s}` (one of viewer, member, tenant-admin, platform-admin, auditor)"
+                )
             })
     }
 }
@@ -101,5 +108,29 @@ impl ApiToken {
     /// Whether the token may authenticate a request at `now`.
     pub fn is_usable(&self, now: DateTime<Utc>) -> bool {
         self.revoked_at.is_none() && self.expires_at.is_none_or(|e| now < e)
+    }
+}
+
+/// A role held by a token or user: platform-wide (`tenant_id` is `None`) for the platform
+/// roles, else within one tenant and every tenant below it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct RoleBinding {
+    pub role: Role,
+    pub tenant_id: Option<String>,
+}
+
+impl RoleBinding {
+    pub fn platform(role: Role) -> Self {
+        Self {
+            role,
+            tenant_id: None,
+        }
+    }
+
+    pub fn tenant(role: Role, tenant_id: impl Into<String>) -> Self {
+        Self {
+            role,
+            tenant_id: Some(tenant_id.into()),
+        }
     }
 }

@@ -11,7 +11,9 @@ use allot_proto::v1::{
     Assignment, Gpu, HeartbeatRequest, HeartbeatResponse, JobPhase, JobStatusAck, JobStatusReport,
     RegisterRequest, RegisterResponse, WatchAssignmentsRequest,
 };
-use allot_store::{JobFilter, JobRepo, JobUpdate, NodeRegistration, NodeRepo, Store, StoreError};
+use allot_store::{
+    JobFilter, JobRepo, JobUpdate, NodeRegistration, NodeRepo, Store, StoreError, TenantScope,
+};
 use tokio::sync::Notify;
 use tokio_stream::Stream;
 use tokio_stream::wrappers::UnboundedReceiverStream;
@@ -122,7 +124,7 @@ impl NodeSvc {
             .list_jobs(JobFilter {
                 node_id: Some(node_id.to_owned()),
                 states: vec![JobState::Running],
-                ..Default::default()
+                ..JobFilter::new(TenantScope::All)
             })
             .await
             .map_err(status)?;
@@ -237,7 +239,7 @@ impl allot_proto::NodeService for NodeSvc {
             self.hub
                 .overdue(&node.id, &r.running_job_ids, self.heartbeat_interval * 2)
         {
-            match self.store.job(&job_id).await {
+            match self.store.job(&TenantScope::All, &job_id).await {
                 Ok(job)
                     if job.state == JobState::Scheduled
                         && job.attempt == attempt
@@ -269,7 +271,7 @@ impl allot_proto::NodeService for NodeSvc {
             .list_jobs(JobFilter {
                 node_id: Some(node.id.clone()),
                 states: vec![JobState::Scheduled, JobState::Running],
-                ..Default::default()
+                ..JobFilter::new(TenantScope::All)
             })
             .await
             .map_err(status)?;
@@ -296,7 +298,11 @@ impl allot_proto::NodeService for NodeSvc {
         let node = self.node(&req).await?;
         let ctx = node_ctx(&req, &node.id, "node-secret");
         let r = req.into_inner();
-        let job = self.store.job(&r.job_id).await.map_err(status)?;
+        let job = self
+            .store
+            .job(&TenantScope::All, &r.job_id)
+            .await
+            .map_err(status)?;
         self.hub.confirmed(&node.id, &job.id);
         // The attempt is the report's fencing token: a report about an attempt that was
         // requeued (the node lost its lease, or was preempted) changes nothing.

@@ -8,7 +8,7 @@
 //! fencing token (its attempt number) and is refused.
 
 use allot_domain::{AuditContext, JobState, Node, NodeStatus};
-use allot_store::{JobFilter, JobRepo, JobUpdate, Store, StoreError};
+use allot_store::{JobFilter, JobRepo, JobUpdate, Store, StoreError, TenantScope};
 
 /// Requeues the jobs held on those of `nodes` whose lease lapsed (cancels those being
 /// cancelled). Returns how many jobs moved.
@@ -24,7 +24,7 @@ pub async fn requeue_from_lapsed_nodes(store: &Store, nodes: &[Node]) -> Result<
     let held = store
         .list_jobs(JobFilter {
             states: vec![JobState::Scheduled, JobState::Running],
-            ..Default::default()
+            ..JobFilter::new(TenantScope::All)
         })
         .await?
         .jobs;

@@ -59,6 +59,9 @@ pub struct ServerConfig {
     /// Audit entries older than this lose their payload (leaf hashes stay), except in logs
     /// under legal hold. `None` keeps everything.
     pub audit_retention: Option<Duration>,
+    /// A directory with `allot.cedarschema` and `*.cedar` policies replacing the shipped
+    /// ones; validated at start-up either way.
+    pub policy_dir: Option<std::path::PathBuf>,
 }
 
 impl ServerConfig {
@@ -81,6 +84,7 @@ impl ServerConfig {
             checkpoint_dir: None,
             checkpoint_interval: Duration::from_secs(1),
             audit_retention: None,
+            policy_dir: None,
         }
     }
 }
@@ -104,6 +108,8 @@ pub enum ServerError {
     AuditKey(#[from] allot_audit::NoteError),
     #[error("scheduler: {0}")]
     Scheduler(#[from] allot_scheduler::LiveError),
+    #[error("authorization policies: {0}")]
+    Policies(#[from] allot_authz::AuthzError),
     #[error("{0}")]
     Io(#[from] std::io::Error),
 }
@@ -204,6 +210,11 @@ pub async fn start(
     config: ServerConfig,
     clock: Arc<dyn Clock>,
 ) -> Result<RunningServer, ServerError> {
+    // Refuse to start on policies that do not parse or validate against their schema.
+    let policies = Arc::new(match &config.policy_dir {
+        Some(dir) => allot_authz::Policies::from_dir(dir)?,
+        None => allot_authz::Policies::builtin()?,
+    });
     let keys = Arc::new(if config.audit_key.trim().is_empty() {
         allot_audit::SigningKeys::single(allot_audit::Signer::generate_system(
             &config.audit_origin,
@@ -250,6 +261,7 @@ pub async fn start(
         audit_batcher,
         audit_keys: keys.clone(),
         audit_origin: config.audit_origin.clone(),
+        policies,
         store: store.clone(),
         events: Arc::new(Events {
             notify: notify.clone(),

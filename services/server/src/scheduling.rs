@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use allot_domain::{AuditContext, JobState};
 use allot_scheduler::{LiveDecision, LiveError, LiveScheduler, Snapshot};
-use allot_store::{JobFilter, JobRepo, JobUpdate, NodeRepo, Store, StoreError, TenantRepo};
+use allot_store::{
+    JobFilter, JobRepo, JobUpdate, NodeRepo, Store, StoreError, TenantRepo, TenantScope,
+};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
@@ -47,7 +49,7 @@ async fn jobs_in(store: &Store, states: &[JobState]) -> Result<Vec<allot_domain:
     Ok(store
         .list_jobs(JobFilter {
             states: states.to_vec(),
-            ..Default::default()
+            ..JobFilter::new(TenantScope::All)
         })
         .await?
         .jobs)

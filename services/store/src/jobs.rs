@@ -14,7 +14,7 @@ use sea_orm::{
 use crate::audit::record;
 use crate::convert::{json, parse, to_i64, to_json, to_u32, to_u64};
 use crate::entities::{job_events, jobs, tenants};
-use crate::{Store, StoreError, new_id};
+use crate::{Store, StoreError, TenantScope, new_id};
 
 #[derive(Debug, Clone)]
 pub struct NewJob {
@@ -24,13 +24,27 @@ pub struct NewJob {
 
 /// Which jobs to list. Results are newest first; `before` is the id of the last job of the
 /// previous page.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct JobFilter {
-    pub tenant_id: Option<String>,
+    /// Whose jobs: there is no default.
+    pub scope: TenantScope,
     pub states: Vec<JobState>,
     pub node_id: Option<String>,
     pub before: Option<String>,
     pub limit: Option<u64>,
+}
+
+impl JobFilter {
+    /// Every job in `scope`, with no other filter.
+    pub fn new(scope: TenantScope) -> Self {
+        Self {
+            scope,
+            states: Vec::new(),
+            node_id: None,
+            before: None,
+            limit: None,
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -65,7 +79,12 @@ pub trait JobRepo {
         ctx: &AuditContext,
         new: NewJob,
     ) -> impl Future<Output = Result<Job, StoreError>> + Send;
-    fn job(&self, id: &str) -> impl Future<Output = Result<Job, StoreError>> + Send;
+    /// The job, if it exists and is in `scope` (else `NotFound`).
+    fn job(
+        &self,
+        scope: &TenantScope,
+        id: &str,
+    ) -> impl Future<Output = Result<Job, StoreError>> + Send;
     fn list_jobs(&self, f: JobFilter) -> impl Future<Output = Result<JobPage, StoreError>> + Send;
     /// Moves a job from `from` to `to` if it is still in `from`, recording the transition.
     /// Fails with `Conflict` when another change got there first.
@@ -393,15 +412,17 @@ impl JobRepo for Store {
         Ok(job)
     }
 
-    async fn job(&self, id: &str) -> Result<Job, StoreError> {
-        load(&self.db, id).await
+    async fn job(&self, scope: &TenantScope, id: &str) -> Result<Job, StoreError> {
+        let job = load(&self.db, id).await?;
+        if !scope.includes(Some(&job.tenant_id)) {
+            return Err(StoreError::NotFound(format!("job {id}")));
+        }
+        Ok(job)
     }
 
     async fn list_jobs(&self, f: JobFilter) -> Result<JobPage, StoreError> {
         let mut q = jobs::Entity::find().order_by_desc(jobs::Column::Id);
-        if let Some(t) = &f.tenant_id {
-            q = q.filter(jobs::Column::TenantId.eq(t.as_str()));
-        }
+        q = q.filter(f.scope.condition(jobs::Column::TenantId));
         if !f.states.is_empty() {
             q = q.filter(jobs::Column::State.is_in(f.states.iter().map(|s| s.as_str())));
         }

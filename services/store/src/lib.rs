@@ -11,6 +11,7 @@ pub mod entities;
 mod error;
 mod jobs;
 mod nodes;
+mod scope;
 mod tenants;
 #[cfg(feature = "testing")]
 pub mod testing;
@@ -27,6 +28,7 @@ pub use audit::{AuditBatcher, AuditRepo, AuditSearch, LogHead, StoredCheckpoint,
 pub use error::StoreError;
 pub use jobs::{JobFilter, JobPage, JobRepo, JobUpdate, NewJob};
 pub use nodes::{NodeAdmin, NodeRegistration, NodeRepo};
+pub use scope::TenantScope;
 pub use tenants::TenantRepo;
 pub use tokens::{NewToken, TokenRepo};
 

@@ -10,7 +10,7 @@ use sea_orm::{
 use crate::audit::record;
 use crate::convert::parse;
 use crate::entities::api_tokens;
-use crate::{Store, StoreError, new_id};
+use crate::{Store, StoreError, TenantScope, new_id};
 
 #[derive(Debug, Clone)]
 pub struct NewToken {
@@ -32,14 +32,20 @@ pub trait TokenRepo {
         &self,
         secret_hash: &str,
     ) -> impl Future<Output = Result<Option<ApiToken>, StoreError>> + Send;
-    fn token(&self, id: &str) -> impl Future<Output = Result<ApiToken, StoreError>> + Send;
+    /// The token, if it exists and is in `scope` (else `NotFound`).
+    fn token(
+        &self,
+        scope: &TenantScope,
+        id: &str,
+    ) -> impl Future<Output = Result<ApiToken, StoreError>> + Send;
     fn list_tokens(
         &self,
-        tenant_id: Option<&str>,
+        scope: &TenantScope,
     ) -> impl Future<Output = Result<Vec<ApiToken>, StoreError>> + Send;
     fn revoke_token(
         &self,
         ctx: &AuditContext,
+        scope: &TenantScope,
         id: &str,
     ) -> impl Future<Output = Result<ApiToken, StoreError>> + Send;
     fn count_admin_tokens(&self) -> impl Future<Output = Result<u64, StoreError>> + Send;
@@ -115,24 +121,37 @@ impl TokenRepo for Store {
         Ok(Some(token))
     }
 
-    async fn token(&self, id: &str) -> Result<ApiToken, StoreError> {
-        api_tokens::Entity::find_by_id(id.to_owned())
+    async fn token(&self, scope: &TenantScope, id: &str) -> Result<ApiToken, StoreError> {
+        let missing = || StoreError::NotFound(format!("token {id}"));
+        let token = api_tokens::Entity::find_by_id(id.to_owned())
             .one(&self.db)
             .await?
-            .ok_or_else(|| StoreError::NotFound(format!("token {id}")))
-            .and_then(to_domain)
-    }
-
-    async fn list_tokens(&self, tenant_id: Option<&str>) -> Result<Vec<ApiToken>, StoreError> {
-        let mut q = api_tokens::Entity::find().order_by_asc(api_tokens::Column::Id);
-        if let Some(t) = tenant_id {
-            q = q.filter(api_tokens::Column::TenantId.eq(t));
+            .ok_or_else(missing)
+            .and_then(to_domain)?;
+        if !scope.includes(token.tenant_id.as_deref()) {
+            return Err(missing());
         }
-        q.all(&self.db).await?.into_iter().map(to_domain).collect()
+        Ok(token)
     }
 
-    async fn revoke_token(&self, ctx: &AuditContext, id: &str) -> Result<ApiToken, StoreError> {
-        let token = self.token(id).await?;
+    async fn list_tokens(&self, scope: &TenantScope) -> Result<Vec<ApiToken>, StoreError> {
+        api_tokens::Entity::find()
+            .filter(scope.condition(api_tokens::Column::TenantId))
+            .order_by_asc(api_tokens::Column::Id)
+            .all(&self.db)
+            .await?
+            .into_iter()
+            .map(to_domain)
+            .collect()
+    }
+
+    async fn revoke_token(
+        &self,
+        ctx: &AuditContext,
+        scope: &TenantScope,
+        id: &str,
+    ) -> Result<ApiToken, StoreError> {
+        let token = self.token(scope, id).await?;
         if token.revoked_at.is_some() {
             return Ok(token);
         }

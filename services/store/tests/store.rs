@@ -9,7 +9,7 @@ use allot_domain::{
 use allot_store::testing::{Backend, TestDb};
 use allot_store::{
     AuditRepo, JobFilter, JobRepo, JobUpdate, NewJob, NewToken, NodeRegistration, NodeRepo, Store,
-    StoreError, TenantRepo, TokenRepo,
+    StoreError, TenantRepo, TenantScope, TokenRepo,
 };
 use chrono::{Duration, TimeZone, Utc};
 
@@ -206,7 +206,11 @@ both_backends!(jobs_move_through_the_state_machine, |store, clock| {
         .await
         .expect("reason");
     assert_eq!(
-        store.job(&job.id).await.expect("get").pending_reason,
+        store
+            .job(&TenantScope::All, &job.id)
+            .await
+            .expect("get")
+            .pending_reason,
         Some(reason)
     );
 
@@ -420,7 +424,7 @@ both_backends!(listing_filters_and_pages, |store, clock| {
             .list_jobs(JobFilter {
                 before: before.clone(),
                 limit: Some(3),
-                ..Default::default()
+                ..JobFilter::new(TenantScope::All)
             })
             .await
             .expect("page");
@@ -435,18 +439,29 @@ both_backends!(listing_filters_and_pages, |store, clock| {
     assert_eq!(seen, expected);
 
     let only_a = store
-        .list_jobs(JobFilter {
-            tenant_id: Some(a.id.clone()),
-            ..Default::default()
-        })
+        .list_jobs(JobFilter::new(TenantScope::tenant(a.id.clone())))
         .await
         .expect("a");
     assert_eq!(only_a.jobs.len(), 4);
     assert!(only_a.jobs.iter().all(|j| j.spec.tenant.as_str() == "a"));
+    // A job outside the scope is missing, and an empty scope reads nothing.
+    let other = seen
+        .iter()
+        .find(|id| !only_a.jobs.iter().any(|j| &j.id == *id))
+        .expect("a job of another tenant");
+    assert!(matches!(
+        store.job(&TenantScope::tenant(a.id.clone()), other).await,
+        Err(StoreError::NotFound(_))
+    ));
+    let none = store
+        .list_jobs(JobFilter::new(TenantScope::Tenants(vec![])))
+        .await
+        .expect("empty scope");
+    assert!(none.jobs.is_empty());
     let cancelled = store
         .list_jobs(JobFilter {
             states: vec![JobState::Cancelled],
-            ..Default::default()
+            ..JobFilter::new(TenantScope::All)
         })
         .await
         .expect("cancelled");
@@ -496,7 +511,11 @@ both_backends!(tokens, |store, clock| {
         .expect("found");
     assert_eq!(used.id, member.id);
     assert_eq!(
-        store.token(&member.id).await.expect("get").last_used_at,
+        store
+            .token(&TenantScope::All, &member.id)
+            .await
+            .expect("get")
+            .last_used_at,
         Some(clock.now())
     );
     assert!(
@@ -508,12 +527,29 @@ both_backends!(tokens, |store, clock| {
     );
 
     let revoked = store
-        .revoke_token(&ctx(), &member.id)
+        .revoke_token(&ctx(), &TenantScope::tenant(t.id.clone()), &member.id)
         .await
         .expect("revoke");
     assert!(!revoked.is_usable(clock.now()));
-    assert_eq!(store.list_tokens(Some(&t.id)).await.expect("list").len(), 1);
-    assert_eq!(store.list_tokens(None).await.expect("list").len(), 2);
+    let of_t = TenantScope::tenant(t.id.clone());
+    assert_eq!(store.list_tokens(&of_t).await.expect("list").len(), 1);
+    assert_eq!(
+        store
+            .list_tokens(&TenantScope::All)
+            .await
+            .expect("list")
+            .len(),
+        2
+    );
+    // A tenant's scope never reaches a platform-wide token.
+    assert!(matches!(
+        store.token(&of_t, &admin.id).await,
+        Err(StoreError::NotFound(_))
+    ));
+    assert!(matches!(
+        store.revoke_token(&ctx(), &of_t, &admin.id).await,
+        Err(StoreError::NotFound(_))
+    ));
     assert!(admin.is_usable(clock.now() + Duration::days(3650)));
     // Secret hashes are unique.
     assert!(matches!(

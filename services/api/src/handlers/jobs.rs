@@ -1,7 +1,8 @@
 use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, web};
-use allot_domain::{JobSpec, JobState, Role, TenantName, ValidationError};
-use allot_store::{JobFilter, JobRepo, NewJob, TenantRepo};
+use allot_authz::{Action, Resource};
+use allot_domain::{JobSpec, JobState, TenantName, ValidationError};
+use allot_store::{JobFilter, JobRepo, NewJob, TenantRepo, TenantScope};
 
 use crate::auth::Principal;
 use crate::extract::{Json, Query};
@@ -31,16 +32,16 @@ async fn resolve_tenant(
                 .tenant_by_name(name)
                 .await
                 .map_err(|_| unknown())?;
-            if !who.can_see(&tenant.id) {
+            if !who.can_see(&tenant.id)? {
                 return Err(unknown().into());
             }
             Ok(tenant)
         }
-        None => match &who.tenant_id {
+        None => match who.home_tenant() {
             Some(id) => Ok(state.store.tenant_by_id(id).await?),
             None => Err(ValidationError::single(
                 "tenant",
-                "is required: a platform admin token belongs to no tenant",
+                "is required: the caller acts in no single tenant",
             )
             .into()),
         },
@@ -59,9 +60,9 @@ pub async fn submit(
     Json(body): Json<SubmitJob>,
 ) -> Result<HttpResponse, ApiError> {
     let tenant = resolve_tenant(&state, &who, body.tenant.as_deref()).await?;
-    who.require(
-        &tenant.id,
-        Role::Member,
+    who.authorize(
+        Action::JobSubmit,
+        Resource::Tenant(&tenant.id),
         &format!("tenant `{}`", tenant.name),
     )?;
     let name = body.name.unwrap_or_else(|| {
@@ -139,23 +140,23 @@ pub async fn list(
             "is not a token returned by a previous page",
         ));
     }
-    let tenant_id = match (&q.tenant, &who.tenant_id) {
-        (Some(name), _) => {
+    let scope = match &q.tenant {
+        Some(name) => {
+            let what = format!("tenant `{name}`");
             let tenant = state
                 .store
                 .tenant_by_name(name)
                 .await
-                .map_err(|_| ApiError::NotFound(format!("tenant `{name}` does not exist")))?;
-            who.require(&tenant.id, Role::Viewer, &format!("tenant `{name}`"))?;
-            Some(tenant.id)
+                .map_err(|_| ApiError::NotFound(format!("{what} does not exist")))?;
+            who.authorize(Action::JobList, Resource::Tenant(&tenant.id), &what)?;
+            TenantScope::tenant(tenant.id)
         }
-        (None, Some(own)) => Some(own.clone()),
-        (None, None) => None,
+        None => who.scope(Action::JobList, "jobs")?,
     };
     let page = state
         .store
         .list_jobs(JobFilter {
-            tenant_id,
+            scope,
             states,
             node_id: q.node,
             before: q.page_token,
@@ -171,14 +172,23 @@ pub async fn list(
     ))
 }
 
+/// The job, if the caller may see it (else 404) and do `action` to it (else 403).
 async fn visible_job(
     state: &AppState,
     who: &Principal,
     id: &str,
-    role: Role,
+    action: Action,
 ) -> Result<allot_domain::Job, ApiError> {
-    let job = state.store.job(id).await?;
-    who.require(&job.tenant_id, role, &job_what(id))?;
+    let scope = TenantScope::Tenants(who.permitted_tenants(Action::JobList)?);
+    let job = state.store.job(&scope, id).await?;
+    who.authorize(
+        action,
+        Resource::Job {
+            id: &job.id,
+            tenant: &job.tenant_id,
+        },
+        &job_what(id),
+    )?;
     Ok(job)
 }
 
@@ -191,7 +201,7 @@ pub async fn get(
     who: Principal,
     id: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    let job = visible_job(&state, &who, &id, Role::Viewer).await?;
+    let job = visible_job(&state, &who, &id, Action::JobRead).await?;
     let events = state.store.job_events(&id).await?;
     let mut view = JobView::from(job);
     view.events = Some(events.into_iter().map(Into::into).collect());
@@ -209,7 +219,7 @@ pub async fn cancel(
     who: Principal,
     id: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    visible_job(&state, &who, &id, Role::Member).await?;
+    visible_job(&state, &who, &id, Action::JobCancel).await?;
     let job = state.store.request_cancel(&who.audit(), &id).await?;
     let status = if job.state.holds_resources() {
         state.events.job_cancel_requested(&job);
@@ -230,7 +240,7 @@ pub async fn log(
     who: Principal,
     id: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    let job = visible_job(&state, &who, &id, Role::Viewer).await?;
+    let job = visible_job(&state, &who, &id, Action::JobLog).await?;
     Ok(HttpResponse::Ok()
         .content_type("text/plain; charset=utf-8")
         .body(job.log_tail.unwrap_or_default()))

@@ -1,17 +1,19 @@
 use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, web};
 use allot_domain::JobState;
-use allot_store::{JobFilter, JobRepo, NodeAdmin, NodeRepo};
+use allot_store::{JobFilter, JobRepo, NodeAdmin, NodeRepo, TenantScope};
 
 use crate::auth::Principal;
 use crate::problem::Problem;
 use crate::views::NodeView;
 use crate::{ApiError, AppState, json};
+use allot_authz::{Action, Resource};
 
 /// List nodes and their GPUs.
 #[utoipa::path(get, path = "/api/v1/nodes", tag = "nodes", security(("bearer" = [])),
     responses((status = 200, body = Vec<NodeView>), (status = 401, body = Problem)))]
-pub async fn list(state: web::Data<AppState>, _who: Principal) -> Result<HttpResponse, ApiError> {
+pub async fn list(state: web::Data<AppState>, who: Principal) -> Result<HttpResponse, ApiError> {
+    who.authorize(Action::NodeRead, Resource::Platform, "the node inventory")?;
     let now = state.store.clock().now();
     let nodes: Vec<NodeView> = state
         .store
@@ -29,9 +31,10 @@ pub async fn list(state: web::Data<AppState>, _who: Principal) -> Result<HttpRes
     responses((status = 200, body = NodeView), (status = 404, body = Problem)))]
 pub async fn get(
     state: web::Data<AppState>,
-    _who: Principal,
+    who: Principal,
     id: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
+    who.authorize(Action::NodeRead, Resource::Node(&id), "the node inventory")?;
     let node = state.store.node(&id).await?;
     Ok(json(
         StatusCode::OK,
@@ -67,7 +70,7 @@ async fn move_jobs_off(
         .list_jobs(JobFilter {
             node_id: Some(node.id.clone()),
             states: vec![JobState::Scheduled, JobState::Running],
-            ..Default::default()
+            ..JobFilter::new(TenantScope::All)
         })
         .await?;
     let why = match gpu {
@@ -99,7 +102,11 @@ async fn admin(
     key: &str,
     change: NodeAdmin,
 ) -> Result<HttpResponse, ApiError> {
-    who.require_admin()?;
+    who.authorize(
+        Action::NodeOperate,
+        Resource::Node(key),
+        &format!("node `{key}`"),
+    )?;
     let node = find(state, key).await?;
     let node = state
         .store
@@ -135,7 +142,6 @@ pub async fn drain(
     who: Principal,
     id: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    who.require_admin()?;
     let res = admin(&state, &who, &id, NodeAdmin::Cordon).await?;
     let node = find(&state, &id).await?;
     move_jobs_off(&state, &who, &node, None).await?;

@@ -1,6 +1,7 @@
 use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, web};
-use allot_domain::{Quota, Role, Tenant, TenantName, ValidationError};
+use allot_authz::{Action, Resource};
+use allot_domain::{Quota, Tenant, TenantName, ValidationError};
 use allot_store::TenantRepo;
 
 use crate::auth::Principal;
@@ -19,7 +20,7 @@ pub async fn create(
     who: Principal,
     Json(body): Json<CreateTenant>,
 ) -> Result<HttpResponse, ApiError> {
-    who.require_admin()?;
+    who.authorize(Action::TenantCreate, Resource::Platform, "the platform")?;
     let name = TenantName::parse("name", &body.name)?;
     let quota = Quota::from(body.quota);
     quota.validate("quota.")?;
@@ -65,10 +66,11 @@ fn check_tree(tenants: &[Tenant]) -> Result<(), ValidationError> {
 #[utoipa::path(get, path = "/api/v1/tenants", tag = "tenants", security(("bearer" = [])),
     responses((status = 200, body = Vec<TenantView>), (status = 401, body = Problem)))]
 pub async fn list(state: web::Data<AppState>, who: Principal) -> Result<HttpResponse, ApiError> {
+    let visible = who.listable(Action::TenantRead, "tenants")?;
     let all = state.store.list_tenants().await?;
     let tenants: Vec<TenantView> = all
         .iter()
-        .filter(|t| who.can_see(&t.id))
+        .filter(|t| visible.contains(&t.id))
         .map(|t| TenantView::new(t.clone(), &all))
         .collect();
     Ok(json(StatusCode::OK, &tenants))
@@ -78,6 +80,7 @@ async fn visible(
     state: &AppState,
     who: &Principal,
     name: &str,
+    action: Action,
 ) -> Result<allot_domain::Tenant, ApiError> {
     let what = format!("tenant `{name}`");
     let tenant = state
@@ -85,7 +88,7 @@ async fn visible(
         .tenant_by_name(name)
         .await
         .map_err(|_| ApiError::NotFound(format!("{what} does not exist")))?;
-    who.require(&tenant.id, Role::Viewer, &what)?;
+    who.authorize(action, Resource::Tenant(&tenant.id), &what)?;
     Ok(tenant)
 }
 
@@ -98,7 +101,7 @@ pub async fn get(
     who: Principal,
     name: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    let tenant = visible(&state, &who, &name).await?;
+    let tenant = visible(&state, &who, &name, Action::TenantRead).await?;
     let all = state.store.list_tenants().await?;
     Ok(json(StatusCode::OK, &TenantView::new(tenant, &all)))
 }
@@ -112,7 +115,7 @@ pub async fn get_quota(
     who: Principal,
     name: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    let tenant = visible(&state, &who, &name).await?;
+    let tenant = visible(&state, &who, &name, Action::QuotaRead).await?;
     Ok(json(StatusCode::OK, &QuotaBody::from(tenant.quota)))
 }
 
@@ -127,7 +130,7 @@ pub async fn set_quota(
     name: web::Path<String>,
     Json(body): Json<QuotaBody>,
 ) -> Result<HttpResponse, ApiError> {
-    who.require_admin()?;
+    visible(&state, &who, &name, Action::QuotaWrite).await?;
     let quota = Quota::from(body);
     quota.validate("")?;
     let mut all = state.store.list_tenants().await?;

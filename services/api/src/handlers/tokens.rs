@@ -1,7 +1,8 @@
 use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, web};
-use allot_domain::{ApiToken, Role, ValidationError};
-use allot_store::{NewToken, TenantRepo, TokenRepo};
+use allot_authz::{Action, Resource};
+use allot_domain::{ApiToken, ValidationError};
+use allot_store::{NewToken, TenantRepo, TenantScope, TokenRepo};
 use chrono::Duration;
 
 use crate::auth::Principal;
@@ -69,22 +70,17 @@ pub async fn create(
                 .tenant_by_name(name)
                 .await
                 .map_err(|_| unknown())?;
-            if !who.can_see(&t.id) {
+            if !who.can_see(&t.id)? {
                 return Err(unknown().into());
             }
             Some(t.id)
         }
     };
-    match &tenant_id {
-        Some(t) => who.require(t, Role::TenantAdmin, "tenant")?,
-        None => who.require_admin()?,
-    }
-    if !who.role.includes(body.role) {
-        return Err(ApiError::Forbidden(format!(
-            "cannot grant the {} role with a {} token",
-            body.role, who.role
-        )));
-    }
+    let (resource, what) = match &tenant_id {
+        Some(t) => (Resource::Tenant(t), "the tenant"),
+        None => (Resource::Platform, "the platform"),
+    };
+    who.authorize_granting(Action::TokenCreate, resource, Some(body.role), what)?;
     let now = state.store.clock().now();
     let expires_at = body
         .expires_in_seconds
@@ -116,32 +112,41 @@ pub async fn create(
 #[utoipa::path(get, path = "/api/v1/tokens", tag = "tokens", security(("bearer" = [])),
     responses((status = 200, body = Vec<TokenView>), (status = 403, body = Problem)))]
 pub async fn list(state: web::Data<AppState>, who: Principal) -> Result<HttpResponse, ApiError> {
-    let scope = match &who.tenant_id {
-        None => {
-            who.require_admin()?;
-            None
-        }
-        Some(t) => {
-            who.require(t, Role::TenantAdmin, "tenant")?;
-            Some(t.as_str())
-        }
-    };
     let mut out = Vec::new();
-    for t in state.store.list_tokens(scope).await? {
+    for t in state.store.list_tokens(&scope(&who)?).await? {
         out.push(view(&state, t).await?);
     }
     Ok(json(StatusCode::OK, &out))
 }
 
-async fn manageable(state: &AppState, who: &Principal, id: &str) -> Result<ApiToken, ApiError> {
-    let token = state.store.token(id).await?;
-    let what = format!("token {id}");
-    match &token.tenant_id {
-        Some(t) => who.require(t, Role::TenantAdmin, &what)?,
-        None if who.is_admin() => {}
-        None => return Err(ApiError::NotFound(format!("{what} does not exist"))),
+/// The tokens the caller may list: every one when the policies permit `token.list`
+/// platform-wide, else those of the tenants where they permit it.
+fn scope(who: &Principal) -> Result<TenantScope, ApiError> {
+    if who.allows(Action::TokenList, Resource::Platform)? {
+        return Ok(TenantScope::All);
     }
-    Ok(token)
+    who.scope(Action::TokenList, "API tokens")
+}
+
+/// The token, if the caller may see it (else 404) and do `action` to it (else 403).
+async fn manageable(
+    state: &AppState,
+    who: &Principal,
+    id: &str,
+    action: Action,
+) -> Result<(ApiToken, TenantScope), ApiError> {
+    let what = format!("token {id}");
+    let scope = scope(who).map_err(|_| ApiError::NotFound(format!("{what} does not exist")))?;
+    let token = state.store.token(&scope, id).await?;
+    who.authorize(
+        action,
+        Resource::Token {
+            id,
+            tenant: token.tenant_id.as_deref(),
+        },
+        &what,
+    )?;
+    Ok((token, scope))
 }
 
 /// Get an API token's metadata (never its secret).
@@ -153,7 +158,7 @@ pub async fn get(
     who: Principal,
     id: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    let token = manageable(&state, &who, &id).await?;
+    let (token, _) = manageable(&state, &who, &id, Action::TokenRead).await?;
     Ok(json(StatusCode::OK, &view(&state, token).await?))
 }
 
@@ -166,7 +171,7 @@ pub async fn revoke(
     who: Principal,
     id: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    manageable(&state, &who, &id).await?;
-    let token = state.store.revoke_token(&who.audit(), &id).await?;
+    let (_, scope) = manageable(&state, &who, &id, Action::TokenRevoke).await?;
+    let token = state.store.revoke_token(&who.audit(), &scope, &id).await?;
     Ok(json(StatusCode::OK, &view(&state, token).await?))
 }

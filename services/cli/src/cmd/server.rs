@@ -26,6 +26,10 @@ pub struct ServerArgs {
     /// Bootstrap token agents register with; generated into <data-dir>/join.token when absent.
     #[arg(long, env = "ALLOT_JOIN_TOKEN", hide_env_values = true)]
     join_token: Option<String>,
+    /// A directory with `allot.cedarschema` and `*.cedar` policies that replace the shipped
+    /// authorization policies (they must validate, or the server does not start).
+    #[arg(long, env = "ALLOT_POLICY_DIR")]
+    policy_dir: Option<PathBuf>,
     #[command(flatten)]
     audit: AuditArgs,
     #[command(flatten)]
@@ -144,6 +148,7 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
     let mut config = ServerConfig::new(database_url, join_token);
     config.http_listen = args.listen;
     config.grpc_listen = args.grpc_listen;
+    config.policy_dir = args.policy_dir;
     args.audit.apply(&args.data_dir, &mut config)?;
     args.scheduler.apply(&mut config);
     let server = allot_server::start(config, Arc::new(SystemClock)).await?;

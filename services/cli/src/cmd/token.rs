@@ -15,7 +15,7 @@ pub enum TokenCmd {
         /// viewer, member, tenant-admin, admin, or auditor (reads every audit log, nothing else).
         #[arg(long)]
         role: String,
-        /// The tenant the token acts in (all roles but admin and auditor).
+        /// The tenant the token acts in (all roles but platform-admin and auditor).
         #[arg(long)]
         tenant: Option<String>,
         /// Lifetime, e.g. 3600s, 90m, 12h, 30d.

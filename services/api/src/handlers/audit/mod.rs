@@ -14,7 +14,8 @@ pub use search::*;
 
 use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, web};
-use allot_domain::{AuditEvent, Role, SYSTEM_LOG};
+use allot_authz::{Action, Resource};
+use allot_domain::{AuditEvent, SYSTEM_LOG};
 use allot_store::{AuditRepo, TenantRepo};
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as B64;
@@ -28,41 +29,43 @@ use crate::{ApiError, AppState, json};
 
 const MAX_ENTRIES: u64 = 1000;
 
-/// Checks that the caller may read `log`: the system log needs an admin or auditor, a
-/// tenant's log also a tenant admin of that tenant. Unknown or invisible logs are 404.
-async fn readable(state: &AppState, who: &Principal, log: &str) -> Result<(), ApiError> {
-    let what = format!("audit log `{log}`");
-    if log == SYSTEM_LOG {
-        return if who.reads_all_audit_logs() {
-            Ok(())
-        } else {
-            Err(ApiError::Forbidden(
-                "the system audit log is read by admins and auditors".into(),
-            ))
-        };
+pub(super) fn log_resource(log: &str) -> Resource<'_> {
+    Resource::AuditLog {
+        log,
+        tenant: (log != SYSTEM_LOG).then_some(log),
     }
-    state
-        .store
-        .tenant_by_id(log)
-        .await
-        .map_err(|_| ApiError::NotFound(format!("{what} does not exist")))?;
-    if who.reads_all_audit_logs() {
-        return Ok(());
-    }
-    who.require(log, Role::TenantAdmin, &what)
 }
 
-/// The logs the caller may read: `None` for all of them.
+/// Checks that the caller may read `log`. Unknown logs, and logs of tenants the caller
+/// cannot see, are 404.
+async fn readable(state: &AppState, who: &Principal, log: &str) -> Result<(), ApiError> {
+    let what = format!("audit log `{log}`");
+    if log != SYSTEM_LOG {
+        state
+            .store
+            .tenant_by_id(log)
+            .await
+            .map_err(|_| ApiError::NotFound(format!("{what} does not exist")))?;
+    }
+    who.authorize(Action::AuditRead, log_resource(log), &what)
+}
+
+/// The logs the caller may read: `None` for all of them; refused when none.
 fn readable_logs(who: &Principal) -> Result<Option<Vec<String>>, ApiError> {
-    if who.reads_all_audit_logs() {
+    let mut logs = who.permitted_in_tenants(Action::AuditRead, log_resource)?;
+    let system = who.allows(Action::AuditRead, log_resource(SYSTEM_LOG))?;
+    if system && logs.len() == who.tenant_count() {
         return Ok(None);
     }
-    match &who.tenant_id {
-        Some(t) if who.role.includes(Role::TenantAdmin) => Ok(Some(vec![t.clone()])),
-        _ => Err(ApiError::Forbidden(
-            "reading audit logs needs the tenant-admin, auditor or admin role".into(),
-        )),
+    if system {
+        logs.push(SYSTEM_LOG.to_owned());
     }
+    if logs.is_empty() {
+        return Err(ApiError::Forbidden(
+            "the policies let this caller read no audit log".into(),
+        ));
+    }
+    Ok(Some(logs))
 }
 
 async fn record_read(
@@ -230,7 +233,8 @@ pub struct AuditKeyView {
 /// The public keys checkpoints and exports are signed with.
 #[utoipa::path(get, path = "/api/v1/audit/key", tag = "audit", security(("bearer" = [])),
     responses((status = 200, body = AuditKeyView), (status = 500, body = Problem)))]
-pub async fn key(state: web::Data<AppState>, _who: Principal) -> Result<HttpResponse, ApiError> {
+pub async fn key(state: web::Data<AppState>, who: Principal) -> Result<HttpResponse, ApiError> {
+    who.authorize(Action::AuditKey, Resource::Platform, "the audit keys")?;
     let now = state.store.clock().now();
     let active = state
         .audit_keys

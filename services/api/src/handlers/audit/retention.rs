@@ -14,6 +14,7 @@ use crate::auth::Principal;
 use crate::extract::Json;
 use crate::problem::Problem;
 use crate::{ApiError, AppState, json};
+use allot_authz::{Action, Resource};
 
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct LegalHoldView {
@@ -39,11 +40,7 @@ impl From<LegalHold> for LegalHoldView {
 #[utoipa::path(get, path = "/api/v1/audit/holds", tag = "audit", security(("bearer" = [])),
     responses((status = 200, body = Vec<LegalHoldView>), (status = 403, body = Problem)))]
 pub async fn holds(state: web::Data<AppState>, who: Principal) -> Result<HttpResponse, ApiError> {
-    if !who.reads_all_audit_logs() {
-        return Err(ApiError::Forbidden(
-            "legal holds are visible to admins and auditors".into(),
-        ));
-    }
+    who.authorize(Action::AuditHolds, Resource::Platform, "legal holds")?;
     let holds: Vec<LegalHoldView> = state
         .store
         .legal_holds()
@@ -73,12 +70,16 @@ pub async fn set_hold(
     log: web::Path<String>,
     Json(body): Json<SetHold>,
 ) -> Result<HttpResponse, ApiError> {
-    who.require_admin()?;
     let reason = body.reason.trim();
     if reason.is_empty() || reason.len() > 500 {
         return Err(ApiError::malformed("reason", "must be 1–500 characters"));
     }
     let log = resolve_log(&state, &log).await?;
+    who.authorize(
+        Action::AuditHold,
+        super::log_resource(&log),
+        &format!("audit log `{log}`"),
+    )?;
     let hold = state
         .store
         .set_legal_hold(&who.audit(), &log, reason)
@@ -96,8 +97,12 @@ pub async fn release_hold(
     who: Principal,
     log: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    who.require_admin()?;
     let log = resolve_log(&state, &log).await?;
+    who.authorize(
+        Action::AuditHold,
+        super::log_resource(&log),
+        &format!("audit log `{log}`"),
+    )?;
     let hold = state.store.release_legal_hold(&who.audit(), &log).await?;
     Ok(json(StatusCode::OK, &LegalHoldView::from(hold)))
 }
@@ -129,11 +134,15 @@ pub async fn prune(
     log: web::Path<String>,
     Json(body): Json<Prune>,
 ) -> Result<HttpResponse, ApiError> {
-    who.require_admin()?;
     if body.before > state.store.clock().now() {
         return Err(ApiError::malformed("before", "must not be in the future"));
     }
     let log = resolve_log(&state, &log).await?;
+    who.authorize(
+        Action::AuditPrune,
+        super::log_resource(&log),
+        &format!("audit log `{log}`"),
+    )?;
     let pruned = state
         .store
         .prune_audit(&who.audit(), &log, body.before)
