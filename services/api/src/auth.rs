@@ -1,6 +1,7 @@
 //! Who is calling (an API token in `Authorization: Bearer …`), and whether the Cedar
 //! policies let them do what they ask.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -13,6 +14,7 @@ use allot_domain::{Actor, ActorKind, AuditContext, Role, RoleBinding};
 use allot_store::{TenantRepo, TenantScope, TokenRepo};
 
 use crate::AppState;
+use crate::jwt::JwtError;
 use crate::problem::ApiError;
 use crate::secret;
 
@@ -246,64 +248,144 @@ impl FromRequest for Principal {
         Box::pin(async move {
             let state =
                 state.ok_or_else(|| ApiError::Internal("application state missing".into()))?;
+            let from = source.clone().unwrap_or_else(|| "unknown".to_owned());
+            if let Some(retry_after_secs) = state.auth_failures.blocked(&from) {
+                return Err(ApiError::TooManyAttempts { retry_after_secs });
+            }
             let value = match header {
+                // Not an attempt at all: not counted.
                 None => {
                     return Err(unauthenticated(
-                        "send an API token as `Authorization: Bearer <token>`",
+                        "send an API token or an identity provider's JWT as `Authorization: Bearer <token>`",
                     ));
                 }
-                Some(Err(_)) => {
-                    return Err(unauthenticated(
-                        "the Authorization header is not valid text",
-                    ));
-                }
-                Some(Ok(v)) => v,
+                Some(v) => v,
             };
-            let Some(token) = value
-                .strip_prefix("Bearer ")
-                .or_else(|| value.strip_prefix("bearer "))
-                .map(str::trim)
-                .filter(|t| !t.is_empty())
-            else {
-                return Err(unauthenticated(
-                    "the Authorization header must be `Bearer <token>`",
-                ));
+            let caller = Caller {
+                state: &state,
+                req: &http_req,
+                source,
+                request_id,
             };
-            let found = state.store.use_token(&secret::hash(token)).await?;
-            let now = state.store.clock().now();
-            match found {
-                Some(t) if t.is_usable(now) => {
-                    let tree = TenantTree::new(&state.store.list_tenants().await?);
-                    let principal = Principal {
-                        kind: ActorKind::Token,
-                        id: t.id,
-                        bindings: vec![RoleBinding {
-                            role: t.role,
-                            tenant_id: t.tenant_id,
-                        }],
-                        auth_method: "api-token",
-                        source,
-                        request_id,
-                        policies: state.policies.clone(),
-                        tree: Arc::new(tree),
-                    };
+            let result = match value {
+                Err(_) => Err(unauthenticated(
+                    "the Authorization header is not valid text",
+                )),
+                Ok(value) => match value
+                    .strip_prefix("Bearer ")
+                    .or_else(|| value.strip_prefix("bearer "))
+                    .map(str::trim)
+                    .filter(|t| !t.is_empty())
+                {
+                    None => Err(unauthenticated(
+                        "the Authorization header must be `Bearer <token>`",
+                    )),
+                    Some(token) if token.starts_with(crate::TOKEN_PREFIX) => {
+                        caller.api_token(token).await
+                    }
+                    Some(token) => caller.jwt(token).await,
+                },
+            };
+            match result {
+                Ok(principal) => {
                     // For the denial audit, which runs after the handler.
                     http_req.extensions_mut().insert(principal.clone());
                     Ok(principal)
                 }
-                Some(t) => {
-                    // Named in the denial audit: a known token that no longer works.
-                    http_req
-                        .extensions_mut()
-                        .insert(UnusableToken(t.id.clone()));
-                    Err(unauthenticated(if t.revoked_at.is_some() {
-                        "the token has been revoked"
-                    } else {
-                        "the token has expired"
-                    }))
+                Err(e @ ApiError::Unauthenticated(_)) => {
+                    state.auth_failures.failed(&from);
+                    Err(e)
                 }
-                None => Err(unauthenticated("the token is not valid")),
+                Err(e) => Err(e),
             }
         })
+    }
+}
+
+/// One request's authentication.
+struct Caller<'a> {
+    state: &'a AppState,
+    req: &'a HttpRequest,
+    source: Option<String>,
+    request_id: String,
+}
+
+impl Caller<'_> {
+    fn principal(
+        self,
+        kind: ActorKind,
+        id: String,
+        bindings: Vec<RoleBinding>,
+        auth_method: &'static str,
+        tenants: &[allot_domain::Tenant],
+    ) -> Principal {
+        Principal {
+            kind,
+            id,
+            bindings,
+            auth_method,
+            source: self.source,
+            request_id: self.request_id,
+            policies: self.state.policies.clone(),
+            tree: Arc::new(TenantTree::new(tenants)),
+        }
+    }
+
+    /// One of Allot's own API tokens.
+    async fn api_token(self, token: &str) -> Result<Principal, ApiError> {
+        let found = self.state.store.use_token(&secret::hash(token)).await?;
+        let now = self.state.store.clock().now();
+        match found {
+            Some(t) if t.is_usable(now) => {
+                let tenants = self.state.store.list_tenants().await?;
+                let binding = RoleBinding {
+                    role: t.role,
+                    tenant_id: t.tenant_id,
+                };
+                Ok(self.principal(ActorKind::Token, t.id, vec![binding], "api-token", &tenants))
+            }
+            Some(t) => {
+                // Named in the denial audit: a known token that no longer works.
+                self.req
+                    .extensions_mut()
+                    .insert(UnusableToken(t.id.clone()));
+                Err(unauthenticated(if t.revoked_at.is_some() {
+                    "the token has been revoked"
+                } else {
+                    "the token has expired"
+                }))
+            }
+            None => Err(unauthenticated("the token is not valid")),
+        }
+    }
+
+    /// A JWT from the configured OpenID Connect provider.
+    async fn jwt(self, token: &str) -> Result<Principal, ApiError> {
+        let Some(verifier) = self.state.jwt.clone() else {
+            return Err(unauthenticated("the token is not valid"));
+        };
+        let verified = match verifier.verify(token).await {
+            Ok(v) => v,
+            Err(JwtError::Provider(detail)) => {
+                tracing::warn!(%detail, "cannot fetch the identity provider's keys");
+                return Err(ApiError::Unavailable(
+                    "the identity provider's keys cannot be fetched; try again shortly".into(),
+                ));
+            }
+            Err(e) => return Err(unauthenticated(&e.to_string())),
+        };
+        let tenants = self.state.store.list_tenants().await?;
+        let ids: HashMap<String, String> = tenants
+            .iter()
+            .map(|t| (t.name.to_string(), t.id.clone()))
+            .collect();
+        let bindings = verified.bindings(&verifier.config().claim_roles, &ids);
+        Ok(self.principal(
+            ActorKind::User,
+            verified.subject,
+            bindings,
+            "oidc-jwt",
+            &tenants,
+        ))
     }
 }

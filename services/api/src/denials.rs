@@ -1,4 +1,4 @@
-//! Records every refused request (401 and 403) in the system audit log, with who asked,
+//! Records every refused request (401, 403 and 429) in the system audit log, with who asked,
 //! from where, for what, and why it was refused.
 
 use actix_web::body::MessageBody;
@@ -21,7 +21,10 @@ pub async fn record_denials(
     let source = req.peer_addr().map(|a| a.ip().to_string());
     let res = next.call(req).await?;
     let status = res.status();
-    if status != StatusCode::UNAUTHORIZED && status != StatusCode::FORBIDDEN {
+    if !matches!(
+        status,
+        StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN | StatusCode::TOO_MANY_REQUESTS
+    ) {
         return Ok(res);
     }
     let Some(state) = state else {
@@ -51,10 +54,10 @@ pub async fn record_denials(
         },
         |p| p.audit(),
     );
-    let action = if status == StatusCode::UNAUTHORIZED {
-        "api.unauthenticated"
-    } else {
-        "api.denied"
+    let action = match status {
+        StatusCode::UNAUTHORIZED => "api.unauthenticated",
+        StatusCode::TOO_MANY_REQUESTS => "api.rate_limited",
+        _ => "api.denied",
     };
     let event = AuditEvent {
         log: SYSTEM_LOG.to_owned(),

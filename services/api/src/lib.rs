@@ -9,6 +9,8 @@ pub mod auth;
 mod denials;
 pub mod extract;
 mod handlers;
+pub mod jwt;
+pub mod limiter;
 pub mod openapi;
 pub mod problem;
 pub mod secret;
@@ -49,6 +51,10 @@ pub struct AppState {
     /// Group-commits events that change nothing else (refusals, audit reads and exports),
     /// so a burst of them costs one transaction per log, not one each.
     pub audit_batcher: allot_store::AuditBatcher,
+    /// Verifies bearer JWTs from the OpenID Connect provider, when one is configured.
+    pub jwt: Option<Arc<jwt::JwtVerifier>>,
+    /// Failed authentication per source address.
+    pub auth_failures: Arc<limiter::FailureLimiter>,
 }
 
 /// Every route of the API, in one place: [`configure`] serves them and [`route_table`]

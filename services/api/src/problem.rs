@@ -70,6 +70,11 @@ pub enum ApiError {
     UnsupportedMediaType(String),
     #[error("{0}")]
     Unavailable(String),
+    /// Too many failed sign-ins or token checks from one source.
+    #[error(
+        "too many failed authentication attempts from this address; retry in {retry_after_secs} s"
+    )]
+    TooManyAttempts { retry_after_secs: u64 },
     /// Details go to the log, never to the client.
     #[error("internal error")]
     Internal(String),
@@ -99,6 +104,7 @@ impl ApiError {
                 ("unsupported-media-type", "Unsupported media type")
             }
             ApiError::Unavailable(_) => ("unavailable", "Service unavailable"),
+            ApiError::TooManyAttempts { .. } => ("too-many-attempts", "Too many attempts"),
             ApiError::Internal(_) => ("internal-error", "Internal error"),
         }
     }
@@ -133,6 +139,7 @@ impl ResponseError for ApiError {
             ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::TooManyAttempts { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -145,6 +152,9 @@ impl ResponseError for ApiError {
         res.content_type(PROBLEM_JSON);
         if matches!(self, ApiError::Unauthenticated(_)) {
             res.insert_header(("WWW-Authenticate", "Bearer realm=\"allot\""));
+        }
+        if let ApiError::TooManyAttempts { retry_after_secs } = self {
+            res.insert_header(("Retry-After", retry_after_secs.to_string()));
         }
         res.json(self.problem())
     }

@@ -62,6 +62,12 @@ pub struct ServerConfig {
     /// A directory with `allot.cedarschema` and `*.cedar` policies replacing the shipped
     /// ones; validated at start-up either way.
     pub policy_dir: Option<std::path::PathBuf>,
+    /// Accept bearer JWTs from this OpenID Connect provider.
+    pub oidc: Option<allot_api::jwt::OidcConfig>,
+    /// Failed authentication attempts one source may make per `auth_failure_window` before
+    /// its attempts are refused (429) for the rest of the window.
+    pub auth_max_failures: u32,
+    pub auth_failure_window: Duration,
 }
 
 impl ServerConfig {
@@ -85,6 +91,9 @@ impl ServerConfig {
             checkpoint_interval: Duration::from_secs(1),
             audit_retention: None,
             policy_dir: None,
+            oidc: None,
+            auth_max_failures: 20,
+            auth_failure_window: Duration::from_secs(60),
         }
     }
 }
@@ -108,6 +117,8 @@ pub enum ServerError {
     AuditKey(#[from] allot_audit::NoteError),
     #[error("scheduler: {0}")]
     Scheduler(#[from] allot_scheduler::LiveError),
+    #[error("OpenID Connect: {0}")]
+    Oidc(String),
     #[error("authorization policies: {0}")]
     Policies(#[from] allot_authz::AuthzError),
     #[error("{0}")]
@@ -234,7 +245,7 @@ pub async fn start(
     )?
     // Two missed heartbeats and a half: probably gone, though the lease still stands.
     .with_suspect_after(config.heartbeat_interval.mul_f64(2.5));
-    let store = Store::connect(&config.database_url, clock).await?;
+    let store = Store::connect(&config.database_url, clock.clone()).await?;
     let bootstrap_admin_token = bootstrap_admin(&store).await?;
 
     let http_listener =
@@ -262,6 +273,17 @@ pub async fn start(
         audit_keys: keys.clone(),
         audit_origin: config.audit_origin.clone(),
         policies,
+        jwt: match config.oidc.clone() {
+            Some(oidc) => Some(Arc::new(
+                allot_api::jwt::JwtVerifier::new(oidc, clock.clone()).map_err(ServerError::Oidc)?,
+            )),
+            None => None,
+        },
+        auth_failures: Arc::new(allot_api::limiter::FailureLimiter::new(
+            config.auth_max_failures,
+            config.auth_failure_window,
+            clock.clone(),
+        )),
         store: store.clone(),
         events: Arc::new(Events {
             notify: notify.clone(),

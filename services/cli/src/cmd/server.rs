@@ -31,9 +31,78 @@ pub struct ServerArgs {
     #[arg(long, env = "ALLOT_POLICY_DIR")]
     policy_dir: Option<PathBuf>,
     #[command(flatten)]
+    oidc: OidcArgs,
+    #[command(flatten)]
     audit: AuditArgs,
     #[command(flatten)]
     scheduler: SchedulerArgs,
+}
+
+/// Bearer JWTs from the organisation's OpenID Connect provider, and what their claims grant.
+#[derive(Debug, clap::Args)]
+pub struct OidcArgs {
+    /// The provider's issuer URL (its discovery document and keys are fetched from it).
+    #[arg(long, env = "ALLOT_OIDC_ISSUER")]
+    oidc_issuer: Option<String>,
+    /// Accepted token audiences (the API's audience, or the client id for ID tokens).
+    #[arg(
+        long = "oidc-audience",
+        env = "ALLOT_OIDC_AUDIENCE",
+        value_delimiter = ','
+    )]
+    oidc_audiences: Vec<String>,
+    /// Accepted signature algorithms (asymmetric only).
+    #[arg(
+        long = "oidc-algorithm",
+        env = "ALLOT_OIDC_ALGORITHMS",
+        value_delimiter = ',',
+        default_value = "RS256,PS256,ES256,EdDSA"
+    )]
+    oidc_algorithms: Vec<String>,
+    /// Grants a role to tokens with a claim: CLAIM=VALUE:ROLE[@TENANT], e.g.
+    /// `groups=ml-team:member@ml`; repeat for more. The first platform admin comes from one,
+    /// e.g. `email=root@example.com:platform-admin`.
+    #[arg(long = "oidc-role", env = "ALLOT_OIDC_ROLES", value_delimiter = ' ')]
+    oidc_roles: Vec<allot_api::jwt::ClaimRole>,
+    /// Seconds of clock skew tolerated on `exp` and `nbf`.
+    #[arg(long, env = "ALLOT_OIDC_LEEWAY_SECS", default_value_t = 60)]
+    oidc_leeway_secs: u64,
+    /// Failed authentication attempts one address may make per minute before it is refused.
+    #[arg(long, env = "ALLOT_AUTH_MAX_FAILURES_PER_MINUTE", default_value_t = 20,
+        value_parser = clap::value_parser!(u32).range(1..))]
+    auth_max_failures_per_minute: u32,
+}
+
+impl OidcArgs {
+    pub fn apply(&self, config: &mut ServerConfig) -> anyhow::Result<()> {
+        config.auth_max_failures = self.auth_max_failures_per_minute;
+        let Some(issuer) = &self.oidc_issuer else {
+            anyhow::ensure!(
+                self.oidc_roles.is_empty() && self.oidc_audiences.is_empty(),
+                "--oidc-role and --oidc-audience need --oidc-issuer"
+            );
+            return Ok(());
+        };
+        let mut algorithms = Vec::new();
+        for a in &self.oidc_algorithms {
+            algorithms.push(
+                a.parse::<jsonwebtoken::Algorithm>()
+                    .map_err(|_| anyhow::anyhow!("--oidc-algorithm: unknown algorithm `{a}`"))?,
+            );
+        }
+        let oidc = allot_api::jwt::OidcConfig {
+            issuer: issuer.clone(),
+            audiences: self.oidc_audiences.clone(),
+            algorithms,
+            leeway: std::time::Duration::from_secs(self.oidc_leeway_secs),
+            claim_roles: self.oidc_roles.clone(),
+            jwks_refetch: allot_api::jwt::DEFAULT_JWKS_REFETCH,
+        };
+        oidc.check()
+            .map_err(|e| anyhow::anyhow!("OpenID Connect: {e}"))?;
+        config.oidc = Some(oidc);
+        Ok(())
+    }
 }
 
 /// How the scheduler places and reclaims.
@@ -149,6 +218,7 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
     config.http_listen = args.listen;
     config.grpc_listen = args.grpc_listen;
     config.policy_dir = args.policy_dir;
+    args.oidc.apply(&mut config)?;
     args.audit.apply(&args.data_dir, &mut config)?;
     args.scheduler.apply(&mut config);
     let server = allot_server::start(config, Arc::new(SystemClock)).await?;

@@ -1,0 +1,422 @@
+//! Bearer JWTs issued by the organisation's OpenID Connect provider (access or ID tokens),
+//! verified locally: the signature against the issuer's JWKS (discovered, cached, fetched
+//! again when a token names a key id it has not seen), the issuer, the audience, expiry and
+//! not-before by the injected clock, and only the asymmetric algorithms configured. `none`
+//! and HMAC are never accepted: an HMAC "signed" with the provider's public key is the
+//! classic confusion attack. Claims map to role bindings by configuration
+//! ([`ClaimRole`]).
+
+use std::collections::HashMap;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use allot_domain::{Clock, Role, RoleBinding};
+use chrono::{DateTime, Utc};
+use jsonwebtoken::jwk::Jwk;
+use jsonwebtoken::{Algorithm, DecodingKey, Validation};
+use serde_json::{Map, Value};
+use tokio::sync::Mutex;
+
+/// Longer bearer values are refused before any parsing.
+pub const MAX_TOKEN_BYTES: usize = 8 * 1024;
+/// By default, a token naming an unknown key id fetches the JWKS again at most this often.
+pub const DEFAULT_JWKS_REFETCH: Duration = Duration::from_secs(10);
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum JwtError {
+    #[error("the token is longer than {MAX_TOKEN_BYTES} bytes")]
+    Oversized,
+    #[error("the token is not a well-formed JWT")]
+    Malformed,
+    #[error("the token's algorithm is not accepted")]
+    Algorithm,
+    #[error("the token names no key id, or one the issuer does not publish")]
+    UnknownKey,
+    #[error("the token's signature does not verify")]
+    Signature,
+    #[error("the token was not issued by the configured issuer")]
+    Issuer,
+    #[error("the token is not meant for this service (audience)")]
+    Audience,
+    #[error("the token has expired")]
+    Expired,
+    #[error("the token is not valid yet")]
+    NotYetValid,
+    #[error("the token lacks the `{0}` claim")]
+    MissingClaim(&'static str),
+    /// Details go to the log: the client learns only that the issuer could not be reached.
+    #[error("the identity provider's keys could not be fetched")]
+    Provider(String),
+}
+
+/// Grants `role` (in `tenant`, by name, for tenant roles) to tokens whose `claim` is
+/// `value`, or is a list containing it. Written `CLAIM=VALUE:ROLE[@TENANT]`, e.g.
+/// `groups=ml-team:member@ml` or `email=root@example.com:platform-admin`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimRole {
+    pub claim: String,
+    pub value: String,
+    pub role: Role,
+    pub tenant: Option<String>,
+}
+
+impl FromStr for ClaimRole {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let usage = "expected CLAIM=VALUE:ROLE[@TENANT], e.g. groups=ml-team:member@ml";
+        let (claim, rest) = s.split_once('=').ok_or(usage)?;
+        let (value, grant) = rest.rsplit_once(':').ok_or(usage)?;
+        let (role, tenant) = match grant.split_once('@') {
+            Some((r, t)) => (r, Some(t.to_owned())),
+            None => (grant, None),
+        };
+        let role: Role = role.parse()?;
+        if claim.is_empty() || value.is_empty() {
+            return Err(usage.to_owned());
+        }
+        match (role.is_platform(), &tenant) {
+            (true, Some(_)) => Err(format!("the {role} role spans all tenants: drop `@TENANT`")),
+            (false, None) => Err(format!("the {role} role needs a tenant: `{role}@TENANT`")),
+            _ => Ok(Self {
+                claim: claim.to_owned(),
+                value: value.to_owned(),
+                role,
+                tenant,
+            }),
+        }
+    }
+}
+
+/// Where tokens come from and what they grant.
+#[derive(Debug, Clone)]
+pub struct OidcConfig {
+    /// The issuer URL, exactly as in the tokens' `iss` and the discovery document.
+    pub issuer: String,
+    /// Accepted `aud` values; a token must name at least one.
+    pub audiences: Vec<String>,
+    /// Accepted signature algorithms (asymmetric only).
+    pub algorithms: Vec<Algorithm>,
+    /// Clock skew tolerated on `exp` and `nbf`.
+    pub leeway: Duration,
+    pub claim_roles: Vec<ClaimRole>,
+    /// A token naming a key id not in the cached JWKS fetches it again at most this often,
+    /// so made-up key ids cannot hammer the provider ([`DEFAULT_JWKS_REFETCH`]).
+    pub jwks_refetch: Duration,
+}
+
+impl OidcConfig {
+    /// Refuses settings that would weaken verification.
+    pub fn check(&self) -> Result<(), String> {
+        if self.audiences.is_empty() {
+            return Err(
+                "an OIDC audience is required (the client id, or the API's audience)".into(),
+            );
+        }
+        if self.algorithms.is_empty() {
+            return Err("at least one signature algorithm is required".into());
+        }
+        if let Some(a) = self
+            .algorithms
+            .iter()
+            .find(|a| matches!(a, Algorithm::HS256 | Algorithm::HS384 | Algorithm::HS512))
+        {
+            return Err(format!(
+                "{a:?} is a shared-secret algorithm: only the provider's asymmetric keys are accepted"
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// What a verified token says.
+#[derive(Debug, Clone)]
+pub struct VerifiedToken {
+    pub subject: String,
+    pub claims: Map<String, Value>,
+}
+
+impl VerifiedToken {
+    /// The role bindings `rules` grant these claims; tenant names resolve through
+    /// `tenant_ids`, and rules naming unknown tenants grant nothing.
+    pub fn bindings(
+        &self,
+        rules: &[ClaimRole],
+        tenant_ids: &HashMap<String, String>,
+    ) -> Vec<RoleBinding> {
+        let mut out: Vec<RoleBinding> = Vec::new();
+        for rule in rules {
+            let matches = match self.claims.get(&rule.claim) {
+                Some(Value::String(s)) => *s == rule.value,
+                Some(Value::Array(items)) => items.iter().any(|i| i.as_str() == Some(&rule.value)),
+                _ => false,
+            };
+            if !matches {
+                continue;
+            }
+            let binding = match &rule.tenant {
+                None => RoleBinding::platform(rule.role),
+                Some(name) => match tenant_ids.get(name) {
+                    Some(id) => RoleBinding::tenant(rule.role, id.clone()),
+                    None => continue,
+                },
+            };
+            if !out.contains(&binding) {
+                out.push(binding);
+            }
+        }
+        out
+    }
+}
+
+fn find(keys: &[Jwk], kid: &str) -> Option<Jwk> {
+    keys.iter()
+        .find(|k| k.common.key_id.as_deref() == Some(kid))
+        .cloned()
+}
+
+struct Keys {
+    set: Vec<Jwk>,
+    fetched_at: Option<DateTime<Utc>>,
+}
+
+/// Verifies bearer JWTs against the issuer's published keys.
+pub struct JwtVerifier {
+    config: OidcConfig,
+    client: reqwest::Client,
+    clock: Arc<dyn Clock>,
+    keys: Mutex<Keys>,
+}
+
+impl JwtVerifier {
+    pub fn new(config: OidcConfig, clock: Arc<dyn Clock>) -> Result<Self, String> {
+        config.check()?;
+        let client = reqwest::Client::builder()
+            // A redirect could send the key fetch anywhere: the issuer's own URLs only.
+            .redirect(reqwest::redirect::Policy::none())
+            .timeout(Duration::from_secs(10))
+            .build()
+            .map_err(|e| format!("building the OIDC HTTP client: {e}"))?;
+        Ok(Self {
+            config,
+            client,
+            clock,
+            keys: Mutex::new(Keys {
+                set: Vec::new(),
+                fetched_at: None,
+            }),
+        })
+    }
+
+    pub fn config(&self) -> &OidcConfig {
+        &self.config
+    }
+
+    async fn get_json(&self, url: &str) -> Result<Value, JwtError> {
+        let res = self
+            .client
+            .get(url)
+            .send()
+            .await
+            .map_err(|e| JwtError::Provider(format!("GET {url}: {e}")))?;
+        if !res.status().is_success() {
+            return Err(JwtError::Provider(format!("GET {url}: {}", res.status())));
+        }
+        res.json()
+            .await
+            .map_err(|e| JwtError::Provider(format!("GET {url}: {e}")))
+    }
+
+    /// Discovery, then the JWKS. Keys of kinds this build cannot use are skipped.
+    async fn fetch_keys(&self) -> Result<Vec<Jwk>, JwtError> {
+        let discovery_url = format!(
+            "{}/.well-known/openid-configuration",
+            self.config.issuer.trim_end_matches('/')
+        );
+        let discovery = self.get_json(&discovery_url).await?;
+        if discovery["issuer"].as_str() != Some(self.config.issuer.as_str()) {
+            return Err(JwtError::Provider(format!(
+                "{discovery_url} names issuer {}, not {}",
+                discovery["issuer"], self.config.issuer
+            )));
+        }
+        let jwks_uri = discovery["jwks_uri"]
+            .as_str()
+            .ok_or_else(|| JwtError::Provider(format!("{discovery_url} has no jwks_uri")))?;
+        let jwks = self.get_json(jwks_uri).await?;
+        let keys = jwks["keys"]
+            .as_array()
+            .ok_or_else(|| JwtError::Provider(format!("{jwks_uri} has no keys")))?
+            .iter()
+            .filter_map(|k| serde_json::from_value::<Jwk>(k.clone()).ok())
+            .collect();
+        Ok(keys)
+    }
+
+    /// The key `kid` names, fetching the JWKS when it is unknown (at most every
+    /// `jwks_refetch`).
+    async fn key(&self, kid: &str) -> Result<Jwk, JwtError> {
+        let mut keys = self.keys.lock().await;
+        if let Some(k) = find(&keys.set, kid) {
+            return Ok(k);
+        }
+        let now = self.clock.now();
+        let may_refresh = keys
+            .fetched_at
+            .is_none_or(|at| (now - at).to_std().unwrap_or_default() >= self.config.jwks_refetch);
+        if !may_refresh {
+            return Err(JwtError::UnknownKey);
+        }
+        let fetched = self.fetch_keys().await;
+        keys.fetched_at = Some(now);
+        keys.set = fetched?;
+        find(&keys.set, kid).ok_or(JwtError::UnknownKey)
+    }
+
+    pub async fn verify(&self, token: &str) -> Result<VerifiedToken, JwtError> {
+        if token.len() > MAX_TOKEN_BYTES {
+            return Err(JwtError::Oversized);
+        }
+        let header = jsonwebtoken::decode_header(token).map_err(|_| JwtError::Malformed)?;
+        if !self.config.algorithms.contains(&header.alg) {
+            return Err(JwtError::Algorithm);
+        }
+        let kid = header.kid.as_deref().ok_or(JwtError::UnknownKey)?;
+        let jwk = self.key(kid).await?;
+        if let Some(alg) = jwk.common.key_algorithm
+            && alg.to_string() != format!("{:?}", header.alg)
+        {
+            return Err(JwtError::Algorithm);
+        }
+        let key = DecodingKey::from_jwk(&jwk).map_err(|_| JwtError::UnknownKey)?;
+        let mut validation = Validation::new(header.alg);
+        validation.algorithms = vec![header.alg];
+        validation.set_issuer(&[&self.config.issuer]);
+        validation.set_audience(&self.config.audiences);
+        // Time is checked below, by the injected clock.
+        validation.validate_exp = false;
+        validation.validate_nbf = false;
+        validation.required_spec_claims.clear();
+        let data =
+            jsonwebtoken::decode::<Map<String, Value>>(token, &key, &validation).map_err(|e| {
+                use jsonwebtoken::errors::ErrorKind as K;
+                match e.kind() {
+                    K::InvalidSignature => JwtError::Signature,
+                    K::InvalidIssuer => JwtError::Issuer,
+                    K::InvalidAudience => JwtError::Audience,
+                    K::MissingRequiredClaim(c) if c == "iss" => JwtError::MissingClaim("iss"),
+                    K::MissingRequiredClaim(c) if c == "aud" => JwtError::MissingClaim("aud"),
+                    K::InvalidAlgorithm | K::InvalidAlgorithmName => JwtError::Algorithm,
+                    _ => JwtError::Malformed,
+                }
+            })?;
+        let claims = data.claims;
+        for c in ["iss", "aud", "sub", "exp"] {
+            if !claims.contains_key(c) {
+                return Err(JwtError::MissingClaim(c));
+            }
+        }
+        let now = self.clock.now().timestamp();
+        let leeway = i64::try_from(self.config.leeway.as_secs()).unwrap_or(i64::MAX);
+        let exp = claims["exp"].as_i64().ok_or(JwtError::Malformed)?;
+        if now >= exp.saturating_add(leeway) {
+            return Err(JwtError::Expired);
+        }
+        if let Some(nbf) = claims.get("nbf") {
+            let nbf = nbf.as_i64().ok_or(JwtError::Malformed)?;
+            if now < nbf.saturating_sub(leeway) {
+                return Err(JwtError::NotYetValid);
+            }
+        }
+        let subject = claims["sub"]
+            .as_str()
+            .filter(|s| !s.is_empty() && s.len() <= 255)
+            .ok_or(JwtError::Malformed)?
+            .to_owned();
+        Ok(VerifiedToken { subject, claims })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn claim_roles_parse_and_refuse_what_makes_no_sense() {
+        let r: ClaimRole = "groups=ml-team:member@ml".parse().expect("valid");
+        assert_eq!(
+            r,
+            ClaimRole {
+                claim: "groups".into(),
+                value: "ml-team".into(),
+                role: Role::Member,
+                tenant: Some("ml".into()),
+            }
+        );
+        let r: ClaimRole = "email=root@example.com:platform-admin"
+            .parse()
+            .expect("valid");
+        assert_eq!(r.value, "root@example.com");
+        assert_eq!(r.tenant, None);
+        for bad in [
+            "groups",
+            "groups=x",
+            "=x:viewer@a",
+            "groups=:viewer@a",
+            "groups=x:viewer",
+            "groups=x:auditor@a",
+            "groups=x:emperor@a",
+        ] {
+            assert!(bad.parse::<ClaimRole>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn claims_grant_the_bindings_their_rules_name() {
+        let token = VerifiedToken {
+            subject: "u1".into(),
+            claims: serde_json::json!({"groups": ["ml-team", "ops"], "email": "a@x"})
+                .as_object()
+                .cloned()
+                .unwrap_or_default(),
+        };
+        let rules: Vec<ClaimRole> = [
+            "groups=ml-team:member@ml",
+            "groups=ml-team:member@ml",
+            "groups=ops:platform-admin",
+            "email=a@x:viewer@gone",
+            "groups=other:tenant-admin@ml",
+        ]
+        .iter()
+        .map(|r| r.parse().expect("rule"))
+        .collect();
+        let tenants = HashMap::from([("ml".to_owned(), "t-ml".to_owned())]);
+        assert_eq!(
+            token.bindings(&rules, &tenants),
+            [
+                RoleBinding::tenant(Role::Member, "t-ml"),
+                RoleBinding::platform(Role::Admin)
+            ]
+        );
+    }
+
+    #[test]
+    fn shared_secret_algorithms_cannot_be_configured() {
+        let config = OidcConfig {
+            issuer: "https://idp".into(),
+            audiences: vec!["allot".into()],
+            algorithms: vec![Algorithm::RS256, Algorithm::HS256],
+            leeway: Duration::from_secs(30),
+            claim_roles: vec![],
+            jwks_refetch: DEFAULT_JWKS_REFETCH,
+        };
+        assert!(config.check().is_err());
+        let no_audience = OidcConfig {
+            audiences: vec![],
+            algorithms: vec![Algorithm::RS256],
+            ..config
+        };
+        assert!(no_audience.check().is_err());
+    }
+}
