@@ -2,6 +2,7 @@
 
 pub use sea_orm_migration::prelude::*;
 
+mod columns;
 mod m20261129_000001_initial;
 mod m20261130_000001_audit;
 mod m20261130_000002_audit_checkpoints;
@@ -9,6 +10,7 @@ mod m20261201_000001_scheduling;
 mod m20261201_000002_retries;
 mod m20261201_000003_node_admin;
 mod m20261201_000004_checkpoints;
+mod m20261202_000001_identity;
 mod roles;
 
 pub use roles::{APPEND_ONLY_TABLES, BadRoleName, postgres_app_role_grants};
@@ -26,6 +28,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261201_000002_retries::Migration),
             Box::new(m20261201_000003_node_admin::Migration),
             Box::new(m20261201_000004_checkpoints::Migration),
+            Box::new(m20261202_000001_identity::Migration),
         ]
     }
 }

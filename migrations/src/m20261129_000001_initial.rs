@@ -2,6 +2,8 @@
 
 use sea_orm_migration::prelude::*;
 
+use crate::columns::{id, ts, ts_null};
+
 #[derive(DeriveMigrationName)]
 pub struct Migration;
 
@@ -90,25 +92,6 @@ enum JobEvents {
     ToState,
     At,
     Message,
-}
-
-fn id(col: impl IntoIden) -> ColumnDef {
-    ColumnDef::new(col)
-        .string_len(36)
-        .not_null()
-        .primary_key()
-        .take()
-}
-
-fn ts(col: impl IntoIden) -> ColumnDef {
-    ColumnDef::new(col)
-        .timestamp_with_time_zone()
-        .not_null()
-        .take()
-}
-
-fn ts_null(col: impl IntoIden) -> ColumnDef {
-    ColumnDef::new(col).timestamp_with_time_zone().null().take()
 }
 
 #[async_trait::async_trait]

@@ -191,8 +191,17 @@ async fn provider_tokens_map_claims_to_roles() {
     let entry: Value =
         serde_json::from_str(page["entries"][0]["body"].as_str().expect("an entry")).expect("json");
     assert_eq!(entry["actor"]["kind"], "user");
-    assert_eq!(entry["actor"]["id"], "alice");
     assert_eq!(entry["actor"]["auth_method"], "oidc-jwt");
+    // Under the user the provider's `sub` became at first sign-in.
+    let (_, users) = c.get("/api/v1/users").await;
+    let alice = users
+        .as_array()
+        .expect("users")
+        .iter()
+        .find(|u| u["subject"] == "alice")
+        .expect("alice was created at first sign-in");
+    assert_eq!(entry["actor"]["id"], alice["id"]);
+    assert_eq!(alice["issuer"], idp.issuer.as_str());
 
     // Authenticated, but no claim grants anything: every action is refused.
     let nobody = idp.token("bob", json!({ "groups": ["sales"] }));
@@ -210,6 +219,77 @@ async fn provider_tokens_map_claims_to_roles() {
     )
     .await;
     assert_eq!(s, StatusCode::CREATED, "{body}");
+
+    // Roles granted through the API: to a claim, and to one user; revoking one takes
+    // effect on the next request.
+    let (s, body) = c
+        .post(
+            "/api/v1/role-bindings",
+            json!({ "claim": "groups", "value": "sales", "role": "viewer", "tenant": "web" }),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{body}");
+    let by_claim = body["id"].as_str().expect("id").to_owned();
+    let (s, body) = as_bearer(&c, &nobody, Method::GET, "/api/v1/tenants/web", None).await;
+    assert_eq!(
+        s,
+        StatusCode::OK,
+        "the claim binding grants viewer in web: {body}"
+    );
+    let (_, users) = c.get("/api/v1/users").await;
+    let bob = users
+        .as_array()
+        .expect("users")
+        .iter()
+        .find(|u| u["subject"] == "bob")
+        .expect("bob")["id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    let (s, body) = c
+        .post(
+            "/api/v1/role-bindings",
+            json!({ "user": bob, "role": "member", "tenant": "ml" }),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{body}");
+    let (s, _) = as_bearer(&c, &nobody, Method::GET, "/api/v1/jobs?tenant=ml", None).await;
+    assert_eq!(s, StatusCode::OK, "the user binding grants member in ml");
+    let (s, _) = c
+        .request(
+            Method::DELETE,
+            &format!("/api/v1/role-bindings/{by_claim}"),
+            Some(&c.admin_token),
+            None,
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK);
+    let (s, _) = as_bearer(&c, &nobody, Method::GET, "/api/v1/tenants/web", None).await;
+    assert_eq!(s, StatusCode::NOT_FOUND, "a revoked binding grants nothing");
+
+    // A deleted user's tokens are refused, however valid; their bindings are revoked.
+    let (s, _) = c
+        .request(
+            Method::DELETE,
+            &format!("/api/v1/users/{bob}"),
+            Some(&c.admin_token),
+            None,
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK);
+    let fresh = idp.token("bob", json!({ "groups": ["sales"] }));
+    let (s, body) = as_bearer(&c, &fresh, Method::GET, "/api/v1/jobs?tenant=ml", None).await;
+    assert_eq!(s, StatusCode::UNAUTHORIZED, "{body}");
+    let (_, bindings) = c.get("/api/v1/role-bindings").await;
+    assert!(
+        bindings
+            .as_array()
+            .expect("bindings")
+            .iter()
+            .filter(|b| b["user"] == bob.as_str())
+            .all(|b| !b["revoked_at"].is_null()),
+        "{bindings}"
+    );
 
     // The provider rotates its key: a token naming the new key id is verified after the
     // control plane fetches the JWKS again.

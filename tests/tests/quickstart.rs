@@ -32,10 +32,9 @@ fn start_dev(bin: &Path, data_dir: &Path, listen: &str) -> Dev {
     let stdout = child.stdout.take().expect("stdout");
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
+        // Keep reading after the URL is found, as a terminal would: the pipe stays open.
         for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                break;
-            }
+            let _ = tx.send(line);
         }
     });
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -148,6 +147,43 @@ fn quick_start_as_a_user_runs_it() {
         text(&out.stdout).contains("dedicated"),
         "{}",
         text(&out.stdout)
+    );
+
+    // Roles for people who sign in through the identity provider: granted to a claim,
+    // listed, revoked; a tenant role without a tenant is refused naming the field.
+    let out = cli(
+        &bin,
+        &dev,
+        &token,
+        &[
+            "binding", "create", "--claim", "groups", "--value", "ml-team", "--role", "member",
+            "--tenant", "demo", "-o", "json",
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let binding: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let binding_id = binding["id"].as_str().expect("id").to_owned();
+    let out = cli(&bin, &dev, &token, &["binding", "list"]);
+    let listed = text(&out.stdout);
+    assert!(
+        listed.contains("groups=ml-team") && listed.contains("member") && listed.contains("demo"),
+        "{listed}"
+    );
+    let out = cli(&bin, &dev, &token, &["binding", "revoke", &binding_id]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let out = cli(
+        &bin,
+        &dev,
+        &token,
+        &[
+            "binding", "create", "--claim", "groups", "--value", "x", "--role", "member",
+        ],
+    );
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("tenant"),
+        "{}",
+        text(&out.stderr)
     );
 
     // A quarter of a shared GPU: the job is told its share.

@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 
 use allot_store::testing::Backend;
+use allot_store::{IdentityRepo, SignIn};
 use std::time::Duration;
 
 use allot_system_tests::{TestCluster, spawn_cluster_with};
@@ -92,6 +93,13 @@ const EXPECTED: &[(&str, &str)] = &[
     ("POST /api/v1/tokens", "OCX - OC - -"),
     ("GET /api/v1/tokens/{id}", "OCX - OC - -"),
     ("DELETE /api/v1/tokens/{id}", "OCX - OC - -"),
+    ("GET /api/v1/users", "OCX - - - -"),
+    ("GET /api/v1/users/{id}", "OCX - - - -"),
+    ("DELETE /api/v1/users/{id}", "OCX - - - -"),
+    ("GET /api/v1/role-bindings", "OCX - OCX - -"),
+    ("POST /api/v1/role-bindings", "OCX - OC - -"),
+    ("GET /api/v1/role-bindings/{id}", "OCX - OC - -"),
+    ("DELETE /api/v1/role-bindings/{id}", "OCX - OC - -"),
 ];
 
 struct Fixture {
@@ -180,6 +188,39 @@ impl Fixture {
         body["token"]["id"].as_str().expect("id").to_owned()
     }
 
+    /// A fresh user, as if they had signed in through the identity provider.
+    async fn user(&mut self) -> String {
+        self.made += 1;
+        let user = self
+            .c
+            .server
+            .store
+            .sign_in(SignIn {
+                issuer: "https://idp.example".into(),
+                subject: format!("person-{}", self.made),
+                email: None,
+                name: None,
+            })
+            .await
+            .expect("user");
+        user.id
+    }
+
+    /// A fresh claim binding in `rel`'s tenant.
+    async fn binding(&mut self, rel: Rel) -> String {
+        self.made += 1;
+        let (s, body) = self
+            .c
+            .post(
+                "/api/v1/role-bindings",
+                json!({ "claim": "groups", "value": format!("g{}", self.made),
+                        "role": "viewer", "tenant": rel.tenant() }),
+            )
+            .await;
+        assert_eq!(s, StatusCode::CREATED, "{body}");
+        body["id"].as_str().expect("id").to_owned()
+    }
+
     /// The request for `route` against `rel`'s resources: path, and body when it takes one.
     async fn request(&mut self, route: &str, rel: Rel) -> (String, Option<Value>) {
         let (_, path) = route.split_once(' ').expect("METHOD PATH");
@@ -194,6 +235,10 @@ impl Fixture {
                 self.job(rel).await
             } else if p.starts_with("/api/v1/tokens/") {
                 self.token(rel).await
+            } else if p.starts_with("/api/v1/users/") {
+                self.user().await
+            } else if p.starts_with("/api/v1/role-bindings/") {
+                self.binding(rel).await
             } else {
                 self.node_id.clone()
             };
@@ -231,6 +276,13 @@ impl Fixture {
             "POST /api/v1/jobs" => (
                 String::new(),
                 Some(json!({ "tenant": tenant, "gpus": 64, "command": ["true"] })),
+            ),
+            "POST /api/v1/role-bindings" => (
+                String::new(),
+                Some(
+                    json!({ "claim": "groups", "value": format!("m{n}"), "role": "member",
+                             "tenant": tenant }),
+                ),
             ),
             "POST /api/v1/tokens" => (
                 String::new(),

@@ -11,7 +11,7 @@ use actix_web::http::header;
 use actix_web::{FromRequest, HttpMessage, HttpRequest, web};
 use allot_authz::{Action, Policies, Resource, Session, Subject, TenantTree};
 use allot_domain::{Actor, ActorKind, AuditContext, Role, RoleBinding};
-use allot_store::{TenantRepo, TenantScope, TokenRepo};
+use allot_store::{IdentityRepo, SignIn, TenantRepo, TenantScope, TokenRepo};
 
 use crate::AppState;
 use crate::jwt::JwtError;
@@ -374,18 +374,42 @@ impl Caller<'_> {
             }
             Err(e) => return Err(unauthenticated(&e.to_string())),
         };
+        let text = |claim: &str| {
+            verified
+                .claims
+                .get(claim)
+                .and_then(|v| v.as_str())
+                .map(|s| s.chars().take(320).collect::<String>())
+        };
+        let user = self
+            .state
+            .store
+            .sign_in(SignIn {
+                issuer: verifier.config().issuer.clone(),
+                subject: verified.subject.clone(),
+                email: text("email"),
+                name: text("name"),
+            })
+            .await?;
+        if user.deleted_at.is_some() {
+            return Err(unauthenticated("the user has been removed from Allot"));
+        }
         let tenants = self.state.store.list_tenants().await?;
         let ids: HashMap<String, String> = tenants
             .iter()
             .map(|t| (t.name.to_string(), t.id.clone()))
             .collect();
-        let bindings = verified.bindings(&verifier.config().claim_roles, &ids);
-        Ok(self.principal(
-            ActorKind::User,
-            verified.subject,
-            bindings,
-            "oidc-jwt",
-            &tenants,
-        ))
+        let mut bindings = verified.bindings(&verifier.config().claim_roles, &ids);
+        for b in self
+            .state
+            .store
+            .roles_of(&user.id, &verified.claim_pairs())
+            .await?
+        {
+            if !bindings.contains(&b) {
+                bindings.push(b);
+            }
+        }
+        Ok(self.principal(ActorKind::User, user.id, bindings, "oidc-jwt", &tenants))
     }
 }

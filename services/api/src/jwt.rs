@@ -138,6 +138,25 @@ pub struct VerifiedToken {
 }
 
 impl VerifiedToken {
+    /// Every top-level claim with a string value, or a list of strings, as (claim, value)
+    /// pairs: what claim bindings match against.
+    pub fn claim_pairs(&self) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        for (claim, v) in &self.claims {
+            match v {
+                Value::String(s) => out.push((claim.clone(), s.clone())),
+                Value::Array(items) => out.extend(
+                    items
+                        .iter()
+                        .filter_map(Value::as_str)
+                        .map(|s| (claim.clone(), s.to_owned())),
+                ),
+                _ => {}
+            }
+        }
+        out
+    }
+
     /// The role bindings `rules` grant these claims; tenant names resolve through
     /// `tenant_ids`, and rules naming unknown tenants grant nothing.
     pub fn bindings(

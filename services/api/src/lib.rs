@@ -62,7 +62,7 @@ pub struct AppState {
 /// without deciding who may call it).
 fn routes<R: Routes>(r: &mut R) {
     use Method as M;
-    use handlers::{audit, jobs, nodes, tenants, tokens};
+    use handlers::{audit, bindings, jobs, nodes, tenants, tokens, users};
     r.add(M::GET, "/healthz", handlers::health::healthz);
     r.add(M::GET, "/readyz", handlers::health::readyz);
     r.add(M::GET, "/api/v1/openapi.json", openapi::serve);
@@ -123,6 +123,13 @@ fn routes<R: Routes>(r: &mut R) {
     r.add(M::POST, "/api/v1/tokens", tokens::create);
     r.add(M::GET, "/api/v1/tokens/{id}", tokens::get);
     r.add(M::DELETE, "/api/v1/tokens/{id}", tokens::revoke);
+    r.add(M::GET, "/api/v1/users", users::list);
+    r.add(M::GET, "/api/v1/users/{id}", users::get);
+    r.add(M::DELETE, "/api/v1/users/{id}", users::delete);
+    r.add(M::GET, "/api/v1/role-bindings", bindings::list);
+    r.add(M::POST, "/api/v1/role-bindings", bindings::create);
+    r.add(M::GET, "/api/v1/role-bindings/{id}", bindings::get);
+    r.add(M::DELETE, "/api/v1/role-bindings/{id}", bindings::revoke);
 }
 
 /// Where [`routes`] puts what it lists.

@@ -4,7 +4,7 @@ use actix_web::HttpResponse;
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use crate::handlers::{audit, health, jobs, nodes, tenants, tokens};
+use crate::handlers::{audit, bindings, health, jobs, nodes, tenants, tokens, users};
 
 struct BearerAuth;
 
@@ -31,6 +31,8 @@ impl Modify for BearerAuth {
         audit::key, audit::logs, audit::entries, audit::checkpoint, audit::export, audit::inclusion,
         audit::consistency, audit::search, audit::holds, audit::set_hold, audit::release_hold,
         audit::prune,
+        users::list, users::get, users::delete,
+        bindings::create, bindings::list, bindings::get, bindings::revoke,
     ),
     modifiers(&BearerAuth),
     tags(
@@ -38,6 +40,7 @@ impl Modify for BearerAuth {
         (name = "jobs", description = "Submit, inspect and cancel jobs"),
         (name = "nodes", description = "Nodes and their GPUs"),
         (name = "tokens", description = "API tokens for automation"),
+        (name = "access", description = "Users who sign in through the identity provider, and the roles granted to them or to their claims"),
         (name = "audit", description = "The tamper-evident audit logs, checkpoints and proofs"),
         (name = "health", description = "Liveness and readiness"),
     )

@@ -60,10 +60,17 @@ pub enum Action {
     AuditHold,
     AuditPrune,
     QuotaWrite,
+    BindingCreate,
+    BindingList,
+    BindingRead,
+    BindingRevoke,
+    UserList,
+    UserRead,
+    UserDelete,
 }
 
 impl Action {
-    pub const ALL: [Action; 20] = [
+    pub const ALL: [Action; 27] = [
         Action::TenantRead,
         Action::QuotaRead,
         Action::JobList,
@@ -84,6 +91,13 @@ impl Action {
         Action::AuditHold,
         Action::AuditPrune,
         Action::QuotaWrite,
+        Action::BindingCreate,
+        Action::BindingList,
+        Action::BindingRead,
+        Action::BindingRevoke,
+        Action::UserList,
+        Action::UserRead,
+        Action::UserDelete,
     ];
 
     pub fn name(self) -> &'static str {
@@ -108,6 +122,13 @@ impl Action {
             Action::AuditHold => "audit.hold",
             Action::AuditPrune => "audit.prune",
             Action::QuotaWrite => "quota.write",
+            Action::BindingCreate => "binding.create",
+            Action::BindingList => "binding.list",
+            Action::BindingRead => "binding.read",
+            Action::BindingRevoke => "binding.revoke",
+            Action::UserList => "user.list",
+            Action::UserRead => "user.read",
+            Action::UserDelete => "user.delete",
         }
     }
 }
@@ -128,6 +149,11 @@ pub enum Resource<'a> {
         id: &'a str,
         tenant: Option<&'a str>,
     },
+    /// A role binding; a platform role's has no tenant.
+    Binding {
+        id: &'a str,
+        tenant: Option<&'a str>,
+    },
     /// An audit log; the system log has no tenant.
     AuditLog {
         log: &'a str,
@@ -142,7 +168,9 @@ impl Resource<'_> {
         match *self {
             Resource::Platform | Resource::Node(_) => None,
             Resource::Tenant(t) | Resource::Job { tenant: t, .. } => Some(t),
-            Resource::Token { tenant, .. } | Resource::AuditLog { tenant, .. } => tenant,
+            Resource::Token { tenant, .. }
+            | Resource::Binding { tenant, .. }
+            | Resource::AuditLog { tenant, .. } => tenant,
         }
     }
 }
@@ -338,8 +366,8 @@ pub struct Session<'p> {
 }
 
 impl Session<'_> {
-    /// Whether `action` on `resource` is permitted. `granted` is the role a token being
-    /// created would carry (for `token.create` only).
+    /// Whether `action` on `resource` is permitted. `granted` is the role a token or
+    /// binding being created would carry (for `token.create` and `binding.create`).
     pub fn allows(
         &self,
         action: Action,
@@ -356,7 +384,7 @@ impl Session<'_> {
                 .map_err(|e| err(&e))?,
             None => self.entities.clone(),
         };
-        let context = if action == Action::TokenCreate {
+        let context = if matches!(action, Action::TokenCreate | Action::BindingCreate) {
             let role = granted.map_or("", Role::as_str);
             Context::from_pairs([(
                 "role".to_owned(),
@@ -394,6 +422,7 @@ impl Session<'_> {
             Resource::Node(n) => (uid("Allot::Node", n), None),
             Resource::Job { id, tenant } => child("Allot::Job", id, Some(tenant)),
             Resource::Token { id, tenant } => child("Allot::Token", id, tenant),
+            Resource::Binding { id, tenant } => child("Allot::Binding", id, tenant),
             Resource::AuditLog { log, tenant } => child("Allot::AuditLog", log, tenant),
         }
     }

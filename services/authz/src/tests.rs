@@ -47,6 +47,10 @@ fn allowed_anywhere(s: &Subject, action: Action) -> bool {
             log: "acme",
             tenant: Some("acme"),
         },
+        Resource::Binding {
+            id: "rb_1",
+            tenant: Some("acme"),
+        },
     ]
     .into_iter()
     .any(|r| {
@@ -218,6 +222,40 @@ fn tenant_admins_grant_no_role_above_their_own() {
         Resource::Tenant("globex"),
         Some(Role::Viewer)
     ));
+}
+
+#[test]
+fn tenant_admins_bind_roles_in_their_tenants_only_admins_manage_users() {
+    let admin = subject(vec![RoleBinding::tenant(Role::TenantAdmin, "acme")]);
+    let platform = subject(vec![RoleBinding::platform(Role::Admin)]);
+    let child = Resource::Tenant("acme-ml");
+    assert!(allows_granting(
+        &admin,
+        Action::BindingCreate,
+        child,
+        Some(Role::Member)
+    ));
+    assert!(!allows_granting(
+        &admin,
+        Action::BindingCreate,
+        child,
+        Some(Role::Admin)
+    ));
+    assert!(!allows_granting(
+        &admin,
+        Action::BindingCreate,
+        Resource::Tenant("globex"),
+        Some(Role::Viewer)
+    ));
+    let binding = Resource::Binding {
+        id: "rb_1",
+        tenant: Some("acme-ml"),
+    };
+    assert!(allows(&admin, Action::BindingRevoke, binding));
+    for action in [Action::UserList, Action::UserRead, Action::UserDelete] {
+        assert!(!allows(&admin, action, Resource::Platform), "{action:?}");
+        assert!(allows(&platform, action, Resource::Platform), "{action:?}");
+    }
 }
 
 #[test]

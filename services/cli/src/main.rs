@@ -57,6 +57,12 @@ enum Command {
     /// Manage API tokens.
     #[command(subcommand)]
     Token(TokenCmd),
+    /// The people who sign in through the identity provider.
+    #[command(subcommand)]
+    User(cmd::access::UserCmd),
+    /// Grant roles to users, or to everyone whose provider token carries a claim.
+    #[command(subcommand)]
+    Binding(cmd::access::BindingCmd),
     /// Run a benchmark (results belong in docs/benchmarks.md).
     #[command(subcommand)]
     Bench(cmd::bench::BenchCmd),
@@ -94,6 +100,8 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Job(c) => cmd::job::run(&client()?, c).await,
         Command::Node(c) => cmd::node::run(&client()?, c).await.map(|()| 0),
         Command::Token(c) => cmd::token::run(&client()?, c).await.map(|()| 0),
+        Command::User(c) => cmd::access::run_user(&client()?, c).await.map(|()| 0),
+        Command::Binding(c) => cmd::access::run_binding(&client()?, c).await.map(|()| 0),
         Command::Audit(c) => cmd::audit::run(client, c).await,
         Command::Bench(c) => cmd::bench::run(c).await.map(|()| 0),
         Command::Db(c) => cmd::db::run(c).await.map(|()| 0),

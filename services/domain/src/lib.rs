@@ -7,6 +7,7 @@
 pub mod audit;
 pub mod clock;
 pub mod error;
+pub mod identity;
 pub mod isolation;
 pub mod job;
 pub mod mig;
@@ -21,6 +22,7 @@ pub use audit::{
 };
 pub use clock::{Clock, FixedClock, SystemClock};
 pub use error::{FieldError, ValidationError};
+pub use identity::{BindingSubject, StoredBinding, User};
 pub use isolation::{Isolation, PRIORITY_CLASSES, PRIORITY_RANGE, WorkloadClass, parse_priority};
 pub use job::{GPU_MILLI, Job, JobEvent, JobSpec, JobState, PendingReason, TransitionError};
 pub use node::{GpuDevice, Node, NodeStatus};

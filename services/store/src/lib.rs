@@ -9,6 +9,7 @@ mod audit;
 mod convert;
 pub mod entities;
 mod error;
+mod identity;
 mod jobs;
 mod nodes;
 mod scope;
@@ -26,6 +27,7 @@ use sea_orm::{ConnectOptions, ConnectionTrait, Database, DatabaseConnection, DbB
 
 pub use audit::{AuditBatcher, AuditRepo, AuditSearch, LogHead, StoredCheckpoint, StoredEntry};
 pub use error::StoreError;
+pub use identity::{IdentityRepo, NewBinding, SignIn};
 pub use jobs::{JobFilter, JobPage, JobRepo, JobUpdate, NewJob};
 pub use nodes::{NodeAdmin, NodeRegistration, NodeRepo};
 pub use scope::TenantScope;

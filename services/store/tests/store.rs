@@ -3,13 +3,13 @@
 use std::sync::Arc;
 
 use allot_domain::{
-    AuditContext, Clock, FixedClock, GpuDevice, Isolation, JobSpec, JobState, PendingReason, Quota,
-    ResourceLimits, Resources, Role, TenantName, WorkloadClass,
+    AuditContext, BindingSubject, Clock, FixedClock, GpuDevice, Isolation, JobSpec, JobState,
+    PendingReason, Quota, ResourceLimits, Resources, Role, RoleBinding, TenantName, WorkloadClass,
 };
 use allot_store::testing::{Backend, TestDb};
 use allot_store::{
-    AuditRepo, JobFilter, JobRepo, JobUpdate, NewJob, NewToken, NodeRegistration, NodeRepo, Store,
-    StoreError, TenantRepo, TenantScope, TokenRepo,
+    AuditRepo, IdentityRepo, JobFilter, JobRepo, JobUpdate, NewBinding, NewJob, NewToken,
+    NodeRegistration, NodeRepo, SignIn, Store, StoreError, TenantRepo, TenantScope, TokenRepo,
 };
 use chrono::{Duration, TimeZone, Utc};
 
@@ -1248,3 +1248,132 @@ async fn existing_caps_become_gpu_milli_limits_sqlite() {
 async fn existing_caps_become_gpu_milli_limits_postgres() {
     existing_caps_become_gpu_milli_limits(Backend::Postgres).await;
 }
+
+both_backends!(users_and_role_bindings, |store, clock| {
+    let t = store
+        .create_tenant(&ctx(), &name("ml"), None, Quota::default())
+        .await
+        .expect("tenant");
+    let alice = || SignIn {
+        issuer: "https://idp".into(),
+        subject: "alice".into(),
+        email: Some("alice@example.com".into()),
+        name: None,
+    };
+    let first = store.sign_in(alice()).await.expect("created");
+    let again = store.sign_in(alice()).await.expect("found");
+    assert_eq!(first.id, again.id, "one user per issuer and subject");
+    clock.advance(Duration::minutes(5));
+    let renamed = store
+        .sign_in(SignIn {
+            name: Some("Alice".into()),
+            ..alice()
+        })
+        .await
+        .expect("updated");
+    assert_eq!(renamed.name.as_deref(), Some("Alice"));
+    assert_eq!(renamed.last_seen_at, clock.now());
+    let other_issuer = store
+        .sign_in(SignIn {
+            issuer: "https://other-idp".into(),
+            ..alice()
+        })
+        .await
+        .expect("another person");
+    assert_ne!(other_issuer.id, first.id);
+
+    let by_user = store
+        .create_binding(
+            &ctx(),
+            NewBinding {
+                subject: BindingSubject::User {
+                    user_id: first.id.clone(),
+                },
+                role: Role::Member,
+                tenant_id: Some(t.id.clone()),
+            },
+        )
+        .await
+        .expect("user binding");
+    let by_claim = store
+        .create_binding(
+            &ctx(),
+            NewBinding {
+                subject: BindingSubject::Claim {
+                    claim: "groups".into(),
+                    value: "ops".into(),
+                },
+                role: Role::Admin,
+                tenant_id: None,
+            },
+        )
+        .await
+        .expect("claim binding");
+    let ops = [("groups".to_owned(), "ops".to_owned())];
+    let roles = store.roles_of(&first.id, &ops).await.expect("roles");
+    assert_eq!(roles.len(), 2, "{roles:?}");
+    assert!(roles.contains(&RoleBinding::platform(Role::Admin)));
+    assert_eq!(
+        store.roles_of(&other_issuer.id, &[]).await.expect("roles"),
+        []
+    );
+    // Scopes: a tenant's scope never reaches a platform binding.
+    let of_t = TenantScope::tenant(t.id.clone());
+    assert_eq!(store.list_bindings(&of_t).await.expect("list").len(), 1);
+    assert_eq!(
+        store
+            .list_bindings(&TenantScope::All)
+            .await
+            .expect("list")
+            .len(),
+        2
+    );
+    assert!(matches!(
+        store.binding(&of_t, &by_claim.id).await,
+        Err(StoreError::NotFound(_))
+    ));
+
+    store
+        .revoke_binding(&ctx(), &TenantScope::All, &by_claim.id)
+        .await
+        .expect("revoked");
+    let roles = store.roles_of(&first.id, &ops).await.expect("roles");
+    assert_eq!(roles, [RoleBinding::tenant(Role::Member, t.id.clone())]);
+
+    // Deleting a user revokes their bindings, and signing in again does not revive them.
+    let deleted = store.delete_user(&ctx(), &first.id).await.expect("deleted");
+    assert!(deleted.deleted_at.is_some());
+    assert!(
+        store
+            .sign_in(alice())
+            .await
+            .expect("found")
+            .deleted_at
+            .is_some()
+    );
+    assert!(
+        store
+            .binding(&TenantScope::All, &by_user.id)
+            .await
+            .expect("binding")
+            .revoked_at
+            .is_some()
+    );
+    assert_eq!(store.roles_of(&first.id, &ops).await.expect("roles"), []);
+
+    // Every change is on record.
+    let system = store
+        .audit_entries("system", 0, 100)
+        .await
+        .expect("entries");
+    let actions: Vec<&str> = system.iter().map(|e| e.action.as_str()).collect();
+    for a in [
+        "user.create",
+        "binding.create",
+        "binding.revoke",
+        "user.delete",
+    ] {
+        assert!(actions.contains(&a), "{a}: {actions:?}");
+    }
+    head_matches_entries(&store, "system").await;
+});

@@ -1,8 +1,11 @@
 //! Request handlers, one module per resource.
 
 pub mod audit;
+pub mod bindings;
+mod grant;
 pub mod health;
 pub mod jobs;
 pub mod nodes;
 pub mod tenants;
 pub mod tokens;
+pub mod users;

@@ -2,9 +2,10 @@ use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, web};
 use allot_authz::{Action, Resource};
 use allot_domain::{ApiToken, ValidationError};
-use allot_store::{NewToken, TenantRepo, TenantScope, TokenRepo};
+use allot_store::{NewToken, TenantScope, TokenRepo};
 use chrono::Duration;
 
+use super::grant;
 use crate::auth::Principal;
 use crate::extract::Json;
 use crate::problem::Problem;
@@ -16,10 +17,7 @@ pub const TOKEN_PREFIX: &str = "allot_";
 const MAX_LIFETIME_SECS: u64 = 10 * 365 * 24 * 3600;
 
 async fn view(state: &AppState, t: ApiToken) -> Result<TokenView, ApiError> {
-    let tenant = match &t.tenant_id {
-        Some(id) => Some(state.store.tenant_by_id(id).await?.name.to_string()),
-        None => None,
-    };
+    let tenant = grant::tenant_name(state, t.tenant_id.as_deref()).await?;
     Ok(TokenView::new(t, tenant))
 }
 
@@ -47,40 +45,14 @@ pub async fn create(
         )
         .into());
     }
-    let tenant_id = match (body.role, body.tenant.as_deref()) {
-        (role, None) if role.is_platform() => None,
-        (role, Some(_)) if role.is_platform() => {
-            return Err(ValidationError::single(
-                "tenant",
-                format!("must be absent for the {role} role, which spans all tenants"),
-            )
-            .into());
-        }
-        (_, None) => {
-            return Err(ValidationError::single(
-                "tenant",
-                "is required for tenant-scoped roles (viewer, member, tenant-admin)",
-            )
-            .into());
-        }
-        (_, Some(name)) => {
-            let unknown = || ValidationError::single("tenant", format!("no tenant named `{name}`"));
-            let t = state
-                .store
-                .tenant_by_name(name)
-                .await
-                .map_err(|_| unknown())?;
-            if !who.can_see(&t.id)? {
-                return Err(unknown().into());
-            }
-            Some(t.id)
-        }
-    };
-    let (resource, what) = match &tenant_id {
-        Some(t) => (Resource::Tenant(t), "the tenant"),
-        None => (Resource::Platform, "the platform"),
-    };
-    who.authorize_granting(Action::TokenCreate, resource, Some(body.role), what)?;
+    let tenant_id = grant::authorize(
+        &state,
+        &who,
+        Action::TokenCreate,
+        body.role,
+        body.tenant.as_deref(),
+    )
+    .await?;
     let now = state.store.clock().now();
     let expires_at = body
         .expires_in_seconds
@@ -119,13 +91,8 @@ pub async fn list(state: web::Data<AppState>, who: Principal) -> Result<HttpResp
     Ok(json(StatusCode::OK, &out))
 }
 
-/// The tokens the caller may list: every one when the policies permit `token.list`
-/// platform-wide, else those of the tenants where they permit it.
 fn scope(who: &Principal) -> Result<TenantScope, ApiError> {
-    if who.allows(Action::TokenList, Resource::Platform)? {
-        return Ok(TenantScope::All);
-    }
-    who.scope(Action::TokenList, "API tokens")
+    grant::scope(who, Action::TokenList, "API tokens")
 }
 
 /// The token, if the caller may see it (else 404) and do `action` to it (else 403).

@@ -1,6 +1,7 @@
 //! `allot dev`: the whole system in one process on an embedded SQLite database, with
 //! simulated GPU nodes connected over real gRPC on loopback.
 
+use std::io::Write as _;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -106,28 +107,32 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     }
 
     let url = server.http_url();
-    println!("Allot dev cluster is running.");
-    println!();
-    println!("  API:          {url}");
-    println!("  Admin token:  {token}");
-    println!("                (also in {})", token_path.display());
-    println!(
-        "  Nodes:        {} simulated, {} each",
-        args.nodes, args.sim_gpus
+    // One write, whose failure is ignored: a closed stdout (`allot dev | head`) must not take
+    // the cluster down with it.
+    let token_file = token_path.display();
+    let banner = format!(
+        "Allot dev cluster is running.
+
+  API:          {url}
+  Admin token:  {token}
+                (also in {token_file})
+  Nodes:        {nodes} simulated, {gpus} each
+  Data:         {data}
+
+Try, in another terminal:
+  export ALLOT_SERVER={url} ALLOT_TOKEN=$(cat {token_file})
+  allot tenant create demo --guaranteed-gpus 2 --max-gpus 4
+  allot job submit --tenant demo --wait -- sh -c 'echo hello from $CUDA_VISIBLE_DEVICES'
+
+Press Ctrl-C to stop.
+",
+        nodes = args.nodes,
+        gpus = args.sim_gpus,
+        data = args.data_dir.display(),
     );
-    println!("  Data:         {}", args.data_dir.display());
-    println!();
-    println!("Try, in another terminal:");
-    println!(
-        "  export ALLOT_SERVER={url} ALLOT_TOKEN=$(cat {})",
-        token_path.display()
-    );
-    println!("  allot tenant create demo --guaranteed-gpus 2 --max-gpus 4");
-    println!(
-        "  allot job submit --tenant demo --wait -- sh -c 'echo hello from $CUDA_VISIBLE_DEVICES'"
-    );
-    println!();
-    println!("Press Ctrl-C to stop.");
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(banner.as_bytes()).and_then(|()| out.flush());
+    drop(out);
 
     crate::shutdown_signal().await;
     eprintln!("shutting down: stopping jobs and agents");

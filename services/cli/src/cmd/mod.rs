@@ -1,5 +1,6 @@
 //! One module per group of subcommands.
 
+pub mod access;
 pub mod agent;
 pub mod audit;
 pub mod bench;

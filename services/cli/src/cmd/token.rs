@@ -12,7 +12,8 @@ pub enum TokenCmd {
     /// Create an API token; its secret is printed once.
     Create {
         name: String,
-        /// viewer, member, tenant-admin, admin, or auditor (reads every audit log, nothing else).
+        /// viewer, member, tenant-admin, platform-admin, or auditor (reads every audit log,
+        /// nothing else).
         #[arg(long)]
         role: String,
         /// The tenant the token acts in (all roles but platform-admin and auditor).

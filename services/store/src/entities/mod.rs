@@ -9,4 +9,6 @@ pub mod gpus;
 pub mod job_events;
 pub mod jobs;
 pub mod nodes;
+pub mod role_bindings;
 pub mod tenants;
+pub mod users;
