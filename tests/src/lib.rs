@@ -186,6 +186,20 @@ impl TestCluster {
         body["id"].as_str().expect("job id").to_owned()
     }
 
+    /// The id of the user the identity provider calls `subject` (they signed in before).
+    pub async fn user_id(&self, subject: &str) -> String {
+        let (_, users) = self.get("/api/v1/users").await;
+        users
+            .as_array()
+            .expect("users")
+            .iter()
+            .find(|u| u["subject"] == subject)
+            .unwrap_or_else(|| panic!("{subject} has signed in: {users}"))["id"]
+            .as_str()
+            .expect("id")
+            .to_owned()
+    }
+
     /// Polls `check` until it yields a value, failing the test after [`PATIENCE`].
     pub async fn eventually<T, F, Fut>(&self, what: &str, mut check: F) -> T
     where

@@ -193,15 +193,10 @@ async fn provider_tokens_map_claims_to_roles() {
     assert_eq!(entry["actor"]["kind"], "user");
     assert_eq!(entry["actor"]["auth_method"], "oidc-jwt");
     // Under the user the provider's `sub` became at first sign-in.
-    let (_, users) = c.get("/api/v1/users").await;
-    let alice = users
-        .as_array()
-        .expect("users")
-        .iter()
-        .find(|u| u["subject"] == "alice")
-        .expect("alice was created at first sign-in");
-    assert_eq!(entry["actor"]["id"], alice["id"]);
-    assert_eq!(alice["issuer"], idp.issuer.as_str());
+    let alice = c.user_id("alice").await;
+    assert_eq!(entry["actor"]["id"], alice.as_str());
+    let (_, user) = c.get(&format!("/api/v1/users/{alice}")).await;
+    assert_eq!(user["issuer"], idp.issuer.as_str());
 
     // Authenticated, but no claim grants anything: every action is refused.
     let nobody = idp.token("bob", json!({ "groups": ["sales"] }));
@@ -236,16 +231,7 @@ async fn provider_tokens_map_claims_to_roles() {
         StatusCode::OK,
         "the claim binding grants viewer in web: {body}"
     );
-    let (_, users) = c.get("/api/v1/users").await;
-    let bob = users
-        .as_array()
-        .expect("users")
-        .iter()
-        .find(|u| u["subject"] == "bob")
-        .expect("bob")["id"]
-        .as_str()
-        .expect("id")
-        .to_owned();
+    let bob = c.user_id("bob").await;
     let (s, body) = c
         .post(
             "/api/v1/role-bindings",

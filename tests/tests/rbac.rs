@@ -49,11 +49,16 @@ impl Rel {
 
 /// Who may call each route, per role: the relations (O)wn, (C)hild and other (X) tenant
 /// whose resources the role reaches, `-` for none. Tenant roles are bound at `own`. Routes
-/// that name no tenant are the same for every relation. `public` routes need no token.
+/// that name no tenant are the same for every relation. `public` routes need no token;
+/// `open` ones (the sign-in flow) need none either and are refused on their own terms.
 const EXPECTED: &[(&str, &str)] = &[
     ("GET /healthz", "public"),
     ("GET /readyz", "public"),
     ("GET /api/v1/openapi.json", "public"),
+    ("GET /auth/login", "open"),
+    ("GET /auth/callback", "open"),
+    ("GET /auth/session", "OCX OCX OCX OCX OCX"),
+    ("POST /auth/logout", "OCX OCX OCX OCX OCX"),
     ("GET /api/v1/audit/key", "OCX OCX OCX OCX OCX"),
     ("GET /api/v1/audit/logs", "OCX OCX OCX - -"),
     ("GET /api/v1/audit/entries", "OCX OCX OC - -"),
@@ -330,6 +335,15 @@ async fn every_route_every_role_every_tenant_relation() {
             let (path, _) = f.request(route, Rel::Own).await;
             let (s, _) = f.c.request(method, &path, None, None).await;
             assert!(s.is_success(), "{route} is public, got {s}");
+            continue;
+        }
+        if rule == "open" {
+            let (path, _) = f.request(route, Rel::Own).await;
+            let (s, _) = f.c.request(method, &path, None, None).await;
+            assert!(
+                s != StatusCode::FORBIDDEN && !s.is_server_error(),
+                "{route} needs no credentials, got {s}"
+            );
             continue;
         }
         // Without a token: 401, always.

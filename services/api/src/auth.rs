@@ -7,11 +7,11 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use actix_web::dev::Payload;
-use actix_web::http::header;
+use actix_web::http::{Method, header};
 use actix_web::{FromRequest, HttpMessage, HttpRequest, web};
 use allot_authz::{Action, Policies, Resource, Session, Subject, TenantTree};
 use allot_domain::{Actor, ActorKind, AuditContext, Role, RoleBinding};
-use allot_store::{IdentityRepo, SignIn, TenantRepo, TenantScope, TokenRepo};
+use allot_store::{IdentityRepo, SessionRepo, SignIn, TenantRepo, TenantScope, TokenRepo};
 
 use crate::AppState;
 use crate::jwt::JwtError;
@@ -245,6 +245,9 @@ impl FromRequest for Principal {
             .headers()
             .get(header::AUTHORIZATION)
             .map(|v| v.to_str().map(str::to_owned));
+        let session_cookie = req
+            .cookie(crate::signin::SESSION_COOKIE)
+            .map(|c| c.value().to_owned());
         Box::pin(async move {
             let state =
                 state.ok_or_else(|| ApiError::Internal("application state missing".into()))?;
@@ -252,20 +255,24 @@ impl FromRequest for Principal {
             if let Some(retry_after_secs) = state.auth_failures.blocked(&from) {
                 return Err(ApiError::TooManyAttempts { retry_after_secs });
             }
-            let value = match header {
-                // Not an attempt at all: not counted.
-                None => {
-                    return Err(unauthenticated(
-                        "send an API token or an identity provider's JWT as `Authorization: Bearer <token>`",
-                    ));
-                }
-                Some(v) => v,
-            };
             let caller = Caller {
                 state: &state,
                 req: &http_req,
                 source,
                 request_id,
+            };
+            let value = match (header, session_cookie) {
+                (Some(v), _) => v,
+                (None, Some(session)) => {
+                    let result = caller.session(&session).await;
+                    return finish(&state, &http_req, &from, result);
+                }
+                // Not an attempt at all: not counted.
+                (None, None) => {
+                    return Err(unauthenticated(
+                        "sign in, or send an API token or an identity provider's JWT as `Authorization: Bearer <token>`",
+                    ));
+                }
             };
             let result = match value {
                 Err(_) => Err(unauthenticated(
@@ -286,19 +293,29 @@ impl FromRequest for Principal {
                     Some(token) => caller.jwt(token).await,
                 },
             };
-            match result {
-                Ok(principal) => {
-                    // For the denial audit, which runs after the handler.
-                    http_req.extensions_mut().insert(principal.clone());
-                    Ok(principal)
-                }
-                Err(e @ ApiError::Unauthenticated(_)) => {
-                    state.auth_failures.failed(&from);
-                    Err(e)
-                }
-                Err(e) => Err(e),
-            }
+            finish(&state, &http_req, &from, result)
         })
+    }
+}
+
+/// Remembers the principal for the denial audit (which runs after the handler), and counts
+/// a failed authentication against its source.
+fn finish(
+    state: &AppState,
+    req: &HttpRequest,
+    from: &str,
+    result: Result<Principal, ApiError>,
+) -> Result<Principal, ApiError> {
+    match result {
+        Ok(principal) => {
+            req.extensions_mut().insert(principal.clone());
+            Ok(principal)
+        }
+        Err(e @ ApiError::Unauthenticated(_)) => {
+            state.auth_failures.failed(from);
+            Err(e)
+        }
+        Err(e) => Err(e),
     }
 }
 
@@ -359,6 +376,96 @@ impl Caller<'_> {
         }
     }
 
+    /// The roles a user holds: the configured claim rules, and the bindings granted through
+    /// the API to them or to their claims.
+    async fn user_roles(
+        &self,
+        user_id: &str,
+        claims: &crate::jwt::VerifiedToken,
+        tenants: &[allot_domain::Tenant],
+    ) -> Result<Vec<RoleBinding>, ApiError> {
+        let ids: HashMap<String, String> = tenants
+            .iter()
+            .map(|t| (t.name.to_string(), t.id.clone()))
+            .collect();
+        let rules = self
+            .state
+            .jwt
+            .as_ref()
+            .map(|j| j.config().claim_roles.clone())
+            .unwrap_or_default();
+        let mut bindings = claims.bindings(&rules, &ids);
+        for b in self
+            .state
+            .store
+            .roles_of(user_id, &claims.claim_pairs())
+            .await?
+        {
+            if !bindings.contains(&b) {
+                bindings.push(b);
+            }
+        }
+        Ok(bindings)
+    }
+
+    /// A browser session from web sign-in. Changes need its CSRF token.
+    async fn session(self, session_id: &str) -> Result<Principal, ApiError> {
+        let Some(signin) = self.state.web_sign_in.clone() else {
+            return Err(unauthenticated("web sign-in is not configured"));
+        };
+        let id_hash = secret::hash(session_id);
+        let Some(session) = self.state.store.session(&id_hash).await? else {
+            return Err(unauthenticated("the session is not valid; sign in again"));
+        };
+        let now = self.state.store.clock().now();
+        let idle = chrono::Duration::from_std(signin.config.session_idle)
+            .unwrap_or(chrono::Duration::hours(1));
+        if session.ended_at.is_some() {
+            return Err(unauthenticated("the session has ended; sign in again"));
+        }
+        if now >= session.expires_at || now - session.last_seen_at >= idle {
+            return Err(unauthenticated("the session has expired; sign in again"));
+        }
+        let user = self.state.store.user(&session.user_id).await?;
+        if user.deleted_at.is_some() {
+            return Err(unauthenticated("the user has been removed from Allot"));
+        }
+        let safe = matches!(
+            *self.req.method(),
+            Method::GET | Method::HEAD | Method::OPTIONS
+        );
+        if !safe {
+            let sent = self
+                .req
+                .headers()
+                .get(crate::signin::CSRF_HEADER)
+                .and_then(|v| v.to_str().ok());
+            // Compared as hashes, so the time taken says nothing about the token.
+            let matches =
+                sent.is_some_and(|s| secret::hash(s) == secret::hash(&session.csrf_token));
+            if !matches {
+                return Err(ApiError::Forbidden(format!(
+                    "a change made with a session cookie needs the session's CSRF token in `{}`",
+                    crate::signin::CSRF_HEADER
+                )));
+            }
+        }
+        self.state.store.touch_session(&id_hash, now).await?;
+        self.req
+            .extensions_mut()
+            .insert(crate::signin::SessionAuth {
+                id_hash,
+                csrf_token: session.csrf_token.clone(),
+            });
+        let claims = crate::jwt::VerifiedToken {
+            subject: user.subject.clone(),
+            claims: session.claims,
+        };
+        let tenants = self.state.store.list_tenants().await?;
+        let bindings = self.user_roles(&user.id, &claims, &tenants).await?;
+        Ok(self.principal(ActorKind::User, user.id, bindings, "session", &tenants))
+    }
+
     /// A JWT from the configured OpenID Connect provider.
     async fn jwt(self, token: &str) -> Result<Principal, ApiError> {
         let Some(verifier) = self.state.jwt.clone() else {
@@ -395,21 +502,7 @@ impl Caller<'_> {
             return Err(unauthenticated("the user has been removed from Allot"));
         }
         let tenants = self.state.store.list_tenants().await?;
-        let ids: HashMap<String, String> = tenants
-            .iter()
-            .map(|t| (t.name.to_string(), t.id.clone()))
-            .collect();
-        let mut bindings = verified.bindings(&verifier.config().claim_roles, &ids);
-        for b in self
-            .state
-            .store
-            .roles_of(&user.id, &verified.claim_pairs())
-            .await?
-        {
-            if !bindings.contains(&b) {
-                bindings.push(b);
-            }
-        }
+        let bindings = self.user_roles(&user.id, &verified, &tenants).await?;
         Ok(self.principal(ActorKind::User, user.id, bindings, "oidc-jwt", &tenants))
     }
 }

@@ -200,6 +200,16 @@ struct Keys {
     fetched_at: Option<DateTime<Utc>>,
 }
 
+/// The HTTP client for the identity provider. It never follows a redirect: one could send
+/// a key fetch, an authorization code or the client secret anywhere.
+pub(crate) fn provider_client() -> Result<reqwest::Client, String> {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .timeout(Duration::from_secs(10))
+        .build()
+        .map_err(|e| format!("building the OIDC HTTP client: {e}"))
+}
+
 /// Verifies bearer JWTs against the issuer's published keys.
 pub struct JwtVerifier {
     config: OidcConfig,
@@ -211,15 +221,9 @@ pub struct JwtVerifier {
 impl JwtVerifier {
     pub fn new(config: OidcConfig, clock: Arc<dyn Clock>) -> Result<Self, String> {
         config.check()?;
-        let client = reqwest::Client::builder()
-            // A redirect could send the key fetch anywhere: the issuer's own URLs only.
-            .redirect(reqwest::redirect::Policy::none())
-            .timeout(Duration::from_secs(10))
-            .build()
-            .map_err(|e| format!("building the OIDC HTTP client: {e}"))?;
         Ok(Self {
             config,
-            client,
+            client: provider_client()?,
             clock,
             keys: Mutex::new(Keys {
                 set: Vec::new(),

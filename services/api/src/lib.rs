@@ -14,6 +14,7 @@ pub mod limiter;
 pub mod openapi;
 pub mod problem;
 pub mod secret;
+pub mod signin;
 pub mod views;
 
 use std::sync::Arc;
@@ -55,6 +56,8 @@ pub struct AppState {
     pub jwt: Option<Arc<jwt::JwtVerifier>>,
     /// Failed authentication per source address.
     pub auth_failures: Arc<limiter::FailureLimiter>,
+    /// Web sign-in through the OpenID Connect provider, when configured.
+    pub web_sign_in: Option<Arc<signin::WebSignIn>>,
 }
 
 /// Every route of the API, in one place: [`configure`] serves them and [`route_table`]
@@ -66,6 +69,10 @@ fn routes<R: Routes>(r: &mut R) {
     r.add(M::GET, "/healthz", handlers::health::healthz);
     r.add(M::GET, "/readyz", handlers::health::readyz);
     r.add(M::GET, "/api/v1/openapi.json", openapi::serve);
+    r.add(M::GET, "/auth/login", signin::login);
+    r.add(M::GET, "/auth/callback", signin::callback);
+    r.add(M::GET, "/auth/session", signin::whoami);
+    r.add(M::POST, "/auth/logout", signin::logout);
     r.add(M::GET, "/api/v1/audit/key", audit::key);
     r.add(M::GET, "/api/v1/audit/logs", audit::logs);
     r.add(M::GET, "/api/v1/audit/entries", audit::search);

@@ -5,6 +5,7 @@ use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
 use crate::handlers::{audit, bindings, health, jobs, nodes, tenants, tokens, users};
+use crate::signin;
 
 struct BearerAuth;
 
@@ -33,6 +34,7 @@ impl Modify for BearerAuth {
         audit::prune,
         users::list, users::get, users::delete,
         bindings::create, bindings::list, bindings::get, bindings::revoke,
+        signin::login, signin::callback, signin::whoami, signin::logout,
     ),
     modifiers(&BearerAuth),
     tags(
@@ -43,6 +45,7 @@ impl Modify for BearerAuth {
         (name = "access", description = "Users who sign in through the identity provider, and the roles granted to them or to their claims"),
         (name = "audit", description = "The tamper-evident audit logs, checkpoints and proofs"),
         (name = "health", description = "Liveness and readiness"),
+        (name = "sign-in", description = "Web sign-in through the OpenID Connect provider, sessions and sign-out"),
     )
 )]
 pub struct ApiDoc;

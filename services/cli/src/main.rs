@@ -40,7 +40,7 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run the control plane (API, agent gRPC, scheduler).
-    Server(cmd::server::ServerArgs),
+    Server(Box<cmd::server::ServerArgs>),
     /// Run a node agent.
     Agent(cmd::agent::AgentArgs),
     /// Run a whole cluster in one process: SQLite, simulated GPU nodes, real gRPC.
@@ -93,7 +93,7 @@ pub async fn shutdown_signal() {
 async fn run(cli: Cli) -> anyhow::Result<i32> {
     let client = || Client::new(&cli.server, cli.token.clone());
     match cli.command {
-        Command::Server(args) => cmd::server::run(args).await.map(|()| 0),
+        Command::Server(args) => cmd::server::run(*args).await.map(|()| 0),
         Command::Agent(args) => cmd::agent::run(args).await.map(|()| 0),
         Command::Dev(args) => cmd::dev::run(args).await.map(|()| 0),
         Command::Tenant(c) => cmd::tenant::run(&client()?, c).await.map(|()| 0),

@@ -72,3 +72,20 @@ impl StoredBinding {
         self.revoked_at.is_none()
     }
 }
+
+/// A browser session of a signed-in user. Its id is a bearer secret kept only as a hash.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Session {
+    pub user_id: String,
+    /// Sent back with every state-changing request made with the session cookie.
+    #[serde(skip)]
+    pub csrf_token: String,
+    /// What the provider vouched for at sign-in (claim roles and bindings match on them).
+    pub claims: serde_json::Map<String, serde_json::Value>,
+    pub created_at: DateTime<Utc>,
+    pub last_seen_at: DateTime<Utc>,
+    /// The absolute end, however active the session is.
+    pub expires_at: DateTime<Utc>,
+    /// Signed out (or ended by an admin).
+    pub ended_at: Option<DateTime<Utc>>,
+}

@@ -22,7 +22,7 @@ pub use audit::{
 };
 pub use clock::{Clock, FixedClock, SystemClock};
 pub use error::{FieldError, ValidationError};
-pub use identity::{BindingSubject, StoredBinding, User};
+pub use identity::{BindingSubject, Session, StoredBinding, User};
 pub use isolation::{Isolation, PRIORITY_CLASSES, PRIORITY_RANGE, WorkloadClass, parse_priority};
 pub use job::{GPU_MILLI, Job, JobEvent, JobSpec, JobState, PendingReason, TransitionError};
 pub use node::{GpuDevice, Node, NodeStatus};

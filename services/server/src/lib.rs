@@ -68,6 +68,8 @@ pub struct ServerConfig {
     /// its attempts are refused (429) for the rest of the window.
     pub auth_max_failures: u32,
     pub auth_failure_window: Duration,
+    /// Web sign-in through the OpenID Connect provider (the authorization code flow).
+    pub web_sign_in: Option<allot_api::signin::SignInConfig>,
 }
 
 impl ServerConfig {
@@ -94,6 +96,7 @@ impl ServerConfig {
             oidc: None,
             auth_max_failures: 20,
             auth_failure_window: Duration::from_secs(60),
+            web_sign_in: None,
         }
     }
 }
@@ -277,6 +280,18 @@ pub async fn start(
             Some(oidc) => Some(Arc::new(
                 allot_api::jwt::JwtVerifier::new(oidc, clock.clone()).map_err(ServerError::Oidc)?,
             )),
+            None => None,
+        },
+        web_sign_in: match config.web_sign_in.clone() {
+            Some(mut c) => {
+                // By default the provider sends browsers back to the address bound here.
+                c.redirect_url
+                    .get_or_insert_with(|| format!("http://{http_addr}/auth/callback"));
+                Some(Arc::new(
+                    allot_api::signin::WebSignIn::new(c, clock.clone())
+                        .map_err(ServerError::Oidc)?,
+                ))
+            }
             None => None,
         },
         auth_failures: Arc::new(allot_api::limiter::FailureLimiter::new(

@@ -13,6 +13,7 @@ mod identity;
 mod jobs;
 mod nodes;
 mod scope;
+mod sessions;
 mod tenants;
 #[cfg(feature = "testing")]
 pub mod testing;
@@ -31,6 +32,7 @@ pub use identity::{IdentityRepo, NewBinding, SignIn};
 pub use jobs::{JobFilter, JobPage, JobRepo, JobUpdate, NewJob};
 pub use nodes::{NodeAdmin, NodeRegistration, NodeRepo};
 pub use scope::TenantScope;
+pub use sessions::{NewSession, SessionRepo};
 pub use tenants::TenantRepo;
 pub use tokens::{NewToken, TokenRepo};
 

@@ -64,6 +64,24 @@ pub struct OidcArgs {
     /// e.g. `email=root@example.com:platform-admin`.
     #[arg(long = "oidc-role", env = "ALLOT_OIDC_ROLES", value_delimiter = ' ')]
     oidc_roles: Vec<allot_api::jwt::ClaimRole>,
+    /// Web sign-in: this deployment's client id at the provider (its redirect URI is
+    /// `<public URL>/auth/callback`).
+    #[arg(long, env = "ALLOT_OIDC_CLIENT_ID")]
+    oidc_client_id: Option<String>,
+    /// The client secret, for confidential clients.
+    #[arg(long, env = "ALLOT_OIDC_CLIENT_SECRET", hide_env_values = true)]
+    oidc_client_secret: Option<String>,
+    /// The URL people reach Allot at, e.g. https://allot.example.com [default: http://<listen>].
+    #[arg(long, env = "ALLOT_PUBLIC_URL")]
+    public_url: Option<String>,
+    /// A web session ends this many hours after sign-in.
+    #[arg(long, env = "ALLOT_SESSION_HOURS", default_value_t = 12,
+        value_parser = clap::value_parser!(u64).range(1..=720))]
+    session_hours: u64,
+    /// A web session ends after this many minutes without a request.
+    #[arg(long, env = "ALLOT_SESSION_IDLE_MINUTES", default_value_t = 60,
+        value_parser = clap::value_parser!(u64).range(1..=10_080))]
+    session_idle_minutes: u64,
     /// Seconds of clock skew tolerated on `exp` and `nbf`.
     #[arg(long, env = "ALLOT_OIDC_LEEWAY_SECS", default_value_t = 60)]
     oidc_leeway_secs: u64,
@@ -78,11 +96,29 @@ impl OidcArgs {
         config.auth_max_failures = self.auth_max_failures_per_minute;
         let Some(issuer) = &self.oidc_issuer else {
             anyhow::ensure!(
-                self.oidc_roles.is_empty() && self.oidc_audiences.is_empty(),
-                "--oidc-role and --oidc-audience need --oidc-issuer"
+                self.oidc_roles.is_empty()
+                    && self.oidc_audiences.is_empty()
+                    && self.oidc_client_id.is_none(),
+                "--oidc-role, --oidc-audience and --oidc-client-id need --oidc-issuer"
             );
             return Ok(());
         };
+        if let Some(client_id) = &self.oidc_client_id {
+            let public = self
+                .public_url
+                .clone()
+                .unwrap_or_else(|| format!("http://{}", config.http_listen));
+            let public = public.trim_end_matches('/');
+            config.web_sign_in = Some(allot_api::signin::SignInConfig {
+                issuer: issuer.clone(),
+                client_id: client_id.clone(),
+                client_secret: self.oidc_client_secret.clone(),
+                redirect_url: Some(format!("{public}/auth/callback")),
+                secure_cookies: public.starts_with("https://"),
+                session_max: std::time::Duration::from_secs(self.session_hours * 3600),
+                session_idle: std::time::Duration::from_secs(self.session_idle_minutes * 60),
+            });
+        }
         let mut algorithms = Vec::new();
         for a in &self.oidc_algorithms {
             algorithms.push(
@@ -90,9 +126,15 @@ impl OidcArgs {
                     .map_err(|_| anyhow::anyhow!("--oidc-algorithm: unknown algorithm `{a}`"))?,
             );
         }
+        let audiences = if self.oidc_audiences.is_empty() {
+            // ID tokens name the client: accept them as bearer tokens too.
+            self.oidc_client_id.iter().cloned().collect()
+        } else {
+            self.oidc_audiences.clone()
+        };
         let oidc = allot_api::jwt::OidcConfig {
             issuer: issuer.clone(),
-            audiences: self.oidc_audiences.clone(),
+            audiences,
             algorithms,
             leeway: std::time::Duration::from_secs(self.oidc_leeway_secs),
             claim_roles: self.oidc_roles.clone(),

@@ -10,5 +10,6 @@ pub mod job_events;
 pub mod jobs;
 pub mod nodes;
 pub mod role_bindings;
+pub mod sessions;
 pub mod tenants;
 pub mod users;

@@ -1,0 +1,474 @@
+//! Web sign-in with the organisation's OpenID Connect provider: the authorization code flow
+//! with PKCE, state and nonce (the `openidconnect` crate; its HTTP client never follows
+//! redirects), then a server-side session in a cookie of Allot's own name (`allot_session`:
+//! HttpOnly, SameSite=Lax, Secure behind HTTPS). Sessions end at sign-out, after an idle
+//! period, and at an absolute expiry, all by the injected clock; state-changing requests
+//! made with the cookie carry the session's CSRF token.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use actix_web::cookie::{Cookie, SameSite};
+use actix_web::http::{StatusCode, header};
+use actix_web::{HttpMessage, HttpRequest, HttpResponse, web};
+use allot_domain::{Actor, ActorKind, AuditContext, Clock};
+use allot_store::{IdentityRepo, NewSession, SessionRepo, SignIn};
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64URL;
+use chrono::{DateTime, Utc};
+use openidconnect::core::{CoreAuthenticationFlow, CoreClient, CoreProviderMetadata};
+use openidconnect::{
+    AuthorizationCode, ClientId, ClientSecret, CsrfToken, IssuerUrl, Nonce, PkceCodeChallenge,
+    PkceCodeVerifier, RedirectUrl, Scope, TokenResponse,
+};
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+use crate::auth::Principal;
+use crate::problem::Problem;
+use crate::{ApiError, AppState, json, secret};
+
+/// The session cookie.
+pub const SESSION_COOKIE: &str = "allot_session";
+/// Binds a sign-in in progress to the browser that started it.
+pub const LOGIN_COOKIE: &str = "allot_login";
+/// Header (or form field `csrf_token`) carrying the session's CSRF token.
+pub const CSRF_HEADER: &str = "x-csrf-token";
+/// How long a sign-in may take at the provider.
+const LOGIN_TTL: Duration = Duration::from_secs(600);
+/// Sign-ins in progress kept at most.
+const MAX_PENDING: usize = 10_000;
+
+/// How people sign in on the web.
+#[derive(Debug, Clone)]
+pub struct SignInConfig {
+    /// The provider's issuer URL (the same provider whose JWTs the API accepts).
+    pub issuer: String,
+    pub client_id: String,
+    pub client_secret: Option<String>,
+    /// Where the provider sends the browser back: `<public URL>/auth/callback`. `None`: the
+    /// address the API listens on (filled in by the server once it is bound).
+    pub redirect_url: Option<String>,
+    /// Mark cookies `Secure` (the public URL is HTTPS).
+    pub secure_cookies: bool,
+    /// A session ends this long after sign-in, however active.
+    pub session_max: Duration,
+    /// A session ends after this long without a request.
+    pub session_idle: Duration,
+}
+
+struct Pending {
+    verifier: String,
+    nonce: String,
+    return_to: String,
+    started: DateTime<Utc>,
+}
+
+/// Sign-ins in progress, keyed by their `state`.
+pub struct WebSignIn {
+    pub config: SignInConfig,
+    http: reqwest::Client,
+    clock: Arc<dyn Clock>,
+    pending: Mutex<HashMap<String, Pending>>,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct HttpError(String);
+
+impl WebSignIn {
+    /// Sign-in with `config`, whose redirect URL must be set.
+    pub fn new(config: SignInConfig, clock: Arc<dyn Clock>) -> Result<Self, String> {
+        let redirect = config
+            .redirect_url
+            .clone()
+            .ok_or("web sign-in needs a redirect URL")?;
+        RedirectUrl::new(redirect.clone())
+            .map_err(|e| format!("the redirect URL {redirect}: {e}"))?;
+        IssuerUrl::new(config.issuer.clone())
+            .map_err(|e| format!("the issuer URL {}: {e}", config.issuer))?;
+        Ok(Self {
+            config,
+            http: crate::jwt::provider_client()?,
+            clock,
+            pending: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// One HTTP exchange with the provider, for `openidconnect`.
+    async fn send(
+        &self,
+        req: openidconnect::HttpRequest,
+    ) -> Result<openidconnect::HttpResponse, HttpError> {
+        let (parts, body) = req.into_parts();
+        let res = self
+            .http
+            .request(parts.method, parts.uri.to_string())
+            .headers(parts.headers)
+            .body(body)
+            .send()
+            .await
+            .map_err(|e| HttpError(e.to_string()))?;
+        let mut out = openidconnect::http::Response::builder().status(res.status());
+        for (k, v) in res.headers() {
+            out = out.header(k, v);
+        }
+        let body = res.bytes().await.map_err(|e| HttpError(e.to_string()))?;
+        out.body(body.to_vec())
+            .map_err(|e| HttpError(e.to_string()))
+    }
+
+    async fn client(
+        &self,
+    ) -> Result<
+        CoreClient<
+            openidconnect::EndpointSet,
+            openidconnect::EndpointNotSet,
+            openidconnect::EndpointNotSet,
+            openidconnect::EndpointNotSet,
+            openidconnect::EndpointMaybeSet,
+            openidconnect::EndpointMaybeSet,
+        >,
+        String,
+    > {
+        let issuer = IssuerUrl::new(self.config.issuer.clone()).map_err(|e| e.to_string())?;
+        let http = |req| self.send(req);
+        let metadata = CoreProviderMetadata::discover_async(issuer, &http)
+            .await
+            .map_err(|e| format!("discovery: {e}"))?;
+        let redirect = RedirectUrl::new(self.config.redirect_url.clone().unwrap_or_default())
+            .map_err(|e| e.to_string())?;
+        Ok(CoreClient::from_provider_metadata(
+            metadata,
+            ClientId::new(self.config.client_id.clone()),
+            self.config.client_secret.clone().map(ClientSecret::new),
+        )
+        .set_redirect_uri(redirect))
+    }
+
+    fn sweep(&self, pending: &mut HashMap<String, Pending>) {
+        let now = self.clock.now();
+        pending.retain(|_, p| (now - p.started).to_std().unwrap_or_default() < LOGIN_TTL);
+    }
+
+    /// Where to send the browser, and the state that binds it to this sign-in.
+    async fn start(&self, return_to: String) -> Result<(String, String), String> {
+        let client = self.client().await?;
+        let (challenge, verifier) = PkceCodeChallenge::new_random_sha256();
+        let (url, state, nonce) = client
+            .authorize_url(
+                CoreAuthenticationFlow::AuthorizationCode,
+                CsrfToken::new_random,
+                Nonce::new_random,
+            )
+            .add_scope(Scope::new("email".into()))
+            .add_scope(Scope::new("profile".into()))
+            .set_pkce_challenge(challenge)
+            .url();
+        let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        self.sweep(&mut pending);
+        if pending.len() >= MAX_PENDING {
+            return Err("too many sign-ins in progress".into());
+        }
+        pending.insert(
+            state.secret().clone(),
+            Pending {
+                verifier: verifier.secret().clone(),
+                nonce: nonce.secret().clone(),
+                return_to,
+                started: self.clock.now(),
+            },
+        );
+        Ok((url.to_string(), state.secret().clone()))
+    }
+
+    /// Exchanges the code and verifies the ID token: its subject, every claim, and where
+    /// the browser wanted to go.
+    async fn finish(
+        &self,
+        state: &str,
+        code: String,
+    ) -> Result<(String, Map<String, Value>, String), String> {
+        let pending = {
+            let mut all = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+            self.sweep(&mut all);
+            all.remove(state)
+                .ok_or("the sign-in expired or was already used; start again")?
+        };
+        let client = self.client().await?;
+        let http = |req| self.send(req);
+        let tokens = client
+            .exchange_code(AuthorizationCode::new(code))
+            .map_err(|e| format!("the provider has no token endpoint: {e}"))?
+            .set_pkce_verifier(PkceCodeVerifier::new(pending.verifier))
+            .request_async(&http)
+            .await
+            .map_err(|e| format!("exchanging the code: {e}"))?;
+        let id_token = tokens
+            .id_token()
+            .ok_or("the provider returned no ID token")?;
+        let clock = self.clock.clone();
+        let verifier = client.id_token_verifier().set_time_fn(move || clock.now());
+        let claims = id_token
+            .claims(&verifier, &Nonce::new(pending.nonce))
+            .map_err(|e| format!("the ID token: {e}"))?;
+        let subject = claims.subject().as_str().to_owned();
+        // Verified above: read every claim (groups included) from its payload.
+        let raw = id_token.to_string();
+        let payload = raw
+            .split('.')
+            .nth(1)
+            .and_then(|p| B64URL.decode(p).ok())
+            .and_then(|p| serde_json::from_slice::<Value>(&p).ok())
+            .and_then(|v| v.as_object().cloned())
+            .ok_or("the ID token's payload is not a JSON object")?;
+        Ok((subject, payload, pending.return_to))
+    }
+}
+
+fn cookie<'c>(name: &'c str, value: String, secure: bool) -> Cookie<'c> {
+    Cookie::build(name, value)
+        .path("/")
+        .http_only(true)
+        .same_site(SameSite::Lax)
+        .secure(secure)
+        .finish()
+}
+
+fn removal(name: &str, secure: bool) -> Cookie<'_> {
+    let mut c = cookie(name, String::new(), secure);
+    c.make_removal();
+    c
+}
+
+/// A local path to return to; anything else (another site, `//host`) becomes `/`.
+fn local_path(p: Option<&str>) -> String {
+    match p {
+        Some(p) if p.starts_with('/') && !p.starts_with("//") && !p.contains('\\') => {
+            p.chars().take(512).collect()
+        }
+        _ => "/".to_owned(),
+    }
+}
+
+fn web_sign_in(state: &AppState) -> Result<Arc<WebSignIn>, ApiError> {
+    state
+        .web_sign_in
+        .clone()
+        .ok_or_else(|| ApiError::NotFound("web sign-in is not configured".into()))
+}
+
+#[derive(Debug, Deserialize)]
+pub struct LoginQuery {
+    return_to: Option<String>,
+}
+
+/// Start web sign-in: a redirect to the identity provider. `return_to` is a local path to
+/// come back to (default `/`).
+#[utoipa::path(get, path = "/auth/login", tag = "sign-in",
+    params(("return_to" = Option<String>, Query)),
+    responses((status = 302, description = "to the identity provider"),
+        (status = 404, body = Problem), (status = 503, body = Problem)))]
+pub async fn login(
+    state: web::Data<AppState>,
+    q: web::Query<LoginQuery>,
+) -> Result<HttpResponse, ApiError> {
+    let signin = web_sign_in(&state)?;
+    let (url, login_state) = signin
+        .start(local_path(q.return_to.as_deref()))
+        .await
+        .map_err(|e| {
+            tracing::warn!(error = %e, "cannot start a sign-in");
+            ApiError::Unavailable(
+                "the identity provider cannot be reached; try again shortly".into(),
+            )
+        })?;
+    let mut c = cookie(LOGIN_COOKIE, login_state, signin.config.secure_cookies);
+    c.set_max_age(actix_web::cookie::time::Duration::seconds(
+        i64::try_from(LOGIN_TTL.as_secs()).unwrap_or(600),
+    ));
+    Ok(HttpResponse::Found()
+        .insert_header((header::LOCATION, url))
+        .cookie(c)
+        .finish())
+}
+
+#[derive(Debug, Deserialize)]
+pub struct CallbackQuery {
+    code: Option<String>,
+    state: Option<String>,
+    error: Option<String>,
+}
+
+/// Where the identity provider sends the browser back: the code is exchanged, the ID token
+/// verified, and a session started (cookie `allot_session`).
+#[utoipa::path(get, path = "/auth/callback", tag = "sign-in",
+    params(("code" = Option<String>, Query), ("state" = Option<String>, Query),
+        ("error" = Option<String>, Query)),
+    responses((status = 303, description = "signed in: back to where sign-in started"),
+        (status = 401, body = Problem), (status = 429, body = Problem)))]
+pub async fn callback(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    q: web::Query<CallbackQuery>,
+) -> Result<HttpResponse, ApiError> {
+    let signin = web_sign_in(&state)?;
+    let source = req.peer_addr().map(|a| a.ip().to_string());
+    let from = source.clone().unwrap_or_else(|| "unknown".to_owned());
+    if let Some(retry_after_secs) = state.auth_failures.blocked(&from) {
+        return Err(ApiError::TooManyAttempts { retry_after_secs });
+    }
+    let failed = |why: String| {
+        state.auth_failures.failed(&from);
+        ApiError::Unauthenticated(format!("sign-in failed: {why}"))
+    };
+    if let Some(e) = &q.error {
+        return Err(failed(format!(
+            "the provider answered `{}`",
+            e.chars().take(64).collect::<String>()
+        )));
+    }
+    let (Some(code), Some(returned_state)) = (q.code.clone(), q.state.as_deref()) else {
+        return Err(failed(
+            "the provider's answer lacks `code` or `state`".into(),
+        ));
+    };
+    // The state must be the one this browser was given: nobody else's sign-in completes here.
+    if req
+        .cookie(LOGIN_COOKIE)
+        .map(|c| c.value().to_owned())
+        .as_deref()
+        != Some(returned_state)
+    {
+        return Err(failed("this browser did not start this sign-in".into()));
+    }
+    let (subject, claims, return_to) = signin.finish(returned_state, code).await.map_err(failed)?;
+    let text = |k: &str| {
+        claims
+            .get(k)
+            .and_then(Value::as_str)
+            .map(|s| s.chars().take(320).collect())
+    };
+    let user = state
+        .store
+        .sign_in(SignIn {
+            issuer: signin.config.issuer.clone(),
+            subject,
+            email: text("email"),
+            name: text("name"),
+        })
+        .await?;
+    if user.deleted_at.is_some() {
+        return Err(failed("the user has been removed from Allot".into()));
+    }
+    let session_id = secret::generate("allot_s_");
+    let csrf = secret::generate("")[..32].to_owned();
+    let expires_at = state.store.clock().now()
+        + chrono::Duration::from_std(signin.config.session_max)
+            .unwrap_or(chrono::Duration::hours(12));
+    let ctx = AuditContext {
+        actor: Actor {
+            kind: ActorKind::User,
+            id: user.id.clone(),
+            tenant_id: None,
+            auth_method: "oidc-code-flow".to_owned(),
+            source,
+        },
+        request_id: None,
+    };
+    state
+        .store
+        .start_session(
+            &ctx,
+            NewSession {
+                id_hash: secret::hash(&session_id),
+                user_id: user.id,
+                csrf_token: csrf,
+                claims,
+                expires_at,
+            },
+        )
+        .await?;
+    Ok(HttpResponse::SeeOther()
+        .insert_header((header::LOCATION, return_to))
+        .cookie(cookie(
+            SESSION_COOKIE,
+            session_id,
+            signin.config.secure_cookies,
+        ))
+        .cookie(removal(LOGIN_COOKIE, signin.config.secure_cookies))
+        .finish())
+}
+
+/// The caller's session (for cookie sign-ins), set by the authenticator.
+#[derive(Debug, Clone)]
+pub struct SessionAuth {
+    pub id_hash: String,
+    pub csrf_token: String,
+}
+
+/// Who the caller is.
+#[derive(Debug, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
+pub struct WhoAmI {
+    /// `user` or `token`.
+    pub kind: String,
+    pub id: String,
+    /// `session`, `oidc-jwt` or `api-token`.
+    pub auth_method: String,
+    /// Every role held: `{role, tenant_id}`.
+    #[schema(value_type = Vec<Object>)]
+    pub roles: Vec<allot_domain::RoleBinding>,
+    /// For sessions: send it as `X-CSRF-Token` with every change.
+    pub csrf_token: Option<String>,
+}
+
+/// Who the caller is, their roles, and (for sessions) the CSRF token the portal sends back
+/// with every change.
+#[utoipa::path(get, path = "/auth/session", tag = "sign-in", security(("bearer" = [])),
+    responses((status = 200, body = WhoAmI), (status = 401, body = Problem)))]
+pub async fn whoami(req: HttpRequest, who: Principal) -> Result<HttpResponse, ApiError> {
+    let session = req.extensions().get::<SessionAuth>().cloned();
+    let kind = match who.kind {
+        ActorKind::User => "user",
+        _ => "token",
+    };
+    Ok(json(
+        StatusCode::OK,
+        &WhoAmI {
+            kind: kind.to_owned(),
+            id: who.id.clone(),
+            auth_method: who.auth_method.to_owned(),
+            roles: who.bindings.clone(),
+            csrf_token: session.map(|s| s.csrf_token),
+        },
+    ))
+}
+
+/// Sign out: the session ends (the CSRF token is checked as for any change).
+#[utoipa::path(post, path = "/auth/logout", tag = "sign-in", security(("bearer" = [])),
+    responses((status = 303, description = "signed out"), (status = 401, body = Problem),
+        (status = 403, body = Problem), (status = 409, body = Problem)))]
+pub async fn logout(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    who: Principal,
+) -> Result<HttpResponse, ApiError> {
+    let Some(session) = req.extensions().get::<SessionAuth>().cloned() else {
+        return Err(ApiError::Conflict(
+            "signed in with a token, not a session: there is nothing to sign out of".into(),
+        ));
+    };
+    state
+        .store
+        .end_session(&who.audit(), &session.id_hash)
+        .await?;
+    let secure = state
+        .web_sign_in
+        .as_ref()
+        .is_some_and(|s| s.config.secure_cookies);
+    Ok(HttpResponse::SeeOther()
+        .insert_header((header::LOCATION, "/"))
+        .cookie(removal(SESSION_COOKIE, secure))
+        .finish())
+}

@@ -1,0 +1,311 @@
+//! Web sign-in against a real OpenID Connect provider: npm's `oidc-provider` (installed by
+//! `scripts/test`) on loopback, driven over HTTP by a cookie-keeping client that follows
+//! redirects by hand and fills in the provider's sign-in and consent forms, as a browser
+//! would. The whole code flow: sign-in, the session cookie, API calls with it (changes
+//! need the CSRF token), sign-out, idle expiry, and the refusals.
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use allot_api::jwt::OidcConfig;
+use allot_api::signin::SignInConfig;
+use allot_store::testing::Backend;
+use allot_system_tests::{TestCluster, spawn_cluster_with};
+use jsonwebtoken::Algorithm;
+use reqwest::{Method, StatusCode, Url};
+use serde_json::{Value, json};
+
+/// The provider process, killed when dropped.
+struct Provider {
+    child: Child,
+    issuer: String,
+}
+
+impl Drop for Provider {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start_provider() -> Provider {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("oidc-provider");
+    assert!(
+        dir.join("node_modules/oidc-provider").is_dir(),
+        "the test OpenID provider is not installed: run ./scripts/test (or `npm ci --prefix tests/oidc-provider`)"
+    );
+    let mut child = Command::new("node")
+        .arg(dir.join("provider.mjs"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("node runs the provider");
+    let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
+    let mut first = String::new();
+    stdout
+        .read_line(&mut first)
+        .expect("the provider prints its issuer");
+    // Keep the pipe open (and drained) for as long as the provider runs.
+    std::thread::spawn(move || std::io::copy(&mut stdout, &mut std::io::sink()));
+    let issuer = first.trim().to_owned();
+    assert!(issuer.starts_with("http://127.0.0.1:"), "{issuer}");
+    Provider { child, issuer }
+}
+
+async fn cluster(idp: &Provider, idle: Duration) -> TestCluster {
+    let issuer = idp.issuer.clone();
+    spawn_cluster_with(Backend::Sqlite, 0, "", move |c| {
+        c.oidc = Some(OidcConfig {
+            issuer: issuer.clone(),
+            audiences: vec!["allot".into()],
+            algorithms: vec![Algorithm::RS256, Algorithm::PS256, Algorithm::ES256],
+            leeway: Duration::from_secs(60),
+            claim_roles: [
+                "groups=ml-team:member@ml",
+                "email=root@example.com:platform-admin",
+            ]
+            .iter()
+            .map(|r| r.parse().expect("rule"))
+            .collect(),
+            jwks_refetch: allot_api::jwt::DEFAULT_JWKS_REFETCH,
+        });
+        c.web_sign_in = Some(SignInConfig {
+            issuer,
+            client_id: "allot".into(),
+            client_secret: Some("allot-test-secret".into()),
+            redirect_url: None,
+            secure_cookies: false,
+            session_max: Duration::from_secs(3600),
+            session_idle: idle,
+        });
+    })
+    .await
+}
+
+/// A browser: keeps cookies, follows nothing by itself.
+fn browser() -> reqwest::Client {
+    reqwest::Client::builder()
+        .cookie_provider(Arc::new(reqwest::cookie::Jar::default()))
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .expect("client")
+}
+
+/// The `action` of the page's form and the value of its hidden `prompt` field.
+fn form_of(html: &str) -> Option<(String, String)> {
+    let attr = |name: &str, from: &str| -> Option<String> {
+        let start = from.find(&format!("{name}=\""))? + name.len() + 2;
+        let end = from[start..].find('"')? + start;
+        Some(from[start..end].replace("&amp;", "&"))
+    };
+    let form = &html[html.find("<form")?..];
+    let action = attr("action", form)?;
+    let prompt_at = form.find("name=\"prompt\"")?;
+    let prompt = attr("value", &form[prompt_at..])?;
+    Some((action, prompt))
+}
+
+/// Signs `login` in through the provider's own pages, starting at Allot's `/auth/login`;
+/// returns where Allot sent the browser at the end.
+async fn sign_in(b: &reqwest::Client, c: &TestCluster, login: &str) -> (StatusCode, String) {
+    let mut url = Url::parse(&c.url("/auth/login?return_to=/api/v1/jobs")).expect("url");
+    let mut post: Option<Vec<(String, String)>> = None;
+    for _ in 0..20 {
+        let req = match post.take() {
+            Some(form) => b.post(url.clone()).form(&form),
+            None => b.get(url.clone()),
+        };
+        let res = req.send().await.expect("request");
+        let status = res.status();
+        let location = res
+            .headers()
+            .get("location")
+            .and_then(|l| l.to_str().ok())
+            .map(str::to_owned);
+        let from_allot = url.as_str().starts_with(&c.url("/auth/callback"));
+        if from_allot {
+            return (status, location.unwrap_or_default());
+        }
+        if status.is_redirection() {
+            url = url.join(&location.expect("Location")).expect("url");
+            continue;
+        }
+        let html = res.text().await.expect("page");
+        assert_eq!(status, StatusCode::OK, "{url}: {html}");
+        let (action, prompt) = form_of(&html).unwrap_or_else(|| panic!("no form at {url}: {html}"));
+        url = url.join(&action).expect("form action");
+        post = Some(match prompt.as_str() {
+            "login" => vec![
+                ("prompt".into(), "login".into()),
+                ("login".into(), login.into()),
+                ("password".into(), "any".into()),
+            ],
+            _ => vec![("prompt".into(), prompt)],
+        });
+    }
+    panic!("the sign-in did not come back to Allot");
+}
+
+async fn call(
+    b: &reqwest::Client,
+    c: &TestCluster,
+    method: Method,
+    path: &str,
+    csrf: Option<&str>,
+    body: Option<Value>,
+) -> (StatusCode, Value) {
+    let mut req = b.request(method, c.url(path));
+    if let Some(t) = csrf {
+        req = req.header("x-csrf-token", t);
+    }
+    if let Some(body) = body {
+        req = req.json(&body);
+    }
+    let res = req.send().await.expect("request");
+    let status = res.status();
+    (status, res.json().await.unwrap_or(Value::Null))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_code_flow_signs_in_and_out_with_a_session_and_csrf_protection() {
+    let idp = start_provider();
+    let c = cluster(&idp, Duration::from_secs(3600)).await;
+    c.create_tenant("ml", None).await;
+    let b = browser();
+
+    let (status, back_to) = sign_in(&b, &c, "alice").await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    assert_eq!(back_to, "/api/v1/jobs", "back where the sign-in started");
+
+    let (s, me) = call(&b, &c, Method::GET, "/auth/session", None, None).await;
+    assert_eq!(s, StatusCode::OK, "{me}");
+    assert_eq!(me["auth_method"], "session");
+    let csrf = me["csrf_token"].as_str().expect("a CSRF token").to_owned();
+    assert!(
+        me["roles"]
+            .as_array()
+            .expect("roles")
+            .iter()
+            .any(|r| r["role"] == "member"),
+        "the groups claim made alice a member of ml: {me}"
+    );
+
+    let job = json!({ "tenant": "ml", "gpus": 64, "command": ["true"] });
+    let (s, _) = call(&b, &c, Method::GET, "/api/v1/jobs?tenant=ml", None, None).await;
+    assert_eq!(s, StatusCode::OK);
+    let (s, p) = call(
+        &b,
+        &c,
+        Method::POST,
+        "/api/v1/jobs",
+        None,
+        Some(job.clone()),
+    )
+    .await;
+    assert_eq!(
+        s,
+        StatusCode::FORBIDDEN,
+        "a change without the CSRF token: {p}"
+    );
+    let (s, p) = call(
+        &b,
+        &c,
+        Method::POST,
+        "/api/v1/jobs",
+        Some("wrong"),
+        Some(job.clone()),
+    )
+    .await;
+    assert_eq!(
+        s,
+        StatusCode::FORBIDDEN,
+        "a change with a wrong CSRF token: {p}"
+    );
+    let (s, p) = call(&b, &c, Method::POST, "/api/v1/jobs", Some(&csrf), Some(job)).await;
+    assert_eq!(s, StatusCode::CREATED, "{p}");
+
+    // The sign-in and the job are on record under the user.
+    let (_, page) = c
+        .get("/api/v1/audit/entries?log=system&action=session.start")
+        .await;
+    let entry: Value =
+        serde_json::from_str(page["entries"][0]["body"].as_str().expect("entry")).expect("json");
+    assert_eq!(entry["actor"]["kind"], "user");
+    assert_eq!(entry["actor"]["auth_method"], "oidc-code-flow");
+
+    // Sign-out needs the token too, and ends the session for good.
+    let (s, _) = call(&b, &c, Method::POST, "/auth/logout", None, None).await;
+    assert_eq!(s, StatusCode::FORBIDDEN);
+    let (s, _) = call(&b, &c, Method::POST, "/auth/logout", Some(&csrf), None).await;
+    assert_eq!(s, StatusCode::SEE_OTHER);
+    let (s, _) = call(&b, &c, Method::GET, "/auth/session", None, None).await;
+    assert_eq!(s, StatusCode::UNAUTHORIZED);
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sign_ins_that_do_not_belong_to_this_browser_or_person_are_refused() {
+    let idp = start_provider();
+    let c = cluster(&idp, Duration::from_secs(3600)).await;
+    let b = browser();
+
+    // A callback this browser never started (login CSRF): refused.
+    let (s, p) = call(
+        &b,
+        &c,
+        Method::GET,
+        "/auth/callback?code=stolen&state=made-up",
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(s, StatusCode::UNAUTHORIZED, "{p}");
+
+    // A person the provider knows but Allot has removed cannot sign in again.
+    let (s, _) = sign_in(&b, &c, "mallory").await;
+    assert_eq!(s, StatusCode::SEE_OTHER);
+    let mallory = c.user_id("mallory").await;
+    let (s, _) = call(&b, &c, Method::GET, "/auth/session", None, None).await;
+    assert_eq!(s, StatusCode::OK);
+    let (s, _) = c
+        .request(
+            Method::DELETE,
+            &format!("/api/v1/users/{mallory}"),
+            Some(&c.admin_token),
+            None,
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK);
+    let (s, _) = call(&b, &c, Method::GET, "/auth/session", None, None).await;
+    assert_eq!(
+        s,
+        StatusCode::UNAUTHORIZED,
+        "the live session ends with the user"
+    );
+    let fresh = browser();
+    let (s, _) = sign_in(&fresh, &c, "mallory").await;
+    assert_eq!(s, StatusCode::UNAUTHORIZED, "and a new sign-in is refused");
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_session_expires() {
+    let idp = start_provider();
+    let c = cluster(&idp, Duration::from_secs(1)).await;
+    let b = browser();
+    let (s, _) = sign_in(&b, &c, "root").await;
+    assert_eq!(s, StatusCode::SEE_OTHER);
+    let (s, me) = call(&b, &c, Method::GET, "/auth/session", None, None).await;
+    assert_eq!(s, StatusCode::OK, "{me}");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let (s, p) = call(&b, &c, Method::GET, "/auth/session", None, None).await;
+    assert_eq!(s, StatusCode::UNAUTHORIZED, "{p}");
+    assert!(
+        p["detail"].as_str().is_some_and(|d| d.contains("expired")),
+        "{p}"
+    );
+    c.shutdown().await;
+}
