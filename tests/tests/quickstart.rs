@@ -328,3 +328,60 @@ fn quick_start_as_a_user_runs_it() {
     );
     assert!(dev.interrupt().success());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_development_sign_in_picks_a_seeded_user() {
+    let bin = allot_bin();
+    let home = tempfile::tempdir().expect("temp dir");
+    let dev = start_dev(&bin, &home.path().join(".allot"), "127.0.0.1:0");
+    let browser = reqwest::Client::builder()
+        .cookie_provider(std::sync::Arc::new(reqwest::cookie::Jar::default()))
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .expect("client");
+    let page = browser
+        .get(format!("{}/auth/dev", dev.url))
+        .send()
+        .await
+        .expect("page");
+    assert_eq!(page.status(), reqwest::StatusCode::OK);
+    let html = page.text().await.expect("html");
+    assert!(html.contains("Dev Auditor"), "{html}");
+    // The form of the admin: its hidden user id precedes its button.
+    let admin_at = html
+        .find("Sign in as Dev Admin")
+        .expect("the admin is offered");
+    let value_at = html[..admin_at].rfind("value=\"").expect("a user id") + 7;
+    let user_id = &html[value_at..value_at + html[value_at..].find('"').expect("quote")];
+
+    let signed_in = browser
+        .post(format!("{}/auth/dev", dev.url))
+        .form(&[("user", user_id)])
+        .send()
+        .await
+        .expect("sign in");
+    assert_eq!(signed_in.status(), reqwest::StatusCode::SEE_OTHER);
+    let me: serde_json::Value = browser
+        .get(format!("{}/auth/session", dev.url))
+        .send()
+        .await
+        .expect("session")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(me["kind"], "user", "{me}");
+    assert!(
+        me["roles"]
+            .as_array()
+            .is_some_and(|r| r.iter().any(|b| b["role"] == "platform-admin")),
+        "{me}"
+    );
+    let refused = browser
+        .post(format!("{}/auth/dev", dev.url))
+        .form(&[("user", "not-a-dev-user")])
+        .send()
+        .await
+        .expect("refused");
+    assert_eq!(refused.status(), reqwest::StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(dev.interrupt().success());
+}

@@ -59,6 +59,8 @@ const EXPECTED: &[(&str, &str)] = &[
     ("GET /auth/callback", "open"),
     ("GET /auth/session", "OCX OCX OCX OCX OCX"),
     ("POST /auth/logout", "OCX OCX OCX OCX OCX"),
+    ("GET /auth/dev", "open"),
+    ("POST /auth/dev", "open"),
     ("GET /api/v1/audit/key", "OCX OCX OCX OCX OCX"),
     ("GET /api/v1/audit/logs", "OCX OCX OCX - -"),
     ("GET /api/v1/audit/entries", "OCX OCX OC - -"),

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use allot_api::jwt::OidcConfig;
-use allot_api::signin::SignInConfig;
+use allot_api::signin::{SessionPolicy, SignInConfig};
 use allot_store::testing::Backend;
 use allot_system_tests::{TestCluster, spawn_cluster_with};
 use jsonwebtoken::Algorithm;
@@ -77,10 +77,12 @@ async fn cluster(idp: &Provider, idle: Duration) -> TestCluster {
             client_id: "allot".into(),
             client_secret: Some("allot-test-secret".into()),
             redirect_url: None,
-            secure_cookies: false,
-            session_max: Duration::from_secs(3600),
-            session_idle: idle,
         });
+        c.sessions = SessionPolicy {
+            secure_cookies: false,
+            max: Duration::from_secs(3600),
+            idle,
+        };
     })
     .await
 }
@@ -308,4 +310,27 @@ async fn an_idle_session_expires() {
         "{p}"
     );
     c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_development_sign_in_exists_only_in_dev_mode_on_loopback() {
+    let c = allot_system_tests::spawn_cluster(Backend::Sqlite, 0, "").await;
+    let b = browser();
+    for method in [Method::GET, Method::POST] {
+        let (s, _) = call(&b, &c, method.clone(), "/auth/dev", None, None).await;
+        assert_eq!(s, StatusCode::NOT_FOUND, "{method} /auth/dev on a server");
+    }
+    c.shutdown().await;
+
+    let db = allot_store::testing::TestDb::new(Backend::Sqlite)
+        .await
+        .expect("database");
+    let mut config = allot_server::ServerConfig::new(db.url.clone(), "join");
+    config.http_listen = "0.0.0.0:0".parse().expect("address");
+    config.dev_sign_in = true;
+    let refused = allot_server::start(config, Arc::new(allot_domain::SystemClock)).await;
+    assert!(
+        matches!(refused, Err(allot_server::ServerError::DevSignInExposed(_))),
+        "the development sign-in is refused off loopback"
+    );
 }

@@ -410,15 +410,12 @@ impl Caller<'_> {
 
     /// A browser session from web sign-in. Changes need its CSRF token.
     async fn session(self, session_id: &str) -> Result<Principal, ApiError> {
-        let Some(signin) = self.state.web_sign_in.clone() else {
-            return Err(unauthenticated("web sign-in is not configured"));
-        };
         let id_hash = secret::hash(session_id);
         let Some(session) = self.state.store.session(&id_hash).await? else {
             return Err(unauthenticated("the session is not valid; sign in again"));
         };
         let now = self.state.store.clock().now();
-        let idle = chrono::Duration::from_std(signin.config.session_idle)
+        let idle = chrono::Duration::from_std(self.state.sessions.idle)
             .unwrap_or(chrono::Duration::hours(1));
         if session.ended_at.is_some() {
             return Err(unauthenticated("the session has ended; sign in again"));

@@ -58,6 +58,10 @@ pub struct AppState {
     pub auth_failures: Arc<limiter::FailureLimiter>,
     /// Web sign-in through the OpenID Connect provider, when configured.
     pub web_sign_in: Option<Arc<signin::WebSignIn>>,
+    /// How long sessions (from web or development sign-in) last.
+    pub sessions: signin::SessionPolicy,
+    /// The development sign-in page (`allot dev` only, on loopback).
+    pub dev_sign_in: bool,
 }
 
 /// Every route of the API, in one place: [`configure`] serves them and [`route_table`]
@@ -73,6 +77,8 @@ fn routes<R: Routes>(r: &mut R) {
     r.add(M::GET, "/auth/callback", signin::callback);
     r.add(M::GET, "/auth/session", signin::whoami);
     r.add(M::POST, "/auth/logout", signin::logout);
+    r.add(M::GET, "/auth/dev", signin::dev_page);
+    r.add(M::POST, "/auth/dev", signin::dev_sign_in);
     r.add(M::GET, "/api/v1/audit/key", audit::key);
     r.add(M::GET, "/api/v1/audit/logs", audit::logs);
     r.add(M::GET, "/api/v1/audit/entries", audit::search);

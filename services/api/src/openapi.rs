@@ -34,7 +34,8 @@ impl Modify for BearerAuth {
         audit::prune,
         users::list, users::get, users::delete,
         bindings::create, bindings::list, bindings::get, bindings::revoke,
-        signin::login, signin::callback, signin::whoami, signin::logout,
+        signin::login, signin::callback, signin::whoami, signin::logout, signin::dev_page,
+        signin::dev_sign_in,
     ),
     modifiers(&BearerAuth),
     tags(

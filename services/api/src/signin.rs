@@ -50,12 +50,27 @@ pub struct SignInConfig {
     /// Where the provider sends the browser back: `<public URL>/auth/callback`. `None`: the
     /// address the API listens on (filled in by the server once it is bound).
     pub redirect_url: Option<String>,
+}
+
+/// How long sessions last and how their cookies are marked.
+#[derive(Debug, Clone, Copy)]
+pub struct SessionPolicy {
     /// Mark cookies `Secure` (the public URL is HTTPS).
     pub secure_cookies: bool,
     /// A session ends this long after sign-in, however active.
-    pub session_max: Duration,
+    pub max: Duration,
     /// A session ends after this long without a request.
-    pub session_idle: Duration,
+    pub idle: Duration,
+}
+
+impl Default for SessionPolicy {
+    fn default() -> Self {
+        Self {
+            secure_cookies: false,
+            max: Duration::from_secs(12 * 3600),
+            idle: Duration::from_secs(3600),
+        }
+    }
 }
 
 struct Pending {
@@ -284,7 +299,7 @@ pub async fn login(
                 "the identity provider cannot be reached; try again shortly".into(),
             )
         })?;
-    let mut c = cookie(LOGIN_COOKIE, login_state, signin.config.secure_cookies);
+    let mut c = cookie(LOGIN_COOKIE, login_state, state.sessions.secure_cookies);
     c.set_max_age(actix_web::cookie::time::Duration::seconds(
         i64::try_from(LOGIN_TTL.as_secs()).unwrap_or(600),
     ));
@@ -362,17 +377,30 @@ pub async fn callback(
     if user.deleted_at.is_some() {
         return Err(failed("the user has been removed from Allot".into()));
     }
+    let res = start_session(&state, user, claims, source, "oidc-code-flow", &return_to).await?;
+    Ok(res)
+}
+
+/// Starts a session for `user` and sends the browser to `return_to` with its cookie.
+async fn start_session(
+    state: &AppState,
+    user: allot_domain::User,
+    claims: Map<String, Value>,
+    source: Option<String>,
+    auth_method: &str,
+    return_to: &str,
+) -> Result<HttpResponse, ApiError> {
+    let policy = state.sessions;
     let session_id = secret::generate("allot_s_");
     let csrf = secret::generate("")[..32].to_owned();
     let expires_at = state.store.clock().now()
-        + chrono::Duration::from_std(signin.config.session_max)
-            .unwrap_or(chrono::Duration::hours(12));
+        + chrono::Duration::from_std(policy.max).unwrap_or(chrono::Duration::hours(12));
     let ctx = AuditContext {
         actor: Actor {
             kind: ActorKind::User,
             id: user.id.clone(),
             tenant_id: None,
-            auth_method: "oidc-code-flow".to_owned(),
+            auth_method: auth_method.to_owned(),
             source,
         },
         request_id: None,
@@ -391,13 +419,9 @@ pub async fn callback(
         )
         .await?;
     Ok(HttpResponse::SeeOther()
-        .insert_header((header::LOCATION, return_to))
-        .cookie(cookie(
-            SESSION_COOKIE,
-            session_id,
-            signin.config.secure_cookies,
-        ))
-        .cookie(removal(LOGIN_COOKIE, signin.config.secure_cookies))
+        .insert_header((header::LOCATION, return_to.to_owned()))
+        .cookie(cookie(SESSION_COOKIE, session_id, policy.secure_cookies))
+        .cookie(removal(LOGIN_COOKIE, policy.secure_cookies))
         .finish())
 }
 
@@ -463,12 +487,95 @@ pub async fn logout(
         .store
         .end_session(&who.audit(), &session.id_hash)
         .await?;
-    let secure = state
-        .web_sign_in
-        .as_ref()
-        .is_some_and(|s| s.config.secure_cookies);
     Ok(HttpResponse::SeeOther()
         .insert_header((header::LOCATION, "/"))
-        .cookie(removal(SESSION_COOKIE, secure))
+        .cookie(removal(SESSION_COOKIE, state.sessions.secure_cookies))
         .finish())
+}
+
+/// The issuer recorded for the development sign-in's seeded users.
+pub const DEV_ISSUER: &str = "allot-dev";
+
+fn dev_only(state: &AppState) -> Result<(), ApiError> {
+    if state.dev_sign_in {
+        Ok(())
+    } else {
+        Err(ApiError::NotFound(
+            "the development sign-in exists only in `allot dev`".into(),
+        ))
+    }
+}
+
+/// Text for HTML: `&`, `<`, `>`, `"` and `'` escaped.
+fn escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// The development sign-in page of `allot dev`: pick one of the seeded users.
+#[utoipa::path(get, path = "/auth/dev", tag = "sign-in",
+    responses((status = 200, content_type = "text/html", body = String),
+        (status = 404, body = Problem)))]
+pub async fn dev_page(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
+    dev_only(&state)?;
+    let mut items = String::new();
+    for u in state.store.list_users().await? {
+        if u.issuer != DEV_ISSUER || u.deleted_at.is_some() {
+            continue;
+        }
+        let label = u.name.clone().unwrap_or_else(|| u.subject.clone());
+        items.push_str(&format!(
+            "<li><form method=\"post\" action=\"/auth/dev\">\
+             <input type=\"hidden\" name=\"user\" value=\"{}\">\
+             <button type=\"submit\">Sign in as {}</button> <small>{}</small></form></li>\n",
+            escape(&u.id),
+            escape(&label),
+            escape(u.email.as_deref().unwrap_or_default()),
+        ));
+    }
+    Ok(HttpResponse::Ok()
+        .content_type("text/html; charset=utf-8")
+        .body(format!(
+            "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+             <title>Allot development sign-in</title></head><body>\
+             <h1>Development sign-in</h1>\
+             <p>This page exists only in <code>allot dev</code>. Pick a user:</p>\
+             <ul>\n{items}</ul></body></html>\n"
+        )))
+}
+
+#[derive(Debug, Deserialize)]
+pub struct DevSignIn {
+    user: String,
+}
+
+/// Sign in as a seeded user of `allot dev`.
+#[utoipa::path(post, path = "/auth/dev", tag = "sign-in",
+    responses((status = 303, description = "signed in"), (status = 404, body = Problem),
+        (status = 422, body = Problem)))]
+pub async fn dev_sign_in(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    body: web::Bytes,
+) -> Result<HttpResponse, ApiError> {
+    dev_only(&state)?;
+    let form: DevSignIn = serde_urlencoded::from_bytes(&body)
+        .map_err(|_| ApiError::malformed("user", "send the form field `user`"))?;
+    let unknown = || allot_domain::ValidationError::single("user", "is not a development user");
+    let user = state.store.user(&form.user).await.map_err(|_| unknown())?;
+    if user.issuer != DEV_ISSUER || user.deleted_at.is_some() {
+        return Err(unknown().into());
+    }
+    let source = req.peer_addr().map(|a| a.ip().to_string());
+    start_session(&state, user, Map::new(), source, "dev-sign-in", "/").await
 }

@@ -70,6 +70,11 @@ pub struct ServerConfig {
     pub auth_failure_window: Duration,
     /// Web sign-in through the OpenID Connect provider (the authorization code flow).
     pub web_sign_in: Option<allot_api::signin::SignInConfig>,
+    /// How long sessions last and whether their cookies are `Secure`.
+    pub sessions: allot_api::signin::SessionPolicy,
+    /// The development sign-in page (pick a seeded user, no password). Only `allot dev`
+    /// sets it, and the server refuses to start with it on a non-loopback address.
+    pub dev_sign_in: bool,
 }
 
 impl ServerConfig {
@@ -97,6 +102,8 @@ impl ServerConfig {
             auth_max_failures: 20,
             auth_failure_window: Duration::from_secs(60),
             web_sign_in: None,
+            sessions: allot_api::signin::SessionPolicy::default(),
+            dev_sign_in: false,
         }
     }
 }
@@ -120,6 +127,8 @@ pub enum ServerError {
     AuditKey(#[from] allot_audit::NoteError),
     #[error("scheduler: {0}")]
     Scheduler(#[from] allot_scheduler::LiveError),
+    #[error("the development sign-in serves loopback only, not {0}")]
+    DevSignInExposed(SocketAddr),
     #[error("OpenID Connect: {0}")]
     Oidc(String),
     #[error("authorization policies: {0}")]
@@ -258,6 +267,9 @@ pub async fn start(
             source,
         })?;
     let http_addr = http_listener.local_addr()?;
+    if config.dev_sign_in && !http_addr.ip().is_loopback() {
+        return Err(ServerError::DevSignInExposed(http_addr));
+    }
     let grpc_listener = tokio::net::TcpListener::bind(config.grpc_listen)
         .await
         .map_err(|source| ServerError::Bind {
@@ -294,6 +306,8 @@ pub async fn start(
             }
             None => None,
         },
+        sessions: config.sessions,
+        dev_sign_in: config.dev_sign_in,
         auth_failures: Arc::new(allot_api::limiter::FailureLimiter::new(
             config.auth_max_failures,
             config.auth_failure_window,

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use allot_agent::AgentConfig;
 use allot_agent::gpu::SimBackend;
-use allot_domain::SystemClock;
+use allot_domain::{BindingSubject, Role, RoleBinding, SystemClock};
 use allot_server::ServerConfig;
 use allot_store::TokenRepo;
 use anyhow::Context;
@@ -62,6 +62,41 @@ async fn admin_token(
     Ok(allot_server::create_admin_token(&server.store, &ctx, "dev-admin").await?)
 }
 
+/// The people of the development sign-in page, and their roles (created once).
+const DEV_USERS: [(&str, &str, Role); 2] = [
+    ("dev-admin", "Dev Admin", Role::Admin),
+    ("dev-auditor", "Dev Auditor", Role::Auditor),
+];
+
+async fn seed_dev_users(store: &allot_store::Store) -> anyhow::Result<()> {
+    use allot_store::{IdentityRepo, NewBinding, SignIn};
+    let ctx = allot_domain::AuditContext::system("allot-dev");
+    for (subject, name, role) in DEV_USERS {
+        let user = store
+            .sign_in(SignIn {
+                issuer: allot_api::signin::DEV_ISSUER.to_owned(),
+                subject: subject.to_owned(),
+                email: Some(format!("{subject}@allot.dev")),
+                name: Some(name.to_owned()),
+            })
+            .await?;
+        let binding = RoleBinding::platform(role);
+        if !store.roles_of(&user.id, &[]).await?.contains(&binding) {
+            store
+                .create_binding(
+                    &ctx,
+                    NewBinding {
+                        subject: BindingSubject::User { user_id: user.id },
+                        role,
+                        tenant_id: None,
+                    },
+                )
+                .await?;
+        }
+    }
+    Ok(())
+}
+
 pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     if args.nodes > 64 {
         anyhow::bail!("--nodes must be at most 64");
@@ -75,6 +110,9 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     config.http_listen = args.listen;
     config.grpc_listen = args.grpc_listen;
     config.heartbeat_interval = Duration::from_secs(2);
+    // Password-free sign-in as a seeded user: on loopback only.
+    config.dev_sign_in = args.listen.ip().is_loopback();
+    let dev_sign_in = config.dev_sign_in;
     args.audit.apply(&args.data_dir, &mut config)?;
     args.scheduler.apply(&mut config);
     let server = allot_server::start(config, Arc::new(SystemClock)).await?;
@@ -82,6 +120,9 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     let token_path = args.data_dir.join("admin.token");
     let token = admin_token(&server, &token_path).await?;
     write_secret(&token_path, &token)?;
+    if dev_sign_in {
+        seed_dev_users(&server.store).await?;
+    }
 
     let stop = CancellationToken::new();
     let mut agents = Vec::new();
@@ -114,6 +155,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         "Allot dev cluster is running.
 
   API:          {url}
+  Sign in:      {sign_in}
   Admin token:  {token}
                 (also in {token_file})
   Nodes:        {nodes} simulated, {gpus} each
@@ -126,6 +168,11 @@ Try, in another terminal:
 
 Press Ctrl-C to stop.
 ",
+        sign_in = if dev_sign_in {
+            format!("{url}/auth/dev (pick a seeded user)")
+        } else {
+            "not on a non-loopback address: use the admin token".to_owned()
+        },
         nodes = args.nodes,
         gpus = args.sim_gpus,
         data = args.data_dir.display(),

@@ -114,10 +114,12 @@ impl OidcArgs {
                 client_id: client_id.clone(),
                 client_secret: self.oidc_client_secret.clone(),
                 redirect_url: Some(format!("{public}/auth/callback")),
-                secure_cookies: public.starts_with("https://"),
-                session_max: std::time::Duration::from_secs(self.session_hours * 3600),
-                session_idle: std::time::Duration::from_secs(self.session_idle_minutes * 60),
             });
+            config.sessions = allot_api::signin::SessionPolicy {
+                secure_cookies: public.starts_with("https://"),
+                max: std::time::Duration::from_secs(self.session_hours * 3600),
+                idle: std::time::Duration::from_secs(self.session_idle_minutes * 60),
+            };
         }
         let mut algorithms = Vec::new();
         for a in &self.oidc_algorithms {
