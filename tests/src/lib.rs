@@ -52,6 +52,14 @@ pub async fn spawn_cluster_with(
     config.schedule_interval = Duration::from_millis(200);
     config.checkpoint_interval = Duration::from_millis(200);
     configure(&mut config);
+    // An HTTPS API: trust the certificates of its chain (its CA among them).
+    let mut http = http_client();
+    if let Some(tls) = &config.tls {
+        for cert in reqwest::Certificate::from_pem_bundle(tls.cert_pem.as_bytes()).expect("PEM") {
+            http = http.add_root_certificate(cert);
+        }
+    }
+    let http = http.build().expect("HTTP client");
     let checkpoints = tempfile::tempdir().expect("temp dir");
     config.checkpoint_dir = Some(checkpoints.path().to_owned());
     let server = allot_server::start(config, Arc::new(SystemClock))
@@ -88,7 +96,7 @@ pub async fn spawn_cluster_with(
         db_url: db.url.clone(),
         server,
         admin_token,
-        http: reqwest::Client::new(),
+        http,
         data_dir,
         checkpoints,
         agents_stop,
@@ -272,4 +280,31 @@ pub fn allot_bin() -> std::path::PathBuf {
         .and_then(std::path::Path::parent)
         .expect("target profile directory");
     profile_dir.join("allot")
+}
+
+/// A throwaway certificate authority and a server certificate it signed for `localhost`
+/// and 127.0.0.1: (CA PEM, server chain PEM, server key PEM).
+pub fn test_pki() -> (String, String, String) {
+    let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
+    ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca.distinguished_name
+        .push(rcgen::DnType::CommonName, "Allot test CA");
+    let ca_key = rcgen::KeyPair::generate().expect("CA key");
+    let ca_cert = ca.self_signed(&ca_key).expect("CA certificate");
+    let issuer = rcgen::Issuer::new(ca, ca_key);
+    let leaf = rcgen::CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned()])
+        .expect("params");
+    let leaf_key = rcgen::KeyPair::generate().expect("key");
+    let leaf_cert = leaf.signed_by(&leaf_key, &issuer).expect("certificate");
+    (
+        ca_cert.pem(),
+        format!("{}{}", leaf_cert.pem(), ca_cert.pem()),
+        leaf_key.serialize_pem(),
+    )
+}
+
+/// An HTTP client builder, with the process's TLS crypto provider in place.
+pub fn http_client() -> reqwest::ClientBuilder {
+    allot_api::crypto::install_crypto_provider();
+    reqwest::Client::builder()
 }

@@ -334,7 +334,7 @@ async fn the_development_sign_in_picks_a_seeded_user() {
     let bin = allot_bin();
     let home = tempfile::tempdir().expect("temp dir");
     let dev = start_dev(&bin, &home.path().join(".allot"), "127.0.0.1:0");
-    let browser = reqwest::Client::builder()
+    let browser = allot_system_tests::http_client()
         .cookie_provider(std::sync::Arc::new(reqwest::cookie::Jar::default()))
         .redirect(reqwest::redirect::Policy::none())
         .build()

@@ -439,3 +439,18 @@ async fn lists_show_own_and_child_tenants_never_others() {
     assert_eq!(names(&logs, "tenant"), ["own", "own-ml"]);
     f.c.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_platform_admin_lists_an_empty_platform() {
+    let c = allot_system_tests::spawn_cluster(Backend::Sqlite, 0, "").await;
+    for path in [
+        "/api/v1/tenants",
+        "/api/v1/jobs",
+        "/api/v1/tokens",
+        "/api/v1/role-bindings",
+    ] {
+        let (s, body) = c.get(path).await;
+        assert_eq!(s, StatusCode::OK, "{path}: {body}");
+    }
+    c.shutdown().await;
+}

@@ -55,7 +55,9 @@ fn start_provider() -> Provider {
     Provider { child, issuer }
 }
 
-async fn cluster(idp: &Provider, idle: Duration) -> TestCluster {
+/// A control plane signing people in through `idp`, whose sessions end after `max` and
+/// after `idle` without a request.
+async fn cluster_with(idp: &Provider, max: Duration, idle: Duration) -> TestCluster {
     let issuer = idp.issuer.clone();
     spawn_cluster_with(Backend::Sqlite, 0, "", move |c| {
         c.oidc = Some(OidcConfig {
@@ -80,16 +82,20 @@ async fn cluster(idp: &Provider, idle: Duration) -> TestCluster {
         });
         c.sessions = SessionPolicy {
             secure_cookies: false,
-            max: Duration::from_secs(3600),
+            max,
             idle,
         };
     })
     .await
 }
 
+async fn cluster(idp: &Provider, idle: Duration) -> TestCluster {
+    cluster_with(idp, Duration::from_secs(3600), idle).await
+}
+
 /// A browser: keeps cookies, follows nothing by itself.
 fn browser() -> reqwest::Client {
-    reqwest::Client::builder()
+    allot_system_tests::http_client()
         .cookie_provider(Arc::new(reqwest::cookie::Jar::default()))
         .redirect(reqwest::redirect::Policy::none())
         .build()
@@ -290,6 +296,24 @@ async fn sign_ins_that_do_not_belong_to_this_browser_or_person_are_refused() {
     let fresh = browser();
     let (s, _) = sign_in(&fresh, &c, "mallory").await;
     assert_eq!(s, StatusCode::UNAUTHORIZED, "and a new sign-in is refused");
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_ends_at_its_absolute_expiry_however_active() {
+    let idp = start_provider();
+    let c = cluster_with(&idp, Duration::from_secs(1), Duration::from_secs(3600)).await;
+    let b = browser();
+    let (s, _) = sign_in(&b, &c, "root").await;
+    assert_eq!(s, StatusCode::SEE_OTHER);
+    for _ in 0..3 {
+        let (s, _) = call(&b, &c, Method::GET, "/auth/session", None, None).await;
+        assert_eq!(s, StatusCode::OK);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let (s, p) = call(&b, &c, Method::GET, "/auth/session", None, None).await;
+    assert_eq!(s, StatusCode::UNAUTHORIZED, "{p}");
     c.shutdown().await;
 }
 

@@ -212,7 +212,10 @@ impl Principal {
     /// The tenants where the caller may list with `action`; refused (403) when that is none.
     pub fn listable(&self, action: Action, what: &str) -> Result<Vec<String>, ApiError> {
         let tenants = self.permitted_tenants(action)?;
-        if tenants.is_empty() {
+        // A tenant outside the tree is reached by platform-wide grants only: whoever is
+        // permitted there may list, even while there is nothing to list.
+        const NOWHERE: &str = "\u{0}no-such-tenant";
+        if tenants.is_empty() && !self.allows(action, Resource::Tenant(NOWHERE))? {
             return Err(ApiError::Forbidden(format!(
                 "the policies do not permit `{}` ({what}) in any tenant to a caller with {}",
                 action.name(),

@@ -203,6 +203,7 @@ struct Keys {
 /// The HTTP client for the identity provider. It never follows a redirect: one could send
 /// a key fetch, an authorization code or the client secret anywhere.
 pub(crate) fn provider_client() -> Result<reqwest::Client, String> {
+    crate::crypto::install_crypto_provider();
     reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .timeout(Duration::from_secs(10))

@@ -6,6 +6,7 @@
 //! from the handlers' annotations and served at `/api/v1/openapi.json`.
 
 pub mod auth;
+pub mod crypto;
 mod denials;
 pub mod extract;
 mod handlers;

@@ -43,17 +43,31 @@ fn problem_error(status: StatusCode, body: &str) -> anyhow::Error {
 }
 
 impl Client {
-    pub fn new(server: &str, token: Option<String>) -> anyhow::Result<Self> {
+    /// A client of the API at `server`, trusting the CA certificates in `ca_cert` (PEM)
+    /// besides the system's.
+    pub fn new(
+        server: &str,
+        token: Option<String>,
+        ca_cert: Option<&std::path::Path>,
+    ) -> anyhow::Result<Self> {
         let token = token.filter(|t| !t.trim().is_empty()).ok_or_else(|| {
             anyhow!(
                 "no API token: pass --token or set ALLOT_TOKEN (`allot dev` writes one to .allot/admin.token)"
             )
         })?;
-        let http = reqwest::Client::builder()
+        let mut builder = reqwest::Client::builder()
             .timeout(Duration::from_secs(30))
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .context("building the HTTP client")?;
+            .redirect(reqwest::redirect::Policy::none());
+        if let Some(path) = ca_cert {
+            let pem = std::fs::read(path)
+                .with_context(|| format!("--ca-cert: reading {}", path.display()))?;
+            for cert in reqwest::Certificate::from_pem_bundle(&pem)
+                .with_context(|| format!("--ca-cert: {} is not PEM certificates", path.display()))?
+            {
+                builder = builder.add_root_certificate(cert);
+            }
+        }
+        let http = builder.build().context("building the HTTP client")?;
         Ok(Self {
             http,
             base: server.trim_end_matches('/').to_owned(),

@@ -33,6 +33,9 @@ struct Cli {
     /// API token.
     #[arg(long, global = true, env = "ALLOT_TOKEN", hide_env_values = true)]
     token: Option<String>,
+    /// Trust the CA certificates in this PEM file (besides the system's) for an HTTPS server.
+    #[arg(long, global = true, env = "ALLOT_CA_CERT")]
+    ca_cert: Option<std::path::PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -91,7 +94,7 @@ pub async fn shutdown_signal() {
 }
 
 async fn run(cli: Cli) -> anyhow::Result<i32> {
-    let client = || Client::new(&cli.server, cli.token.clone());
+    let client = || Client::new(&cli.server, cli.token.clone(), cli.ca_cert.as_deref());
     match cli.command {
         Command::Server(args) => cmd::server::run(*args).await.map(|()| 0),
         Command::Agent(args) => cmd::agent::run(args).await.map(|()| 0),
@@ -109,6 +112,7 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
 }
 
 fn main() -> ExitCode {
+    allot_api::crypto::install_crypto_provider();
     let cli = Cli::parse();
     let daemon = matches!(
         cli.command,

@@ -6,6 +6,7 @@ pub mod grpc;
 pub mod hub;
 pub mod leases;
 pub mod scheduling;
+pub mod tls;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -75,6 +76,9 @@ pub struct ServerConfig {
     /// The development sign-in page (pick a seeded user, no password). Only `allot dev`
     /// sets it, and the server refuses to start with it on a non-loopback address.
     pub dev_sign_in: bool,
+    /// Serve the API over HTTPS with this certificate. Without one it speaks plain HTTP,
+    /// which is allowed on loopback only.
+    pub tls: Option<tls::TlsIdentity>,
 }
 
 impl ServerConfig {
@@ -104,6 +108,7 @@ impl ServerConfig {
             web_sign_in: None,
             sessions: allot_api::signin::SessionPolicy::default(),
             dev_sign_in: false,
+            tls: None,
         }
     }
 }
@@ -127,6 +132,12 @@ pub enum ServerError {
     AuditKey(#[from] allot_audit::NoteError),
     #[error("scheduler: {0}")]
     Scheduler(#[from] allot_scheduler::LiveError),
+    #[error(
+        "the API would speak plain HTTP on {0}: give it a TLS certificate (--tls-cert, --tls-key), or listen on loopback"
+    )]
+    PlainHttpExposed(SocketAddr),
+    #[error(transparent)]
+    Tls(#[from] tls::TlsError),
     #[error("the development sign-in serves loopback only, not {0}")]
     DevSignInExposed(SocketAddr),
     #[error("OpenID Connect: {0}")]
@@ -158,6 +169,8 @@ impl ControlEvents for Events {
 /// A started control plane.
 pub struct RunningServer {
     pub http_addr: SocketAddr,
+    /// Whether the API speaks HTTPS.
+    pub https: bool,
     pub grpc_addr: SocketAddr,
     pub store: Store,
     /// Set when this start created the first admin token; shown once.
@@ -170,7 +183,8 @@ pub struct RunningServer {
 
 impl RunningServer {
     pub fn http_url(&self) -> String {
-        format!("http://{}", self.http_addr)
+        let scheme = if self.https { "https" } else { "http" };
+        format!("{scheme}://{}", self.http_addr)
     }
 
     pub fn grpc_url(&self) -> String {
@@ -233,6 +247,7 @@ pub async fn start(
     config: ServerConfig,
     clock: Arc<dyn Clock>,
 ) -> Result<RunningServer, ServerError> {
+    allot_api::crypto::install_crypto_provider();
     // Refuse to start on policies that do not parse or validate against their schema.
     let policies = Arc::new(match &config.policy_dir {
         Some(dir) => allot_authz::Policies::from_dir(dir)?,
@@ -270,6 +285,12 @@ pub async fn start(
     if config.dev_sign_in && !http_addr.ip().is_loopback() {
         return Err(ServerError::DevSignInExposed(http_addr));
     }
+    let https = config.tls.is_some();
+    let tls_config = match &config.tls {
+        Some(id) => Some(tls::server_config(id)?),
+        None if http_addr.ip().is_loopback() => None,
+        None => return Err(ServerError::PlainHttpExposed(http_addr)),
+    };
     let grpc_listener = tokio::net::TcpListener::bind(config.grpc_listen)
         .await
         .map_err(|source| ServerError::Bind {
@@ -329,8 +350,11 @@ pub async fn start(
     })
     .workers(2)
     .disable_signals()
-    .shutdown_timeout(5)
-    .listen(http_listener)?
+    .shutdown_timeout(5);
+    let http = match tls_config {
+        Some(tls) => http.listen_rustls_0_23(http_listener, tls)?,
+        None => http.listen(http_listener)?,
+    }
     .run();
     let http_handle = http.handle();
     // The batcher drains and ends once the HTTP server has dropped its last handle.
@@ -396,6 +420,7 @@ pub async fn start(
     tracing::info!(%http_addr, %grpc_addr, backend = store.backend_name(), "control plane started");
     Ok(RunningServer {
         http_addr,
+        https,
         grpc_addr,
         store,
         bootstrap_admin_token,

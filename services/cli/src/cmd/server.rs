@@ -30,6 +30,13 @@ pub struct ServerArgs {
     /// authorization policies (they must validate, or the server does not start).
     #[arg(long, env = "ALLOT_POLICY_DIR")]
     policy_dir: Option<PathBuf>,
+    /// Serve the API over HTTPS with this certificate chain (PEM, leaf first). Without
+    /// one, the API listens on loopback only (behind a local TLS proxy, say).
+    #[arg(long, env = "ALLOT_TLS_CERT", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The certificate's private key (PEM).
+    #[arg(long, env = "ALLOT_TLS_KEY", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
     #[command(flatten)]
     oidc: OidcArgs,
     #[command(flatten)]
@@ -104,10 +111,14 @@ impl OidcArgs {
             return Ok(());
         };
         if let Some(client_id) = &self.oidc_client_id {
-            let public = self
-                .public_url
-                .clone()
-                .unwrap_or_else(|| format!("http://{}", config.http_listen));
+            let public = self.public_url.clone().unwrap_or_else(|| {
+                let scheme = if config.tls.is_some() {
+                    "https"
+                } else {
+                    "http"
+                };
+                format!("{scheme}://{}", config.http_listen)
+            });
             let public = public.trim_end_matches('/');
             config.web_sign_in = Some(allot_api::signin::SignInConfig {
                 issuer: issuer.clone(),
@@ -262,6 +273,16 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
     config.http_listen = args.listen;
     config.grpc_listen = args.grpc_listen;
     config.policy_dir = args.policy_dir;
+    if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
+        let read = |p: &Path, what: &str| {
+            std::fs::read_to_string(p).with_context(|| format!("{what}: reading {}", p.display()))
+        };
+        config.tls = Some(allot_server::tls::TlsIdentity {
+            cert_pem: read(cert, "--tls-cert")?,
+            key_pem: read(key, "--tls-key")?,
+        });
+    }
+    // After TLS: the default public URL's scheme depends on it.
     args.oidc.apply(&mut config)?;
     args.audit.apply(&args.data_dir, &mut config)?;
     args.scheduler.apply(&mut config);

@@ -306,7 +306,7 @@ pub async fn run(args: &ChaosBench) -> anyhow::Result<()> {
         .bootstrap_admin_token
         .clone()
         .context("a fresh database gives a bootstrap token")?;
-    let client = Client::new(&server.http_url(), Some(token))?;
+    let client = Client::new(&server.http_url(), Some(token), None)?;
     let _: Value = client
         .call(
             Method::POST,
