@@ -149,6 +149,14 @@ fn quick_start_as_a_user_runs_it() {
         text(&out.stdout)
     );
 
+    let out = cli(&bin, &dev, &token, &["whoami"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let me = text(&out.stdout);
+    assert!(
+        me.contains("platform-admin") && me.contains("api-token"),
+        "{me}"
+    );
+
     // Roles for people who sign in through the identity provider: granted to a claim,
     // listed, revoked; a tenant role without a tenant is refused naming the field.
     let out = cli(

@@ -66,6 +66,11 @@ enum Command {
     /// Grant roles to users, or to everyone whose provider token carries a claim.
     #[command(subcommand)]
     Binding(cmd::access::BindingCmd),
+    /// Who the token is, and every role it holds.
+    Whoami {
+        #[arg(short, long, value_enum, default_value_t)]
+        output: output::Format,
+    },
     /// Run a benchmark (results belong in docs/benchmarks.md).
     #[command(subcommand)]
     Bench(cmd::bench::BenchCmd),
@@ -105,6 +110,7 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Token(c) => cmd::token::run(&client()?, c).await.map(|()| 0),
         Command::User(c) => cmd::access::run_user(&client()?, c).await.map(|()| 0),
         Command::Binding(c) => cmd::access::run_binding(&client()?, c).await.map(|()| 0),
+        Command::Whoami { output } => cmd::access::whoami(&client()?, output).await.map(|()| 0),
         Command::Audit(c) => cmd::audit::run(client, c).await,
         Command::Bench(c) => cmd::bench::run(c).await.map(|()| 0),
         Command::Db(c) => cmd::db::run(c).await.map(|()| 0),

@@ -1,6 +1,7 @@
 //! `allot user …` and `allot binding …`: the people who sign in through the identity
 //! provider, and the roles granted to them or to a claim their tokens carry.
 
+use allot_api::signin::WhoAmI;
 use allot_api::views::{BindingView, UserView};
 use clap::Subcommand;
 use reqwest::Method;
@@ -166,4 +167,32 @@ pub async fn run_binding(client: &Client, cmd: BindingCmd) -> anyhow::Result<()>
         }
     }
     Ok(())
+}
+
+/// `allot whoami`: who the token is, and every role it holds.
+pub async fn whoami(client: &Client, output: Format) -> anyhow::Result<()> {
+    let me: WhoAmI = client.get("/auth/session", &[]).await?;
+    print(output, &me, |me| {
+        let roles: Vec<String> = me
+            .roles
+            .iter()
+            .map(|b| match &b.tenant_id {
+                Some(t) => format!("{} in tenant {t}", b.role),
+                None => b.role.to_string(),
+            })
+            .collect();
+        fields(&[
+            ("KIND", me.kind.clone()),
+            ("ID", me.id.clone()),
+            ("AUTHENTICATED BY", me.auth_method.clone()),
+            (
+                "ROLES",
+                if roles.is_empty() {
+                    "none".to_owned()
+                } else {
+                    roles.join(", ")
+                },
+            ),
+        ])
+    })
 }
