@@ -257,11 +257,18 @@ fn removal(name: &str, secure: bool) -> Cookie<'_> {
     c
 }
 
-/// A local path to return to; anything else (another site, `//host`) becomes `/`.
+/// A local path to return to; anything else (another site, `//host`, control characters
+/// that could split a header) becomes `/`.
 fn local_path(p: Option<&str>) -> String {
     match p {
-        Some(p) if p.starts_with('/') && !p.starts_with("//") && !p.contains('\\') => {
-            p.chars().take(512).collect()
+        Some(p)
+            if p.starts_with('/')
+                && !p.starts_with("//")
+                && !p.contains('\\')
+                && p.len() <= 512
+                && !p.chars().any(char::is_control) =>
+        {
+            p.to_owned()
         }
         _ => "/".to_owned(),
     }
@@ -578,4 +585,37 @@ pub async fn dev_sign_in(
     }
     let source = req.peer_addr().map(|a| a.ip().to_string());
     start_session(&state, user, Map::new(), source, "dev-sign-in", "/").await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{escape, local_path};
+
+    #[test]
+    fn only_local_paths_are_returned_to() {
+        assert_eq!(
+            local_path(Some("/api/v1/jobs?state=pending")),
+            "/api/v1/jobs?state=pending"
+        );
+        for bad in [
+            None,
+            Some(""),
+            Some("https://evil.example/"),
+            Some("//evil.example/x"),
+            Some("/\\evil.example"),
+            Some("/ok\r\nSet-Cookie: x=y"),
+            Some("relative/path"),
+        ] {
+            assert_eq!(local_path(bad), "/", "{bad:?}");
+        }
+        assert_eq!(local_path(Some(&format!("/{}", "a".repeat(600)))), "/");
+    }
+
+    #[test]
+    fn html_text_is_escaped() {
+        assert_eq!(
+            escape(r#"<a href="x">Tom & 'Jerry'</a>"#),
+            "&lt;a href=&quot;x&quot;&gt;Tom &amp; &#39;Jerry&#39;&lt;/a&gt;"
+        );
+    }
 }
