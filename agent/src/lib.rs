@@ -140,6 +140,9 @@ struct Agent {
     /// GPUs that had an XID needing a drain: unhealthy until the agent starts again (an
     /// operator resets the GPU meanwhile).
     drained: Mutex<HashSet<String>>,
+    /// GPUs that had an informational XID (page retirement, a high single-bit ECC rate):
+    /// degraded until the agent starts again.
+    degraded: Mutex<HashSet<String>>,
 }
 
 /// Adds the node secret, as it is after the latest registration, to every call.
@@ -183,12 +186,14 @@ fn backoff(attempt: u32) -> Duration {
 impl Agent {
     fn gpus(&self) -> Result<Vec<Gpu>, AgentError> {
         let drained = self.lock_drained().clone();
+        let degraded = self.lock_degraded().clone();
         Ok(self
             .backend
             .inventory()?
             .into_iter()
             .map(|g| Gpu {
                 healthy: g.healthy && !drained.contains(&g.uuid),
+                degraded: g.degraded || degraded.contains(&g.uuid),
                 uuid: g.uuid,
                 index: g.index,
                 model: g.model,
@@ -318,7 +323,8 @@ impl Agent {
     /// Acts on the GPU events the backend reports (XIDs), by class (see
     /// `allot_domain::xid`): the jobs on a GPU with an application fault fail; those on a GPU
     /// with a contained memory error or one that needs a drain are stopped and requeued
-    /// elsewhere, and a GPU that needs a drain is reported unhealthy from then on.
+    /// elsewhere, and a GPU that needs a drain is reported unhealthy from then on. After an
+    /// informational XID the GPU is reported degraded: its jobs run on, it takes no new work.
     async fn watch_gpus(self: Arc<Self>, stop: CancellationToken) {
         loop {
             tokio::select! {
@@ -340,7 +346,12 @@ impl Agent {
                 let what = format!("{} on GPU {uuid}", allot_domain::xid::describe(code));
                 let reason = match allot_domain::classify_xid(code) {
                     XidClass::Informational => {
-                        tracing::info!(%what, "informational XID recorded");
+                        // Its jobs run on; it takes no new work. Tell the control plane now.
+                        tracing::warn!(%what, "GPU degraded");
+                        if self.lock_degraded().insert(uuid.clone()) {
+                            let every = self.lock_lease().duration / 5;
+                            self.heartbeat(every).await;
+                        }
                         continue;
                     }
                     XidClass::ApplicationFault => StopReason::ApplicationFault,
@@ -367,6 +378,10 @@ impl Agent {
 
     fn lock_drained(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
         self.drained.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn lock_degraded(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
+        self.degraded.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn report(&self, r: JobStatusReport) {
@@ -569,6 +584,7 @@ pub async fn run(
         reports,
         lease: Mutex::new(Lease::default()),
         drained: Mutex::new(HashSet::new()),
+        degraded: Mutex::new(HashSet::new()),
     });
     if let Some(mig) = agent.backend.mig() {
         let store = mig::LayoutStore::new(&agent.cfg.data_dir);

@@ -23,6 +23,7 @@ fn register_req(token: &str, name: &str) -> RegisterRequest {
             model: "H200".into(),
             memory_bytes: 141 << 30,
             healthy: true,
+            degraded: false,
         }],
         running_job_ids: vec![],
         cpu_milli: 8000,

@@ -196,22 +196,32 @@ async fn failures_retry_with_backoff_then_fail() {
     c.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn xids_fail_the_attempt_or_drain_the_gpu() {
+/// A cluster of one node with two GPUs, a tenant `gpu`, the node list, and the directory
+/// where files `xid-<gpu>-<code>` inject XIDs.
+async fn one_node_with_fault_files() -> (TestCluster, Value, std::path::PathBuf) {
     let c = spawn_cluster_with(Backend::Sqlite, 1, "2xH200", |_| {}).await;
     tenant(&c, "gpu", json!({})).await;
     let (_, nodes) = c.get("/api/v1/nodes").await;
     let node = nodes[0]["name"].as_str().expect("node").to_owned();
     let faults = c.data_dir.path().join(&node).join("sim-faults");
     std::fs::create_dir_all(&faults).expect("fault dir");
-    let gpu_index = |job: &Value| {
-        let uuid = job["gpu_uuids"][0].as_str().unwrap_or_default().to_owned();
-        nodes[0]["gpus"]
-            .as_array()
-            .and_then(|g| g.iter().find(|g| g["uuid"] == uuid.as_str()))
-            .and_then(|g| g["index"].as_u64())
-            .expect("the job's GPU")
-    };
+    (c, nodes, faults)
+}
+
+/// The index of the GPU `job` runs on.
+fn gpu_index(nodes: &Value, job: &Value) -> u64 {
+    let uuid = job["gpu_uuids"][0].as_str().unwrap_or_default();
+    nodes[0]["gpus"]
+        .as_array()
+        .and_then(|g| g.iter().find(|g| g["uuid"] == uuid))
+        .and_then(|g| g["index"].as_u64())
+        .expect("the job's GPU")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn xids_fail_the_attempt_or_drain_the_gpu() {
+    let (c, nodes, faults) = one_node_with_fault_files().await;
+    let gpu_index = |job: &Value| gpu_index(&nodes, job);
 
     // An application fault fails the attempt; the GPU stays healthy.
     let app = c.submit_with("gpu", json!({}), &["sleep", "60"]).await;
@@ -261,6 +271,41 @@ async fn xids_fail_the_attempt_or_drain_the_gpu() {
     c.post(&format!("/api/v1/jobs/{moved}/cancel"), Value::Null)
         .await;
     c.wait_for_state(&moved, "cancelled").await;
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_informational_xid_degrades_the_gpu_without_moving_its_job() {
+    let (c, nodes, faults) = one_node_with_fault_files().await;
+    let first = c.submit_with("gpu", json!({}), &["sleep", "60"]).await;
+    let job = c.wait_for_state(&first, "running").await;
+    let uuid = job["gpu_uuids"][0].as_str().expect("gpu").to_owned();
+    let index = gpu_index(&nodes, &job);
+    // XID 63: a page retired. The GPU is degraded; its job runs on.
+    std::fs::write(faults.join(format!("xid-{index}-63")), b"").expect("inject");
+    c.eventually("the GPU to be reported degraded", || async {
+        let (_, nodes) = c.get("/api/v1/nodes").await;
+        nodes[0]["gpus"]
+            .as_array()
+            .and_then(|g| g.iter().find(|g| g["uuid"] == uuid.as_str()).cloned())
+            .filter(|g| g["health"] == "degraded" && g["degraded"] == true)
+    })
+    .await;
+    let (_, job) = c.get(&format!("/api/v1/jobs/{first}")).await;
+    assert_eq!(job["state"], "running", "{job}");
+    assert_eq!(job["attempt"], 1, "not moved: {job}");
+
+    // New work goes to the other GPU, and a third job waits rather than share it.
+    let second = c.submit_with("gpu", json!({}), &["sleep", "60"]).await;
+    let job = c.wait_for_state(&second, "running").await;
+    assert_ne!(job["gpu_uuids"][0], uuid.as_str());
+    let third = c.submit_with("gpu", json!({}), &["sleep", "60"]).await;
+    let waiting = c.wait_for_reason(&third).await;
+    assert_eq!(waiting["pending_reason"]["code"], "NoRoom", "{waiting}");
+    for id in [&first, &second, &third] {
+        c.post(&format!("/api/v1/jobs/{id}/cancel"), Value::Null)
+            .await;
+    }
     c.shutdown().await;
 }
 

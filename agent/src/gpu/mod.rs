@@ -17,6 +17,8 @@ pub struct GpuInfo {
     pub model: String,
     pub memory_bytes: u64,
     pub healthy: bool,
+    /// Suspect but working (e.g. ECC counters rising): keeps its jobs, takes no new work.
+    pub degraded: bool,
 }
 
 #[derive(Debug, thiserror::Error)]

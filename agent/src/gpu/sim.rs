@@ -78,6 +78,7 @@ impl SimBackend {
                     model: name.to_owned(),
                     memory_bytes: memory,
                     healthy: true,
+                    degraded: false,
                 });
             }
         }

@@ -385,8 +385,13 @@ pub struct GpuView {
     pub memory_bytes: u64,
     /// As its agent reports it (a GPU with an XID that needs a drain is not).
     pub healthy: bool,
+    /// Suspect but working (an informational XID): its jobs run on, it takes no new work.
+    pub degraded: bool,
     /// An operator drained it: no new work until it is returned to service.
     pub drained: bool,
+    /// In one word: `healthy`, `degraded`, `draining` (an operator drained it) or
+    /// `unhealthy`; only a healthy GPU takes new work.
+    pub health: String,
 }
 
 impl From<GpuDevice> for GpuView {
@@ -396,7 +401,16 @@ impl From<GpuDevice> for GpuView {
             index: g.index,
             model: g.model,
             memory_bytes: g.memory_bytes,
+            health: if !g.healthy {
+                "unhealthy"
+            } else if g.degraded {
+                "degraded"
+            } else {
+                "healthy"
+            }
+            .to_owned(),
             healthy: g.healthy,
+            degraded: g.degraded,
             drained: false,
         }
     }
@@ -443,9 +457,16 @@ impl NodeView {
                 .into_iter()
                 .map(|g| {
                     let drained = n.drained_gpus.contains(&g.uuid);
+                    let view = GpuView::from(g);
                     GpuView {
                         drained,
-                        ..g.into()
+                        // An operator's drain shows while the GPU is otherwise well.
+                        health: if drained && view.health != "unhealthy" {
+                            "draining".to_owned()
+                        } else {
+                            view.health.clone()
+                        },
+                        ..view
                     }
                 })
                 .collect(),

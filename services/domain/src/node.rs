@@ -14,6 +14,9 @@ pub struct GpuDevice {
     pub model: String,
     pub memory_bytes: u64,
     pub healthy: bool,
+    /// Healthy but suspect (an informational XID such as page retirement, or rising ECC
+    /// counts): it keeps its jobs and takes no new work.
+    pub degraded: bool,
 }
 
 /// Whether the scheduler may place work on a node.

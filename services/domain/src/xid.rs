@@ -8,7 +8,7 @@
 //! |---|---|---|---|
 //! | application fault | 13, 31, 43, 45, 68 | fails (counts against the job's retries) | stays healthy |
 //! | contained memory error | 94 | stopped and requeued (not the job's fault) | stays healthy |
-//! | informational | 63, 92 | runs on | stays healthy (recorded) |
+//! | informational | 63, 92 | runs on | degraded: keeps its jobs, no new work |
 //! | drain and reset | 48, 64, 74, 79, 95, 119, 120 | stopped and requeued elsewhere | unhealthy: no new work |
 //!
 //! A code not in the table is treated as needing a drain: a GPU in an unknown state gets no

@@ -202,6 +202,7 @@ impl Mapped {
             for (gi, g) in gpus.iter().enumerate() {
                 let offered = ready
                     && g.healthy
+                    && !g.degraded
                     && !n.drained_gpus.contains(&g.uuid)
                     && chosen.as_deref() == Some(&*model_key(&g.model));
                 let already = gpu_held.get(g.uuid.as_str()).copied().unwrap_or(0);

@@ -59,6 +59,7 @@ fn gpus_from_proto(gpus: Vec<Gpu>) -> Result<Vec<GpuDevice>, Status> {
                 model: g.model,
                 memory_bytes: g.memory_bytes,
                 healthy: g.healthy,
+                degraded: g.degraded,
             })
         })
         .collect()

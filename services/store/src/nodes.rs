@@ -85,6 +85,7 @@ fn gpu_to_domain(m: gpus::Model) -> Result<GpuDevice, StoreError> {
         uuid: m.uuid,
         model: m.model,
         healthy: m.healthy,
+        degraded: m.degraded,
     })
 }
 
@@ -132,6 +133,7 @@ async fn replace_gpus<C: ConnectionTrait>(
                 model: Set(g.model.clone()),
                 memory_bytes: Set(to_i64("gpu memory", g.memory_bytes)?),
                 healthy: Set(g.healthy),
+                degraded: Set(g.degraded),
             })
         })
         .collect::<Result<Vec<_>, StoreError>>()?;

@@ -576,6 +576,7 @@ both_backends!(nodes_register_and_heartbeat, |store, clock| {
         model: "H200".into(),
         memory_bytes: 141 << 30,
         healthy: true,
+        degraded: false,
     };
     let node = store
         .register_node(
@@ -630,10 +631,12 @@ both_backends!(nodes_register_and_heartbeat, |store, clock| {
     clock.advance(Duration::seconds(5));
     let mut sick = gpu(0);
     sick.healthy = false;
+    let mut suspect = gpu(1);
+    suspect.degraded = true;
     let beat = store
         .heartbeat(
             &node.id,
-            Some(vec![sick.clone(), gpu(1)]),
+            Some(vec![sick.clone(), suspect.clone()]),
             clock.now() + Duration::seconds(15),
         )
         .await
@@ -641,14 +644,14 @@ both_backends!(nodes_register_and_heartbeat, |store, clock| {
     assert_eq!(beat.last_heartbeat_at, clock.now());
     let listed = store.list_nodes().await.expect("list");
     assert_eq!(listed.len(), 1);
-    assert_eq!(listed[0].gpus, vec![sick.clone(), gpu(1)]);
+    assert_eq!(listed[0].gpus, vec![sick.clone(), suspect.clone()]);
     assert_eq!(listed[0].agent_version, "0.1.1");
     // A heartbeat without inventory keeps the one reported last.
     let beat = store
         .heartbeat(&node.id, None, clock.now() + Duration::seconds(15))
         .await
         .expect("heartbeat without inventory");
-    assert_eq!(beat.gpus, vec![sick, gpu(1)]);
+    assert_eq!(beat.gpus, vec![sick, suspect]);
     assert!(matches!(
         store.heartbeat("missing", None, clock.now()).await,
         Err(StoreError::NotFound(_))

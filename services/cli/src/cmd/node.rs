@@ -40,12 +40,8 @@ pub enum NodeCmd {
     },
 }
 
-fn health(g: &allot_api::views::GpuView) -> &'static str {
-    match (g.drained, g.healthy) {
-        (true, _) => "drained",
-        (false, true) => "healthy",
-        (false, false) => "unhealthy",
-    }
+fn health(g: &allot_api::views::GpuView) -> &str {
+    &g.health
 }
 
 pub async fn run(client: &Client, cmd: NodeCmd) -> anyhow::Result<()> {

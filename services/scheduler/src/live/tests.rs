@@ -34,6 +34,7 @@ fn node(id: &str, models: &[&str]) -> Node {
                 model: (*m).into(),
                 memory_bytes: 141 << 30,
                 healthy: true,
+                degraded: false,
             })
             .collect(),
     }
@@ -228,6 +229,36 @@ fn reclaim_preempts_the_borrower_and_places_once_it_stopped() {
     let d = decide(&nodes, &tenants, &[], &[claim, requeued]);
     assert_eq!(placed(&d, "o1").map(|p| p.0), Some("n1".into()));
     assert_eq!(waits(&d, "b1").map(|r| r.code), Some("NoRoom".into()));
+}
+
+#[test]
+fn degraded_gpus_keep_their_jobs_and_take_no_new_work() {
+    let mut n = node("n1", &["H200", "H200", "H200"]);
+    n.gpus[0].degraded = true;
+    let nodes = [n];
+    let tenants = [tenant("a", 0)];
+    let holding = [running_on(job("on-degraded", "a", 1, None), "n1", &[0])];
+    let pending = [
+        job("j1", "a", 1, None),
+        job("j2", "a", 1, None),
+        job("j3", "a", 1, None),
+    ];
+    let d = decide(&nodes, &tenants, &holding, &pending);
+    let mut used: Vec<String> = ["j1", "j2", "j3"]
+        .iter()
+        .filter_map(|j| placed(&d, j))
+        .flat_map(|(_, gpus, _)| gpus)
+        .collect();
+    used.sort();
+    assert_eq!(
+        used,
+        ["n1-gpu1", "n1-gpu2"],
+        "nothing new on the degraded GPU"
+    );
+    assert!(
+        !d.iter().any(|d| matches!(d, LiveDecision::Preempt { .. })),
+        "its own job runs on"
+    );
 }
 
 #[test]

@@ -10,6 +10,7 @@ pub struct Model {
     pub model: String,
     pub memory_bytes: i64,
     pub healthy: bool,
+    pub degraded: bool,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
