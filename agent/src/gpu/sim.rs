@@ -36,6 +36,9 @@ pub enum SimSpecError {
 /// Files named `xid-<gpu index>-<code>` in the fault directory inject an XID (each is
 /// consumed once read): the fault-injection control for agents in other processes.
 pub const XID_FILE_PREFIX: &str = "xid-";
+/// A file named `ecc-<gpu index>` makes that GPU's corrected-ECC counters rise: it reports
+/// itself degraded from then on.
+pub const ECC_FILE_PREFIX: &str = "ecc-";
 
 #[derive(Debug)]
 pub struct SimBackend {
@@ -122,6 +125,11 @@ impl SimBackend {
             .into_iter()
             .filter_map(|path| {
                 let name = path.file_name()?.to_str()?.to_owned();
+                if let Some(index) = name.strip_prefix(ECC_FILE_PREFIX) {
+                    self.set_degraded(index.parse().ok()?, true);
+                    std::fs::remove_file(&path).ok()?;
+                    return None;
+                }
                 let (index, code) = name.strip_prefix(XID_FILE_PREFIX)?.split_once('-')?;
                 let event = GpuEvent::Xid {
                     index: index.parse().ok()?,
@@ -131,6 +139,14 @@ impl SimBackend {
                 Some(event)
             })
             .collect()
+    }
+
+    /// Marks a GPU degraded (its corrected-ECC counters rising) or not.
+    pub fn set_degraded(&self, index: u32, degraded: bool) {
+        let mut gpus = self.gpus.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(g) = gpus.iter_mut().find(|g| g.index == index) {
+            g.degraded = degraded;
+        }
     }
 
     /// Marks a GPU healthy or not, as a fault would.
@@ -317,6 +333,20 @@ mod tests {
             ]
         );
         assert!(b.take_events().is_empty(), "consumed");
+    }
+
+    #[test]
+    fn rising_ecc_counters_injected_as_a_file_degrade_the_gpu() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let b = SimBackend::from_spec("2xH200", "n")
+            .expect("valid")
+            .with_fault_dir(dir.path().to_owned());
+        std::fs::write(dir.path().join("ecc-1"), "").expect("fault file");
+        assert!(b.take_events().is_empty(), "not an event: a state");
+        let inv = b.inventory().expect("inv");
+        assert!(!inv[0].degraded);
+        assert!(inv[1].degraded && inv[1].healthy);
+        assert!(!dir.path().join("ecc-1").exists(), "consumed");
     }
 
     #[test]
