@@ -82,10 +82,9 @@ impl Principal {
     /// exactly one.
     pub fn home_tenant(&self) -> Option<&str> {
         let mut tenants = self.bindings.iter().filter_map(|b| b.tenant_id.as_deref());
-        match (tenants.next(), tenants.next()) {
-            (Some(t), None) => Some(t),
-            _ => None,
-        }
+        let first = tenants.next()?;
+        // Several roles in that one tenant still make it the only one.
+        tenants.all(|t| t == first).then_some(first)
     }
 
     /// The roles held, for messages: `member@<tenant id>`, `platform-admin`.
@@ -504,5 +503,56 @@ impl Caller<'_> {
         let tenants = self.state.store.list_tenants().await?;
         let bindings = self.user_roles(&user.id, &verified, &tenants).await?;
         Ok(self.principal(ActorKind::User, user.id, bindings, "oidc-jwt", &tenants))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn principal(bindings: Vec<RoleBinding>) -> Principal {
+        Principal {
+            kind: ActorKind::User,
+            id: "u1".into(),
+            bindings,
+            auth_method: "session",
+            source: None,
+            request_id: "r1".into(),
+            policies: Arc::new(Policies::builtin().expect("policies")),
+            tree: Arc::new(TenantTree::from_pairs([("t1", None), ("t2", None)])),
+        }
+    }
+
+    #[test]
+    fn the_home_tenant_is_the_one_tenant_bound() {
+        let one = principal(vec![
+            RoleBinding::tenant(Role::Member, "t1"),
+            RoleBinding::tenant(Role::Viewer, "t1"),
+            RoleBinding::platform(Role::Auditor),
+        ]);
+        assert_eq!(one.home_tenant(), Some("t1"), "several roles in one tenant");
+        let two = principal(vec![
+            RoleBinding::tenant(Role::Member, "t1"),
+            RoleBinding::tenant(Role::Member, "t2"),
+        ]);
+        assert_eq!(two.home_tenant(), None);
+        assert_eq!(principal(vec![]).home_tenant(), None);
+    }
+
+    #[test]
+    fn a_refusal_names_the_action_and_the_callers_roles() {
+        let viewer = principal(vec![RoleBinding::tenant(Role::Viewer, "t1")]);
+        let e = viewer
+            .authorize(Action::JobSubmit, Resource::Tenant("t1"), "tenant t1")
+            .expect_err("viewers do not submit");
+        assert!(matches!(e, ApiError::Forbidden(_)), "{e}");
+        assert!(e.to_string().contains("job.submit") && e.to_string().contains("viewer@t1"));
+        let e = viewer
+            .authorize(Action::JobSubmit, Resource::Tenant("t2"), "tenant t2")
+            .expect_err("another tenant");
+        assert!(
+            matches!(e, ApiError::NotFound(_)),
+            "unseen tenants do not exist: {e}"
+        );
     }
 }
