@@ -147,6 +147,12 @@ impl TestCluster {
             .await
     }
 
+    /// DELETE with the admin token.
+    pub async fn delete(&self, path: &str) -> (StatusCode, Value) {
+        self.request(reqwest::Method::DELETE, path, Some(&self.admin_token), None)
+            .await
+    }
+
     pub async fn post(&self, path: &str, body: Value) -> (StatusCode, Value) {
         self.request(
             reqwest::Method::POST,

@@ -241,27 +241,13 @@ async fn provider_tokens_map_claims_to_roles() {
     assert_eq!(s, StatusCode::CREATED, "{body}");
     let (s, _) = as_bearer(&c, &nobody, Method::GET, "/api/v1/jobs?tenant=ml", None).await;
     assert_eq!(s, StatusCode::OK, "the user binding grants member in ml");
-    let (s, _) = c
-        .request(
-            Method::DELETE,
-            &format!("/api/v1/role-bindings/{by_claim}"),
-            Some(&c.admin_token),
-            None,
-        )
-        .await;
+    let (s, _) = c.delete(&format!("/api/v1/role-bindings/{by_claim}")).await;
     assert_eq!(s, StatusCode::OK);
     let (s, _) = as_bearer(&c, &nobody, Method::GET, "/api/v1/tenants/web", None).await;
     assert_eq!(s, StatusCode::NOT_FOUND, "a revoked binding grants nothing");
 
     // A deleted user's tokens are refused, however valid; their bindings are revoked.
-    let (s, _) = c
-        .request(
-            Method::DELETE,
-            &format!("/api/v1/users/{bob}"),
-            Some(&c.admin_token),
-            None,
-        )
-        .await;
+    let (s, _) = c.delete(&format!("/api/v1/users/{bob}")).await;
     assert_eq!(s, StatusCode::OK);
     let fresh = idp.token("bob", json!({ "groups": ["sales"] }));
     let (s, body) = as_bearer(&c, &fresh, Method::GET, "/api/v1/jobs?tenant=ml", None).await;

@@ -278,14 +278,7 @@ async fn sign_ins_that_do_not_belong_to_this_browser_or_person_are_refused() {
     let mallory = c.user_id("mallory").await;
     let (s, _) = call(&b, &c, Method::GET, "/auth/session", None, None).await;
     assert_eq!(s, StatusCode::OK);
-    let (s, _) = c
-        .request(
-            Method::DELETE,
-            &format!("/api/v1/users/{mallory}"),
-            Some(&c.admin_token),
-            None,
-        )
-        .await;
+    let (s, _) = c.delete(&format!("/api/v1/users/{mallory}")).await;
     assert_eq!(s, StatusCode::OK);
     let (s, _) = call(&b, &c, Method::GET, "/auth/session", None, None).await;
     assert_eq!(

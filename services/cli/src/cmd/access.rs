@@ -8,12 +8,8 @@ use reqwest::Method;
 use serde_json::json;
 
 use crate::client::Client;
-use crate::cmd::opt;
+use crate::cmd::{opt, when};
 use crate::output::{Format, fields, print, table};
-
-fn when(t: Option<chrono::DateTime<chrono::Utc>>) -> String {
-    opt(t.map(|t| t.format("%Y-%m-%d %H:%M").to_string()))
-}
 
 #[derive(Debug, Subcommand)]
 pub enum UserCmd {

@@ -48,6 +48,11 @@ pub fn opt<T: ToString>(v: Option<T>) -> String {
     v.map_or_else(|| "-".to_owned(), |v| v.to_string())
 }
 
+/// A time in tables, to the minute (UTC); `-` when absent.
+pub fn when(t: Option<chrono::DateTime<chrono::Utc>>) -> String {
+    opt(t.map(|t| t.format("%Y-%m-%d %H:%M").to_string()))
+}
+
 /// A decimal count of whole units (GPUs, CPUs) in milli: `7.5` is 7500, `0.25` is 250.
 pub fn parse_milli(s: &str) -> Result<u64, String> {
     let bad = || format!("`{s}` is not a number with at most three decimals, like 2 or 0.25");

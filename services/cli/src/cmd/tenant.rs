@@ -5,7 +5,7 @@ use reqwest::Method;
 use serde_json::json;
 
 use crate::client::Client;
-use crate::cmd::{opt, parse_milli, show_milli};
+use crate::cmd::{opt, parse_milli, show_milli, when};
 use crate::output::{Format, fields, print, table};
 
 #[derive(Debug, Subcommand)]
@@ -159,7 +159,7 @@ pub async fn run(client: &Client, cmd: TenantCmd) -> anyhow::Result<()> {
                             opt(q.limit.gpu_milli.map(show_milli)),
                             q.weight.to_string(),
                             q.min_isolation.to_string(),
-                            t.created_at.format("%Y-%m-%d %H:%M").to_string(),
+                            when(Some(t.created_at)),
                         ]
                     })
                     .collect();

@@ -4,7 +4,7 @@ use reqwest::Method;
 use serde_json::json;
 
 use crate::client::Client;
-use crate::cmd::opt;
+use crate::cmd::{opt, when};
 use crate::output::{Format, print, table};
 
 #[derive(Debug, Subcommand)]
@@ -87,10 +87,8 @@ pub async fn run(client: &Client, cmd: TokenCmd) -> anyhow::Result<()> {
                             t.name.clone(),
                             opt(t.tenant.clone()),
                             t.role.clone(),
-                            opt(t.expires_at.map(|e| e.format("%Y-%m-%d %H:%M").to_string())),
-                            opt(t
-                                .last_used_at
-                                .map(|e| e.format("%Y-%m-%d %H:%M").to_string())),
+                            when(t.expires_at),
+                            when(t.last_used_at),
                             if t.revoked_at.is_some() {
                                 "revoked"
                             } else {
