@@ -396,19 +396,13 @@ pub struct GpuView {
 
 impl From<GpuDevice> for GpuView {
     fn from(g: GpuDevice) -> Self {
+        let health = g.health(false).to_owned();
         Self {
             uuid: g.uuid,
             index: g.index,
             model: g.model,
             memory_bytes: g.memory_bytes,
-            health: if !g.healthy {
-                "unhealthy"
-            } else if g.degraded {
-                "degraded"
-            } else {
-                "healthy"
-            }
-            .to_owned(),
+            health,
             healthy: g.healthy,
             degraded: g.degraded,
             drained: false,
@@ -457,16 +451,10 @@ impl NodeView {
                 .into_iter()
                 .map(|g| {
                     let drained = n.drained_gpus.contains(&g.uuid);
-                    let view = GpuView::from(g);
                     GpuView {
                         drained,
-                        // An operator's drain shows while the GPU is otherwise well.
-                        health: if drained && view.health != "unhealthy" {
-                            "draining".to_owned()
-                        } else {
-                            view.health.clone()
-                        },
-                        ..view
+                        health: g.health(drained).to_owned(),
+                        ..g.into()
                     }
                 })
                 .collect(),

@@ -19,6 +19,23 @@ pub struct GpuDevice {
     pub degraded: bool,
 }
 
+impl GpuDevice {
+    /// Its health in one word: `unhealthy` (as its agent reports), `draining` (an operator
+    /// drained it), `degraded` (suspect: keeps its jobs) or `healthy`. Only a healthy GPU
+    /// takes new work.
+    pub fn health(&self, drained: bool) -> &'static str {
+        if !self.healthy {
+            "unhealthy"
+        } else if drained {
+            "draining"
+        } else if self.degraded {
+            "degraded"
+        } else {
+            "healthy"
+        }
+    }
+}
+
 /// Whether the scheduler may place work on a node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -56,5 +73,26 @@ impl Node {
         } else {
             NodeStatus::NotReady
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_gpus_health_in_one_word() {
+        let gpu = |healthy, degraded| GpuDevice {
+            uuid: "GPU-1".into(),
+            index: 0,
+            model: "H200".into(),
+            memory_bytes: 141 << 30,
+            healthy,
+            degraded,
+        };
+        assert_eq!(gpu(true, false).health(false), "healthy");
+        assert_eq!(gpu(true, true).health(false), "degraded");
+        assert_eq!(gpu(true, true).health(true), "draining");
+        assert_eq!(gpu(false, true).health(true), "unhealthy");
     }
 }

@@ -5,6 +5,7 @@ pub mod checkpoints;
 pub mod grpc;
 pub mod hub;
 pub mod leases;
+pub mod metrics;
 pub mod scheduling;
 pub mod tls;
 
@@ -79,6 +80,9 @@ pub struct ServerConfig {
     /// Serve the API over HTTPS with this certificate. Without one it speaks plain HTTP,
     /// which is allowed on loopback only.
     pub tls: Option<tls::TlsIdentity>,
+    /// Serve Prometheus metrics at `/metrics` on this address (no authentication: keep it
+    /// on loopback or an internal network).
+    pub metrics_listen: Option<SocketAddr>,
 }
 
 impl ServerConfig {
@@ -109,6 +113,7 @@ impl ServerConfig {
             sessions: allot_api::signin::SessionPolicy::default(),
             dev_sign_in: false,
             tls: None,
+            metrics_listen: None,
         }
     }
 }
@@ -171,6 +176,8 @@ pub struct RunningServer {
     pub http_addr: SocketAddr,
     /// Whether the API speaks HTTPS.
     pub https: bool,
+    /// Where `/metrics` is served, when it is.
+    pub metrics_addr: Option<SocketAddr>,
     pub grpc_addr: SocketAddr,
     pub store: Store,
     /// Set when this start created the first admin token; shown once.
@@ -178,6 +185,7 @@ pub struct RunningServer {
     stop: CancellationToken,
     hub: Arc<Hub>,
     http: actix_web::dev::ServerHandle,
+    metrics_http: Option<actix_web::dev::ServerHandle>,
     tasks: Vec<JoinHandle<()>>,
 }
 
@@ -196,6 +204,9 @@ impl RunningServer {
     /// [`SHUTDOWN_GRACE`] is dropped.
     pub async fn shutdown(self) {
         self.http.stop(true).await;
+        if let Some(m) = &self.metrics_http {
+            m.stop(true).await;
+        }
         self.stop.cancel();
         self.hub.close_all();
         for mut t in self.tasks {
@@ -208,6 +219,73 @@ impl RunningServer {
             tracing::warn!(error = %e, "closing the database");
         }
     }
+}
+
+/// actix middleware: counts every API request by method, route pattern and status.
+async fn count_requests(
+    req: actix_web::dev::ServiceRequest,
+    next: actix_web::middleware::Next<impl actix_web::body::MessageBody>,
+) -> Result<actix_web::dev::ServiceResponse<impl actix_web::body::MessageBody>, actix_web::Error> {
+    let started = std::time::Instant::now();
+    let metrics = req.app_data::<web::Data<Arc<metrics::Metrics>>>().cloned();
+    let method = req.method().to_string();
+    let res = next.call(req).await?;
+    if let Some(m) = metrics {
+        let route = res.request().match_pattern();
+        m.http_request(
+            &method,
+            route.as_deref(),
+            res.status().as_u16(),
+            started.elapsed(),
+        );
+    }
+    Ok(res)
+}
+
+/// Serves `/metrics` on `addr`: its bound address, its handle and its task.
+async fn serve_metrics(
+    addr: SocketAddr,
+    metrics: Arc<metrics::Metrics>,
+    store: Store,
+) -> Result<(SocketAddr, actix_web::dev::ServerHandle, JoinHandle<()>), ServerError> {
+    let listener = std::net::TcpListener::bind(addr).map_err(|source| ServerError::Bind {
+        what: "metrics",
+        addr,
+        source,
+    })?;
+    let bound = listener.local_addr()?;
+    let server = HttpServer::new(move || {
+        let (metrics, store) = (metrics.clone(), store.clone());
+        App::new().route(
+            "/metrics",
+            web::get().to(move || {
+                let (metrics, store) = (metrics.clone(), store.clone());
+                async move {
+                    match metrics.render(&store).await {
+                        Ok(text) => actix_web::HttpResponse::Ok()
+                            .content_type(metrics::CONTENT_TYPE)
+                            .body(text),
+                        Err(e) => {
+                            tracing::error!(error = %e, "rendering metrics");
+                            actix_web::HttpResponse::ServiceUnavailable().finish()
+                        }
+                    }
+                }
+            }),
+        )
+    })
+    .workers(1)
+    .disable_signals()
+    .shutdown_timeout(2)
+    .listen(listener)?
+    .run();
+    let handle = server.handle();
+    let task = tokio::spawn(async move {
+        if let Err(e) = server.await {
+            tracing::error!(error = %e, "metrics server stopped");
+        }
+    });
+    Ok((bound, handle, task))
 }
 
 /// Creates an admin token when none exists yet, returning its secret.
@@ -341,9 +419,20 @@ pub async fn start(
         }),
     };
     let body_limit = BodyLimit(config.body_limit);
+    let metrics = Arc::new(metrics::Metrics::new());
+    let (metrics_addr, metrics_http, metrics_task) = match config.metrics_listen {
+        Some(addr) => {
+            let (addr, handle, task) = serve_metrics(addr, metrics.clone(), store.clone()).await?;
+            (Some(addr), Some(handle), Some(task))
+        }
+        None => (None, None, None),
+    };
+    let counted = metrics.clone();
     let http = HttpServer::new(move || {
         App::new()
             .wrap(actix_web::middleware::from_fn(allot_api::record_denials))
+            .wrap(actix_web::middleware::from_fn(count_requests))
+            .app_data(web::Data::new(counted.clone()))
             .app_data(web::Data::new(state.clone()))
             .app_data(body_limit)
             .configure(allot_api::configure)
@@ -358,14 +447,15 @@ pub async fn start(
     .run();
     let http_handle = http.handle();
     // The batcher drains and ends once the HTTP server has dropped its last handle.
-    let mut tasks = vec![
+    let mut tasks: Vec<JoinHandle<()>> = metrics_task.into_iter().collect();
+    tasks.extend([
         batcher_task,
         tokio::spawn(async move {
             if let Err(e) = http.await {
                 tracing::error!(error = %e, "HTTP server stopped");
             }
         }),
-    ];
+    ]);
 
     let svc = grpc::NodeSvc {
         store: store.clone(),
@@ -393,6 +483,7 @@ pub async fn start(
         scheduler,
         notify,
         config.schedule_interval,
+        metrics.clone(),
         stop.clone(),
     )));
 
@@ -421,12 +512,14 @@ pub async fn start(
     Ok(RunningServer {
         http_addr,
         https,
+        metrics_addr,
         grpc_addr,
         store,
         bootstrap_admin_token,
         stop,
         hub,
         http: http_handle,
+        metrics_http,
         tasks,
     })
 }

@@ -31,6 +31,7 @@ pub async fn run(
     mut scheduler: LiveScheduler,
     notify: Arc<Notify>,
     interval: Duration,
+    metrics: Arc<crate::metrics::Metrics>,
     stop: CancellationToken,
 ) {
     loop {
@@ -39,7 +40,10 @@ pub async fn run(
             () = notify.notified() => {}
             () = tokio::time::sleep(interval) => {}
         }
-        if let Err(e) = pass(&store, &hub, &mut scheduler).await {
+        let started = std::time::Instant::now();
+        let result = pass(&store, &hub, &mut scheduler).await;
+        metrics.scheduling_pass(result.is_ok(), started.elapsed());
+        if let Err(e) = result {
             tracing::warn!(error = %e, "scheduling pass failed; retrying on the next tick");
         }
     }

@@ -29,6 +29,9 @@ pub struct DevArgs {
     /// Agent gRPC address (a free port when 0).
     #[arg(long, default_value = "127.0.0.1:0")]
     grpc_listen: SocketAddr,
+    /// Also serve Prometheus metrics at `/metrics` here, e.g. 127.0.0.1:9464.
+    #[arg(long)]
+    metrics_listen: Option<SocketAddr>,
     /// Number of simulated nodes.
     #[arg(long, default_value_t = 2)]
     nodes: u32,
@@ -109,6 +112,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     let mut config = ServerConfig::new(database_url, join_token.clone());
     config.http_listen = args.listen;
     config.grpc_listen = args.grpc_listen;
+    config.metrics_listen = args.metrics_listen;
     config.heartbeat_interval = Duration::from_secs(2);
     // Password-free sign-in as a seeded user: on loopback only.
     config.dev_sign_in = args.listen.ip().is_loopback();

@@ -23,6 +23,10 @@ pub struct ServerArgs {
     /// Agent gRPC address.
     #[arg(long, env = "ALLOT_GRPC_LISTEN", default_value = "127.0.0.1:7070")]
     grpc_listen: SocketAddr,
+    /// Prometheus metrics at `/metrics` (unauthenticated: keep it on loopback or an
+    /// internal network). See docs/metrics.md.
+    #[arg(long, env = "ALLOT_METRICS_LISTEN", default_value = "127.0.0.1:9464")]
+    metrics_listen: SocketAddr,
     /// Bootstrap token agents register with; generated into <data-dir>/join.token when absent.
     #[arg(long, env = "ALLOT_JOIN_TOKEN", hide_env_values = true)]
     join_token: Option<String>,
@@ -272,6 +276,7 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
     let mut config = ServerConfig::new(database_url, join_token);
     config.http_listen = args.listen;
     config.grpc_listen = args.grpc_listen;
+    config.metrics_listen = Some(args.metrics_listen);
     config.policy_dir = args.policy_dir;
     if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
         let read = |p: &Path, what: &str| {

@@ -1,0 +1,293 @@
+//! Prometheus metrics of the control plane, served on their own listener
+//! (`--metrics-listen`, loopback by default) as OpenMetrics text at `/metrics`.
+//!
+//! What the store holds (jobs, nodes, GPUs, tenants' usage) is read at scrape time, so a
+//! restarted server reports the truth at once; what happens (requests, scheduling passes,
+//! refused authentication) is counted as it happens. Names and labels are documented in
+//! `docs/metrics.md`.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use allot_domain::{JobState, NodeStatus};
+use allot_store::{JobFilter, JobRepo, NodeRepo, Store, StoreError, TenantRepo, TenantScope};
+
+/// The content type of `/metrics`.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct JobLabels {
+    tenant: String,
+    state: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct GpuLabels {
+    node: String,
+    gpu_uuid: String,
+    model: String,
+    health: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct NodeLabels {
+    node: String,
+    status: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TenantLabels {
+    tenant: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HttpLabels {
+    pub method: String,
+    /// The route's pattern, e.g. `/api/v1/jobs/{id}`, never the raw path.
+    pub route: String,
+    pub status: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    outcome: String,
+}
+
+/// Every metric, and the registry that encodes them.
+pub struct Metrics {
+    registry: Registry,
+    jobs: Family<JobLabels, Gauge>,
+    gpus: Family<GpuLabels, Gauge>,
+    gpu_allocated_milli: Family<GpuLabels, Gauge>,
+    nodes: Family<NodeLabels, Gauge>,
+    tenant_gpu_milli: Family<TenantLabels, Gauge>,
+    http_requests: Family<HttpLabels, Counter>,
+    http_seconds: Family<HttpLabels, Histogram>,
+    passes: Family<OutcomeLabels, Counter>,
+    pass_seconds: Histogram,
+    /// One scrape at a time: the gauges are refilled from the store for each.
+    scrape: tokio::sync::Mutex<()>,
+    /// Route patterns seen, bounded, so odd paths cannot grow the label set without end.
+    routes: Mutex<HashMap<String, ()>>,
+}
+
+fn seconds_buckets() -> impl Iterator<Item = f64> {
+    exponential_buckets(0.0005, 2.0, 16)
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("allot");
+        let jobs = Family::<JobLabels, Gauge>::default();
+        registry.register("jobs", "Jobs by tenant and state", jobs.clone());
+        let gpus = Family::<GpuLabels, Gauge>::default();
+        registry.register(
+            "gpus",
+            "GPUs known to the control plane (1 each)",
+            gpus.clone(),
+        );
+        let gpu_allocated_milli = Family::<GpuLabels, Gauge>::default();
+        registry.register(
+            "gpu_allocated_milli",
+            "Thousandths of each GPU held by scheduled and running jobs",
+            gpu_allocated_milli.clone(),
+        );
+        let nodes = Family::<NodeLabels, Gauge>::default();
+        registry.register("nodes", "Nodes by readiness (1 each)", nodes.clone());
+        let tenant_gpu_milli = Family::<TenantLabels, Gauge>::default();
+        registry.register(
+            "tenant_gpu_milli_in_use",
+            "Thousandths of GPUs a tenant's scheduled and running jobs hold",
+            tenant_gpu_milli.clone(),
+        );
+        let http_requests = Family::<HttpLabels, Counter>::default();
+        registry.register(
+            "http_requests",
+            "API requests by method, route and status",
+            http_requests.clone(),
+        );
+        let http_seconds = Family::<HttpLabels, Histogram>::new_with_constructor(|| {
+            Histogram::new(seconds_buckets())
+        });
+        registry.register(
+            "http_request_duration_seconds",
+            "API request latency",
+            http_seconds.clone(),
+        );
+        let passes = Family::<OutcomeLabels, Counter>::default();
+        registry.register(
+            "scheduling_passes",
+            "Scheduling passes by outcome (ok, error)",
+            passes.clone(),
+        );
+        let pass_seconds = Histogram::new(seconds_buckets());
+        registry.register(
+            "scheduling_pass_duration_seconds",
+            "How long a scheduling pass takes, store reads and writes included",
+            pass_seconds.clone(),
+        );
+        Self {
+            registry,
+            jobs,
+            gpus,
+            gpu_allocated_milli,
+            nodes,
+            tenant_gpu_milli,
+            http_requests,
+            http_seconds,
+            passes,
+            pass_seconds,
+            scrape: tokio::sync::Mutex::new(()),
+            routes: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Counts an API request. Routes outside the route table count as `unmatched`.
+    pub fn http_request(&self, method: &str, route: Option<&str>, status: u16, took: Duration) {
+        const MAX_ROUTES: usize = 256;
+        let route = match route {
+            Some(r) => {
+                let mut seen = self.routes.lock().unwrap_or_else(|e| e.into_inner());
+                if seen.contains_key(r) || seen.len() < MAX_ROUTES {
+                    seen.insert(r.to_owned(), ());
+                    r.to_owned()
+                } else {
+                    "other".to_owned()
+                }
+            }
+            None => "unmatched".to_owned(),
+        };
+        let labels = HttpLabels {
+            method: method.to_owned(),
+            route,
+            status: status.to_string(),
+        };
+        self.http_requests.get_or_create(&labels).inc();
+        self.http_seconds
+            .get_or_create(&labels)
+            .observe(took.as_secs_f64());
+    }
+
+    /// Counts a scheduling pass.
+    pub fn scheduling_pass(&self, ok: bool, took: Duration) {
+        let outcome = if ok { "ok" } else { "error" };
+        self.passes
+            .get_or_create(&OutcomeLabels {
+                outcome: outcome.to_owned(),
+            })
+            .inc();
+        self.pass_seconds.observe(took.as_secs_f64());
+    }
+
+    /// The OpenMetrics text of every metric, the store's state read now.
+    pub async fn render(&self, store: &Store) -> Result<String, StoreError> {
+        let _one = self.scrape.lock().await;
+        let now = store.clock().now();
+        let tenants = store.list_tenants().await?;
+        let tenant_name: HashMap<&str, &str> = tenants
+            .iter()
+            .map(|t| (t.id.as_str(), t.name.as_str()))
+            .collect();
+        let nodes = store.list_nodes().await?;
+        let jobs = store
+            .list_jobs(JobFilter::new(TenantScope::All))
+            .await?
+            .jobs;
+
+        self.jobs.clear();
+        for t in &tenants {
+            // Every state of every tenant, zeros included, so rates and alerts see them.
+            for state in JobState::ALL {
+                self.jobs
+                    .get_or_create(&JobLabels {
+                        tenant: t.name.to_string(),
+                        state: state.as_str().to_owned(),
+                    })
+                    .set(0);
+            }
+        }
+        let mut held: HashMap<(String, String), i64> = HashMap::new();
+        let mut tenant_milli: HashMap<String, i64> = HashMap::new();
+        for j in &jobs {
+            let tenant = tenant_name
+                .get(j.tenant_id.as_str())
+                .copied()
+                .unwrap_or("unknown")
+                .to_owned();
+            self.jobs
+                .get_or_create(&JobLabels {
+                    tenant: tenant.clone(),
+                    state: j.state.as_str().to_owned(),
+                })
+                .inc();
+            if j.state.holds_resources() {
+                let per_gpu = i64::from(j.held_gpu_milli.unwrap_or(allot_domain::GPU_MILLI));
+                for uuid in &j.gpu_uuids {
+                    let node = j.node_id.clone().unwrap_or_default();
+                    *held.entry((node, uuid.clone())).or_default() += per_gpu;
+                    *tenant_milli.entry(tenant.clone()).or_default() += per_gpu;
+                }
+            }
+        }
+
+        self.nodes.clear();
+        self.gpus.clear();
+        self.gpu_allocated_milli.clear();
+        for n in &nodes {
+            let status = match n.status(now) {
+                NodeStatus::Ready => "ready",
+                NodeStatus::NotReady => "not-ready",
+            };
+            self.nodes
+                .get_or_create(&NodeLabels {
+                    node: n.name.clone(),
+                    status: status.to_owned(),
+                })
+                .set(1);
+            for g in &n.gpus {
+                let health = g.health(n.drained_gpus.contains(&g.uuid));
+                let labels = GpuLabels {
+                    node: n.name.clone(),
+                    gpu_uuid: g.uuid.clone(),
+                    model: g.model.clone(),
+                    health: health.to_owned(),
+                };
+                self.gpus.get_or_create(&labels).set(1);
+                let allocated = held
+                    .get(&(n.id.clone(), g.uuid.clone()))
+                    .copied()
+                    .unwrap_or(0);
+                self.gpu_allocated_milli
+                    .get_or_create(&labels)
+                    .set(allocated);
+            }
+        }
+
+        self.tenant_gpu_milli.clear();
+        for t in &tenants {
+            let name = t.name.to_string();
+            let used = tenant_milli.get(&name).copied().unwrap_or(0);
+            self.tenant_gpu_milli
+                .get_or_create(&TenantLabels { tenant: name })
+                .set(used);
+        }
+
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)
+            .map_err(|e| StoreError::Corrupt(format!("encoding metrics: {e}")))?;
+        Ok(out)
+    }
+}
