@@ -3,6 +3,7 @@
 //! every status change until the control plane has acknowledged it.
 
 pub mod gpu;
+mod metrics;
 pub mod mig;
 pub mod runner;
 
@@ -43,6 +44,9 @@ pub struct AgentConfig {
     pub stop_grace: Duration,
     /// The CPU and memory this node offers to jobs.
     pub offer: NodeResources,
+    /// Serve Prometheus metrics at `/metrics` here (unauthenticated: loopback or an
+    /// internal network).
+    pub metrics_listen: Option<std::net::SocketAddr>,
 }
 
 /// CPU (milli) and memory (bytes) a node offers to jobs; 0 is "unknown" (not a constraint).
@@ -143,6 +147,7 @@ struct Agent {
     /// GPUs that had an informational XID (page retirement, a high single-bit ECC rate):
     /// degraded until the agent starts again.
     degraded: Mutex<HashSet<String>>,
+    metrics: metrics::AgentMetrics,
 }
 
 /// Adds the node secret, as it is after the latest registration, to every call.
@@ -344,7 +349,9 @@ impl Agent {
                     continue;
                 };
                 let what = format!("{} on GPU {uuid}", allot_domain::xid::describe(code));
-                let reason = match allot_domain::classify_xid(code) {
+                let class = allot_domain::classify_xid(code);
+                self.metrics.xid(&uuid, code, metrics::xid_class(class));
+                let reason = match class {
                     XidClass::Informational => {
                         // Its jobs run on; it takes no new work. Tell the control plane now.
                         tracing::warn!(%what, "GPU degraded");
@@ -378,6 +385,45 @@ impl Agent {
 
     fn lock_drained(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
         self.drained.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// What the metrics report, as of now.
+    fn metrics_snapshot(&self) -> metrics::Snapshot {
+        let gpus = self.gpus().unwrap_or_default();
+        let mut per_gpu: HashMap<String, i64> = gpus.iter().map(|g| (g.uuid.clone(), 0)).collect();
+        for job in self.lock_jobs().running.values() {
+            for uuid in &job.gpus {
+                *per_gpu.entry(uuid.clone()).or_default() += 1;
+            }
+        }
+        let remaining = self.lock_lease().valid_until.map_or(0.0, |u| {
+            u.saturating_duration_since(Instant::now()).as_secs_f64()
+        });
+        metrics::Snapshot {
+            gpus: gpus
+                .iter()
+                .map(|g| {
+                    // Operators' drains are the control plane's: it reports those.
+                    let health = if !g.healthy {
+                        "unhealthy"
+                    } else if g.degraded {
+                        "degraded"
+                    } else {
+                        "healthy"
+                    };
+                    (
+                        metrics::GpuLabels {
+                            gpu_uuid: g.uuid.clone(),
+                            model: g.model.clone(),
+                            health: health.to_owned(),
+                        },
+                        g.memory_bytes,
+                    )
+                })
+                .collect(),
+            jobs_per_gpu: per_gpu.into_iter().collect(),
+            lease_remaining_seconds: remaining,
+        }
     }
 
     fn lock_degraded(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
@@ -585,7 +631,17 @@ pub async fn run(
         lease: Mutex::new(Lease::default()),
         drained: Mutex::new(HashSet::new()),
         degraded: Mutex::new(HashSet::new()),
+        metrics: metrics::AgentMetrics::new(),
     });
+    if let Some(addr) = agent.cfg.metrics_listen {
+        let a = agent.clone();
+        let bound = metrics::serve(
+            addr,
+            Arc::new(move || a.metrics.render(a.metrics_snapshot())),
+            shutdown.clone(),
+        )?;
+        tracing::info!(%bound, "agent metrics at /metrics");
+    }
     if let Some(mig) = agent.backend.mig() {
         let store = mig::LayoutStore::new(&agent.cfg.data_dir);
         let gpus = agent.backend.inventory()?;

@@ -84,6 +84,7 @@ pub async fn spawn_cluster_with(
                 data_dir: data_dir.path().join(&name),
                 stop_grace: Duration::from_secs(2),
                 offer: allot_agent::NodeResources::detect(),
+                metrics_listen: None,
             };
             tokio::spawn(allot_agent::run(
                 cfg,

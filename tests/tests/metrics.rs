@@ -89,3 +89,80 @@ async fn metrics_report_jobs_gpus_tenants_requests_and_passes() {
     );
     c.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_reports_its_gpus_jobs_lease_and_xids() {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    let c = spawn_cluster_with(Backend::Sqlite, 0, "", |_| {}).await;
+    c.create_tenant("ml", None).await;
+    // The agent's own metrics address: a port free a moment ago.
+    let addr = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let backend = allot_agent::gpu::SimBackend::from_spec("2xH200", "metered")
+        .expect("gpus")
+        .with_fault_dir(dir.path().join("sim-faults"));
+    std::fs::create_dir_all(dir.path().join("sim-faults")).expect("fault dir");
+    let stop = tokio_util::sync::CancellationToken::new();
+    let agent = tokio::spawn(allot_agent::run(
+        allot_agent::AgentConfig {
+            server: c.server.grpc_url(),
+            join_token: "test-join-token".into(),
+            node_name: "metered".into(),
+            data_dir: dir.path().to_owned(),
+            stop_grace: Duration::from_secs(2),
+            offer: allot_agent::NodeResources::detect(),
+            metrics_listen: Some(addr),
+        },
+        Arc::new(backend),
+        stop.clone(),
+    ));
+    let id = c.submit_with("ml", json!({}), &["sleep", "60"]).await;
+    let job = c.wait_for_state(&id, "running").await;
+    let gpu = job["gpu_uuids"][0].as_str().expect("gpu").to_owned();
+    std::fs::write(dir.path().join("sim-faults").join("xid-0-63"), b"").expect("inject");
+    std::fs::write(dir.path().join("sim-faults").join("xid-1-63"), b"").expect("inject");
+
+    let text = c
+        .eventually(
+            "the agent's metrics to show the job and the XIDs",
+            || async {
+                let text = http_client()
+                    .build()
+                    .ok()?
+                    .get(format!("http://{addr}/metrics"))
+                    .send()
+                    .await
+                    .ok()?
+                    .text()
+                    .await
+                    .ok()?;
+                let job_line = format!(r#"allot_agent_jobs_running{{gpu_uuid="{gpu}"}} 1"#);
+                (text.lines().any(|l| l == job_line)
+                    && text.matches("allot_agent_xids_total{").count() == 2)
+                    .then_some(text)
+            },
+        )
+        .await;
+    assert!(
+        text.lines().any(|l| l.starts_with("allot_agent_gpus{")
+            && l.contains(&gpu)
+            && l.contains(r#"health="degraded""#)),
+        "{text}"
+    );
+    let lease: f64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("allot_agent_lease_remaining_seconds "))
+        .and_then(|v| v.parse().ok())
+        .expect("the lease");
+    assert!(lease > 0.0, "{text}");
+    c.post(&format!("/api/v1/jobs/{id}/cancel"), json!(null))
+        .await;
+    c.wait_for_state(&id, "cancelled").await;
+    stop.cancel();
+    let _ = agent.await;
+    c.shutdown().await;
+}

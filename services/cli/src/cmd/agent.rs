@@ -39,6 +39,10 @@ pub struct AgentArgs {
     /// Memory offered to jobs, e.g. 480GiB (default: all of this machine's).
     #[arg(long, env = "ALLOT_AGENT_MEMORY", value_parser = allot_domain::parse_bytes)]
     memory: Option<u64>,
+    /// Serve Prometheus metrics at `/metrics` here, e.g. 127.0.0.1:9465 (unauthenticated:
+    /// keep it on loopback or an internal network). See docs/metrics.md.
+    #[arg(long, env = "ALLOT_AGENT_METRICS_LISTEN")]
+    metrics_listen: Option<std::net::SocketAddr>,
 }
 
 fn host_name() -> anyhow::Result<String> {
@@ -70,6 +74,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
                 memory_bytes: args.memory.unwrap_or(host.memory_bytes),
             }
         },
+        metrics_listen: args.metrics_listen,
     };
     let agent = tokio::spawn(allot_agent::run(config, Arc::new(backend), stop.clone()));
     crate::shutdown_signal().await;

@@ -143,6 +143,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
             data_dir: node_dir,
             stop_grace: Duration::from_secs(5),
             offer: allot_agent::NodeResources::detect(),
+            metrics_listen: None,
         };
         agents.push(tokio::spawn(allot_agent::run(
             cfg,
