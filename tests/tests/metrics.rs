@@ -166,3 +166,42 @@ async fn an_agent_reports_its_gpus_jobs_lease_and_xids() {
     let _ = agent.await;
     c.shutdown().await;
 }
+
+#[test]
+fn the_grafana_dashboard_plots_only_documented_metrics() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let read = |p: &str| std::fs::read_to_string(root.join(p)).expect(p);
+    let dashboard: serde_json::Value =
+        serde_json::from_str(&read("deploy/grafana/allot-dashboard.json")).expect("JSON");
+    let documented = read("docs/metrics.md");
+    let panels = dashboard["panels"].as_array().expect("panels");
+    assert!(!panels.is_empty());
+    for panel in panels {
+        let title = panel["title"].as_str().expect("a title");
+        let exprs: Vec<&str> = panel["targets"]
+            .as_array()
+            .expect("targets")
+            .iter()
+            .filter_map(|t| t["expr"].as_str())
+            .collect();
+        assert!(!exprs.is_empty(), "{title}: no query");
+        for expr in exprs {
+            let mut rest = expr;
+            let mut names = 0;
+            while let Some(at) = rest.find("allot_") {
+                let name: String = rest[at..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_lowercase() || *c == '_')
+                    .collect();
+                rest = &rest[at + name.len()..];
+                let base = name.strip_suffix("_bucket").unwrap_or(&name);
+                assert!(
+                    documented.contains(&format!("`{base}`")),
+                    "{title}: `{base}` is not in docs/metrics.md"
+                );
+                names += 1;
+            }
+            assert!(names > 0, "{title}: `{expr}` plots no Allot metric");
+        }
+    }
+}
