@@ -393,3 +393,50 @@ async fn the_development_sign_in_picks_a_seeded_user() {
     assert_eq!(refused.status(), reqwest::StatusCode::UNPROCESSABLE_ENTITY);
     assert!(dev.interrupt().success());
 }
+
+#[test]
+fn logs_can_be_json_lines_for_log_shippers() {
+    let bin = allot_bin();
+    let home = tempfile::tempdir().expect("temp dir");
+    let mut child = Command::new(&bin)
+        .args([
+            "dev",
+            "--listen",
+            "127.0.0.1:0",
+            "--log-format",
+            "json",
+            "--data-dir",
+        ])
+        .arg(home.path().join(".allot"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("allot dev starts");
+    let stderr = child.stderr.take().expect("stderr");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    // The agents log their registration at info level: one JSON object per line.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let registered = loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let line = rx.recv_timeout(left).expect("a registration is logged");
+        let Ok(entry) = serde_json::from_str::<serde_json::Value>(&line) else {
+            // Plain lines are the banner's companions (key files written), not logs.
+            assert!(!line.contains("INFO"), "a text log line: {line}");
+            continue;
+        };
+        if entry["fields"]["message"] == "registered" {
+            break entry;
+        }
+    };
+    assert_eq!(registered["level"], "INFO", "{registered}");
+    assert!(registered["timestamp"].is_string(), "{registered}");
+    assert!(registered["fields"]["node"].is_string(), "{registered}");
+    let pid = Pid::from_raw(i32::try_from(child.id()).expect("pid"));
+    kill(pid, Signal::SIGINT).expect("SIGINT");
+    assert!(child.wait().expect("exits").success());
+}

@@ -36,8 +36,17 @@ struct Cli {
     /// Trust the CA certificates in this PEM file (besides the system's) for an HTTPS server.
     #[arg(long, global = true, env = "ALLOT_CA_CERT")]
     ca_cert: Option<std::path::PathBuf>,
+    /// Logs on stderr as text, or as one JSON object per line (for log shippers).
+    #[arg(long, global = true, env = "ALLOT_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Debug, Subcommand)]
@@ -125,13 +134,17 @@ fn main() -> ExitCode {
         Command::Server(_) | Command::Agent(_) | Command::Dev(_) | Command::Bench(_)
     );
     let default_level = if daemon { "info" } else { "warn" };
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            EnvFilter::try_from_env("ALLOT_LOG").unwrap_or_else(|_| EnvFilter::new(default_level)),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    let filter =
+        EnvFilter::try_from_env("ALLOT_LOG").unwrap_or_else(|_| EnvFilter::new(default_level));
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match cli.log_format {
+        LogFormat::Json => logs.json().with_current_span(true).init(),
+        LogFormat::Text => logs
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init(),
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
