@@ -11,7 +11,7 @@ use actix_web::http::{Method, header};
 use actix_web::{FromRequest, HttpMessage, HttpRequest, web};
 use allot_authz::{Action, Policies, Resource, Session, Subject, TenantTree};
 use allot_domain::{Actor, ActorKind, AuditContext, Role, RoleBinding};
-use allot_store::{IdentityRepo, SessionRepo, SignIn, TenantRepo, TenantScope, TokenRepo};
+use allot_store::{IdentityRepo, SessionRepo, TenantRepo, TenantScope, TokenRepo};
 
 use crate::AppState;
 use crate::jwt::JwtError;
@@ -480,22 +480,14 @@ impl Caller<'_> {
             }
             Err(e) => return Err(unauthenticated(&e.to_string())),
         };
-        let text = |claim: &str| {
-            verified
-                .claims
-                .get(claim)
-                .and_then(|v| v.as_str())
-                .map(|s| s.chars().take(320).collect::<String>())
-        };
         let user = self
             .state
             .store
-            .sign_in(SignIn {
-                issuer: verifier.config().issuer.clone(),
-                subject: verified.subject.clone(),
-                email: text("email"),
-                name: text("name"),
-            })
+            .sign_in(crate::jwt::sign_in(
+                &verifier.config().issuer,
+                verified.subject.clone(),
+                &verified.claims,
+            ))
             .await?;
         if user.deleted_at.is_some() {
             return Err(unauthenticated("the user has been removed from Allot"));

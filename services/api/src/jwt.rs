@@ -130,6 +130,23 @@ impl OidcConfig {
     }
 }
 
+/// What the store learns of a person the provider vouched for: who they are, and the
+/// `email` and `name` claims (each cut to 320 characters) when present.
+pub fn sign_in(issuer: &str, subject: String, claims: &Map<String, Value>) -> allot_store::SignIn {
+    let text = |claim: &str| {
+        claims
+            .get(claim)
+            .and_then(Value::as_str)
+            .map(|s| s.chars().take(320).collect())
+    };
+    allot_store::SignIn {
+        issuer: issuer.to_owned(),
+        subject,
+        email: text("email"),
+        name: text("name"),
+    }
+}
+
 /// What a verified token says.
 #[derive(Debug, Clone)]
 pub struct VerifiedToken {

@@ -13,7 +13,7 @@ use actix_web::cookie::{Cookie, SameSite};
 use actix_web::http::{StatusCode, header};
 use actix_web::{HttpMessage, HttpRequest, HttpResponse, web};
 use allot_domain::{Actor, ActorKind, AuditContext, Clock};
-use allot_store::{IdentityRepo, NewSession, SessionRepo, SignIn};
+use allot_store::{IdentityRepo, NewSession, SessionRepo};
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64URL;
 use chrono::{DateTime, Utc};
@@ -366,26 +366,14 @@ pub async fn callback(
         return Err(failed("this browser did not start this sign-in".into()));
     }
     let (subject, claims, return_to) = signin.finish(returned_state, code).await.map_err(failed)?;
-    let text = |k: &str| {
-        claims
-            .get(k)
-            .and_then(Value::as_str)
-            .map(|s| s.chars().take(320).collect())
-    };
     let user = state
         .store
-        .sign_in(SignIn {
-            issuer: signin.config.issuer.clone(),
-            subject,
-            email: text("email"),
-            name: text("name"),
-        })
+        .sign_in(crate::jwt::sign_in(&signin.config.issuer, subject, &claims))
         .await?;
     if user.deleted_at.is_some() {
         return Err(failed("the user has been removed from Allot".into()));
     }
-    let res = start_session(&state, user, claims, source, "oidc-code-flow", &return_to).await?;
-    Ok(res)
+    start_session(&state, user, claims, source, "oidc-code-flow", &return_to).await
 }
 
 /// Starts a session for `user` and sends the browser to `return_to` with its cookie.
