@@ -3,42 +3,47 @@
 //! every status change until the control plane has acknowledged it.
 
 pub mod gpu;
+pub mod identity;
 mod metrics;
 pub mod mig;
 pub mod runner;
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use allot_proto::NodeServiceClient;
 use allot_proto::v1::{
     Cancel, Gpu, HeartbeatRequest, JobPhase, JobStatusReport, Launch, RegisterRequest,
-    WatchAssignmentsRequest, assignment::Kind,
+    RenewCertificateRequest, WatchAssignmentsRequest, assignment::Kind,
 };
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
-use tonic::metadata::MetadataValue;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 use tonic::{Code, Request, Status};
 
 use allot_domain::XidClass;
 
 use crate::gpu::{GpuBackend, GpuEvent};
+use crate::identity::{Credentials, Link};
 use crate::runner::{LaunchSpec, Outcome, StopReason, StopSignal};
 
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
 #[derive(Debug, Clone)]
 pub struct AgentConfig {
-    /// The control plane's gRPC endpoint, e.g. `http://127.0.0.1:7070`.
+    /// The control plane's gRPC endpoint, e.g. `https://cp.example:7070`.
     pub server: String,
-    /// The bootstrap token that lets this node register.
-    pub join_token: String,
+    /// The control plane's node CA (PEM): the agent trusts the server certificate it signed.
+    pub ca_cert_pem: String,
+    /// A one-time bootstrap token, needed to register when the node has no certificate yet
+    /// (or its certificate was revoked).
+    pub bootstrap_token: Option<String>,
     pub node_name: String,
-    /// Job directories and logs live under `<data_dir>/jobs/`.
+    /// Job directories and logs live under `<data_dir>/jobs/`, the node's key and
+    /// certificate under `<data_dir>/identity/`.
     pub data_dir: PathBuf,
     /// How long a stopped job gets between SIGTERM and SIGKILL.
     pub stop_grace: Duration,
@@ -82,6 +87,16 @@ pub enum AgentError {
     Endpoint(String, String),
     #[error("GPU backend: {0}")]
     Backend(#[from] gpu::BackendError),
+    #[error(
+        "no node certificate in {0} and no bootstrap token: create one with `allot node bootstrap-token create` and pass it with --bootstrap-token"
+    )]
+    NoCredentials(PathBuf),
+    #[error(
+        "the control plane refused to register this node ({0}): create a new bootstrap token with `allot node bootstrap-token create` and pass it with --bootstrap-token"
+    )]
+    Refused(String),
+    #[error("node credentials: {0}")]
+    Credentials(String),
     #[error("{0}")]
     Io(#[from] std::io::Error),
 }
@@ -136,8 +151,9 @@ impl Lease {
 struct Agent {
     cfg: AgentConfig,
     backend: Arc<dyn GpuBackend>,
-    channel: Channel,
-    secret: Arc<RwLock<String>>,
+    link: Arc<Link>,
+    /// The node certificate presented now, once registered.
+    creds: Mutex<Option<Credentials>>,
     jobs: Mutex<Jobs>,
     reports: mpsc::UnboundedSender<JobStatusReport>,
     lease: Mutex<Lease>,
@@ -150,25 +166,9 @@ struct Agent {
     metrics: metrics::AgentMetrics,
 }
 
-/// Adds the node secret, as it is after the latest registration, to every call.
-#[derive(Clone)]
-struct NodeAuth(Arc<RwLock<String>>);
-
-impl tonic::service::Interceptor for NodeAuth {
-    fn call(&mut self, mut req: Request<()>) -> Result<Request<()>, Status> {
-        let secret = self.0.read().unwrap_or_else(|e| e.into_inner()).clone();
-        let value = MetadataValue::try_from(format!("Bearer {secret}"))
-            .map_err(|_| Status::internal("node secret is not valid metadata"))?;
-        req.metadata_mut().insert("authorization", value);
-        Ok(req)
-    }
-}
-
-type AuthedClient =
-    NodeServiceClient<tonic::service::interceptor::InterceptedService<Channel, NodeAuth>>;
-
-fn authed_client(channel: Channel, secret: Arc<RwLock<String>>) -> AuthedClient {
-    NodeServiceClient::with_interceptor(channel, NodeAuth(secret))
+/// A client on the channel that presents the node certificate.
+fn client(link: &Link) -> NodeServiceClient<Channel> {
+    NodeServiceClient::new(link.channel())
 }
 
 /// Errors worth retrying: the control plane is away or restarting.
@@ -215,13 +215,42 @@ impl Agent {
         self.jobs.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Registers, retrying until it works or the agent stops. Returns the heartbeat interval.
+    fn lock_creds(&self) -> std::sync::MutexGuard<'_, Option<Credentials>> {
+        self.creds.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Takes a newly signed certificate for the key of `request` into use (and saves it).
+    fn adopt(&self, key_pem: String, cert_pem: String) -> Result<(), AgentError> {
+        let creds = Credentials::new(key_pem, cert_pem)?;
+        identity::save(&self.cfg.data_dir, &creds)?;
+        self.link.present(&creds)?;
+        *self.lock_creds() = Some(creds);
+        Ok(())
+    }
+
+    /// Registers, retrying until it works or the agent stops: with the node certificate when
+    /// there is one, else (or when it is refused) with the bootstrap token. Each registration
+    /// gets a new certificate for a new key. Returns the heartbeat interval.
     async fn register(&self, stop: &CancellationToken) -> Result<Option<Duration>, AgentError> {
-        let mut client = NodeServiceClient::new(self.channel.clone());
         let mut attempt = 0;
         loop {
+            let (channel, bootstrap_token) = match self.link.node() {
+                Some(channel) => (channel, String::new()),
+                None => match &self.cfg.bootstrap_token {
+                    Some(t) => (self.link.anonymous(), t.clone()),
+                    None => {
+                        return Err(AgentError::NoCredentials(
+                            self.cfg.data_dir.join("identity"),
+                        ));
+                    }
+                },
+            };
+            let with_certificate = bootstrap_token.is_empty();
+            let request = allot_pki::node_request(&self.cfg.node_name)
+                .map_err(|e| AgentError::Credentials(e.to_string()))?;
             let req = RegisterRequest {
-                bootstrap_token: self.cfg.join_token.clone(),
+                bootstrap_token,
+                csr_pem: request.csr_pem,
                 node_name: self.cfg.node_name.clone(),
                 agent_version: VERSION.to_owned(),
                 gpu_backend: self.backend.kind().to_owned(),
@@ -231,19 +260,28 @@ impl Agent {
                 memory_bytes: self.cfg.offer.memory_bytes,
             };
             let sent = Instant::now();
-            match client.register(req).await {
+            match NodeServiceClient::new(channel).register(req).await {
                 Ok(res) => {
                     let res = res.into_inner();
+                    self.adopt(request.key_pem, res.certificate_pem)?;
                     let duration = Duration::from_millis(res.lease_duration_ms.into());
                     *self.lock_lease() = Lease {
                         valid_until: Some(sent + duration),
                         duration,
                     };
-                    *self.secret.write().unwrap_or_else(|e| e.into_inner()) = res.node_secret;
                     tracing::info!(node = %self.cfg.node_name, id = %res.node_id, "registered");
                     return Ok(Some(Duration::from_millis(
                         res.heartbeat_interval_ms.max(100).into(),
                     )));
+                }
+                Err(s) if s.code() == Code::Unauthenticated && with_certificate => {
+                    // Revoked, expired, or from an earlier CA: only a bootstrap token helps.
+                    tracing::error!(node = %self.cfg.node_name, error = %s.message(), "the control plane refused the node certificate");
+                    self.link.forget();
+                    *self.lock_creds() = None;
+                }
+                Err(s) if matches!(s.code(), Code::Unauthenticated | Code::PermissionDenied) => {
+                    return Err(AgentError::Refused(s.message().to_owned()));
                 }
                 Err(s) => {
                     tracing::warn!(node = %self.cfg.node_name, error = %s.message(), "registration failed; retrying");
@@ -264,6 +302,35 @@ impl Agent {
                 () = tokio::time::sleep(every) => {}
             }
             self.heartbeat(every).await;
+            let renew_at = self.lock_creds().as_ref().map(|c| c.cert.renew_at());
+            if renew_at.is_some_and(|at| chrono::Utc::now() >= at) {
+                self.renew().await;
+            }
+        }
+    }
+
+    /// Replaces the node certificate, two thirds through its life, with one for a new key.
+    /// A failure is retried at the next heartbeat; the current certificate serves meanwhile.
+    async fn renew(&self) {
+        let request = match allot_pki::node_request(&self.cfg.node_name) {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot make a certificate signing request");
+                return;
+            }
+        };
+        let req = RenewCertificateRequest {
+            csr_pem: request.csr_pem,
+        };
+        match client(&self.link).renew_certificate(req).await {
+            Ok(res) => match self.adopt(request.key_pem, res.into_inner().certificate_pem) {
+                Ok(()) => {
+                    let until = self.lock_creds().as_ref().map(|c| c.cert.not_after);
+                    tracing::info!(until = ?until, "node certificate renewed");
+                }
+                Err(e) => tracing::warn!(error = %e, "renewed node certificate not taken"),
+            },
+            Err(s) => tracing::warn!(error = %s.message(), "renewing the node certificate failed"),
         }
     }
 
@@ -277,7 +344,7 @@ impl Agent {
                 return;
             }
         };
-        let mut client = authed_client(self.channel.clone(), self.secret.clone());
+        let mut client = client(&self.link);
         let mut req = Request::new(HeartbeatRequest {
             gpus,
             running_job_ids: self.running_ids(),
@@ -540,8 +607,10 @@ impl Agent {
         stop: &CancellationToken,
         tasks: &mut JoinSet<()>,
     ) -> StreamEnd {
-        let mut client = authed_client(self.channel.clone(), self.secret.clone());
-        let mut stream = match client.watch_assignments(WatchAssignmentsRequest {}).await {
+        let mut stream = match client(&self.link)
+            .watch_assignments(WatchAssignmentsRequest {})
+            .await
+        {
             Ok(s) => s.into_inner(),
             Err(s) => {
                 tracing::warn!(error = %s.message(), "cannot watch assignments");
@@ -579,16 +648,11 @@ impl Agent {
 
 /// Delivers status reports in order, retrying each until the control plane acknowledges it,
 /// so no exit is lost to a restart of the control plane.
-async fn deliver_reports(
-    channel: Channel,
-    secret: Arc<RwLock<String>>,
-    mut rx: mpsc::UnboundedReceiver<JobStatusReport>,
-) {
-    let mut client = authed_client(channel, secret);
+async fn deliver_reports(link: Arc<Link>, mut rx: mpsc::UnboundedReceiver<JobStatusReport>) {
     while let Some(report) = rx.recv().await {
         let mut attempt = 0;
         loop {
-            match client.report_job_status(report.clone()).await {
+            match client(&link).report_job_status(report.clone()).await {
                 Ok(_) => break,
                 Err(s) if transient(&s) => {
                     attempt += 1;
@@ -612,20 +676,23 @@ pub async fn run(
     backend: Arc<dyn GpuBackend>,
     shutdown: CancellationToken,
 ) -> Result<(), AgentError> {
-    let channel = Endpoint::from_shared(cfg.server.clone())
-        .map_err(|e| AgentError::Endpoint(cfg.server.clone(), e.to_string()))?
-        .connect_timeout(Duration::from_secs(5))
-        .tcp_nodelay(true)
-        .connect_lazy();
+    let link = Link::new(&cfg.server, &cfg.ca_cert_pem)?;
     std::fs::create_dir_all(cfg.data_dir.join("jobs"))?;
-    let secret = Arc::new(RwLock::new(String::new()));
+    let creds = identity::load(&cfg.data_dir, &cfg.node_name)?;
+    match &creds {
+        Some(c) => link.present(c)?,
+        None if cfg.bootstrap_token.is_none() => {
+            return Err(AgentError::NoCredentials(cfg.data_dir.join("identity")));
+        }
+        None => {}
+    }
     let (reports, rx) = mpsc::unbounded_channel();
-    let reporter = tokio::spawn(deliver_reports(channel.clone(), secret.clone(), rx));
+    let reporter = tokio::spawn(deliver_reports(link.clone(), rx));
     let agent = Arc::new(Agent {
         cfg,
         backend,
-        channel,
-        secret,
+        link,
+        creds: Mutex::new(creds),
         jobs: Mutex::new(Jobs::default()),
         reports,
         lease: Mutex::new(Lease::default()),
@@ -664,9 +731,17 @@ pub async fn run(
     tokio::spawn(agent.clone().fence(shutdown.clone()));
     tokio::spawn(agent.clone().watch_gpus(shutdown.clone()));
     let mut tasks = JoinSet::new();
+    // Set when the control plane refuses this node for good: its jobs stop, and the agent
+    // exits with the reason.
+    let mut refused = None;
     'register: while !shutdown.is_cancelled() {
-        let Some(every) = agent.register(&shutdown).await? else {
-            break;
+        let every = match agent.register(&shutdown).await {
+            Ok(Some(every)) => every,
+            Ok(None) => break,
+            Err(e) => {
+                refused = Some(e);
+                break;
+            }
         };
         // Heartbeats go on while the stream is re-opened: a broken stream is not a lost
         // lease, and registering again is only needed when the credentials are refused.
@@ -701,5 +776,5 @@ pub async fn run(
     {
         tracing::warn!("some job status reports were not delivered before shutdown");
     }
-    Ok(())
+    refused.map_or(Ok(()), Err)
 }

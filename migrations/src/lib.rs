@@ -13,6 +13,7 @@ mod m20261201_000004_checkpoints;
 mod m20261202_000001_identity;
 mod m20261202_000002_sessions;
 mod m20261202_000003_gpu_degraded;
+mod m20261203_000001_node_enrollment;
 mod roles;
 
 pub use roles::{APPEND_ONLY_TABLES, BadRoleName, postgres_app_role_grants};
@@ -33,6 +34,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261202_000001_identity::Migration),
             Box::new(m20261202_000002_sessions::Migration),
             Box::new(m20261202_000003_gpu_degraded::Migration),
+            Box::new(m20261203_000001_node_enrollment::Migration),
         ]
     }
 }

@@ -46,8 +46,7 @@ pub async fn spawn_cluster_with(
     configure: impl FnOnce(&mut ServerConfig),
 ) -> TestCluster {
     let db = TestDb::new(backend).await.expect("test database");
-    let join = "test-join-token";
-    let mut config = ServerConfig::new(db.url.clone(), join);
+    let mut config = ServerConfig::new(db.url.clone());
     config.heartbeat_interval = Duration::from_millis(300);
     config.schedule_interval = Duration::from_millis(200);
     config.checkpoint_interval = Duration::from_millis(200);
@@ -71,28 +70,19 @@ pub async fn spawn_cluster_with(
         .expect("a fresh database gets a bootstrap admin token");
     let data_dir = tempfile::tempdir().expect("temp dir");
     let agents_stop = CancellationToken::new();
-    let agents = (1..=nodes)
-        .map(|i| {
-            let name = format!("node-{i}");
-            let backend = SimBackend::from_spec(gpus, &name)
-                .expect("gpu spec")
-                .with_fault_dir(data_dir.path().join(&name).join("sim-faults"));
-            let cfg = AgentConfig {
-                server: server.grpc_url(),
-                join_token: join.to_owned(),
-                node_name: name.clone(),
-                data_dir: data_dir.path().join(&name),
-                stop_grace: Duration::from_secs(2),
-                offer: allot_agent::NodeResources::detect(),
-                metrics_listen: None,
-            };
-            tokio::spawn(allot_agent::run(
-                cfg,
-                Arc::new(backend),
-                agents_stop.clone(),
-            ))
-        })
-        .collect();
+    let mut agents = Vec::with_capacity(nodes);
+    for i in 1..=nodes {
+        let name = format!("node-{i}");
+        let backend = SimBackend::from_spec(gpus, &name)
+            .expect("gpu spec")
+            .with_fault_dir(data_dir.path().join(&name).join("sim-faults"));
+        let cfg = agent_config(&server, &name, data_dir.path().join(&name)).await;
+        agents.push(tokio::spawn(allot_agent::run(
+            cfg,
+            Arc::new(backend),
+            agents_stop.clone(),
+        )));
+    }
     let cluster = TestCluster {
         db_url: db.url.clone(),
         server,
@@ -115,6 +105,38 @@ pub async fn spawn_cluster_with(
         })
         .await;
     cluster
+}
+
+/// A one-time bootstrap token, as `allot node bootstrap-token create` makes one.
+pub async fn bootstrap_token(server: &RunningServer) -> String {
+    allot_api::issue_bootstrap_token(
+        &server.store,
+        &allot_domain::AuditContext::system("test"),
+        "test",
+        Duration::from_secs(600),
+    )
+    .await
+    .expect("bootstrap token")
+    .0
+}
+
+/// An agent of `server` named `name`, with a fresh bootstrap token, keeping its files in
+/// `data_dir`.
+pub async fn agent_config(
+    server: &RunningServer,
+    name: &str,
+    data_dir: std::path::PathBuf,
+) -> AgentConfig {
+    AgentConfig {
+        server: server.grpc_url(),
+        ca_cert_pem: server.node_ca_pem.clone(),
+        bootstrap_token: Some(bootstrap_token(server).await),
+        node_name: name.to_owned(),
+        data_dir,
+        stop_grace: Duration::from_secs(2),
+        offer: allot_agent::NodeResources::detect(),
+        metrics_listen: None,
+    }
 }
 
 impl TestCluster {

@@ -1,17 +1,23 @@
-//! The agent protocol's trust rules, exercised with a raw gRPC client: only the bootstrap
-//! token registers, the node is whoever holds the node secret, and a node cannot report on
-//! another node's jobs.
+//! The agent protocol's trust rules, exercised with a raw gRPC client over mutual TLS: only
+//! an unused bootstrap token registers, the node is whoever its current certificate names
+//! (never a field in the message), a node cannot report on another node's jobs, and a
+//! revoked or expired certificate stops working at once.
 
+use std::time::Duration;
+
+use allot_pki::{Authority, node_request};
 use allot_proto::NodeServiceClient;
 use allot_proto::v1::{
     Gpu, HeartbeatRequest, JobPhase, JobStatusReport, RegisterRequest, WatchAssignmentsRequest,
     assignment::Kind,
 };
-use allot_system_tests::{Backend, spawn_cluster};
-use tonic::transport::Channel;
-use tonic::{Code, Request};
+use allot_system_tests::{
+    Backend, TestCluster, bootstrap_token, spawn_cluster, spawn_cluster_with,
+};
+use tonic::Code;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
 
-fn register_req(token: &str, name: &str) -> RegisterRequest {
+fn register_req(token: &str, name: &str, csr_pem: &str) -> RegisterRequest {
     RegisterRequest {
         bootstrap_token: token.to_owned(),
         node_name: name.to_owned(),
@@ -28,82 +34,142 @@ fn register_req(token: &str, name: &str) -> RegisterRequest {
         running_job_ids: vec![],
         cpu_milli: 8000,
         memory_bytes: 64 << 30,
+        csr_pem: csr_pem.to_owned(),
     }
 }
 
-fn with_secret<T>(msg: T, secret: &str) -> Request<T> {
-    let mut req = Request::new(msg);
-    req.metadata_mut().insert(
-        "authorization",
-        format!("Bearer {secret}").parse().expect("metadata"),
-    );
-    req
+/// A client of the control plane's gRPC port that trusts its CA and presents `identity`
+/// (certificate and key, PEM), if any.
+fn client(c: &TestCluster, identity: Option<(&str, &str)>) -> NodeServiceClient<Channel> {
+    let mut tls =
+        ClientTlsConfig::new().ca_certificate(Certificate::from_pem(&c.server.node_ca_pem));
+    if let Some((cert, key)) = identity {
+        tls = tls.identity(Identity::from_pem(cert, key));
+    }
+    let channel = Channel::from_shared(c.server.grpc_url())
+        .expect("url")
+        .tls_config(tls)
+        .expect("tls")
+        .connect_lazy();
+    NodeServiceClient::new(channel)
+}
+
+/// A node registered by hand: its id, key, certificate and a client presenting them.
+struct RawNode {
+    id: String,
+    key_pem: String,
+    cert_pem: String,
+    client: NodeServiceClient<Channel>,
+}
+
+impl RawNode {
+    fn heartbeat(&self) -> HeartbeatRequest {
+        HeartbeatRequest {
+            gpus: register_req("", "x", "").gpus,
+            running_job_ids: vec![],
+        }
+    }
+}
+
+/// Registers `name` with `token` (and a new key), as an agent's first start does.
+async fn enroll(c: &TestCluster, token: &str, name: &str) -> Result<RawNode, tonic::Status> {
+    let request = node_request(name).expect("CSR");
+    let res = client(c, None)
+        .register(register_req(token, name, &request.csr_pem))
+        .await?
+        .into_inner();
+    Ok(RawNode {
+        client: client(c, Some((&res.certificate_pem, &request.key_pem))),
+        id: res.node_id,
+        key_pem: request.key_pem,
+        cert_pem: res.certificate_pem,
+    })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn node_identity_comes_from_credentials() {
+async fn node_identity_comes_from_its_certificate() {
     let c = spawn_cluster(Backend::Sqlite, 0, "").await;
-    let channel = Channel::from_shared(c.server.grpc_url())
-        .expect("url")
-        .connect()
-        .await
-        .expect("connect");
-    let mut client = NodeServiceClient::new(channel);
+    let csr = node_request("n1").expect("CSR").csr_pem;
+    let mut anonymous = client(&c, None);
 
-    let err = client
-        .register(register_req("wrong-token", "n1"))
+    let err = anonymous
+        .register(register_req("allot_boot_wrong", "n1", &csr))
         .await
         .expect_err("bad bootstrap token");
     assert_eq!(err.code(), Code::Unauthenticated);
-    let err = client
-        .register(register_req("test-join-token", "bad name!"))
+    let err = anonymous
+        .register(register_req("", "n1", &csr))
+        .await
+        .expect_err("no token, no certificate");
+    assert_eq!(err.code(), Code::Unauthenticated);
+    let token = bootstrap_token(&c.server).await;
+    let err = anonymous
+        .register(register_req(&token, "bad name!", &csr))
         .await
         .expect_err("bad name");
     assert_eq!(err.code(), Code::InvalidArgument);
+    let err = anonymous
+        .register(register_req(&token, "n1", "not a CSR"))
+        .await
+        .expect_err("bad CSR");
+    assert_eq!(err.code(), Code::InvalidArgument);
 
-    let a = client
-        .register(register_req("test-join-token", "node-a"))
+    // The token was not spent by the refused attempts; it is by the first registration.
+    let a = enroll(&c, &token, "node-a").await.expect("register a");
+    let b = enroll(&c, &bootstrap_token(&c.server).await, "node-b")
         .await
-        .expect("register a")
-        .into_inner();
-    let b = client
-        .register(register_req("test-join-token", "node-b"))
-        .await
-        .expect("register b")
-        .into_inner();
-    assert_ne!(a.node_id, b.node_id);
+        .expect("register b");
+    assert_ne!(a.id, b.id);
+    // A reused bootstrap token admits no one: not another node, not the same one again.
+    for name in ["node-c", "node-a"] {
+        let err = enroll(&c, &token, name).await.err().expect("reused token");
+        assert_eq!(err.code(), Code::Unauthenticated, "{name}");
+    }
 
-    // No secret, or a forged one, gets nothing.
-    let err = client
-        .heartbeat(HeartbeatRequest::default())
+    // No certificate gets nothing but registration.
+    let err = anonymous
+        .heartbeat(a.heartbeat())
         .await
-        .expect_err("no secret");
+        .expect_err("no certificate");
     assert_eq!(err.code(), Code::Unauthenticated);
-    let err = client
-        .heartbeat(with_secret(
-            HeartbeatRequest::default(),
-            "allot_node_forged",
-        ))
+    // A certificate naming node-a from another CA does not even connect.
+    let rogue = Authority::generate("rogue CA", chrono::Utc::now(), [9; 16]).expect("CA");
+    let forged_key = node_request("node-a").expect("CSR");
+    let forged = rogue
+        .sign_node(
+            &forged_key.csr_pem,
+            "node-a",
+            chrono::Utc::now() - chrono::Duration::minutes(1),
+            chrono::Utc::now() + chrono::Duration::hours(1),
+            [3; 16],
+        )
+        .expect("forged certificate");
+    client(&c, Some((&forged.cert_pem, &forged_key.key_pem)))
+        .heartbeat(a.heartbeat())
         .await
-        .expect_err("forged secret");
-    assert_eq!(err.code(), Code::Unauthenticated);
-    client
-        .heartbeat(with_secret(
-            HeartbeatRequest {
-                gpus: register_req("", "node-a").gpus,
-                running_job_ids: vec![],
-            },
-            &a.node_secret,
-        ))
+        .expect_err("a certificate from another CA");
+    // A node's certificate cannot register (and so speak for) another node name.
+    let other = node_request("node-b").expect("CSR");
+    let err = a
+        .client
+        .clone()
+        .register(register_req("", "node-b", &other.csr_pem))
         .await
-        .expect("heartbeat with the real secret");
+        .expect_err("node-a registering as node-b");
+    assert_eq!(err.code(), Code::PermissionDenied);
+    a.client
+        .clone()
+        .heartbeat(a.heartbeat())
+        .await
+        .expect("heartbeat with the node certificate");
 
     // Only nodes listening for assignments get work: both open their streams.
     let mut streams = Vec::new();
     for n in [&a, &b] {
         streams.push(
-            client
-                .watch_assignments(with_secret(WatchAssignmentsRequest {}, &n.node_secret))
+            n.client
+                .clone()
+                .watch_assignments(WatchAssignmentsRequest {})
                 .await
                 .expect("watch")
                 .into_inner(),
@@ -118,7 +184,7 @@ async fn node_identity_comes_from_credentials() {
             (job["state"] == "scheduled").then_some(job)
         })
         .await;
-    let (owner, other, mut stream) = if job["node_id"] == a.node_id.as_str() {
+    let (owner, other, mut stream) = if job["node_id"] == a.id.as_str() {
         (&a, &b, streams.swap_remove(0))
     } else {
         (&b, &a, streams.swap_remove(1))
@@ -136,63 +202,235 @@ async fn node_identity_comes_from_credentials() {
     }
 
     // ... and only that node may report on it.
-    let report = |secret: &str, phase: JobPhase| {
-        with_secret(
-            JobStatusReport {
-                job_id: id.clone(),
-                phase: phase.into(),
-                pid: Some(1),
-                attempt: 1,
-                ..Default::default()
-            },
-            secret,
-        )
+    let report = |phase: JobPhase| JobStatusReport {
+        job_id: id.clone(),
+        phase: phase.into(),
+        pid: Some(1),
+        attempt: 1,
+        ..Default::default()
     };
     // The attempt is a fencing token: a report about another attempt changes nothing.
     for stale in [0, 2] {
-        let mut r = report(&owner.node_secret, JobPhase::Succeeded);
-        r.get_mut().attempt = stale;
-        let err = client
+        let mut r = report(JobPhase::Succeeded);
+        r.attempt = stale;
+        let err = owner
+            .client
+            .clone()
             .report_job_status(r)
             .await
             .expect_err("a stale fencing token");
         assert_eq!(err.code(), Code::FailedPrecondition, "attempt {stale}");
     }
-    let err = client
-        .report_job_status(report(&other.node_secret, JobPhase::Running))
+    let err = other
+        .client
+        .clone()
+        .report_job_status(report(JobPhase::Running))
         .await
         .expect_err("another node's job");
     assert_eq!(err.code(), Code::PermissionDenied);
-    client
-        .report_job_status(report(&owner.node_secret, JobPhase::Running))
+    owner
+        .client
+        .clone()
+        .report_job_status(report(JobPhase::Running))
         .await
         .expect("owner reports running");
     // A retried report is harmless.
-    client
-        .report_job_status(report(&owner.node_secret, JobPhase::Running))
+    owner
+        .client
+        .clone()
+        .report_job_status(report(JobPhase::Running))
         .await
         .expect("repeat is a no-op");
-    let err = client
-        .report_job_status(report(&owner.node_secret, JobPhase::Unspecified))
+    let err = owner
+        .client
+        .clone()
+        .report_job_status(report(JobPhase::Unspecified))
         .await
         .expect_err("no phase");
     assert_eq!(err.code(), Code::InvalidArgument);
-    client
-        .report_job_status(report(&owner.node_secret, JobPhase::Succeeded))
+    owner
+        .client
+        .clone()
+        .report_job_status(report(JobPhase::Succeeded))
         .await
         .expect("owner reports success");
     let (_, job) = c.get(&format!("/api/v1/jobs/{id}")).await;
     assert_eq!(job["state"], "succeeded");
 
-    // Re-registering rotates the secret: the old one stops working.
-    client
-        .register(register_req("test-join-token", "node-a"))
+    // Registering again with its certificate keeps the node's identity.
+    let renewed = node_request("node-a").expect("CSR");
+    let again = a
+        .client
+        .clone()
+        .register(register_req("", "node-a", &renewed.csr_pem))
         .await
-        .expect("re-register");
-    let err = client
-        .heartbeat(with_secret(HeartbeatRequest::default(), &a.node_secret))
+        .expect("re-register with the certificate")
+        .into_inner();
+    assert_eq!(again.node_id, a.id);
+
+    // Revoking the node stops its calls at once: its open stream ends, and neither its
+    // first certificate nor its newest one is accepted any more.
+    let mut a_stream = a
+        .client
+        .clone()
+        .watch_assignments(WatchAssignmentsRequest {})
         .await
-        .expect_err("old secret");
+        .expect("watch")
+        .into_inner();
+    let (status, body) = c
+        .post(
+            &format!("/api/v1/nodes/{}/revoke", a.id),
+            serde_json::json!({}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["certificates_revoked"], 2, "{body}");
+    let ended = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            match a_stream.message().await {
+                Ok(Some(_)) => continue,
+                other => return other,
+            }
+        }
+    })
+    .await
+    .expect("the stream ends promptly");
+    assert!(
+        matches!(&ended, Err(s) if s.code() == Code::Unauthenticated),
+        "{ended:?}"
+    );
+    let newest = client(&c, Some((&again.certificate_pem, &renewed.key_pem)));
+    for (which, mut cl) in [("first", a.client.clone()), ("newest", newest)] {
+        let err = cl.heartbeat(a.heartbeat()).await.expect_err(which);
+        assert_eq!(err.code(), Code::Unauthenticated, "{which}");
+        let err = cl
+            .register(register_req("", "node-a", &renewed.csr_pem))
+            .await
+            .expect_err(which);
+        assert_eq!(err.code(), Code::Unauthenticated, "{which}");
+    }
+    // Only a new bootstrap token brings it back, as the same node.
+    let back = enroll(&c, &bootstrap_token(&c.server).await, "node-a")
+        .await
+        .expect("re-enrolled");
+    assert_eq!(back.id, a.id);
+    back.client
+        .clone()
+        .heartbeat(back.heartbeat())
+        .await
+        .expect("the new certificate works");
+    let err = a
+        .client
+        .clone()
+        .heartbeat(a.heartbeat())
+        .await
+        .expect_err("the revoked one still does not");
     assert_eq!(err.code(), Code::Unauthenticated);
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_node_certificate_is_refused() {
+    let c = spawn_cluster_with(Backend::Sqlite, 0, "", |config| {
+        config.node_cert_ttl = Duration::from_secs(2);
+    })
+    .await;
+    let n = enroll(&c, &bootstrap_token(&c.server).await, "short-lived")
+        .await
+        .expect("registered");
+    n.client
+        .clone()
+        .heartbeat(n.heartbeat())
+        .await
+        .expect("valid for now");
+    let expires = allot_pki::NodeCert::from_pem(&n.cert_pem)
+        .expect("certificate")
+        .not_after;
+    let wait = (expires - chrono::Utc::now()).to_std().unwrap_or_default();
+    tokio::time::sleep(wait + Duration::from_millis(1200)).await;
+    // On the connection opened while it was valid, the control plane's own check refuses it;
+    // a new connection fails the TLS handshake.
+    let err = n
+        .client
+        .clone()
+        .heartbeat(n.heartbeat())
+        .await
+        .expect_err("expired, on an open connection");
+    assert_eq!(err.code(), Code::Unauthenticated, "{err:?}");
+    client(&c, Some((&n.cert_pem, &n.key_pem)))
+        .heartbeat(n.heartbeat())
+        .await
+        .expect_err("expired, on a new connection");
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_renews_its_certificate_and_stops_its_jobs_once_revoked() {
+    let c = spawn_cluster_with(Backend::Sqlite, 0, "", |config| {
+        config.node_cert_ttl = Duration::from_secs(3);
+        config.lease = Duration::from_secs(3);
+    })
+    .await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let backend = allot_agent::gpu::SimBackend::from_spec("1xH200", "renewing")
+        .expect("gpus")
+        .with_fault_dir(dir.path().join("sim-faults"));
+    let stop = tokio_util::sync::CancellationToken::new();
+    let cfg = allot_system_tests::agent_config(&c.server, "renewing", dir.path().to_owned()).await;
+    let agent = tokio::spawn(allot_agent::run(
+        cfg,
+        std::sync::Arc::new(backend),
+        stop.clone(),
+    ));
+    c.create_tenant("t", None).await;
+    let id = c.submit("t", 1, &["sleep", "300"]).await;
+    let job = c.wait_for_state(&id, "running").await;
+    let pid = u32::try_from(job["pid"].as_u64().expect("pid")).expect("pid fits");
+
+    // Certificates three seconds long: the agent renews each at two thirds, with a new key,
+    // and keeps working throughout.
+    let cert_file = dir.path().join("identity").join("node.crt");
+    let serial = || {
+        let pem = std::fs::read_to_string(&cert_file).expect("the agent keeps its certificate");
+        allot_pki::NodeCert::from_pem(&pem)
+            .expect("certificate")
+            .serial
+    };
+    let mut serials = std::collections::HashSet::from([serial()]);
+    let started = std::time::Instant::now();
+    while serials.len() < 3 {
+        assert!(
+            started.elapsed() < allot_system_tests::PATIENCE,
+            "renewals seen: {serials:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        serials.insert(serial());
+    }
+    let (_, job) = c.get(&format!("/api/v1/jobs/{id}")).await;
+    assert_eq!(job["state"], "running", "{job}");
+    assert_eq!(job["attempt"], 1, "{job}");
+    let (_, nodes) = c.get("/api/v1/nodes").await;
+    assert_eq!(nodes[0]["status"], "ready", "{nodes}");
+
+    // Revoked (its bootstrap token long spent), the agent stops its jobs and exits, saying
+    // why; the job goes back to the queue once the node's lease lapses.
+    let (status, body) = c
+        .post("/api/v1/nodes/renewing/revoke", serde_json::json!({}))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let exit = tokio::time::timeout(allot_system_tests::PATIENCE, agent)
+        .await
+        .expect("the agent exits")
+        .expect("agent task");
+    assert!(
+        matches!(exit, Err(allot_agent::AgentError::Refused(_))),
+        "{exit:?}"
+    );
+    assert!(
+        !allot_system_tests::process_group_alive(pid),
+        "the revoked node's job was stopped"
+    );
+    let job = c.wait_for_state(&id, "pending").await;
+    assert_eq!(job["attempt"], 2, "{job}");
     c.shutdown().await;
 }

@@ -93,7 +93,6 @@ async fn metrics_report_jobs_gpus_tenants_requests_and_passes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_agent_reports_its_gpus_jobs_lease_and_xids() {
     use std::sync::Arc;
-    use std::time::Duration;
 
     let c = spawn_cluster_with(Backend::Sqlite, 0, "", |_| {}).await;
     c.create_tenant("ml", None).await;
@@ -109,13 +108,8 @@ async fn an_agent_reports_its_gpus_jobs_lease_and_xids() {
     let stop = tokio_util::sync::CancellationToken::new();
     let agent = tokio::spawn(allot_agent::run(
         allot_agent::AgentConfig {
-            server: c.server.grpc_url(),
-            join_token: "test-join-token".into(),
-            node_name: "metered".into(),
-            data_dir: dir.path().to_owned(),
-            stop_grace: Duration::from_secs(2),
-            offer: allot_agent::NodeResources::detect(),
             metrics_listen: Some(addr),
+            ..allot_system_tests::agent_config(&c.server, "metered", dir.path().to_owned()).await
         },
         Arc::new(backend),
         stop.clone(),

@@ -6,7 +6,9 @@
 use std::collections::BTreeMap;
 
 use allot_store::testing::Backend;
-use allot_store::{IdentityRepo, SignIn};
+use allot_store::{
+    Admission, IdentityRepo, NewNodeCertificate, NodeRegistration, NodeRepo, SignIn,
+};
 use std::time::Duration;
 
 use allot_system_tests::{TestCluster, spawn_cluster_with};
@@ -96,6 +98,10 @@ const EXPECTED: &[(&str, &str)] = &[
     ("POST /api/v1/nodes/{id}/drain", "OCX - - - -"),
     ("POST /api/v1/nodes/{id}/gpus/{uuid}/drain", "OCX - - - -"),
     ("POST /api/v1/nodes/{id}/gpus/{uuid}/return", "OCX - - - -"),
+    ("POST /api/v1/nodes/{id}/revoke", "OCX - - - -"),
+    ("GET /api/v1/bootstrap-tokens", "OCX - - - -"),
+    ("POST /api/v1/bootstrap-tokens", "OCX - - - -"),
+    ("DELETE /api/v1/bootstrap-tokens/{id}", "OCX - - - -"),
     ("GET /api/v1/tokens", "OCX - OCX - -"),
     ("POST /api/v1/tokens", "OCX - OC - -"),
     ("GET /api/v1/tokens/{id}", "OCX - OC - -"),
@@ -228,6 +234,61 @@ impl Fixture {
         body["id"].as_str().expect("id").to_owned()
     }
 
+    /// A fresh bootstrap token.
+    async fn bootstrap_token(&self) -> String {
+        allot_api::issue_bootstrap_token(
+            &self.c.server.store,
+            &allot_domain::AuditContext::system("matrix"),
+            "matrix",
+            Duration::from_secs(600),
+        )
+        .await
+        .expect("bootstrap token")
+        .1
+        .id
+    }
+
+    /// A fresh node without an agent (revoking the cluster's own would stop its agent).
+    async fn spare_node(&mut self) -> String {
+        self.made += 1;
+        let (secret, _) = allot_api::issue_bootstrap_token(
+            &self.c.server.store,
+            &allot_domain::AuditContext::system("matrix"),
+            "matrix",
+            Duration::from_secs(600),
+        )
+        .await
+        .expect("bootstrap token");
+        let now = chrono::Utc::now();
+        let node = self
+            .c
+            .server
+            .store
+            .register_node(
+                &allot_domain::AuditContext::system("matrix"),
+                NodeRegistration {
+                    name: format!("spare-{}", self.made),
+                    admission: Admission::BootstrapToken {
+                        secret_hash: allot_api::secret::hash(&secret),
+                    },
+                    certificate: NewNodeCertificate {
+                        serial: format!("{:032x}", self.made),
+                        issued_at: now,
+                        expires_at: now + chrono::Duration::hours(1),
+                    },
+                    agent_version: "none".into(),
+                    gpu_backend: "simulated".into(),
+                    cpu_milli: 0,
+                    memory_bytes: 0,
+                    gpus: vec![],
+                    lease_expires_at: now,
+                },
+            )
+            .await
+            .expect("spare node");
+        node.id
+    }
+
     /// The request for `route` against `rel`'s resources: path, and body when it takes one.
     async fn request(&mut self, route: &str, rel: Rel) -> (String, Option<Value>) {
         let (_, path) = route.split_once(' ').expect("METHOD PATH");
@@ -246,6 +307,10 @@ impl Fixture {
                 self.user().await
             } else if p.starts_with("/api/v1/role-bindings/") {
                 self.binding(rel).await
+            } else if p.starts_with("/api/v1/bootstrap-tokens/") {
+                self.bootstrap_token().await
+            } else if p.ends_with("/revoke") {
+                self.spare_node().await
             } else {
                 self.node_id.clone()
             };
@@ -279,6 +344,7 @@ impl Fixture {
                 Some(json!({ "before": "2020-01-01T00:00:00Z" })),
             ),
             "POST /api/v1/tenants" => (String::new(), Some(json!({ "name": format!("new-{n}") }))),
+            "POST /api/v1/bootstrap-tokens" => (String::new(), Some(json!({}))),
             "PUT /api/v1/tenants/{name}/quota" => (String::new(), Some(json!({}))),
             "POST /api/v1/jobs" => (
                 String::new(),

@@ -342,7 +342,7 @@ async fn the_development_sign_in_exists_only_in_dev_mode_on_loopback() {
     let db = allot_store::testing::TestDb::new(Backend::Sqlite)
         .await
         .expect("database");
-    let mut config = allot_server::ServerConfig::new(db.url.clone(), "join");
+    let mut config = allot_server::ServerConfig::new(db.url.clone());
     config.http_listen = "0.0.0.0:0".parse().expect("address");
     config.dev_sign_in = true;
     let refused = allot_server::start(config, Arc::new(allot_domain::SystemClock)).await;

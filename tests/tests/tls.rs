@@ -65,7 +65,7 @@ async fn the_api_speaks_https_with_its_certificate() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plain_http_is_refused_off_loopback() {
     let db = TestDb::new(Backend::Sqlite).await.expect("database");
-    let mut config = allot_server::ServerConfig::new(db.url.clone(), "join");
+    let mut config = allot_server::ServerConfig::new(db.url.clone());
     config.http_listen = "0.0.0.0:0".parse().expect("address");
     let refused = allot_server::start(config, std::sync::Arc::new(allot_domain::SystemClock)).await;
     assert!(

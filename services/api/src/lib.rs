@@ -27,6 +27,9 @@ use allot_store::Store;
 
 pub use denials::record_denials;
 pub use extract::BodyLimit;
+pub use handlers::enrollment::{
+    BOOTSTRAP_TOKEN_PREFIX, DEFAULT_BOOTSTRAP_TTL, issue_bootstrap_token,
+};
 pub use handlers::tokens::TOKEN_PREFIX;
 pub use problem::ApiError;
 
@@ -36,6 +39,8 @@ pub trait ControlEvents: Send + Sync + 'static {
     fn job_submitted(&self);
     /// A scheduled or running job should stop: tell its node.
     fn job_cancel_requested(&self, job: &Job);
+    /// A node's certificates were revoked: end its open calls.
+    fn node_revoked(&self, node_id: &str);
 }
 
 /// Shared state of every handler.
@@ -70,7 +75,7 @@ pub struct AppState {
 /// without deciding who may call it).
 fn routes<R: Routes>(r: &mut R) {
     use Method as M;
-    use handlers::{audit, bindings, jobs, nodes, tenants, tokens, users};
+    use handlers::{audit, bindings, enrollment, jobs, nodes, tenants, tokens, users};
     r.add(M::GET, "/healthz", handlers::health::healthz);
     r.add(M::GET, "/readyz", handlers::health::readyz);
     r.add(M::GET, "/api/v1/openapi.json", openapi::serve);
@@ -123,6 +128,18 @@ fn routes<R: Routes>(r: &mut R) {
     r.add(M::POST, "/api/v1/nodes/{id}/cordon", nodes::cordon);
     r.add(M::POST, "/api/v1/nodes/{id}/uncordon", nodes::uncordon);
     r.add(M::POST, "/api/v1/nodes/{id}/drain", nodes::drain);
+    r.add(
+        M::POST,
+        "/api/v1/nodes/{id}/revoke",
+        enrollment::revoke_node,
+    );
+    r.add(M::GET, "/api/v1/bootstrap-tokens", enrollment::list);
+    r.add(M::POST, "/api/v1/bootstrap-tokens", enrollment::create);
+    r.add(
+        M::DELETE,
+        "/api/v1/bootstrap-tokens/{id}",
+        enrollment::delete,
+    );
     r.add(
         M::POST,
         "/api/v1/nodes/{id}/gpus/{uuid}/drain",

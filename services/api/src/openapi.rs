@@ -4,7 +4,7 @@ use actix_web::HttpResponse;
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use crate::handlers::{audit, bindings, health, jobs, nodes, tenants, tokens, users};
+use crate::handlers::{audit, bindings, enrollment, health, jobs, nodes, tenants, tokens, users};
 use crate::signin;
 
 struct BearerAuth;
@@ -27,7 +27,8 @@ impl Modify for BearerAuth {
         tenants::create, tenants::list, tenants::get, tenants::get_quota, tenants::set_quota,
         jobs::submit, jobs::list, jobs::get, jobs::cancel, jobs::log,
         nodes::list, nodes::get, nodes::cordon, nodes::uncordon, nodes::drain, nodes::drain_gpu,
-        nodes::return_gpu,
+        nodes::return_gpu, enrollment::revoke_node, enrollment::create, enrollment::list,
+        enrollment::delete,
         tokens::create, tokens::list, tokens::get, tokens::revoke,
         audit::key, audit::logs, audit::entries, audit::checkpoint, audit::export, audit::inclusion,
         audit::consistency, audit::search, audit::holds, audit::set_hold, audit::release_hold,

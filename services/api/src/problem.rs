@@ -165,6 +165,7 @@ impl From<StoreError> for ApiError {
         match e {
             StoreError::NotFound(what) => ApiError::NotFound(format!("{what} does not exist")),
             StoreError::Conflict(msg) => ApiError::Conflict(msg),
+            StoreError::Refused(msg) => ApiError::Forbidden(msg),
             e @ (StoreError::Corrupt(_)
             | StoreError::Db(_)
             | StoreError::Batch(_)

@@ -594,3 +594,55 @@ impl BindingView {
         }
     }
 }
+
+#[derive(Debug, Default, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateBootstrapToken {
+    /// What the token is for, e.g. `rack 4, nodes gpu-40..47`.
+    #[serde(default)]
+    pub description: String,
+    /// Lifetime in seconds: 1 hour when absent, at most 7 days.
+    pub expires_in_seconds: Option<u64>,
+}
+
+/// A bootstrap token: one node registers with it, once.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct BootstrapTokenView {
+    pub id: String,
+    pub description: String,
+    pub created_by: String,
+    pub created_at: DateTime<Utc>,
+    pub expires_at: DateTime<Utc>,
+    pub used_at: Option<DateTime<Utc>>,
+    /// The node that registered with it.
+    pub used_by: Option<String>,
+}
+
+impl From<allot_store::BootstrapToken> for BootstrapTokenView {
+    fn from(t: allot_store::BootstrapToken) -> Self {
+        Self {
+            id: t.id,
+            description: t.description,
+            created_by: t.created_by,
+            created_at: t.created_at,
+            expires_at: t.expires_at,
+            used_at: t.used_at,
+            used_by: t.used_by,
+        }
+    }
+}
+
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct CreatedBootstrapToken {
+    #[serde(flatten)]
+    pub token: BootstrapTokenView,
+    /// Give it to the agent (`--bootstrap-token`); shown once.
+    pub secret: String,
+}
+
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct RevokedNode {
+    pub node: NodeView,
+    /// How many of its certificates were current and are now revoked.
+    pub certificates_revoked: u64,
+}

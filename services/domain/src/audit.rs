@@ -18,7 +18,8 @@ pub enum ActorKind {
     Token,
     /// A person, signed in through the identity provider.
     User,
-    /// A node agent, identified by its node secret.
+    /// A node agent, identified by its node certificate (or, registering, its bootstrap
+    /// token).
     Node,
     /// The control plane itself (the scheduler, bootstrap).
     System,

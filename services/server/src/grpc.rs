@@ -1,5 +1,6 @@
-//! The gRPC service agents talk to. The calling node is always derived from its bearer
-//! secret, never from a field in the message.
+//! The gRPC service agents talk to, over mutual TLS. The calling node is always derived from
+//! the certificate it presented (checked against the certificates the CA issued and has not
+//! revoked), never from a field in the message.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -7,12 +8,15 @@ use std::time::Duration;
 
 use allot_api::secret;
 use allot_domain::{Actor, ActorKind, AuditContext, GpuDevice, JobState, Node};
+use allot_pki::{Authority, Issued, NodeCert};
 use allot_proto::v1::{
     Assignment, Gpu, HeartbeatRequest, HeartbeatResponse, JobPhase, JobStatusAck, JobStatusReport,
-    RegisterRequest, RegisterResponse, WatchAssignmentsRequest,
+    RegisterRequest, RegisterResponse, RenewCertificateRequest, RenewCertificateResponse,
+    WatchAssignmentsRequest,
 };
 use allot_store::{
-    JobFilter, JobRepo, JobUpdate, NodeRegistration, NodeRepo, Store, StoreError, TenantScope,
+    Admission, EnrollmentRepo, JobFilter, JobRepo, JobUpdate, NewNodeCertificate, NodeRegistration,
+    NodeRepo, Store, StoreError, TenantScope,
 };
 use tokio::sync::Notify;
 use tokio_stream::Stream;
@@ -21,14 +25,14 @@ use tonic::{Request, Response, Status};
 
 use crate::hub::{self, Hub};
 
-/// Prefix of node secrets.
-pub const NODE_SECRET_PREFIX: &str = "allot_node_";
-
 pub struct NodeSvc {
     pub store: Store,
     pub hub: Arc<Hub>,
     pub notify: Arc<Notify>,
-    pub join_token_hash: String,
+    /// Signs node certificates.
+    pub ca: Arc<Authority>,
+    /// How long a node certificate is valid (agents renew at two thirds).
+    pub node_cert_ttl: Duration,
     pub lease: Duration,
     pub heartbeat_interval: Duration,
 }
@@ -37,6 +41,7 @@ fn status(e: StoreError) -> Status {
     match e {
         StoreError::NotFound(what) => Status::not_found(format!("{what} does not exist")),
         StoreError::Conflict(msg) => Status::failed_precondition(msg),
+        StoreError::Refused(msg) => Status::unauthenticated(msg),
         e => {
             tracing::error!(error = %e, "store error in gRPC call");
             Status::internal("internal error")
@@ -92,19 +97,58 @@ fn node_ctx<T>(req: &Request<T>, node_id: &str, auth_method: &str) -> AuditConte
     }
 }
 
+/// The node certificate the caller connected with, if any. The TLS handshake has checked
+/// that the CA signed it and that it is within its validity.
+fn presented<T>(req: &Request<T>) -> Result<Option<NodeCert>, Status> {
+    let Some(leaf) = req.peer_certs().and_then(|c| c.first().cloned()) else {
+        return Ok(None);
+    };
+    NodeCert::from_der(&leaf)
+        .map(Some)
+        .map_err(|e| Status::unauthenticated(format!("client certificate: {e}")))
+}
+
 impl NodeSvc {
+    /// The calling node: the one its certificate was issued to, while that certificate is
+    /// current (known, unexpired by the control plane's clock, unrevoked).
     async fn node<T>(&self, req: &Request<T>) -> Result<Node, Status> {
-        let value = req
-            .metadata()
-            .get("authorization")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .ok_or_else(|| Status::unauthenticated("missing node credentials"))?;
-        self.store
-            .node_by_secret_hash(&secret::hash(value))
+        let cert = presented(req)?.ok_or_else(|| {
+            Status::unauthenticated("connect with the node certificate (mutual TLS)")
+        })?;
+        let record = self
+            .store
+            .node_certificate(&cert.serial)
             .await
             .map_err(status)?
-            .ok_or_else(|| Status::unauthenticated("unknown node credentials; register again"))
+            .filter(|c| c.current(self.store.clock().now()))
+            .ok_or_else(|| {
+                Status::unauthenticated(
+                    "the node certificate is revoked, expired or unknown; register with a new bootstrap token",
+                )
+            })?;
+        let node = self.store.node(&record.node_id).await.map_err(status)?;
+        if node.name != cert.node {
+            return Err(Status::unauthenticated(
+                "the certificate does not name the node it was issued to",
+            ));
+        }
+        Ok(node)
+    }
+
+    /// Signs `csr_pem` into a certificate for `node`, valid from now for the configured
+    /// lifetime.
+    fn issue(&self, csr_pem: &str, node: &str) -> Result<Issued, Status> {
+        if csr_pem.is_empty() || csr_pem.len() > 16 * 1024 {
+            return Err(Status::invalid_argument(
+                "csr_pem must be a PEM certificate signing request of at most 16 KiB",
+            ));
+        }
+        let now = self.store.clock().now();
+        let ttl =
+            chrono::Duration::from_std(self.node_cert_ttl).unwrap_or(chrono::Duration::hours(24));
+        self.ca
+            .sign_node(csr_pem, node, now, now + ttl, crate::pki::random16())
+            .map_err(|e| Status::invalid_argument(format!("csr_pem: {e}")))
     }
 
     fn lease_until(&self) -> chrono::DateTime<chrono::Utc> {
@@ -168,24 +212,52 @@ impl allot_proto::NodeService for NodeSvc {
         &self,
         req: Request<RegisterRequest>,
     ) -> Result<Response<RegisterResponse>, Status> {
-        let ctx = node_ctx(&req, &req.get_ref().node_name, "bootstrap-token");
+        let presented = presented(&req)?;
+        let method = if presented.is_some() {
+            "node-certificate"
+        } else {
+            "bootstrap-token"
+        };
+        let ctx = node_ctx(&req, &req.get_ref().node_name, method);
         let r = req.into_inner();
-        if secret::hash(&r.bootstrap_token) != self.join_token_hash {
-            return Err(Status::unauthenticated("invalid bootstrap token"));
-        }
         if !valid_node_name(&r.node_name) {
             return Err(Status::invalid_argument(
                 "node_name must be 1 to 253 characters of letters, digits, `-`, `.` and `_`",
             ));
         }
-        let node_secret = secret::generate(NODE_SECRET_PREFIX);
+        // A certificate speaks for its own node only; without one, the token must.
+        let admission = match presented {
+            Some(cert) if cert.node != r.node_name => {
+                return Err(Status::permission_denied(format!(
+                    "this certificate is node {}'s: it cannot register node {}",
+                    cert.node, r.node_name
+                )));
+            }
+            Some(cert) => Admission::Certificate {
+                serial: cert.serial,
+            },
+            None if r.bootstrap_token.is_empty() => {
+                return Err(Status::unauthenticated(
+                    "present a bootstrap token, or connect with the node certificate",
+                ));
+            }
+            None => Admission::BootstrapToken {
+                secret_hash: secret::hash(&r.bootstrap_token),
+            },
+        };
+        let issued = self.issue(&r.csr_pem, &r.node_name)?;
         let node = self
             .store
             .register_node(
                 &ctx,
                 NodeRegistration {
                     name: r.node_name,
-                    secret_hash: secret::hash(&node_secret),
+                    admission,
+                    certificate: NewNodeCertificate {
+                        serial: issued.serial,
+                        issued_at: issued.not_before,
+                        expires_at: issued.not_after,
+                    },
                     agent_version: r.agent_version.chars().take(64).collect(),
                     gpu_backend: r.gpu_backend.chars().take(32).collect(),
                     cpu_milli: r.cpu_milli,
@@ -209,10 +281,35 @@ impl allot_proto::NodeService for NodeSvc {
         self.notify.notify_one();
         Ok(Response::new(RegisterResponse {
             node_id: node.id,
-            node_secret,
+            certificate_pem: issued.cert_pem,
             heartbeat_interval_ms: u32::try_from(self.heartbeat_interval.as_millis())
                 .unwrap_or(u32::MAX),
             lease_duration_ms: u32::try_from(self.lease.as_millis()).unwrap_or(u32::MAX),
+        }))
+    }
+
+    async fn renew_certificate(
+        &self,
+        req: Request<RenewCertificateRequest>,
+    ) -> Result<Response<RenewCertificateResponse>, Status> {
+        let node = self.node(&req).await?;
+        let ctx = node_ctx(&req, &node.id, "node-certificate");
+        let issued = self.issue(&req.get_ref().csr_pem, &node.name)?;
+        self.store
+            .add_node_certificate(
+                &ctx,
+                &node.id,
+                NewNodeCertificate {
+                    serial: issued.serial,
+                    issued_at: issued.not_before,
+                    expires_at: issued.not_after,
+                },
+            )
+            .await
+            .map_err(status)?;
+        tracing::info!(node = %node.name, until = %issued.not_after, "node certificate renewed");
+        Ok(Response::new(RenewCertificateResponse {
+            certificate_pem: issued.cert_pem,
         }))
     }
 
@@ -297,7 +394,7 @@ impl allot_proto::NodeService for NodeSvc {
         req: Request<JobStatusReport>,
     ) -> Result<Response<JobStatusAck>, Status> {
         let node = self.node(&req).await?;
-        let ctx = node_ctx(&req, &node.id, "node-secret");
+        let ctx = node_ctx(&req, &node.id, "node-certificate");
         let r = req.into_inner();
         let job = self
             .store

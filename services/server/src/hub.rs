@@ -92,6 +92,13 @@ impl Hub {
             .collect()
     }
 
+    /// Ends the node's stream, telling it why (its credentials were revoked).
+    pub fn disconnect(&self, node_id: &str, why: tonic::Status) {
+        if let Some(tx) = self.lock().remove(node_id) {
+            let _ = tx.send(Err(why));
+        }
+    }
+
     /// Ends every open stream, so that connected agents see the control plane go away.
     pub fn close_all(&self) {
         self.lock().clear();

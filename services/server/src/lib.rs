@@ -6,6 +6,7 @@ pub mod grpc;
 pub mod hub;
 pub mod leases;
 pub mod metrics;
+pub mod pki;
 pub mod scheduling;
 pub mod tls;
 
@@ -34,8 +35,13 @@ pub struct ServerConfig {
     pub database_url: String,
     pub http_listen: SocketAddr,
     pub grpc_listen: SocketAddr,
-    /// The bootstrap token agents present to register.
-    pub join_token: String,
+    /// The internal CA that issues node certificates (and the gRPC server's).
+    pub node_ca: pki::NodeCaSource,
+    /// Host names and IP addresses agents reach the gRPC port by: the names its server
+    /// certificate carries.
+    pub grpc_names: Vec<String>,
+    /// How long node certificates are valid; agents renew at two thirds.
+    pub node_cert_ttl: Duration,
     /// How long a node stays ready without a heartbeat.
     pub lease: Duration,
     pub heartbeat_interval: Duration,
@@ -86,12 +92,14 @@ pub struct ServerConfig {
 }
 
 impl ServerConfig {
-    pub fn new(database_url: impl Into<String>, join_token: impl Into<String>) -> Self {
+    pub fn new(database_url: impl Into<String>) -> Self {
         Self {
             database_url: database_url.into(),
             http_listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             grpc_listen: SocketAddr::from(([127, 0, 0, 1], 0)),
-            join_token: join_token.into(),
+            node_ca: pki::NodeCaSource::Ephemeral,
+            grpc_names: vec!["localhost".into(), "127.0.0.1".into(), "::1".into()],
+            node_cert_ttl: Duration::from_secs(24 * 3600),
             lease: Duration::from_secs(15),
             heartbeat_interval: Duration::from_secs(3),
             schedule_interval: Duration::from_secs(2),
@@ -147,6 +155,10 @@ pub enum ServerError {
     DevSignInExposed(SocketAddr),
     #[error("OpenID Connect: {0}")]
     Oidc(String),
+    #[error(transparent)]
+    NodeCa(#[from] pki::CaError),
+    #[error("agent gRPC TLS: {0}")]
+    GrpcTls(String),
     #[error("authorization policies: {0}")]
     Policies(#[from] allot_authz::AuthzError),
     #[error("{0}")]
@@ -169,6 +181,13 @@ impl ControlEvents for Events {
             self.hub.send(node, hub::cancel(job));
         }
     }
+
+    fn node_revoked(&self, node_id: &str) {
+        self.hub.disconnect(
+            node_id,
+            tonic::Status::unauthenticated("the node's certificates were revoked"),
+        );
+    }
 }
 
 /// A started control plane.
@@ -179,6 +198,8 @@ pub struct RunningServer {
     /// Where `/metrics` is served, when it is.
     pub metrics_addr: Option<SocketAddr>,
     pub grpc_addr: SocketAddr,
+    /// The CA certificate (PEM) agents trust, and whose node certificates they present.
+    pub node_ca_pem: String,
     pub store: Store,
     /// Set when this start created the first admin token; shown once.
     pub bootstrap_admin_token: Option<String>,
@@ -195,8 +216,9 @@ impl RunningServer {
         format!("{scheme}://{}", self.http_addr)
     }
 
+    /// The agents' endpoint (TLS; the server certificate names the loopback addresses).
     pub fn grpc_url(&self) -> String {
-        format!("http://{}", self.grpc_addr)
+        format!("https://{}", self.grpc_addr)
     }
 
     /// Stops accepting, finishes in-flight requests, stops the loops, closes the database.
@@ -377,6 +399,14 @@ pub async fn start(
             source,
         })?;
     let grpc_addr = grpc_listener.local_addr()?;
+    let ca = Arc::new(pki::load_or_create(&config.node_ca, clock.now())?);
+    let mut grpc_names = config.grpc_names.clone();
+    if !grpc_addr.ip().is_unspecified() {
+        grpc_names.push(grpc_addr.ip().to_string());
+    }
+    grpc_names.sort();
+    grpc_names.dedup();
+    let grpc_tls = pki::grpc_tls(&ca, &grpc_names, clock.now())?;
 
     let stop = CancellationToken::new();
     let notify = Arc::new(Notify::new());
@@ -461,14 +491,18 @@ pub async fn start(
         store: store.clone(),
         hub: hub.clone(),
         notify: notify.clone(),
-        join_token_hash: secret::hash(&config.join_token),
+        ca: ca.clone(),
+        node_cert_ttl: config.node_cert_ttl,
         lease: config.lease,
         heartbeat_interval: config.heartbeat_interval,
     };
+    let mut grpc_server = tonic::transport::Server::builder()
+        .tls_config(grpc_tls)
+        .map_err(|e| ServerError::GrpcTls(e.to_string()))?;
     let grpc_stop = stop.clone();
     tasks.push(tokio::spawn(async move {
         let incoming = tokio_stream::wrappers::TcpListenerStream::new(grpc_listener);
-        let result = tonic::transport::Server::builder()
+        let result = grpc_server
             .add_service(allot_proto::NodeServiceServer::new(svc))
             .serve_with_incoming_shutdown(incoming, grpc_stop.cancelled_owned())
             .await;
@@ -514,6 +548,7 @@ pub async fn start(
         https,
         metrics_addr,
         grpc_addr,
+        node_ca_pem: ca.cert_pem().to_owned(),
         store,
         bootstrap_admin_token,
         stop,

@@ -8,6 +8,9 @@ pub enum StoreError {
     #[error("conflict: {0}")]
     Conflict(String),
     /// A row that does not map back to the domain (a bug or a hand-edited database).
+    /// Credentials that do not (or no longer) admit their holder.
+    #[error("refused: {0}")]
+    Refused(String),
     #[error("corrupt row: {0}")]
     Corrupt(String),
     #[error("database error: {0}")]

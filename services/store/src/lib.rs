@@ -7,6 +7,7 @@
 
 mod audit;
 mod convert;
+mod enrollment;
 pub mod entities;
 mod error;
 mod identity;
@@ -27,6 +28,10 @@ use allot_migrations::{Migrator, MigratorTrait};
 use sea_orm::{ConnectOptions, ConnectionTrait, Database, DatabaseConnection, DbBackend};
 
 pub use audit::{AuditBatcher, AuditRepo, AuditSearch, LogHead, StoredCheckpoint, StoredEntry};
+pub use enrollment::{
+    Admission, BootstrapToken, EnrollmentRepo, NewBootstrapToken, NewNodeCertificate,
+    NodeCertificate,
+};
 pub use error::StoreError;
 pub use identity::{IdentityRepo, NewBinding, SignIn};
 pub use jobs::{JobFilter, JobPage, JobRepo, JobUpdate, NewJob};

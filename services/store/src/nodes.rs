@@ -11,7 +11,10 @@ use sea_orm::{
 
 use crate::audit::record;
 use crate::convert::{to_i64, to_u32, to_u64};
-use crate::entities::{gpus, nodes};
+use crate::enrollment::{
+    Admission, NewNodeCertificate, consume_bootstrap_token, insert_certificate, revoke_certificates,
+};
+use crate::entities::{gpus, node_certificates, nodes};
 use crate::{Store, StoreError, new_id};
 
 /// What an operator changes about a node.
@@ -38,7 +41,10 @@ impl NodeAdmin {
 #[derive(Debug, Clone)]
 pub struct NodeRegistration {
     pub name: String,
-    pub secret_hash: String,
+    /// What admits it: a bootstrap token or its current certificate.
+    pub admission: Admission,
+    /// The certificate the CA issued it for this registration.
+    pub certificate: NewNodeCertificate,
     pub agent_version: String,
     pub gpu_backend: String,
     /// CPU (milli) and memory the node offers to jobs; 0 when not reported.
@@ -49,16 +55,14 @@ pub struct NodeRegistration {
 }
 
 pub trait NodeRepo {
-    /// Creates the node, or takes over the existing one of the same name with a new secret.
+    /// Creates the node, or takes over the existing one of the same name, when its
+    /// admission holds; records its new certificate. A bootstrap token is consumed, and
+    /// revokes the earlier certificates of a node it takes over.
     fn register_node(
         &self,
         ctx: &AuditContext,
         r: NodeRegistration,
     ) -> impl Future<Output = Result<Node, StoreError>> + Send;
-    fn node_by_secret_hash(
-        &self,
-        secret_hash: &str,
-    ) -> impl Future<Output = Result<Option<Node>, StoreError>> + Send;
     /// Renews the lease and, when given (it changed), replaces the reported inventory.
     fn heartbeat(
         &self,
@@ -141,6 +145,26 @@ async fn replace_gpus<C: ConnectionTrait>(
     Ok(())
 }
 
+/// Points the node at its newest certificate.
+pub(crate) async fn set_latest_serial<C: ConnectionTrait>(
+    db: &C,
+    node_id: &str,
+    serial: &str,
+) -> Result<(), StoreError> {
+    nodes::Entity::update(nodes::ActiveModel {
+        id: Set(node_id.to_owned()),
+        latest_cert_serial: Set(serial.to_owned()),
+        ..Default::default()
+    })
+    .exec(db)
+    .await
+    .map_err(|e| match e {
+        sea_orm::DbErr::RecordNotUpdated => StoreError::NotFound(format!("node {node_id}")),
+        e => e.into(),
+    })?;
+    Ok(())
+}
+
 impl Store {
     async fn gpus_of(&self, node_id: &str) -> Result<Vec<GpuDevice>, StoreError> {
         gpus::Entity::find()
@@ -168,11 +192,41 @@ impl NodeRepo for Store {
             .filter(nodes::Column::Name.eq(&r.name))
             .one(&txn)
             .await?;
+        match (&r.admission, &existing) {
+            (Admission::BootstrapToken { secret_hash }, _) => {
+                consume_bootstrap_token(&txn, secret_hash, &r.name, now).await?;
+                // Whoever held this name before is not trusted any more.
+                if let Some(m) = &existing {
+                    revoke_certificates(&txn, &m.id, now).await?;
+                }
+            }
+            (Admission::Certificate { serial }, Some(m)) => {
+                let current = node_certificates::Entity::find_by_id(serial.clone())
+                    .one(&txn)
+                    .await?
+                    .is_some_and(|c| {
+                        c.node_id == m.id && c.revoked_at.is_none() && now < c.expires_at
+                    });
+                if !current {
+                    return Err(StoreError::Refused(format!(
+                        "the certificate is not a current one of node {}",
+                        r.name
+                    )));
+                }
+            }
+            (Admission::Certificate { .. }, None) => {
+                return Err(StoreError::Refused(format!(
+                    "node {} is not registered",
+                    r.name
+                )));
+            }
+        }
+        let serial = r.certificate.serial.clone();
         let row = match existing {
             Some(m) => {
                 nodes::Entity::update(nodes::ActiveModel {
                     id: Set(m.id),
-                    secret_hash: Set(r.secret_hash),
+                    latest_cert_serial: Set(serial),
                     agent_version: Set(r.agent_version),
                     gpu_backend: Set(r.gpu_backend),
                     last_heartbeat_at: Set(now),
@@ -188,7 +242,7 @@ impl NodeRepo for Store {
                 nodes::Entity::insert(nodes::ActiveModel {
                     id: Set(new_id(self.clock.as_ref())),
                     name: Set(r.name),
-                    secret_hash: Set(r.secret_hash),
+                    latest_cert_serial: Set(serial),
                     agent_version: Set(r.agent_version),
                     gpu_backend: Set(r.gpu_backend),
                     registered_at: Set(now),
@@ -204,24 +258,13 @@ impl NodeRepo for Store {
             }
         };
         replace_gpus(&txn, &row.id, &r.gpus).await?;
+        insert_certificate(&txn, &row.id, r.certificate).await?;
         let node = to_domain(row, r.gpus);
         let event = AuditEvent::success(SYSTEM_LOG, "node.register", format!("node/{}", node.id))
             .after(&node);
         record(&txn, self, ctx, event).await?;
         txn.commit().await?;
         Ok(node)
-    }
-
-    async fn node_by_secret_hash(&self, secret_hash: &str) -> Result<Option<Node>, StoreError> {
-        let Some(m) = nodes::Entity::find()
-            .filter(nodes::Column::SecretHash.eq(secret_hash))
-            .one(&self.db)
-            .await?
-        else {
-            return Ok(None);
-        };
-        let gpus = self.gpus_of(&m.id).await?;
-        Ok(Some(to_domain(m, gpus)))
     }
 
     async fn heartbeat(

@@ -8,8 +8,9 @@ use allot_domain::{
 };
 use allot_store::testing::{Backend, TestDb};
 use allot_store::{
-    AuditRepo, IdentityRepo, JobFilter, JobRepo, JobUpdate, NewBinding, NewJob, NewToken,
-    NodeRegistration, NodeRepo, SignIn, Store, StoreError, TenantRepo, TenantScope, TokenRepo,
+    Admission, AuditRepo, EnrollmentRepo, IdentityRepo, JobFilter, JobRepo, JobUpdate, NewBinding,
+    NewBootstrapToken, NewJob, NewNodeCertificate, NewToken, NodeRegistration, NodeRepo, SignIn,
+    Store, StoreError, TenantRepo, TenantScope, TokenRepo,
 };
 use chrono::{Duration, TimeZone, Utc};
 
@@ -578,55 +579,189 @@ both_backends!(nodes_register_and_heartbeat, |store, clock| {
         healthy: true,
         degraded: false,
     };
+    let token = |hash: &str, ttl: i64| NewBootstrapToken {
+        secret_hash: hash.repeat(32),
+        description: "rack 4".into(),
+        expires_at: clock.now() + Duration::seconds(ttl),
+    };
+    let reg = |admission: Admission, serial: &str, gpus: Vec<GpuDevice>, version: &str| {
+        NodeRegistration {
+            cpu_milli: 64_000,
+            memory_bytes: 512 << 30,
+            name: "n1".into(),
+            admission,
+            certificate: NewNodeCertificate {
+                serial: serial.into(),
+                issued_at: clock.now(),
+                expires_at: clock.now() + Duration::hours(24),
+            },
+            agent_version: version.into(),
+            gpu_backend: "simulated".into(),
+            gpus,
+            lease_expires_at: clock.now() + Duration::seconds(15),
+        }
+    };
+    let by_token = |hash: &str| Admission::BootstrapToken {
+        secret_hash: hash.repeat(32),
+    };
+    let by_cert = |serial: &str| Admission::Certificate {
+        serial: serial.into(),
+    };
+    store
+        .create_bootstrap_token(&ctx(), token("t1", 3600))
+        .await
+        .expect("token");
+    store
+        .create_bootstrap_token(&ctx(), token("t2", 3600))
+        .await
+        .expect("token");
+    store
+        .create_bootstrap_token(&ctx(), token("t3", 3600))
+        .await
+        .expect("token");
+    store
+        .create_bootstrap_token(&ctx(), token("t0", -1))
+        .await
+        .expect("expired token");
+
+    // Neither an unknown nor an expired token, nor a certificate of a node never
+    // registered, admits anyone.
+    for admission in [by_token("xx"), by_token("t0"), by_cert("c0")] {
+        let refused = store
+            .register_node(&ctx(), reg(admission, "c0", vec![], "0.1.0"))
+            .await;
+        assert!(
+            matches!(refused, Err(StoreError::Refused(_))),
+            "{refused:?}"
+        );
+    }
     let node = store
         .register_node(
             &ctx(),
-            NodeRegistration {
-                cpu_milli: 64_000,
-                memory_bytes: 512 << 30,
-                name: "n1".into(),
-                secret_hash: "s1".repeat(32),
-                agent_version: "0.1.0".into(),
-                gpu_backend: "simulated".into(),
-                gpus: vec![gpu(0), gpu(1)],
-                lease_expires_at: clock.now() + Duration::seconds(15),
-            },
+            reg(by_token("t1"), "c1", vec![gpu(0), gpu(1)], "0.1.0"),
         )
         .await
         .expect("register");
     assert_eq!(node.gpus.len(), 2);
-    let found = store
-        .node_by_secret_hash(&"s1".repeat(32))
+    let cert = store
+        .node_certificate("c1")
         .await
-        .expect("find")
-        .expect("some");
-    assert_eq!(found, node);
+        .expect("read")
+        .expect("recorded");
+    assert_eq!(cert.node_id, node.id);
+    assert!(cert.current(clock.now()));
+    // The token is spent.
+    let reused = store
+        .register_node(&ctx(), reg(by_token("t1"), "c9", vec![], "0.1.0"))
+        .await;
+    assert!(matches!(reused, Err(StoreError::Refused(_))), "{reused:?}");
+    let listed = store.list_bootstrap_tokens().await.expect("list");
+    let t1 = listed
+        .iter()
+        .find(|t| t.used_by.as_deref() == Some("n1"))
+        .expect("used");
+    assert_eq!(t1.used_at, Some(clock.now()));
 
-    // Re-registering keeps the identity and rotates the secret.
+    // Re-registering with its certificate keeps the identity, and records the new one.
     let again = store
-        .register_node(
-            &ctx(),
-            NodeRegistration {
-                cpu_milli: 64_000,
-                memory_bytes: 512 << 30,
-                name: "n1".into(),
-                secret_hash: "s2".repeat(32),
-                agent_version: "0.1.1".into(),
-                gpu_backend: "simulated".into(),
-                gpus: vec![gpu(0)],
-                lease_expires_at: clock.now() + Duration::seconds(15),
-            },
-        )
+        .register_node(&ctx(), reg(by_cert("c1"), "c2", vec![gpu(0)], "0.1.1"))
         .await
         .expect("re-register");
     assert_eq!(again.id, node.id);
     assert!(
         store
-            .node_by_secret_hash(&"s1".repeat(32))
+            .node_certificate("c1")
             .await
-            .expect("find")
-            .is_none()
+            .expect("read")
+            .expect("kept")
+            .current(clock.now())
     );
+
+    // A new bootstrap token for the same name takes the node over: its earlier
+    // certificates stop authenticating.
+    store
+        .register_node(&ctx(), reg(by_token("t2"), "c3", vec![gpu(0)], "0.1.1"))
+        .await
+        .expect("taken over");
+    for old in ["c1", "c2"] {
+        let c = store
+            .node_certificate(old)
+            .await
+            .expect("read")
+            .expect("kept");
+        assert!(!c.current(clock.now()), "{old} still current");
+        let refused = store
+            .register_node(&ctx(), reg(by_cert(old), "c4", vec![], "0.1.1"))
+            .await;
+        assert!(
+            matches!(refused, Err(StoreError::Refused(_))),
+            "{refused:?}"
+        );
+    }
+    // Renewal adds a certificate; revoking the node revokes every current one.
+    store
+        .add_node_certificate(
+            &ctx(),
+            &node.id,
+            NewNodeCertificate {
+                serial: "c5".into(),
+                issued_at: clock.now(),
+                expires_at: clock.now() + Duration::hours(1),
+            },
+        )
+        .await
+        .expect("renewed");
+    assert_eq!(
+        store.revoke_node(&ctx(), &node.id).await.expect("revoked"),
+        2
+    );
+    assert!(
+        !store
+            .node_certificate("c5")
+            .await
+            .expect("read")
+            .expect("kept")
+            .current(clock.now())
+    );
+    assert!(matches!(
+        store.revoke_node(&ctx(), "missing").await,
+        Err(StoreError::NotFound(_))
+    ));
+    let t3 = store
+        .list_bootstrap_tokens()
+        .await
+        .expect("list")
+        .into_iter()
+        .find(|t| t.used_at.is_none() && t.expires_at > clock.now())
+        .expect("t3");
+    store
+        .delete_bootstrap_token(&ctx(), &t3.id)
+        .await
+        .expect("deleted");
+    let gone = store
+        .register_node(&ctx(), reg(by_token("t3"), "c6", vec![], "0.1.1"))
+        .await;
+    assert!(matches!(gone, Err(StoreError::Refused(_))), "{gone:?}");
+    // The registration that took the node over with token t2 is the one in force.
+    store
+        .register_node(
+            &ctx(),
+            NodeRegistration {
+                name: "n1".into(),
+                ..reg(by_token("t2"), "c7", vec![], "0.1.1")
+            },
+        )
+        .await
+        .expect_err("t2 is spent");
+    let node = store.node(&node.id).await.expect("node");
+    store
+        .heartbeat(
+            &node.id,
+            Some(vec![gpu(0), gpu(1)]),
+            clock.now() + Duration::seconds(15),
+        )
+        .await
+        .expect("heartbeat");
 
     clock.advance(Duration::seconds(5));
     let mut sick = gpu(0);

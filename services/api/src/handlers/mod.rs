@@ -2,6 +2,7 @@
 
 pub mod audit;
 pub mod bindings;
+pub mod enrollment;
 mod grant;
 pub mod health;
 pub mod jobs;

@@ -43,7 +43,7 @@ pub async fn get(
 }
 
 /// The node named by `key`: its id, or its name.
-async fn find(state: &AppState, key: &str) -> Result<allot_domain::Node, ApiError> {
+pub(crate) async fn find(state: &AppState, key: &str) -> Result<allot_domain::Node, ApiError> {
     match state.store.node(key).await {
         Ok(n) => Ok(n),
         Err(allot_store::StoreError::NotFound(_)) => state

@@ -10,16 +10,20 @@ use tokio_util::sync::CancellationToken;
 
 #[derive(Debug, Args)]
 pub struct AgentArgs {
-    /// The control plane's gRPC endpoint.
+    /// The control plane's gRPC endpoint (mutual TLS).
     #[arg(
         long,
         env = "ALLOT_AGENT_SERVER",
-        default_value = "http://127.0.0.1:7070"
+        default_value = "https://127.0.0.1:7070"
     )]
     server: String,
-    /// The bootstrap token from the control plane (<data-dir>/join.token there).
-    #[arg(long, env = "ALLOT_JOIN_TOKEN", hide_env_values = true)]
-    join_token: String,
+    /// The control plane's node CA certificate (its <data-dir>/pki/ca.pem).
+    #[arg(long, env = "ALLOT_CA_CERT")]
+    ca_cert: PathBuf,
+    /// A one-time bootstrap token (`allot node bootstrap-token create`), needed until the
+    /// node has its certificate (kept in <data-dir>/identity/ and renewed automatically).
+    #[arg(long, env = "ALLOT_BOOTSTRAP_TOKEN", hide_env_values = true)]
+    bootstrap_token: Option<String>,
     /// Node name; the host name when absent.
     #[arg(long, env = "ALLOT_NODE_NAME")]
     name: Option<String>,
@@ -61,9 +65,12 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
         .with_context(|| format!("--sim-gpus {}", args.sim_gpus))?
         .with_fault_dir(args.data_dir.join("sim-faults"));
     let stop = CancellationToken::new();
+    let ca_cert_pem = std::fs::read_to_string(&args.ca_cert)
+        .with_context(|| format!("--ca-cert: reading {}", args.ca_cert.display()))?;
     let config = AgentConfig {
         server: args.server,
-        join_token: args.join_token,
+        ca_cert_pem,
+        bootstrap_token: args.bootstrap_token.filter(|t| !t.trim().is_empty()),
         node_name: name,
         data_dir: args.data_dir,
         stop_grace: Duration::from_secs(args.stop_grace_secs),

@@ -108,8 +108,8 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     SimBackend::from_spec(&args.sim_gpus, "check")
         .with_context(|| format!("--sim-gpus {}", args.sim_gpus))?;
     let database_url = crate::cmd::server::sqlite_url(&args.data_dir)?;
-    let join_token = allot_api::secret::generate("allot_join_");
-    let mut config = ServerConfig::new(database_url, join_token.clone());
+    let mut config = ServerConfig::new(database_url);
+    config.node_ca = allot_server::pki::NodeCaSource::Dir(args.data_dir.join("pki"));
     config.http_listen = args.listen;
     config.grpc_listen = args.grpc_listen;
     config.metrics_listen = args.metrics_listen;
@@ -136,9 +136,24 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         // `touch <node dir>/sim-faults/xid-<gpu>-<code>` injects an XID.
         let backend = SimBackend::from_spec(&args.sim_gpus, &name)?
             .with_fault_dir(node_dir.join("sim-faults"));
+        // Each embedded agent joins as an operator's would: with a one-time token the first
+        // time, with the certificate it then keeps in its directory after that.
+        let bootstrap_token = if allot_agent::identity::load(&node_dir, &name)?.is_some() {
+            None
+        } else {
+            let (token, _) = allot_api::issue_bootstrap_token(
+                &server.store,
+                &allot_domain::AuditContext::system("allot-dev"),
+                &format!("allot dev: {name}"),
+                allot_api::DEFAULT_BOOTSTRAP_TTL,
+            )
+            .await?;
+            Some(token)
+        };
         let cfg = AgentConfig {
             server: server.grpc_url(),
-            join_token: join_token.clone(),
+            ca_cert_pem: server.node_ca_pem.clone(),
+            bootstrap_token,
             node_name: name.clone(),
             data_dir: node_dir,
             stop_grace: Duration::from_secs(5),

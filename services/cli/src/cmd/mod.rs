@@ -18,22 +18,11 @@ use anyhow::Context;
 
 /// Writes a secret to a file only its owner can read.
 pub fn write_secret(path: &Path, secret: &str) -> anyhow::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(path)
-        .with_context(|| format!("writing {}", path.display()))?;
-    // The mode above applies only on creation; tighten a file that already existed.
-    std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
-    writeln!(f, "{secret}")?;
-    Ok(())
+    allot_pki::write_private(path, &format!("{secret}\n"))
+        .with_context(|| format!("writing {}", path.display()))
 }
 
 /// Reads a secret file written by [`write_secret`], if present.

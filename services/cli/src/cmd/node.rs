@@ -1,4 +1,6 @@
-use allot_api::views::NodeView;
+use allot_api::views::{
+    BootstrapTokenView, CreateBootstrapToken, CreatedBootstrapToken, NodeView, RevokedNode,
+};
 use allot_domain::format_bytes;
 use clap::Subcommand;
 
@@ -38,6 +40,35 @@ pub enum NodeCmd {
         #[arg(long)]
         gpu: Option<String>,
     },
+    /// Revoke a node's certificates: its calls stop at once, its jobs are requeued when its
+    /// lease lapses, and it rejoins only with a new bootstrap token. Platform admins.
+    Revoke {
+        /// Node id or name.
+        node: String,
+    },
+    /// One-time tokens new nodes register with. Platform admins.
+    #[command(subcommand, name = "bootstrap-token")]
+    BootstrapToken(BootstrapTokenCmd),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum BootstrapTokenCmd {
+    /// Create a token; its secret is printed once (pass it to `allot agent --bootstrap-token`).
+    Create {
+        /// What it is for, e.g. "rack 4".
+        #[arg(long, default_value = "")]
+        description: String,
+        /// Minutes until it expires (at most 7 days).
+        #[arg(long, default_value_t = 60)]
+        ttl_minutes: u64,
+    },
+    /// List tokens (never their secrets), newest first.
+    List {
+        #[arg(short, long, value_enum, default_value_t)]
+        output: Format,
+    },
+    /// Delete a token: it admits no one from now on.
+    Delete { id: String },
 }
 
 fn health(g: &allot_api::views::GpuView) -> &str {
@@ -120,7 +151,71 @@ pub async fn run(client: &Client, cmd: NodeCmd) -> anyhow::Result<()> {
             };
             admin(client, &path).await
         }
+        NodeCmd::Revoke { node } => {
+            let r: RevokedNode = client
+                .call::<(), _>(
+                    reqwest::Method::POST,
+                    &format!("/api/v1/nodes/{node}/revoke"),
+                    None,
+                )
+                .await?;
+            println!(
+                "node {} revoked ({} certificate(s)); it rejoins only with a new bootstrap token",
+                r.node.name, r.certificates_revoked
+            );
+            Ok(())
+        }
+        NodeCmd::BootstrapToken(cmd) => bootstrap_token(client, cmd).await,
     }
+}
+
+async fn bootstrap_token(client: &Client, cmd: BootstrapTokenCmd) -> anyhow::Result<()> {
+    const PATH: &str = "/api/v1/bootstrap-tokens";
+    match cmd {
+        BootstrapTokenCmd::Create {
+            description,
+            ttl_minutes,
+        } => {
+            let body = CreateBootstrapToken {
+                description,
+                expires_in_seconds: Some(ttl_minutes.saturating_mul(60)),
+            };
+            let t: CreatedBootstrapToken = client
+                .call(reqwest::Method::POST, PATH, Some(&body))
+                .await?;
+            eprintln!(
+                "bootstrap token {} (expires {}); one node can register with it, once:",
+                t.token.id,
+                t.token.expires_at.to_rfc3339()
+            );
+            println!("{}", t.secret);
+        }
+        BootstrapTokenCmd::List { output } => {
+            let tokens: Vec<BootstrapTokenView> = client.get(PATH, &[]).await?;
+            print(output, &tokens, |tokens| {
+                let rows: Vec<_> = tokens
+                    .iter()
+                    .map(|t| {
+                        vec![
+                            t.id.clone(),
+                            t.description.clone(),
+                            t.expires_at.to_rfc3339(),
+                            crate::cmd::when(t.used_at),
+                            crate::cmd::opt(t.used_by.as_ref()),
+                        ]
+                    })
+                    .collect();
+                table(&["ID", "DESCRIPTION", "EXPIRES", "USED", "USED BY"], &rows)
+            })?;
+        }
+        BootstrapTokenCmd::Delete { id } => {
+            let t: BootstrapTokenView = client
+                .call::<(), _>(reqwest::Method::DELETE, &format!("{PATH}/{id}"), None)
+                .await?;
+            println!("bootstrap token {} deleted", t.id);
+        }
+    }
+    Ok(())
 }
 
 async fn admin(client: &Client, path: &str) -> anyhow::Result<()> {

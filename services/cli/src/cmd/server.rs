@@ -27,9 +27,8 @@ pub struct ServerArgs {
     /// internal network). See docs/metrics.md.
     #[arg(long, env = "ALLOT_METRICS_LISTEN", default_value = "127.0.0.1:9464")]
     metrics_listen: SocketAddr,
-    /// Bootstrap token agents register with; generated into <data-dir>/join.token when absent.
-    #[arg(long, env = "ALLOT_JOIN_TOKEN", hide_env_values = true)]
-    join_token: Option<String>,
+    #[command(flatten)]
+    agents: AgentTlsArgs,
     /// A directory with `allot.cedarschema` and `*.cedar` policies that replace the shipped
     /// authorization policies (they must validate, or the server does not start).
     #[arg(long, env = "ALLOT_POLICY_DIR")]
@@ -47,6 +46,32 @@ pub struct ServerArgs {
     audit: AuditArgs,
     #[command(flatten)]
     scheduler: SchedulerArgs,
+}
+
+/// How agents reach the control plane: mutual TLS with the node CA in <data-dir>/pki/.
+#[derive(Debug, clap::Args)]
+pub struct AgentTlsArgs {
+    /// A host name or IP address agents reach the gRPC port by, for its certificate
+    /// (repeatable; this host's name and the loopback addresses are always included).
+    #[arg(long = "grpc-name", env = "ALLOT_GRPC_NAMES", value_delimiter = ',')]
+    grpc_names: Vec<String>,
+    /// Hours a node certificate is valid; agents renew theirs two thirds of the way through.
+    #[arg(long, env = "ALLOT_NODE_CERT_HOURS", default_value_t = 24,
+        value_parser = clap::value_parser!(u64).range(1..=24 * 90))]
+    node_cert_hours: u64,
+}
+
+impl AgentTlsArgs {
+    pub fn apply(&self, data_dir: &Path, config: &mut ServerConfig) {
+        config.node_ca = allot_server::pki::NodeCaSource::Dir(data_dir.join("pki"));
+        config.grpc_names.extend(self.grpc_names.iter().cloned());
+        if let Ok(host) = nix::unistd::gethostname()
+            && let Ok(host) = host.into_string()
+        {
+            config.grpc_names.push(host);
+        }
+        config.node_cert_ttl = std::time::Duration::from_secs(self.node_cert_hours * 3600);
+    }
 }
 
 /// Bearer JWTs from the organisation's OpenID Connect provider, and what their claims grant.
@@ -263,17 +288,8 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
         Some(u) => u,
         None => sqlite_url(&args.data_dir)?,
     };
-    let join_path = args.data_dir.join("join.token");
-    let join_token = match args.join_token.or_else(|| read_secret(&join_path)) {
-        Some(t) => t,
-        None => {
-            let t = allot_api::secret::generate("allot_join_");
-            write_secret(&join_path, &t)?;
-            eprintln!("Agent join token written to {}", join_path.display());
-            t
-        }
-    };
-    let mut config = ServerConfig::new(database_url, join_token);
+    let mut config = ServerConfig::new(database_url);
+    args.agents.apply(&args.data_dir, &mut config);
     config.http_listen = args.listen;
     config.grpc_listen = args.grpc_listen;
     config.metrics_listen = Some(args.metrics_listen);
@@ -301,9 +317,10 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
         );
     }
     println!(
-        "Allot API on {}, agent gRPC on {}",
+        "Allot API on {}, agent gRPC (mutual TLS) on {}; agents trust {}",
         server.http_url(),
-        server.grpc_url()
+        server.grpc_url(),
+        args.data_dir.join("pki").join("ca.pem").display()
     );
     crate::shutdown_signal().await;
     eprintln!("shutting down");

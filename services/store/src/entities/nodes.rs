@@ -7,8 +7,10 @@ pub struct Model {
     pub id: String,
     #[sea_orm(unique)]
     pub name: String,
-    #[sea_orm(unique)]
-    pub secret_hash: String,
+    /// The serial of the node's latest certificate. (The column once held the hash of a
+    /// node secret, which certificates replaced.)
+    #[sea_orm(unique, column_name = "secret_hash")]
+    pub latest_cert_serial: String,
     pub agent_version: String,
     pub gpu_backend: String,
     pub registered_at: DateTimeUtc,

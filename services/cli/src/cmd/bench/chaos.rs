@@ -132,6 +132,8 @@ impl Link {
 struct Node {
     name: String,
     data_dir: PathBuf,
+    /// The node's one-time bootstrap token.
+    bootstrap_token: String,
     link: Link,
     agent: Option<tokio::process::Child>,
 }
@@ -139,7 +141,8 @@ struct Node {
 #[derive(Clone)]
 struct Agents {
     exe: PathBuf,
-    join_token: String,
+    /// The control plane's node CA certificate.
+    ca_cert: PathBuf,
     sim_gpus: String,
 }
 
@@ -151,8 +154,11 @@ impl Agents {
             .open(node.data_dir.with_extension("log"))?;
         tokio::process::Command::new(&self.exe)
             .arg("agent")
-            .args(["--server", &format!("http://{}", node.link.addr)])
-            .args(["--join-token", &self.join_token])
+            .args(["--server", &format!("https://{}", node.link.addr)])
+            .arg("--ca-cert")
+            .arg(&self.ca_cert)
+            // Used by the first start only: later ones present the saved certificate.
+            .args(["--bootstrap-token", &node.bootstrap_token])
             .args(["--name", &node.name])
             .args(["--sim-gpus", &self.sim_gpus])
             .arg("--data-dir")
@@ -292,11 +298,10 @@ pub async fn run(args: &ChaosBench) -> anyhow::Result<()> {
         }
         None => dir.path().canonicalize()?,
     };
-    let join_token = format!("chaos-{}", uuid::Uuid::new_v4().simple());
-    let mut config = ServerConfig::new(
-        format!("sqlite://{}?mode=rwc", root.join("allot.db").display()),
-        join_token.clone(),
-    );
+    let mut config = ServerConfig::new(format!(
+        "sqlite://{}?mode=rwc",
+        root.join("allot.db").display()
+    ));
     config.lease = lease;
     config.heartbeat_interval = lease / 5;
     config.schedule_interval = Duration::from_millis(100);
@@ -317,7 +322,11 @@ pub async fn run(args: &ChaosBench) -> anyhow::Result<()> {
 
     let agents = Agents {
         exe: std::env::current_exe().context("locating the allot binary")?,
-        join_token,
+        ca_cert: {
+            let path = root.join("node-ca.pem");
+            std::fs::write(&path, &server.node_ca_pem)?;
+            path
+        },
         sim_gpus: args.sim_gpus.clone(),
     };
     let mut nodes = Vec::with_capacity(args.nodes);
@@ -325,9 +334,17 @@ pub async fn run(args: &ChaosBench) -> anyhow::Result<()> {
         let name = format!("chaos-{i:03}");
         let data_dir = root.join(&name);
         std::fs::create_dir_all(&data_dir)?;
+        let (bootstrap_token, _) = allot_api::issue_bootstrap_token(
+            &server.store,
+            &allot_domain::AuditContext::system("chaos"),
+            &name,
+            Duration::from_secs(3600),
+        )
+        .await?;
         let mut node = Node {
             name,
             data_dir,
+            bootstrap_token,
             link: Link::start(server.grpc_addr).await?,
             agent: None,
         };
