@@ -1,10 +1,14 @@
 //! GPU backends: what GPUs a node has and how healthy they are.
 //!
 //! The agent talks to GPUs only through [`GpuBackend`]. The simulated backend serves
-//! development and tests; the NVML backend for real machines plugs in behind the same trait.
+//! development and tests; the NVML backend drives real machines behind the same trait.
 
+mod nvml;
+mod nvml_raw;
 mod sim;
 
+pub use nvml::{GpuReport, MachineReport, NvmlBackend};
+pub use nvml_raw::{GiProfile, RemappedRows};
 pub use sim::{SimBackend, SimSpecError, XID_FILE_PREFIX};
 
 use serde::{Deserialize, Serialize};

@@ -89,6 +89,9 @@ enum Command {
     /// Schema administration: migrations and the PostgreSQL application role.
     #[command(subcommand)]
     Db(cmd::db::DbCmd),
+    /// This machine's GPUs, as the agent's NVML backend sees them.
+    #[command(subcommand)]
+    Gpu(cmd::gpu::GpuCmd),
 }
 
 /// Resolves on Ctrl-C or SIGTERM.
@@ -123,6 +126,7 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Audit(c) => cmd::audit::run(client, c).await,
         Command::Bench(c) => cmd::bench::run(c).await.map(|()| 0),
         Command::Db(c) => cmd::db::run(c).await.map(|()| 0),
+        Command::Gpu(c) => cmd::gpu::run(c).await,
     }
 }
 

@@ -2,7 +2,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use allot_agent::gpu::SimBackend;
+use allot_agent::gpu::{GpuBackend, NvmlBackend, SimBackend};
 use allot_agent::{AgentConfig, NodeResources};
 use anyhow::Context;
 use clap::Args;
@@ -27,8 +27,11 @@ pub struct AgentArgs {
     /// Node name; the host name when absent.
     #[arg(long, env = "ALLOT_NODE_NAME")]
     name: Option<String>,
-    /// Simulated GPUs, e.g. 8xH200 or 2xH200,1xT4. (The NVML backend for real GPUs comes
-    /// with the node-agent work; until then the agent always simulates.)
+    /// Where GPUs come from: `nvml` (this machine's, through the NVIDIA driver), `sim`
+    /// (simulated, see --sim-gpus), or `auto` (NVML when the driver loads, else simulated).
+    #[arg(long, env = "ALLOT_GPU_BACKEND", value_enum, default_value_t = BackendChoice::Auto)]
+    gpu_backend: BackendChoice,
+    /// Simulated GPUs, e.g. 8xH200 or 2xH200,1xT4.
     #[arg(long, default_value = "8xH200")]
     sim_gpus: String,
     /// Job directories and logs.
@@ -49,6 +52,22 @@ pub struct AgentArgs {
     metrics_listen: Option<std::net::SocketAddr>,
 }
 
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum BackendChoice {
+    Auto,
+    Nvml,
+    Sim,
+}
+
+fn sim(args: &AgentArgs, name: &str) -> anyhow::Result<Arc<dyn GpuBackend>> {
+    // Faults are injected by dropping files there (see `allot_agent::gpu::XID_FILE_PREFIX`).
+    Ok(Arc::new(
+        SimBackend::from_spec(&args.sim_gpus, name)
+            .with_context(|| format!("--sim-gpus {}", args.sim_gpus))?
+            .with_fault_dir(args.data_dir.join("sim-faults")),
+    ))
+}
+
 fn host_name() -> anyhow::Result<String> {
     let name = nix::unistd::gethostname().context("reading the host name")?;
     name.into_string()
@@ -56,14 +75,24 @@ fn host_name() -> anyhow::Result<String> {
 }
 
 pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
-    let name = match args.name {
+    let name = match args.name.clone() {
         Some(n) => n,
         None => host_name()?,
     };
-    // Faults are injected by dropping files there (see `allot_agent::gpu::XID_FILE_PREFIX`).
-    let backend = SimBackend::from_spec(&args.sim_gpus, &name)
-        .with_context(|| format!("--sim-gpus {}", args.sim_gpus))?
-        .with_fault_dir(args.data_dir.join("sim-faults"));
+    let backend: Arc<dyn GpuBackend> = match args.gpu_backend {
+        BackendChoice::Nvml => Arc::new(NvmlBackend::start().context("--gpu-backend nvml")?),
+        BackendChoice::Auto => match NvmlBackend::start() {
+            Ok(b) => {
+                tracing::info!("GPUs through NVML");
+                Arc::new(b)
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "no NVIDIA driver: simulating {}", args.sim_gpus);
+                sim(&args, &name)?
+            }
+        },
+        BackendChoice::Sim => sim(&args, &name)?,
+    };
     let stop = CancellationToken::new();
     let ca_cert_pem = std::fs::read_to_string(&args.ca_cert)
         .with_context(|| format!("--ca-cert: reading {}", args.ca_cert.display()))?;
@@ -83,7 +112,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
         },
         metrics_listen: args.metrics_listen,
     };
-    let agent = tokio::spawn(allot_agent::run(config, Arc::new(backend), stop.clone()));
+    let agent = tokio::spawn(allot_agent::run(config, backend, stop.clone()));
     crate::shutdown_signal().await;
     eprintln!("shutting down: stopping jobs");
     stop.cancel();

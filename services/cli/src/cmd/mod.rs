@@ -6,6 +6,7 @@ pub mod audit;
 pub mod bench;
 pub mod db;
 pub mod dev;
+pub mod gpu;
 pub mod job;
 pub mod node;
 pub mod server;
