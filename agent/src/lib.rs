@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use allot_proto::NodeServiceClient;
 use allot_proto::v1::{
-    Cancel, Gpu, HeartbeatRequest, JobPhase, JobStatusReport, Launch, RegisterRequest,
+    Cancel, Gpu, HeartbeatRequest, JobPhase, JobStatusReport, Launch, Partition, RegisterRequest,
     RenewCertificateRequest, WatchAssignmentsRequest, assignment::Kind,
 };
 use tokio::sync::mpsc;
@@ -192,19 +192,81 @@ impl Agent {
     fn gpus(&self) -> Result<Vec<Gpu>, AgentError> {
         let drained = self.lock_drained().clone();
         let degraded = self.lock_degraded().clone();
-        Ok(self
-            .backend
-            .inventory()?
-            .into_iter()
-            .map(|g| Gpu {
+        let mut out = Vec::new();
+        for g in self.backend.inventory()? {
+            let mig = match self.backend.mig() {
+                Some(m) => m.mig_instances(g.index)?,
+                None => None,
+            };
+            out.push(Gpu {
                 healthy: g.healthy && !drained.contains(&g.uuid),
                 degraded: g.degraded || degraded.contains(&g.uuid),
+                mig_enabled: mig.is_some(),
+                mig_instances: mig
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|i| allot_proto::v1::MigInstance {
+                        profile: i.profile,
+                        start: u32::from(i.start),
+                        uuid: i.uuid,
+                    })
+                    .collect(),
                 uuid: g.uuid,
                 index: g.index,
                 model: g.model,
                 memory_bytes: g.memory_bytes,
-            })
-            .collect())
+            });
+        }
+        Ok(out)
+    }
+
+    /// The MIG instance UUIDs on the GPU with this index (a fault there stops their jobs).
+    fn mig_uuids(&self, index: u32) -> Vec<String> {
+        self.backend
+            .mig()
+            .and_then(|m| m.mig_instances(index).ok().flatten())
+            .unwrap_or_default()
+            .into_iter()
+            .map(|i| i.uuid)
+            .collect()
+    }
+
+    /// Gives a GPU the MIG layout the control plane asked for, refusing to destroy an
+    /// instance a job runs on; the next heartbeat reports the result.
+    fn partition(&self, p: Partition) {
+        let Some(mig) = self.backend.mig() else {
+            tracing::warn!(gpu = %p.gpu_uuid, "asked to partition, but this backend has no MIG");
+            return;
+        };
+        let gpu = match self.backend.inventory() {
+            Ok(inv) => inv.into_iter().find(|g| g.uuid == p.gpu_uuid),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read GPU inventory");
+                return;
+            }
+        };
+        let Some(gpu) = gpu else {
+            tracing::warn!(gpu = %p.gpu_uuid, "asked to partition a GPU this node does not have");
+            return;
+        };
+        let layout: Vec<(u32, u8)> = p
+            .layout
+            .iter()
+            .map(|m| (m.profile, u8::try_from(m.start).unwrap_or(u8::MAX)))
+            .collect();
+        let held: HashSet<String> = self
+            .lock_jobs()
+            .running
+            .values()
+            .flat_map(|j| j.gpus.iter().cloned())
+            .collect();
+        let store = mig::LayoutStore::new(&self.cfg.data_dir);
+        match mig::apply(mig, &store, &gpu, &layout, &|uuid| held.contains(uuid)) {
+            Ok(actual) => {
+                tracing::info!(gpu = %gpu.uuid, instances = actual.len(), "MIG layout applied")
+            }
+            Err(e) => tracing::warn!(gpu = %gpu.uuid, error = %e, "MIG layout not applied"),
+        }
     }
 
     fn running_ids(&self) -> Vec<String> {
@@ -415,6 +477,9 @@ impl Agent {
                     tracing::warn!(index, code, "XID on a GPU the backend does not list");
                     continue;
                 };
+                // Jobs on the GPU's MIG instances share its fate.
+                let mut affected = self.mig_uuids(index);
+                affected.push(uuid.clone());
                 let what = format!("{} on GPU {uuid}", allot_domain::xid::describe(code));
                 let class = allot_domain::classify_xid(code);
                 self.metrics.xid(&uuid, code, metrics::xid_class(class));
@@ -441,7 +506,7 @@ impl Agent {
                 };
                 tracing::warn!(%what, ?reason, "GPU fault");
                 for (id, job) in &self.lock_jobs().running {
-                    if job.gpus.contains(&uuid) {
+                    if job.gpus.iter().any(|g| affected.contains(g)) {
                         tracing::warn!(job = %id, attempt = job.attempt, %what, "stopping the job");
                         job.signal.stop_with(reason, what.clone());
                     }
@@ -631,6 +696,7 @@ impl Agent {
                 Ok(Some(a)) => match a.kind {
                     Some(Kind::Launch(l)) => self.launch(l, tasks),
                     Some(Kind::Cancel(c)) => self.cancel(c),
+                    Some(Kind::Partition(p)) => self.partition(p),
                     None => tracing::warn!("empty assignment ignored"),
                 },
                 Ok(None) => {

@@ -14,6 +14,7 @@ mod m20261202_000001_identity;
 mod m20261202_000002_sessions;
 mod m20261202_000003_gpu_degraded;
 mod m20261203_000001_node_enrollment;
+mod m20261203_000002_mig;
 mod roles;
 
 pub use roles::{APPEND_ONLY_TABLES, BadRoleName, postgres_app_role_grants};
@@ -35,6 +36,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261202_000002_sessions::Migration),
             Box::new(m20261202_000003_gpu_degraded::Migration),
             Box::new(m20261203_000001_node_enrollment::Migration),
+            Box::new(m20261203_000002_mig::Migration),
         ]
     }
 }

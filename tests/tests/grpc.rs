@@ -30,6 +30,7 @@ fn register_req(token: &str, name: &str, csr_pem: &str) -> RegisterRequest {
             memory_bytes: 141 << 30,
             healthy: true,
             degraded: false,
+            ..Default::default()
         }],
         running_job_ids: vec![],
         cpu_milli: 8000,

@@ -1,4 +1,5 @@
-//! Simulated GPUs, described as `8xH200` or `2xH200,1xT4`.
+//! Simulated GPUs, described as `8xH200` or `2xH200,1xT4`; `2xH200:mig` puts them in MIG
+//! mode (boards with a MIG geometry only), as an administrator would a real GPU.
 
 use std::sync::Mutex;
 
@@ -31,6 +32,8 @@ pub enum SimSpecError {
     Model { model: String, known: String },
     #[error("GPU count in `{0}` must be between 0 and 64")]
     Count(String),
+    #[error("`{0}`: only A100, H100 and H200 boards have MIG")]
+    NoMig(String),
 }
 
 /// Files named `xid-<gpu index>-<code>` in the fault directory inject an XID (each is
@@ -54,6 +57,7 @@ impl SimBackend {
     /// stable across restarts and distinct across nodes.
     pub fn from_spec(spec: &str, node_name: &str) -> Result<Self, SimSpecError> {
         let mut gpus = Vec::new();
+        let mut mig_modes = Vec::new();
         for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
             let (count, model) = part
                 .split_once(['x', 'X'])
@@ -65,7 +69,11 @@ impl SimBackend {
             if count > 64 {
                 return Err(SimSpecError::Count(part.to_owned()));
             }
-            let model = model.trim();
+            let (model, mig_mode) = match model.trim().split_once(':') {
+                Some((m, flag)) if flag.eq_ignore_ascii_case("mig") => (m.trim(), true),
+                Some(_) => return Err(SimSpecError::Shape(part.to_owned())),
+                None => (model.trim(), false),
+            };
             let &(name, memory) = MODELS
                 .iter()
                 .find(|(m, _)| m.eq_ignore_ascii_case(model))
@@ -75,6 +83,7 @@ impl SimBackend {
                 })?;
             for _ in 0..count {
                 let index = u32::try_from(gpus.len()).unwrap_or(u32::MAX);
+                mig_modes.push(mig_mode);
                 gpus.push(GpuInfo {
                     uuid: sim_uuid(node_name, index),
                     index,
@@ -87,8 +96,13 @@ impl SimBackend {
         }
         let mig = gpus
             .iter()
-            .map(|g| mig_geometry(g).map(|_| Vec::new()))
-            .collect();
+            .zip(&mig_modes)
+            .map(|(g, &on)| match (on, mig_geometry(g)) {
+                (true, Some(_)) => Ok(Some(Vec::new())),
+                (true, None) => Err(SimSpecError::NoMig(g.model.clone())),
+                (false, _) => Ok(None),
+            })
+            .collect::<Result<_, _>>()?;
         Ok(Self {
             gpus: Mutex::new(gpus),
             mig: Mutex::new(mig),
@@ -298,6 +312,21 @@ mod tests {
         let uuid = |x: &SimBackend| x.inventory().expect("inv")[0].uuid.clone();
         assert_ne!(uuid(&a), uuid(&b));
         assert_eq!(uuid(&a), uuid(&a2));
+    }
+
+    #[test]
+    fn mig_mode_is_chosen_per_gpu_and_only_where_the_board_has_mig() {
+        let b = SimBackend::from_spec("1xH200:mig,1xH200", "n").expect("valid");
+        assert_eq!(b.mig_instances(0).expect("read"), Some(Vec::new()));
+        assert_eq!(b.mig_instances(1).expect("read"), None);
+        assert!(matches!(
+            SimBackend::from_spec("1xT4:mig", "n"),
+            Err(SimSpecError::NoMig(_))
+        ));
+        assert!(matches!(
+            SimBackend::from_spec("1xH200:turbo", "n"),
+            Err(SimSpecError::Shape(_))
+        ));
     }
 
     #[test]

@@ -5,10 +5,10 @@ use crate::gpu::{GpuBackend, SimBackend};
 
 /// The simulator's models with MIG, one per supported board.
 const BOARDS: [(&str, &str); 4] = [
-    ("1xA100-40GB", "A100-40GB"),
-    ("1xA100-80GB", "A100-80GB"),
-    ("1xH100", "H100-80GB"),
-    ("1xH200", "H200-141GB"),
+    ("1xA100-40GB:mig", "A100-40GB"),
+    ("1xA100-80GB:mig", "A100-80GB"),
+    ("1xH100:mig", "H100-80GB"),
+    ("1xH200:mig", "H200-141GB"),
 ];
 
 fn one_gpu(spec: &str) -> (SimBackend, GpuInfo) {
@@ -53,7 +53,7 @@ fn every_valid_layout_is_reachable_on_every_board() {
 
 #[test]
 fn invalid_layouts_are_refused_and_change_nothing() {
-    let (b, gpu) = one_gpu("1xH200");
+    let (b, gpu) = one_gpu("1xH200:mig");
     let before = reconcile(&b, &gpu, &[(9, 0)], &idle).expect("one 3g.71gb");
     let refused: [&[(u32, u8)]; 5] = [
         &[(9, 0), (9, 2)],   // 3g starts only at 0 or 4
@@ -79,7 +79,7 @@ fn invalid_layouts_are_refused_and_change_nothing() {
 
 #[test]
 fn an_instance_running_a_job_is_not_destroyed() {
-    let (b, gpu) = one_gpu("1xA100-80GB");
+    let (b, gpu) = one_gpu("1xA100-80GB:mig");
     let actual = reconcile(&b, &gpu, &[(19, 0), (19, 1)], &idle).expect("two 1g");
     let running = actual[0].uuid.clone();
     let err = reconcile(&b, &gpu, &[(0, 0)], &|uuid: &str| uuid == running).expect_err("busy");
@@ -104,13 +104,13 @@ fn an_instance_running_a_job_is_not_destroyed() {
 fn stored_layouts_are_recreated_after_a_restart() {
     let dir = tempfile::tempdir().expect("temp dir");
     let store = LayoutStore::new(dir.path());
-    let (b, gpu) = one_gpu("1xH100");
+    let (b, gpu) = one_gpu("1xH100:mig");
     let layout = vec![(14, 0), (14, 2), (19, 4), (19, 5), (19, 6)];
     let before = apply(&b, &store, &gpu, &layout, &idle).expect("applied");
 
     // A new agent process: the simulated GPU starts with no instances.
     let (fresh, gpus) = {
-        let (b, gpu) = one_gpu("1xH100");
+        let (b, gpu) = one_gpu("1xH100:mig");
         (b, vec![gpu])
     };
     assert_eq!(fresh.mig_instances(0).expect("read"), Some(Vec::new()));

@@ -44,7 +44,7 @@ fn default_weight() -> u32 {
 /// A tenant's share: held for it while it asks (`guaranteed`, lent to others while idle and
 /// reclaimed by preempting borrowers), never exceeded (`limit`), its weight among tenants
 /// competing for spare capacity, and the least isolation its jobs run at.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct QuotaBody {
     #[serde(default)]
@@ -59,6 +59,10 @@ pub struct QuotaBody {
     #[serde(default)]
     #[schema(value_type = String, example = "shared")]
     pub min_isolation: Isolation,
+    /// The most MIG instances of each profile (by name, e.g. `1g.18gb`) the tenant and its
+    /// teams hold at once; a profile not named is unlimited.
+    #[serde(default)]
+    pub mig_limits: std::collections::BTreeMap<String, u32>,
 }
 
 impl Default for QuotaBody {
@@ -85,6 +89,7 @@ impl From<QuotaBody> for Quota {
             },
             weight: q.weight,
             min_isolation: q.min_isolation,
+            mig_limits: q.mig_limits,
         }
     }
 }
@@ -107,6 +112,7 @@ impl From<Quota> for QuotaBody {
             },
             weight: q.weight,
             min_isolation: q.min_isolation,
+            mig_limits: q.mig_limits,
         }
     }
 }
@@ -215,12 +221,16 @@ pub struct SubmitJob {
     /// Absolute directory (on storage every node sees) where the job writes checkpoints; a
     /// requeued or retried attempt finds the newest in `ALLOT_RESTORE_FROM`.
     pub checkpoint_dir: Option<String>,
+    /// Run on a MIG instance of this profile (e.g. `1g.18gb`) instead of GPUs or GPU
+    /// shares; implies `gpus: 1` and `mig` isolation.
+    pub mig_profile: Option<String>,
 }
 
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct PendingReasonView {
     /// Stable code: `NoRoom`, `TenantLimit`, `AwaitingPreemption`, `Preempted`,
-    /// `NodeLost`, `DeviceFault`, `RetryBackoff`, `MigUnavailable`, `NoReadyNodes`,
+    /// `NodeLost`, `DeviceFault`, `RetryBackoff`, `MigUnavailable`, `MigRepartitioning`,
+    /// `MigLimit`, `NoReadyNodes`,
     /// `UnknownTenant`, `InvalidQuotaTree`.
     pub code: String,
     /// The same with numbers, for people.
@@ -283,6 +293,8 @@ pub struct JobView {
     pub env: BTreeMap<String, String>,
     pub workdir: Option<String>,
     pub checkpoint_dir: Option<String>,
+    /// The MIG profile it runs on an instance of.
+    pub mig_profile: Option<String>,
     /// Why a pending job waits.
     pub pending_reason: Option<PendingReasonView>,
     pub node_id: Option<String>,
@@ -334,6 +346,7 @@ impl From<Job> for JobView {
             env: j.spec.env,
             workdir: j.spec.workdir,
             checkpoint_dir: j.spec.checkpoint_dir,
+            mig_profile: j.spec.mig_profile,
             pending_reason: j.pending_reason.map(Into::into),
             node_id: j.node_id,
             gpu_uuids: j.gpu_uuids,
@@ -392,12 +405,41 @@ pub struct GpuView {
     /// In one word: `healthy`, `degraded`, `draining` (an operator drained it) or
     /// `unhealthy`; only a healthy GPU takes new work.
     pub health: String,
+    /// Its MIG instances when the GPU is in MIG mode (absent when it is not).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mig_instances: Option<Vec<MigInstanceView>>,
+}
+
+/// A MIG instance of a GPU.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct MigInstanceView {
+    /// The GPU-instance profile id, and its name on this board (e.g. `1g.18gb`).
+    pub profile_id: u32,
+    pub profile: String,
+    /// The first memory slice it occupies.
+    pub start: u8,
+    pub uuid: String,
 }
 
 impl From<GpuDevice> for GpuView {
     fn from(g: GpuDevice) -> Self {
         let health = g.health(false).to_owned();
+        let board = allot_domain::mig::geometry(&g.model, Some(g.memory_bytes >> 20));
+        let mig_instances = g.mig.map(|slots| {
+            slots
+                .into_iter()
+                .map(|s| MigInstanceView {
+                    profile: board
+                        .and_then(|b| b.profile(s.profile))
+                        .map_or_else(|| format!("profile {}", s.profile), |p| p.name.to_owned()),
+                    profile_id: s.profile,
+                    start: s.start,
+                    uuid: s.uuid,
+                })
+                .collect()
+        });
         Self {
+            mig_instances,
             uuid: g.uuid,
             index: g.index,
             model: g.model,

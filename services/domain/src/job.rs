@@ -173,6 +173,9 @@ pub struct JobSpec {
     /// Where the job writes checkpoints (absolute; on storage every node sees). A requeued
     /// or retried attempt is told the newest entry there in `ALLOT_RESTORE_FROM`.
     pub checkpoint_dir: Option<String>,
+    /// A MIG instance of this profile (e.g. `1g.18gb`, by its name on the board) instead of
+    /// GPUs or GPU shares: the job runs on one instance, alone.
+    pub mig_profile: Option<String>,
 }
 
 impl JobSpec {
@@ -253,6 +256,31 @@ impl JobSpec {
                 PRIORITY_RANGE.end()
             ),
         );
+        if let Some(p) = &self.mig_profile {
+            v.check(
+                crate::mig::profile_named(p).is_some(),
+                "mig_profile",
+                format!(
+                    "unknown MIG profile `{p}` (one of {})",
+                    crate::mig::profile_names().join(", ")
+                ),
+            );
+            v.check(
+                self.gpus <= 1,
+                "mig_profile",
+                "a MIG job runs on one instance: set gpus to 1 (or leave it out)",
+            );
+            v.check(
+                self.gpu_milli.is_none() && self.gpu_memory_bytes.is_none(),
+                "mig_profile",
+                "the profile sets the job's share and memory: leave out gpu_milli and gpu_memory_bytes",
+            );
+            v.check(
+                self.isolation.is_none_or(|i| i == Isolation::Mig),
+                "isolation",
+                "a MIG job runs at mig isolation",
+            );
+        }
         if let Some(m) = self.gpu_memory_bytes {
             v.check(m > 0, "gpu_memory_bytes", "must be positive");
             v.check(m <= MAX_BYTES, "gpu_memory_bytes", "must be at most 1 PiB");
@@ -388,7 +416,38 @@ mod tests {
             env: BTreeMap::new(),
             workdir: None,
             checkpoint_dir: None,
+            mig_profile: None,
         }
+    }
+
+    #[test]
+    fn a_mig_job_names_a_known_profile_and_asks_for_nothing_else() {
+        let mig = |f: fn(&mut JobSpec)| {
+            let mut s = JobSpec {
+                mig_profile: Some("1g.18gb".into()),
+                ..spec()
+            };
+            f(&mut s);
+            s.validate()
+                .err()
+                .map(|e| e.0.into_iter().map(|f| f.field).collect::<Vec<_>>())
+        };
+        assert_eq!(mig(|_| {}), None);
+        assert_eq!(mig(|s| s.mig_profile = Some("1G.10GB".into())), None);
+        assert_eq!(mig(|s| s.isolation = Some(Isolation::Mig)), None);
+        assert_eq!(
+            mig(|s| s.mig_profile = Some("1g.99gb".into())),
+            Some(vec!["mig_profile".to_owned()])
+        );
+        assert_eq!(mig(|s| s.gpus = 2), Some(vec!["mig_profile".to_owned()]));
+        assert_eq!(
+            mig(|s| s.gpu_milli = Some(500)),
+            Some(vec!["mig_profile".to_owned()])
+        );
+        assert_eq!(
+            mig(|s| s.isolation = Some(Isolation::Dedicated)),
+            Some(vec!["isolation".to_owned()])
+        );
     }
 
     #[test]

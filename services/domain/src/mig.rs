@@ -128,7 +128,30 @@ pub fn geometry(board: &str, memory_mib: Option<u64>) -> Option<&'static MigGeom
     }
 }
 
+/// The profile of any known board with this name (case-insensitive), e.g. `1g.18gb`.
+pub fn profile_named(name: &str) -> Option<&'static MigProfile> {
+    GEOMETRIES.iter().find_map(|g| g.profile_named(name))
+}
+
+/// Every profile name of every known board, each once.
+pub fn profile_names() -> Vec<&'static str> {
+    let mut names: Vec<&str> = GEOMETRIES
+        .iter()
+        .flat_map(|g| g.profiles.iter().map(|p| p.name))
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    names
+}
+
 impl MigGeometry {
+    /// This board's profile with this name (case-insensitive).
+    pub fn profile_named(&self, name: &str) -> Option<&'static MigProfile> {
+        self.profiles
+            .iter()
+            .find(|p| p.name.eq_ignore_ascii_case(name.trim()))
+    }
+
     pub fn profile(&self, id: u32) -> Option<&'static MigProfile> {
         self.profiles.iter().find(|p| p.id == id)
     }

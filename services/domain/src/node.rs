@@ -17,6 +17,20 @@ pub struct GpuDevice {
     /// Healthy but suspect (an informational XID such as page retirement, or rising ECC
     /// counts): it keeps its jobs and takes no new work.
     pub degraded: bool,
+    /// Its MIG instances when the GPU is in MIG mode (which only an administrator changes);
+    /// `None` when it is not. A GPU in MIG mode serves MIG jobs only, one per instance.
+    pub mig: Option<Vec<MigSlot>>,
+}
+
+/// A MIG instance on a GPU, as its agent reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct MigSlot {
+    /// The GPU-instance profile id (see [`crate::mig`]).
+    pub profile: u32,
+    /// The first memory slice it occupies.
+    pub start: u8,
+    /// `MIG-…`: what `CUDA_VISIBLE_DEVICES` names for a job on it.
+    pub uuid: String,
 }
 
 impl GpuDevice {
@@ -89,6 +103,7 @@ mod tests {
             memory_bytes: 141 << 30,
             healthy,
             degraded,
+            mig: None,
         };
         assert_eq!(gpu(true, false).health(false), "healthy");
         assert_eq!(gpu(true, true).health(false), "degraded");

@@ -83,12 +83,15 @@ pub struct ResourceLimits {
 /// others while idle; the scheduler takes it back by preempting borrowers. `limit` is never
 /// exceeded, borrowing included. `weight` sets the share of spare capacity among tenants
 /// that compete for it. `min_isolation` is the least isolation its jobs run at.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+/// `mig_limits` caps the MIG instances of each profile (by name) the tenant and its
+/// children hold at once; a profile not named is unlimited.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Quota {
     pub guaranteed: Resources,
     pub limit: ResourceLimits,
     pub weight: u32,
     pub min_isolation: Isolation,
+    pub mig_limits: std::collections::BTreeMap<String, u32>,
 }
 
 impl Default for Quota {
@@ -98,6 +101,7 @@ impl Default for Quota {
             limit: ResourceLimits::default(),
             weight: 1,
             min_isolation: Isolation::Shared,
+            mig_limits: std::collections::BTreeMap::new(),
         }
     }
 }
@@ -164,6 +168,18 @@ impl Quota {
             format!("{prefix}weight"),
             format!("must be from 1 to {MAX_WEIGHT}"),
         );
+        for (profile, max) in &self.mig_limits {
+            v.check(
+                crate::mig::profile_named(profile).is_some(),
+                format!("{prefix}mig_limits.{profile}"),
+                "is not a known MIG profile",
+            );
+            v.check(
+                *max <= MAX_GPUS * 7,
+                format!("{prefix}mig_limits.{profile}"),
+                format!("must be at most {}", MAX_GPUS * 7),
+            );
+        }
         v.into_result()
     }
 }
@@ -206,6 +222,7 @@ mod tests {
             },
             weight: 0,
             min_isolation: Isolation::Shared,
+            mig_limits: [("1g.18gb".to_owned(), 2), ("9g.1tb".to_owned(), 1)].into(),
         };
         let err = q.validate("quota.").expect_err("absurd");
         let fields: Vec<_> = err.0.iter().map(|e| e.field.as_str()).collect();
@@ -214,7 +231,8 @@ mod tests {
             [
                 "quota.guaranteed.gpu_milli",
                 "quota.limit.memory_bytes",
-                "quota.weight"
+                "quota.weight",
+                "quota.mig_limits.9g.1tb"
             ]
         );
         assert_eq!(Quota::default().validate(""), Ok(()));

@@ -9,6 +9,7 @@
 
 pub mod engine;
 pub mod live;
+pub mod mig;
 pub mod openb;
 pub mod quota;
 

@@ -18,6 +18,8 @@
 //!   room waits (`AwaitingPreemption`) until its node reports it stopped. The jobs a pass
 //!   preempts are such jobs at once.
 //! - Memory is decided in MiB: requests round up, capacities down.
+//! - A GPU in MIG mode is not in the engine's model at all: jobs asking for a MIG profile
+//!   are placed on its instances by [`crate::mig::plan`], and nothing else runs there.
 
 use std::collections::HashMap;
 
@@ -58,6 +60,108 @@ pub enum LiveDecision {
         job_id: String,
         reason: PendingReason,
     },
+    /// Give a GPU in MIG mode this layout (profile id, start slice).
+    Repartition {
+        node_id: String,
+        gpu_uuid: String,
+        layout: Vec<(u32, u8)>,
+    },
+}
+
+/// Whether a node takes new work: ready, heard from lately, reachable, not cordoned.
+fn node_ready(
+    n: &Node,
+    now: DateTime<Utc>,
+    suspect_after: Option<chrono::Duration>,
+    reachable: Option<&std::collections::HashSet<String>>,
+) -> bool {
+    let silent = suspect_after.is_some_and(|s| now - n.last_heartbeat_at > s);
+    let unreachable = reachable.is_some_and(|r| !r.contains(&n.id));
+    n.status(now) == NodeStatus::Ready && !silent && !unreachable && !n.cordoned
+}
+
+/// Whether a GPU of a ready node takes new work.
+fn gpu_offered(n: &Node, g: &allot_domain::GpuDevice) -> bool {
+    g.healthy && !g.degraded && !n.drained_gpus.contains(&g.uuid)
+}
+
+/// MIG jobs' decisions: the GPUs in MIG mode, the instances held, the per-profile limits.
+fn mig_decisions(
+    snap: &Snapshot<'_>,
+    suspect_after: Option<chrono::Duration>,
+    pending: &[crate::mig::MigJob<'_>],
+) -> Vec<LiveDecision> {
+    use crate::mig::{MigDecision, MigGpu, MigHeld, MigLimits};
+    let mut gpus = Vec::new();
+    for n in snap.nodes {
+        let ready = node_ready(n, snap.now, suspect_after, snap.reachable);
+        for g in &n.gpus {
+            let (Some(instances), Some(geometry)) = (
+                g.mig.as_deref(),
+                allot_domain::mig::geometry(&g.model, Some(g.memory_bytes >> 20)),
+            ) else {
+                continue;
+            };
+            gpus.push(MigGpu {
+                node_id: &n.id,
+                node_name: &n.name,
+                gpu_uuid: &g.uuid,
+                geometry,
+                instances,
+                usable: ready && gpu_offered(n, g),
+            });
+        }
+    }
+    let held: Vec<MigHeld<'_>> = snap
+        .holding
+        .iter()
+        .filter_map(|j| {
+            Some(MigHeld {
+                tenant_id: &j.tenant_id,
+                profile: j.spec.mig_profile.as_deref()?,
+                instance_uuid: j.gpu_uuids.first()?,
+            })
+        })
+        .collect();
+    let limits = MigLimits {
+        parent: snap
+            .tenants
+            .iter()
+            .map(|t| (t.id.as_str(), t.parent_id.as_deref()))
+            .collect(),
+        limits: snap
+            .tenants
+            .iter()
+            .map(|t| (t.id.as_str(), (t.name.as_str(), &t.quota.mig_limits)))
+            .collect(),
+    };
+    crate::mig::plan(&gpus, &held, pending, &limits)
+        .into_iter()
+        .map(|d| match d {
+            MigDecision::Place {
+                job_id,
+                node_id,
+                instance_uuid,
+                gpu_milli,
+            } => LiveDecision::Place {
+                job_id,
+                node_id,
+                gpu_uuids: vec![instance_uuid],
+                held_gpu_milli: gpu_milli,
+                borrowing: false,
+            },
+            MigDecision::Repartition {
+                node_id,
+                gpu_uuid,
+                layout,
+            } => LiveDecision::Repartition {
+                node_id,
+                gpu_uuid,
+                layout,
+            },
+            MigDecision::Wait { job_id, reason } => LiveDecision::Wait { job_id, reason },
+        })
+        .collect()
 }
 
 /// Everything a pass decides against, as the store holds it.
@@ -177,10 +281,7 @@ impl Mapped {
             }
         }
         for (i, n) in nodes.iter().enumerate() {
-            let silent = suspect_after.is_some_and(|s| now - n.last_heartbeat_at > s);
-            let unreachable = reachable.is_some_and(|r| !r.contains(&n.id));
-            let ready =
-                n.status(now) == NodeStatus::Ready && !silent && !unreachable && !n.cordoned;
+            let ready = node_ready(n, now, suspect_after, reachable);
             let gpus: Vec<_> = n.gpus.iter().take(usize::from(u8::MAX)).collect();
             // The node's model: the most common among its healthy GPUs (first on a tie).
             let mut counts: Vec<(String, usize)> = Vec::new();
@@ -201,9 +302,8 @@ impl Mapped {
             let mut gpu_free = Vec::with_capacity(gpus.len());
             for (gi, g) in gpus.iter().enumerate() {
                 let offered = ready
-                    && g.healthy
-                    && !g.degraded
-                    && !n.drained_gpus.contains(&g.uuid)
+                    && gpu_offered(n, g)
+                    && g.mig.is_none()
                     && chosen.as_deref() == Some(&*model_key(&g.model));
                 let already = gpu_held.get(g.uuid.as_str()).copied().unwrap_or(0);
                 let nominal = if offered { u64::from(GPU_MILLI) } else { 0 };
@@ -483,6 +583,7 @@ impl LiveScheduler {
 
         let mut decisions = Vec::new();
         let mut pending = Vec::new();
+        let mut mig_pending = Vec::new();
         for j in snap.pending {
             if let Some(at) = j.retry_at.filter(|at| *at > snap.now) {
                 decisions.push(LiveDecision::Wait {
@@ -499,6 +600,16 @@ impl LiveScheduler {
                 });
                 continue;
             }
+            if let Some(profile) = j.spec.mig_profile.as_deref() {
+                mig_pending.push(crate::mig::MigJob {
+                    id: &j.id,
+                    tenant_id: &j.tenant_id,
+                    profile,
+                    priority: j.spec.priority,
+                    seq: seq_of(j),
+                });
+                continue;
+            }
             let share = if j.spec.gpus == 0 {
                 0
             } else {
@@ -511,6 +622,9 @@ impl LiveScheduler {
                     reason,
                 }),
             }
+        }
+        if !mig_pending.is_empty() {
+            decisions.extend(mig_decisions(snap, self.suspect_after, &mig_pending));
         }
         if !mapped.offers.iter().any(|&r| r) {
             decisions.extend(pending.iter().map(|j| LiveDecision::Wait {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use allot_api::secret;
-use allot_domain::{Actor, ActorKind, AuditContext, GpuDevice, JobState, Node};
+use allot_domain::{Actor, ActorKind, AuditContext, GpuDevice, JobState, MigSlot, Node};
 use allot_pki::{Authority, Issued, NodeCert};
 use allot_proto::v1::{
     Assignment, Gpu, HeartbeatRequest, HeartbeatResponse, JobPhase, JobStatusAck, JobStatusReport,
@@ -58,6 +58,24 @@ fn gpus_from_proto(gpus: Vec<Gpu>) -> Result<Vec<GpuDevice>, Status> {
                     "gpus[{i}].uuid must be 1 to 128 characters"
                 )));
             }
+            let mig = if g.mig_enabled {
+                let mut slots = Vec::with_capacity(g.mig_instances.len());
+                for (j, m) in g.mig_instances.into_iter().enumerate() {
+                    if m.uuid.is_empty() || m.uuid.len() > 128 || m.start > 7 {
+                        return Err(Status::invalid_argument(format!(
+                            "gpus[{i}].mig_instances[{j}]: uuid must be 1 to 128 characters and start at most 7"
+                        )));
+                    }
+                    slots.push(MigSlot {
+                        profile: m.profile,
+                        start: u8::try_from(m.start).unwrap_or(u8::MAX),
+                        uuid: m.uuid,
+                    });
+                }
+                Some(slots)
+            } else {
+                None
+            };
             Ok(GpuDevice {
                 uuid: g.uuid,
                 index: g.index,
@@ -65,6 +83,7 @@ fn gpus_from_proto(gpus: Vec<Gpu>) -> Result<Vec<GpuDevice>, Status> {
                 memory_bytes: g.memory_bytes,
                 healthy: g.healthy,
                 degraded: g.degraded,
+                mig,
             })
         })
         .collect()

@@ -19,7 +19,15 @@ pub struct Hub {
     /// when last sent. A stream can die without the sender noticing, so these are sent
     /// again when the node's heartbeat shows it does not run them.
     unconfirmed: Mutex<HashMap<String, Unconfirmed>>,
+    /// The MIG layout last sent for each GPU, and when.
+    partitions: Mutex<HashMap<String, SentLayout>>,
 }
+
+/// How long a node gets to apply a MIG layout before it is sent again.
+pub const PARTITION_RESEND: Duration = Duration::from_secs(10);
+
+/// A MIG layout (profile id, start slice) sent to a GPU, and when.
+type SentLayout = (Vec<(u32, u8)>, Instant);
 
 /// A node's launches awaiting confirmation: job id to (attempt, when last sent).
 type Unconfirmed = HashMap<String, (u32, Instant)>;
@@ -92,6 +100,21 @@ impl Hub {
             .collect()
     }
 
+    /// Whether to send `layout` to `gpu` now: not when the same was sent less than
+    /// [`PARTITION_RESEND`] ago (the node is applying it). Remembers it as sent.
+    pub fn partition_due(&self, gpu: &str, layout: &[(u32, u8)]) -> bool {
+        let mut sent = lock(&self.partitions);
+        let now = Instant::now();
+        if let Some((last, at)) = sent.get(gpu)
+            && last == layout
+            && now.duration_since(*at) < PARTITION_RESEND
+        {
+            return false;
+        }
+        sent.insert(gpu.to_owned(), (layout.to_vec(), now));
+        true
+    }
+
     /// Ends the node's stream, telling it why (its credentials were revoked).
     pub fn disconnect(&self, node_id: &str, why: tonic::Status) {
         if let Some(tx) = self.lock().remove(node_id) {
@@ -142,6 +165,22 @@ pub fn cancel(job: &Job) -> Assignment {
                 Some(r) if !job.cancel_requested => format!("preempted: {r}"),
                 _ => "cancelled".to_owned(),
             },
+        })),
+    }
+}
+
+/// The MIG layout a GPU should have.
+pub fn partition(gpu_uuid: &str, layout: &[(u32, u8)]) -> Assignment {
+    Assignment {
+        kind: Some(Kind::Partition(allot_proto::v1::Partition {
+            gpu_uuid: gpu_uuid.to_owned(),
+            layout: layout
+                .iter()
+                .map(|&(profile, start)| allot_proto::v1::MigPlacement {
+                    profile,
+                    start: u32::from(start),
+                })
+                .collect(),
         })),
     }
 }

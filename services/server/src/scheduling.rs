@@ -5,10 +5,10 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use allot_domain::{AuditContext, JobState};
+use allot_domain::{AuditContext, AuditEvent, JobState, SYSTEM_LOG};
 use allot_scheduler::{LiveDecision, LiveError, LiveScheduler, Snapshot};
 use allot_store::{
-    JobFilter, JobRepo, JobUpdate, NodeRepo, Store, StoreError, TenantRepo, TenantScope,
+    AuditRepo, JobFilter, JobRepo, JobUpdate, NodeRepo, Store, StoreError, TenantRepo, TenantScope,
 };
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -139,6 +139,26 @@ pub async fn pass(
                     Err(StoreError::Conflict(msg)) => tracing::debug!(%msg, "placement skipped"),
                     Err(e) => return Err(e.into()),
                 }
+            }
+            LiveDecision::Repartition {
+                node_id,
+                gpu_uuid,
+                layout,
+            } => {
+                // Sent again while the node has not reported the layout: applying it twice
+                // is harmless, and a lost message is simply sent again.
+                if !hub.partition_due(&gpu_uuid, &layout) {
+                    continue;
+                }
+                let event = AuditEvent::success(
+                    SYSTEM_LOG,
+                    "node.gpu.repartition",
+                    format!("node/{node_id}/gpu/{gpu_uuid}"),
+                )
+                .after(serde_json::json!({ "layout": layout }));
+                store.record_event(&ctx, event).await?;
+                tracing::info!(node = %node_id, gpu = %gpu_uuid, ?layout, "repartitioning a MIG GPU");
+                hub.send(&node_id, hub::partition(&gpu_uuid, &layout));
             }
             LiveDecision::Wait { job_id, reason } => {
                 if current.get(&job_id).and_then(Option::as_ref) != Some(&reason) {

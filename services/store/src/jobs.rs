@@ -162,6 +162,7 @@ fn to_domain(m: jobs::Model, tenant: &str) -> Result<Job, StoreError> {
             env,
             workdir: m.workdir,
             checkpoint_dir: m.checkpoint_dir,
+            mig_profile: m.mig_profile,
         },
         state: parse("state", &m.state)?,
         pending_reason: match (m.pending_code, m.pending_message) {
@@ -370,6 +371,7 @@ impl JobRepo for Store {
             failures: Set(0),
             retry_at: Set(None),
             checkpoint_dir: Set(spec.checkpoint_dir.clone()),
+            mig_profile: Set(spec.mig_profile.clone()),
             gpu_memory_bytes: Set(spec
                 .gpu_memory_bytes
                 .map(|b| to_i64("gpu_memory_bytes", b))

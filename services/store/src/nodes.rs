@@ -90,6 +90,12 @@ fn gpu_to_domain(m: gpus::Model) -> Result<GpuDevice, StoreError> {
         model: m.model,
         healthy: m.healthy,
         degraded: m.degraded,
+        mig: m
+            .mig_layout
+            .as_deref()
+            .map(serde_json::from_str)
+            .transpose()
+            .map_err(|e| StoreError::Corrupt(format!("gpu mig_layout: {e}")))?,
     })
 }
 
@@ -138,6 +144,12 @@ async fn replace_gpus<C: ConnectionTrait>(
                 memory_bytes: Set(to_i64("gpu memory", g.memory_bytes)?),
                 healthy: Set(g.healthy),
                 degraded: Set(g.degraded),
+                mig_layout: Set(g
+                    .mig
+                    .as_ref()
+                    .map(serde_json::to_string)
+                    .transpose()
+                    .map_err(|e| StoreError::Corrupt(format!("gpu mig_layout: {e}")))?),
             })
         })
         .collect::<Result<Vec<_>, StoreError>>()?;

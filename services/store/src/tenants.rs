@@ -8,7 +8,7 @@ use sea_orm::{
 };
 
 use crate::audit::record;
-use crate::convert::{parse, to_i64, to_u32, to_u64};
+use crate::convert::{json, parse, to_i64, to_u32, to_u64};
 use crate::entities::tenants;
 use crate::{Store, StoreError, new_id};
 
@@ -63,6 +63,7 @@ fn to_domain(m: tenants::Model) -> Result<Tenant, StoreError> {
             },
             weight: to_u32("weight", m.weight.into())?,
             min_isolation: parse("min_isolation", &m.min_isolation)?,
+            mig_limits: json("mig_limits", &m.mig_limits)?,
         },
         id: m.id,
         created_at: m.created_at,
@@ -86,6 +87,8 @@ fn set_quota_columns(row: &mut tenants::ActiveModel, q: &Quota) -> Result<(), St
         Set(i32::try_from(q.weight)
             .map_err(|_| StoreError::Corrupt("weight exceeds i32".into()))?);
     row.min_isolation = Set(q.min_isolation.as_str().to_owned());
+    row.mig_limits = Set(serde_json::to_string(&q.mig_limits)
+        .map_err(|e| StoreError::Corrupt(format!("mig_limits: {e}")))?);
     Ok(())
 }
 
@@ -183,7 +186,7 @@ impl TenantRepo for Store {
             format!("tenant/{}", updated.id),
         )
         .before(before)
-        .after(updated.quota);
+        .after(&updated.quota);
         record(&txn, self, ctx, event).await?;
         txn.commit().await?;
         Ok(updated)

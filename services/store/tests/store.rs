@@ -82,6 +82,7 @@ fn spec(tenant: &str, gpus: u32) -> JobSpec {
         env: [("EPOCHS".to_owned(), "3".to_owned())].into(),
         workdir: Some("/work".into()),
         checkpoint_dir: Some("/shared/ckpt".into()),
+        mig_profile: None,
     }
 }
 
@@ -105,12 +106,14 @@ both_backends!(tenants_and_quotas, |store, _clock| {
                 },
                 weight: 3,
                 min_isolation: Isolation::Mig,
+                mig_limits: [("1g.18gb".to_owned(), 3)].into(),
             },
         )
         .await
         .expect("create");
     assert_eq!(t.quota.limit.gpu_milli, Some(8000));
     assert_eq!(t.quota.guaranteed.gpu_milli, 7500);
+    assert_eq!(t.quota.mig_limits.get("1g.18gb"), Some(&3));
     assert_eq!((t.quota.weight, t.quota.min_isolation), (3, Isolation::Mig));
     let team = store
         .create_tenant(&ctx(), &name("team-a1"), Some(&t.id), Quota::default())
@@ -571,6 +574,7 @@ both_backends!(tokens, |store, clock| {
 });
 
 both_backends!(nodes_register_and_heartbeat, |store, clock| {
+    // GPU 1 is in MIG mode, with one instance.
     let gpu = |i: u32| GpuDevice {
         uuid: format!("GPU-n1-{i}"),
         index: i,
@@ -578,6 +582,13 @@ both_backends!(nodes_register_and_heartbeat, |store, clock| {
         memory_bytes: 141 << 30,
         healthy: true,
         degraded: false,
+        mig: (i == 1).then(|| {
+            vec![allot_domain::MigSlot {
+                profile: 19,
+                start: 0,
+                uuid: "MIG-n1-1-0".into(),
+            }]
+        }),
     };
     let token = |hash: &str, ttl: i64| NewBootstrapToken {
         secret_hash: hash.repeat(32),

@@ -80,19 +80,29 @@ pub async fn submit(
         name,
         cpu_milli: body.cpu_milli,
         memory_bytes: body.memory_bytes,
-        gpus: body.gpus,
+        // A MIG job runs on one instance.
+        gpus: if body.mig_profile.is_some() {
+            body.gpus.max(1)
+        } else {
+            body.gpus
+        },
         gpu_milli: body.gpu_milli,
         gpu_memory_bytes: body.gpu_memory_bytes,
         gpu_models: body.gpu_models,
         priority: body.priority,
         preemptible: body.preemptible,
-        isolation: body.isolation,
+        // A MIG job runs at mig isolation (a different one asked for is refused below).
+        isolation: body.isolation.or(body
+            .mig_profile
+            .is_some()
+            .then_some(allot_domain::Isolation::Mig)),
         class: body.class,
         max_retries: body.max_retries,
         command: body.command,
         env: body.env,
         workdir: body.workdir,
         checkpoint_dir: body.checkpoint_dir,
+        mig_profile: body.mig_profile,
     };
     spec.validate()?;
     let job = state

@@ -41,7 +41,7 @@ pub async fn create(
         id: "(new)".to_owned(),
         name: name.clone(),
         parent_id: parent_id.clone(),
-        quota,
+        quota: quota.clone(),
         created_at: state.store.clock().now(),
     });
     check_tree(&trial)?;
@@ -135,7 +135,7 @@ pub async fn set_quota(
     quota.validate("")?;
     let mut all = state.store.list_tenants().await?;
     if let Some(t) = all.iter_mut().find(|t| t.name.as_str() == name.as_str()) {
-        t.quota = quota;
+        t.quota = quota.clone();
         check_tree(&all)?;
     }
     let tenant = state.store.set_quota(&who.audit(), &name, quota).await?;

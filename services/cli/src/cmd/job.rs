@@ -13,6 +13,8 @@ use crate::cmd::{opt, parse_milli, show_milli};
 use crate::output::{Format, fields, print, table};
 
 #[derive(Debug, Subcommand)]
+// Parsed once per process: the size of its largest variant costs nothing.
+#[allow(clippy::large_enum_variant)]
 pub enum JobCmd {
     /// Submit a job: `allot job submit --tenant T --gpus 1 -- python train.py`.
     Submit {
@@ -47,6 +49,9 @@ pub enum JobCmd {
         /// tenant's minimum).
         #[arg(long)]
         isolation: Option<Isolation>,
+        /// Run on a MIG instance of this profile (e.g. 1g.18gb) instead of GPUs.
+        #[arg(long = "mig", conflicts_with_all = ["gpus", "gpu_memory"])]
+        mig_profile: Option<String>,
         /// training, inference or batch.
         #[arg(long)]
         class: Option<WorkloadClass>,
@@ -137,6 +142,7 @@ fn describe(j: &JobView) -> String {
         ("Priority", j.priority.to_string()),
         ("Preemptible", j.preemptible.to_string()),
         ("Isolation", opt(j.isolation)),
+        ("MIG profile", opt(j.mig_profile.as_ref())),
         ("Class", opt(j.class)),
         ("Attempt", j.attempt.to_string()),
         (
@@ -229,6 +235,7 @@ pub async fn run(client: &Client, cmd: JobCmd) -> anyhow::Result<i32> {
             priority,
             not_preemptible,
             isolation,
+            mig_profile,
             class,
             max_retries,
             name,
@@ -248,7 +255,7 @@ pub async fn run(client: &Client, cmd: JobCmd) -> anyhow::Result<i32> {
                 "priority": priority, "preemptible": !not_preemptible,
                 "isolation": isolation, "class": class, "max_retries": max_retries,
                 "command": command, "env": env, "workdir": workdir,
-                "checkpoint_dir": checkpoint_dir,
+                "checkpoint_dir": checkpoint_dir, "mig_profile": mig_profile,
             });
             let job: JobView = client
                 .call(Method::POST, "/api/v1/jobs", Some(&body))

@@ -133,7 +133,26 @@ pub async fn run(client: &Client, cmd: NodeCmd) -> anyhow::Result<()> {
                     })
                     .collect();
                 let gpus = table(&["INDEX", "UUID", "MODEL", "MEMORY", "HEALTH"], &rows);
-                format!("{head}\n\n{gpus}")
+                let mig: Vec<Vec<String>> = n
+                    .gpus
+                    .iter()
+                    .flat_map(|g| {
+                        g.mig_instances.iter().flatten().map(move |m| {
+                            vec![
+                                g.index.to_string(),
+                                m.profile.clone(),
+                                m.start.to_string(),
+                                m.uuid.clone(),
+                            ]
+                        })
+                    })
+                    .collect();
+                if mig.is_empty() {
+                    format!("{head}\n\n{gpus}")
+                } else {
+                    let mig = table(&["GPU", "MIG PROFILE", "START", "UUID"], &mig);
+                    format!("{head}\n\n{gpus}\n\n{mig}")
+                }
             })
         }
         NodeCmd::Cordon { node } => admin(client, &format!("/api/v1/nodes/{node}/cordon")).await,

@@ -73,6 +73,21 @@ pub struct QuotaArgs {
     /// The least isolation the tenant's jobs run at: shared, mig or dedicated.
     #[arg(long, default_value = "shared")]
     min_isolation: Isolation,
+    /// Most MIG instances of a profile held at once, as PROFILE=N (e.g. 1g.18gb=4);
+    /// repeatable. Profiles not named are unlimited.
+    #[arg(long = "mig-limit", value_parser = parse_mig_limit)]
+    mig_limits: Vec<(String, u32)>,
+}
+
+fn parse_mig_limit(s: &str) -> Result<(String, u32), String> {
+    let (profile, n) = s
+        .split_once('=')
+        .ok_or_else(|| format!("`{s}` is not PROFILE=N, like 1g.18gb=4"))?;
+    let n = n
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{n}` in `{s}` is not a whole number"))?;
+    Ok((profile.trim().to_owned(), n))
 }
 
 impl QuotaArgs {
@@ -92,6 +107,7 @@ impl QuotaArgs {
             },
             weight: self.weight,
             min_isolation: self.min_isolation,
+            mig_limits: self.mig_limits.iter().cloned().collect(),
         }
     }
 }

@@ -35,6 +35,7 @@ fn node(id: &str, models: &[&str]) -> Node {
                 memory_bytes: 141 << 30,
                 healthy: true,
                 degraded: false,
+                mig: None,
             })
             .collect(),
     }
@@ -78,6 +79,7 @@ fn job(id: &str, tenant: &str, gpus: u32, share: Option<u32>) -> StoredJob {
             env: BTreeMap::new(),
             workdir: None,
             checkpoint_dir: None,
+            mig_profile: None,
         },
         state: JobState::Pending,
         pending_reason: None,

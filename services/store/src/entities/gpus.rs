@@ -11,6 +11,9 @@ pub struct Model {
     pub memory_bytes: i64,
     pub healthy: bool,
     pub degraded: bool,
+    /// JSON array of `MigSlot`; NULL when the GPU is not in MIG mode.
+    #[sea_orm(column_type = "Text", nullable)]
+    pub mig_layout: Option<String>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

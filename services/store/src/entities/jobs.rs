@@ -57,6 +57,7 @@ pub struct Model {
     pub retry_at: Option<DateTimeUtc>,
     #[sea_orm(column_type = "Text", nullable)]
     pub checkpoint_dir: Option<String>,
+    pub mig_profile: Option<String>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

@@ -18,6 +18,9 @@ pub struct Model {
     pub max_memory_bytes: Option<i64>,
     pub weight: i32,
     pub min_isolation: String,
+    /// JSON object: MIG profile name to the most instances held at once.
+    #[sea_orm(column_type = "Text")]
+    pub mig_limits: String,
     pub created_at: DateTimeUtc,
 }
 
