@@ -2,6 +2,7 @@
 //! follows its assignment stream, runs each job as a supervised OS process, and reports
 //! every status change until the control plane has acknowledged it.
 
+pub mod cuda_checkpoint;
 pub mod gpu;
 pub mod identity;
 mod metrics;
@@ -164,6 +165,8 @@ struct Agent {
     /// degraded until the agent starts again.
     degraded: Mutex<HashSet<String>>,
     metrics: metrics::AgentMetrics,
+    /// `cuda-checkpoint`, where the driver and the utility are both here.
+    cuda_checkpoint: Option<PathBuf>,
 }
 
 /// A client on the channel that presents the node certificate.
@@ -591,7 +594,16 @@ impl Agent {
             tenant: l.tenant,
             node_name: self.cfg.node_name.clone(),
             command: l.command,
-            env: l.env.into_iter().collect(),
+            env: {
+                let mut env: std::collections::BTreeMap<_, _> = l.env.into_iter().collect();
+                if let Some(tool) = &self.cuda_checkpoint {
+                    env.insert(
+                        "ALLOT_CUDA_CHECKPOINT".to_owned(),
+                        tool.display().to_string(),
+                    );
+                }
+                env
+            },
             workdir: (!l.workdir.is_empty()).then_some(l.workdir),
             gpu_uuids: l.gpu_uuids,
             attempt: l.attempt,
@@ -754,6 +766,7 @@ pub async fn run(
     }
     let (reports, rx) = mpsc::unbounded_channel();
     let reporter = tokio::spawn(deliver_reports(link.clone(), rx));
+    let backend_driver = backend.driver_version();
     let agent = Arc::new(Agent {
         cfg,
         backend,
@@ -765,6 +778,16 @@ pub async fn run(
         drained: Mutex::new(HashSet::new()),
         degraded: Mutex::new(HashSet::new()),
         metrics: metrics::AgentMetrics::new(),
+        cuda_checkpoint: match cuda_checkpoint::detect(backend_driver.as_deref()) {
+            Ok(tool) => {
+                tracing::info!(tool = %tool.display(), "transparent CUDA checkpointing available");
+                Some(tool)
+            }
+            Err(why) => {
+                tracing::info!(%why, "no transparent CUDA checkpointing; jobs checkpoint themselves");
+                None
+            }
+        },
     });
     if let Some(addr) = agent.cfg.metrics_listen {
         let a = agent.clone();

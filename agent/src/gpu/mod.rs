@@ -51,6 +51,10 @@ pub trait GpuBackend: Send + Sync + std::fmt::Debug {
     fn mig(&self) -> Option<&dyn MigBackend> {
         None
     }
+    /// The NVIDIA driver's version (`550.54.15`), where there is one.
+    fn driver_version(&self) -> Option<String> {
+        None
+    }
 }
 
 /// A MIG GPU instance (with its one compute instance) as the backend reports it.

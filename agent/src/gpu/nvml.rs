@@ -358,6 +358,10 @@ impl GpuBackend for NvmlBackend {
     fn mig(&self) -> Option<&dyn MigBackend> {
         Some(self)
     }
+
+    fn driver_version(&self) -> Option<String> {
+        self.nvml.sys_driver_version().ok()
+    }
 }
 
 impl MigBackend for NvmlBackend {
