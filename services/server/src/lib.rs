@@ -159,6 +159,8 @@ pub enum ServerError {
     NodeCa(#[from] pki::CaError),
     #[error("agent gRPC TLS: {0}")]
     GrpcTls(String),
+    #[error(transparent)]
+    ElasticPolicy(#[from] allot_elastic::PolicyError),
     #[error("authorization policies: {0}")]
     Policies(#[from] allot_authz::AuthzError),
     #[error("{0}")]
@@ -353,6 +355,15 @@ pub async fn start(
         Some(dir) => allot_authz::Policies::from_dir(dir)?,
         None => allot_authz::Policies::builtin()?,
     });
+    // The elastic share policy too (`elastic.toml` in the policy directory, if there).
+    match config.policy_dir.as_ref().map(|d| d.join("elastic.toml")) {
+        Some(path) if path.exists() => {
+            allot_elastic::ElasticPolicy::parse(&std::fs::read_to_string(&path)?)?;
+        }
+        _ => {
+            allot_elastic::ElasticPolicy::builtin()?;
+        }
+    }
     let keys = Arc::new(if config.audit_key.trim().is_empty() {
         allot_audit::SigningKeys::single(allot_audit::Signer::generate_system(
             &config.audit_origin,

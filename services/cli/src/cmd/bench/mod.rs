@@ -2,6 +2,7 @@
 
 mod audit;
 mod chaos;
+mod elastic;
 mod openb;
 mod scheduler;
 
@@ -15,6 +16,9 @@ pub enum BenchCmd {
     /// Fault injection against real agent processes: SIGKILLed and restarted agents,
     /// partitions and blips; counts jobs lost or running twice, and recovery times.
     Chaos(chaos::ChaosBench),
+    /// A simulated fleet with a diurnal, bursty inference load and a training backlog, run
+    /// three ways: exclusive whole GPUs, static sharing, elastic sharing with forecasting.
+    Elastic(elastic::ElasticBench),
     /// Replay the openb GPU-sharing trace under the published protocol with one placement
     /// policy, and report GPU allocation against arrival.
     Openb(openb::OpenbBench),
@@ -27,6 +31,7 @@ pub async fn run(cmd: BenchCmd) -> anyhow::Result<()> {
     match cmd {
         BenchCmd::Audit(args) => audit::run(args).await,
         BenchCmd::Chaos(args) => chaos::run(&args).await,
+        BenchCmd::Elastic(args) => elastic::run(&args),
         BenchCmd::Openb(args) => openb::run(&args),
         BenchCmd::Scheduler(args) => scheduler::run(&args),
     }
