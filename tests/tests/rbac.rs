@@ -91,6 +91,7 @@ const EXPECTED: &[(&str, &str)] = &[
     ("GET /api/v1/jobs/{id}", "OCX - OC OC OC"),
     ("POST /api/v1/jobs/{id}/cancel", "OCX - OC OC -"),
     ("GET /api/v1/jobs/{id}/log", "OCX - OC OC OC"),
+    ("GET /api/v1/usage", "OCX - OC OC OC"),
     ("GET /api/v1/nodes", "OCX - OCX OCX OCX"),
     ("GET /api/v1/nodes/{id}", "OCX - OCX OCX OCX"),
     ("POST /api/v1/nodes/{id}/cordon", "OCX - - - -"),
@@ -334,6 +335,7 @@ impl Fixture {
         let (query, body) = match route {
             "GET /api/v1/audit/entries" => (format!("?log={log}"), None),
             "GET /api/v1/jobs" => (format!("?tenant={tenant}"), None),
+            "GET /api/v1/usage" => (format!("?tenant={tenant}"), None),
             "GET /api/v1/audit/logs/{log}/proof/inclusion" => ("?seq=0".to_owned(), None),
             "GET /api/v1/audit/logs/{log}/proof/consistency" => ("?from=1".to_owned(), None),
             "PUT /api/v1/audit/logs/{log}/hold" => {

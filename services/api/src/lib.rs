@@ -75,7 +75,7 @@ pub struct AppState {
 /// without deciding who may call it).
 fn routes<R: Routes>(r: &mut R) {
     use Method as M;
-    use handlers::{audit, bindings, enrollment, jobs, nodes, tenants, tokens, users};
+    use handlers::{audit, bindings, enrollment, jobs, nodes, tenants, tokens, usage, users};
     r.add(M::GET, "/healthz", handlers::health::healthz);
     r.add(M::GET, "/readyz", handlers::health::readyz);
     r.add(M::GET, "/api/v1/openapi.json", openapi::serve);
@@ -123,6 +123,7 @@ fn routes<R: Routes>(r: &mut R) {
     r.add(M::GET, "/api/v1/jobs/{id}", jobs::get);
     r.add(M::POST, "/api/v1/jobs/{id}/cancel", jobs::cancel);
     r.add(M::GET, "/api/v1/jobs/{id}/log", jobs::log);
+    r.add(M::GET, "/api/v1/usage", usage::usage);
     r.add(M::GET, "/api/v1/nodes", nodes::list);
     r.add(M::GET, "/api/v1/nodes/{id}", nodes::get);
     r.add(M::POST, "/api/v1/nodes/{id}/cordon", nodes::cordon);

@@ -4,7 +4,9 @@ use actix_web::HttpResponse;
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use crate::handlers::{audit, bindings, enrollment, health, jobs, nodes, tenants, tokens, users};
+use crate::handlers::{
+    audit, bindings, enrollment, health, jobs, nodes, tenants, tokens, usage, users,
+};
 use crate::signin;
 
 struct BearerAuth;
@@ -25,7 +27,7 @@ impl Modify for BearerAuth {
     paths(
         health::healthz, health::readyz,
         tenants::create, tenants::list, tenants::get, tenants::get_quota, tenants::set_quota,
-        jobs::submit, jobs::list, jobs::get, jobs::cancel, jobs::log,
+        jobs::submit, jobs::list, jobs::get, jobs::cancel, jobs::log, usage::usage,
         nodes::list, nodes::get, nodes::cordon, nodes::uncordon, nodes::drain, nodes::drain_gpu,
         nodes::return_gpu, enrollment::revoke_node, enrollment::create, enrollment::list,
         enrollment::delete,

@@ -688,3 +688,47 @@ pub struct RevokedNode {
     /// How many of its certificates were current and are now revoked.
     pub certificates_revoked: u64,
 }
+
+#[derive(Debug, Default, Serialize, Deserialize, ToSchema, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct UsageQuery {
+    /// First UTC day, `YYYY-MM-DD` (default: six days before `to`'s last day).
+    pub from: Option<chrono::NaiveDate>,
+    /// The day after the last, `YYYY-MM-DD` (default: tomorrow, so today is included).
+    pub to: Option<chrono::NaiveDate>,
+    /// `tenant` (default), `day` (per tenant and day), `job`, or `job,day`.
+    pub by: Option<String>,
+    /// Only this tenant (and nothing of its teams).
+    pub tenant: Option<String>,
+    /// `json` (default) or `csv`.
+    pub format: Option<String>,
+}
+
+/// One row of a usage report.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct UsageRowView {
+    pub tenant: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>)]
+    pub day: Option<chrono::NaiveDate>,
+    /// Whole-GPU hours: a quarter GPU for four hours is one.
+    pub gpu_hours: f64,
+    /// GPU memory asked for, GiB times hours.
+    pub gpu_memory_gib_hours: f64,
+    /// MIG compute slices times hours.
+    pub mig_slice_hours: f64,
+}
+
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct UsageReport {
+    #[schema(value_type = String)]
+    pub from: chrono::NaiveDate,
+    #[schema(value_type = String)]
+    pub to: chrono::NaiveDate,
+    pub by: String,
+    pub rows: Vec<UsageRowView>,
+    pub total_gpu_hours: f64,
+}

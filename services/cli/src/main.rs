@@ -75,6 +75,8 @@ enum Command {
     /// Grant roles to users, or to everyone whose provider token carries a claim.
     #[command(subcommand)]
     Binding(cmd::access::BindingCmd),
+    /// GPU-hours used per tenant, day or job (`--csv` for billing).
+    Usage(cmd::usage::UsageArgs),
     /// Who the token is, and every role it holds.
     Whoami {
         #[arg(short, long, value_enum, default_value_t)]
@@ -127,6 +129,7 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Bench(c) => cmd::bench::run(c).await.map(|()| 0),
         Command::Db(c) => cmd::db::run(c).await.map(|()| 0),
         Command::Gpu(c) => cmd::gpu::run(c).await,
+        Command::Usage(args) => cmd::usage::run(&client()?, args).await.map(|()| 0),
     }
 }
 

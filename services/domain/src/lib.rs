@@ -4,6 +4,7 @@
 //! This crate has no HTTP, database or gRPC dependency. Everything here is plain data and
 //! pure functions, so the API, the store, the scheduler and the agent agree on one model.
 
+pub mod accounting;
 pub mod audit;
 pub mod clock;
 pub mod error;

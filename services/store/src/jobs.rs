@@ -5,10 +5,11 @@ use std::collections::{BTreeMap, HashMap};
 use allot_domain::{
     AuditContext, AuditEvent, Job, JobEvent, JobSpec, JobState, PendingReason, TenantName,
 };
+use chrono::{DateTime, Utc};
 use sea_orm::sea_query::{Expr, ExprTrait};
 use sea_orm::{
-    ActiveValue::Set, ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QueryOrder,
-    QuerySelect, TransactionTrait,
+    ActiveValue::Set, ColumnTrait, Condition, ConnectionTrait, EntityTrait, QueryFilter,
+    QueryOrder, QuerySelect, TransactionTrait,
 };
 
 use crate::audit::record;
@@ -113,6 +114,13 @@ pub trait JobRepo {
         &self,
         id: &str,
     ) -> impl Future<Output = Result<Vec<JobEvent>, StoreError>> + Send;
+    /// Jobs in `scope` that ran at some time since `since` (started, and not finished
+    /// before it), each with its state history: what usage accounting reads.
+    fn jobs_run_since(
+        &self,
+        scope: &TenantScope,
+        since: DateTime<Utc>,
+    ) -> impl Future<Output = Result<Vec<(Job, Vec<JobEvent>)>, StoreError>> + Send;
     /// Marks a scheduled or running job for the agent to stop so that reclaim can give its
     /// capacity to another; once stopped it is requeued (`transition_job` to Pending).
     /// `Conflict` when the job no longer holds capacity, is being cancelled, or is already
@@ -123,6 +131,19 @@ pub trait JobRepo {
         id: &str,
         reason: &str,
     ) -> impl Future<Output = Result<Job, StoreError>> + Send;
+}
+
+fn event_to_domain(e: job_events::Model) -> Result<JobEvent, StoreError> {
+    Ok(JobEvent {
+        from: e
+            .from_state
+            .as_deref()
+            .map(|s| parse("from_state", s))
+            .transpose()?,
+        to: parse("to_state", &e.to_state)?,
+        at: e.at,
+        message: e.message,
+    })
 }
 
 fn to_domain(m: jobs::Model, tenant: &str) -> Result<Job, StoreError> {
@@ -574,6 +595,46 @@ impl JobRepo for Store {
         Ok(job)
     }
 
+    async fn jobs_run_since(
+        &self,
+        scope: &TenantScope,
+        since: DateTime<Utc>,
+    ) -> Result<Vec<(Job, Vec<JobEvent>)>, StoreError> {
+        let rows = jobs::Entity::find()
+            .filter(scope.condition(jobs::Column::TenantId))
+            .filter(jobs::Column::StartedAt.is_not_null())
+            .filter(
+                Condition::any()
+                    .add(jobs::Column::FinishedAt.is_null())
+                    .add(jobs::Column::FinishedAt.gte(since)),
+            )
+            .order_by_asc(jobs::Column::Id)
+            .all(&self.db)
+            .await?;
+        let names = tenant_names(&self.db).await?;
+        let mut events: HashMap<String, Vec<JobEvent>> = HashMap::new();
+        for ids in rows.chunks(500) {
+            let found = job_events::Entity::find()
+                .filter(job_events::Column::JobId.is_in(ids.iter().map(|j| j.id.as_str())))
+                .order_by_asc(job_events::Column::Id)
+                .all(&self.db)
+                .await?;
+            for e in found {
+                let job = e.job_id.clone();
+                events.entry(job).or_default().push(event_to_domain(e)?);
+            }
+        }
+        rows.into_iter()
+            .map(|m| {
+                let tenant = names
+                    .get(&m.tenant_id)
+                    .ok_or_else(|| StoreError::Corrupt(format!("job {} has no tenant", m.id)))?;
+                let history = events.remove(&m.id).unwrap_or_default();
+                Ok((to_domain(m, tenant)?, history))
+            })
+            .collect()
+    }
+
     async fn job_events(&self, id: &str) -> Result<Vec<JobEvent>, StoreError> {
         job_events::Entity::find()
             .filter(job_events::Column::JobId.eq(id))
@@ -581,18 +642,7 @@ impl JobRepo for Store {
             .all(&self.db)
             .await?
             .into_iter()
-            .map(|e| {
-                Ok(JobEvent {
-                    from: e
-                        .from_state
-                        .as_deref()
-                        .map(|s| parse("from_state", s))
-                        .transpose()?,
-                    to: parse("to_state", &e.to_state)?,
-                    at: e.at,
-                    message: e.message,
-                })
-            })
+            .map(event_to_domain)
             .collect()
     }
 }

@@ -9,4 +9,5 @@ pub mod jobs;
 pub mod nodes;
 pub mod tenants;
 pub mod tokens;
+pub mod usage;
 pub mod users;

@@ -12,6 +12,7 @@ pub mod node;
 pub mod server;
 pub mod tenant;
 pub mod token;
+pub mod usage;
 
 use std::path::Path;
 

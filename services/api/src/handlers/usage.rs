@@ -1,0 +1,129 @@
+//! Usage accounting: GPU-hours per tenant, job and day, as JSON or CSV.
+
+use actix_web::http::StatusCode;
+use actix_web::{HttpResponse, web};
+use allot_authz::{Action, Resource};
+use allot_domain::accounting::{GroupBy, JobUsage, report, running_intervals};
+use allot_store::{JobRepo, TenantRepo, TenantScope};
+use chrono::{Duration, NaiveDate};
+
+use crate::auth::Principal;
+use crate::extract::Query;
+use crate::problem::Problem;
+use crate::views::{UsageQuery, UsageReport, UsageRowView};
+use crate::{ApiError, AppState, json};
+
+/// The longest range one report covers.
+const MAX_DAYS: i64 = 400;
+
+/// GPU-hours (and GPU-memory and MIG-slice hours) of the tenants the caller may see, from
+/// the times their jobs ran and what each held, per tenant, day or job.
+#[utoipa::path(get, path = "/api/v1/usage", tag = "jobs", security(("bearer" = [])),
+    params(UsageQuery),
+    responses((status = 200, body = UsageReport, description = "JSON, or CSV with `format=csv`"),
+        (status = 400, body = Problem), (status = 404, body = Problem)))]
+pub async fn usage(
+    state: web::Data<AppState>,
+    who: Principal,
+    Query(q): Query<UsageQuery>,
+) -> Result<HttpResponse, ApiError> {
+    let now = state.store.clock().now();
+    let to = q.to.unwrap_or_else(|| now.date_naive() + Duration::days(1));
+    let from = q.from.unwrap_or(to - Duration::days(7));
+    if from >= to || (to - from).num_days() > MAX_DAYS {
+        return Err(ApiError::malformed(
+            "from",
+            format!("must be before `to`, at most {MAX_DAYS} days earlier"),
+        ));
+    }
+    let by_text = q.by.clone().unwrap_or_else(|| "tenant".to_owned());
+    let by: GroupBy = by_text
+        .parse()
+        .map_err(|e: String| ApiError::malformed("by", e))?;
+    let csv = match q.format.as_deref() {
+        None | Some("json") => false,
+        Some("csv") => true,
+        Some(other) => {
+            return Err(ApiError::malformed(
+                "format",
+                format!("unknown format `{other}` (json or csv)"),
+            ));
+        }
+    };
+    let scope = match &q.tenant {
+        Some(name) => {
+            let what = format!("tenant `{name}`");
+            let tenant = state
+                .store
+                .tenant_by_name(name)
+                .await
+                .map_err(|_| ApiError::NotFound(format!("{what} does not exist")))?;
+            who.authorize(Action::JobList, Resource::Tenant(&tenant.id), &what)?;
+            TenantScope::tenant(tenant.id)
+        }
+        None => who.scope(Action::JobList, "usage")?,
+    };
+    let midnight = |d: NaiveDate| d.and_hms_opt(0, 0, 0).unwrap_or_default().and_utc();
+    let (start, end) = (midnight(from), midnight(to));
+    let ran = state.store.jobs_run_since(&scope, start).await?;
+    let inputs: Vec<JobUsage<'_>> = ran
+        .iter()
+        .map(|(job, events)| JobUsage {
+            job_id: &job.id,
+            tenant: job.spec.tenant.as_str(),
+            gpus: job.spec.gpus,
+            gpu_milli: job
+                .held_gpu_milli
+                .or(job.spec.gpu_milli)
+                .unwrap_or(allot_domain::GPU_MILLI),
+            gpu_memory_bytes: job.spec.gpu_memory_bytes.unwrap_or(0),
+            mig_slices: job
+                .spec
+                .mig_profile
+                .as_deref()
+                .and_then(allot_domain::mig::profile_named)
+                .map_or(0, |p| p.compute_slices),
+            running: running_intervals(events, now),
+        })
+        .collect();
+    let rows: Vec<UsageRowView> = report(&inputs, start, end, by)
+        .into_iter()
+        .map(|r| UsageRowView {
+            tenant: r.tenant,
+            job_id: r.job_id,
+            day: r.day,
+            gpu_hours: r.usage.gpu_hours,
+            gpu_memory_gib_hours: r.usage.gpu_memory_gib_hours,
+            mig_slice_hours: r.usage.mig_slice_hours,
+        })
+        .collect();
+    if csv {
+        let mut out =
+            String::from("tenant,job_id,day,gpu_hours,gpu_memory_gib_hours,mig_slice_hours\n");
+        for r in &rows {
+            out += &format!(
+                "{},{},{},{:.6},{:.6},{:.6}\n",
+                r.tenant,
+                r.job_id.as_deref().unwrap_or(""),
+                r.day.map(|d| d.to_string()).unwrap_or_default(),
+                r.gpu_hours,
+                r.gpu_memory_gib_hours,
+                r.mig_slice_hours
+            );
+        }
+        return Ok(HttpResponse::Ok()
+            .content_type("text/csv; charset=utf-8")
+            .body(out));
+    }
+    let total_gpu_hours = rows.iter().map(|r| r.gpu_hours).sum();
+    Ok(json(
+        StatusCode::OK,
+        &UsageReport {
+            from,
+            to,
+            by: by_text,
+            rows,
+            total_gpu_hours,
+        },
+    ))
+}

@@ -1,0 +1,281 @@
+//! Usage accounting: GPU-hours (and GPU-memory-hours, MIG-slice-hours) per tenant, job and
+//! UTC day, from the times each job ran (its state history) and what its placement held.
+//!
+//! A job accrues while it is `running`: from entering that state to leaving it, or to now.
+//! A GPU-hour is one whole GPU for an hour: a job holding `gpu_milli` of each of `gpus` GPUs
+//! accrues `gpus * gpu_milli / 1000` per hour; a MIG job holds its instance's compute
+//! slices out of seven.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, NaiveDate, Utc};
+use serde::Serialize;
+
+use crate::job::{JobEvent, JobState};
+
+/// A span of time a job ran.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Interval {
+    pub start: DateTime<Utc>,
+    pub end: DateTime<Utc>,
+}
+
+/// The spans a job ran, from its state history (oldest first); one still running ends `now`.
+pub fn running_intervals(events: &[JobEvent], now: DateTime<Utc>) -> Vec<Interval> {
+    let mut out = Vec::new();
+    let mut since = None;
+    for e in events {
+        if e.to == JobState::Running {
+            since.get_or_insert(e.at);
+        } else if let Some(start) = since.take() {
+            out.push(Interval { start, end: e.at });
+        }
+    }
+    if let Some(start) = since {
+        out.push(Interval { start, end: now });
+    }
+    out
+}
+
+/// What one job held while it ran.
+#[derive(Debug, Clone)]
+pub struct JobUsage<'a> {
+    pub job_id: &'a str,
+    pub tenant: &'a str,
+    pub gpus: u32,
+    /// The share of each GPU held, in milli.
+    pub gpu_milli: u32,
+    /// GPU memory asked for on each GPU (0: not asked).
+    pub gpu_memory_bytes: u64,
+    /// Compute slices of its MIG instance (0: not a MIG job).
+    pub mig_slices: u8,
+    pub running: Vec<Interval>,
+}
+
+/// Usage of one job (or a group of them) on one day (or over the whole range).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Usage {
+    pub gpu_hours: f64,
+    pub gpu_memory_gib_hours: f64,
+    pub mig_slice_hours: f64,
+}
+
+impl Usage {
+    fn add(&mut self, other: &Usage) {
+        self.gpu_hours += other.gpu_hours;
+        self.gpu_memory_gib_hours += other.gpu_memory_gib_hours;
+        self.mig_slice_hours += other.mig_slice_hours;
+    }
+}
+
+/// How rows are grouped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GroupBy {
+    Tenant,
+    TenantDay,
+    Job,
+    JobDay,
+}
+
+impl std::str::FromStr for GroupBy {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        Ok(match s {
+            "tenant" => GroupBy::Tenant,
+            "tenant,day" | "day" => GroupBy::TenantDay,
+            "job" => GroupBy::Job,
+            "job,day" => GroupBy::JobDay,
+            _ => {
+                return Err(format!(
+                    "unknown grouping `{s}` (tenant, day, job or job,day)"
+                ));
+            }
+        })
+    }
+}
+
+/// One row of a usage report.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct UsageRow {
+    pub tenant: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub job_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub day: Option<NaiveDate>,
+    #[serde(flatten)]
+    pub usage: Usage,
+}
+
+/// Usage within `[from, to)`, split at UTC midnights and grouped `by`; rows in order of
+/// tenant, then job, then day.
+pub fn report(
+    jobs: &[JobUsage<'_>],
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+    by: GroupBy,
+) -> Vec<UsageRow> {
+    let mut rows: BTreeMap<(String, Option<String>, Option<NaiveDate>), Usage> = BTreeMap::new();
+    for job in jobs {
+        let gpus = f64::from(job.gpus) * f64::from(job.gpu_milli) / 1000.0;
+        let memory_gib = f64::from(job.gpus) * job.gpu_memory_bytes as f64 / f64::from(1u32 << 30);
+        for iv in &job.running {
+            let mut start = iv.start.max(from);
+            let end = iv.end.min(to);
+            while start < end {
+                let day = start.date_naive();
+                let midnight = day
+                    .succ_opt()
+                    .and_then(|d| d.and_hms_opt(0, 0, 0))
+                    .map_or(end, |d| d.and_utc());
+                let stop = end.min(midnight);
+                let hours = (stop - start).num_milliseconds() as f64 / 3_600_000.0;
+                let key = (
+                    job.tenant.to_owned(),
+                    matches!(by, GroupBy::Job | GroupBy::JobDay).then(|| job.job_id.to_owned()),
+                    matches!(by, GroupBy::TenantDay | GroupBy::JobDay).then_some(day),
+                );
+                rows.entry(key).or_default().add(&Usage {
+                    gpu_hours: gpus * hours,
+                    gpu_memory_gib_hours: memory_gib * hours,
+                    mig_slice_hours: f64::from(job.mig_slices) * hours,
+                });
+                start = stop;
+            }
+        }
+    }
+    rows.into_iter()
+        .map(|((tenant, job_id, day), usage)| UsageRow {
+            tenant,
+            job_id,
+            day,
+            usage,
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(s: &str) -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339(s)
+            .expect("time")
+            .with_timezone(&Utc)
+    }
+
+    fn ev(from: Option<JobState>, to: JobState, at: &str) -> JobEvent {
+        JobEvent {
+            from,
+            to,
+            at: t(at),
+            message: None,
+        }
+    }
+
+    #[test]
+    fn each_run_counts_from_start_to_stop_and_a_requeue_does_not() {
+        use JobState::*;
+        let events = [
+            ev(None, Pending, "2026-11-30T09:00:00Z"),
+            ev(Some(Pending), Scheduled, "2026-11-30T09:01:00Z"),
+            ev(Some(Scheduled), Running, "2026-11-30T09:02:00Z"),
+            // Preempted and requeued: not running while pending again.
+            ev(Some(Running), Pending, "2026-11-30T10:02:00Z"),
+            ev(Some(Pending), Scheduled, "2026-11-30T11:00:00Z"),
+            ev(Some(Scheduled), Running, "2026-11-30T11:00:30Z"),
+        ];
+        let now = t("2026-11-30T12:00:30Z");
+        assert_eq!(
+            running_intervals(&events, now),
+            vec![
+                Interval {
+                    start: t("2026-11-30T09:02:00Z"),
+                    end: t("2026-11-30T10:02:00Z")
+                },
+                Interval {
+                    start: t("2026-11-30T11:00:30Z"),
+                    end: now
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn usage_splits_at_midnight_and_weighs_shares_memory_and_mig_slices() {
+        let shared = JobUsage {
+            job_id: "j1",
+            tenant: "a",
+            gpus: 1,
+            gpu_milli: 250,
+            gpu_memory_bytes: 20 << 30,
+            mig_slices: 0,
+            // 22:00 to 02:00: two hours each side of midnight.
+            running: vec![Interval {
+                start: t("2026-11-29T22:00:00Z"),
+                end: t("2026-11-30T02:00:00Z"),
+            }],
+        };
+        let whole = JobUsage {
+            job_id: "j2",
+            tenant: "a",
+            gpus: 8,
+            gpu_milli: 1000,
+            gpu_memory_bytes: 0,
+            mig_slices: 0,
+            running: vec![Interval {
+                start: t("2026-11-30T00:00:00Z"),
+                end: t("2026-11-30T00:30:00Z"),
+            }],
+        };
+        let mig = JobUsage {
+            job_id: "j3",
+            tenant: "b",
+            gpus: 1,
+            gpu_milli: 428,
+            gpu_memory_bytes: 0,
+            mig_slices: 3,
+            running: vec![Interval {
+                start: t("2026-11-30T01:00:00Z"),
+                end: t("2026-11-30T03:00:00Z"),
+            }],
+        };
+        let jobs = [shared, whole, mig];
+        let (from, to) = (t("2026-11-29T00:00:00Z"), t("2026-12-01T00:00:00Z"));
+        let by_day = report(&jobs, from, to, GroupBy::TenantDay);
+        let day = |d: &str| NaiveDate::parse_from_str(d, "%Y-%m-%d").ok();
+        let a29 = by_day
+            .iter()
+            .find(|r| r.tenant == "a" && r.day == day("2026-11-29"))
+            .expect("a on the 29th");
+        assert!((a29.usage.gpu_hours - 0.5).abs() < 1e-9, "{a29:?}");
+        assert!((a29.usage.gpu_memory_gib_hours - 40.0).abs() < 1e-9);
+        let a30 = by_day
+            .iter()
+            .find(|r| r.tenant == "a" && r.day == day("2026-11-30"))
+            .expect("a on the 30th");
+        assert!((a30.usage.gpu_hours - (0.5 + 4.0)).abs() < 1e-9, "{a30:?}");
+        let b = by_day.iter().find(|r| r.tenant == "b").expect("b");
+        assert!((b.usage.mig_slice_hours - 6.0).abs() < 1e-9);
+        assert!((b.usage.gpu_hours - 0.856).abs() < 1e-9);
+        // Clipped to the range; grouped by tenant only.
+        let clipped = report(
+            &jobs,
+            t("2026-11-30T00:00:00Z"),
+            t("2026-11-30T01:00:00Z"),
+            GroupBy::Tenant,
+        );
+        assert_eq!(clipped.len(), 1, "{clipped:?}");
+        assert!((clipped[0].usage.gpu_hours - (0.25 + 4.0)).abs() < 1e-9);
+        let per_job = report(&jobs, from, to, GroupBy::Job);
+        assert_eq!(
+            per_job
+                .iter()
+                .map(|r| r.job_id.as_deref())
+                .collect::<Vec<_>>(),
+            [Some("j1"), Some("j2"), Some("j3")]
+        );
+        assert_eq!("job,day".parse::<GroupBy>(), Ok(GroupBy::JobDay));
+        assert!("week".parse::<GroupBy>().is_err());
+    }
+}
