@@ -15,6 +15,7 @@ mod m20261202_000002_sessions;
 mod m20261202_000003_gpu_degraded;
 mod m20261203_000001_node_enrollment;
 mod m20261203_000002_mig;
+mod m20261203_000003_budgets;
 mod roles;
 
 pub use roles::{APPEND_ONLY_TABLES, BadRoleName, postgres_app_role_grants};
@@ -37,6 +38,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261202_000003_gpu_degraded::Migration),
             Box::new(m20261203_000001_node_enrollment::Migration),
             Box::new(m20261203_000002_mig::Migration),
+            Box::new(m20261203_000003_budgets::Migration),
         ]
     }
 }

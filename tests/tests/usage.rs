@@ -114,3 +114,51 @@ async fn gpu_hours_follow_what_jobs_held_while_they_ran() {
     }
     c.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spent_monthly_budget_holds_back_new_work_until_it_is_raised() {
+    let c = spawn_cluster(Backend::Sqlite, 1, "2xH200").await;
+    // 0.001 GPU-hours: 3.6 GPU-seconds this month.
+    let (s, body) = c
+        .post(
+            "/api/v1/tenants",
+            json!({ "name": "capped", "quota": { "gpu_hour_budget": 0.001 } }),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{body}");
+    assert_eq!(body["quota"]["gpu_hour_budget"], 0.001, "{body}");
+    let first = c.submit("capped", 1, &["sleep", "5"]).await;
+    c.wait_for_state(&first, "succeeded").await;
+    let second = c.submit("capped", 1, &["true"]).await;
+    let waiting = c.wait_for_reason(&second).await;
+    assert_eq!(
+        waiting["pending_reason"]["code"], "BudgetExhausted",
+        "{waiting}"
+    );
+    assert!(
+        waiting["pending_reason"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("capped used") && m.contains("of its 0.001 GPU-hours")),
+        "{waiting}"
+    );
+    let (s, body) = c
+        .request(
+            reqwest::Method::PUT,
+            "/api/v1/tenants/capped/quota",
+            Some(&c.admin_token),
+            Some(json!({ "gpu_hour_budget": 10.0 })),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{body}");
+    c.wait_for_state(&second, "succeeded").await;
+    let (s, problem) = c
+        .request(
+            reqwest::Method::PUT,
+            "/api/v1/tenants/capped/quota",
+            Some(&c.admin_token),
+            Some(json!({ "gpu_hour_budget": -1.0 })),
+        )
+        .await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{problem}");
+    c.shutdown().await;
+}

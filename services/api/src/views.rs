@@ -63,6 +63,9 @@ pub struct QuotaBody {
     /// teams hold at once; a profile not named is unlimited.
     #[serde(default)]
     pub mig_limits: std::collections::BTreeMap<String, u32>,
+    /// GPU-hours the tenant and its teams may use per calendar month (UTC); once spent,
+    /// their pending jobs wait for the next month. Absent: no budget.
+    pub gpu_hour_budget: Option<f64>,
 }
 
 impl Default for QuotaBody {
@@ -90,6 +93,14 @@ impl From<QuotaBody> for Quota {
             weight: q.weight,
             min_isolation: q.min_isolation,
             mig_limits: q.mig_limits,
+            // Thousandths of a GPU-hour; anything negative or absurd fails validation.
+            gpu_hour_budget_milli: q.gpu_hour_budget.map(|b| {
+                if b.is_finite() && b >= 0.0 {
+                    (b * 1000.0).round().min(u64::MAX as f64) as u64
+                } else {
+                    u64::MAX
+                }
+            }),
         }
     }
 }
@@ -113,6 +124,7 @@ impl From<Quota> for QuotaBody {
             weight: q.weight,
             min_isolation: q.min_isolation,
             mig_limits: q.mig_limits,
+            gpu_hour_budget: q.gpu_hour_budget_milli.map(|m| m as f64 / 1000.0),
         }
     }
 }
@@ -230,7 +242,7 @@ pub struct SubmitJob {
 pub struct PendingReasonView {
     /// Stable code: `NoRoom`, `TenantLimit`, `AwaitingPreemption`, `Preempted`,
     /// `NodeLost`, `DeviceFault`, `RetryBackoff`, `MigUnavailable`, `MigRepartitioning`,
-    /// `MigLimit`, `NoReadyNodes`,
+    /// `MigLimit`, `BudgetExhausted`, `NoReadyNodes`,
     /// `UnknownTenant`, `InvalidQuotaTree`.
     pub code: String,
     /// The same with numbers, for people.

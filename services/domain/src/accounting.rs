@@ -154,6 +154,68 @@ pub fn report(
         .collect()
 }
 
+/// Tenants whose monthly GPU-hour budget is spent, by id, each with why: a tenant is over
+/// when it, or any tenant above it, has used (with all the tenants below it) at least its
+/// budget. `used` is GPU-hours per tenant id, its own jobs only.
+pub fn over_budget(
+    tenants: &[crate::Tenant],
+    used: &std::collections::HashMap<String, f64>,
+    month: &str,
+) -> std::collections::HashMap<String, String> {
+    let parent: std::collections::HashMap<&str, Option<&str>> = tenants
+        .iter()
+        .map(|t| (t.id.as_str(), t.parent_id.as_deref()))
+        .collect();
+    // Each tenant's usage counts for it and every tenant above it.
+    let mut subtree: std::collections::HashMap<&str, f64> = std::collections::HashMap::new();
+    for t in tenants {
+        let own = used.get(&t.id).copied().unwrap_or(0.0);
+        let mut at = Some(t.id.as_str());
+        let mut seen = 0;
+        while let Some(id) = at {
+            *subtree.entry(id).or_default() += own;
+            at = parent.get(id).copied().flatten();
+            seen += 1;
+            if seen > tenants.len() {
+                break;
+            }
+        }
+    }
+    let spent: std::collections::HashMap<&str, String> = tenants
+        .iter()
+        .filter_map(|t| {
+            let budget = t.quota.gpu_hour_budget_milli? as f64 / 1000.0;
+            let use_ = subtree.get(t.id.as_str()).copied().unwrap_or(0.0);
+            (use_ >= budget).then(|| {
+                (
+                    t.id.as_str(),
+                    format!(
+                        "tenant {} used {use_:.3} of its {budget:.3} GPU-hours for {month}",
+                        t.name
+                    ),
+                )
+            })
+        })
+        .collect();
+    let mut out = std::collections::HashMap::new();
+    for t in tenants {
+        let mut at = Some(t.id.as_str());
+        let mut seen = 0;
+        while let Some(id) = at {
+            if let Some(why) = spent.get(id) {
+                out.insert(t.id.clone(), why.clone());
+                break;
+            }
+            at = parent.get(id).copied().flatten();
+            seen += 1;
+            if seen > tenants.len() {
+                break;
+            }
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -277,5 +339,46 @@ mod tests {
         );
         assert_eq!("job,day".parse::<GroupBy>(), Ok(GroupBy::JobDay));
         assert!("week".parse::<GroupBy>().is_err());
+    }
+
+    #[test]
+    fn a_spent_budget_holds_back_the_tenant_and_everything_below_it() {
+        let tenant = |id: &str, parent: Option<&str>, budget: Option<u64>| crate::Tenant {
+            id: id.into(),
+            name: crate::TenantName::parse("name", id).expect("name"),
+            parent_id: parent.map(Into::into),
+            quota: crate::Quota {
+                gpu_hour_budget_milli: budget,
+                ..crate::Quota::default()
+            },
+            created_at: t("2026-11-01T00:00:00Z"),
+        };
+        let tenants = [
+            tenant("org", None, Some(10_000)),
+            tenant("team-a", Some("org"), None),
+            tenant("team-b", Some("org"), Some(1_000)),
+            tenant("other", None, None),
+        ];
+        // The teams together spend the org's 10 GPU-hours; team-b its own 1 too.
+        let used = [
+            ("team-a".to_owned(), 8.0),
+            ("team-b".to_owned(), 2.5),
+            ("other".to_owned(), 99.0),
+        ]
+        .into_iter()
+        .collect();
+        let over = over_budget(&tenants, &used, "November 2026");
+        assert!(
+            over["org"].contains("used 10.500 of its 10.000"),
+            "{over:?}"
+        );
+        assert!(over.contains_key("team-a"));
+        assert!(
+            over["team-b"].contains("team-b"),
+            "its own budget is named first"
+        );
+        assert!(!over.contains_key("other"), "no budget, no limit");
+        let light = [("team-a".to_owned(), 1.0)].into_iter().collect();
+        assert!(over_budget(&tenants, &light, "November 2026").is_empty());
     }
 }

@@ -57,6 +57,9 @@ pub const MAX_CPU_MILLI: u64 = 100_000_000;
 /// Upper bound on an over-quota weight.
 pub const MAX_WEIGHT: u32 = 10_000;
 
+/// The largest monthly GPU-hour budget, in thousandths of a GPU-hour.
+pub const MAX_GPU_HOUR_BUDGET_MILLI: u64 = 1_000_000_000_000;
+
 /// An amount of each resource a quota speaks of.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct Resources {
@@ -84,7 +87,9 @@ pub struct ResourceLimits {
 /// exceeded, borrowing included. `weight` sets the share of spare capacity among tenants
 /// that compete for it. `min_isolation` is the least isolation its jobs run at.
 /// `mig_limits` caps the MIG instances of each profile (by name) the tenant and its
-/// children hold at once; a profile not named is unlimited.
+/// children hold at once; a profile not named is unlimited. `gpu_hour_budget_milli` caps
+/// the GPU-hours (in thousandths) the tenant and its children use per calendar month (UTC):
+/// once spent, their pending jobs wait for the next month (running ones finish).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Quota {
     pub guaranteed: Resources,
@@ -92,6 +97,7 @@ pub struct Quota {
     pub weight: u32,
     pub min_isolation: Isolation,
     pub mig_limits: std::collections::BTreeMap<String, u32>,
+    pub gpu_hour_budget_milli: Option<u64>,
 }
 
 impl Default for Quota {
@@ -102,6 +108,7 @@ impl Default for Quota {
             weight: 1,
             min_isolation: Isolation::Shared,
             mig_limits: std::collections::BTreeMap::new(),
+            gpu_hour_budget_milli: None,
         }
     }
 }
@@ -168,6 +175,13 @@ impl Quota {
             format!("{prefix}weight"),
             format!("must be from 1 to {MAX_WEIGHT}"),
         );
+        if let Some(b) = self.gpu_hour_budget_milli {
+            v.check(
+                b <= MAX_GPU_HOUR_BUDGET_MILLI,
+                format!("{prefix}gpu_hour_budget"),
+                "must be from 0 to 1000000000 GPU-hours",
+            );
+        }
         for (profile, max) in &self.mig_limits {
             v.check(
                 crate::mig::profile_named(profile).is_some(),
@@ -223,6 +237,7 @@ mod tests {
             weight: 0,
             min_isolation: Isolation::Shared,
             mig_limits: [("1g.18gb".to_owned(), 2), ("9g.1tb".to_owned(), 1)].into(),
+            gpu_hour_budget_milli: Some(u64::MAX),
         };
         let err = q.validate("quota.").expect_err("absurd");
         let fields: Vec<_> = err.0.iter().map(|e| e.field.as_str()).collect();
@@ -232,6 +247,7 @@ mod tests {
                 "quota.guaranteed.gpu_milli",
                 "quota.limit.memory_bytes",
                 "quota.weight",
+                "quota.gpu_hour_budget",
                 "quota.mig_limits.9g.1tb"
             ]
         );

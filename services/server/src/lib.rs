@@ -1,6 +1,7 @@
 //! The control plane process: the REST API (actix-web) and the agent gRPC service (tonic) on
 //! separate ports of one tokio process, the scheduling loop, and first-start bootstrap.
 
+pub mod budgets;
 pub mod checkpoints;
 pub mod grpc;
 pub mod hub;

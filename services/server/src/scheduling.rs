@@ -73,6 +73,23 @@ pub async fn pass(
     }
     let holding = jobs_in(store, &[JobState::Scheduled, JobState::Running]).await?;
     let tenants = store.list_tenants().await?;
+    // Tenants that spent their monthly GPU-hour budget wait for the next month.
+    let spent = crate::budgets::spent(store, &tenants, store.clock().now()).await?;
+    let (held_back, pending): (Vec<_>, Vec<_>) = pending
+        .into_iter()
+        .partition(|j| spent.contains_key(&j.tenant_id));
+    for j in &held_back {
+        let reason = allot_domain::PendingReason {
+            code: "BudgetExhausted".into(),
+            message: spent.get(&j.tenant_id).cloned().unwrap_or_default(),
+        };
+        if j.pending_reason.as_ref() != Some(&reason) {
+            store.set_pending_reason(&j.id, Some(reason)).await?;
+        }
+    }
+    if pending.is_empty() {
+        return Ok(());
+    }
     let reachable = hub.connected();
     let decisions = scheduler.decide(&Snapshot {
         nodes: &nodes,

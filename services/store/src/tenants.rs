@@ -64,6 +64,7 @@ fn to_domain(m: tenants::Model) -> Result<Tenant, StoreError> {
             weight: to_u32("weight", m.weight.into())?,
             min_isolation: parse("min_isolation", &m.min_isolation)?,
             mig_limits: json("mig_limits", &m.mig_limits)?,
+            gpu_hour_budget_milli: opt_u64("gpu_hour_budget_milli", m.gpu_hour_budget_milli)?,
         },
         id: m.id,
         created_at: m.created_at,
@@ -87,6 +88,7 @@ fn set_quota_columns(row: &mut tenants::ActiveModel, q: &Quota) -> Result<(), St
         Set(i32::try_from(q.weight)
             .map_err(|_| StoreError::Corrupt("weight exceeds i32".into()))?);
     row.min_isolation = Set(q.min_isolation.as_str().to_owned());
+    row.gpu_hour_budget_milli = Set(opt_i64("gpu_hour_budget", q.gpu_hour_budget_milli)?);
     row.mig_limits = Set(serde_json::to_string(&q.mig_limits)
         .map_err(|e| StoreError::Corrupt(format!("mig_limits: {e}")))?);
     Ok(())

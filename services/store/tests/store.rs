@@ -107,6 +107,7 @@ both_backends!(tenants_and_quotas, |store, _clock| {
                 weight: 3,
                 min_isolation: Isolation::Mig,
                 mig_limits: [("1g.18gb".to_owned(), 3)].into(),
+                gpu_hour_budget_milli: Some(2_500),
             },
         )
         .await
@@ -114,6 +115,7 @@ both_backends!(tenants_and_quotas, |store, _clock| {
     assert_eq!(t.quota.limit.gpu_milli, Some(8000));
     assert_eq!(t.quota.guaranteed.gpu_milli, 7500);
     assert_eq!(t.quota.mig_limits.get("1g.18gb"), Some(&3));
+    assert_eq!(t.quota.gpu_hour_budget_milli, Some(2_500));
     assert_eq!((t.quota.weight, t.quota.min_isolation), (3, Isolation::Mig));
     let team = store
         .create_tenant(&ctx(), &name("team-a1"), Some(&t.id), Quota::default())

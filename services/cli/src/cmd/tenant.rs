@@ -77,6 +77,9 @@ pub struct QuotaArgs {
     /// repeatable. Profiles not named are unlimited.
     #[arg(long = "mig-limit", value_parser = parse_mig_limit)]
     mig_limits: Vec<(String, u32)>,
+    /// GPU-hours the tenant and its teams may use per calendar month (UTC), e.g. 5000.
+    #[arg(long)]
+    gpu_hour_budget: Option<f64>,
 }
 
 fn parse_mig_limit(s: &str) -> Result<(String, u32), String> {
@@ -108,6 +111,7 @@ impl QuotaArgs {
             weight: self.weight,
             min_isolation: self.min_isolation,
             mig_limits: self.mig_limits.iter().cloned().collect(),
+            gpu_hour_budget: self.gpu_hour_budget,
         }
     }
 }

@@ -21,6 +21,7 @@ pub struct Model {
     /// JSON object: MIG profile name to the most instances held at once.
     #[sea_orm(column_type = "Text")]
     pub mig_limits: String,
+    pub gpu_hour_budget_milli: Option<i64>,
     pub created_at: DateTimeUtc,
 }
 
