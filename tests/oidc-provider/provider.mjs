@@ -12,6 +12,7 @@ const people = {
   alice: { sub: 'alice', email: 'alice@example.com', name: 'Alice', groups: ['ml-team'] },
   root: { sub: 'root', email: 'root@example.com', name: 'Root', groups: ['ops'] },
   mallory: { sub: 'mallory', email: 'mallory@example.com', name: 'Mallory', groups: [] },
+  audrey: { sub: 'audrey', email: 'audrey@example.com', name: 'Audrey', groups: ['auditors'] },
 };
 
 const server = createServer();

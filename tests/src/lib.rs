@@ -1,6 +1,9 @@
 //! Test harness: a real control plane on free ports, real agents with simulated GPUs over
 //! real gRPC on loopback, and a fresh database per test (SQLite file or PostgreSQL database).
 
+pub mod browser;
+pub mod oidc;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

@@ -4,87 +4,28 @@
 //! would. The whole code flow: sign-in, the session cookie, API calls with it (changes
 //! need the CSRF token), sign-out, idle expiry, and the refusals.
 
-use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use allot_api::jwt::OidcConfig;
-use allot_api::signin::{SessionPolicy, SignInConfig};
 use allot_store::testing::Backend;
+use allot_system_tests::oidc::{Provider, start_provider};
 use allot_system_tests::{TestCluster, spawn_cluster_with};
-use jsonwebtoken::Algorithm;
 use reqwest::{Method, StatusCode, Url};
 use serde_json::{Value, json};
-
-/// The provider process, killed when dropped.
-struct Provider {
-    child: Child,
-    issuer: String,
-}
-
-impl Drop for Provider {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start_provider() -> Provider {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("oidc-provider");
-    assert!(
-        dir.join("node_modules/oidc-provider").is_dir(),
-        "the test OpenID provider is not installed: run ./scripts/test (or `npm ci --prefix tests/oidc-provider`)"
-    );
-    let mut child = Command::new("node")
-        .arg(dir.join("provider.mjs"))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("node runs the provider");
-    let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
-    let mut first = String::new();
-    stdout
-        .read_line(&mut first)
-        .expect("the provider prints its issuer");
-    // Keep the pipe open (and drained) for as long as the provider runs.
-    std::thread::spawn(move || std::io::copy(&mut stdout, &mut std::io::sink()));
-    let issuer = first.trim().to_owned();
-    assert!(issuer.starts_with("http://127.0.0.1:"), "{issuer}");
-    Provider { child, issuer }
-}
 
 /// A control plane signing people in through `idp`, whose sessions end after `max` and
 /// after `idle` without a request.
 async fn cluster_with(idp: &Provider, max: Duration, idle: Duration) -> TestCluster {
-    let issuer = idp.issuer.clone();
-    spawn_cluster_with(Backend::Sqlite, 0, "", move |c| {
-        c.oidc = Some(OidcConfig {
-            issuer: issuer.clone(),
-            audiences: vec!["allot".into()],
-            algorithms: vec![Algorithm::RS256, Algorithm::PS256, Algorithm::ES256],
-            leeway: Duration::from_secs(60),
-            claim_roles: [
+    spawn_cluster_with(Backend::Sqlite, 0, "", |c| {
+        idp.configure(
+            c,
+            &[
                 "groups=ml-team:member@ml",
                 "email=root@example.com:platform-admin",
-            ]
-            .iter()
-            .map(|r| r.parse().expect("rule"))
-            .collect(),
-            jwks_refetch: allot_api::jwt::DEFAULT_JWKS_REFETCH,
-        });
-        c.web_sign_in = Some(SignInConfig {
-            issuer,
-            client_id: "allot".into(),
-            client_secret: Some("allot-test-secret".into()),
-            redirect_url: None,
-        });
-        c.sessions = SessionPolicy {
-            secure_cookies: false,
+            ],
             max,
             idle,
-        };
+        );
     })
     .await
 }

@@ -478,6 +478,7 @@ pub async fn start(
             .app_data(web::Data::new(state.clone()))
             .app_data(body_limit)
             .configure(allot_api::configure)
+            .configure(allot_portal::configure)
     })
     .workers(2)
     .disable_signals()

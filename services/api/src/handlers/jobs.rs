@@ -183,7 +183,8 @@ pub async fn list(
 }
 
 /// The job, if the caller may see it (else 404) and do `action` to it (else 403).
-async fn visible_job(
+/// The job, if the caller may see its tenant (else 404) and do `action` to it (else 403).
+pub async fn visible_job(
     state: &AppState,
     who: &Principal,
     id: &str,

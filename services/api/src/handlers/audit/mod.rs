@@ -51,7 +51,8 @@ async fn readable(state: &AppState, who: &Principal, log: &str) -> Result<(), Ap
 }
 
 /// The logs the caller may read: `None` for all of them; refused when none.
-fn readable_logs(who: &Principal) -> Result<Option<Vec<String>>, ApiError> {
+/// The audit logs the caller may read (`None`: every one), or 403 when none.
+pub fn readable_logs(who: &Principal) -> Result<Option<Vec<String>>, ApiError> {
     let mut logs = who.permitted_in_tenants(Action::AuditRead, log_resource)?;
     let system = who.allows(Action::AuditRead, log_resource(SYSTEM_LOG))?;
     if system && logs.len() == who.tenant_count() {

@@ -1,0 +1,797 @@
+//! The tenant web portal: server-rendered pages (askama templates in `web/templates/`) over
+//! the same store and the same Cedar authorization as the API, with one small script
+//! (`web/static/portal.js`) that sends the portal's forms and buttons to the JSON API with
+//! the session's CSRF token and shows the API's field errors next to the fields. Everything
+//! it needs is compiled into the binary.
+//!
+//! Pages: `/portal` (quotas, this week's GPU-hours, jobs and why each pending one waits),
+//! `/portal/jobs/new`, `/portal/jobs/{id}` (state history, placement, log), `/portal/cluster`
+//! (nodes, GPU health, MIG layouts; operator actions), `/portal/admin` (tenants, tokens) and
+//! `/portal/audit` (logs, checkpoints, exports, search).
+
+use actix_web::http::header;
+use actix_web::{HttpMessage, HttpRequest, HttpResponse, web};
+use allot_api::auth::Principal;
+use allot_api::signin::SessionAuth;
+use allot_api::views::NodeView;
+use allot_api::{ApiError, AppState};
+use allot_authz::{Action, Resource};
+use allot_domain::accounting::{GroupBy, JobUsage, report, running_intervals};
+use allot_domain::{Job, JobState, Tenant, format_bytes};
+use allot_store::{AuditRepo, AuditSearch, JobFilter, JobRepo, NodeRepo, TenantRepo, TenantScope};
+use askama::Template;
+use askama_web::WebTemplate;
+use chrono::Duration;
+
+const CSS: &str = include_str!("../../../web/static/portal.css");
+const JS: &str = include_str!("../../../web/static/portal.js");
+
+/// Registers the portal's pages and assets.
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.route("/", web::get().to(root))
+        .route("/portal", web::get().to(dashboard))
+        .route("/portal/jobs/new", web::get().to(submit))
+        .route("/portal/jobs/{id}", web::get().to(job))
+        .route("/portal/cluster", web::get().to(cluster))
+        .route("/portal/admin", web::get().to(admin))
+        .route("/portal/audit", web::get().to(audit))
+        .route("/portal/static/portal.css", web::get().to(css))
+        .route("/portal/static/portal.js", web::get().to(js));
+}
+
+/// Each page, with its refusals and failures shown as a page in plain language rather than
+/// the API's problem document.
+macro_rules! page {
+    ($name:ident, $inner:ident $(, $arg:ident : $ty:ty)*) => {
+        async fn $name(
+            req: HttpRequest,
+            state: web::Data<AppState>,
+            who: Option<Principal>,
+            $($arg: $ty),*
+        ) -> HttpResponse {
+            let signed_in = who.is_some();
+            let csrf = req
+                .extensions()
+                .get::<SessionAuth>()
+                .map(|s| s.csrf_token.clone());
+            match $inner(req, state, who $(, $arg)*).await {
+                Ok(r) => r,
+                Err(e) => error_page(&e, signed_in, csrf),
+            }
+        }
+    };
+}
+
+page!(dashboard, dashboard_page);
+page!(submit, submit_page);
+page!(job, job_page, id: web::Path<String>);
+page!(cluster, cluster_page);
+page!(admin, admin_page);
+page!(audit, audit_page, q: web::Query<AuditQuery>);
+
+#[derive(Template, WebTemplate)]
+#[template(path = "error.html")]
+struct ErrorPage {
+    page: Page,
+    detail: String,
+}
+
+fn error_page(e: &ApiError, signed_in: bool, csrf: Option<String>) -> HttpResponse {
+    use actix_web::ResponseError;
+    let status = e.status_code();
+    let (title, detail) = match status.as_u16() {
+        403 => ("Not allowed", format!("You may not see this page: {e}.")),
+        404 => ("Not found", format!("{e}.")),
+        s if s < 500 => ("That did not work", format!("{e}.")),
+        _ => (
+            "Something went wrong",
+            "The control plane could not show this page; try again in a moment.".to_owned(),
+        ),
+    };
+    let mut res = render(ErrorPage {
+        page: Page {
+            title: title.into(),
+            section: "error",
+            signed_in,
+            admin: false,
+            auditor: false,
+            csrf,
+            refresh: false,
+        },
+        detail,
+    });
+    *res.status_mut() = status;
+    res
+}
+
+async fn root() -> HttpResponse {
+    HttpResponse::SeeOther()
+        .insert_header((header::LOCATION, "/portal"))
+        .finish()
+}
+
+async fn css() -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type("text/css; charset=utf-8")
+        .insert_header((header::CACHE_CONTROL, "no-cache"))
+        .body(CSS)
+}
+
+async fn js() -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type("text/javascript; charset=utf-8")
+        .insert_header((header::CACHE_CONTROL, "no-cache"))
+        .body(JS)
+}
+
+/// What every page's frame needs.
+pub struct Page {
+    pub title: String,
+    pub section: &'static str,
+    pub signed_in: bool,
+    pub admin: bool,
+    pub auditor: bool,
+    pub csrf: Option<String>,
+    pub refresh: bool,
+}
+
+impl Page {
+    fn new(
+        req: &HttpRequest,
+        who: &Principal,
+        title: impl Into<String>,
+        section: &'static str,
+    ) -> Self {
+        Self {
+            title: title.into(),
+            section,
+            signed_in: true,
+            admin: who
+                .authorize(Action::TenantCreate, Resource::Platform, "tenants")
+                .is_ok(),
+            auditor: allot_api::readable_logs(who).is_ok(),
+            csrf: req
+                .extensions()
+                .get::<SessionAuth>()
+                .map(|s| s.csrf_token.clone()),
+            refresh: false,
+        }
+    }
+}
+
+/// Where a page sends someone not signed in.
+fn to_sign_in() -> HttpResponse {
+    HttpResponse::SeeOther()
+        .insert_header((header::LOCATION, "/portal"))
+        .finish()
+}
+
+fn gpus(milli: u64) -> String {
+    let whole = milli / 1000;
+    match milli % 1000 {
+        0 => whole.to_string(),
+        frac => format!("{whole}.{}", format!("{frac:03}").trim_end_matches('0')),
+    }
+}
+
+fn held_milli(j: &Job) -> u64 {
+    u64::from(j.spec.gpus) * u64::from(j.held_gpu_milli.or(j.spec.gpu_milli).unwrap_or(1000))
+}
+
+#[derive(Template, WebTemplate)]
+#[template(path = "signin.html")]
+struct SignInPage {
+    page: Page,
+    oidc: bool,
+    dev: bool,
+}
+
+struct QuotaRow {
+    name: String,
+    parent: Option<String>,
+    used: String,
+    guaranteed: String,
+    borrowed: String,
+    limit: String,
+    used_pct: u64,
+    guaranteed_pct: u64,
+}
+
+struct DayBar {
+    day: String,
+    label: String,
+    hours: String,
+    x: u32,
+    y: u32,
+    height: u32,
+}
+
+struct JobRow {
+    id: String,
+    name: String,
+    tenant: String,
+    state: String,
+    gpus: String,
+    reason: String,
+}
+
+#[derive(Template, WebTemplate)]
+#[template(path = "dashboard.html")]
+struct DashboardPage {
+    page: Page,
+    tenants: Vec<QuotaRow>,
+    usage: Vec<DayBar>,
+    chart_width: u32,
+    jobs: Vec<JobRow>,
+}
+
+fn visible_tenants(who: &Principal, all: &[Tenant], action: Action) -> Vec<Tenant> {
+    all.iter()
+        .filter(|t| {
+            who.authorize(action, Resource::Tenant(&t.id), "tenant")
+                .is_ok()
+        })
+        .cloned()
+        .collect()
+}
+
+async fn dashboard_page(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    who: Option<Principal>,
+) -> Result<HttpResponse, ApiError> {
+    let Some(who) = who else {
+        let page = SignInPage {
+            page: Page {
+                title: "Sign in".into(),
+                section: "signin",
+                signed_in: false,
+                admin: false,
+                auditor: false,
+                csrf: None,
+                refresh: false,
+            },
+            oidc: state.web_sign_in.is_some(),
+            dev: state.dev_sign_in,
+        };
+        return Ok(render(page));
+    };
+    let all = state.store.list_tenants().await?;
+    let tenants = visible_tenants(&who, &all, Action::QuotaRead);
+    let scope = who
+        .scope(Action::JobList, "jobs")
+        .unwrap_or(TenantScope::Tenants(Vec::new()));
+    let jobs = state
+        .store
+        .list_jobs(JobFilter {
+            limit: Some(50),
+            ..JobFilter::new(scope.clone())
+        })
+        .await?
+        .jobs;
+    let holding = state
+        .store
+        .list_jobs(JobFilter {
+            states: vec![JobState::Scheduled, JobState::Running],
+            ..JobFilter::new(scope.clone())
+        })
+        .await?
+        .jobs;
+    let quota_rows = tenants
+        .iter()
+        .map(|t| {
+            let used: u64 = holding
+                .iter()
+                .filter(|j| j.tenant_id == t.id)
+                .map(held_milli)
+                .sum();
+            let g = t.quota.guaranteed.gpu_milli;
+            let scale = t
+                .quota
+                .limit
+                .gpu_milli
+                .unwrap_or(used.max(g))
+                .max(used)
+                .max(g)
+                .max(1000);
+            QuotaRow {
+                name: t.name.to_string(),
+                parent: t
+                    .parent_id
+                    .as_ref()
+                    .and_then(|p| all.iter().find(|x| &x.id == p))
+                    .map(|p| p.name.to_string()),
+                used: gpus(used),
+                guaranteed: gpus(g),
+                borrowed: gpus(used.saturating_sub(g)),
+                limit: t.quota.limit.gpu_milli.map_or("none".into(), gpus),
+                used_pct: used * 100 / scale,
+                guaranteed_pct: g * 100 / scale,
+            }
+        })
+        .collect();
+    // GPU-hours per day over the last seven days.
+    let now = state.store.clock().now();
+    let start = (now.date_naive() - Duration::days(6))
+        .and_hms_opt(0, 0, 0)
+        .unwrap_or_default()
+        .and_utc();
+    let ran = state.store.jobs_run_since(&scope, start).await?;
+    let inputs: Vec<JobUsage<'_>> = ran
+        .iter()
+        .map(|(j, events)| JobUsage {
+            job_id: &j.id,
+            tenant: "all",
+            gpus: j.spec.gpus,
+            gpu_milli: j.held_gpu_milli.or(j.spec.gpu_milli).unwrap_or(1000),
+            gpu_memory_bytes: 0,
+            mig_slices: 0,
+            running: running_intervals(events, now),
+        })
+        .collect();
+    let rows = report(&inputs, start, now, GroupBy::TenantDay);
+    let max = rows
+        .iter()
+        .map(|r| r.usage.gpu_hours)
+        .fold(0.0, f64::max)
+        .max(1e-9);
+    let usage: Vec<DayBar> = (0..7)
+        .map(|i| {
+            let day = start.date_naive() + Duration::days(i);
+            let hours = rows
+                .iter()
+                .find(|r| r.day == Some(day))
+                .map_or(0.0, |r| r.usage.gpu_hours);
+            let height = ((hours / max) * 96.0).round() as u32;
+            DayBar {
+                day: day.to_string(),
+                label: day.format("%a").to_string(),
+                hours: format!("{hours:.3}"),
+                x: 4 + 44 * i as u32,
+                y: 100 - height,
+                height,
+            }
+        })
+        .collect();
+    let usage = if usage.iter().all(|d| d.height == 0) {
+        Vec::new()
+    } else {
+        usage
+    };
+    let job_rows = jobs
+        .into_iter()
+        .map(|j| JobRow {
+            reason: j
+                .pending_reason
+                .as_ref()
+                .map(|r| format!("{}: {}", r.code, r.message))
+                .unwrap_or_default(),
+            gpus: match &j.spec.mig_profile {
+                Some(p) => format!("MIG {p}"),
+                None => gpus(held_milli(&j)),
+            },
+            id: j.id,
+            name: j.spec.name,
+            tenant: j.spec.tenant.to_string(),
+            state: j.state.to_string(),
+        })
+        .collect();
+    Ok(render(DashboardPage {
+        page: Page::new(&req, &who, "Dashboard", "dashboard"),
+        tenants: quota_rows,
+        usage,
+        chart_width: 4 + 44 * 7,
+        jobs: job_rows,
+    }))
+}
+
+#[derive(Template, WebTemplate)]
+#[template(path = "submit.html")]
+struct SubmitPage {
+    page: Page,
+    tenants: Vec<String>,
+    mig_profiles: Vec<&'static str>,
+}
+
+async fn submit_page(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    who: Option<Principal>,
+) -> Result<HttpResponse, ApiError> {
+    let Some(who) = who else {
+        return Ok(to_sign_in());
+    };
+    let all = state.store.list_tenants().await?;
+    let tenants = visible_tenants(&who, &all, Action::JobSubmit)
+        .into_iter()
+        .map(|t| t.name.to_string())
+        .collect();
+    Ok(render(SubmitPage {
+        page: Page::new(&req, &who, "Submit a job", "submit"),
+        tenants,
+        mig_profiles: allot_domain::mig::profile_names(),
+    }))
+}
+
+#[derive(Template, WebTemplate)]
+#[template(path = "job.html")]
+struct JobPage {
+    page: Page,
+    job: allot_api::views::JobView,
+    events: Vec<allot_api::views::JobEventView>,
+    asked: String,
+    placement: String,
+    cancellable: bool,
+    log: String,
+}
+
+async fn job_page(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    who: Option<Principal>,
+    id: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let Some(who) = who else {
+        return Ok(to_sign_in());
+    };
+    let job = allot_api::visible_job(&state, &who, &id, Action::JobRead).await?;
+    let events = state.store.job_events(&job.id).await?;
+    let asked = match &job.spec.mig_profile {
+        Some(p) => format!("a MIG {p} instance"),
+        None if job.spec.gpus == 0 => "no GPU".to_owned(),
+        None => format!(
+            "{} GPU{}{}",
+            gpus(u64::from(job.spec.gpus) * u64::from(job.spec.gpu_milli.unwrap_or(1000))),
+            if job.spec.gpus == 1 && job.spec.gpu_milli.is_none() {
+                ""
+            } else {
+                "s"
+            },
+            job.spec
+                .gpu_memory_bytes
+                .map(|b| format!(" with {} each", format_bytes(b)))
+                .unwrap_or_default()
+        ),
+    };
+    let terminal = job.state.is_terminal();
+    let cancellable = !terminal
+        && !job.cancel_requested
+        && who
+            .authorize(
+                Action::JobCancel,
+                Resource::Job {
+                    id: &job.id,
+                    tenant: &job.tenant_id,
+                },
+                "job",
+            )
+            .is_ok();
+    let log = job.log_tail.clone().unwrap_or_default();
+    let placement = match &job.node_id {
+        Some(n) => {
+            let name = state
+                .store
+                .node(n)
+                .await
+                .map_or_else(|_| n.clone(), |n| n.name);
+            format!("node {name}, {}", job.gpu_uuids.join(", "))
+        }
+        None => "not placed".to_owned(),
+    };
+    let view = allot_api::views::JobView::from(job);
+    let events = events.into_iter().map(Into::into).collect();
+    let mut page = Page::new(&req, &who, format!("Job {}", view.name), "dashboard");
+    page.refresh = !terminal;
+    Ok(render(JobPage {
+        page,
+        job: view,
+        events,
+        asked,
+        placement,
+        cancellable,
+        log,
+    }))
+}
+
+struct SliceCell {
+    start: u8,
+    width: u8,
+    label: String,
+}
+
+struct GpuRow {
+    index: u32,
+    uuid: String,
+    model: String,
+    memory: String,
+    health: String,
+    jobs: usize,
+    slices: Vec<SliceCell>,
+    layout_label: String,
+}
+
+struct NodeRow {
+    id: String,
+    name: String,
+    status: String,
+    cordoned: bool,
+    gpus: Vec<GpuRow>,
+}
+
+#[derive(Template, WebTemplate)]
+#[template(path = "cluster.html")]
+struct ClusterPage {
+    page: Page,
+    nodes: Vec<NodeRow>,
+    admin: bool,
+}
+
+async fn cluster_page(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    who: Option<Principal>,
+) -> Result<HttpResponse, ApiError> {
+    let Some(who) = who else {
+        return Ok(to_sign_in());
+    };
+    who.authorize(Action::NodeRead, Resource::Platform, "the node inventory")?;
+    let now = state.store.clock().now();
+    let holding = state
+        .store
+        .list_jobs(JobFilter {
+            states: vec![JobState::Scheduled, JobState::Running],
+            ..JobFilter::new(TenantScope::All)
+        })
+        .await?
+        .jobs;
+    let nodes = state
+        .store
+        .list_nodes()
+        .await?
+        .into_iter()
+        .map(|n| {
+            let board = |g: &allot_domain::GpuDevice| {
+                allot_domain::mig::geometry(&g.model, Some(g.memory_bytes >> 20))
+            };
+            let gpus = n
+                .gpus
+                .iter()
+                .map(|g| {
+                    let slices: Vec<SliceCell> = g
+                        .mig
+                        .iter()
+                        .flatten()
+                        .map(|s| {
+                            let p = board(g).and_then(|b| b.profile(s.profile));
+                            SliceCell {
+                                start: s.start,
+                                width: p.map_or(1, |p| p.memory_slices),
+                                label: p.map_or_else(
+                                    || format!("profile {}", s.profile),
+                                    |p| p.name.to_owned(),
+                                ),
+                            }
+                        })
+                        .collect();
+                    let on_gpu = |j: &&Job| {
+                        j.gpu_uuids
+                            .iter()
+                            .any(|u| *u == g.uuid || g.mig.iter().flatten().any(|s| s.uuid == *u))
+                    };
+                    GpuRow {
+                        index: g.index,
+                        uuid: g.uuid.clone(),
+                        model: g.model.clone(),
+                        memory: format_bytes(g.memory_bytes),
+                        health: g.health(n.drained_gpus.contains(&g.uuid)).to_owned(),
+                        jobs: holding.iter().filter(on_gpu).count(),
+                        layout_label: format!(
+                            "MIG instances: {}",
+                            slices
+                                .iter()
+                                .map(|s| s.label.as_str())
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        ),
+                        slices,
+                    }
+                })
+                .collect();
+            let view = NodeView::new(n.clone(), now);
+            NodeRow {
+                id: n.id,
+                name: n.name,
+                status: view.status,
+                cordoned: n.cordoned,
+                gpus,
+            }
+        })
+        .collect();
+    let admin = who
+        .authorize(Action::NodeOperate, Resource::Platform, "nodes")
+        .is_ok();
+    Ok(render(ClusterPage {
+        page: Page::new(&req, &who, "Cluster", "cluster"),
+        nodes,
+        admin,
+    }))
+}
+
+struct TenantRow {
+    name: String,
+    parent: Option<String>,
+    guaranteed: String,
+    limit: String,
+    weight: u32,
+    min_isolation: String,
+}
+
+#[derive(Template, WebTemplate)]
+#[template(path = "admin.html")]
+struct AdminPage {
+    page: Page,
+    tenants: Vec<TenantRow>,
+}
+
+async fn admin_page(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    who: Option<Principal>,
+) -> Result<HttpResponse, ApiError> {
+    let Some(who) = who else {
+        return Ok(to_sign_in());
+    };
+    who.authorize(
+        Action::TenantCreate,
+        Resource::Platform,
+        "tenant administration",
+    )?;
+    let all = state.store.list_tenants().await?;
+    let tenants = all
+        .iter()
+        .map(|t| TenantRow {
+            name: t.name.to_string(),
+            parent: t
+                .parent_id
+                .as_ref()
+                .and_then(|p| all.iter().find(|x| &x.id == p))
+                .map(|p| p.name.to_string()),
+            guaranteed: gpus(t.quota.guaranteed.gpu_milli),
+            limit: t.quota.limit.gpu_milli.map_or("none".into(), gpus),
+            weight: t.quota.weight,
+            min_isolation: t.quota.min_isolation.to_string(),
+        })
+        .collect();
+    Ok(render(AdminPage {
+        page: Page::new(&req, &who, "Administration", "admin"),
+        tenants,
+    }))
+}
+
+struct LogRow {
+    id: String,
+    name: String,
+    size: u64,
+    checkpoint: String,
+}
+
+struct EntryRow {
+    at: String,
+    log: String,
+    action: String,
+    actor: String,
+    target: String,
+    outcome: String,
+}
+
+#[derive(Debug, Default, serde::Deserialize)]
+struct AuditQuery {
+    #[serde(default)]
+    action: String,
+    #[serde(default)]
+    actor: String,
+}
+
+#[derive(Template, WebTemplate)]
+#[template(path = "audit.html")]
+struct AuditPage {
+    page: Page,
+    logs: Vec<LogRow>,
+    query: AuditQuery,
+    entries: Vec<EntryRow>,
+}
+
+async fn audit_page(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    who: Option<Principal>,
+    q: web::Query<AuditQuery>,
+) -> Result<HttpResponse, ApiError> {
+    let Some(who) = who else {
+        return Ok(to_sign_in());
+    };
+    let visible = allot_api::readable_logs(&who)?;
+    let tenants = state.store.list_tenants().await?;
+    let name_of = |log: &str| {
+        tenants
+            .iter()
+            .find(|t| t.id == log)
+            .map_or_else(|| log.to_owned(), |t| t.name.to_string())
+    };
+    let mut logs = Vec::new();
+    for head in state.store.audit_heads().await? {
+        if visible.as_ref().is_some_and(|v| !v.contains(&head.log)) {
+            continue;
+        }
+        let checkpoint = state.store.latest_checkpoint(&head.log).await?.map_or_else(
+            || "none yet".to_owned(),
+            |c| format!("signed at size {}", c.size),
+        );
+        logs.push(LogRow {
+            name: name_of(&head.log),
+            id: head.log,
+            size: head.size,
+            checkpoint,
+        });
+    }
+    let query = q.into_inner();
+    let search = AuditSearch {
+        logs: visible,
+        action: (!query.action.trim().is_empty()).then(|| query.action.trim().to_owned()),
+        actor: (!query.actor.trim().is_empty()).then(|| query.actor.trim().to_owned()),
+        limit: 100,
+        ..AuditSearch::default()
+    };
+    let entries = state
+        .store
+        .search_audit(&search)
+        .await
+        .map_err(|e| match e {
+            allot_store::StoreError::Corrupt(m) => ApiError::malformed("action", m),
+            e => e.into(),
+        })?
+        .into_iter()
+        .map(|e| {
+            let body: serde_json::Value = e
+                .body
+                .as_deref()
+                .and_then(|b| serde_json::from_str(b).ok())
+                .unwrap_or_default();
+            EntryRow {
+                at: e.at.format("%Y-%m-%d %H:%M:%S").to_string(),
+                log: name_of(&e.log),
+                action: e.action,
+                actor: format!(
+                    "{}:{}",
+                    body["actor"]["kind"].as_str().unwrap_or("?"),
+                    body["actor"]["id"].as_str().unwrap_or("?")
+                ),
+                target: body["target"].as_str().unwrap_or("").to_owned(),
+                outcome: e.outcome,
+            }
+        })
+        .collect();
+    Ok(render(AuditPage {
+        page: Page::new(&req, &who, "Audit", "audit"),
+        logs,
+        query,
+        entries,
+    }))
+}
+
+fn render<T: Template>(t: T) -> HttpResponse {
+    match t.render() {
+        Ok(html) => HttpResponse::Ok()
+            .content_type("text/html; charset=utf-8")
+            .insert_header((header::CACHE_CONTROL, "no-store"))
+            .insert_header((
+                "Content-Security-Policy",
+                "default-src 'self'; style-src 'self' 'unsafe-inline'",
+            ))
+            .body(html),
+        Err(e) => {
+            tracing::error!(error = %e, "rendering a portal page");
+            HttpResponse::InternalServerError().body("the page could not be rendered")
+        }
+    }
+}

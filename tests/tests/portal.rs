@@ -1,0 +1,169 @@
+//! The portal in a real browser: headless Chromium over WebDriver, against a real control
+//! plane with simulated GPU nodes and the real OpenID provider. An admin signs in and
+//! creates a tenant with a quota; a member submits a job through the form (after seeing the
+//! API's validation error next to the field), and watches it run and succeed; the pages
+//! work at a phone's width; an auditor downloads an export that `allot audit verify`
+//! accepts. Full-page screenshots of every page land in `target/screenshots/`.
+
+use std::time::Duration;
+
+use allot_store::testing::Backend;
+use allot_system_tests::browser::Browser;
+use allot_system_tests::oidc::start_provider;
+use allot_system_tests::{TestCluster, spawn_cluster_with};
+
+/// Signs `login` in through the provider's own sign-in and consent pages, from the portal's
+/// sign-in page.
+async fn sign_in(b: &Browser, c: &TestCluster, login: &str) {
+    b.goto(&c.url("/portal")).await;
+    b.click("a[href^='/auth/login']").await;
+    b.fill("input[name=login]", login).await;
+    b.fill("input[name=password]", "anything").await;
+    b.click("button[type=submit]").await;
+    // Consent, once its page is there.
+    b.wait_for("input[name=prompt][value=consent]").await;
+    b.click("button[type=submit]").await;
+    b.wait_for("button[data-post='/auth/logout']").await;
+    assert!(b.url().await.ends_with("/portal"), "{}", b.url().await);
+}
+
+/// Signs out of Allot, then forgets the provider's session too (the next person signs in
+/// on a fresh browser).
+async fn sign_out(b: &Browser) {
+    b.click("button[data-post='/auth/logout']").await;
+    b.wait_for("a[href^='/auth/login']").await;
+    b.delete_cookies().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tenants_members_and_auditors_do_their_work_in_the_portal() {
+    let idp = start_provider();
+    let c = spawn_cluster_with(Backend::Sqlite, 1, "2xH200", |c| {
+        let hour = Duration::from_secs(3600);
+        idp.configure(
+            c,
+            &[
+                "email=root@example.com:platform-admin",
+                "groups=ml-team:member@ml",
+                "groups=auditors:auditor",
+            ],
+            hour,
+            hour,
+        );
+    })
+    .await;
+    let b = Browser::start("portal").await;
+
+    // Signed out: the sign-in page.
+    b.goto(&c.url("/")).await;
+    b.wait_for("a[href^='/auth/login']").await;
+    b.screenshot("01-sign-in").await;
+
+    // A platform admin creates the tenant `ml` with a quota.
+    sign_in(&b, &c, "root").await;
+    b.screenshot("02-admin-dashboard").await;
+    b.goto(&c.url("/portal/admin")).await;
+    b.fill("#t-name", "ml").await;
+    b.fill("#t-guaranteed", "1").await;
+    b.fill("#t-limit", "2").await;
+    b.click("form[data-kind=tenant] button[type=submit]").await;
+    b.wait_for_text("main table", "ml").await;
+    b.screenshot("03-admin-tenants").await;
+    sign_out(&b).await;
+
+    // A member of ml: the quota, then the job form.
+    sign_in(&b, &c, "alice").await;
+    b.wait_for_text(".quota", "ml").await;
+    b.goto(&c.url("/portal/jobs/new")).await;
+    // No command: the API's error shows next to the field.
+    b.fill("#command", "").await;
+    b.click("form[data-kind=job] button[type=submit]").await;
+    let error = b.wait_for_text(".error[data-for=command]", "").await;
+    assert!(!error.trim().is_empty(), "a field error for the command");
+    assert_eq!(
+        b.execute("return document.querySelector('#command').getAttribute('aria-invalid')")
+            .await,
+        "true"
+    );
+    b.screenshot("04-submit-error").await;
+    b.fill("#command", "echo hello from $CUDA_VISIBLE_DEVICES; sleep 3")
+        .await;
+    b.fill("#gpus", "1").await;
+    b.click("form[data-kind=job] button[type=submit]").await;
+    b.wait_for_text("#job-state", "running").await;
+    assert!(b.url().await.contains("/portal/jobs/"), "{}", b.url().await);
+    b.screenshot("05-job-running").await;
+    b.wait_for_text("#job-state", "succeeded").await;
+    let log = b.wait_for_text("#log", "hello from GPU-").await;
+    assert!(log.contains("hello from GPU-"), "{log}");
+    b.screenshot("06-job-succeeded").await;
+    b.goto(&c.url("/portal")).await;
+    b.wait_for_text("main table", "succeeded").await;
+    b.screenshot("07-member-dashboard").await;
+    b.goto(&c.url("/portal/cluster")).await;
+    b.wait_for_text("main", "node-1").await;
+    b.screenshot("08-cluster").await;
+    // A phone's width: nothing wider than the screen.
+    b.resize(390, 844).await;
+    b.goto(&c.url("/portal")).await;
+    b.wait_for(".quota").await;
+    let overflow = b
+        .execute("return document.documentElement.scrollWidth - window.innerWidth")
+        .await;
+    assert!(overflow.as_i64().is_some_and(|o| o <= 0), "{overflow}");
+    b.screenshot("09-phone-dashboard").await;
+    b.resize(1280, 900).await;
+    sign_out(&b).await;
+
+    // An auditor: the logs, and an export that verifies offline.
+    sign_in(&b, &c, "audrey").await;
+    b.goto(&c.url("/portal/audit")).await;
+    b.wait_for_text("main table", "system").await;
+    b.screenshot("10-audit").await;
+    b.fill("#action", "tenant.*").await;
+    b.click("form.inline button[type=submit]").await;
+    b.wait_for_text("main", "tenant.create").await;
+    b.screenshot("11-audit-search").await;
+    let href = b
+        .execute(
+            "return document.querySelector('a[download^=\"audit-system\"]').getAttribute('href')",
+        )
+        .await;
+    let href = href.as_str().expect("an export link").to_owned();
+    let session = b.cookie("allot_session").await.expect("a session cookie");
+    let bundle = c
+        .http
+        .get(c.url(&href))
+        .header("cookie", format!("allot_session={session}"))
+        .send()
+        .await
+        .expect("download");
+    assert!(bundle.status().is_success(), "{}", bundle.status());
+    let dir = tempfile::tempdir().expect("dir");
+    let file = dir.path().join("export.json");
+    std::fs::write(&file, bundle.bytes().await.expect("bytes")).expect("write");
+    let (_, key) = c.get("/api/v1/audit/key").await;
+    let keys = dir.path().join("keys.txt");
+    std::fs::write(&keys, key["keys"].as_str().expect("keys")).expect("write");
+    let out = std::process::Command::new(allot_system_tests::allot_bin())
+        .args(["audit", "verify"])
+        .arg(&file)
+        .arg("--trusted-key")
+        .arg(&keys)
+        .output()
+        .expect("verify runs");
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // An auditor has no tenant administration.
+    b.goto(&c.url("/portal/admin")).await;
+    b.wait_for_text("h1", "Not allowed").await;
+    assert!(b.find("form[data-kind=tenant]").await.is_none());
+    b.screenshot("12-auditor-refused").await;
+    sign_out(&b).await;
+    b.quit().await;
+    c.shutdown().await;
+}

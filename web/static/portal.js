@@ -1,0 +1,133 @@
+// Allot portal: send forms and buttons to the JSON API with the session's CSRF token, and
+// show the API's field errors next to the fields they name. No dependencies.
+"use strict";
+
+function csrf() {
+  const m = document.querySelector('meta[name="csrf-token"]');
+  return m ? m.content : "";
+}
+
+async function call(method, url, body) {
+  const headers = { "x-csrf-token": csrf(), accept: "application/json" };
+  if (body !== undefined) headers["content-type"] = "application/json";
+  const res = await fetch(url, {
+    method, headers, credentials: "same-origin",
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  let data = null;
+  const text = await res.text();
+  try { data = text ? JSON.parse(text) : null; } catch (_) { data = { detail: text }; }
+  return { ok: res.ok, status: res.status, data };
+}
+
+// "0.25" -> 250, "2" -> 2000: the milli of a GPU count.
+function milli(v) {
+  const n = Number(v);
+  return Number.isFinite(n) ? Math.round(n * 1000) : NaN;
+}
+
+// The request body of each kind of form, from its fields.
+const bodies = {
+  job(f) {
+    const v = (n) => (f.elements[n] ? f.elements[n].value.trim() : "");
+    const body = { tenant: v("tenant"), command: ["sh", "-c", v("command")] };
+    if (v("name")) body.name = v("name");
+    else if (v("command")) body.name = v("command").split(/\s+/)[0].split("/").pop().slice(0, 128);
+    const mig = v("mig_profile");
+    if (mig) {
+      body.mig_profile = mig;
+    } else {
+      const m = milli(v("gpus") || "0");
+      if (Number.isNaN(m)) { body.gpus = v("gpus"); }
+      else if (m > 0 && m < 1000) { body.gpus = 1; body.gpu_milli = m; }
+      else { body.gpus = m / 1000; }
+    }
+    if (v("gpu_memory")) body.gpu_memory_bytes = Math.round(Number(v("gpu_memory")) * 1024 ** 3);
+    if (v("gpu_models")) body.gpu_models = v("gpu_models").split(",").map((s) => s.trim()).filter(Boolean);
+    if (v("priority")) body.priority = Number(v("priority"));
+    if (!v("command")) body.command = [];
+    return body;
+  },
+  tenant(f) {
+    const v = (n) => f.elements[n].value.trim();
+    const body = { name: v("name"), quota: { guaranteed: { gpu_milli: milli(v("guaranteed_gpus") || "0") }, limit: {} } };
+    if (v("parent")) body.parent = v("parent");
+    if (v("max_gpus")) body.quota.limit.gpu_milli = milli(v("max_gpus"));
+    return body;
+  },
+  token(f) {
+    const v = (n) => f.elements[n].value.trim();
+    const body = { name: v("name"), role: v("role") };
+    if (v("tenant")) body.tenant = v("tenant");
+    return body;
+  },
+};
+
+function clearErrors(form) {
+  form.querySelectorAll(".error").forEach((e) => { e.textContent = ""; });
+  form.querySelectorAll("[aria-invalid]").forEach((e) => e.removeAttribute("aria-invalid"));
+  const alert = form.querySelector(".alert");
+  if (alert) { alert.hidden = true; alert.textContent = ""; }
+}
+
+function showProblem(form, problem) {
+  const alert = form.querySelector(".alert");
+  const errors = (problem && problem.errors) || [];
+  let unplaced = [];
+  for (const e of errors) {
+    const slot = form.querySelector(`.error[data-for="${CSS.escape(e.field)}"]`);
+    if (slot) {
+      slot.textContent = e.reason;
+      const input = slot.previousElementSibling;
+      if (input && input.matches("input, select, textarea")) input.setAttribute("aria-invalid", "true");
+    } else {
+      unplaced.push(`${e.field}: ${e.reason}`);
+    }
+  }
+  if (alert) {
+    const detail = (problem && (problem.detail || problem.title)) || "The request was refused.";
+    alert.textContent = errors.length ? `Please correct the fields below. ${unplaced.join("; ")}` : detail;
+    alert.hidden = false;
+    alert.focus && alert.focus();
+  }
+}
+
+document.addEventListener("submit", async (ev) => {
+  const form = ev.target;
+  if (!form.matches("form[data-api]")) return;
+  ev.preventDefault();
+  clearErrors(form);
+  const body = bodies[form.dataset.kind](form);
+  const button = form.querySelector('button[type="submit"]');
+  if (button) button.disabled = true;
+  try {
+    const r = await call("POST", form.dataset.api, body);
+    if (!r.ok) { showProblem(form, r.data); return; }
+    const then = form.dataset.then;
+    if (then === "job") { window.location.assign(`/portal/jobs/${r.data.id}`); }
+    else if (then === "secret") {
+      const p = form.querySelector(".secret");
+      p.querySelector("code").textContent = r.data.secret;
+      p.hidden = false;
+    } else { window.location.reload(); }
+  } catch (e) {
+    showProblem(form, { detail: `The control plane could not be reached (${e}).` });
+  } finally {
+    if (button) button.disabled = false;
+  }
+});
+
+document.addEventListener("click", async (ev) => {
+  const b = ev.target.closest("button[data-post]");
+  if (!b) return;
+  b.disabled = true;
+  const r = await call("POST", b.dataset.post, {});
+  const then = b.dataset.then;
+  if (!r.ok && r.status !== 303) {
+    window.alert((r.data && (r.data.detail || r.data.title)) || `Refused (${r.status}).`);
+    b.disabled = false;
+    return;
+  }
+  if (then === "reload") window.location.reload();
+  else window.location.assign(then || "/portal");
+});
