@@ -68,6 +68,13 @@ async fn tenants_members_and_auditors_do_their_work_in_the_portal() {
     b.fill("#t-limit", "2").await;
     b.click("form[data-kind=tenant] button[type=submit]").await;
     b.wait_for_text("main table", "ml").await;
+    // ... and lets the `ops` group view it.
+    b.fill("#b-value", "ops").await;
+    b.execute("document.querySelector('#b-role').value = 'viewer'; return null")
+        .await;
+    b.fill("#b-tenant", "ml").await;
+    b.click("form[data-kind=binding] button[type=submit]").await;
+    b.wait_for_text("main", "everyone with groups = ops").await;
     b.screenshot("03-admin-tenants").await;
     sign_out(&b).await;
 

@@ -55,6 +55,12 @@ const bodies = {
     if (v("max_gpus")) body.quota.limit.gpu_milli = milli(v("max_gpus"));
     return body;
   },
+  binding(f) {
+    const v = (n) => f.elements[n].value.trim();
+    const body = { claim: v("claim"), value: v("value"), role: v("role") };
+    if (v("tenant")) body.tenant = v("tenant");
+    return body;
+  },
   token(f) {
     const v = (n) => f.elements[n].value.trim();
     const body = { name: v("name"), role: v("role") };
@@ -121,7 +127,8 @@ document.addEventListener("click", async (ev) => {
   const b = ev.target.closest("button[data-post]");
   if (!b) return;
   b.disabled = true;
-  const r = await call("POST", b.dataset.post, {});
+  const method = b.dataset.method || "POST";
+  const r = await call(method, b.dataset.post, method === "DELETE" ? undefined : {});
   const then = b.dataset.then;
   if (!r.ok && r.status !== 303) {
     window.alert((r.data && (r.data.detail || r.data.title)) || `Refused (${r.status}).`);

@@ -18,7 +18,9 @@ use allot_api::{ApiError, AppState};
 use allot_authz::{Action, Resource};
 use allot_domain::accounting::{GroupBy, JobUsage, report, running_intervals};
 use allot_domain::{Job, JobState, Tenant, format_bytes};
-use allot_store::{AuditRepo, AuditSearch, JobFilter, JobRepo, NodeRepo, TenantRepo, TenantScope};
+use allot_store::{
+    AuditRepo, AuditSearch, IdentityRepo, JobFilter, JobRepo, NodeRepo, TenantRepo, TenantScope,
+};
 use askama::Template;
 use askama_web::WebTemplate;
 use chrono::Duration;
@@ -626,11 +628,19 @@ struct TenantRow {
     min_isolation: String,
 }
 
+struct BindingRow {
+    id: String,
+    who: String,
+    role: String,
+    tenant: String,
+}
+
 #[derive(Template, WebTemplate)]
 #[template(path = "admin.html")]
 struct AdminPage {
     page: Page,
     tenants: Vec<TenantRow>,
+    bindings: Vec<BindingRow>,
 }
 
 async fn admin_page(
@@ -662,9 +672,35 @@ async fn admin_page(
             min_isolation: t.quota.min_isolation.to_string(),
         })
         .collect();
+    let bindings = state
+        .store
+        .list_bindings(&TenantScope::All)
+        .await?
+        .into_iter()
+        .filter(|b| b.revoked_at.is_none())
+        .map(|b| {
+            let tenant = b
+                .tenant_id
+                .as_ref()
+                .and_then(|id| all.iter().find(|t| &t.id == id))
+                .map(|t| t.name.to_string());
+            let view = allot_api::views::BindingView::new(b, tenant);
+            BindingRow {
+                id: view.id,
+                who: match (view.user, view.claim, view.value) {
+                    (Some(u), _, _) => format!("user {u}"),
+                    (None, Some(c), Some(v)) => format!("everyone with {c} = {v}"),
+                    _ => "?".into(),
+                },
+                role: view.role,
+                tenant: view.tenant.unwrap_or_else(|| "the platform".into()),
+            }
+        })
+        .collect();
     Ok(render(AdminPage {
         page: Page::new(&req, &who, "Administration", "admin"),
         tenants,
+        bindings,
     }))
 }
 
