@@ -120,6 +120,8 @@ struct RunningJob {
     signal: Arc<StopSignal>,
     /// The GPUs it holds (a fault on one of them stops it).
     gpus: Vec<String>,
+    /// The share of each it holds, in milli.
+    gpu_milli: u32,
 }
 
 /// Jobs this agent process has seen, and the ones still running.
@@ -195,13 +197,39 @@ impl Agent {
     fn gpus(&self) -> Result<Vec<Gpu>, AgentError> {
         let drained = self.lock_drained().clone();
         let degraded = self.lock_degraded().clone();
+        let held: Vec<(Vec<String>, u32)> = self
+            .lock_jobs()
+            .running
+            .values()
+            .map(|j| (j.gpus.clone(), j.gpu_milli))
+            .collect();
         let mut out = Vec::new();
         for g in self.backend.inventory()? {
             let mig = match self.backend.mig() {
                 Some(m) => m.mig_instances(g.index)?,
                 None => None,
             };
+            // The share of this GPU (or of its MIG instances) the running jobs hold.
+            let load: f64 = held
+                .iter()
+                .filter(|(uuids, _)| {
+                    uuids
+                        .iter()
+                        .any(|u| *u == g.uuid || mig.iter().flatten().any(|i| i.uuid == *u))
+                })
+                .map(|(_, milli)| f64::from(*milli) / 1000.0)
+                .sum();
+            let sample = self
+                .backend
+                .sample(g.index, load)
+                .map(|s| allot_proto::v1::GpuSample {
+                    utilization: s.utilization as f32,
+                    memory_used_bytes: s.memory_used_bytes,
+                    power_watts: s.power_watts as f32,
+                    temperature_c: s.temperature_c as f32,
+                });
             out.push(Gpu {
+                sample,
                 healthy: g.healthy && !drained.contains(&g.uuid),
                 degraded: g.degraded || degraded.contains(&g.uuid),
                 mig_enabled: mig.is_some(),
@@ -584,6 +612,7 @@ impl Agent {
                     attempt: l.attempt,
                     signal: signal.clone(),
                     gpus: l.gpu_uuids.clone(),
+                    gpu_milli: l.gpu_milli,
                 },
             );
         }

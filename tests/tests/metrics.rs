@@ -199,3 +199,50 @@ fn the_grafana_dashboard_plots_only_documented_metrics() {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gpu_samples_from_heartbeats_are_kept_per_bucket() {
+    let c =
+        allot_system_tests::spawn_cluster(allot_system_tests::Backend::Sqlite, 1, "1xH200").await;
+    c.create_tenant("ml", None).await;
+    let id = c.submit("ml", 1, &["sleep", "60"]).await;
+    let job = c.wait_for_state(&id, "running").await;
+    let gpu = job["gpu_uuids"][0].as_str().expect("gpu").to_owned();
+    let path = format!("/api/v1/nodes/node-1/gpus/{gpu}/samples?minutes=5");
+    // The simulated GPU is busy in proportion to the job's share once the job runs; samples
+    // are stored every 10 seconds.
+    let busy = c
+        .eventually("a sample of the busy GPU", || async {
+            let (_, points) = c.get(&path).await;
+            points
+                .as_array()?
+                .iter()
+                .find(|p| p["utilization"].as_f64().is_some_and(|u| u > 0.8))
+                .cloned()
+        })
+        .await;
+    assert!(
+        busy["power_watts"].as_f64().is_some_and(|w| w > 500.0),
+        "{busy}"
+    );
+    assert!(
+        busy["memory_used_bytes"].as_u64().is_some_and(|b| b > 0),
+        "{busy}"
+    );
+    let (s, coarse) = c
+        .get(&format!(
+            "/api/v1/nodes/node-1/gpus/{gpu}/samples?resolution=5m"
+        ))
+        .await;
+    assert_eq!(s, allot_system_tests::StatusCode::OK);
+    assert!(!coarse.as_array().expect("points").is_empty(), "{coarse}");
+    let (s, _) = c
+        .get(&format!(
+            "/api/v1/nodes/node-1/gpus/{gpu}/samples?resolution=1h"
+        ))
+        .await;
+    assert_eq!(s, allot_system_tests::StatusCode::BAD_REQUEST);
+    let (s, _) = c.get("/api/v1/nodes/node-1/gpus/GPU-nope/samples").await;
+    assert_eq!(s, allot_system_tests::StatusCode::NOT_FOUND);
+    c.shutdown().await;
+}

@@ -31,6 +31,15 @@ pub enum BackendError {
     Failed(String),
 }
 
+/// A GPU's utilization, memory in use, power and temperature at one moment.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GpuSample {
+    pub utilization: f64,
+    pub memory_used_bytes: u64,
+    pub power_watts: f64,
+    pub temperature_c: f64,
+}
+
 /// Something the driver reported about a GPU since the last look.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GpuEvent {
@@ -49,6 +58,12 @@ pub trait GpuBackend: Send + Sync + std::fmt::Debug {
     }
     /// MIG partitioning, where the backend can do it.
     fn mig(&self) -> Option<&dyn MigBackend> {
+        None
+    }
+    /// What the GPU with this index is doing now, given the share of it the agent's jobs
+    /// hold (`load`, 0 to 1): measured by the driver, or synthesized by the simulator.
+    fn sample(&self, index: u32, load: f64) -> Option<GpuSample> {
+        let _ = (index, load);
         None
     }
     /// The NVIDIA driver's version (`550.54.15`), where there is one.

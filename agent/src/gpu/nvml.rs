@@ -359,6 +359,22 @@ impl GpuBackend for NvmlBackend {
         Some(self)
     }
 
+    fn sample(&self, index: u32, _load: f64) -> Option<super::GpuSample> {
+        let device = self.nvml.device_by_index(index).ok()?;
+        Some(super::GpuSample {
+            utilization: device
+                .utilization_rates()
+                .map_or(0.0, |u| f64::from(u.gpu) / 100.0),
+            memory_used_bytes: device.memory_info().map_or(0, |m| m.used),
+            power_watts: device
+                .power_usage()
+                .map_or(0.0, |mw| f64::from(mw) / 1000.0),
+            temperature_c: device
+                .temperature(nvml_wrapper::enum_wrappers::device::TemperatureSensor::Gpu)
+                .map_or(0.0, f64::from),
+        })
+    }
+
     fn driver_version(&self) -> Option<String> {
         self.nvml.sys_driver_version().ok()
     }

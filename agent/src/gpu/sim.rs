@@ -276,6 +276,20 @@ impl GpuBackend for SimBackend {
         Ok(self.gpus.lock().unwrap_or_else(|e| e.into_inner()).clone())
     }
 
+    /// Synthetic but plausible: busy in proportion to the share its jobs hold (a job keeps
+    /// about 90% of its share busy), memory to match, power from idle (60 W) to its board's
+    /// limit (700 W), temperature from 32 to 78 °C.
+    fn sample(&self, index: u32, load: f64) -> Option<super::GpuSample> {
+        let gpu = self.gpu(index).ok()?;
+        let busy = (load * 0.9).clamp(0.0, 1.0);
+        Some(super::GpuSample {
+            utilization: busy,
+            memory_used_bytes: (gpu.memory_bytes as f64 * load.clamp(0.0, 1.0) * 0.8) as u64,
+            power_watts: 60.0 + 640.0 * busy,
+            temperature_c: 32.0 + 46.0 * busy,
+        })
+    }
+
     fn mig(&self) -> Option<&dyn MigBackend> {
         Some(self)
     }

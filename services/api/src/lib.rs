@@ -128,6 +128,11 @@ fn routes<R: Routes>(r: &mut R) {
     r.add(M::GET, "/api/v1/usage", usage::usage);
     r.add(M::GET, "/api/v1/nodes", nodes::list);
     r.add(M::GET, "/api/v1/nodes/{id}", nodes::get);
+    r.add(
+        M::GET,
+        "/api/v1/nodes/{id}/gpus/{uuid}/samples",
+        nodes::samples,
+    );
     r.add(M::POST, "/api/v1/nodes/{id}/cordon", nodes::cordon);
     r.add(M::POST, "/api/v1/nodes/{id}/uncordon", nodes::uncordon);
     r.add(M::POST, "/api/v1/nodes/{id}/drain", nodes::drain);

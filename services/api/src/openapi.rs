@@ -29,7 +29,7 @@ impl Modify for BearerAuth {
         tenants::create, tenants::list, tenants::get, tenants::get_quota, tenants::set_quota,
         jobs::submit, jobs::list, jobs::get, jobs::cancel, jobs::log, usage::usage,
         nodes::list, nodes::get, nodes::cordon, nodes::uncordon, nodes::drain, nodes::drain_gpu,
-        nodes::return_gpu, enrollment::revoke_node, enrollment::create, enrollment::list,
+        nodes::return_gpu, nodes::samples, enrollment::revoke_node, enrollment::create, enrollment::list,
         enrollment::delete,
         tokens::create, tokens::list, tokens::get, tokens::revoke,
         audit::key, audit::logs, audit::entries, audit::checkpoint, audit::export, audit::inclusion,

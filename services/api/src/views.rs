@@ -744,3 +744,25 @@ pub struct UsageReport {
     pub rows: Vec<UsageRowView>,
     pub total_gpu_hours: f64,
 }
+
+#[derive(Debug, Deserialize, ToSchema, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct SamplesQuery {
+    /// `10s` (kept a day; the default) or `5m` (kept 90 days).
+    pub resolution: Option<String>,
+    /// How far back, in minutes (default 60; at most 90 days).
+    pub minutes: Option<u32>,
+}
+
+/// A GPU's averages over one bucket.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct GpuSampleView {
+    /// The bucket's start.
+    pub at: DateTime<Utc>,
+    /// Busy fraction, 0 to 1.
+    pub utilization: f64,
+    pub memory_used_bytes: u64,
+    pub power_watts: f64,
+    pub temperature_c: f64,
+}

@@ -19,7 +19,8 @@ use allot_authz::{Action, Resource};
 use allot_domain::accounting::{GroupBy, JobUsage, report, running_intervals};
 use allot_domain::{Job, JobState, Tenant, format_bytes};
 use allot_store::{
-    AuditRepo, AuditSearch, IdentityRepo, JobFilter, JobRepo, NodeRepo, TenantRepo, TenantScope,
+    AuditRepo, AuditSearch, IdentityRepo, JobFilter, JobRepo, NodeRepo, SampleRepo, TenantRepo,
+    TenantScope,
 };
 use askama::Template;
 use askama_web::WebTemplate;
@@ -510,6 +511,10 @@ struct GpuRow {
     jobs: usize,
     slices: Vec<SliceCell>,
     layout_label: String,
+    /// SVG polyline points of utilization over the last half hour (100 × 20 box).
+    spark: String,
+    /// The latest utilization, as a percentage, or `—`.
+    util_now: String,
 }
 
 struct NodeRow {
@@ -546,6 +551,16 @@ async fn cluster_page(
         })
         .await?
         .jobs;
+    let since = now - Duration::minutes(30);
+    let mut history: std::collections::HashMap<String, Vec<(f64, f64)>> =
+        std::collections::HashMap::new();
+    for p in state.store.gpu_samples(None, 10, since).await? {
+        let x = (p.at - since).num_seconds() as f64 / 1800.0 * 100.0;
+        history
+            .entry(p.gpu_uuid)
+            .or_default()
+            .push((x, p.utilization));
+    }
     let nodes = state
         .store
         .list_nodes()
@@ -580,7 +595,16 @@ async fn cluster_page(
                             .iter()
                             .any(|u| *u == g.uuid || g.mig.iter().flatten().any(|s| s.uuid == *u))
                     };
+                    let points = history.get(&g.uuid).cloned().unwrap_or_default();
                     GpuRow {
+                        spark: points
+                            .iter()
+                            .map(|(x, u)| format!("{x:.1},{:.1}", 20.0 - u * 20.0))
+                            .collect::<Vec<_>>()
+                            .join(" "),
+                        util_now: points
+                            .last()
+                            .map_or("—".into(), |(_, u)| format!("{:.0}%", u * 100.0)),
                         index: g.index,
                         uuid: g.uuid.clone(),
                         model: g.model.clone(),

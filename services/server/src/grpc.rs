@@ -16,7 +16,7 @@ use allot_proto::v1::{
 };
 use allot_store::{
     Admission, EnrollmentRepo, JobFilter, JobRepo, JobUpdate, NewNodeCertificate, NodeRegistration,
-    NodeRepo, Store, StoreError, TenantScope,
+    NodeRepo, SampleRepo, Store, StoreError, TenantScope,
 };
 use tokio::sync::Notify;
 use tokio_stream::Stream;
@@ -35,6 +35,44 @@ pub struct NodeSvc {
     pub node_cert_ttl: Duration,
     pub lease: Duration,
     pub heartbeat_interval: Duration,
+    /// When each node's GPU samples were last stored, and when old samples were last pruned.
+    pub samples: SampleClock,
+}
+
+/// How often GPU samples are stored per node, and old ones pruned.
+#[derive(Debug, Default)]
+pub struct SampleClock {
+    stored: std::sync::Mutex<std::collections::HashMap<String, std::time::Instant>>,
+    pruned: std::sync::Mutex<Option<std::time::Instant>>,
+}
+
+/// A node's GPU samples are stored at most this often (the finest bucket).
+pub const SAMPLE_EVERY: Duration = Duration::from_secs(10);
+
+impl SampleClock {
+    /// Whether `node`'s samples are due now (and, if so, they count as stored).
+    fn due(&self, node: &str) -> bool {
+        let mut stored = self.stored.lock().unwrap_or_else(|e| e.into_inner());
+        let now = std::time::Instant::now();
+        match stored.get(node) {
+            Some(at) if now.duration_since(*at) < SAMPLE_EVERY => false,
+            _ => {
+                stored.insert(node.to_owned(), now);
+                true
+            }
+        }
+    }
+
+    /// Whether pruning is due (every ten minutes).
+    fn prune_due(&self) -> bool {
+        let mut pruned = self.pruned.lock().unwrap_or_else(|e| e.into_inner());
+        let now = std::time::Instant::now();
+        if pruned.is_some_and(|at| now.duration_since(at) < Duration::from_secs(600)) {
+            return false;
+        }
+        *pruned = Some(now);
+        true
+    }
 }
 
 fn status(e: StoreError) -> Status {
@@ -339,6 +377,39 @@ impl allot_proto::NodeService for NodeSvc {
         let node = self.node(&req).await?;
         let was_ready = self.store.clock().now() < node.lease_expires_at;
         let r = req.into_inner();
+        let samples: Vec<(String, allot_store::Sample)> = r
+            .gpus
+            .iter()
+            .filter_map(|g| {
+                let s = g.sample.filter(|s| {
+                    [s.utilization, s.power_watts, s.temperature_c]
+                        .iter()
+                        .all(|v| v.is_finite())
+                })?;
+                Some((
+                    g.uuid.clone(),
+                    allot_store::Sample {
+                        utilization: f64::from(s.utilization).clamp(0.0, 1.0),
+                        memory_used_bytes: s.memory_used_bytes,
+                        power_watts: f64::from(s.power_watts).max(0.0),
+                        temperature_c: f64::from(s.temperature_c),
+                    },
+                ))
+            })
+            .collect();
+        if !samples.is_empty() && self.samples.due(&node.id) {
+            let now = self.store.clock().now();
+            if let Err(e) = self.store.record_gpu_samples(&node.id, now, &samples).await {
+                tracing::warn!(error = %e, node = %node.name, "GPU samples not stored");
+            }
+            if self.samples.prune_due() {
+                match self.store.prune_gpu_samples(now).await {
+                    Ok(n) if n > 0 => tracing::debug!(buckets = n, "old GPU samples pruned"),
+                    Ok(_) => {}
+                    Err(e) => tracing::warn!(error = %e, "GPU samples not pruned"),
+                }
+            }
+        }
         let gpus = gpus_from_proto(r.gpus)?;
         let changed = gpus != node.gpus;
         let until = self.lease_until();

@@ -508,6 +508,7 @@ pub async fn start(
         node_cert_ttl: config.node_cert_ttl,
         lease: config.lease,
         heartbeat_interval: config.heartbeat_interval,
+        samples: grpc::SampleClock::default(),
     };
     let mut grpc_server = tonic::transport::Server::builder()
         .tls_config(grpc_tls)

@@ -1528,3 +1528,60 @@ both_backends!(users_and_role_bindings, |store, clock| {
     }
     head_matches_entries(&store, "system").await;
 });
+
+both_backends!(
+    gpu_samples_are_averaged_into_buckets_and_pruned,
+    |store, clock| {
+        use allot_store::{Sample, SampleRepo};
+        let at = chrono::DateTime::parse_from_rfc3339("2026-11-30T10:00:01Z")
+            .expect("time")
+            .with_timezone(&chrono::Utc);
+        let s = |u: f64| Sample {
+            utilization: u,
+            memory_used_bytes: 1 << 30,
+            power_watts: 100.0,
+            temperature_c: 40.0,
+        };
+        // Three samples in one 10-second bucket, a fourth in the next; all in one 5-minute one.
+        for (offset, u) in [(0, 0.2), (3, 0.4), (6, 0.6), (12, 1.0)] {
+            store
+                .record_gpu_samples(
+                    "n1",
+                    at + Duration::seconds(offset),
+                    &[("GPU-a".into(), s(u))],
+                )
+                .await
+                .expect("recorded");
+        }
+        let fine = store
+            .gpu_samples(Some("GPU-a"), 10, at - Duration::minutes(1))
+            .await
+            .expect("read");
+        assert_eq!(fine.len(), 2, "{fine:?}");
+        assert!((fine[0].utilization - 0.4).abs() < 1e-9, "{fine:?}");
+        assert_eq!(fine[0].at, at - Duration::seconds(1));
+        assert!((fine[1].utilization - 1.0).abs() < 1e-9);
+        let coarse = store
+            .gpu_samples(None, 300, at - Duration::minutes(10))
+            .await
+            .expect("read");
+        assert_eq!(coarse.len(), 1);
+        assert!((coarse[0].utilization - 0.55).abs() < 1e-9, "{coarse:?}");
+        assert_eq!(coarse[0].memory_used_bytes, 1 << 30);
+        // A day on, the 10-second buckets go and the 5-minute one stays.
+        let _ = clock;
+        let pruned = store
+            .prune_gpu_samples(at + Duration::days(1) + Duration::minutes(1))
+            .await
+            .expect("pruned");
+        assert_eq!(pruned, 2);
+        assert_eq!(
+            store
+                .gpu_samples(None, 300, at - Duration::days(1))
+                .await
+                .expect("read")
+                .len(),
+            1
+        );
+    }
+);

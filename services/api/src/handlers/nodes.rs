@@ -190,3 +190,61 @@ pub async fn return_gpu(
     let (id, uuid) = path.into_inner();
     admin(&state, &who, &id, NodeAdmin::ReturnGpu(uuid)).await
 }
+
+/// A GPU's utilization, memory in use, power and temperature over time, averaged per
+/// 10-second bucket (the last day) or 5-minute bucket (the last 90 days).
+#[utoipa::path(get, path = "/api/v1/nodes/{id}/gpus/{uuid}/samples", tag = "nodes",
+    security(("bearer" = [])),
+    params(("id" = String, Path, description = "node id or name"), ("uuid" = String, Path),
+        crate::views::SamplesQuery),
+    responses((status = 200, body = Vec<crate::views::GpuSampleView>), (status = 400, body = Problem),
+        (status = 404, body = Problem)))]
+pub async fn samples(
+    state: web::Data<AppState>,
+    who: Principal,
+    path: web::Path<(String, String)>,
+    crate::extract::Query(q): crate::extract::Query<crate::views::SamplesQuery>,
+) -> Result<HttpResponse, ApiError> {
+    use allot_store::SampleRepo;
+    let (id, uuid) = path.into_inner();
+    who.authorize(Action::NodeRead, Resource::Node(&id), "the node inventory")?;
+    let resolution = match q.resolution.as_deref() {
+        None | Some("10s") => 10,
+        Some("5m") => 300,
+        Some(other) => {
+            return Err(ApiError::malformed(
+                "resolution",
+                format!("unknown resolution `{other}` (10s or 5m)"),
+            ));
+        }
+    };
+    let minutes = q.minutes.unwrap_or(60);
+    if !(1..=90 * 24 * 60).contains(&minutes) {
+        return Err(ApiError::malformed(
+            "minutes",
+            "must be from 1 to 129600 (90 days)",
+        ));
+    }
+    let node = find(&state, &id).await?;
+    if !node.gpus.iter().any(|g| g.uuid == uuid) {
+        return Err(ApiError::NotFound(format!(
+            "GPU {uuid} on node {} does not exist",
+            node.name
+        )));
+    }
+    let since = state.store.clock().now() - chrono::Duration::minutes(i64::from(minutes));
+    let points: Vec<crate::views::GpuSampleView> = state
+        .store
+        .gpu_samples(Some(&uuid), resolution, since)
+        .await?
+        .into_iter()
+        .map(|p| crate::views::GpuSampleView {
+            at: p.at,
+            utilization: p.utilization,
+            memory_used_bytes: p.memory_used_bytes,
+            power_watts: p.power_watts,
+            temperature_c: p.temperature_c,
+        })
+        .collect();
+    Ok(json(StatusCode::OK, &points))
+}

@@ -6,6 +6,7 @@ pub mod audit_entries;
 pub mod audit_holds;
 pub mod audit_logs;
 pub mod bootstrap_tokens;
+pub mod gpu_samples;
 pub mod gpus;
 pub mod job_events;
 pub mod jobs;

@@ -1,0 +1,148 @@
+//! GPU samples, downsampled on write into 10-second buckets (kept a day) and 5-minute
+//! buckets (kept 90 days).
+
+use chrono::{DateTime, Duration, Utc};
+use sea_orm::sea_query::{Expr, ExprTrait, OnConflict};
+use sea_orm::{ActiveValue::Set, ColumnTrait, EntityTrait, QueryFilter, QueryOrder};
+
+use crate::entities::gpu_samples;
+use crate::{Store, StoreError};
+
+/// The resolutions samples are kept at, and for how long.
+pub const RESOLUTIONS: [(i64, Duration); 2] = [(10, Duration::days(1)), (300, Duration::days(90))];
+
+/// One measurement of one GPU.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Sample {
+    pub utilization: f64,
+    pub memory_used_bytes: u64,
+    pub power_watts: f64,
+    pub temperature_c: f64,
+}
+
+/// A bucket's averages.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct SamplePoint {
+    pub gpu_uuid: String,
+    pub at: DateTime<Utc>,
+    pub utilization: f64,
+    pub memory_used_bytes: u64,
+    pub power_watts: f64,
+    pub temperature_c: f64,
+}
+
+fn bucket(at: DateTime<Utc>, secs: i64) -> DateTime<Utc> {
+    let t = at.timestamp();
+    DateTime::from_timestamp(t - t.rem_euclid(secs), 0).unwrap_or(at)
+}
+
+pub trait SampleRepo {
+    /// Adds a node's GPU samples taken at `at` to their buckets.
+    fn record_gpu_samples(
+        &self,
+        node_id: &str,
+        at: DateTime<Utc>,
+        samples: &[(String, Sample)],
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// Bucket averages at `resolution_secs` (10 or 300) since `since`, oldest first, of one
+    /// GPU or (`None`) every GPU.
+    fn gpu_samples(
+        &self,
+        gpu_uuid: Option<&str>,
+        resolution_secs: i64,
+        since: DateTime<Utc>,
+    ) -> impl Future<Output = Result<Vec<SamplePoint>, StoreError>> + Send;
+    /// Drops buckets past their resolution's retention; returns how many.
+    fn prune_gpu_samples(
+        &self,
+        now: DateTime<Utc>,
+    ) -> impl Future<Output = Result<u64, StoreError>> + Send;
+}
+
+impl SampleRepo for Store {
+    async fn record_gpu_samples(
+        &self,
+        node_id: &str,
+        at: DateTime<Utc>,
+        samples: &[(String, Sample)],
+    ) -> Result<(), StoreError> {
+        use gpu_samples::Column as C;
+        for (uuid, s) in samples {
+            for (secs, _) in RESOLUTIONS {
+                let add = |c: C| {
+                    Expr::col((gpu_samples::Entity, c))
+                        .add(Expr::col((sea_orm::sea_query::Alias::new("excluded"), c)))
+                };
+                let row = gpu_samples::ActiveModel {
+                    gpu_uuid: Set(uuid.clone()),
+                    resolution_secs: Set(i32::try_from(secs).unwrap_or(i32::MAX)),
+                    at: Set(bucket(at, secs)),
+                    node_id: Set(node_id.to_owned()),
+                    utilization_sum: Set(s.utilization),
+                    memory_used_sum: Set(s.memory_used_bytes as f64),
+                    power_sum: Set(s.power_watts),
+                    temperature_sum: Set(s.temperature_c),
+                    count: Set(1),
+                };
+                gpu_samples::Entity::insert(row)
+                    .on_conflict(
+                        OnConflict::columns([C::GpuUuid, C::ResolutionSecs, C::At])
+                            .value(C::UtilizationSum, add(C::UtilizationSum))
+                            .value(C::MemoryUsedSum, add(C::MemoryUsedSum))
+                            .value(C::PowerSum, add(C::PowerSum))
+                            .value(C::TemperatureSum, add(C::TemperatureSum))
+                            .value(C::Count, add(C::Count))
+                            .to_owned(),
+                    )
+                    .exec(&self.db)
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn gpu_samples(
+        &self,
+        gpu_uuid: Option<&str>,
+        resolution_secs: i64,
+        since: DateTime<Utc>,
+    ) -> Result<Vec<SamplePoint>, StoreError> {
+        use gpu_samples::Column as C;
+        let mut q = gpu_samples::Entity::find()
+            .filter(C::ResolutionSecs.eq(i32::try_from(resolution_secs).unwrap_or(i32::MAX)))
+            .filter(C::At.gte(since))
+            .order_by_asc(C::At);
+        if let Some(uuid) = gpu_uuid {
+            q = q.filter(C::GpuUuid.eq(uuid));
+        }
+        Ok(q.all(&self.db)
+            .await?
+            .into_iter()
+            .map(|m| {
+                let n = f64::from(Ord::max(m.count, 1));
+                SamplePoint {
+                    gpu_uuid: m.gpu_uuid,
+                    at: m.at,
+                    utilization: m.utilization_sum / n,
+                    memory_used_bytes: (m.memory_used_sum / n) as u64,
+                    power_watts: m.power_sum / n,
+                    temperature_c: m.temperature_sum / n,
+                }
+            })
+            .collect())
+    }
+
+    async fn prune_gpu_samples(&self, now: DateTime<Utc>) -> Result<u64, StoreError> {
+        use gpu_samples::Column as C;
+        let mut gone = 0;
+        for (secs, keep) in RESOLUTIONS {
+            gone += gpu_samples::Entity::delete_many()
+                .filter(C::ResolutionSecs.eq(i32::try_from(secs).unwrap_or(i32::MAX)))
+                .filter(C::At.lt(now - keep))
+                .exec(&self.db)
+                .await?
+                .rows_affected;
+        }
+        Ok(gone)
+    }
+}
