@@ -24,6 +24,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::Channel;
 use tonic::{Code, Request, Status};
+use tracing::Instrument;
 
 use allot_domain::XidClass;
 
@@ -601,6 +602,7 @@ impl Agent {
 
     fn launch(self: &Arc<Self>, l: Launch, tasks: &mut JoinSet<()>) {
         let signal = Arc::new(StopSignal::default());
+        let traceparent = l.traceparent.clone();
         {
             let mut jobs = self.lock_jobs();
             if !jobs.seen.insert((l.job_id.clone(), l.attempt)) {
@@ -641,46 +643,64 @@ impl Agent {
             checkpoint_dir: (!l.checkpoint_dir.is_empty()).then(|| PathBuf::from(l.checkpoint_dir)),
         };
         let agent = self.clone();
-        tasks.spawn(async move {
-            let job_id = spec.job_id.clone();
-            let dir = runner::job_dir(&agent.cfg.data_dir, &job_id);
-            tracing::info!(job = %job_id, command = ?spec.command, "launching");
-            let finished = runner::run(spec, dir, &signal, agent.cfg.stop_grace, |pid| {
+        // The launch joins the trace of the decision that placed it.
+        let span = tracing::info_span!(
+            "job.launch",
+            otel.name = "job.launch",
+            job.id = %spec.job_id,
+            job.attempt = spec.attempt,
+            node = %self.cfg.node_name,
+            trace_id = tracing::field::Empty,
+        );
+        allot_telemetry::set_parent(&span, &traceparent);
+        if let Some(id) = allot_telemetry::trace_id(&span) {
+            span.record("trace_id", id);
+        }
+        tasks.spawn(
+            async move {
+                let job_id = spec.job_id.clone();
+                let dir = runner::job_dir(&agent.cfg.data_dir, &job_id);
+                tracing::info!(job = %job_id, command = ?spec.command, "launching");
+                let finished = runner::run(spec, dir, &signal, agent.cfg.stop_grace, |pid| {
+                    agent.report(JobStatusReport {
+                        job_id: job_id.clone(),
+                        phase: JobPhase::Running.into(),
+                        pid: Some(pid),
+                        attempt,
+                        ..Default::default()
+                    });
+                })
+                .await;
+                let (phase, exit_code, message) = match finished.outcome {
+                    Outcome::Succeeded => (JobPhase::Succeeded, Some(0), String::new()),
+                    Outcome::Failed { exit_code, message } => {
+                        (JobPhase::Failed, exit_code, message)
+                    }
+                    Outcome::Cancelled { message } => (JobPhase::Cancelled, None, message),
+                    Outcome::Lost { message } => (JobPhase::Lost, None, message),
+                    Outcome::DeviceFault { message } => (JobPhase::DeviceFault, None, message),
+                };
+                tracing::info!(job = %job_id, ?phase, ?exit_code, "job ended");
                 agent.report(JobStatusReport {
                     job_id: job_id.clone(),
-                    phase: JobPhase::Running.into(),
-                    pid: Some(pid),
+                    phase: phase.into(),
+                    pid: None,
+                    exit_code,
+                    message,
+                    log_tail: finished.log_tail,
                     attempt,
-                    ..Default::default()
                 });
-            })
-            .await;
-            let (phase, exit_code, message) = match finished.outcome {
-                Outcome::Succeeded => (JobPhase::Succeeded, Some(0), String::new()),
-                Outcome::Failed { exit_code, message } => (JobPhase::Failed, exit_code, message),
-                Outcome::Cancelled { message } => (JobPhase::Cancelled, None, message),
-                Outcome::Lost { message } => (JobPhase::Lost, None, message),
-                Outcome::DeviceFault { message } => (JobPhase::DeviceFault, None, message),
-            };
-            tracing::info!(job = %job_id, ?phase, ?exit_code, "job ended");
-            agent.report(JobStatusReport {
-                job_id: job_id.clone(),
-                phase: phase.into(),
-                pid: None,
-                exit_code,
-                message,
-                log_tail: finished.log_tail,
-                attempt,
-            });
-            let mut jobs = agent.lock_jobs();
-            if jobs
-                .running
-                .get(&job_id)
-                .is_some_and(|j| j.attempt == attempt)
-            {
-                jobs.running.remove(&job_id);
+                let mut jobs = agent.lock_jobs();
+                if jobs
+                    .running
+                    .get(&job_id)
+                    .is_some_and(|j| j.attempt == attempt)
+                {
+                    jobs.running.remove(&job_id);
+                }
             }
-        });
+            .instrument(span),
+        );
     }
 
     /// Stops the job's attempt `c.attempt` (0: whichever runs), or makes sure it never

@@ -17,6 +17,7 @@ mod m20261203_000001_node_enrollment;
 mod m20261203_000002_mig;
 mod m20261203_000003_budgets;
 mod m20261203_000004_gpu_samples;
+mod m20261203_000005_traceparent;
 mod roles;
 
 pub use roles::{APPEND_ONLY_TABLES, BadRoleName, postgres_app_role_grants};
@@ -41,6 +42,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261203_000002_mig::Migration),
             Box::new(m20261203_000003_budgets::Migration),
             Box::new(m20261203_000004_gpu_samples::Migration),
+            Box::new(m20261203_000005_traceparent::Migration),
         ]
     }
 }

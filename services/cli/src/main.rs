@@ -8,6 +8,8 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use tracing_subscriber::EnvFilter;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
 
 use crate::client::Client;
 use crate::cmd::job::JobCmd;
@@ -39,6 +41,10 @@ struct Cli {
     /// Logs on stderr as text, or as one JSON object per line (for log shippers).
     #[arg(long, global = true, env = "ALLOT_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
+    /// Export traces of `allot server`, `agent` and `dev` over OTLP/gRPC to this collector,
+    /// e.g. http://127.0.0.1:4317 (none when absent).
+    #[arg(long, global = true, env = "OTEL_EXPORTER_OTLP_ENDPOINT")]
+    otlp_endpoint: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -143,15 +149,6 @@ fn main() -> ExitCode {
     let default_level = if daemon { "info" } else { "warn" };
     let filter =
         EnvFilter::try_from_env("ALLOT_LOG").unwrap_or_else(|_| EnvFilter::new(default_level));
-    let logs = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    match cli.log_format {
-        LogFormat::Json => logs.json().with_current_span(true).init(),
-        LogFormat::Text => logs
-            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-            .init(),
-    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -162,7 +159,49 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(cli)) {
+    // Traces leave the process only when a collector is named (daemons only).
+    let service = match cli.command {
+        Command::Agent(_) => "allot-agent",
+        _ => "allot-server",
+    };
+    let traces = match cli.otlp_endpoint.as_deref().filter(|_| daemon) {
+        Some(endpoint) => {
+            let _guard = runtime.enter();
+            match allot_telemetry::Tracing::otlp(endpoint, service) {
+                Ok(t) => Some(t),
+                Err(e) => {
+                    eprintln!("error: --otlp-endpoint: {e}");
+                    return ExitCode::FAILURE;
+                }
+            }
+        }
+        None => None,
+    };
+    let otel = traces.as_ref().map(|t| t.layer());
+    let registry = tracing_subscriber::registry().with(filter).with(otel);
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    match cli.log_format {
+        LogFormat::Json => registry
+            .with(
+                tracing_subscriber::fmt::layer()
+                    .json()
+                    .with_current_span(true)
+                    .with_writer(std::io::stderr),
+            )
+            .init(),
+        LogFormat::Text => registry
+            .with(
+                tracing_subscriber::fmt::layer()
+                    .with_ansi(ansi)
+                    .with_writer(std::io::stderr),
+            )
+            .init(),
+    }
+    let result = runtime.block_on(run(cli));
+    if let Some(t) = &traces {
+        t.shutdown();
+    }
+    match result {
         Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
         Err(e) => {
             eprintln!("error: {e:#}");

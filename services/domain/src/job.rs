@@ -382,6 +382,8 @@ pub struct Job {
     pub scheduled_at: Option<DateTime<Utc>>,
     pub started_at: Option<DateTime<Utc>>,
     pub finished_at: Option<DateTime<Utc>>,
+    /// The W3C trace context of the request that submitted it, when that was traced.
+    pub traceparent: Option<String>,
 }
 
 /// One persisted transition.

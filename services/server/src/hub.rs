@@ -136,6 +136,8 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// The launch of `job`, carrying the trace context of the current span (the scheduling
+/// decision), if any.
 pub fn launch(job: &Job) -> Assignment {
     Assignment {
         kind: Some(Kind::Launch(Launch {
@@ -150,6 +152,8 @@ pub fn launch(job: &Job) -> Assignment {
             gpu_milli: job.held_gpu_milli.unwrap_or(allot_domain::GPU_MILLI),
             gpu_memory_bytes: job.spec.gpu_memory_bytes.unwrap_or(0),
             checkpoint_dir: job.spec.checkpoint_dir.clone().unwrap_or_default(),
+            traceparent: allot_telemetry::traceparent(&tracing::Span::current())
+                .unwrap_or_default(),
         })),
     }
 }

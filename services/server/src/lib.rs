@@ -246,6 +246,33 @@ impl RunningServer {
     }
 }
 
+/// actix middleware: every request in an `http.request` span named by its method and route
+/// (exported when tracing is on), with the trace id in the span's fields for the logs.
+async fn trace_requests(
+    req: actix_web::dev::ServiceRequest,
+    next: actix_web::middleware::Next<impl actix_web::body::MessageBody>,
+) -> Result<actix_web::dev::ServiceResponse<impl actix_web::body::MessageBody>, actix_web::Error> {
+    use tracing::Instrument;
+    let route = req
+        .match_pattern()
+        .unwrap_or_else(|| "unmatched".to_owned());
+    let span = tracing::info_span!(
+        "http.request",
+        otel.name = %format!("{} {route}", req.method()),
+        otel.kind = "server",
+        http.request.method = %req.method(),
+        http.route = %route,
+        http.response.status_code = tracing::field::Empty,
+        trace_id = tracing::field::Empty,
+    );
+    if let Some(id) = allot_telemetry::trace_id(&span) {
+        span.record("trace_id", id);
+    }
+    let res = next.call(req).instrument(span.clone()).await?;
+    span.record("http.response.status_code", res.status().as_u16());
+    Ok(res)
+}
+
 /// actix middleware: counts every API request by method, route pattern and status.
 async fn count_requests(
     req: actix_web::dev::ServiceRequest,
@@ -474,6 +501,7 @@ pub async fn start(
         App::new()
             .wrap(actix_web::middleware::from_fn(allot_api::record_denials))
             .wrap(actix_web::middleware::from_fn(count_requests))
+            .wrap(actix_web::middleware::from_fn(trace_requests))
             .app_data(web::Data::new(counted.clone()))
             .app_data(web::Data::new(state.clone()))
             .app_data(body_limit)

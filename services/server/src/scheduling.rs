@@ -12,6 +12,7 @@ use allot_store::{
 };
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use crate::hub::{self, Hub};
 
@@ -99,6 +100,10 @@ pub async fn pass(
         now: store.clock().now(),
         reachable: Some(&reachable),
     })?;
+    let traces: HashMap<String, String> = pending
+        .iter()
+        .filter_map(|j| Some((j.id.clone(), j.traceparent.clone()?)))
+        .collect();
     let current: HashMap<_, _> = pending
         .into_iter()
         .map(|j| (j.id.clone(), j.pending_reason))
@@ -130,6 +135,21 @@ pub async fn pass(
                 held_gpu_milli,
                 borrowing,
             } => {
+                // The decision joins the trace of the request that submitted the job, and
+                // the launch it sends carries it on to the agent.
+                let span = tracing::info_span!(
+                    "job.schedule",
+                    otel.name = "job.schedule",
+                    job.id = %job_id,
+                    node.id = %node_id,
+                    trace_id = tracing::field::Empty,
+                );
+                if let Some(tp) = traces.get(&job_id) {
+                    allot_telemetry::set_parent(&span, tp);
+                }
+                if let Some(id) = allot_telemetry::trace_id(&span) {
+                    span.record("trace_id", id);
+                }
                 let update = JobUpdate {
                     node_id: Some(node_id.clone()),
                     gpu_uuids: Some(gpu_uuids),
@@ -137,7 +157,7 @@ pub async fn pass(
                     borrowing: Some(borrowing),
                     ..Default::default()
                 };
-                match store
+                let placed = store
                     .transition_job(
                         &ctx,
                         &job_id,
@@ -145,9 +165,11 @@ pub async fn pass(
                         JobState::Scheduled,
                         update,
                     )
-                    .await
-                {
+                    .instrument(span.clone())
+                    .await;
+                match placed {
                     Ok(job) => {
+                        let _in_span = span.enter();
                         tracing::info!(job = %job.id, node = %node_id, gpus = ?job.gpu_uuids,
                             gpu_milli = held_gpu_milli, borrowing, "scheduled");
                         hub.launch(&node_id, &job);

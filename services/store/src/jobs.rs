@@ -21,6 +21,8 @@ use crate::{Store, StoreError, TenantScope, new_id};
 pub struct NewJob {
     pub tenant_id: String,
     pub spec: JobSpec,
+    /// The submitting request's W3C trace context, when it was traced.
+    pub traceparent: Option<String>,
 }
 
 /// Which jobs to list. Results are newest first; `before` is the id of the last job of the
@@ -213,6 +215,7 @@ fn to_domain(m: jobs::Model, tenant: &str) -> Result<Job, StoreError> {
         scheduled_at: m.scheduled_at,
         started_at: m.started_at,
         finished_at: m.finished_at,
+        traceparent: m.traceparent,
     })
 }
 
@@ -393,6 +396,7 @@ impl JobRepo for Store {
             retry_at: Set(None),
             checkpoint_dir: Set(spec.checkpoint_dir.clone()),
             mig_profile: Set(spec.mig_profile.clone()),
+            traceparent: Set(new.traceparent.clone()),
             gpu_memory_bytes: Set(spec
                 .gpu_memory_bytes
                 .map(|b| to_i64("gpu_memory_bytes", b))

@@ -194,6 +194,7 @@ both_backends!(jobs_move_through_the_state_machine, |store, clock| {
         .create_job(
             &ctx(),
             NewJob {
+                traceparent: None,
                 tenant_id: t.id.clone(),
                 spec: spec("t", 2),
             },
@@ -328,6 +329,7 @@ both_backends!(cancelling, |store, _clock| {
         .create_job(
             &ctx(),
             NewJob {
+                traceparent: None,
                 tenant_id: t.id.clone(),
                 spec: spec("t", 1),
             },
@@ -356,6 +358,7 @@ both_backends!(cancelling, |store, _clock| {
         .create_job(
             &ctx(),
             NewJob {
+                traceparent: None,
                 tenant_id: t.id.clone(),
                 spec: spec("t", 1),
             },
@@ -402,6 +405,7 @@ both_backends!(listing_filters_and_pages, |store, clock| {
                 .create_job(
                     &ctx(),
                     NewJob {
+                        traceparent: None,
                         tenant_id: tenant.id.clone(),
                         spec: spec(tname, 1),
                     },
@@ -860,6 +864,7 @@ both_backends!(
                 s.create_job(
                     &ctx(),
                     NewJob {
+                        traceparent: None,
                         tenant_id: tenant,
                         spec: spec("audited", 1),
                     },

@@ -112,6 +112,8 @@ pub async fn submit(
             NewJob {
                 tenant_id: tenant.id,
                 spec,
+                // Its scheduling and launch join the request's trace.
+                traceparent: allot_telemetry::traceparent(&tracing::Span::current()),
             },
         )
         .await?;

@@ -18,7 +18,7 @@ pub struct AgentArgs {
     )]
     server: String,
     /// The control plane's node CA certificate (its <data-dir>/pki/ca.pem).
-    #[arg(long, env = "ALLOT_CA_CERT")]
+    #[arg(long, env = "ALLOT_NODE_CA")]
     ca_cert: PathBuf,
     /// A one-time bootstrap token (`allot node bootstrap-token create`), needed until the
     /// node has its certificate (kept in <data-dir>/identity/ and renewed automatically).

@@ -101,6 +101,7 @@ fn job(id: &str, tenant: &str, gpus: u32, share: Option<u32>) -> StoredJob {
         scheduled_at: None,
         started_at: None,
         finished_at: None,
+        traceparent: None,
     }
 }
 

@@ -58,6 +58,7 @@ pub struct Model {
     #[sea_orm(column_type = "Text", nullable)]
     pub checkpoint_dir: Option<String>,
     pub mig_profile: Option<String>,
+    pub traceparent: Option<String>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
