@@ -406,3 +406,46 @@ echo "restoring from $ALLOT_RESTORE_FROM: $(cat "$ALLOT_RESTORE_FROM")""#;
     assert!(log.contains(&expected), "{log}");
     c.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_requeued_for_a_device_fault_runs_on_another_gpu() {
+    let c =
+        allot_system_tests::spawn_cluster(allot_system_tests::Backend::Sqlite, 1, "2xH200").await;
+    c.create_tenant("t", None).await;
+    let id = c.submit("t", 1, &["sleep", "60"]).await;
+    let first = c.wait_for_state(&id, "running").await;
+    let gpu = first["gpu_uuids"][0].as_str().expect("gpu").to_owned();
+    let (_, nodes) = c.get("/api/v1/nodes").await;
+    let index = nodes[0]["gpus"]
+        .as_array()
+        .expect("gpus")
+        .iter()
+        .find(|g| g["uuid"] == gpu.as_str())
+        .and_then(|g| g["index"].as_u64())
+        .expect("its index");
+    // A contained memory error (XID 94): the attempt is requeued, the GPU stays healthy.
+    let faults = c.data_dir.path().join("node-1").join("sim-faults");
+    std::fs::create_dir_all(&faults).expect("fault dir");
+    std::fs::write(faults.join(format!("xid-{index}-94")), b"").expect("inject");
+    let again = c
+        .eventually("the next attempt running", || async {
+            let (_, j) = c.get(&format!("/api/v1/jobs/{id}")).await;
+            (j["attempt"] == 2 && j["state"] == "running").then_some(j)
+        })
+        .await;
+    assert_ne!(
+        again["gpu_uuids"][0],
+        gpu.as_str(),
+        "anti-affinity: {again}"
+    );
+    let (_, nodes) = c.get("/api/v1/nodes").await;
+    assert!(
+        nodes[0]["gpus"]
+            .as_array()
+            .expect("gpus")
+            .iter()
+            .all(|g| g["health"] == "healthy"),
+        "{nodes}"
+    );
+    c.shutdown().await;
+}

@@ -384,7 +384,21 @@ pub struct Job {
     pub finished_at: Option<DateTime<Utc>>,
     /// The W3C trace context of the request that submitted it, when that was traced.
     pub traceparent: Option<String>,
+    /// Where its next attempts must not run for a while after a fault there.
+    pub avoid: Option<Avoid>,
 }
+
+/// Anti-affinity after a fault: a job requeued for a device fault avoids the GPUs it held,
+/// one requeued because its node was lost avoids the node, until `until`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Avoid {
+    pub node_id: Option<String>,
+    pub gpu_uuids: Vec<String>,
+    pub until: DateTime<Utc>,
+}
+
+/// How long a requeued job avoids where it faulted.
+pub const AVOID_FOR_SECS: i64 = 600;
 
 /// One persisted transition.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

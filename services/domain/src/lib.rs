@@ -25,7 +25,10 @@ pub use clock::{Clock, FixedClock, SystemClock};
 pub use error::{FieldError, ValidationError};
 pub use identity::{BindingSubject, Session, StoredBinding, User};
 pub use isolation::{Isolation, PRIORITY_CLASSES, PRIORITY_RANGE, WorkloadClass, parse_priority};
-pub use job::{GPU_MILLI, Job, JobEvent, JobSpec, JobState, PendingReason, TransitionError};
+pub use job::{
+    AVOID_FOR_SECS, Avoid, GPU_MILLI, Job, JobEvent, JobSpec, JobState, PendingReason,
+    TransitionError,
+};
 pub use node::{GpuDevice, MigSlot, Node, NodeStatus};
 pub use quantity::{format_bytes, parse_bytes};
 pub use tenant::{Quota, ResourceLimits, Resources, Tenant, TenantName};

@@ -50,6 +50,22 @@ pub struct Job {
     /// The isolation asked for; `None` takes the workload class's default.
     pub isolation: Option<Isolation>,
     pub class: Option<WorkloadClass>,
+    /// Nodes and GPUs it must not be placed on now (anti-affinity after a fault there).
+    pub avoid: Avoidance,
+}
+
+/// Where a job must not go: whole nodes, or single GPUs (node, GPU index).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Avoidance {
+    pub nodes: Vec<usize>,
+    pub gpus: Vec<(usize, u8)>,
+}
+
+impl Avoidance {
+    /// Whether `c` keeps clear of everything avoided.
+    pub fn allows(&self, c: &Choice) -> bool {
+        !self.nodes.contains(&c.node) && !c.gpus.iter().any(|g| self.gpus.contains(&(c.node, *g)))
+    }
 }
 
 impl Job {
@@ -530,6 +546,7 @@ impl<'a> Pass<'a> {
             } else {
                 policy
                     .choose(&self.cluster, &job.request, rng)
+                    .filter(|c| job.avoid.allows(c))
                     .filter(|c| {
                         let memory = self.memory_need(job, c.node);
                         self.occupancy.node_allows(c.node, q, level)
@@ -567,12 +584,21 @@ impl<'a> Pass<'a> {
         let c = &self.cluster;
         let limits = self.config.gpu_limits;
         (0..c.nodes.len())
-            .filter(|&i| self.occupancy.node_allows(i, q, level))
+            .filter(|&i| self.occupancy.node_allows(i, q, level) && !job.avoid.nodes.contains(&i))
             .filter_map(|i| {
                 let memory = self.memory_need(job, i);
+                // Avoided GPUs look full to this job.
+                let mut node = c.nodes[i].clone();
+                for &(n, g) in &job.avoid.gpus {
+                    if n == i
+                        && let Some(free) = node.gpu_free.get_mut(usize::from(g))
+                    {
+                        *free = 0;
+                    }
+                }
                 let gpus = self
                     .occupancy
-                    .gpus_for(i, &c.nodes[i], &job.request, memory, limits)?;
+                    .gpus_for(i, &node, &job.request, memory, limits)?;
                 Some((i, gpus))
             })
             .min_by_key(|(i, _)| {

@@ -393,6 +393,28 @@ impl Mapped {
         })
     }
 
+    /// Where `job` must not go now: the node it was lost on, or the GPUs it faulted on,
+    /// until its anti-affinity expires.
+    fn avoidance(&self, job: &StoredJob, now: DateTime<Utc>) -> crate::engine::Avoidance {
+        let mut out = crate::engine::Avoidance::default();
+        let Some(avoid) = job.avoid.as_ref().filter(|a| a.until > now) else {
+            return out;
+        };
+        if let Some(&n) = avoid.node_id.as_ref().and_then(|id| self.by_node.get(id)) {
+            out.nodes.push(n);
+        }
+        for uuid in &avoid.gpu_uuids {
+            for (n, (_, _, uuids)) in self.nodes.iter().enumerate() {
+                if let Some(g) = uuids.iter().position(|u| u == uuid)
+                    && let Ok(g) = u8::try_from(g)
+                {
+                    out.gpus.push((n, g));
+                }
+            }
+        }
+        out
+    }
+
     fn choice(&self, job: &StoredJob) -> Option<Choice> {
         let node = *self.by_node.get(job.node_id.as_deref()?)?;
         let uuids = &self.nodes[node].2;
@@ -440,6 +462,7 @@ fn engine_job(j: &StoredJob, request: Request, seq: u64) -> Job {
         gpu_memory_mib: j.spec.gpu_memory_bytes.map_or(0, mib_up),
         isolation: j.spec.isolation,
         class: j.spec.class,
+        avoid: Default::default(),
     }
 }
 
@@ -616,7 +639,11 @@ impl LiveScheduler {
                 j.spec.gpu_milli.unwrap_or(GPU_MILLI)
             };
             match mapped.request(j, share) {
-                Ok(r) => pending.push(engine_job(j, r, seq_of(j))),
+                Ok(r) => {
+                    let mut job = engine_job(j, r, seq_of(j));
+                    job.avoid = mapped.avoidance(j, snap.now);
+                    pending.push(job);
+                }
                 Err(reason) => decisions.push(LiveDecision::Wait {
                     job_id: j.id.clone(),
                     reason,

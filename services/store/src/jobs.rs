@@ -216,6 +216,19 @@ fn to_domain(m: jobs::Model, tenant: &str) -> Result<Job, StoreError> {
         started_at: m.started_at,
         finished_at: m.finished_at,
         traceparent: m.traceparent,
+        avoid: match m.avoid_until {
+            Some(until) => Some(allot_domain::Avoid {
+                node_id: m.avoid_node_id,
+                gpu_uuids: m
+                    .avoid_gpus
+                    .as_deref()
+                    .map(|g| json("avoid_gpus", g))
+                    .transpose()?
+                    .unwrap_or_default(),
+                until,
+            }),
+            None => None,
+        },
     })
 }
 
@@ -313,6 +326,32 @@ impl Store {
             row.log_tail = Set(Some(tail));
         }
         let mut query = jobs::Entity::update_many().set(row);
+        // A fault's anti-affinity: copied from the placement being given up (the SET
+        // clauses read the row as it was).
+        match (to, update.requeue_code.as_deref()) {
+            (JobState::Pending, Some("DeviceFault")) => {
+                query = query
+                    .col_expr(jobs::Column::AvoidGpus, Expr::col(jobs::Column::GpuUuids))
+                    .col_expr(
+                        jobs::Column::AvoidNodeId,
+                        Expr::value(Option::<String>::None),
+                    )
+                    .col_expr(
+                        jobs::Column::AvoidUntil,
+                        Expr::value(now + chrono::Duration::seconds(allot_domain::AVOID_FOR_SECS)),
+                    );
+            }
+            (JobState::Pending, Some("NodeLost")) => {
+                query = query
+                    .col_expr(jobs::Column::AvoidNodeId, Expr::col(jobs::Column::NodeId))
+                    .col_expr(jobs::Column::AvoidGpus, Expr::value(Option::<String>::None))
+                    .col_expr(
+                        jobs::Column::AvoidUntil,
+                        Expr::value(now + chrono::Duration::seconds(allot_domain::AVOID_FOR_SECS)),
+                    );
+            }
+            _ => {}
+        }
         if to == JobState::Pending {
             query = query.col_expr(
                 jobs::Column::Attempt,
@@ -397,6 +436,9 @@ impl JobRepo for Store {
             checkpoint_dir: Set(spec.checkpoint_dir.clone()),
             mig_profile: Set(spec.mig_profile.clone()),
             traceparent: Set(new.traceparent.clone()),
+            avoid_node_id: Set(None),
+            avoid_gpus: Set(None),
+            avoid_until: Set(None),
             gpu_memory_bytes: Set(spec
                 .gpu_memory_bytes
                 .map(|b| to_i64("gpu_memory_bytes", b))

@@ -43,6 +43,7 @@ fn job(id: &str, queue: &str, gpus: u8, gpu_milli: u32, seq: u64) -> Job {
         gpu_memory_mib: 0,
         isolation: None,
         class: None,
+        avoid: Default::default(),
     }
 }
 
@@ -574,6 +575,7 @@ fn make_jobs(specs: &[JobSpec], first_seq: u64) -> Vec<Job> {
                     gpu_memory_mib: gpu_gib * GIB,
                     isolation,
                     class: None,
+                    avoid: Default::default(),
                 }
             },
         )
@@ -638,4 +640,40 @@ proptest! {
         }
         prop_assert!(settled, "still preempting after eight passes");
     }
+}
+
+#[test]
+fn a_job_keeps_clear_of_where_it_faulted() {
+    let tree = QuotaTree::new(vec![queue("t", None, 0, None)]).expect("tree");
+    let placement = |d: &[Decision]| {
+        d.iter().find_map(|d| match d {
+            Decision::Place { placements, .. } => Some(placements[0].clone()),
+            _ => None,
+        })
+    };
+    // Two nodes: the one it was lost on is avoided, whatever the policy prefers.
+    let two = cluster(&[(1, 64, 256), (1, 64, 256)]);
+    for lost in [0, 1] {
+        let mut j = job("j", "t", 1, 1000, 0);
+        j.avoid.nodes = vec![lost];
+        let c = placement(&pass(&two, &tree, &[], &[j], 0)).expect("placed");
+        assert_ne!(c.node, lost);
+    }
+    // One node, two GPUs: the GPU it faulted on is avoided, whole or shared.
+    let one = cluster(&[(2, 64, 256)]);
+    for (milli, faulted) in [(1000, 0u8), (1000, 1), (250, 0), (250, 1)] {
+        let mut j = job("j", "t", 1, milli, 0);
+        j.avoid.gpus = vec![(0, faulted)];
+        let c = placement(&pass(&one, &tree, &[], &[j], 0)).expect("placed");
+        assert_eq!(
+            c.gpus,
+            vec![1 - faulted],
+            "{milli} milli, GPU {faulted} avoided"
+        );
+    }
+    // Nowhere else to go: it waits rather than going back.
+    let mut j = job("j", "t", 1, 1000, 0);
+    j.avoid.nodes = vec![0];
+    let d = pass(&cluster(&[(1, 64, 256)]), &tree, &[], &[j], 0);
+    assert!(placement(&d).is_none(), "{d:?}");
 }

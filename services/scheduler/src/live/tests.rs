@@ -102,6 +102,7 @@ fn job(id: &str, tenant: &str, gpus: u32, share: Option<u32>) -> StoredJob {
         started_at: None,
         finished_at: None,
         traceparent: None,
+        avoid: None,
     }
 }
 

@@ -59,6 +59,11 @@ pub struct Model {
     pub checkpoint_dir: Option<String>,
     pub mig_profile: Option<String>,
     pub traceparent: Option<String>,
+    pub avoid_node_id: Option<String>,
+    /// JSON array of GPU UUIDs.
+    #[sea_orm(column_type = "Text", nullable)]
+    pub avoid_gpus: Option<String>,
+    pub avoid_until: Option<DateTimeUtc>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

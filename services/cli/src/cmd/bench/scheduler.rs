@@ -124,6 +124,7 @@ fn engine_pass(
             gpu_memory_mib: 0,
             isolation: None,
             class: None,
+            avoid: Default::default(),
         })
         .collect();
     let mut policy = openb::policy(&args.policy, cluster, pods)?;
