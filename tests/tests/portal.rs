@@ -75,6 +75,17 @@ async fn tenants_members_and_auditors_do_their_work_in_the_portal() {
     b.fill("#b-tenant", "ml").await;
     b.click("form[data-kind=binding] button[type=submit]").await;
     b.wait_for_text("main", "everyone with groups = ops").await;
+    // A quota the API refuses says why next to the field; a good one is set.
+    b.execute("document.querySelector('#q-tenant').value = 'ml'; return null")
+        .await;
+    b.fill("#q-guaranteed", "1").await;
+    b.fill("#q-weight", "0").await;
+    b.click("form[data-kind=quota] button[type=submit]").await;
+    b.wait_for_text(".error[data-for=weight]", "1 to").await;
+    b.fill("#q-weight", "3").await;
+    b.fill("#q-limit", "2").await;
+    b.click("form[data-kind=quota] button[type=submit]").await;
+    b.wait_for_text("main table", "3").await;
     b.screenshot("03-admin-tenants").await;
     sign_out(&b).await;
 

@@ -61,6 +61,13 @@ const bodies = {
     if (v("tenant")) body.tenant = v("tenant");
     return body;
   },
+  quota(f) {
+    const v = (n) => f.elements[n].value.trim();
+    const body = { guaranteed: { gpu_milli: milli(v("guaranteed_gpus") || "0") }, limit: {}, weight: Number(v("weight") || "1") };
+    if (v("max_gpus")) body.limit.gpu_milli = milli(v("max_gpus"));
+    if (v("budget")) body.gpu_hour_budget = Number(v("budget"));
+    return body;
+  },
   token(f) {
     const v = (n) => f.elements[n].value.trim();
     const body = { name: v("name"), role: v("role") };
@@ -107,7 +114,9 @@ document.addEventListener("submit", async (ev) => {
   const button = form.querySelector('button[type="submit"]');
   if (button) button.disabled = true;
   try {
-    const r = await call("POST", form.dataset.api, body);
+    // `{field}` in the address is filled from the form (e.g. the tenant whose quota it sets).
+  const url = form.dataset.api.replace(/\{(\w+)\}/g, (_, n) => encodeURIComponent(form.elements[n].value.trim()));
+  const r = await call(form.dataset.method || "POST", url, body);
     if (!r.ok) { showProblem(form, r.data); return; }
     const then = form.dataset.then;
     if (then === "job") { window.location.assign(`/portal/jobs/${r.data.id}`); }
