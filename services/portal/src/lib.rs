@@ -192,12 +192,39 @@ struct SignInPage {
 struct QuotaRow {
     name: String,
     parent: Option<String>,
+    bars: Vec<QuotaBar>,
+}
+
+/// One resource of a quota: what is used, guaranteed, borrowed and the limit.
+struct QuotaBar {
+    resource: &'static str,
     used: String,
     guaranteed: String,
     borrowed: String,
     limit: String,
     used_pct: u64,
     guaranteed_pct: u64,
+}
+
+impl QuotaBar {
+    fn new(
+        resource: &'static str,
+        used: u64,
+        guaranteed: u64,
+        limit: Option<u64>,
+        show: impl Fn(u64) -> String,
+    ) -> Self {
+        let scale = limit.unwrap_or(0).max(used).max(guaranteed).max(1);
+        Self {
+            resource,
+            used: show(used),
+            guaranteed: show(guaranteed),
+            borrowed: show(used.saturating_sub(guaranteed)),
+            limit: limit.map_or("none".into(), &show),
+            used_pct: used * 100 / scale,
+            guaranteed_pct: guaranteed * 100 / scale,
+        }
+    }
 }
 
 struct DayBar {
@@ -283,20 +310,40 @@ async fn dashboard_page(
     let quota_rows = tenants
         .iter()
         .map(|t| {
-            let used: u64 = holding
-                .iter()
-                .filter(|j| j.tenant_id == t.id)
-                .map(held_milli)
-                .sum();
-            let g = t.quota.guaranteed.gpu_milli;
-            let scale = t
-                .quota
-                .limit
-                .gpu_milli
-                .unwrap_or(used.max(g))
-                .max(used)
-                .max(g)
-                .max(1000);
+            let mine: Vec<&Job> = holding.iter().filter(|j| j.tenant_id == t.id).collect();
+            let (g, l) = (&t.quota.guaranteed, &t.quota.limit);
+            let bars = vec![
+                QuotaBar::new(
+                    "GPUs",
+                    mine.iter().map(|j| held_milli(j)).sum(),
+                    g.gpu_milli,
+                    l.gpu_milli,
+                    gpus,
+                ),
+                QuotaBar::new(
+                    "CPUs",
+                    mine.iter().map(|j| u64::from(j.spec.cpu_milli)).sum(),
+                    g.cpu_milli,
+                    l.cpu_milli,
+                    gpus,
+                ),
+                QuotaBar::new(
+                    "Memory",
+                    mine.iter().map(|j| j.spec.memory_bytes).sum(),
+                    g.memory_bytes,
+                    l.memory_bytes,
+                    format_bytes,
+                ),
+                QuotaBar::new(
+                    "GPU memory",
+                    mine.iter()
+                        .map(|j| u64::from(j.spec.gpus) * j.spec.gpu_memory_bytes.unwrap_or(0))
+                        .sum(),
+                    g.gpu_memory_bytes,
+                    l.gpu_memory_bytes,
+                    format_bytes,
+                ),
+            ];
             QuotaRow {
                 name: t.name.to_string(),
                 parent: t
@@ -304,12 +351,7 @@ async fn dashboard_page(
                     .as_ref()
                     .and_then(|p| all.iter().find(|x| &x.id == p))
                     .map(|p| p.name.to_string()),
-                used: gpus(used),
-                guaranteed: gpus(g),
-                borrowed: gpus(used.saturating_sub(g)),
-                limit: t.quota.limit.gpu_milli.map_or("none".into(), gpus),
-                used_pct: used * 100 / scale,
-                guaranteed_pct: g * 100 / scale,
+                bars,
             }
         })
         .collect();
