@@ -152,19 +152,7 @@ pub async fn list(
             "is not a token returned by a previous page",
         ));
     }
-    let scope = match &q.tenant {
-        Some(name) => {
-            let what = format!("tenant `{name}`");
-            let tenant = state
-                .store
-                .tenant_by_name(name)
-                .await
-                .map_err(|_| ApiError::NotFound(format!("{what} does not exist")))?;
-            who.authorize(Action::JobList, Resource::Tenant(&tenant.id), &what)?;
-            TenantScope::tenant(tenant.id)
-        }
-        None => who.scope(Action::JobList, "jobs")?,
-    };
+    let scope = listing_scope(&state, &who, q.tenant.as_deref(), "jobs").await?;
     let page = state
         .store
         .list_jobs(JobFilter {
@@ -185,6 +173,27 @@ pub async fn list(
 }
 
 /// The job, if the caller may see it (else 404) and do `action` to it (else 403).
+/// Whose jobs a listing reads: the tenant named (404 when the caller may not list its
+/// jobs, as when it does not exist), else every tenant the caller may list jobs of.
+pub(crate) async fn listing_scope(
+    state: &AppState,
+    who: &Principal,
+    tenant: Option<&str>,
+    what: &str,
+) -> Result<TenantScope, ApiError> {
+    let Some(name) = tenant else {
+        return who.scope(Action::JobList, what);
+    };
+    let what = format!("tenant `{name}`");
+    let tenant = state
+        .store
+        .tenant_by_name(name)
+        .await
+        .map_err(|_| ApiError::NotFound(format!("{what} does not exist")))?;
+    who.authorize(Action::JobList, Resource::Tenant(&tenant.id), &what)?;
+    Ok(TenantScope::tenant(tenant.id))
+}
+
 /// The job, if the caller may see its tenant (else 404) and do `action` to it (else 403).
 pub async fn visible_job(
     state: &AppState,

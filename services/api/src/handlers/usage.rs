@@ -2,9 +2,8 @@
 
 use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, web};
-use allot_authz::{Action, Resource};
 use allot_domain::accounting::{GroupBy, JobUsage, report, running_intervals};
-use allot_store::{JobRepo, TenantRepo, TenantScope};
+use allot_store::JobRepo;
 use chrono::{Duration, NaiveDate};
 
 use crate::auth::Principal;
@@ -50,19 +49,7 @@ pub async fn usage(
             ));
         }
     };
-    let scope = match &q.tenant {
-        Some(name) => {
-            let what = format!("tenant `{name}`");
-            let tenant = state
-                .store
-                .tenant_by_name(name)
-                .await
-                .map_err(|_| ApiError::NotFound(format!("{what} does not exist")))?;
-            who.authorize(Action::JobList, Resource::Tenant(&tenant.id), &what)?;
-            TenantScope::tenant(tenant.id)
-        }
-        None => who.scope(Action::JobList, "usage")?,
-    };
+    let scope = super::jobs::listing_scope(&state, &who, q.tenant.as_deref(), "usage").await?;
     let midnight = |d: NaiveDate| d.and_hms_opt(0, 0, 0).unwrap_or_default().and_utc();
     let (start, end) = (midnight(from), midnight(to));
     let ran = state.store.jobs_run_since(&scope, start).await?;
