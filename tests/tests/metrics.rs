@@ -202,8 +202,13 @@ fn the_grafana_dashboard_plots_only_documented_metrics() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gpu_samples_from_heartbeats_are_kept_per_bucket() {
-    let c =
-        allot_system_tests::spawn_cluster(allot_system_tests::Backend::Sqlite, 1, "1xH200").await;
+    let c = allot_system_tests::spawn_cluster_with(
+        allot_system_tests::Backend::Sqlite,
+        1,
+        "1xH200",
+        |config| config.metrics_listen = Some("127.0.0.1:0".parse().expect("address")),
+    )
+    .await;
     c.create_tenant("ml", None).await;
     let id = c.submit("ml", 1, &["sleep", "60"]).await;
     let job = c.wait_for_state(&id, "running").await;
@@ -244,5 +249,26 @@ async fn gpu_samples_from_heartbeats_are_kept_per_bucket() {
     assert_eq!(s, allot_system_tests::StatusCode::BAD_REQUEST);
     let (s, _) = c.get("/api/v1/nodes/node-1/gpus/GPU-nope/samples").await;
     assert_eq!(s, allot_system_tests::StatusCode::NOT_FOUND);
+    // ... and the latest is on the control plane's /metrics.
+    let metrics_addr = c.server.metrics_addr.expect("metrics listener");
+    let text = c
+        .http
+        .get(format!("http://{metrics_addr}/metrics"))
+        .send()
+        .await
+        .expect("scrape")
+        .text()
+        .await
+        .expect("text");
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("allot_gpu_utilization{") && l.contains(&gpu))
+        .unwrap_or_else(|| panic!("no utilization of {gpu}:\n{text}"));
+    let value: f64 = line
+        .rsplit(' ')
+        .next()
+        .and_then(|v| v.parse().ok())
+        .expect("a number");
+    assert!(value > 0.8, "{line}");
     c.shutdown().await;
 }

@@ -19,7 +19,11 @@ async fn job_log(c: &allot_system_tests::TestCluster, id: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mig_jobs_get_their_own_instance_within_their_limits() {
-    let c = spawn_cluster(Backend::Sqlite, 1, "1xH200:mig,1xH200").await;
+    let c =
+        allot_system_tests::spawn_cluster_with(Backend::Sqlite, 1, "1xH200:mig,1xH200", |config| {
+            config.metrics_listen = Some("127.0.0.1:0".parse().expect("address"));
+        })
+        .await;
     let (s, body) = c
         .post(
             "/api/v1/tenants",
@@ -83,6 +87,24 @@ async fn mig_jobs_get_their_own_instance_within_their_limits() {
         .filter_map(|i| i["profile"].as_str())
         .collect();
     assert_eq!(profiles, vec!["1g.18gb", "1g.18gb"], "{mig_gpu}");
+    // The metrics count them, held.
+    let metrics_addr = c.server.metrics_addr.expect("metrics listener");
+    let text = c
+        .http
+        .get(format!("http://{metrics_addr}/metrics"))
+        .send()
+        .await
+        .expect("scrape")
+        .text()
+        .await
+        .expect("text");
+    assert!(
+        text.lines().any(|l| l.starts_with("allot_mig_instances{")
+            && l.contains("profile=\"1g.18gb\"")
+            && l.contains("state=\"held\"")
+            && l.ends_with(" 2")),
+        "{text}"
+    );
     assert_eq!(
         gpus.iter()
             .filter(|g| g.get("mig_instances").is_none())

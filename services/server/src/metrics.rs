@@ -11,7 +11,9 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use allot_domain::{JobState, NodeStatus};
-use allot_store::{JobFilter, JobRepo, NodeRepo, Store, StoreError, TenantRepo, TenantScope};
+use allot_store::{
+    JobFilter, JobRepo, NodeRepo, SampleRepo, Store, StoreError, TenantRepo, TenantScope,
+};
 
 /// The content type of `/metrics`.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -34,6 +36,22 @@ struct GpuLabels {
     gpu_uuid: String,
     model: String,
     health: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct UtilizationLabels {
+    node: String,
+    gpu_uuid: String,
+    model: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct MigLabels {
+    node: String,
+    gpu_uuid: String,
+    profile: String,
+    /// `held` (a job runs on it) or `free`.
+    state: String,
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -66,6 +84,8 @@ pub struct Metrics {
     jobs: Family<JobLabels, Gauge>,
     gpus: Family<GpuLabels, Gauge>,
     gpu_allocated_milli: Family<GpuLabels, Gauge>,
+    gpu_utilization: Family<UtilizationLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    mig_instances: Family<MigLabels, Gauge>,
     nodes: Family<NodeLabels, Gauge>,
     tenant_gpu_milli: Family<TenantLabels, Gauge>,
     http_requests: Family<HttpLabels, Counter>,
@@ -104,6 +124,19 @@ impl Metrics {
             "gpu_allocated_milli",
             "Thousandths of each GPU held by scheduled and running jobs",
             gpu_allocated_milli.clone(),
+        );
+        let gpu_utilization =
+            Family::<UtilizationLabels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
+        registry.register(
+            "gpu_utilization",
+            "Busy fraction of each GPU (0 to 1), as its latest 10-second sample averaged",
+            gpu_utilization.clone(),
+        );
+        let mig_instances = Family::<MigLabels, Gauge>::default();
+        registry.register(
+            "mig_instances",
+            "MIG instances by GPU, profile and whether a job holds them",
+            mig_instances.clone(),
         );
         let nodes = Family::<NodeLabels, Gauge>::default();
         registry.register("nodes", "Nodes by readiness (1 each)", nodes.clone());
@@ -144,6 +177,8 @@ impl Metrics {
             jobs,
             gpus,
             gpu_allocated_milli,
+            gpu_utilization,
+            mig_instances,
             nodes,
             tenant_gpu_milli,
             http_requests,
@@ -246,6 +281,16 @@ impl Metrics {
         self.nodes.clear();
         self.gpus.clear();
         self.gpu_allocated_milli.clear();
+        self.gpu_utilization.clear();
+        self.mig_instances.clear();
+        // The latest sample of each GPU heard from in the last two minutes.
+        let mut latest: HashMap<String, f64> = HashMap::new();
+        for p in store
+            .gpu_samples(None, 10, now - chrono::Duration::minutes(2))
+            .await?
+        {
+            latest.insert(p.gpu_uuid, p.utilization);
+        }
         for n in &nodes {
             let status = match n.status(now) {
                 NodeStatus::Ready => "ready",
@@ -273,6 +318,29 @@ impl Metrics {
                 self.gpu_allocated_milli
                     .get_or_create(&labels)
                     .set(allocated);
+                if let Some(u) = latest.get(&g.uuid) {
+                    self.gpu_utilization
+                        .get_or_create(&UtilizationLabels {
+                            node: n.name.clone(),
+                            gpu_uuid: g.uuid.clone(),
+                            model: g.model.clone(),
+                        })
+                        .set(*u);
+                }
+                let board = allot_domain::mig::geometry(&g.model, Some(g.memory_bytes >> 20));
+                for slot in g.mig.iter().flatten() {
+                    let held_here = held.contains_key(&(n.id.clone(), slot.uuid.clone()));
+                    self.mig_instances
+                        .get_or_create(&MigLabels {
+                            node: n.name.clone(),
+                            gpu_uuid: g.uuid.clone(),
+                            profile: board
+                                .and_then(|b| b.profile(slot.profile))
+                                .map_or_else(|| slot.profile.to_string(), |p| p.name.to_owned()),
+                            state: if held_here { "held" } else { "free" }.to_owned(),
+                        })
+                        .inc();
+                }
             }
         }
 
