@@ -53,6 +53,9 @@ impl Browser {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .kill_on_drop(true)
+            // Its own process group, with the browser it starts: dropping the `Browser`
+            // (a failed test included) ends them all.
+            .process_group(0)
             .spawn()
             .expect("chromedriver starts");
         let http = crate::http_client().build().expect("client");
@@ -266,9 +269,19 @@ impl Browser {
             .expect("screenshot written");
     }
 
-    /// Ends the session and the driver.
-    pub async fn quit(mut self) {
+    /// Ends the session (the browser closes); dropping the `Browser` then ends the driver.
+    pub async fn quit(self) {
         let _ = self.http.delete(&self.session).send().await;
-        let _ = self.driver.kill().await;
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        if let Some(pid) = self.driver.id().and_then(|p| i32::try_from(p).ok()) {
+            let _ = nix::sys::signal::killpg(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
     }
 }
