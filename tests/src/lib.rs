@@ -143,6 +143,19 @@ pub async fn agent_config(
 }
 
 impl TestCluster {
+    /// The control plane's Prometheus text (the cluster must serve metrics).
+    pub async fn scrape_metrics(&self) -> String {
+        let addr = self.server.metrics_addr.expect("metrics listener");
+        self.http
+            .get(format!("http://{addr}/metrics"))
+            .send()
+            .await
+            .expect("scrape")
+            .text()
+            .await
+            .expect("text")
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("{}{path}", self.server.http_url())
     }

@@ -250,16 +250,7 @@ async fn gpu_samples_from_heartbeats_are_kept_per_bucket() {
     let (s, _) = c.get("/api/v1/nodes/node-1/gpus/GPU-nope/samples").await;
     assert_eq!(s, allot_system_tests::StatusCode::NOT_FOUND);
     // ... and the latest is on the control plane's /metrics.
-    let metrics_addr = c.server.metrics_addr.expect("metrics listener");
-    let text = c
-        .http
-        .get(format!("http://{metrics_addr}/metrics"))
-        .send()
-        .await
-        .expect("scrape")
-        .text()
-        .await
-        .expect("text");
+    let text = c.scrape_metrics().await;
     let line = text
         .lines()
         .find(|l| l.starts_with("allot_gpu_utilization{") && l.contains(&gpu))

@@ -88,16 +88,7 @@ async fn mig_jobs_get_their_own_instance_within_their_limits() {
         .collect();
     assert_eq!(profiles, vec!["1g.18gb", "1g.18gb"], "{mig_gpu}");
     // The metrics count them, held.
-    let metrics_addr = c.server.metrics_addr.expect("metrics listener");
-    let text = c
-        .http
-        .get(format!("http://{metrics_addr}/metrics"))
-        .send()
-        .await
-        .expect("scrape")
-        .text()
-        .await
-        .expect("text");
+    let text = c.scrape_metrics().await;
     assert!(
         text.lines().any(|l| l.starts_with("allot_mig_instances{")
             && l.contains("profile=\"1g.18gb\"")

@@ -30,7 +30,7 @@ pub use job::{
     TransitionError,
 };
 pub use node::{GpuDevice, MigSlot, Node, NodeStatus};
-pub use quantity::{format_bytes, parse_bytes};
+pub use quantity::{format_bytes, format_milli, parse_bytes};
 pub use tenant::{Quota, ResourceLimits, Resources, Tenant, TenantName};
 pub use token::{ApiToken, Role, RoleBinding};
 pub use xid::{XidClass, classify as classify_xid};

@@ -58,6 +58,19 @@ pub fn format_bytes(bytes: u64) -> String {
     }
 }
 
+/// A count kept in thousandths (GPU or CPU milli) as a decimal: 7500 is `7.5`, 250 is
+/// `0.25`, 2000 is `2`.
+pub fn format_milli(m: u64) -> String {
+    let (whole, frac) = (m / 1000, m % 1000);
+    if frac == 0 {
+        whole.to_string()
+    } else {
+        format!("{whole}.{frac:03}")
+            .trim_end_matches('0')
+            .to_owned()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -17,7 +17,7 @@ use allot_api::views::NodeView;
 use allot_api::{ApiError, AppState};
 use allot_authz::{Action, Resource};
 use allot_domain::accounting::{GroupBy, JobUsage, report, running_intervals};
-use allot_domain::{Job, JobState, Tenant, format_bytes};
+use allot_domain::{Job, JobState, Tenant, format_bytes, format_milli};
 use allot_store::{
     AuditRepo, AuditSearch, IdentityRepo, JobFilter, JobRepo, NodeRepo, SampleRepo, TenantRepo,
     TenantScope,
@@ -169,14 +169,6 @@ fn to_sign_in() -> HttpResponse {
         .finish()
 }
 
-fn gpus(milli: u64) -> String {
-    let whole = milli / 1000;
-    match milli % 1000 {
-        0 => whole.to_string(),
-        frac => format!("{whole}.{}", format!("{frac:03}").trim_end_matches('0')),
-    }
-}
-
 fn held_milli(j: &Job) -> u64 {
     u64::from(j.spec.gpus) * u64::from(j.held_gpu_milli.or(j.spec.gpu_milli).unwrap_or(1000))
 }
@@ -318,14 +310,14 @@ async fn dashboard_page(
                     mine.iter().map(|j| held_milli(j)).sum(),
                     g.gpu_milli,
                     l.gpu_milli,
-                    gpus,
+                    format_milli,
                 ),
                 QuotaBar::new(
                     "CPUs",
                     mine.iter().map(|j| u64::from(j.spec.cpu_milli)).sum(),
                     g.cpu_milli,
                     l.cpu_milli,
-                    gpus,
+                    format_milli,
                 ),
                 QuotaBar::new(
                     "Memory",
@@ -413,7 +405,7 @@ async fn dashboard_page(
                 .unwrap_or_default(),
             gpus: match &j.spec.mig_profile {
                 Some(p) => format!("MIG {p}"),
-                None => gpus(held_milli(&j)),
+                None => format_milli(held_milli(&j)),
             },
             id: j.id,
             name: j.spec.name,
@@ -486,7 +478,7 @@ async fn job_page(
         None if job.spec.gpus == 0 => "no GPU".to_owned(),
         None => format!(
             "{} GPU{}{}",
-            gpus(u64::from(job.spec.gpus) * u64::from(job.spec.gpu_milli.unwrap_or(1000))),
+            format_milli(u64::from(job.spec.gpus) * u64::from(job.spec.gpu_milli.unwrap_or(1000))),
             if job.spec.gpus == 1 && job.spec.gpu_milli.is_none() {
                 ""
             } else {
@@ -732,8 +724,8 @@ async fn admin_page(
                 .as_ref()
                 .and_then(|p| all.iter().find(|x| &x.id == p))
                 .map(|p| p.name.to_string()),
-            guaranteed: gpus(t.quota.guaranteed.gpu_milli),
-            limit: t.quota.limit.gpu_milli.map_or("none".into(), gpus),
+            guaranteed: format_milli(t.quota.guaranteed.gpu_milli),
+            limit: t.quota.limit.gpu_milli.map_or("none".into(), format_milli),
             weight: t.quota.weight,
             min_isolation: t.quota.min_isolation.to_string(),
         })

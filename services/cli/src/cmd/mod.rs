@@ -68,16 +68,7 @@ pub fn parse_milli(s: &str) -> Result<u64, String> {
 }
 
 /// Milli of a unit as a decimal: 7500 is `7.5`, 250 is `0.25`.
-pub fn show_milli(m: u64) -> String {
-    let (whole, frac) = (m / 1000, m % 1000);
-    if frac == 0 {
-        whole.to_string()
-    } else {
-        format!("{whole}.{frac:03}")
-            .trim_end_matches('0')
-            .to_owned()
-    }
-}
+pub use allot_domain::format_milli as show_milli;
 
 #[cfg(test)]
 mod tests {
