@@ -3,6 +3,7 @@
 
 pub mod browser;
 pub mod oidc;
+pub mod shim;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -1,0 +1,153 @@
+//! What the GPU-sharing shim's tests run: the shim and the fake CUDA driver (built by the
+//! same cargo, in the same profile, as the tests), the driver linked under the names
+//! programs load (`libcuda.so.1`, `libnvidia-ml.so.1`), and the C probe that reaches the
+//! driver in every way applications do (`agent/shim/probe/probe.c`), compiled with the
+//! system C compiler.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+use allot_shim_core::JobRegion;
+
+pub struct ShimKit {
+    /// `liballot_shim.so`.
+    pub shim: PathBuf,
+    /// Holds `libcuda.so.1`, `libcuda.so` and `libnvidia-ml.so.1`, all the fake driver.
+    pub driver_dir: PathBuf,
+    pub probe: PathBuf,
+}
+
+/// `target/<profile>`: where cargo put this test binary's profile's artifacts.
+fn profile_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test's own path");
+    // target/<profile>/deps/<test binary>
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("a test binary in target/<profile>/deps")
+        .to_owned()
+}
+
+fn replace_with_symlink(target: &Path, link: &Path) {
+    let tmp = link.with_extension(format!("tmp{}", std::process::id()));
+    let _ = std::fs::remove_file(&tmp);
+    std::os::unix::fs::symlink(target, &tmp).expect("symlink");
+    std::fs::rename(&tmp, link).expect("rename symlink");
+}
+
+/// Builds (or finds fresh) the shim, the fake driver and the probe. Once per test process.
+pub fn kit() -> &'static ShimKit {
+    static KIT: OnceLock<ShimKit> = OnceLock::new();
+    KIT.get_or_init(|| {
+        let profile = profile_dir();
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let mut build = Command::new(cargo);
+        build.args([
+            "build",
+            "--quiet",
+            "-p",
+            "allot-shim",
+            "-p",
+            "allot-fake-cuda",
+        ]);
+        if profile.file_name().is_some_and(|n| n == "release") {
+            build.arg("--release");
+        }
+        let status = build
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .status()
+            .expect("run cargo build");
+        assert!(
+            status.success(),
+            "building the shim and the fake driver failed"
+        );
+        let dir = profile.join("shim-kit");
+        std::fs::create_dir_all(&dir).expect("shim-kit dir");
+        let fake = profile.join("liballot_fake_cuda.so");
+        for name in ["libcuda.so.1", "libcuda.so", "libnvidia-ml.so.1"] {
+            replace_with_symlink(&fake, &dir.join(name));
+        }
+        let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("../agent/shim/probe/probe.c");
+        let probe = dir.join("probe");
+        let tmp = dir.join(format!("probe.{}", std::process::id()));
+        let out = Command::new("cc")
+            .args(["-O2", "-Wall", "-o"])
+            .arg(&tmp)
+            .arg(&source)
+            .arg(format!("-L{}", dir.display()))
+            .args(["-lcuda", "-ldl"])
+            .output()
+            .expect("run cc (a C compiler is needed to build the probe)");
+        assert!(
+            out.status.success(),
+            "compiling probe.c failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::fs::rename(&tmp, &probe).expect("rename probe");
+        ShimKit {
+            shim: profile.join("liballot_shim.so"),
+            driver_dir: dir,
+            probe,
+        }
+    })
+}
+
+/// How a probe runs.
+pub struct Run<'a> {
+    /// The job's region; `None` runs with the shim but without limits.
+    pub region: Option<&'a JobRegion>,
+    /// Whether the shim is preloaded at all.
+    pub preload: bool,
+    pub env: Vec<(String, String)>,
+}
+
+impl Default for Run<'_> {
+    fn default() -> Self {
+        Run {
+            region: None,
+            preload: true,
+            env: Vec::new(),
+        }
+    }
+}
+
+impl ShimKit {
+    /// The probe in `mode` running `commands`, as a command not yet started.
+    pub fn probe(&self, mode: &str, commands: &[&str], run: &Run<'_>) -> Command {
+        let mut cmd = Command::new(&self.probe);
+        cmd.arg(mode)
+            .args(commands)
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .env("LD_LIBRARY_PATH", &self.driver_dir)
+            .env("ALLOT_FAKE_CUDA_DEVICES", "2")
+            .env("ALLOT_FAKE_CUDA_MEMORY", (8u64 << 30).to_string())
+            .env("ALLOT_FAKE_CUDA_CONTEXT_BYTES", (300u64 << 20).to_string());
+        if run.preload {
+            cmd.env("LD_PRELOAD", &self.shim);
+        }
+        if let Some(region) = run.region {
+            region.pass_to(&mut cmd);
+        }
+        cmd.envs(run.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        cmd
+    }
+
+    /// Runs the probe to the end; its output lines.
+    pub fn run(&self, mode: &str, commands: &[&str], run: &Run<'_>) -> (Output, Vec<String>) {
+        let out = self
+            .probe(mode, commands, run)
+            .output()
+            .expect("run the probe");
+        let lines = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(str::to_owned)
+            .collect();
+        (out, lines)
+    }
+}
+
+/// The UUID of the fake driver's device `index`.
+pub fn fake_uuid(index: u8) -> String {
+    format!("GPU-fa000000-0000-0000-0000-0000000000{index:02x}")
+}
