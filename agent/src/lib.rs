@@ -8,6 +8,7 @@ pub mod identity;
 mod metrics;
 pub mod mig;
 pub mod runner;
+pub mod sharing;
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
@@ -17,7 +18,7 @@ use std::time::{Duration, Instant};
 use allot_proto::NodeServiceClient;
 use allot_proto::v1::{
     Cancel, Gpu, HeartbeatRequest, JobPhase, JobStatusReport, Launch, Partition, RegisterRequest,
-    RenewCertificateRequest, WatchAssignmentsRequest, assignment::Kind,
+    RenewCertificateRequest, Resize, WatchAssignmentsRequest, assignment::Kind,
 };
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
@@ -54,6 +55,8 @@ pub struct AgentConfig {
     /// Serve Prometheus metrics at `/metrics` here (unauthenticated: loopback or an
     /// internal network).
     pub metrics_listen: Option<std::net::SocketAddr>,
+    /// How jobs on shares of GPUs are held to them.
+    pub sharing: sharing::SharingConfig,
 }
 
 /// CPU (milli) and memory (bytes) a node offers to jobs; 0 is "unknown" (not a constraint).
@@ -123,6 +126,10 @@ struct RunningJob {
     gpus: Vec<String>,
     /// The share of each it holds, in milli.
     gpu_milli: u32,
+    /// Its limits, when it holds shares of GPUs.
+    sharing: Option<Arc<sharing::JobSharing>>,
+    /// Its process group, once started (0 before).
+    pgid: Arc<std::sync::atomic::AtomicU32>,
 }
 
 /// Jobs this agent process has seen, and the ones still running.
@@ -603,6 +610,42 @@ impl Agent {
     fn launch(self: &Arc<Self>, l: Launch, tasks: &mut JoinSet<()>) {
         let signal = Arc::new(StopSignal::default());
         let traceparent = l.traceparent.clone();
+        if self
+            .lock_jobs()
+            .seen
+            .contains(&(l.job_id.clone(), l.attempt))
+        {
+            return;
+        }
+        let inventory = self.backend.inventory().unwrap_or_default();
+        let share = sharing::Share {
+            gpu_milli: l.gpu_milli,
+            gpu_memory_bytes: l.gpu_memory_bytes,
+        };
+        let shared = match sharing::prepare(
+            &self.cfg.sharing,
+            &l.job_id,
+            &l.gpu_uuids,
+            share,
+            &l.gpu_compute,
+            &inventory,
+        ) {
+            Ok(s) => s.map(Arc::new),
+            Err(why) => {
+                // Never run a shared job without its limits.
+                tracing::warn!(job = %l.job_id, %why, "cannot enforce the job's GPU share");
+                self.lock_jobs().seen.insert((l.job_id.clone(), l.attempt));
+                self.report(JobStatusReport {
+                    job_id: l.job_id,
+                    phase: JobPhase::Failed.into(),
+                    message: format!("the node cannot hold the job to its GPU share: {why}"),
+                    attempt: l.attempt,
+                    ..Default::default()
+                });
+                return;
+            }
+        };
+        let pgid = Arc::new(std::sync::atomic::AtomicU32::new(0));
         {
             let mut jobs = self.lock_jobs();
             if !jobs.seen.insert((l.job_id.clone(), l.attempt)) {
@@ -615,6 +658,8 @@ impl Agent {
                     signal: signal.clone(),
                     gpus: l.gpu_uuids.clone(),
                     gpu_milli: l.gpu_milli,
+                    sharing: shared.clone(),
+                    pgid: pgid.clone(),
                 },
             );
         }
@@ -633,6 +678,10 @@ impl Agent {
                         tool.display().to_string(),
                     );
                 }
+                if let Some(s) = &shared {
+                    let extra = s.env(&env);
+                    env.extend(extra);
+                }
                 env
             },
             workdir: (!l.workdir.is_empty()).then_some(l.workdir),
@@ -641,6 +690,10 @@ impl Agent {
             gpu_milli: l.gpu_milli,
             gpu_memory_bytes: l.gpu_memory_bytes,
             checkpoint_dir: (!l.checkpoint_dir.is_empty()).then(|| PathBuf::from(l.checkpoint_dir)),
+            inherit_fds: shared
+                .as_ref()
+                .map(|s| s.fds().to_vec())
+                .unwrap_or_default(),
         };
         let agent = self.clone();
         // The launch joins the trace of the decision that placed it.
@@ -662,6 +715,7 @@ impl Agent {
                 let dir = runner::job_dir(&agent.cfg.data_dir, &job_id);
                 tracing::info!(job = %job_id, command = ?spec.command, "launching");
                 let finished = runner::run(spec, dir, &signal, agent.cfg.stop_grace, |pid| {
+                    pgid.store(pid, std::sync::atomic::Ordering::Release);
                     agent.report(JobStatusReport {
                         job_id: job_id.clone(),
                         phase: JobPhase::Running.into(),
@@ -701,6 +755,90 @@ impl Agent {
             }
             .instrument(span),
         );
+    }
+
+    /// Applies a new share to a running job's limits.
+    fn resize(&self, r: Resize) {
+        let jobs = self.lock_jobs();
+        match jobs.running.get(&r.job_id) {
+            Some(job) if job.attempt == r.attempt || r.attempt == 0 => match &job.sharing {
+                Some(s) => {
+                    s.resize(sharing::Share {
+                        gpu_milli: r.gpu_milli,
+                        gpu_memory_bytes: r.gpu_memory_bytes,
+                    });
+                    tracing::info!(job = %r.job_id, gpu_milli = r.gpu_milli, gpu_memory_bytes = r.gpu_memory_bytes, "resized");
+                }
+                None => tracing::warn!(job = %r.job_id, "resize of a job on whole GPUs ignored"),
+            },
+            _ => {
+                tracing::info!(job = %r.job_id, attempt = r.attempt, "resize of a job not running here ignored")
+            }
+        }
+    }
+
+    /// Keeps jobs on shared GPUs to their limits: contention for elastic jobs, the budget
+    /// of dead processes, and the driver's count of each job's memory (the second line of
+    /// defence behind the shim).
+    async fn police_sharing(self: Arc<Self>, stop: CancellationToken) {
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => return,
+                () = tokio::time::sleep(Duration::from_millis(250)) => {}
+            }
+            let shared: Vec<(String, u32, Arc<sharing::JobSharing>, Arc<StopSignal>)> = self
+                .lock_jobs()
+                .running
+                .iter()
+                .filter_map(|(id, j)| {
+                    let s = j.sharing.clone()?;
+                    Some((
+                        id.clone(),
+                        j.pgid.load(std::sync::atomic::Ordering::Acquire),
+                        s,
+                        j.signal.clone(),
+                    ))
+                })
+                .collect();
+            if shared.is_empty() {
+                continue;
+            }
+            for (_, _, s, _) in &shared {
+                s.region.sweep_dead(allot_shim_core::process_alive);
+            }
+            let regions: Vec<&sharing::JobSharing> =
+                shared.iter().map(|(_, _, s, _)| s.as_ref()).collect();
+            sharing::update_contention(&regions, allot_shim_core::monotonic_ns());
+            let owners: Vec<(String, u32)> = shared
+                .iter()
+                .map(|(id, pgid, _, _)| (id.clone(), *pgid))
+                .collect();
+            let Ok(inventory) = self.backend.inventory() else {
+                continue;
+            };
+            for gpu in &inventory {
+                let limits: HashMap<String, u64> = shared
+                    .iter()
+                    .filter_map(|(id, _, s, _)| Some((id.clone(), s.limit_on(&gpu.uuid)?)))
+                    .collect();
+                if limits.is_empty() {
+                    continue;
+                }
+                let Some(processes) = self.backend.process_memory(gpu.index) else {
+                    continue;
+                };
+                for breach in sharing::breaches(&gpu.uuid, &processes, &owners, &limits) {
+                    let Some((_, _, _, signal)) =
+                        shared.iter().find(|(id, ..)| *id == breach.job_id)
+                    else {
+                        continue;
+                    };
+                    tracing::warn!(job = %breach.job_id, gpu = %breach.gpu, used = breach.used, limit = breach.limit, "job over its GPU memory limit: killing it");
+                    self.metrics.limit_kill(&breach.gpu);
+                    signal.stop_with(StopReason::OverLimit, breach.message());
+                }
+            }
+        }
     }
 
     /// Stops the job's attempt `c.attempt` (0: whichever runs), or makes sure it never
@@ -758,6 +896,7 @@ impl Agent {
                     Some(Kind::Launch(l)) => self.launch(l, tasks),
                     Some(Kind::Cancel(c)) => self.cancel(c),
                     Some(Kind::Partition(p)) => self.partition(p),
+                    Some(Kind::Resize(r)) => self.resize(r),
                     None => tracing::warn!("empty assignment ignored"),
                 },
                 Ok(None) => {
@@ -868,6 +1007,7 @@ pub async fn run(
     }
     tokio::spawn(agent.clone().fence(shutdown.clone()));
     tokio::spawn(agent.clone().watch_gpus(shutdown.clone()));
+    tokio::spawn(agent.clone().police_sharing(shutdown.clone()));
     let mut tasks = JoinSet::new();
     // Set when the control plane refuses this node for good: its jobs stop, and the agent
     // exits with the reason.

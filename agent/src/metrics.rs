@@ -49,6 +49,7 @@ pub(crate) struct AgentMetrics {
     jobs: Family<JobsLabels, Gauge>,
     lease: Gauge<f64, std::sync::atomic::AtomicU64>,
     xids: Family<XidLabels, Counter>,
+    limit_kills: Family<JobsLabels, Counter>,
 }
 
 impl AgentMetrics {
@@ -72,6 +73,13 @@ impl AgentMetrics {
             "XID errors the driver reported, by GPU, code and class",
             xids.clone(),
         );
+        let limit_kills = Family::<JobsLabels, Counter>::default();
+        registry.register(
+            "gpu_memory_limit_kills",
+            "Jobs killed for holding more GPU memory than their limit by the driver's count \
+             (the shim bypassed), by GPU",
+            limit_kills.clone(),
+        );
         Self {
             registry,
             gpus,
@@ -79,6 +87,7 @@ impl AgentMetrics {
             jobs,
             lease,
             xids,
+            limit_kills,
         }
     }
 
@@ -88,6 +97,14 @@ impl AgentMetrics {
                 gpu_uuid: gpu_uuid.to_owned(),
                 code: code.to_string(),
                 class: class.to_owned(),
+            })
+            .inc();
+    }
+
+    pub fn limit_kill(&self, gpu_uuid: &str) {
+        self.limit_kills
+            .get_or_create(&JobsLabels {
+                gpu_uuid: gpu_uuid.to_owned(),
             })
             .inc();
     }

@@ -26,6 +26,9 @@ pub enum StopReason {
     DeviceFault,
     /// The job's work on its GPU failed (an application XID): kill at once, it failed.
     ApplicationFault,
+    /// The job holds more GPU memory than its limit by the driver's count: kill at once,
+    /// it failed.
+    OverLimit,
 }
 
 /// Tells a running job to stop, and why.
@@ -86,6 +89,8 @@ pub struct LaunchSpec {
     pub gpu_memory_bytes: u64,
     /// Where the job writes checkpoints, if it does.
     pub checkpoint_dir: Option<PathBuf>,
+    /// Descriptors the job inherits (its GPU-sharing limits region).
+    pub inherit_fds: Vec<i32>,
 }
 
 /// How a job ended.
@@ -185,6 +190,26 @@ fn die_with_agent(cmd: &mut tokio::process::Command) {
     unsafe {
         cmd.pre_exec(|| {
             nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from)
+        });
+    }
+}
+
+/// Lets the job inherit these descriptors (the agent opens everything close-on-exec).
+#[allow(unsafe_code)]
+fn inherit(cmd: &mut tokio::process::Command, fds: Vec<i32>) {
+    if fds.is_empty() {
+        return;
+    }
+    // SAFETY: the closure runs in the forked child before exec; it only calls fcntl(2),
+    // which is async-signal-safe, and allocates nothing (the Vec was built before fork).
+    unsafe {
+        cmd.pre_exec(move || {
+            for fd in &fds {
+                if libc::fcntl(*fd, libc::F_SETFD, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            Ok(())
         });
     }
 }
@@ -303,6 +328,7 @@ pub async fn run(
         .stderr(err)
         .process_group(0);
     die_with_agent(&mut cmd);
+    inherit(&mut cmd, spec.inherit_fds.clone());
     let mut child = match cmd.spawn() {
         Ok(c) => c,
         Err(e) => return failed(format!("could not start `{program}`: {e}")),
@@ -321,7 +347,8 @@ pub async fn run(
                 Some(
                     StopReason::LeaseLost
                     | StopReason::DeviceFault
-                    | StopReason::ApplicationFault,
+                    | StopReason::ApplicationFault
+                    | StopReason::OverLimit,
                 ) => Duration::ZERO,
             };
             signal_group(pid, Signal::SIGTERM);
@@ -357,6 +384,12 @@ pub async fn run(
                 "{}: the job's work on the GPU failed",
                 stop.note().unwrap_or_else(|| "an application XID".into())
             ),
+        },
+        (Some(StopReason::OverLimit), _) => Outcome::Failed {
+            exit_code: None,
+            message: stop
+                .note()
+                .unwrap_or_else(|| "killed: over its GPU memory limit".into()),
         },
         (None, Ok(s)) if s.success() => Outcome::Succeeded,
         (None, Ok(s)) => {
@@ -402,6 +435,7 @@ mod tests {
             gpu_milli: 1000,
             gpu_memory_bytes: 0,
             checkpoint_dir: None,
+            inherit_fds: Vec::new(),
         }
     }
 

@@ -140,6 +140,7 @@ pub async fn agent_config(
         stop_grace: Duration::from_secs(2),
         offer: allot_agent::NodeResources::detect(),
         metrics_listen: None,
+        sharing: allot_agent::sharing::SharingConfig::default(),
     }
 }
 

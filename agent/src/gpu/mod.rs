@@ -9,7 +9,7 @@ mod sim;
 
 pub use nvml::{GpuReport, MachineReport, NvmlBackend};
 pub use nvml_raw::{GiProfile, RemappedRows};
-pub use sim::{SimBackend, SimSpecError, XID_FILE_PREFIX};
+pub use sim::{PROCESS_MEMORY_FILE_PREFIX, SimBackend, SimSpecError, XID_FILE_PREFIX};
 
 use serde::{Deserialize, Serialize};
 
@@ -64,6 +64,12 @@ pub trait GpuBackend: Send + Sync + std::fmt::Debug {
     /// hold (`load`, 0 to 1): measured by the driver, or synthesized by the simulator.
     fn sample(&self, index: u32, load: f64) -> Option<GpuSample> {
         let _ = (index, load);
+        None
+    }
+    /// The GPU memory each process holds on the GPU with this index, by the driver's
+    /// count: `(pid, bytes)`. `None` where the backend cannot tell.
+    fn process_memory(&self, index: u32) -> Option<Vec<(u32, u64)>> {
+        let _ = index;
         None
     }
     /// The NVIDIA driver's version (`550.54.15`), where there is one.

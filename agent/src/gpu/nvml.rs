@@ -359,6 +359,21 @@ impl GpuBackend for NvmlBackend {
         Some(self)
     }
 
+    fn process_memory(&self, index: u32) -> Option<Vec<(u32, u64)>> {
+        use nvml_wrapper::enums::device::UsedGpuMemory;
+        let device = self.nvml.device_by_index(index).ok()?;
+        let processes = device.running_compute_processes().ok()?;
+        Some(
+            processes
+                .into_iter()
+                .filter_map(|p| match p.used_gpu_memory {
+                    UsedGpuMemory::Used(bytes) => Some((p.pid, bytes)),
+                    UsedGpuMemory::Unavailable => None,
+                })
+                .collect(),
+        )
+    }
+
     fn sample(&self, index: u32, _load: f64) -> Option<super::GpuSample> {
         let device = self.nvml.device_by_index(index).ok()?;
         Some(super::GpuSample {

@@ -43,6 +43,11 @@ pub const XID_FILE_PREFIX: &str = "xid-";
 /// itself degraded from then on.
 pub const ECC_FILE_PREFIX: &str = "ecc-";
 
+/// A file named `gpu-mem-<gpu index>-<pid>` holding a byte count says that process holds
+/// that much memory on the GPU (what the driver would report for it), for as long as the
+/// file and the process exist.
+pub const PROCESS_MEMORY_FILE_PREFIX: &str = "gpu-mem-";
+
 #[derive(Debug)]
 pub struct SimBackend {
     gpus: Mutex<Vec<GpuInfo>>,
@@ -292,6 +297,29 @@ impl GpuBackend for SimBackend {
 
     fn mig(&self) -> Option<&dyn MigBackend> {
         Some(self)
+    }
+
+    fn process_memory(&self, index: u32) -> Option<Vec<(u32, u64)>> {
+        let dir = self.fault_dir.as_ref()?;
+        let prefix = format!("{PROCESS_MEMORY_FILE_PREFIX}{index}-");
+        let entries = std::fs::read_dir(dir).ok()?;
+        Some(
+            entries
+                .flatten()
+                .filter_map(|e| {
+                    let name = e.file_name().into_string().ok()?;
+                    let pid: u32 = name.strip_prefix(&prefix)?.parse().ok()?;
+                    let bytes = std::fs::read_to_string(e.path())
+                        .ok()?
+                        .trim()
+                        .parse()
+                        .ok()?;
+                    std::path::Path::new(&format!("/proc/{pid}"))
+                        .exists()
+                        .then_some((pid, bytes))
+                })
+                .collect(),
+        )
     }
 
     fn take_events(&self) -> Vec<GpuEvent> {

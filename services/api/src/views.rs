@@ -3,8 +3,8 @@
 use std::collections::BTreeMap;
 
 use allot_domain::{
-    ApiToken, GpuDevice, Isolation, Job, JobEvent, Node, PendingReason, Quota, ResourceLimits,
-    Resources, Role, Tenant, WorkloadClass,
+    ApiToken, GpuCompute, GpuDevice, Isolation, Job, JobEvent, Node, PendingReason, Quota,
+    ResourceLimits, Resources, Role, Tenant, WorkloadClass,
 };
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -236,6 +236,10 @@ pub struct SubmitJob {
     /// Run on a MIG instance of this profile (e.g. `1g.18gb`) instead of GPUs or GPU
     /// shares; implies `gpus: 1` and `mig` isolation.
     pub mig_profile: Option<String>,
+    /// For a share of a GPU (`gpu_milli` below 1000): `strict` (the default) holds the job
+    /// to its share always, `elastic` only while other jobs want the GPU.
+    #[schema(value_type = Option<String>, example = "strict")]
+    pub gpu_compute: Option<GpuCompute>,
 }
 
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
@@ -307,6 +311,9 @@ pub struct JobView {
     pub checkpoint_dir: Option<String>,
     /// The MIG profile it runs on an instance of.
     pub mig_profile: Option<String>,
+    /// How its share of a shared GPU is held: strict or elastic.
+    #[schema(value_type = Option<String>)]
+    pub gpu_compute: Option<GpuCompute>,
     /// Why a pending job waits.
     pub pending_reason: Option<PendingReasonView>,
     pub node_id: Option<String>,
@@ -359,6 +366,7 @@ impl From<Job> for JobView {
             workdir: j.spec.workdir,
             checkpoint_dir: j.spec.checkpoint_dir,
             mig_profile: j.spec.mig_profile,
+            gpu_compute: j.spec.gpu_compute,
             pending_reason: j.pending_reason.map(Into::into),
             node_id: j.node_id,
             gpu_uuids: j.gpu_uuids,

@@ -100,6 +100,44 @@ impl FromStr for WorkloadClass {
     }
 }
 
+/// How a job's compute share of a shared GPU is held (see the GPU-sharing shim).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GpuCompute {
+    /// Never more than the share, even on an idle GPU.
+    #[default]
+    Strict,
+    /// The share while other jobs want the GPU; whatever is idle otherwise.
+    Elastic,
+}
+
+impl GpuCompute {
+    pub const ALL: [GpuCompute; 2] = [GpuCompute::Strict, GpuCompute::Elastic];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GpuCompute::Strict => "strict",
+            GpuCompute::Elastic => "elastic",
+        }
+    }
+}
+
+impl fmt::Display for GpuCompute {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for GpuCompute {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        GpuCompute::ALL
+            .into_iter()
+            .find(|c| c.as_str() == s)
+            .ok_or_else(|| format!("unknown GPU compute mode `{s}` (one of strict, elastic)"))
+    }
+}
+
 /// Named priority classes; a job may also give any number in [`PRIORITY_RANGE`].
 pub const PRIORITY_CLASSES: [(&str, i32); 4] = [
     ("low", -100),

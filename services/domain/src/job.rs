@@ -176,6 +176,8 @@ pub struct JobSpec {
     /// A MIG instance of this profile (e.g. `1g.18gb`, by its name on the board) instead of
     /// GPUs or GPU shares: the job runs on one instance, alone.
     pub mig_profile: Option<String>,
+    /// How the job's share of a shared GPU is held: strict (the default) or elastic.
+    pub gpu_compute: Option<crate::GpuCompute>,
 }
 
 impl JobSpec {
@@ -279,6 +281,13 @@ impl JobSpec {
                 self.isolation.is_none_or(|i| i == Isolation::Mig),
                 "isolation",
                 "a MIG job runs at mig isolation",
+            );
+        }
+        if self.gpu_compute.is_some() {
+            v.check(
+                self.gpu_milli.is_some_and(|m| m < 1000) && self.mig_profile.is_none(),
+                "gpu_compute",
+                "applies to a share of a GPU: set gpu_milli below 1000",
             );
         }
         if let Some(m) = self.gpu_memory_bytes {
@@ -433,7 +442,25 @@ mod tests {
             workdir: None,
             checkpoint_dir: None,
             mig_profile: None,
+            gpu_compute: None,
         }
+    }
+
+    #[test]
+    fn a_compute_mode_is_for_a_share_of_a_gpu() {
+        let check = |milli: Option<u32>| {
+            JobSpec {
+                gpu_milli: milli,
+                gpu_compute: Some(crate::GpuCompute::Elastic),
+                ..spec()
+            }
+            .validate()
+            .err()
+            .map(|e| e.0.into_iter().map(|f| f.field).collect::<Vec<_>>())
+        };
+        assert_eq!(check(Some(300)), None);
+        assert_eq!(check(None), Some(vec!["gpu_compute".to_owned()]));
+        assert_eq!(check(Some(1000)), Some(vec!["gpu_compute".to_owned()]));
     }
 
     #[test]

@@ -24,7 +24,9 @@ pub use audit::{
 pub use clock::{Clock, FixedClock, SystemClock};
 pub use error::{FieldError, ValidationError};
 pub use identity::{BindingSubject, Session, StoredBinding, User};
-pub use isolation::{Isolation, PRIORITY_CLASSES, PRIORITY_RANGE, WorkloadClass, parse_priority};
+pub use isolation::{
+    GpuCompute, Isolation, PRIORITY_CLASSES, PRIORITY_RANGE, WorkloadClass, parse_priority,
+};
 pub use job::{
     AVOID_FOR_SECS, Avoid, GPU_MILLI, Job, JobEvent, JobSpec, JobState, PendingReason,
     TransitionError,

@@ -151,6 +151,11 @@ pub fn launch(job: &Job) -> Assignment {
             attempt: job.attempt,
             gpu_milli: job.held_gpu_milli.unwrap_or(allot_domain::GPU_MILLI),
             gpu_memory_bytes: job.spec.gpu_memory_bytes.unwrap_or(0),
+            gpu_compute: job
+                .spec
+                .gpu_compute
+                .map(|c| c.as_str().to_owned())
+                .unwrap_or_default(),
             checkpoint_dir: job.spec.checkpoint_dir.clone().unwrap_or_default(),
             traceparent: allot_telemetry::traceparent(&tracing::Span::current())
                 .unwrap_or_default(),

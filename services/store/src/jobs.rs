@@ -186,6 +186,11 @@ fn to_domain(m: jobs::Model, tenant: &str) -> Result<Job, StoreError> {
             workdir: m.workdir,
             checkpoint_dir: m.checkpoint_dir,
             mig_profile: m.mig_profile,
+            gpu_compute: m
+                .gpu_compute
+                .as_deref()
+                .map(|c| parse("gpu_compute", c))
+                .transpose()?,
         },
         state: parse("state", &m.state)?,
         pending_reason: match (m.pending_code, m.pending_message) {
@@ -435,6 +440,7 @@ impl JobRepo for Store {
             retry_at: Set(None),
             checkpoint_dir: Set(spec.checkpoint_dir.clone()),
             mig_profile: Set(spec.mig_profile.clone()),
+            gpu_compute: Set(spec.gpu_compute.map(|c| c.as_str().to_owned())),
             traceparent: Set(new.traceparent.clone()),
             avoid_node_id: Set(None),
             avoid_gpus: Set(None),

@@ -83,6 +83,7 @@ fn spec(tenant: &str, gpus: u32) -> JobSpec {
         workdir: Some("/work".into()),
         checkpoint_dir: Some("/shared/ckpt".into()),
         mig_profile: None,
+        gpu_compute: None,
     }
 }
 

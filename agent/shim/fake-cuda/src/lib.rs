@@ -239,12 +239,30 @@ pub unsafe extern "C" fn cuDeviceGet(device: *mut c_int, ordinal: c_int) -> CuRe
     }
 }
 
-/// The fake GPUs' UUIDs: `fa000000-0000-0000-0000-0000000000NN`.
+/// The fake GPUs' UUIDs: those `ALLOT_FAKE_CUDA_UUIDS` lists (comma-separated, as NVML
+/// writes them), else `GPU-fa000000-0000-0000-0000-0000000000NN`.
 fn uuid_bytes(dev: usize) -> [u8; 16] {
-    let mut b = [0u8; 16];
-    b[0] = 0xfa;
-    b[15] = dev as u8;
-    b
+    let listed = std::env::var("ALLOT_FAKE_CUDA_UUIDS")
+        .ok()
+        .and_then(|list| {
+            let text = list
+                .split(',')
+                .nth(dev)?
+                .trim()
+                .strip_prefix("GPU-")?
+                .replace('-', "");
+            let mut b = [0u8; 16];
+            for (i, byte) in b.iter_mut().enumerate() {
+                *byte = u8::from_str_radix(text.get(2 * i..2 * i + 2)?, 16).ok()?;
+            }
+            Some(b)
+        });
+    listed.unwrap_or_else(|| {
+        let mut b = [0u8; 16];
+        b[0] = 0xfa;
+        b[15] = dev as u8;
+        b
+    })
 }
 
 fn uuid_string(dev: usize) -> String {

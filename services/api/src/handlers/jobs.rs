@@ -103,6 +103,7 @@ pub async fn submit(
         workdir: body.workdir,
         checkpoint_dir: body.checkpoint_dir,
         mig_profile: body.mig_profile,
+        gpu_compute: body.gpu_compute,
     };
     spec.validate()?;
     let job = state

@@ -50,6 +50,14 @@ pub struct AgentArgs {
     /// keep it on loopback or an internal network). See docs/metrics.md.
     #[arg(long, env = "ALLOT_AGENT_METRICS_LISTEN")]
     metrics_listen: Option<std::net::SocketAddr>,
+    /// The GPU-sharing shim preloaded into jobs on shares of GPUs (default: liballot_shim.so
+    /// next to this executable, else in /usr/lib/allot or /usr/local/lib/allot). On real
+    /// GPUs a node without it refuses shared jobs rather than run them unenforced.
+    #[arg(long, env = "ALLOT_SHIM_LIBRARY")]
+    shim_library: Option<PathBuf>,
+    /// GPU memory charged to a shared job for each process's CUDA context on each GPU.
+    #[arg(long, default_value = "512MiB", value_parser = allot_domain::parse_bytes)]
+    shim_context_reserve: u64,
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -93,6 +101,22 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
         },
         BackendChoice::Sim => sim(&args, &name)?,
     };
+    let shim_library = match args.shim_library {
+        Some(path) => {
+            allot_agent::sharing::check_shim(&path)
+                .map_err(|e| anyhow::anyhow!("--shim-library: {e}"))?;
+            Some(path)
+        }
+        None => allot_agent::sharing::SharingConfig::discover_shim(),
+    };
+    let require_shim = backend.kind() != "simulated";
+    match &shim_library {
+        Some(path) => tracing::info!(shim = %path.display(), "GPU shares enforced by the shim"),
+        None if require_shim => tracing::warn!(
+            "no liballot_shim.so found (--shim-library): this node refuses jobs on shares of GPUs"
+        ),
+        None => {}
+    }
     let stop = CancellationToken::new();
     let ca_cert_pem = std::fs::read_to_string(&args.ca_cert)
         .with_context(|| format!("--ca-cert: reading {}", args.ca_cert.display()))?;
@@ -111,6 +135,11 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
             }
         },
         metrics_listen: args.metrics_listen,
+        sharing: allot_agent::sharing::SharingConfig {
+            shim_library,
+            context_reserve_bytes: args.shim_context_reserve,
+            require_shim,
+        },
     };
     let agent = tokio::spawn(allot_agent::run(config, backend, stop.clone()));
     crate::shutdown_signal().await;

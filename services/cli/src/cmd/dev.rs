@@ -159,6 +159,10 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
             stop_grace: Duration::from_secs(5),
             offer: allot_agent::NodeResources::detect(),
             metrics_listen: None,
+            sharing: allot_agent::sharing::SharingConfig {
+                shim_library: allot_agent::sharing::SharingConfig::discover_shim(),
+                ..Default::default()
+            },
         };
         agents.push(tokio::spawn(allot_agent::run(
             cfg,

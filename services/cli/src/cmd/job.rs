@@ -2,7 +2,9 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use allot_api::views::{JobList, JobView};
-use allot_domain::{Isolation, WorkloadClass, format_bytes, parse_bytes, parse_priority};
+use allot_domain::{
+    GpuCompute, Isolation, WorkloadClass, format_bytes, parse_bytes, parse_priority,
+};
 use anyhow::bail;
 use clap::Subcommand;
 use reqwest::Method;
@@ -52,6 +54,10 @@ pub enum JobCmd {
         /// Run on a MIG instance of this profile (e.g. 1g.18gb) instead of GPUs.
         #[arg(long = "mig", conflicts_with_all = ["gpus", "gpu_memory"])]
         mig_profile: Option<String>,
+        /// For a share of a GPU: strict (the default) holds the job to its share always,
+        /// elastic only while other jobs want the GPU.
+        #[arg(long)]
+        gpu_compute: Option<GpuCompute>,
         /// training, inference or batch.
         #[arg(long)]
         class: Option<WorkloadClass>,
@@ -143,6 +149,7 @@ fn describe(j: &JobView) -> String {
         ("Preemptible", j.preemptible.to_string()),
         ("Isolation", opt(j.isolation)),
         ("MIG profile", opt(j.mig_profile.as_ref())),
+        ("GPU compute", opt(j.gpu_compute)),
         ("Class", opt(j.class)),
         ("Attempt", j.attempt.to_string()),
         (
@@ -236,6 +243,7 @@ pub async fn run(client: &Client, cmd: JobCmd) -> anyhow::Result<i32> {
             not_preemptible,
             isolation,
             mig_profile,
+            gpu_compute,
             class,
             max_retries,
             name,
@@ -256,6 +264,7 @@ pub async fn run(client: &Client, cmd: JobCmd) -> anyhow::Result<i32> {
                 "isolation": isolation, "class": class, "max_retries": max_retries,
                 "command": command, "env": env, "workdir": workdir,
                 "checkpoint_dir": checkpoint_dir, "mig_profile": mig_profile,
+                "gpu_compute": gpu_compute,
             });
             let job: JobView = client
                 .call(Method::POST, "/api/v1/jobs", Some(&body))

@@ -80,6 +80,7 @@ fn job(id: &str, tenant: &str, gpus: u32, share: Option<u32>) -> StoredJob {
             workdir: None,
             checkpoint_dir: None,
             mig_profile: None,
+            gpu_compute: None,
         },
         state: JobState::Pending,
         pending_reason: None,

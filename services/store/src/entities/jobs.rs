@@ -58,6 +58,8 @@ pub struct Model {
     #[sea_orm(column_type = "Text", nullable)]
     pub checkpoint_dir: Option<String>,
     pub mig_profile: Option<String>,
+    /// `strict` or `elastic`, for a share of a GPU.
+    pub gpu_compute: Option<String>,
     pub traceparent: Option<String>,
     pub avoid_node_id: Option<String>,
     /// JSON array of GPU UUIDs.

@@ -1,0 +1,414 @@
+//! GPU sharing on this node: the limits region each job on shares of GPUs gets, the shim
+//! (`liballot_shim.so`) preloaded into it, and the checks that back the shim up.
+//!
+//! - Before a shared job starts, the agent creates its region (memory limit, compute share
+//!   and mode per GPU, sealed against the job) and has the job inherit it.
+//! - While it runs, the agent tells each job's shim whether another job on the same GPU is
+//!   launching work (what elastic jobs yield to), returns the budget of processes that died,
+//!   and applies resizes.
+//! - Second line of defence: the agent compares the GPU memory the driver says each
+//!   process holds with its job's limit, and kills a job that is over it (a statically
+//!   linked binary, a process that dropped `LD_PRELOAD`).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use allot_shim_core::{ComputeMode, GpuGrant, JobRegion};
+
+use crate::gpu::GpuInfo;
+
+/// The shim's file name.
+pub const SHIM_FILE: &str = "liballot_shim.so";
+
+/// How this node enforces GPU sharing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SharingConfig {
+    /// The shim preloaded into shared jobs; `None`: jobs get their limits region but run
+    /// without the shim (simulated GPUs, where nothing would call CUDA).
+    pub shim_library: Option<PathBuf>,
+    /// GPU memory charged for each process's CUDA context on each GPU it uses.
+    pub context_reserve_bytes: u64,
+    /// Refuse shared jobs when there is no shim (real GPUs: a share nobody enforces is no
+    /// share).
+    pub require_shim: bool,
+}
+
+impl Default for SharingConfig {
+    fn default() -> Self {
+        SharingConfig {
+            shim_library: None,
+            context_reserve_bytes: 512 << 20,
+            require_shim: false,
+        }
+    }
+}
+
+impl SharingConfig {
+    /// Where the shim is installed: next to the agent's executable, else the packaged
+    /// location.
+    pub fn discover_shim() -> Option<PathBuf> {
+        let beside = std::env::current_exe()
+            .ok()
+            .and_then(|exe| exe.parent().map(|d| d.join(SHIM_FILE)));
+        beside
+            .into_iter()
+            .chain([
+                PathBuf::from("/usr/lib/allot").join(SHIM_FILE),
+                PathBuf::from("/usr/local/lib/allot").join(SHIM_FILE),
+            ])
+            .find(|p| p.is_file())
+    }
+}
+
+/// What a job on shares of GPUs runs under.
+#[derive(Debug)]
+pub struct JobSharing {
+    pub region: JobRegion,
+    /// The job's GPUs, in the region's order.
+    pub gpus: Vec<String>,
+    /// Each GPU's memory, to turn a share into bytes on resize.
+    totals: Vec<u64>,
+    pub preload: Option<PathBuf>,
+}
+
+/// A job's share of its GPUs, as the launch (or a resize) gives it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Share {
+    /// Of each GPU, in milli.
+    pub gpu_milli: u32,
+    /// Held on each GPU; 0: the share of the GPU's memory.
+    pub gpu_memory_bytes: u64,
+}
+
+impl Share {
+    fn memory_on(self, total: u64) -> u64 {
+        if self.gpu_memory_bytes > 0 {
+            self.gpu_memory_bytes.min(total)
+        } else {
+            total / 1000 * u64::from(self.gpu_milli.min(1000))
+        }
+    }
+}
+
+/// The sharing setup for a job, or `None` when it holds whole GPUs (or a MIG instance,
+/// which the hardware isolates).
+pub fn prepare(
+    cfg: &SharingConfig,
+    job_id: &str,
+    gpus: &[String],
+    share: Share,
+    compute: &str,
+    inventory: &[GpuInfo],
+) -> Result<Option<JobSharing>, String> {
+    if share.gpu_milli >= 1000 || gpus.is_empty() || gpus.iter().any(|g| g.starts_with("MIG-")) {
+        return Ok(None);
+    }
+    if cfg.require_shim && cfg.shim_library.is_none() {
+        return Err(format!(
+            "this node has no {SHIM_FILE} to enforce GPU shares (agent flag --shim-library)"
+        ));
+    }
+    let mode = match compute {
+        "elastic" => ComputeMode::Elastic,
+        "" | "strict" => ComputeMode::Strict,
+        other => return Err(format!("unknown GPU compute mode `{other}`")),
+    };
+    let mut grants = Vec::new();
+    let mut totals = Vec::new();
+    for uuid in gpus {
+        let total = inventory
+            .iter()
+            .find(|g| &g.uuid == uuid)
+            .map(|g| g.memory_bytes)
+            .ok_or_else(|| format!("GPU {uuid} is not on this node"))?;
+        grants.push(GpuGrant {
+            uuid: uuid.clone(),
+            memory_limit: share.memory_on(total),
+            compute_milli: share.gpu_milli,
+            mode,
+        });
+        totals.push(total);
+    }
+    let region = JobRegion::create(job_id, &grants, cfg.context_reserve_bytes)
+        .map_err(|e| format!("cannot create the job's GPU limits: {e}"))?;
+    Ok(Some(JobSharing {
+        region,
+        gpus: gpus.to_vec(),
+        totals,
+        preload: cfg.shim_library.clone(),
+    }))
+}
+
+impl JobSharing {
+    /// The environment the job starts with: the region's descriptors, and the shim first in
+    /// `LD_PRELOAD` (before any of the job's own).
+    pub fn env(
+        &self,
+        job_env: &std::collections::BTreeMap<String, String>,
+    ) -> Vec<(String, String)> {
+        let mut env: Vec<(String, String)> = self
+            .region
+            .env()
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v))
+            .collect();
+        if let Some(shim) = &self.preload {
+            let preload = match job_env.get("LD_PRELOAD").filter(|p| !p.is_empty()) {
+                Some(theirs) => format!("{}:{theirs}", shim.display()),
+                None => shim.display().to_string(),
+            };
+            env.push(("LD_PRELOAD".to_owned(), preload));
+        }
+        env
+    }
+
+    /// Descriptors the job must inherit.
+    pub fn fds(&self) -> [i32; 2] {
+        [self.region.limits_fd(), self.region.usage_fd()]
+    }
+
+    /// Applies a new share to every GPU of the job, at once.
+    pub fn resize(&self, share: Share) {
+        for (i, total) in self.totals.iter().enumerate() {
+            self.region
+                .resize(i, share.memory_on(*total), share.gpu_milli);
+        }
+    }
+
+    /// The memory limit on `gpu`.
+    pub fn limit_on(&self, gpu: &str) -> Option<u64> {
+        let i = self.gpus.iter().position(|g| g == gpu)?;
+        self.region.limits(i).map(|l| l.memory_limit())
+    }
+
+    fn last_launch_ns(&self, gpu: usize) -> u64 {
+        self.region.usage(gpu).map_or(0, |u| {
+            u.last_launch_ns.load(std::sync::atomic::Ordering::Relaxed)
+        })
+    }
+}
+
+/// Launches this recent (ns) mean a job wants its GPU.
+pub const ACTIVE_WITHIN_NS: u64 = 1_000_000_000;
+
+/// Tells each job whether another job on each of its GPUs is launching work.
+pub fn update_contention(jobs: &[&JobSharing], now_ns: u64) {
+    let mut active: HashMap<&str, usize> = HashMap::new();
+    for job in jobs {
+        for (i, gpu) in job.gpus.iter().enumerate() {
+            if now_ns.saturating_sub(job.last_launch_ns(i)) < ACTIVE_WITHIN_NS {
+                *active.entry(gpu.as_str()).or_default() += 1;
+            }
+        }
+    }
+    for job in jobs {
+        for (i, gpu) in job.gpus.iter().enumerate() {
+            let mine = usize::from(now_ns.saturating_sub(job.last_launch_ns(i)) < ACTIVE_WITHIN_NS);
+            let others = active.get(gpu.as_str()).copied().unwrap_or(0) - mine;
+            job.region.set_contended(i, others > 0);
+        }
+    }
+}
+
+/// The process group of `pid`, from `/proc`.
+fn process_group(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = stat.rsplit_once(')')?;
+    rest.split_whitespace().nth(2)?.parse().ok()
+}
+
+/// The job a process belongs to: its process group is the job's, or (a process that left
+/// the group) its environment names the job.
+pub fn job_of(pid: u32, jobs: &[(String, u32)]) -> Option<&str> {
+    if let Some(pgid) = process_group(pid)
+        && let Some((id, _)) = jobs.iter().find(|(_, g)| *g == pgid && *g != 0)
+    {
+        return Some(id);
+    }
+    let environ = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+    environ.split(|b| *b == 0).find_map(|var| {
+        let id = var.strip_prefix(b"ALLOT_JOB_ID=")?;
+        jobs.iter()
+            .find(|(j, _)| j.as_bytes() == id)
+            .map(|(j, _)| j.as_str())
+    })
+}
+
+/// How far over its limit a job may appear before it is killed: the driver counts context
+/// memory its own way, so allow 5% of the limit or 256 MiB, whichever is more.
+pub fn tolerance(limit: u64) -> u64 {
+    (limit / 20).max(256 << 20)
+}
+
+/// A job found holding more GPU memory than its limit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Breach {
+    pub job_id: String,
+    pub gpu: String,
+    pub used: u64,
+    pub limit: u64,
+}
+
+impl Breach {
+    pub fn message(&self) -> String {
+        format!(
+            "killed: its processes held {} of GPU memory on {}, over its {} limit (the driver's \
+             count; the GPU-sharing shim was bypassed or unloaded)",
+            allot_domain::format_bytes(self.used),
+            self.gpu,
+            allot_domain::format_bytes(self.limit)
+        )
+    }
+}
+
+/// Adds up, per job, what the driver says each process holds on `gpu`, and returns the
+/// jobs over their limit.
+pub fn breaches(
+    gpu: &str,
+    processes: &[(u32, u64)],
+    owners: &[(String, u32)],
+    limits: &HashMap<String, u64>,
+) -> Vec<Breach> {
+    let mut held: HashMap<&str, u64> = HashMap::new();
+    for (pid, bytes) in processes {
+        if let Some(job) = job_of(*pid, owners) {
+            *held.entry(job).or_default() += bytes;
+        }
+    }
+    let mut out: Vec<Breach> = held
+        .into_iter()
+        .filter_map(|(job, used)| {
+            let limit = *limits.get(job)?;
+            (used > limit.saturating_add(tolerance(limit))).then(|| Breach {
+                job_id: job.to_owned(),
+                gpu: gpu.to_owned(),
+                used,
+                limit,
+            })
+        })
+        .collect();
+    out.sort_by(|a, b| a.job_id.cmp(&b.job_id));
+    out
+}
+
+/// Whether `path` names a loadable shim (a file).
+pub fn check_shim(path: &Path) -> Result<(), String> {
+    if path.is_file() {
+        Ok(())
+    } else {
+        Err(format!("{} does not exist", path.display()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gpu(uuid: &str, memory: u64) -> GpuInfo {
+        GpuInfo {
+            uuid: uuid.into(),
+            index: 0,
+            model: "H200".into(),
+            memory_bytes: memory,
+            healthy: true,
+            degraded: false,
+        }
+    }
+
+    #[test]
+    fn only_shares_get_a_region_and_limits_follow_the_share() {
+        let cfg = SharingConfig::default();
+        let inv = [gpu("GPU-a", 100 << 30)];
+        let whole = Share {
+            gpu_milli: 1000,
+            gpu_memory_bytes: 0,
+        };
+        let gpus = vec!["GPU-a".to_owned()];
+        assert!(
+            prepare(&cfg, "j", &gpus, whole, "", &inv)
+                .expect("ok")
+                .is_none()
+        );
+        let mig = vec!["MIG-x".to_owned()];
+        let third = Share {
+            gpu_milli: 300,
+            gpu_memory_bytes: 0,
+        };
+        assert!(
+            prepare(&cfg, "j", &mig, third, "", &inv)
+                .expect("ok")
+                .is_none()
+        );
+        let s = prepare(&cfg, "j", &gpus, third, "elastic", &inv)
+            .expect("ok")
+            .expect("shared");
+        let l = s.region.limits(0).expect("gpu");
+        assert_eq!(l.memory_limit(), (100u64 << 30) / 1000 * 300);
+        assert_eq!((l.compute_milli(), l.mode()), (300, ComputeMode::Elastic));
+        let asked = Share {
+            gpu_milli: 300,
+            gpu_memory_bytes: 10 << 30,
+        };
+        let s = prepare(&cfg, "j", &gpus, asked, "", &inv)
+            .expect("ok")
+            .expect("shared");
+        assert_eq!(s.limit_on("GPU-a"), Some(10 << 30));
+        s.resize(Share {
+            gpu_milli: 500,
+            gpu_memory_bytes: 20 << 30,
+        });
+        assert_eq!(s.limit_on("GPU-a"), Some(20 << 30));
+        assert!(prepare(&cfg, "j", &["GPU-zz".to_owned()], third, "", &inv).is_err());
+        assert!(prepare(&cfg, "j", &gpus, third, "turbo", &inv).is_err());
+    }
+
+    #[test]
+    fn the_shim_goes_first_in_ld_preload() {
+        let cfg = SharingConfig {
+            shim_library: Some("/opt/allot/liballot_shim.so".into()),
+            ..SharingConfig::default()
+        };
+        let s = prepare(
+            &cfg,
+            "j",
+            &["GPU-a".to_owned()],
+            Share {
+                gpu_milli: 500,
+                gpu_memory_bytes: 0,
+            },
+            "",
+            &[gpu("GPU-a", 1 << 30)],
+        )
+        .expect("ok")
+        .expect("shared");
+        let job_env = std::collections::BTreeMap::from([(
+            "LD_PRELOAD".to_owned(),
+            "libtheirs.so".to_owned(),
+        )]);
+        let env = s.env(&job_env);
+        assert!(env.contains(&(
+            "LD_PRELOAD".to_owned(),
+            "/opt/allot/liballot_shim.so:libtheirs.so".to_owned()
+        )));
+        assert!(env.iter().any(|(k, _)| k == "ALLOT_SHIM_LIMITS_FD"));
+    }
+
+    #[test]
+    fn jobs_over_their_limit_by_the_drivers_count_are_found() {
+        let me = std::process::id();
+        let pgid = process_group(me).expect("own process group");
+        let owners = vec![("job-1".to_owned(), pgid)];
+        let limits = HashMap::from([("job-1".to_owned(), 10u64 << 30)]);
+        // Within the tolerance: fine.
+        assert!(breaches("GPU-a", &[(me, 10 << 30)], &owners, &limits).is_empty());
+        let found = breaches("GPU-a", &[(me, 11 << 30)], &owners, &limits);
+        assert_eq!(found.len(), 1);
+        assert!(
+            found[0].message().contains("11 GiB"),
+            "{}",
+            found[0].message()
+        );
+        // A process of nobody's job counts for no job.
+        assert!(breaches("GPU-a", &[(u32::MAX - 1, 99 << 30)], &owners, &limits).is_empty());
+    }
+}

@@ -1,0 +1,126 @@
+//! Jobs on shares of GPUs, end to end: the agent creates each one's limits region,
+//! preloads the shim into it, and kills a job the driver says holds more than its limit.
+
+use std::sync::Arc;
+
+use allot_agent::sharing::SharingConfig;
+use allot_system_tests::shim::kit;
+use allot_system_tests::{Backend, TestCluster, spawn_cluster_with};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+const GIB: u64 = 1 << 30;
+
+/// A cluster with one agent of one simulated H200, sharing GPUs as `sharing` says.
+async fn cluster(sharing: SharingConfig) -> (TestCluster, tempfile::TempDir, CancellationToken) {
+    let c = spawn_cluster_with(Backend::Sqlite, 0, "", |_| {}).await;
+    c.create_tenant("ml", None).await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let faults = dir.path().join("sim-faults");
+    std::fs::create_dir_all(&faults).expect("fault dir");
+    let backend = allot_agent::gpu::SimBackend::from_spec("1xH200", "sharer")
+        .expect("gpus")
+        .with_fault_dir(faults);
+    let stop = CancellationToken::new();
+    let cfg = allot_agent::AgentConfig {
+        sharing,
+        ..allot_system_tests::agent_config(&c.server, "sharer", dir.path().join("agent")).await
+    };
+    tokio::spawn(allot_agent::run(cfg, Arc::new(backend), stop.clone()));
+    (c, dir, stop)
+}
+
+async fn log_of(c: &TestCluster, id: &str) -> String {
+    c.http
+        .get(c.url(&format!("/api/v1/jobs/{id}/log")))
+        .bearer_auth(&c.admin_token)
+        .send()
+        .await
+        .expect("log")
+        .text()
+        .await
+        .expect("log text")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shared_job_runs_under_the_shim_and_its_limits() {
+    let kit = kit();
+    let (c, _dir, stop) = cluster(SharingConfig {
+        shim_library: Some(kit.shim.clone()),
+        context_reserve_bytes: 512 << 20,
+        require_shim: true,
+    })
+    .await;
+    // The probe reaches the (fake) driver as PyTorch does; the fake driver's GPU is the
+    // node's GPU the job was given.
+    let script = format!(
+        "ALLOT_FAKE_CUDA_UUIDS=$ALLOT_GPU_UUIDS exec {} procaddr ctx:0 meminfo alloc:mem:{} \
+         alloc:mem:{}",
+        kit.probe.display(),
+        11 * GIB,
+        8 * GIB
+    );
+    let id = c
+        .submit_with(
+            "ml",
+            json!({
+                "gpus": 1, "gpu_milli": 300, "gpu_memory_bytes": 10 * GIB,
+                "gpu_compute": "elastic",
+                "env": { "LD_LIBRARY_PATH": kit.driver_dir.display().to_string() },
+            }),
+            &["sh", "-c", &script],
+        )
+        .await;
+    let job = c.wait_for_state(&id, "succeeded").await;
+    assert_eq!(job["gpu_compute"], "elastic");
+    let log = log_of(&c, &id).await;
+    let lines: Vec<&str> = log.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            "init 0",
+            "ctx 0 0",
+            // The job sees its 10 GiB, less its context.
+            &format!("meminfo {} {} 0", 10 * GIB - (512 << 20), 10 * GIB),
+            &format!("alloc mem {} err 2", 11 * GIB),
+            &format!("alloc mem {} ok 0", 8 * GIB),
+        ],
+        "{log}"
+    );
+    stop.cancel();
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_over_its_limit_by_the_drivers_count_is_killed() {
+    // No shim at all: the agent's NVML check is what stands.
+    let (c, dir, stop) = cluster(SharingConfig::default()).await;
+    let id = c
+        .submit_with(
+            "ml",
+            json!({ "gpus": 1, "gpu_milli": 500, "gpu_memory_bytes": 10 * GIB }),
+            &["sleep", "60"],
+        )
+        .await;
+    let job = c.wait_for_state(&id, "running").await;
+    let pid = job["pid"].as_u64().expect("pid");
+    // Within its limit (and the tolerance), it runs on.
+    let file = dir
+        .path()
+        .join("sim-faults")
+        .join(format!("gpu-mem-0-{pid}"));
+    std::fs::write(&file, (10 * GIB).to_string()).expect("inject");
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    let (_, job) = c.get(&format!("/api/v1/jobs/{id}")).await;
+    assert_eq!(job["state"], "running");
+    // The driver says it holds 20 GiB of its 10: killed, and the job says why.
+    std::fs::write(&file, (20 * GIB).to_string()).expect("inject");
+    let job = c.wait_for_state(&id, "failed").await;
+    let message = job["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("held 20 GiB of GPU memory") && message.contains("over its 10 GiB limit"),
+        "{message}"
+    );
+    stop.cancel();
+    c.shutdown().await;
+}
