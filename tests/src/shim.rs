@@ -28,13 +28,6 @@ fn profile_dir() -> PathBuf {
         .to_owned()
 }
 
-fn replace_with_symlink(target: &Path, link: &Path) {
-    let tmp = link.with_extension(format!("tmp{}", std::process::id()));
-    let _ = std::fs::remove_file(&tmp);
-    std::os::unix::fs::symlink(target, &tmp).expect("symlink");
-    std::fs::rename(&tmp, link).expect("rename symlink");
-}
-
 /// Builds (or finds fresh) the shim, the fake driver and the probe. Once per test process.
 pub fn kit() -> &'static ShimKit {
     static KIT: OnceLock<ShimKit> = OnceLock::new();
@@ -61,33 +54,15 @@ pub fn kit() -> &'static ShimKit {
             status.success(),
             "building the shim and the fake driver failed"
         );
-        let dir = profile.join("shim-kit");
-        std::fs::create_dir_all(&dir).expect("shim-kit dir");
-        let fake = profile.join("liballot_fake_cuda.so");
-        for name in ["libcuda.so.1", "libcuda.so", "libnvidia-ml.so.1"] {
-            replace_with_symlink(&fake, &dir.join(name));
-        }
-        let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("../agent/shim/probe/probe.c");
-        let probe = dir.join("probe");
-        let tmp = dir.join(format!("probe.{}", std::process::id()));
-        let out = Command::new("cc")
-            .args(["-O2", "-Wall", "-o"])
-            .arg(&tmp)
-            .arg(&source)
-            .arg(format!("-L{}", dir.display()))
-            .args(["-lcuda", "-ldl"])
-            .output()
-            .expect("run cc (a C compiler is needed to build the probe)");
-        assert!(
-            out.status.success(),
-            "compiling probe.c failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        std::fs::rename(&tmp, &probe).expect("rename probe");
+        let probe = allot_shim_core::probe::build(
+            &profile.join("liballot_fake_cuda.so"),
+            &profile.join("shim-kit"),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
         ShimKit {
             shim: profile.join("liballot_shim.so"),
-            driver_dir: dir,
-            probe,
+            driver_dir: probe.driver_dir,
+            probe: probe.program,
         }
     })
 }

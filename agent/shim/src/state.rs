@@ -21,8 +21,8 @@ const NO_SLOT: usize = usize::MAX;
 /// What this process holds: device pointer or handle → (GPU index, bytes).
 type Held = HashMap<u64, (usize, u64), std::hash::BuildHasherDefault<PointerHasher>>;
 
-/// Device pointers are distinct and well spread: a multiply is hash enough, and much faster
-/// than SipHash on the allocation path.
+/// Device pointers are distinct: a folded multiply is hash enough, and much faster than
+/// SipHash on the allocation path.
 #[derive(Default)]
 pub struct PointerHasher(u64);
 
@@ -36,7 +36,10 @@ impl std::hash::Hasher for PointerHasher {
         }
     }
     fn write_u64(&mut self, v: u64) {
-        self.0 = (v ^ (v >> 29)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        // A folded multiply: the high half of the product carries the pointer's high bits
+        // down, so page-aligned pointers (low bits all zero) still spread over the buckets.
+        let product = u128::from(v ^ self.0) * 0x9e37_79b9_7f4a_7c15;
+        self.0 = (product as u64) ^ ((product >> 64) as u64);
     }
 }
 
@@ -92,7 +95,7 @@ fn init() -> Result<Shim, String> {
     let shim = Shim {
         region,
         slot: AtomicUsize::new(NO_SLOT),
-        held: Mutex::new(Held::default()),
+        held: Mutex::new(Held::with_capacity_and_hasher(4096, Default::default())),
         contexts: std::array::from_fn(|_| AtomicBool::new(false)),
         ordinals: std::array::from_fn(|_| AtomicI32::new(UNKNOWN)),
     };

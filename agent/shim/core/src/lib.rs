@@ -15,6 +15,8 @@
 pub mod arrays;
 pub mod controller;
 pub mod pacer;
+#[cfg(feature = "probe")]
+pub mod probe;
 pub mod region;
 
 pub use region::{

@@ -45,7 +45,6 @@ struct Device {
 }
 
 struct Driver {
-    initialized: bool,
     context_bytes: u64,
     devices: Vec<Device>,
     /// Device pointers and array / allocation handles: device and size.
@@ -67,7 +66,6 @@ impl Driver {
         let count = env_u64("ALLOT_FAKE_CUDA_DEVICES", 1).clamp(1, 16) as usize;
         let total = env_u64("ALLOT_FAKE_CUDA_MEMORY", 80 << 30);
         Driver {
-            initialized: false,
             context_bytes: env_u64("ALLOT_FAKE_CUDA_CONTEXT_BYTES", 300 << 20),
             devices: (0..count)
                 .map(|i| Device {
@@ -126,6 +124,9 @@ impl Driver {
 }
 
 static DRIVER: Mutex<Option<Driver>> = Mutex::new(None);
+/// Set by `cuInit`. Outside the lock: a real driver answers `cuCtxGetDevice` from
+/// thread-local state, without a lock, and so does this one.
+static INITIALIZED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 thread_local! {
     static CURRENT: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) };
@@ -137,7 +138,7 @@ fn with<T>(f: impl FnOnce(&mut Driver) -> T) -> T {
 }
 
 fn initialized() -> bool {
-    with(|d| d.initialized)
+    INITIALIZED.load(std::sync::atomic::Ordering::Acquire)
 }
 
 fn current() -> Result<usize, CuResult> {
@@ -199,7 +200,8 @@ unsafe fn alloc_into(out: *mut u64, size: u64) -> CuResult {
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cuInit(_flags: c_uint) -> CuResult {
-    with(|d| d.initialized = true);
+    with(|_| ());
+    INITIALIZED.store(true, std::sync::atomic::Ordering::Release);
     SUCCESS
 }
 

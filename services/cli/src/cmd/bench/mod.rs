@@ -5,6 +5,7 @@ mod chaos;
 mod elastic;
 mod openb;
 mod scheduler;
+mod shim;
 
 use clap::Subcommand;
 
@@ -25,6 +26,9 @@ pub enum BenchCmd {
     /// Placement throughput and decision latency on a large synthetic cluster with a deep
     /// backlog (one decision per pending job, in order).
     Scheduler(scheduler::SchedulerBench),
+    /// What the GPU-sharing shim adds to each allocation, free and kernel launch it
+    /// intercepts (the C probe on the fake CUDA driver, with and without the shim).
+    Shim(shim::ShimBench),
 }
 
 pub async fn run(cmd: BenchCmd) -> anyhow::Result<()> {
@@ -34,6 +38,7 @@ pub async fn run(cmd: BenchCmd) -> anyhow::Result<()> {
         BenchCmd::Elastic(args) => elastic::run(&args),
         BenchCmd::Openb(args) => openb::run(&args),
         BenchCmd::Scheduler(args) => scheduler::run(&args),
+        BenchCmd::Shim(args) => shim::run(&args),
     }
 }
 
