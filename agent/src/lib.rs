@@ -235,6 +235,13 @@ impl Agent {
                     memory_used_bytes: s.memory_used_bytes,
                     power_watts: s.power_watts as f32,
                     temperature_c: s.temperature_c as f32,
+                    pcie_rx_bytes_per_s: s.pcie_rx_bytes_per_s,
+                    pcie_tx_bytes_per_s: s.pcie_tx_bytes_per_s,
+                    nvlink_rx_bytes_per_s: s.nvlink_rx_bytes_per_s,
+                    nvlink_tx_bytes_per_s: s.nvlink_tx_bytes_per_s,
+                    throttle_reasons: s.throttle_reasons,
+                    ecc_corrected: s.ecc_corrected,
+                    ecc_uncorrected: s.ecc_uncorrected,
                 });
             out.push(Gpu {
                 sample,

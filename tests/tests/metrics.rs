@@ -234,6 +234,17 @@ async fn gpu_samples_from_heartbeats_are_kept_per_bucket() {
         busy["memory_used_bytes"].as_u64().is_some_and(|b| b > 0),
         "{busy}"
     );
+    // An H200 moves data over PCIe and NVLink while busy, and its power cap throttles it.
+    for traffic in ["pcie_rx_bytes_per_s", "nvlink_rx_bytes_per_s"] {
+        assert!(busy[traffic].as_f64().is_some_and(|b| b > 1e9), "{busy}");
+    }
+    assert!(
+        busy["throttle_reasons"]
+            .as_array()
+            .is_some_and(|r| r.iter().any(|r| r == "sw_power_cap")),
+        "{busy}"
+    );
+    assert_eq!(busy["ecc_uncorrected"], 0);
     let (s, coarse) = c
         .get(&format!(
             "/api/v1/nodes/node-1/gpus/{gpu}/samples?resolution=5m"
@@ -261,5 +272,17 @@ async fn gpu_samples_from_heartbeats_are_kept_per_bucket() {
         .and_then(|v| v.parse().ok())
         .expect("a number");
     assert!(value > 0.8, "{line}");
+    for metric in [
+        format!(r#"allot_gpu_throttled{{node="node-1",gpu_uuid="{gpu}",reason="sw_power_cap"}} 1"#),
+        format!(r#"allot_gpu_ecc_errors{{node="node-1",gpu_uuid="{gpu}",reason="uncorrected"}} 0"#),
+    ] {
+        assert!(text.lines().any(|l| l == metric), "no {metric}:\n{text}");
+    }
+    assert!(
+        text.lines().any(|l| l.starts_with(&format!(
+            r#"allot_gpu_link_bytes_per_second{{node="node-1",gpu_uuid="{gpu}",link="nvlink",direction="rx"}} "#
+        ))),
+        "{text}"
+    );
     c.shutdown().await;
 }

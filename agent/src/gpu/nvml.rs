@@ -44,6 +44,9 @@ struct Counters {
 pub struct NvmlBackend {
     nvml: Arc<Nvml>,
     counters: Mutex<Counters>,
+    /// NVLink data counters (KiB, all links) per GPU index when last read: rates come from
+    /// their differences.
+    nvlink: Mutex<HashMap<u32, (std::time::Instant, u64, u64)>>,
     events: Arc<Mutex<Vec<GpuEvent>>>,
     stop: Arc<AtomicBool>,
 }
@@ -78,9 +81,49 @@ impl NvmlBackend {
         Ok(Self {
             nvml,
             counters: Mutex::new(Counters::default()),
+            nvlink: Mutex::new(HashMap::new()),
             events,
             stop,
         })
+    }
+
+    /// NVLink data throughput (rx, tx) in bytes per second since the last read of this GPU
+    /// (0 the first time, and on GPUs without NVLink).
+    fn nvlink_rates(&self, index: u32, device: &Device<'_>) -> (f64, f64) {
+        use nvml_wrapper::enums::device::SampleValue;
+        use nvml_wrapper::structs::device::FieldId;
+        use nvml_wrapper_sys::bindings::field_id::{
+            NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX,
+        };
+        let ids = [
+            FieldId(NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX),
+            FieldId(NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX),
+        ];
+        let Ok(values) = device.field_values_for(&ids) else {
+            return (0.0, 0.0);
+        };
+        let kib = |i: usize| match values.get(i).map(|v| v.as_ref().map(|s| &s.value)) {
+            Some(Ok(Ok(SampleValue::U64(v)))) => Some(*v),
+            Some(Ok(Ok(SampleValue::U32(v)))) => Some(u64::from(*v)),
+            _ => None,
+        };
+        let (Some(rx), Some(tx)) = (kib(0), kib(1)) else {
+            return (0.0, 0.0);
+        };
+        let now = std::time::Instant::now();
+        let mut last = self.nvlink.lock().unwrap_or_else(|e| e.into_inner());
+        let rates = match last.get(&index) {
+            Some((at, rx0, tx0)) => {
+                let secs = now.duration_since(*at).as_secs_f64().max(1e-3);
+                (
+                    rx.saturating_sub(*rx0) as f64 * 1024.0 / secs,
+                    tx.saturating_sub(*tx0) as f64 * 1024.0 / secs,
+                )
+            }
+            None => (0.0, 0.0),
+        };
+        last.insert(index, (now, rx, tx));
+        rates
     }
 
     fn device(&self, index: u32) -> Result<Device<'_>, BackendError> {
@@ -375,7 +418,20 @@ impl GpuBackend for NvmlBackend {
     }
 
     fn sample(&self, index: u32, _load: f64) -> Option<super::GpuSample> {
+        use nvml_wrapper::enum_wrappers::device::{EccCounter, MemoryError, PcieUtilCounter};
         let device = self.nvml.device_by_index(index).ok()?;
+        // NVML's PCIe counters are KB/s over its last 20 ms window.
+        let pcie = |c| {
+            device
+                .pcie_throughput(c)
+                .map_or(0.0, |kb| f64::from(kb) * 1024.0)
+        };
+        let (nvlink_rx, nvlink_tx) = self.nvlink_rates(index, &device);
+        let ecc = |kind| {
+            device
+                .total_ecc_errors(kind, EccCounter::Volatile)
+                .unwrap_or(0)
+        };
         Some(super::GpuSample {
             utilization: device
                 .utilization_rates()
@@ -387,6 +443,20 @@ impl GpuBackend for NvmlBackend {
             temperature_c: device
                 .temperature(nvml_wrapper::enum_wrappers::device::TemperatureSensor::Gpu)
                 .map_or(0.0, f64::from),
+            pcie_rx_bytes_per_s: pcie(PcieUtilCounter::Receive),
+            pcie_tx_bytes_per_s: pcie(PcieUtilCounter::Send),
+            nvlink_rx_bytes_per_s: nvlink_rx,
+            nvlink_tx_bytes_per_s: nvlink_tx,
+            throttle_reasons: device
+                .current_throttle_reasons()
+                .map(|r| {
+                    r.iter_names()
+                        .map(|(name, _)| name.to_ascii_lowercase())
+                        .collect()
+                })
+                .unwrap_or_default(),
+            ecc_corrected: ecc(MemoryError::Corrected),
+            ecc_uncorrected: ecc(MemoryError::Uncorrected),
         })
     }
 

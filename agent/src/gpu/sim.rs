@@ -55,6 +55,8 @@ pub struct SimBackend {
     mig: Mutex<Vec<Option<Vec<MigInstance>>>>,
     events: Mutex<Vec<GpuEvent>>,
     fault_dir: Option<PathBuf>,
+    /// Corrected ECC errors per GPU index: they rise while a GPU is degraded.
+    ecc: Mutex<Vec<u64>>,
 }
 
 impl SimBackend {
@@ -113,6 +115,7 @@ impl SimBackend {
             mig: Mutex::new(mig),
             events: Mutex::new(Vec::new()),
             fault_dir: None,
+            ecc: Mutex::new(Vec::new()),
         })
     }
 
@@ -283,15 +286,46 @@ impl GpuBackend for SimBackend {
 
     /// Synthetic but plausible: busy in proportion to the share its jobs hold (a job keeps
     /// about 90% of its share busy), memory to match, power from idle (60 W) to its board's
-    /// limit (700 W), temperature from 32 to 78 °C.
+    /// limit (700 W), temperature from 32 to 78 °C; PCIe traffic up to 20 GB/s each way and,
+    /// on NVLink boards (the SXM H100/H200/A100 class), NVLink traffic up to 300 GB/s each
+    /// way; the power cap throttles above 85% busy, the idle reason shows when idle; the
+    /// corrected-ECC count rises while the GPU is degraded.
     fn sample(&self, index: u32, load: f64) -> Option<super::GpuSample> {
         let gpu = self.gpu(index).ok()?;
         let busy = (load * 0.9).clamp(0.0, 1.0);
+        let nvlink = ["H100", "H200", "A100", "B200", "GH200"]
+            .iter()
+            .any(|m| gpu.model.to_ascii_uppercase().starts_with(m));
+        let mut throttle = Vec::new();
+        if busy == 0.0 {
+            throttle.push("gpu_idle".to_owned());
+        }
+        if busy > 0.85 {
+            throttle.push("sw_power_cap".to_owned());
+        }
+        let ecc_corrected = {
+            let mut ecc = self.ecc.lock().unwrap_or_else(|e| e.into_inner());
+            let i = index as usize;
+            if ecc.len() <= i {
+                ecc.resize(i + 1, 0);
+            }
+            if gpu.degraded {
+                ecc[i] += 7;
+            }
+            ecc[i]
+        };
         Some(super::GpuSample {
             utilization: busy,
             memory_used_bytes: (gpu.memory_bytes as f64 * load.clamp(0.0, 1.0) * 0.8) as u64,
             power_watts: 60.0 + 640.0 * busy,
             temperature_c: 32.0 + 46.0 * busy,
+            pcie_rx_bytes_per_s: 20e9 * busy * 0.6,
+            pcie_tx_bytes_per_s: 20e9 * busy * 0.25,
+            nvlink_rx_bytes_per_s: if nvlink { 300e9 * busy * 0.5 } else { 0.0 },
+            nvlink_tx_bytes_per_s: if nvlink { 300e9 * busy * 0.5 } else { 0.0 },
+            throttle_reasons: throttle,
+            ecc_corrected,
+            ecc_uncorrected: 0,
         })
     }
 

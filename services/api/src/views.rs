@@ -773,4 +773,14 @@ pub struct GpuSampleView {
     pub memory_used_bytes: u64,
     pub power_watts: f64,
     pub temperature_c: f64,
+    /// PCIe and NVLink data traffic, bytes per second (bucket means).
+    pub pcie_rx_bytes_per_s: f64,
+    pub pcie_tx_bytes_per_s: f64,
+    pub nvlink_rx_bytes_per_s: f64,
+    pub nvlink_tx_bytes_per_s: f64,
+    /// Every reason the GPU's clocks were held down in the bucket (NVML's names).
+    pub throttle_reasons: Vec<String>,
+    /// ECC errors since the driver loaded, as last sampled in the bucket.
+    pub ecc_corrected: u64,
+    pub ecc_uncorrected: u64,
 }

@@ -1,5 +1,37 @@
 //! Nodes and the GPUs they report.
 
+/// Why a GPU's clocks are held down, as NVML names the reasons (lower case). A sample's
+/// reasons travel as names and are stored as a bitmask: bit `i` is `THROTTLE_REASONS[i]`.
+pub const THROTTLE_REASONS: [&str; 9] = [
+    "gpu_idle",
+    "applications_clocks_setting",
+    "sw_power_cap",
+    "hw_slowdown",
+    "sync_boost",
+    "sw_thermal_slowdown",
+    "hw_thermal_slowdown",
+    "hw_power_brake_slowdown",
+    "display_clock_setting",
+];
+
+/// The bitmask of these reasons (unknown names are ignored).
+pub fn throttle_mask<S: AsRef<str>>(reasons: &[S]) -> u32 {
+    reasons
+        .iter()
+        .filter_map(|r| THROTTLE_REASONS.iter().position(|n| *n == r.as_ref()))
+        .fold(0, |mask, bit| mask | (1 << bit))
+}
+
+/// The reasons in a bitmask, in table order.
+pub fn throttle_names(mask: u32) -> Vec<&'static str> {
+    THROTTLE_REASONS
+        .iter()
+        .enumerate()
+        .filter(|(bit, _)| mask & (1 << bit) != 0)
+        .map(|(_, n)| *n)
+        .collect()
+}
+
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
@@ -109,5 +141,21 @@ mod tests {
         assert_eq!(gpu(true, true).health(false), "degraded");
         assert_eq!(gpu(true, true).health(true), "draining");
         assert_eq!(gpu(false, true).health(true), "unhealthy");
+    }
+}
+
+#[cfg(test)]
+mod throttle_tests {
+    use super::*;
+
+    #[test]
+    fn throttle_reasons_round_trip_through_the_mask() {
+        let mask = throttle_mask(&["sw_power_cap", "hw_thermal_slowdown", "not_a_reason"]);
+        assert_eq!(mask, (1 << 2) | (1 << 6));
+        assert_eq!(
+            throttle_names(mask),
+            ["sw_power_cap", "hw_thermal_slowdown"]
+        );
+        assert!(throttle_names(0).is_empty());
     }
 }

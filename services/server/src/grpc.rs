@@ -381,11 +381,20 @@ impl allot_proto::NodeService for NodeSvc {
             .gpus
             .iter()
             .filter_map(|g| {
-                let s = g.sample.filter(|s| {
+                let s = g.sample.as_ref().filter(|s| {
                     [s.utilization, s.power_watts, s.temperature_c]
                         .iter()
                         .all(|v| v.is_finite())
+                        && [
+                            s.pcie_rx_bytes_per_s,
+                            s.pcie_tx_bytes_per_s,
+                            s.nvlink_rx_bytes_per_s,
+                            s.nvlink_tx_bytes_per_s,
+                        ]
+                        .iter()
+                        .all(|v| v.is_finite())
                 })?;
+                let rate = |v: f64| v.max(0.0);
                 Some((
                     g.uuid.clone(),
                     allot_store::Sample {
@@ -393,6 +402,13 @@ impl allot_proto::NodeService for NodeSvc {
                         memory_used_bytes: s.memory_used_bytes,
                         power_watts: f64::from(s.power_watts).max(0.0),
                         temperature_c: f64::from(s.temperature_c),
+                        pcie_rx_bytes_per_s: rate(s.pcie_rx_bytes_per_s),
+                        pcie_tx_bytes_per_s: rate(s.pcie_tx_bytes_per_s),
+                        nvlink_rx_bytes_per_s: rate(s.nvlink_rx_bytes_per_s),
+                        nvlink_tx_bytes_per_s: rate(s.nvlink_tx_bytes_per_s),
+                        throttle_mask: allot_domain::node::throttle_mask(&s.throttle_reasons),
+                        ecc_corrected: s.ecc_corrected,
+                        ecc_uncorrected: s.ecc_uncorrected,
                     },
                 ))
             })

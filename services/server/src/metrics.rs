@@ -46,6 +46,23 @@ struct UtilizationLabels {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LinkLabels {
+    node: String,
+    gpu_uuid: String,
+    /// `pcie` or `nvlink`.
+    link: String,
+    /// `rx` (to the GPU) or `tx`.
+    direction: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabels {
+    node: String,
+    gpu_uuid: String,
+    reason: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct MigLabels {
     node: String,
     gpu_uuid: String,
@@ -78,6 +95,43 @@ struct OutcomeLabels {
     outcome: String,
 }
 
+impl Metrics {
+    /// A GPU's traffic, throttle reasons and ECC counts from its latest sample.
+    fn set_signals(&self, node: &str, gpu: &str, p: &allot_store::SamplePoint) {
+        for (link, direction, rate) in [
+            ("pcie", "rx", p.pcie_rx_bytes_per_s),
+            ("pcie", "tx", p.pcie_tx_bytes_per_s),
+            ("nvlink", "rx", p.nvlink_rx_bytes_per_s),
+            ("nvlink", "tx", p.nvlink_tx_bytes_per_s),
+        ] {
+            self.gpu_link
+                .get_or_create(&LinkLabels {
+                    node: node.to_owned(),
+                    gpu_uuid: gpu.to_owned(),
+                    link: link.to_owned(),
+                    direction: direction.to_owned(),
+                })
+                .set(rate);
+        }
+        let labels = |reason: &str| ReasonLabels {
+            node: node.to_owned(),
+            gpu_uuid: gpu.to_owned(),
+            reason: reason.to_owned(),
+        };
+        for reason in allot_domain::node::throttle_names(p.throttle_mask) {
+            self.gpu_throttled.get_or_create(&labels(reason)).set(1);
+        }
+        for (kind, count) in [
+            ("corrected", p.ecc_corrected),
+            ("uncorrected", p.ecc_uncorrected),
+        ] {
+            self.gpu_ecc
+                .get_or_create(&labels(kind))
+                .set(i64::try_from(count).unwrap_or(i64::MAX));
+        }
+    }
+}
+
 /// Every metric, and the registry that encodes them.
 pub struct Metrics {
     registry: Registry,
@@ -85,6 +139,9 @@ pub struct Metrics {
     gpus: Family<GpuLabels, Gauge>,
     gpu_allocated_milli: Family<GpuLabels, Gauge>,
     gpu_utilization: Family<UtilizationLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    gpu_link: Family<LinkLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    gpu_throttled: Family<ReasonLabels, Gauge>,
+    gpu_ecc: Family<ReasonLabels, Gauge>,
     mig_instances: Family<MigLabels, Gauge>,
     nodes: Family<NodeLabels, Gauge>,
     tenant_gpu_milli: Family<TenantLabels, Gauge>,
@@ -132,6 +189,25 @@ impl Metrics {
             "Busy fraction of each GPU (0 to 1), as its latest 10-second sample averaged",
             gpu_utilization.clone(),
         );
+        let gpu_link = Family::<LinkLabels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
+        registry.register(
+            "gpu_link_bytes_per_second",
+            "PCIe and NVLink data traffic of each GPU, by link and direction, as its latest \
+             10-second sample averaged",
+            gpu_link.clone(),
+        );
+        let gpu_throttled = Family::<ReasonLabels, Gauge>::default();
+        registry.register(
+            "gpu_throttled",
+            "1 for each reason each GPU's clocks were held down in its latest 10-second sample",
+            gpu_throttled.clone(),
+        );
+        let gpu_ecc = Family::<ReasonLabels, Gauge>::default();
+        registry.register(
+            "gpu_ecc_errors",
+            "ECC errors of each GPU since its driver loaded, by reason (corrected, uncorrected)",
+            gpu_ecc.clone(),
+        );
         let mig_instances = Family::<MigLabels, Gauge>::default();
         registry.register(
             "mig_instances",
@@ -178,6 +254,9 @@ impl Metrics {
             gpus,
             gpu_allocated_milli,
             gpu_utilization,
+            gpu_link,
+            gpu_throttled,
+            gpu_ecc,
             mig_instances,
             nodes,
             tenant_gpu_milli,
@@ -282,14 +361,17 @@ impl Metrics {
         self.gpus.clear();
         self.gpu_allocated_milli.clear();
         self.gpu_utilization.clear();
+        self.gpu_link.clear();
+        self.gpu_throttled.clear();
+        self.gpu_ecc.clear();
         self.mig_instances.clear();
         // The latest sample of each GPU heard from in the last two minutes.
-        let mut latest: HashMap<String, f64> = HashMap::new();
+        let mut latest: HashMap<String, allot_store::SamplePoint> = HashMap::new();
         for p in store
             .gpu_samples(None, 10, now - chrono::Duration::minutes(2))
             .await?
         {
-            latest.insert(p.gpu_uuid, p.utilization);
+            latest.insert(p.gpu_uuid.clone(), p);
         }
         for n in &nodes {
             let status = match n.status(now) {
@@ -318,14 +400,15 @@ impl Metrics {
                 self.gpu_allocated_milli
                     .get_or_create(&labels)
                     .set(allocated);
-                if let Some(u) = latest.get(&g.uuid) {
+                if let Some(p) = latest.get(&g.uuid) {
                     self.gpu_utilization
                         .get_or_create(&UtilizationLabels {
                             node: n.name.clone(),
                             gpu_uuid: g.uuid.clone(),
                             model: g.model.clone(),
                         })
-                        .set(*u);
+                        .set(p.utilization);
+                    self.set_signals(&n.name, &g.uuid, p);
                 }
                 let board = allot_domain::mig::geometry(&g.model, Some(g.memory_bytes >> 20));
                 for slot in g.mig.iter().flatten() {

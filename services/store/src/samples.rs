@@ -12,15 +12,25 @@ use crate::{Store, StoreError};
 pub const RESOLUTIONS: [(i64, Duration); 2] = [(10, Duration::days(1)), (300, Duration::days(90))];
 
 /// One measurement of one GPU.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct Sample {
     pub utilization: f64,
     pub memory_used_bytes: u64,
     pub power_watts: f64,
     pub temperature_c: f64,
+    pub pcie_rx_bytes_per_s: f64,
+    pub pcie_tx_bytes_per_s: f64,
+    pub nvlink_rx_bytes_per_s: f64,
+    pub nvlink_tx_bytes_per_s: f64,
+    /// `allot_domain::node::THROTTLE_REASONS` bits.
+    pub throttle_mask: u32,
+    /// Counters since the driver loaded: a bucket keeps the last.
+    pub ecc_corrected: u64,
+    pub ecc_uncorrected: u64,
 }
 
-/// A bucket's averages.
+/// A bucket's averages (throttle reasons: every one seen in the bucket; ECC: the last
+/// counts).
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct SamplePoint {
     pub gpu_uuid: String,
@@ -29,6 +39,13 @@ pub struct SamplePoint {
     pub memory_used_bytes: u64,
     pub power_watts: f64,
     pub temperature_c: f64,
+    pub pcie_rx_bytes_per_s: f64,
+    pub pcie_tx_bytes_per_s: f64,
+    pub nvlink_rx_bytes_per_s: f64,
+    pub nvlink_tx_bytes_per_s: f64,
+    pub throttle_mask: u32,
+    pub ecc_corrected: u64,
+    pub ecc_uncorrected: u64,
 }
 
 fn bucket(at: DateTime<Utc>, secs: i64) -> DateTime<Utc> {
@@ -82,6 +99,13 @@ impl SampleRepo for Store {
                     memory_used_sum: Set(s.memory_used_bytes as f64),
                     power_sum: Set(s.power_watts),
                     temperature_sum: Set(s.temperature_c),
+                    pcie_rx_sum: Set(s.pcie_rx_bytes_per_s),
+                    pcie_tx_sum: Set(s.pcie_tx_bytes_per_s),
+                    nvlink_rx_sum: Set(s.nvlink_rx_bytes_per_s),
+                    nvlink_tx_sum: Set(s.nvlink_tx_bytes_per_s),
+                    throttle_mask: Set(i64::from(s.throttle_mask)),
+                    ecc_corrected: Set(i64::try_from(s.ecc_corrected).unwrap_or(i64::MAX)),
+                    ecc_uncorrected: Set(i64::try_from(s.ecc_uncorrected).unwrap_or(i64::MAX)),
                     count: Set(1),
                 };
                 gpu_samples::Entity::insert(row)
@@ -91,6 +115,20 @@ impl SampleRepo for Store {
                             .value(C::MemoryUsedSum, add(C::MemoryUsedSum))
                             .value(C::PowerSum, add(C::PowerSum))
                             .value(C::TemperatureSum, add(C::TemperatureSum))
+                            .value(C::PcieRxSum, add(C::PcieRxSum))
+                            .value(C::PcieTxSum, add(C::PcieTxSum))
+                            .value(C::NvlinkRxSum, add(C::NvlinkRxSum))
+                            .value(C::NvlinkTxSum, add(C::NvlinkTxSum))
+                            .value(
+                                C::ThrottleMask,
+                                Expr::col((gpu_samples::Entity, C::ThrottleMask)).bit_or(
+                                    Expr::col((
+                                        sea_orm::sea_query::Alias::new("excluded"),
+                                        C::ThrottleMask,
+                                    )),
+                                ),
+                            )
+                            .update_columns([C::EccCorrected, C::EccUncorrected])
                             .value(C::Count, add(C::Count))
                             .to_owned(),
                     )
@@ -127,6 +165,13 @@ impl SampleRepo for Store {
                     memory_used_bytes: (m.memory_used_sum / n) as u64,
                     power_watts: m.power_sum / n,
                     temperature_c: m.temperature_sum / n,
+                    pcie_rx_bytes_per_s: m.pcie_rx_sum / n,
+                    pcie_tx_bytes_per_s: m.pcie_tx_sum / n,
+                    nvlink_rx_bytes_per_s: m.nvlink_rx_sum / n,
+                    nvlink_tx_bytes_per_s: m.nvlink_tx_sum / n,
+                    throttle_mask: u32::try_from(m.throttle_mask).unwrap_or(0),
+                    ecc_corrected: u64::try_from(m.ecc_corrected).unwrap_or(0),
+                    ecc_uncorrected: u64::try_from(m.ecc_uncorrected).unwrap_or(0),
                 }
             })
             .collect())

@@ -1542,19 +1542,31 @@ both_backends!(
         let at = chrono::DateTime::parse_from_rfc3339("2026-11-30T10:00:01Z")
             .expect("time")
             .with_timezone(&chrono::Utc);
-        let s = |u: f64| Sample {
+        let s = |u: f64, throttle: u32, ecc: u64| Sample {
             utilization: u,
             memory_used_bytes: 1 << 30,
             power_watts: 100.0,
             temperature_c: 40.0,
+            pcie_rx_bytes_per_s: u * 1e9,
+            pcie_tx_bytes_per_s: 5e8,
+            nvlink_rx_bytes_per_s: u * 1e11,
+            nvlink_tx_bytes_per_s: 0.0,
+            throttle_mask: throttle,
+            ecc_corrected: ecc,
+            ecc_uncorrected: 0,
         };
         // Three samples in one 10-second bucket, a fourth in the next; all in one 5-minute one.
-        for (offset, u) in [(0, 0.2), (3, 0.4), (6, 0.6), (12, 1.0)] {
+        for (offset, u, throttle, ecc) in [
+            (0, 0.2, 0b001, 5),
+            (3, 0.4, 0, 6),
+            (6, 0.6, 0b100, 9),
+            (12, 1.0, 0, 9),
+        ] {
             store
                 .record_gpu_samples(
                     "n1",
                     at + Duration::seconds(offset),
-                    &[("GPU-a".into(), s(u))],
+                    &[("GPU-a".into(), s(u, throttle, ecc))],
                 )
                 .await
                 .expect("recorded");
@@ -1565,6 +1577,16 @@ both_backends!(
             .expect("read");
         assert_eq!(fine.len(), 2, "{fine:?}");
         assert!((fine[0].utilization - 0.4).abs() < 1e-9, "{fine:?}");
+        // Traffic is averaged, every throttle reason seen is kept, ECC counts are the last.
+        assert!(
+            (fine[0].pcie_rx_bytes_per_s - 0.4e9).abs() < 1.0,
+            "{fine:?}"
+        );
+        assert!((fine[0].nvlink_rx_bytes_per_s - 0.4e11).abs() < 1.0);
+        assert!((fine[0].pcie_tx_bytes_per_s - 5e8).abs() < 1.0);
+        assert_eq!(fine[0].throttle_mask, 0b101);
+        assert_eq!(fine[0].ecc_corrected, 9);
+        assert_eq!(fine[1].throttle_mask, 0);
         assert_eq!(fine[0].at, at - Duration::seconds(1));
         assert!((fine[1].utilization - 1.0).abs() < 1e-9);
         let coarse = store

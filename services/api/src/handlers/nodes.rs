@@ -244,6 +244,16 @@ pub async fn samples(
             memory_used_bytes: p.memory_used_bytes,
             power_watts: p.power_watts,
             temperature_c: p.temperature_c,
+            pcie_rx_bytes_per_s: p.pcie_rx_bytes_per_s,
+            pcie_tx_bytes_per_s: p.pcie_tx_bytes_per_s,
+            nvlink_rx_bytes_per_s: p.nvlink_rx_bytes_per_s,
+            nvlink_tx_bytes_per_s: p.nvlink_tx_bytes_per_s,
+            throttle_reasons: allot_domain::node::throttle_names(p.throttle_mask)
+                .into_iter()
+                .map(str::to_owned)
+                .collect(),
+            ecc_corrected: p.ecc_corrected,
+            ecc_uncorrected: p.ecc_uncorrected,
         })
         .collect();
     Ok(json(StatusCode::OK, &points))

@@ -14,6 +14,13 @@ pub struct Model {
     pub memory_used_sum: f64,
     pub power_sum: f64,
     pub temperature_sum: f64,
+    pub pcie_rx_sum: f64,
+    pub pcie_tx_sum: f64,
+    pub nvlink_rx_sum: f64,
+    pub nvlink_tx_sum: f64,
+    pub throttle_mask: i64,
+    pub ecc_corrected: i64,
+    pub ecc_uncorrected: i64,
     pub count: i32,
 }
 
