@@ -5,6 +5,7 @@
 pub mod cuda_checkpoint;
 pub mod gpu;
 pub mod identity;
+pub mod job_samples;
 mod metrics;
 pub mod mig;
 pub mod runner;
@@ -267,6 +268,91 @@ impl Agent {
     }
 
     /// The MIG instance UUIDs on the GPU with this index (a fault there stops their jobs).
+    /// What each running job is doing, from the GPU samples in `gpus` (see
+    /// [`job_samples`]).
+    fn job_samples(&self, gpus: &[Gpu]) -> Vec<allot_proto::v1::JobSample> {
+        let mut readings = HashMap::new();
+        // A GPU or MIG instance UUID → its GPU's.
+        let mut physical: HashMap<&str, &str> = HashMap::new();
+        for g in gpus {
+            physical.insert(&g.uuid, &g.uuid);
+            for i in &g.mig_instances {
+                physical.insert(&i.uuid, &g.uuid);
+            }
+            if let Some(s) = &g.sample {
+                readings.insert(
+                    g.uuid.clone(),
+                    job_samples::GpuReading {
+                        utilization: f64::from(s.utilization),
+                        memory_used_bytes: s.memory_used_bytes,
+                    },
+                );
+            }
+        }
+        struct Running {
+            id: String,
+            gpus: Vec<String>,
+            gpu_milli: u32,
+            shared: Option<Arc<sharing::JobSharing>>,
+            pgid: u32,
+        }
+        let running: Vec<Running> = self
+            .lock_jobs()
+            .running
+            .iter()
+            .map(|(id, j)| Running {
+                id: id.clone(),
+                gpus: j.gpus.clone(),
+                gpu_milli: j.gpu_milli,
+                shared: j.sharing.clone(),
+                pgid: j.pgid.load(std::sync::atomic::Ordering::Acquire),
+            })
+            .collect();
+        if running.is_empty() {
+            return Vec::new();
+        }
+        // The driver's count of each job's processes' memory, where it gives one.
+        let owners: Vec<(String, u32)> = running.iter().map(|r| (r.id.clone(), r.pgid)).collect();
+        let mut counted: HashMap<String, u64> = HashMap::new();
+        for g in gpus {
+            for (pid, bytes) in self.backend.process_memory(g.index).unwrap_or_default() {
+                if let Some(job) = sharing::job_of(pid, &owners) {
+                    *counted.entry(job.to_owned()).or_default() += bytes;
+                }
+            }
+        }
+        let jobs: Vec<job_samples::JobOnGpus> = running
+            .into_iter()
+            .map(|r| {
+                // The shim's count, once the job's processes use it.
+                let shim = r
+                    .shared
+                    .filter(|s| !s.region.pids().is_empty())
+                    .map(|s| (0..s.gpus.len()).map(|i| s.region.used(i)).sum::<u64>());
+                job_samples::JobOnGpus {
+                    memory_counted: shim.or_else(|| counted.get(&r.id).copied()),
+                    gpus: r
+                        .gpus
+                        .iter()
+                        .filter_map(|u| physical.get(u.as_str()).map(|p| (*p).to_owned()))
+                        .collect(),
+                    gpu_milli: r.gpu_milli,
+                    id: r.id,
+                }
+            })
+            .collect();
+        job_samples::attribute(&readings, &jobs)
+            .into_iter()
+            .map(
+                |(job_id, utilization, memory_used_bytes)| allot_proto::v1::JobSample {
+                    job_id,
+                    utilization: utilization as f32,
+                    memory_used_bytes,
+                },
+            )
+            .collect()
+    }
+
     fn mig_uuids(&self, index: u32) -> Vec<String> {
         self.backend
             .mig()
@@ -452,10 +538,12 @@ impl Agent {
                 return;
             }
         };
+        let job_samples = self.job_samples(&gpus);
         let mut client = client(&self.link);
         let mut req = Request::new(HeartbeatRequest {
             gpus,
             running_job_ids: self.running_ids(),
+            job_samples,
         });
         // A slow answer still renews the lease from when the call was sent, so wait for
         // one up to half a lease (a loaded control plane is not a lost one).

@@ -68,6 +68,7 @@ impl RawNode {
         HeartbeatRequest {
             gpus: register_req("", "x", "").gpus,
             running_job_ids: vec![],
+            job_samples: vec![],
         }
     }
 }
@@ -235,6 +236,26 @@ async fn node_identity_comes_from_its_certificate() {
         .report_job_status(report(JobPhase::Running))
         .await
         .expect("owner reports running");
+    // A node's samples of jobs count only for its own jobs.
+    for (node, utilization) in [(other, 0.99), (owner, 0.25)] {
+        let name = if node.id == a.id { "node-a" } else { "node-b" };
+        let mut beat = node.heartbeat();
+        beat.gpus = register_req("", name, "").gpus;
+        beat.job_samples = vec![allot_proto::v1::JobSample {
+            job_id: id.clone(),
+            utilization,
+            memory_used_bytes: 1 << 30,
+        }];
+        node.client
+            .clone()
+            .heartbeat(beat)
+            .await
+            .expect("heartbeat");
+    }
+    let (_, points) = c.get(&format!("/api/v1/jobs/{id}/samples")).await;
+    let points = points.as_array().expect("points");
+    assert_eq!(points.len(), 1, "{points:?}");
+    assert_eq!(points[0]["utilization"], 0.25);
     // A retried report is harmless.
     owner
         .client

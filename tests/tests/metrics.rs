@@ -4,7 +4,7 @@
 use allot_store::testing::Backend;
 use allot_system_tests::{http_client, spawn_cluster_with};
 use reqwest::StatusCode;
-use serde_json::json;
+use serde_json::{Value, json};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_report_jobs_gpus_tenants_requests_and_passes() {
@@ -200,6 +200,19 @@ fn the_grafana_dashboard_plots_only_documented_metrics() {
     }
 }
 
+/// The first sample point at `path` more than 80% busy, once there is one.
+async fn busy_point(c: &allot_system_tests::TestCluster, what: &str, path: &str) -> Value {
+    c.eventually(what, || async {
+        let (_, points) = c.get(path).await;
+        points
+            .as_array()?
+            .iter()
+            .find(|p| p["utilization"].as_f64().is_some_and(|u| u > 0.8))
+            .cloned()
+    })
+    .await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gpu_samples_from_heartbeats_are_kept_per_bucket() {
     let c = allot_system_tests::spawn_cluster_with(
@@ -216,16 +229,7 @@ async fn gpu_samples_from_heartbeats_are_kept_per_bucket() {
     let path = format!("/api/v1/nodes/node-1/gpus/{gpu}/samples?minutes=5");
     // The simulated GPU is busy in proportion to the job's share once the job runs; samples
     // are stored every 10 seconds.
-    let busy = c
-        .eventually("a sample of the busy GPU", || async {
-            let (_, points) = c.get(&path).await;
-            points
-                .as_array()?
-                .iter()
-                .find(|p| p["utilization"].as_f64().is_some_and(|u| u > 0.8))
-                .cloned()
-        })
-        .await;
+    let busy = busy_point(&c, "a sample of the busy GPU", &path).await;
     assert!(
         busy["power_watts"].as_f64().is_some_and(|w| w > 500.0),
         "{busy}"
@@ -260,6 +264,19 @@ async fn gpu_samples_from_heartbeats_are_kept_per_bucket() {
     assert_eq!(s, allot_system_tests::StatusCode::BAD_REQUEST);
     let (s, _) = c.get("/api/v1/nodes/node-1/gpus/GPU-nope/samples").await;
     assert_eq!(s, allot_system_tests::StatusCode::NOT_FOUND);
+    // The job's own samples: alone on its GPU, it is what the GPU did.
+    let job_samples = format!("/api/v1/jobs/{id}/samples?minutes=5");
+    let job_point = busy_point(&c, "a sample of the job", &job_samples).await;
+    assert!(
+        job_point["memory_used_bytes"]
+            .as_u64()
+            .is_some_and(|b| b > 100 << 30),
+        "{job_point}"
+    );
+    let (s, _) = c
+        .get(&format!("/api/v1/jobs/{id}/samples?resolution=1d"))
+        .await;
+    assert_eq!(s, allot_system_tests::StatusCode::BAD_REQUEST);
     // ... and the latest is on the control plane's /metrics.
     let text = c.scrape_metrics().await;
     let line = text

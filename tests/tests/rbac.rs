@@ -91,6 +91,7 @@ const EXPECTED: &[(&str, &str)] = &[
     ("GET /api/v1/jobs/{id}", "OCX - OC OC OC"),
     ("POST /api/v1/jobs/{id}/cancel", "OCX - OC OC -"),
     ("GET /api/v1/jobs/{id}/log", "OCX - OC OC OC"),
+    ("GET /api/v1/jobs/{id}/samples", "OCX - OC OC OC"),
     ("GET /api/v1/usage", "OCX - OC OC OC"),
     ("GET /api/v1/nodes", "OCX - OCX OCX OCX"),
     ("GET /api/v1/nodes/{id}", "OCX - OCX OCX OCX"),

@@ -125,6 +125,7 @@ fn routes<R: Routes>(r: &mut R) {
     r.add(M::GET, "/api/v1/jobs/{id}", jobs::get);
     r.add(M::POST, "/api/v1/jobs/{id}/cancel", jobs::cancel);
     r.add(M::GET, "/api/v1/jobs/{id}/log", jobs::log);
+    r.add(M::GET, "/api/v1/jobs/{id}/samples", jobs::samples);
     r.add(M::GET, "/api/v1/usage", usage::usage);
     r.add(M::GET, "/api/v1/nodes", nodes::list);
     r.add(M::GET, "/api/v1/nodes/{id}", nodes::get);

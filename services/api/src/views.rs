@@ -763,6 +763,44 @@ pub struct SamplesQuery {
     pub minutes: Option<u32>,
 }
 
+impl SamplesQuery {
+    /// The resolution in seconds and the start of the window, checked.
+    pub fn window(&self, now: DateTime<Utc>) -> Result<(i64, DateTime<Utc>), crate::ApiError> {
+        let resolution = match self.resolution.as_deref() {
+            None | Some("10s") => 10,
+            Some("5m") => 300,
+            Some(other) => {
+                return Err(crate::ApiError::malformed(
+                    "resolution",
+                    format!("unknown resolution `{other}` (10s or 5m)"),
+                ));
+            }
+        };
+        let minutes = self.minutes.unwrap_or(60);
+        if !(1..=90 * 24 * 60).contains(&minutes) {
+            return Err(crate::ApiError::malformed(
+                "minutes",
+                "must be from 1 to 129600 (90 days)",
+            ));
+        }
+        Ok((
+            resolution,
+            now - chrono::Duration::minutes(i64::from(minutes)),
+        ))
+    }
+}
+
+/// A job's averages over one bucket.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct JobSampleView {
+    /// The bucket's start.
+    pub at: DateTime<Utc>,
+    /// The fraction of its GPUs' time the job kept busy, 0 to 1 (averaged over its GPUs).
+    pub utilization: f64,
+    /// GPU memory it held, all its GPUs together.
+    pub memory_used_bytes: u64,
+}
+
 /// A GPU's averages over one bucket.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct GpuSampleView {

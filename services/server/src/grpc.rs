@@ -215,6 +215,42 @@ impl NodeSvc {
 
     /// Jobs the control plane thinks run on `node` but the agent does not: their processes
     /// are gone (the agent restarted), through no fault of theirs, so they are requeued.
+    /// Stores the samples of jobs running on this node (a node speaks for its own jobs
+    /// only).
+    async fn record_job_samples(
+        &self,
+        node_id: &str,
+        now: chrono::DateTime<chrono::Utc>,
+        reported: &[allot_proto::v1::JobSample],
+    ) -> Result<(), allot_store::StoreError> {
+        use allot_store::SampleRepo;
+        if reported.is_empty() {
+            return Ok(());
+        }
+        let mine = self
+            .store
+            .list_jobs(JobFilter {
+                node_id: Some(node_id.to_owned()),
+                states: vec![JobState::Running],
+                ..JobFilter::new(TenantScope::All)
+            })
+            .await?;
+        let samples: Vec<(String, allot_store::JobSample)> = reported
+            .iter()
+            .filter(|s| s.utilization.is_finite() && mine.jobs.iter().any(|j| j.id == s.job_id))
+            .map(|s| {
+                (
+                    s.job_id.clone(),
+                    allot_store::JobSample {
+                        utilization: f64::from(s.utilization).clamp(0.0, 1.0),
+                        memory_used_bytes: s.memory_used_bytes,
+                    },
+                )
+            })
+            .collect();
+        self.store.record_job_samples(now, &samples).await
+    }
+
     async fn requeue_lost_jobs(
         &self,
         ctx: &AuditContext,
@@ -413,10 +449,13 @@ impl allot_proto::NodeService for NodeSvc {
                 ))
             })
             .collect();
-        if !samples.is_empty() && self.samples.due(&node.id) {
+        if (!samples.is_empty() || !r.job_samples.is_empty()) && self.samples.due(&node.id) {
             let now = self.store.clock().now();
             if let Err(e) = self.store.record_gpu_samples(&node.id, now, &samples).await {
                 tracing::warn!(error = %e, node = %node.name, "GPU samples not stored");
+            }
+            if let Err(e) = self.record_job_samples(&node.id, now, &r.job_samples).await {
+                tracing::warn!(error = %e, node = %node.name, "job samples not stored");
             }
             if self.samples.prune_due() {
                 match self.store.prune_gpu_samples(now).await {

@@ -37,7 +37,7 @@ pub use error::StoreError;
 pub use identity::{IdentityRepo, NewBinding, SignIn};
 pub use jobs::{JobFilter, JobPage, JobRepo, JobUpdate, NewJob};
 pub use nodes::{NodeAdmin, NodeRegistration, NodeRepo};
-pub use samples::{RESOLUTIONS, Sample, SamplePoint, SampleRepo};
+pub use samples::{JobSample, JobSamplePoint, RESOLUTIONS, Sample, SamplePoint, SampleRepo};
 pub use scope::TenantScope;
 pub use sessions::{NewSession, SessionRepo};
 pub use tenants::TenantRepo;

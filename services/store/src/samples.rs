@@ -5,7 +5,7 @@ use chrono::{DateTime, Duration, Utc};
 use sea_orm::sea_query::{Expr, ExprTrait, OnConflict};
 use sea_orm::{ActiveValue::Set, ColumnTrait, EntityTrait, QueryFilter, QueryOrder};
 
-use crate::entities::gpu_samples;
+use crate::entities::{gpu_samples, job_samples};
 use crate::{Store, StoreError};
 
 /// The resolutions samples are kept at, and for how long.
@@ -48,6 +48,22 @@ pub struct SamplePoint {
     pub ecc_uncorrected: u64,
 }
 
+/// One measurement of one job: its share of its GPUs' time (0 to 1, averaged over its GPUs)
+/// and the GPU memory it holds (all its GPUs).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct JobSample {
+    pub utilization: f64,
+    pub memory_used_bytes: u64,
+}
+
+/// A job's bucket averages.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct JobSamplePoint {
+    pub at: DateTime<Utc>,
+    pub utilization: f64,
+    pub memory_used_bytes: u64,
+}
+
 fn bucket(at: DateTime<Utc>, secs: i64) -> DateTime<Utc> {
     let t = at.timestamp();
     DateTime::from_timestamp(t - t.rem_euclid(secs), 0).unwrap_or(at)
@@ -69,7 +85,21 @@ pub trait SampleRepo {
         resolution_secs: i64,
         since: DateTime<Utc>,
     ) -> impl Future<Output = Result<Vec<SamplePoint>, StoreError>> + Send;
-    /// Drops buckets past their resolution's retention; returns how many.
+    /// Adds jobs' samples taken at `at` to their buckets.
+    fn record_job_samples(
+        &self,
+        at: DateTime<Utc>,
+        samples: &[(String, JobSample)],
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// A job's bucket averages at `resolution_secs` since `since`, oldest first.
+    fn job_samples(
+        &self,
+        job_id: &str,
+        resolution_secs: i64,
+        since: DateTime<Utc>,
+    ) -> impl Future<Output = Result<Vec<JobSamplePoint>, StoreError>> + Send;
+    /// Drops buckets (of GPUs and of jobs) past their resolution's retention; returns how
+    /// many.
     fn prune_gpu_samples(
         &self,
         now: DateTime<Utc>,
@@ -177,13 +207,80 @@ impl SampleRepo for Store {
             .collect())
     }
 
+    async fn record_job_samples(
+        &self,
+        at: DateTime<Utc>,
+        samples: &[(String, JobSample)],
+    ) -> Result<(), StoreError> {
+        use job_samples::Column as C;
+        for (job_id, s) in samples {
+            for (secs, _) in RESOLUTIONS {
+                let add = |c: C| {
+                    Expr::col((job_samples::Entity, c))
+                        .add(Expr::col((sea_orm::sea_query::Alias::new("excluded"), c)))
+                };
+                let row = job_samples::ActiveModel {
+                    job_id: Set(job_id.clone()),
+                    resolution_secs: Set(i32::try_from(secs).unwrap_or(i32::MAX)),
+                    at: Set(bucket(at, secs)),
+                    utilization_sum: Set(s.utilization),
+                    memory_used_sum: Set(s.memory_used_bytes as f64),
+                    count: Set(1),
+                };
+                job_samples::Entity::insert(row)
+                    .on_conflict(
+                        OnConflict::columns([C::JobId, C::ResolutionSecs, C::At])
+                            .value(C::UtilizationSum, add(C::UtilizationSum))
+                            .value(C::MemoryUsedSum, add(C::MemoryUsedSum))
+                            .value(C::Count, add(C::Count))
+                            .to_owned(),
+                    )
+                    .exec(&self.db)
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn job_samples(
+        &self,
+        job_id: &str,
+        resolution_secs: i64,
+        since: DateTime<Utc>,
+    ) -> Result<Vec<JobSamplePoint>, StoreError> {
+        use job_samples::Column as C;
+        Ok(job_samples::Entity::find()
+            .filter(C::JobId.eq(job_id))
+            .filter(C::ResolutionSecs.eq(i32::try_from(resolution_secs).unwrap_or(i32::MAX)))
+            .filter(C::At.gte(since))
+            .order_by_asc(C::At)
+            .all(&self.db)
+            .await?
+            .into_iter()
+            .map(|m| {
+                let n = f64::from(Ord::max(m.count, 1));
+                JobSamplePoint {
+                    at: m.at,
+                    utilization: m.utilization_sum / n,
+                    memory_used_bytes: (m.memory_used_sum / n) as u64,
+                }
+            })
+            .collect())
+    }
+
     async fn prune_gpu_samples(&self, now: DateTime<Utc>) -> Result<u64, StoreError> {
-        use gpu_samples::Column as C;
         let mut gone = 0;
         for (secs, keep) in RESOLUTIONS {
+            let resolution = i32::try_from(secs).unwrap_or(i32::MAX);
             gone += gpu_samples::Entity::delete_many()
-                .filter(C::ResolutionSecs.eq(i32::try_from(secs).unwrap_or(i32::MAX)))
-                .filter(C::At.lt(now - keep))
+                .filter(gpu_samples::Column::ResolutionSecs.eq(resolution))
+                .filter(gpu_samples::Column::At.lt(now - keep))
+                .exec(&self.db)
+                .await?
+                .rows_affected;
+            gone += job_samples::Entity::delete_many()
+                .filter(job_samples::Column::ResolutionSecs.eq(resolution))
+                .filter(job_samples::Column::At.lt(now - keep))
                 .exec(&self.db)
                 .await?
                 .rows_affected;

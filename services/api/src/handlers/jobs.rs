@@ -253,6 +253,36 @@ pub async fn cancel(
     Ok(json(status, &JobView::from(job)))
 }
 
+/// What a job did on its GPUs, as averages over 10-second buckets (the last day) or
+/// 5-minute buckets (the last 90 days).
+#[utoipa::path(get, path = "/api/v1/jobs/{id}/samples", tag = "jobs",
+    security(("bearer" = [])),
+    params(("id" = String, Path), crate::views::SamplesQuery),
+    responses((status = 200, body = Vec<crate::views::JobSampleView>), (status = 400, body = Problem),
+        (status = 404, body = Problem)))]
+pub async fn samples(
+    state: web::Data<AppState>,
+    who: Principal,
+    id: web::Path<String>,
+    crate::extract::Query(q): crate::extract::Query<crate::views::SamplesQuery>,
+) -> Result<HttpResponse, ApiError> {
+    use allot_store::SampleRepo;
+    let (resolution, since) = q.window(state.store.clock().now())?;
+    let job = visible_job(&state, &who, &id, Action::JobRead).await?;
+    let points: Vec<crate::views::JobSampleView> = state
+        .store
+        .job_samples(&job.id, resolution, since)
+        .await?
+        .into_iter()
+        .map(|p| crate::views::JobSampleView {
+            at: p.at,
+            utilization: p.utilization,
+            memory_used_bytes: p.memory_used_bytes,
+        })
+        .collect();
+    Ok(json(StatusCode::OK, &points))
+}
+
 /// The end of a finished job's combined stdout and stderr (the last 64 KiB).
 #[utoipa::path(get, path = "/api/v1/jobs/{id}/log", tag = "jobs",
     params(("id" = String, Path)), security(("bearer" = [])),

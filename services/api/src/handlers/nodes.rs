@@ -208,23 +208,7 @@ pub async fn samples(
     use allot_store::SampleRepo;
     let (id, uuid) = path.into_inner();
     who.authorize(Action::NodeRead, Resource::Node(&id), "the node inventory")?;
-    let resolution = match q.resolution.as_deref() {
-        None | Some("10s") => 10,
-        Some("5m") => 300,
-        Some(other) => {
-            return Err(ApiError::malformed(
-                "resolution",
-                format!("unknown resolution `{other}` (10s or 5m)"),
-            ));
-        }
-    };
-    let minutes = q.minutes.unwrap_or(60);
-    if !(1..=90 * 24 * 60).contains(&minutes) {
-        return Err(ApiError::malformed(
-            "minutes",
-            "must be from 1 to 129600 (90 days)",
-        ));
-    }
+    let (resolution, since) = q.window(state.store.clock().now())?;
     let node = find(&state, &id).await?;
     if !node.gpus.iter().any(|g| g.uuid == uuid) {
         return Err(ApiError::NotFound(format!(
@@ -232,7 +216,6 @@ pub async fn samples(
             node.name
         )));
     }
-    let since = state.store.clock().now() - chrono::Duration::minutes(i64::from(minutes));
     let points: Vec<crate::views::GpuSampleView> = state
         .store
         .gpu_samples(Some(&uuid), resolution, since)

@@ -1,0 +1,134 @@
+//! What each running job is doing, from its GPUs' samples: the figures the control plane
+//! keeps per job.
+//!
+//! - Memory: what the shim counts for a job on shares of GPUs (exact, all its processes);
+//!   else what the driver reports for the job's processes; else, for a simulated GPU, the
+//!   GPU's memory in use split among its jobs by share.
+//! - Utilization: the fraction of its GPUs' time the job kept busy, each GPU's busy time
+//!   split among its jobs by share (the driver does not say which process kept it busy),
+//!   averaged over the job's GPUs.
+
+use std::collections::HashMap;
+
+/// One GPU's measurement.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GpuReading {
+    pub utilization: f64,
+    pub memory_used_bytes: u64,
+}
+
+/// A running job, as far as its samples go.
+#[derive(Debug, Clone)]
+pub struct JobOnGpus {
+    pub id: String,
+    /// Physical GPU UUIDs (a MIG instance counts as its GPU).
+    pub gpus: Vec<String>,
+    /// Its share of each, in milli.
+    pub gpu_milli: u32,
+    /// Bytes it holds by an exact count (the shim's, or the driver's per process), if known.
+    pub memory_counted: Option<u64>,
+}
+
+/// Each job's (utilization, memory used).
+pub fn attribute(
+    readings: &HashMap<String, GpuReading>,
+    jobs: &[JobOnGpus],
+) -> Vec<(String, f64, u64)> {
+    let mut load: HashMap<&str, f64> = HashMap::new();
+    for j in jobs {
+        for g in &j.gpus {
+            *load.entry(g.as_str()).or_default() += f64::from(j.gpu_milli.min(1000)) / 1000.0;
+        }
+    }
+    jobs.iter()
+        .filter_map(|j| {
+            let share = f64::from(j.gpu_milli.min(1000)) / 1000.0;
+            let mut util = 0.0;
+            let mut memory = 0.0;
+            let mut seen = 0usize;
+            for g in &j.gpus {
+                let Some(r) = readings.get(g) else {
+                    continue;
+                };
+                // What the GPU's jobs did, split by what each holds of it.
+                let of = load.get(g.as_str()).copied().unwrap_or(share).max(1e-3);
+                util += r.utilization * share / of;
+                memory += r.memory_used_bytes as f64 * share / of;
+                seen += 1;
+            }
+            if seen == 0 {
+                return None;
+            }
+            let utilization = (util / seen as f64).clamp(0.0, 1.0);
+            let memory_used = j.memory_counted.unwrap_or(memory as u64);
+            Some((j.id.clone(), utilization, memory_used))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reading(u: f64, mem: u64) -> GpuReading {
+        GpuReading {
+            utilization: u,
+            memory_used_bytes: mem,
+        }
+    }
+
+    #[test]
+    fn jobs_split_their_gpus_by_share() {
+        let readings = HashMap::from([
+            ("GPU-a".to_owned(), reading(0.8, 80)),
+            ("GPU-b".to_owned(), reading(0.9, 100)),
+        ]);
+        let jobs = [
+            JobOnGpus {
+                id: "half".into(),
+                gpus: vec!["GPU-a".into()],
+                gpu_milli: 500,
+                memory_counted: None,
+            },
+            JobOnGpus {
+                id: "other-half".into(),
+                gpus: vec!["GPU-a".into()],
+                gpu_milli: 500,
+                memory_counted: Some(7),
+            },
+            JobOnGpus {
+                id: "whole".into(),
+                gpus: vec!["GPU-b".into()],
+                gpu_milli: 1000,
+                memory_counted: None,
+            },
+        ];
+        let got = attribute(&readings, &jobs);
+        // Each half gets half of GPU-a's busy time: 0.4 of the GPU.
+        assert_eq!(got[0].0, "half");
+        assert!((got[0].1 - 0.4).abs() < 1e-9, "{got:?}");
+        assert_eq!(got[0].2, 40);
+        // An exact count wins over the split.
+        assert_eq!(got[1].2, 7);
+        assert!((got[2].1 - 0.9).abs() < 1e-9);
+        assert_eq!(got[2].2, 100);
+        // A job on GPUs with no reading has no sample.
+        // Alone on a GPU, a job is all of what the GPU did.
+        let alone = [JobOnGpus {
+            id: "alone".into(),
+            gpus: vec!["GPU-a".into()],
+            gpu_milli: 300,
+            memory_counted: None,
+        }];
+        let got = attribute(&readings, &alone);
+        assert!((got[0].1 - 0.8).abs() < 1e-9, "{got:?}");
+        assert_eq!(got[0].2, 80);
+        let lost = [JobOnGpus {
+            id: "x".into(),
+            gpus: vec!["GPU-z".into()],
+            gpu_milli: 1000,
+            memory_counted: None,
+        }];
+        assert!(attribute(&readings, &lost).is_empty());
+    }
+}
