@@ -943,8 +943,15 @@ impl Agent {
         if let Some(job) = jobs.running.get(&c.job_id)
             && (c.attempt == 0 || job.attempt == c.attempt)
         {
-            tracing::info!(job = %c.job_id, attempt = job.attempt, reason = %c.reason, "stopping");
-            job.signal.stop(StopReason::Cancelled);
+            tracing::info!(job = %c.job_id, attempt = job.attempt, reason = %c.reason, grace_seconds = c.grace_seconds, "stopping");
+            if c.grace_seconds > 0 {
+                job.signal.stop_within(
+                    StopReason::Cancelled,
+                    Duration::from_secs(u64::from(c.grace_seconds)),
+                );
+            } else {
+                job.signal.stop(StopReason::Cancelled);
+            }
             return;
         }
         if c.attempt != 0 && jobs.seen.insert((c.job_id.clone(), c.attempt)) {

@@ -38,6 +38,8 @@ pub struct StopSignal {
     reason: Mutex<Option<StopReason>>,
     /// What happened, for the report (e.g. which XID).
     note: Mutex<Option<String>>,
+    /// The grace the stop asked for, instead of the agent's own.
+    grace: Mutex<Option<Duration>>,
 }
 
 impl StopSignal {
@@ -59,6 +61,25 @@ impl StopSignal {
             }
         }
         self.stop(reason);
+    }
+
+    /// Stops with this long between the termination signal and the kill (a preemption's
+    /// grace, for the job to checkpoint). The first stop's grace wins.
+    pub fn stop_within(&self, reason: StopReason, grace: Duration) {
+        {
+            let r = self.reason.lock().unwrap_or_else(|e| e.into_inner());
+            if r.is_none() {
+                self.grace
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .get_or_insert(grace);
+            }
+        }
+        self.stop(reason);
+    }
+
+    fn grace(&self) -> Option<Duration> {
+        *self.grace.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn note(&self) -> Option<String> {
@@ -343,7 +364,9 @@ pub async fn run(
             // Losing the lease allows no grace (the attempt may start elsewhere any moment),
             // and neither does a faulted GPU.
             let grace = match stop.reason() {
-                Some(StopReason::Cancelled | StopReason::AgentShutdown) | None => grace,
+                Some(StopReason::Cancelled | StopReason::AgentShutdown) | None => {
+                    stop.grace().unwrap_or(grace)
+                }
                 Some(
                     StopReason::LeaseLost
                     | StopReason::DeviceFault

@@ -4,6 +4,7 @@
 //! exclusive whole-GPU allocation, static sharing and elastic sharing with forecasting.
 
 pub mod forecast;
+pub mod live;
 pub mod policy;
 pub mod queue;
 pub mod sim;

@@ -166,6 +166,12 @@ pub fn launch(job: &Job) -> Assignment {
 /// Stops the job's current attempt: cancelled by a person, or preempted by reclaim (then
 /// `preempt_reason` says why).
 pub fn cancel(job: &Job) -> Assignment {
+    cancel_within(job, 0)
+}
+
+/// A `Cancel` giving the job `grace_seconds` between the termination signal and the kill
+/// (0: the agent's own grace).
+pub fn cancel_within(job: &Job, grace_seconds: u32) -> Assignment {
     Assignment {
         kind: Some(Kind::Cancel(Cancel {
             job_id: job.id.clone(),
@@ -174,6 +180,7 @@ pub fn cancel(job: &Job) -> Assignment {
                 Some(r) if !job.cancel_requested => format!("preempted: {r}"),
                 _ => "cancelled".to_owned(),
             },
+            grace_seconds,
         })),
     }
 }

@@ -3,6 +3,7 @@
 
 pub mod budgets;
 pub mod checkpoints;
+pub mod elastic;
 pub mod grpc;
 pub mod hub;
 pub mod leases;
@@ -71,6 +72,12 @@ pub struct ServerConfig {
     /// A directory with `allot.cedarschema` and `*.cedar` policies replacing the shipped
     /// ones; validated at start-up either way.
     pub policy_dir: Option<std::path::PathBuf>,
+    /// Apply the elastic share policy in the scheduling loop: time-windowed shares by
+    /// workload class, bursts, forecasts (`services/server/src/elastic.rs`). The policy is
+    /// `elastic_policy`, else `elastic.toml` in `policy_dir`, else the shipped one; it is
+    /// validated at start-up whether applied or not.
+    pub elastic: bool,
+    pub elastic_policy: Option<std::path::PathBuf>,
     /// Accept bearer JWTs from this OpenID Connect provider.
     pub oidc: Option<allot_api::jwt::OidcConfig>,
     /// Failed authentication attempts one source may make per `auth_failure_window` before
@@ -115,6 +122,8 @@ impl ServerConfig {
             checkpoint_interval: Duration::from_secs(1),
             audit_retention: None,
             policy_dir: None,
+            elastic: false,
+            elastic_policy: None,
             oidc: None,
             auth_max_failures: 20,
             auth_failure_window: Duration::from_secs(60),
@@ -383,15 +392,21 @@ pub async fn start(
         Some(dir) => allot_authz::Policies::from_dir(dir)?,
         None => allot_authz::Policies::builtin()?,
     });
-    // The elastic share policy too (`elastic.toml` in the policy directory, if there).
-    match config.policy_dir.as_ref().map(|d| d.join("elastic.toml")) {
-        Some(path) if path.exists() => {
-            allot_elastic::ElasticPolicy::parse(&std::fs::read_to_string(&path)?)?;
-        }
-        _ => {
-            allot_elastic::ElasticPolicy::builtin()?;
-        }
-    }
+    // The elastic share policy too: the one given, else `elastic.toml` in the policy
+    // directory, else the shipped one.
+    let elastic_file = config.elastic_policy.clone().or_else(|| {
+        config
+            .policy_dir
+            .as_ref()
+            .map(|d| d.join("elastic.toml"))
+            .filter(|p| p.exists())
+    });
+    let elastic_policy = match elastic_file {
+        Some(path) => allot_elastic::ElasticPolicy::parse(&std::fs::read_to_string(&path)?)?,
+        None => allot_elastic::ElasticPolicy::builtin()?,
+    };
+    let elastic = (config.elastic || config.elastic_policy.is_some())
+        .then(|| Arc::new(elastic::ElasticShares::new(elastic_policy)));
     let keys = Arc::new(if config.audit_key.trim().is_empty() {
         allot_audit::SigningKeys::single(allot_audit::Signer::generate_system(
             &config.audit_origin,
@@ -557,6 +572,7 @@ pub async fn start(
         store.clone(),
         hub.clone(),
         scheduler,
+        elastic,
         notify,
         config.schedule_interval,
         metrics.clone(),

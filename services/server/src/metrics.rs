@@ -56,6 +56,11 @@ struct LinkLabels {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TenantClassLabels {
+    class: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ReasonLabels {
     node: String,
     gpu_uuid: String,
@@ -96,6 +101,31 @@ struct OutcomeLabels {
 }
 
 impl Metrics {
+    /// The elastic policy's state after a pass.
+    pub fn elastic(
+        &self,
+        plan: &allot_elastic::live::Plan,
+        forecast_error: &std::collections::BTreeMap<String, f64>,
+    ) {
+        self.elastic_entitlement.clear();
+        for (class, gpus) in &plan.entitlement {
+            self.elastic_entitlement
+                .get_or_create(&TenantClassLabels {
+                    class: class.clone(),
+                })
+                .set(*gpus);
+        }
+        self.elastic_forecast_mape.clear();
+        for (class, error) in forecast_error {
+            self.elastic_forecast_mape
+                .get_or_create(&TenantClassLabels {
+                    class: class.clone(),
+                })
+                .set(*error);
+        }
+        self.elastic_burst.set(i64::from(plan.burst_active));
+    }
+
     /// A GPU's traffic, throttle reasons and ECC counts from its latest sample.
     fn set_signals(&self, node: &str, gpu: &str, p: &allot_store::SamplePoint) {
         for (link, direction, rate) in [
@@ -142,6 +172,9 @@ pub struct Metrics {
     gpu_link: Family<LinkLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
     gpu_throttled: Family<ReasonLabels, Gauge>,
     gpu_ecc: Family<ReasonLabels, Gauge>,
+    elastic_entitlement: Family<TenantClassLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    elastic_forecast_mape: Family<TenantClassLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    elastic_burst: Gauge,
     mig_instances: Family<MigLabels, Gauge>,
     nodes: Family<NodeLabels, Gauge>,
     tenant_gpu_milli: Family<TenantLabels, Gauge>,
@@ -208,6 +241,26 @@ impl Metrics {
             "ECC errors of each GPU since its driver loaded, by reason (corrected, uncorrected)",
             gpu_ecc.clone(),
         );
+        let elastic_entitlement =
+            Family::<TenantClassLabels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
+        registry.register(
+            "elastic_entitlement_gpus",
+            "GPUs each workload class is entitled to under the elastic policy now (with --elastic)",
+            elastic_entitlement.clone(),
+        );
+        let elastic_forecast_mape =
+            Family::<TenantClassLabels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
+        registry.register(
+            "elastic_forecast_mape",
+            "Mean absolute percentage error of each class's hourly demand forecasts so far",
+            elastic_forecast_mape.clone(),
+        );
+        let elastic_burst = Gauge::default();
+        registry.register(
+            "elastic_burst_active",
+            "1 while the burst class borrows beyond its share",
+            elastic_burst.clone(),
+        );
         let mig_instances = Family::<MigLabels, Gauge>::default();
         registry.register(
             "mig_instances",
@@ -257,6 +310,9 @@ impl Metrics {
             gpu_link,
             gpu_throttled,
             gpu_ecc,
+            elastic_entitlement,
+            elastic_forecast_mape,
+            elastic_burst,
             mig_instances,
             nodes,
             tenant_gpu_milli,

@@ -14,6 +14,7 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+use crate::elastic::ElasticShares;
 use crate::hub::{self, Hub};
 
 /// Why a pass did not finish.
@@ -26,10 +27,12 @@ pub enum PassError {
 }
 
 /// Runs passes whenever notified, and every `interval` regardless (leases lapse silently).
+#[allow(clippy::too_many_arguments)]
 pub async fn run(
     store: Store,
     hub: Arc<Hub>,
     mut scheduler: LiveScheduler,
+    elastic: Option<Arc<ElasticShares>>,
     notify: Arc<Notify>,
     interval: Duration,
     metrics: Arc<crate::metrics::Metrics>,
@@ -42,8 +45,11 @@ pub async fn run(
             () = tokio::time::sleep(interval) => {}
         }
         let started = std::time::Instant::now();
-        let result = pass(&store, &hub, &mut scheduler).await;
+        let result = pass(&store, &hub, &mut scheduler, elastic.as_deref()).await;
         metrics.scheduling_pass(result.is_ok(), started.elapsed());
+        if let Some((plan, error)) = elastic.as_ref().and_then(|e| e.last()) {
+            metrics.elastic(&plan, &error);
+        }
         if let Err(e) = result {
             tracing::warn!(error = %e, "scheduling pass failed; retrying on the next tick");
         }
@@ -60,19 +66,73 @@ async fn jobs_in(store: &Store, states: &[JobState]) -> Result<Vec<allot_domain:
         .jobs)
 }
 
+/// Makes the elastic policy's preemptions (with its grace period) and holds back the
+/// pending jobs of classes it says wait; returns the pending jobs left to place.
+async fn apply_elastic(
+    store: &Store,
+    hub: &Hub,
+    elastic: &ElasticShares,
+    nodes: &[allot_domain::Node],
+    holding: &[allot_domain::Job],
+    pending: Vec<allot_domain::Job>,
+) -> Result<Vec<allot_domain::Job>, StoreError> {
+    let plan = elastic.plan(store.clock().now(), nodes, holding, &pending);
+    let ctx = AuditContext::system("elastic");
+    for (job_id, reason) in &plan.preempt {
+        let node_id = holding
+            .iter()
+            .find(|j| j.id == *job_id)
+            .and_then(|j| j.node_id.clone())
+            .unwrap_or_default();
+        match store.request_preemption(&ctx, job_id, reason).await {
+            Ok(job) => {
+                tracing::info!(job = %job.id, node = %node_id, %reason, "elastic preemption");
+                hub.send(&node_id, hub::cancel_within(&job, elastic.grace_seconds()));
+            }
+            Err(StoreError::Conflict(msg)) => tracing::debug!(%msg, "elastic preemption skipped"),
+            Err(e) => return Err(e),
+        }
+    }
+    let mut left = Vec::with_capacity(pending.len());
+    for j in pending {
+        let held = j.spec.class.and_then(|c| plan.held_back.get(c.as_str()));
+        match held {
+            Some(message) => {
+                let reason = allot_domain::PendingReason {
+                    code: "ElasticShare".into(),
+                    message: message.clone(),
+                };
+                if j.pending_reason.as_ref() != Some(&reason) {
+                    store.set_pending_reason(&j.id, Some(reason)).await?;
+                }
+            }
+            None => left.push(j),
+        }
+    }
+    Ok(left)
+}
+
 /// One pass. Public so tests can drive scheduling step by step.
 pub async fn pass(
     store: &Store,
     hub: &Hub,
     scheduler: &mut LiveScheduler,
+    elastic: Option<&ElasticShares>,
 ) -> Result<(), PassError> {
     let nodes = store.list_nodes().await?;
     crate::leases::requeue_from_lapsed_nodes(store, &nodes).await?;
     let pending = jobs_in(store, &[JobState::Pending]).await?;
-    if pending.is_empty() {
+    if pending.is_empty() && elastic.is_none() {
         return Ok(());
     }
     let holding = jobs_in(store, &[JobState::Scheduled, JobState::Running]).await?;
+    let pending = match elastic {
+        Some(e) => apply_elastic(store, hub, e, &nodes, &holding, pending).await?,
+        None => pending,
+    };
+    if pending.is_empty() {
+        return Ok(());
+    }
     let tenants = store.list_tenants().await?;
     // Tenants that spent their monthly GPU-hour budget wait for the next month.
     let spent = crate::budgets::spent(store, &tenants, store.clock().now()).await?;

@@ -33,6 +33,16 @@ pub struct ServerArgs {
     /// authorization policies (they must validate, or the server does not start).
     #[arg(long, env = "ALLOT_POLICY_DIR")]
     policy_dir: Option<PathBuf>,
+    /// Apply the elastic share policy when scheduling: per time window, each workload
+    /// class's guaranteed share of the fleet, taken back from other classes' preemptible
+    /// jobs (after the policy's grace period) when the class needs it; bursts; forecasts.
+    /// The policy is --elastic-policy, else elastic.toml in --policy-dir, else the shipped
+    /// policies/elastic.toml.
+    #[arg(long, env = "ALLOT_ELASTIC")]
+    elastic: bool,
+    /// The elastic share policy file (TOML, like policies/elastic.toml); implies --elastic.
+    #[arg(long, env = "ALLOT_ELASTIC_POLICY")]
+    elastic_policy: Option<PathBuf>,
     /// Serve the API over HTTPS with this certificate chain (PEM, leaf first). Without
     /// one, the API listens on loopback only (behind a local TLS proxy, say).
     #[arg(long, env = "ALLOT_TLS_CERT", requires = "tls_key")]
@@ -294,6 +304,8 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
     config.grpc_listen = args.grpc_listen;
     config.metrics_listen = Some(args.metrics_listen);
     config.policy_dir = args.policy_dir;
+    config.elastic = args.elastic;
+    config.elastic_policy = args.elastic_policy;
     if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
         let read = |p: &Path, what: &str| {
             std::fs::read_to_string(p).with_context(|| format!("{what}: reading {}", p.display()))
