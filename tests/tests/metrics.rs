@@ -295,11 +295,17 @@ async fn gpu_samples_from_heartbeats_are_kept_per_bucket() {
     ] {
         assert!(text.lines().any(|l| l == metric), "no {metric}:\n{text}");
     }
-    assert!(
-        text.lines().any(|l| l.starts_with(&format!(
+    for prefix in [
+        format!(
             r#"allot_gpu_link_bytes_per_second{{node="node-1",gpu_uuid="{gpu}",link="nvlink",direction="rx"}} "#
-        ))),
-        "{text}"
-    );
+        ),
+        format!(r#"allot_job_gpu_utilization{{tenant="ml",job="{id}",node="node-1"}} "#),
+        format!(r#"allot_job_gpu_memory_bytes{{tenant="ml",job="{id}",node="node-1"}} "#),
+    ] {
+        assert!(
+            text.lines().any(|l| l.starts_with(&prefix)),
+            "no {prefix}:\n{text}"
+        );
+    }
     c.shutdown().await;
 }

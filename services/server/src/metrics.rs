@@ -56,6 +56,13 @@ struct LinkLabels {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RunningJobLabels {
+    tenant: String,
+    job: String,
+    node: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct TenantClassLabels {
     class: String,
 }
@@ -175,6 +182,8 @@ pub struct Metrics {
     elastic_entitlement: Family<TenantClassLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
     elastic_forecast_mape: Family<TenantClassLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
     elastic_burst: Gauge,
+    job_utilization: Family<RunningJobLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    job_memory: Family<RunningJobLabels, Gauge>,
     mig_instances: Family<MigLabels, Gauge>,
     nodes: Family<NodeLabels, Gauge>,
     tenant_gpu_milli: Family<TenantLabels, Gauge>,
@@ -261,6 +270,20 @@ impl Metrics {
             "1 while the burst class borrows beyond its share",
             elastic_burst.clone(),
         );
+        let job_utilization =
+            Family::<RunningJobLabels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
+        registry.register(
+            "job_gpu_utilization",
+            "Fraction of its GPUs' time each running job kept busy, as its latest 10-second \
+             sample averaged",
+            job_utilization.clone(),
+        );
+        let job_memory = Family::<RunningJobLabels, Gauge>::default();
+        registry.register(
+            "job_gpu_memory_bytes",
+            "GPU memory each running job holds, all its GPUs together, as its latest sample",
+            job_memory.clone(),
+        );
         let mig_instances = Family::<MigLabels, Gauge>::default();
         registry.register(
             "mig_instances",
@@ -313,6 +336,8 @@ impl Metrics {
             elastic_entitlement,
             elastic_forecast_mape,
             elastic_burst,
+            job_utilization,
+            job_memory,
             mig_instances,
             nodes,
             tenant_gpu_milli,
@@ -411,6 +436,45 @@ impl Metrics {
                     *tenant_milli.entry(tenant.clone()).or_default() += per_gpu;
                 }
             }
+        }
+
+        self.job_utilization.clear();
+        self.job_memory.clear();
+        let node_name: HashMap<&str, &str> = nodes
+            .iter()
+            .map(|n| (n.id.as_str(), n.name.as_str()))
+            .collect();
+        let mut latest_job: HashMap<String, allot_store::JobSamplePoint> = HashMap::new();
+        for p in store
+            .job_samples(None, 10, now - chrono::Duration::minutes(2))
+            .await?
+        {
+            latest_job.insert(p.job_id.clone(), p);
+        }
+        for j in jobs.iter().filter(|j| j.state == JobState::Running) {
+            let Some(p) = latest_job.get(&j.id) else {
+                continue;
+            };
+            let labels = RunningJobLabels {
+                tenant: tenant_name
+                    .get(j.tenant_id.as_str())
+                    .copied()
+                    .unwrap_or("unknown")
+                    .to_owned(),
+                job: j.id.clone(),
+                node: j
+                    .node_id
+                    .as_deref()
+                    .and_then(|n| node_name.get(n).copied())
+                    .unwrap_or("unknown")
+                    .to_owned(),
+            };
+            self.job_utilization
+                .get_or_create(&labels)
+                .set(p.utilization);
+            self.job_memory
+                .get_or_create(&labels)
+                .set(i64::try_from(p.memory_used_bytes).unwrap_or(i64::MAX));
         }
 
         self.nodes.clear();

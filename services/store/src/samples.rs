@@ -59,6 +59,7 @@ pub struct JobSample {
 /// A job's bucket averages.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct JobSamplePoint {
+    pub job_id: String,
     pub at: DateTime<Utc>,
     pub utilization: f64,
     pub memory_used_bytes: u64,
@@ -91,10 +92,11 @@ pub trait SampleRepo {
         at: DateTime<Utc>,
         samples: &[(String, JobSample)],
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
-    /// A job's bucket averages at `resolution_secs` since `since`, oldest first.
+    /// Bucket averages at `resolution_secs` since `since`, oldest first, of one job or
+    /// (`None`) every job.
     fn job_samples(
         &self,
-        job_id: &str,
+        job_id: Option<&str>,
         resolution_secs: i64,
         since: DateTime<Utc>,
     ) -> impl Future<Output = Result<Vec<JobSamplePoint>, StoreError>> + Send;
@@ -244,22 +246,25 @@ impl SampleRepo for Store {
 
     async fn job_samples(
         &self,
-        job_id: &str,
+        job_id: Option<&str>,
         resolution_secs: i64,
         since: DateTime<Utc>,
     ) -> Result<Vec<JobSamplePoint>, StoreError> {
         use job_samples::Column as C;
-        Ok(job_samples::Entity::find()
-            .filter(C::JobId.eq(job_id))
+        let mut q = job_samples::Entity::find()
             .filter(C::ResolutionSecs.eq(i32::try_from(resolution_secs).unwrap_or(i32::MAX)))
             .filter(C::At.gte(since))
-            .order_by_asc(C::At)
-            .all(&self.db)
+            .order_by_asc(C::At);
+        if let Some(id) = job_id {
+            q = q.filter(C::JobId.eq(id));
+        }
+        Ok(q.all(&self.db)
             .await?
             .into_iter()
             .map(|m| {
                 let n = f64::from(Ord::max(m.count, 1));
                 JobSamplePoint {
+                    job_id: m.job_id,
                     at: m.at,
                     utilization: m.utilization_sum / n,
                     memory_used_bytes: (m.memory_used_sum / n) as u64,

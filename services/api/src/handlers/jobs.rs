@@ -271,7 +271,7 @@ pub async fn samples(
     let job = visible_job(&state, &who, &id, Action::JobRead).await?;
     let points: Vec<crate::views::JobSampleView> = state
         .store
-        .job_samples(&job.id, resolution, since)
+        .job_samples(Some(&job.id), resolution, since)
         .await?
         .into_iter()
         .map(|p| crate::views::JobSampleView {
