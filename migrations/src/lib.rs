@@ -22,6 +22,7 @@ mod m20261203_000006_anti_affinity;
 mod m20261204_000001_gpu_compute;
 mod m20261204_000002_gpu_sample_signals;
 mod m20261204_000003_job_samples;
+mod m20261204_000004_resize;
 mod roles;
 
 pub use roles::{APPEND_ONLY_TABLES, BadRoleName, postgres_app_role_grants};
@@ -51,6 +52,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261204_000001_gpu_compute::Migration),
             Box::new(m20261204_000002_gpu_sample_signals::Migration),
             Box::new(m20261204_000003_job_samples::Migration),
+            Box::new(m20261204_000004_resize::Migration),
         ]
     }
 }

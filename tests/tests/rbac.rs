@@ -90,6 +90,7 @@ const EXPECTED: &[(&str, &str)] = &[
     ("POST /api/v1/jobs", "OCX - OC OC -"),
     ("GET /api/v1/jobs/{id}", "OCX - OC OC OC"),
     ("POST /api/v1/jobs/{id}/cancel", "OCX - OC OC -"),
+    ("POST /api/v1/jobs/{id}/resize", "OCX - OC OC -"),
     ("GET /api/v1/jobs/{id}/log", "OCX - OC OC OC"),
     ("GET /api/v1/jobs/{id}/samples", "OCX - OC OC OC"),
     ("GET /api/v1/usage", "OCX - OC OC OC"),
@@ -352,6 +353,7 @@ impl Fixture {
             ),
             "POST /api/v1/tenants" => (String::new(), Some(json!({ "name": format!("new-{n}") }))),
             "POST /api/v1/bootstrap-tokens" => (String::new(), Some(json!({}))),
+            "POST /api/v1/jobs/{id}/resize" => (String::new(), Some(json!({ "gpu_milli": 500 }))),
             "PUT /api/v1/tenants/{name}/quota" => (String::new(), Some(json!({}))),
             "POST /api/v1/jobs" => (
                 String::new(),

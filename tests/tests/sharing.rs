@@ -124,3 +124,104 @@ async fn a_job_over_its_limit_by_the_drivers_count_is_killed() {
     stop.cancel();
     c.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resizable_job_is_resized_while_it_runs_when_the_gpu_has_room() {
+    let kit = kit();
+    let (c, dir, stop) = cluster(SharingConfig {
+        shim_library: Some(kit.shim.clone()),
+        context_reserve_bytes: 512 << 20,
+        require_shim: true,
+    })
+    .await;
+    let asked = dir.path().join("asked");
+    // 10 GiB at first: 15 GiB is refused; once resized to 20 GiB it goes through.
+    let script = format!(
+        "ALLOT_FAKE_CUDA_UUIDS=$ALLOT_GPU_UUIDS exec {} procaddr ctx:0 alloc:mem:{big} \
+         touch:{} alloc-until:mem:{big} meminfo",
+        kit.probe.display(),
+        asked.display(),
+        big = 15 * GIB,
+    );
+    let resizable = c
+        .submit_with(
+            "ml",
+            json!({
+                "gpus": 1, "gpu_milli": 300, "gpu_memory_bytes": 10 * GIB, "gpu_resizable": true,
+                "env": { "LD_LIBRARY_PATH": kit.driver_dir.display().to_string() },
+            }),
+            &["sh", "-c", &script],
+        )
+        .await;
+    let fixed = c
+        .submit_with(
+            "ml",
+            json!({ "gpus": 1, "gpu_milli": 500, "gpu_memory_bytes": 10 * GIB }),
+            &["sleep", "600"],
+        )
+        .await;
+    c.wait_for_state(&fixed, "running").await;
+    c.eventually("the job to hit its limit", || async {
+        asked.exists().then_some(())
+    })
+    .await;
+    let cluster_ref = &c;
+    let resize = |id: &str, body: serde_json::Value| {
+        let path = format!("/api/v1/jobs/{id}/resize");
+        async move { cluster_ref.post(&path, body).await }
+    };
+    // Not every job allows it; bad input names its field; the GPU has 500 thousandths
+    // free beside the other job, not 800.
+    let (s, body) = resize(&fixed, json!({ "gpu_milli": 400 })).await;
+    assert_eq!(s, allot_system_tests::StatusCode::CONFLICT, "{body}");
+    let (s, body) = resize(&resizable, json!({ "gpu_milli": 1000 })).await;
+    assert_eq!(
+        s,
+        allot_system_tests::StatusCode::UNPROCESSABLE_ENTITY,
+        "{body}"
+    );
+    assert!(body.to_string().contains("gpu_milli"), "{body}");
+    let (s, body) = resize(&resizable, json!({ "gpu_milli": 800 })).await;
+    assert_eq!(s, allot_system_tests::StatusCode::CONFLICT, "{body}");
+    assert!(
+        body["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("500 thousandths free")),
+        "{body}"
+    );
+    // 400 thousandths and 20 GiB fit: applied at once, and the job's next allocation sees it.
+    let (s, job) = resize(
+        &resizable,
+        json!({ "gpu_milli": 400, "gpu_memory_bytes": 20 * GIB }),
+    )
+    .await;
+    assert_eq!(s, allot_system_tests::StatusCode::OK, "{job}");
+    assert_eq!(job["held_gpu_milli"], 400);
+    assert_eq!(job["gpu_memory_bytes"], 20 * GIB);
+    let job = c.wait_for_state(&resizable, "succeeded").await;
+    let log = log_of(&c, &resizable).await;
+    assert!(
+        log.contains(&format!("alloc mem {} err 2", 15 * GIB)),
+        "{log}"
+    );
+    assert!(
+        log.contains(&format!("alloc mem {} ok 0", 15 * GIB)),
+        "{log}"
+    );
+    assert!(
+        log.contains(&format!(
+            "meminfo {} {} 0",
+            20 * GIB - 15 * GIB - (512 << 20),
+            20 * GIB
+        )),
+        "{log}"
+    );
+    // The history says when, so accounting can follow it.
+    assert!(
+        job.to_string()
+            .contains("resized to 0.4 of each GPU, 20 GiB of GPU memory"),
+        "{job}"
+    );
+    stop.cancel();
+    c.shutdown().await;
+}

@@ -13,6 +13,8 @@
  *   ctx:N                   make device N current (retains its primary context)
  *   alloc:KIND:BYTES        KIND: mem pitch managed async pool create array array3d mipmap
  *                           prints "alloc KIND BYTES ok ID" or "alloc KIND BYTES err CODE"
+ *   alloc-until:KIND:BYTES  retries every 50 ms (up to 60 s) until the allocation succeeds
+ *                           (a limit being raised); prints as alloc does
  *   free:ID                 frees allocation ID with its matching free
  *   meminfo                 "meminfo FREE TOTAL" from cuMemGetInfo_v2
  *   totalmem:N              "totalmem N BYTES" from cuDeviceTotalMem_v2
@@ -393,8 +395,9 @@ int main(int argc, char **argv) {
             if (!r)
                 r = api.ctx_set_current(ctx);
             printf("ctx %s %d\n", cmd + 4, r);
-        } else if (!strncmp(cmd, "alloc:", 6)) {
-            char *kind = cmd + 6, *colon = strchr(kind, ':');
+        } else if (!strncmp(cmd, "alloc:", 6) || !strncmp(cmd, "alloc-until:", 12)) {
+            int until = !strncmp(cmd, "alloc-until:", 12);
+            char *kind = cmd + (until ? 12 : 6), *colon = strchr(kind, ':');
             if (!colon)
                 die("alloc:KIND:BYTES");
             *colon = 0;
@@ -407,6 +410,10 @@ int main(int argc, char **argv) {
                 die("unknown allocation kind");
             unsigned long long h = 0;
             r = allocate(k, bytes, &h);
+            for (int tries = 0; until && r != 0 && tries < 1200; tries++) {
+                usleep(50000);
+                r = allocate(k, bytes, &h);
+            }
             if (r == 0) {
                 held[nheld].kind = k;
                 held[nheld].handle = h;

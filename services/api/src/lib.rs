@@ -43,6 +43,15 @@ pub trait ControlEvents: Send + Sync + 'static {
     fn job_cancel_requested(&self, job: &Job);
     /// A node's certificates were revoked: end its open calls.
     fn node_revoked(&self, node_id: &str);
+    /// Resize a running job on shares of GPUs, if the new share fits beside the other jobs
+    /// on its GPUs and within its tenant's limits (`Conflict` otherwise), and tell its node.
+    /// Serialized with scheduling, so no placement races it for the room.
+    fn resize_job(
+        &self,
+        ctx: allot_domain::AuditContext,
+        job: Job,
+        share: allot_domain::Share,
+    ) -> std::pin::Pin<Box<dyn Future<Output = Result<Job, ApiError>> + Send + '_>>;
 }
 
 /// Shared state of every handler.
@@ -124,6 +133,7 @@ fn routes<R: Routes>(r: &mut R) {
     r.add(M::POST, "/api/v1/jobs", jobs::submit);
     r.add(M::GET, "/api/v1/jobs/{id}", jobs::get);
     r.add(M::POST, "/api/v1/jobs/{id}/cancel", jobs::cancel);
+    r.add(M::POST, "/api/v1/jobs/{id}/resize", jobs::resize);
     r.add(M::GET, "/api/v1/jobs/{id}/log", jobs::log);
     r.add(M::GET, "/api/v1/jobs/{id}/samples", jobs::samples);
     r.add(M::GET, "/api/v1/usage", usage::usage);

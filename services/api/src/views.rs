@@ -240,6 +240,20 @@ pub struct SubmitJob {
     /// to its share always, `elastic` only while other jobs want the GPU.
     #[schema(value_type = Option<String>, example = "strict")]
     pub gpu_compute: Option<GpuCompute>,
+    /// For a share of a GPU: the job's share may be resized while it runs
+    /// (`POST /api/v1/jobs/{id}/resize`).
+    #[serde(default)]
+    pub gpu_resizable: bool,
+}
+
+/// A new share for a running job (at least one of the two).
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ResizeJob {
+    /// Its share of each of its GPUs, 1 to 999 thousandths.
+    pub gpu_milli: Option<u32>,
+    /// GPU memory it may hold on each.
+    pub gpu_memory_bytes: Option<u64>,
 }
 
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
@@ -314,6 +328,8 @@ pub struct JobView {
     /// How its share of a shared GPU is held: strict or elastic.
     #[schema(value_type = Option<String>)]
     pub gpu_compute: Option<GpuCompute>,
+    /// Whether its share may be resized while it runs.
+    pub gpu_resizable: bool,
     /// Why a pending job waits.
     pub pending_reason: Option<PendingReasonView>,
     pub node_id: Option<String>,
@@ -367,6 +383,7 @@ impl From<Job> for JobView {
             checkpoint_dir: j.spec.checkpoint_dir,
             mig_profile: j.spec.mig_profile,
             gpu_compute: j.spec.gpu_compute,
+            gpu_resizable: j.spec.gpu_resizable,
             pending_reason: j.pending_reason.map(Into::into),
             node_id: j.node_id,
             gpu_uuids: j.gpu_uuids,

@@ -47,6 +47,7 @@ pub enum Action {
     JobLog,
     JobSubmit,
     JobCancel,
+    JobResize,
     TokenCreate,
     TokenList,
     TokenRead,
@@ -70,7 +71,7 @@ pub enum Action {
 }
 
 impl Action {
-    pub const ALL: [Action; 27] = [
+    pub const ALL: [Action; 28] = [
         Action::TenantRead,
         Action::QuotaRead,
         Action::JobList,
@@ -78,6 +79,7 @@ impl Action {
         Action::JobLog,
         Action::JobSubmit,
         Action::JobCancel,
+        Action::JobResize,
         Action::TokenCreate,
         Action::TokenList,
         Action::TokenRead,
@@ -109,6 +111,7 @@ impl Action {
             Action::JobLog => "job.log",
             Action::JobSubmit => "job.submit",
             Action::JobCancel => "job.cancel",
+            Action::JobResize => "job.resize",
             Action::TokenCreate => "token.create",
             Action::TokenList => "token.list",
             Action::TokenRead => "token.read",

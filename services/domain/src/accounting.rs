@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, NaiveDate, Utc};
 use serde::Serialize;
 
-use crate::job::{JobEvent, JobState};
+use crate::job::{Job, JobEvent, JobState, Share};
 
 /// A span of time a job ran.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,6 +35,74 @@ pub fn running_intervals(events: &[JobEvent], now: DateTime<Utc>) -> Vec<Interva
         out.push(Interval { start, end: now });
     }
     out
+}
+
+/// The spans a job ran, each with the share it held then: split where a placement or a
+/// resize changed the share. `fallback` is the share for history that records none.
+pub fn running_by_share(
+    events: &[JobEvent],
+    now: DateTime<Utc>,
+    fallback: Share,
+) -> Vec<(Share, Interval)> {
+    let mut share = events.iter().find_map(|e| e.share).unwrap_or(fallback);
+    let mut out = Vec::new();
+    let mut since: Option<DateTime<Utc>> = None;
+    for e in events {
+        if let Some(next) = e.share.filter(|s| *s != share) {
+            if let Some(start) = since.replace(e.at) {
+                out.push((share, Interval { start, end: e.at }));
+            }
+            share = next;
+        }
+        if e.to == JobState::Running {
+            since.get_or_insert(e.at);
+        } else if let Some(start) = since.take() {
+            out.push((share, Interval { start, end: e.at }));
+        }
+    }
+    if let Some(start) = since {
+        out.push((share, Interval { start, end: now }));
+    }
+    out
+}
+
+impl<'a> JobUsage<'a> {
+    /// What a stored job held while it ran, from its history: one entry per share it held
+    /// (`report` adds them up under the job), named by `tenant`.
+    pub fn of(job: &'a Job, tenant: &'a str, events: &[JobEvent], now: DateTime<Utc>) -> Vec<Self> {
+        let fallback = Share {
+            gpu_milli: job
+                .held_gpu_milli
+                .or(job.spec.gpu_milli)
+                .unwrap_or(crate::GPU_MILLI),
+            gpu_memory_bytes: job.spec.gpu_memory_bytes.unwrap_or(0),
+        };
+        let mig_slices = job
+            .spec
+            .mig_profile
+            .as_deref()
+            .and_then(crate::mig::profile_named)
+            .map_or(0, |p| p.compute_slices);
+        let mut by_share: Vec<(Share, Vec<Interval>)> = Vec::new();
+        for (share, iv) in running_by_share(events, now, fallback) {
+            match by_share.iter_mut().find(|(s, _)| *s == share) {
+                Some((_, ivs)) => ivs.push(iv),
+                None => by_share.push((share, vec![iv])),
+            }
+        }
+        by_share
+            .into_iter()
+            .map(|(share, running)| JobUsage {
+                job_id: &job.id,
+                tenant,
+                gpus: job.spec.gpus,
+                gpu_milli: share.gpu_milli,
+                gpu_memory_bytes: share.gpu_memory_bytes,
+                mig_slices,
+                running,
+            })
+            .collect()
+    }
 }
 
 /// What one job held while it ran.
@@ -232,6 +300,7 @@ mod tests {
             to,
             at: t(at),
             message: None,
+            share: None,
         }
     }
 
@@ -261,6 +330,61 @@ mod tests {
                 },
             ]
         );
+    }
+
+    #[test]
+    fn a_resize_splits_the_run_at_the_new_share() {
+        let ev = |to: JobState, at: &str, share: Option<(u32, u64)>| JobEvent {
+            from: None,
+            to,
+            at: t(at),
+            message: None,
+            share: share.map(|(gpu_milli, gpu_memory_bytes)| Share {
+                gpu_milli,
+                gpu_memory_bytes,
+            }),
+        };
+        let events = [
+            ev(JobState::Pending, "2026-11-30T09:00:00Z", None),
+            ev(JobState::Scheduled, "2026-11-30T09:00:00Z", Some((500, 10))),
+            ev(JobState::Running, "2026-11-30T09:00:00Z", None),
+            // Resized while running: from 11:00 it holds a fifth.
+            ev(JobState::Running, "2026-11-30T11:00:00Z", Some((200, 4))),
+            ev(JobState::Succeeded, "2026-11-30T12:00:00Z", None),
+        ];
+        let fallback = Share {
+            gpu_milli: 1000,
+            gpu_memory_bytes: 0,
+        };
+        let parts = running_by_share(&events, t("2026-11-30T13:00:00Z"), fallback);
+        assert_eq!(parts.len(), 2, "{parts:?}");
+        assert_eq!(parts[0].0.gpu_milli, 500);
+        assert_eq!(parts[0].1.end, t("2026-11-30T11:00:00Z"));
+        assert_eq!(
+            (parts[1].0.gpu_milli, parts[1].1.start),
+            (200, t("2026-11-30T11:00:00Z"))
+        );
+        // 2 h at a half and 1 h at a fifth: 1.2 GPU-hours.
+        let usage: Vec<JobUsage<'_>> = parts
+            .iter()
+            .map(|(s, iv)| JobUsage {
+                job_id: "j",
+                tenant: "a",
+                gpus: 1,
+                gpu_milli: s.gpu_milli,
+                gpu_memory_bytes: s.gpu_memory_bytes,
+                mig_slices: 0,
+                running: vec![*iv],
+            })
+            .collect();
+        let rows = report(
+            &usage,
+            t("2026-11-30T00:00:00Z"),
+            t("2026-12-01T00:00:00Z"),
+            GroupBy::Job,
+        );
+        assert_eq!(rows.len(), 1);
+        assert!((rows[0].usage.gpu_hours - 1.2).abs() < 1e-9, "{rows:?}");
     }
 
     #[test]

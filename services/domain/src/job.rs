@@ -178,6 +178,8 @@ pub struct JobSpec {
     pub mig_profile: Option<String>,
     /// How the job's share of a shared GPU is held: strict (the default) or elastic.
     pub gpu_compute: Option<crate::GpuCompute>,
+    /// Whether its share of a shared GPU may be resized while it runs.
+    pub gpu_resizable: bool,
 }
 
 impl JobSpec {
@@ -281,6 +283,13 @@ impl JobSpec {
                 self.isolation.is_none_or(|i| i == Isolation::Mig),
                 "isolation",
                 "a MIG job runs at mig isolation",
+            );
+        }
+        if self.gpu_resizable {
+            v.check(
+                self.gpu_milli.is_some_and(|m| m < 1000) && self.mig_profile.is_none(),
+                "gpu_resizable",
+                "applies to a share of a GPU: set gpu_milli below 1000",
             );
         }
         if self.gpu_compute.is_some() {
@@ -416,6 +425,16 @@ pub struct JobEvent {
     pub to: JobState,
     pub at: DateTime<Utc>,
     pub message: Option<String>,
+    /// The share the job holds from this event on, where it changed (placement, resize).
+    pub share: Option<Share>,
+}
+
+/// What a job holds of each of its GPUs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Share {
+    pub gpu_milli: u32,
+    /// GPU memory held on each (0: not asked).
+    pub gpu_memory_bytes: u64,
 }
 
 #[cfg(test)]
@@ -443,6 +462,7 @@ mod tests {
             checkpoint_dir: None,
             mig_profile: None,
             gpu_compute: None,
+            gpu_resizable: false,
         }
     }
 

@@ -28,7 +28,7 @@ pub use isolation::{
     GpuCompute, Isolation, PRIORITY_CLASSES, PRIORITY_RANGE, WorkloadClass, parse_priority,
 };
 pub use job::{
-    AVOID_FOR_SECS, Avoid, GPU_MILLI, Job, JobEvent, JobSpec, JobState, PendingReason,
+    AVOID_FOR_SECS, Avoid, GPU_MILLI, Job, JobEvent, JobSpec, JobState, PendingReason, Share,
     TransitionError,
 };
 pub use node::{GpuDevice, MigSlot, Node, NodeStatus};

@@ -16,7 +16,7 @@ use allot_api::signin::SessionAuth;
 use allot_api::views::NodeView;
 use allot_api::{ApiError, AppState};
 use allot_authz::{Action, Resource};
-use allot_domain::accounting::{GroupBy, JobUsage, report, running_intervals};
+use allot_domain::accounting::{GroupBy, JobUsage, report};
 use allot_domain::{Job, JobState, Tenant, format_bytes, format_milli};
 use allot_store::{
     AuditRepo, AuditSearch, IdentityRepo, JobFilter, JobRepo, NodeRepo, SampleRepo, TenantRepo,
@@ -356,15 +356,7 @@ async fn dashboard_page(
     let ran = state.store.jobs_run_since(&scope, start).await?;
     let inputs: Vec<JobUsage<'_>> = ran
         .iter()
-        .map(|(j, events)| JobUsage {
-            job_id: &j.id,
-            tenant: "all",
-            gpus: j.spec.gpus,
-            gpu_milli: j.held_gpu_milli.or(j.spec.gpu_milli).unwrap_or(1000),
-            gpu_memory_bytes: 0,
-            mig_slices: 0,
-            running: running_intervals(events, now),
-        })
+        .flat_map(|(j, events)| JobUsage::of(j, "all", events, now))
         .collect();
     let rows = report(&inputs, start, now, GroupBy::TenantDay);
     let max = rows

@@ -12,5 +12,6 @@ pub mod live;
 pub mod mig;
 pub mod openb;
 pub mod quota;
+pub mod resize;
 
 pub use live::{LIVE_POLICIES, LiveDecision, LiveError, LiveScheduler, Snapshot};

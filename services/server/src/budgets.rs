@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 
 use allot_domain::Tenant;
-use allot_domain::accounting::{GroupBy, JobUsage, over_budget, report, running_intervals};
+use allot_domain::accounting::{GroupBy, JobUsage, over_budget, report};
 use allot_store::{JobRepo, Store, StoreError, TenantScope};
 use chrono::{DateTime, Datelike, Utc};
 
@@ -29,18 +29,7 @@ pub async fn spent(
     let ran = store.jobs_run_since(&TenantScope::All, month_start).await?;
     let inputs: Vec<JobUsage<'_>> = ran
         .iter()
-        .map(|(job, events)| JobUsage {
-            job_id: &job.id,
-            tenant: &job.tenant_id,
-            gpus: job.spec.gpus,
-            gpu_milli: job
-                .held_gpu_milli
-                .or(job.spec.gpu_milli)
-                .unwrap_or(allot_domain::GPU_MILLI),
-            gpu_memory_bytes: 0,
-            mig_slices: 0,
-            running: running_intervals(events, now),
-        })
+        .flat_map(|(job, events)| JobUsage::of(job, &job.tenant_id, events, now))
         .collect();
     // Grouped by tenant id (the `tenant` given above).
     let used: HashMap<String, f64> = report(&inputs, month_start, now, GroupBy::Tenant)

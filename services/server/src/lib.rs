@@ -181,6 +181,9 @@ pub enum ServerError {
 struct Events {
     notify: Arc<Notify>,
     hub: Arc<Hub>,
+    store: Store,
+    /// Held by each scheduling pass and each resize: one decides at a time.
+    turn: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl ControlEvents for Events {
@@ -199,6 +202,47 @@ impl ControlEvents for Events {
             node_id,
             tonic::Status::unauthenticated("the node's certificates were revoked"),
         );
+    }
+
+    fn resize_job(
+        &self,
+        ctx: allot_domain::AuditContext,
+        job: Job,
+        share: allot_domain::Share,
+    ) -> std::pin::Pin<Box<dyn Future<Output = Result<Job, allot_api::ApiError>> + Send + '_>> {
+        use allot_api::ApiError;
+        use allot_store::{JobFilter, JobRepo, NodeRepo, TenantRepo, TenantScope};
+        Box::pin(async move {
+            let _turn = self.turn.lock().await;
+            let holding = self
+                .store
+                .list_jobs(JobFilter {
+                    states: vec![
+                        allot_domain::JobState::Scheduled,
+                        allot_domain::JobState::Running,
+                    ],
+                    ..JobFilter::new(TenantScope::All)
+                })
+                .await?
+                .jobs;
+            let Some(current) = holding.iter().find(|j| j.id == job.id) else {
+                return Err(ApiError::Conflict(format!(
+                    "job {} no longer holds GPUs",
+                    job.id
+                )));
+            };
+            let nodes = self.store.list_nodes().await?;
+            let tenants = self.store.list_tenants().await?;
+            allot_scheduler::resize::check(current, share, &holding, &nodes, &tenants)
+                .map_err(ApiError::Conflict)?;
+            let resized = self.store.resize_job(&ctx, &job.id, share).await?;
+            if let Some(node) = &resized.node_id {
+                self.hub.send(node, hub::resize(&resized));
+            }
+            // A smaller share frees room for what waits.
+            self.notify.notify_one();
+            Ok(resized)
+        })
     }
 }
 
@@ -464,6 +508,7 @@ pub async fn start(
 
     let stop = CancellationToken::new();
     let notify = Arc::new(Notify::new());
+    let turn = Arc::new(tokio::sync::Mutex::new(()));
     let hub = Arc::new(Hub::default());
     let (audit_batcher, batcher_task) = allot_store::AuditBatcher::start(store.clone(), 512);
     let state = AppState {
@@ -500,6 +545,8 @@ pub async fn start(
         events: Arc::new(Events {
             notify: notify.clone(),
             hub: hub.clone(),
+            store: store.clone(),
+            turn: turn.clone(),
         }),
     };
     let body_limit = BodyLimit(config.body_limit);
@@ -573,6 +620,7 @@ pub async fn start(
         hub.clone(),
         scheduler,
         elastic,
+        turn,
         notify,
         config.schedule_interval,
         metrics.clone(),

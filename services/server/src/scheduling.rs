@@ -33,6 +33,7 @@ pub async fn run(
     hub: Arc<Hub>,
     mut scheduler: LiveScheduler,
     elastic: Option<Arc<ElasticShares>>,
+    turn: Arc<tokio::sync::Mutex<()>>,
     notify: Arc<Notify>,
     interval: Duration,
     metrics: Arc<crate::metrics::Metrics>,
@@ -45,7 +46,11 @@ pub async fn run(
             () = tokio::time::sleep(interval) => {}
         }
         let started = std::time::Instant::now();
-        let result = pass(&store, &hub, &mut scheduler, elastic.as_deref()).await;
+        let result = {
+            // Resizes wait for the pass, and the pass for them.
+            let _turn = turn.lock().await;
+            pass(&store, &hub, &mut scheduler, elastic.as_deref()).await
+        };
         metrics.scheduling_pass(result.is_ok(), started.elapsed());
         if let Some((plan, error)) = elastic.as_ref().and_then(|e| e.last()) {
             metrics.elastic(&plan, &error);

@@ -3,7 +3,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use allot_domain::{
-    AuditContext, AuditEvent, Job, JobEvent, JobSpec, JobState, PendingReason, TenantName,
+    AuditContext, AuditEvent, Job, JobEvent, JobSpec, JobState, PendingReason, Share, TenantName,
 };
 use chrono::{DateTime, Utc};
 use sea_orm::sea_query::{Expr, ExprTrait};
@@ -133,6 +133,22 @@ pub trait JobRepo {
         id: &str,
         reason: &str,
     ) -> impl Future<Output = Result<Job, StoreError>> + Send;
+    /// Gives a scheduled or running job on shares of GPUs a new share of each: its request,
+    /// what it holds, and a history event accounting follows. `Conflict` when it no longer
+    /// holds capacity.
+    fn resize_job(
+        &self,
+        ctx: &AuditContext,
+        id: &str,
+        share: Share,
+    ) -> impl Future<Output = Result<Job, StoreError>> + Send;
+}
+
+/// Scheduled or running: the jobs that hold capacity.
+fn holding_capacity() -> Condition {
+    Condition::all().add(
+        jobs::Column::State.is_in([JobState::Scheduled.as_str(), JobState::Running.as_str()]),
+    )
 }
 
 fn event_to_domain(e: job_events::Model) -> Result<JobEvent, StoreError> {
@@ -145,6 +161,13 @@ fn event_to_domain(e: job_events::Model) -> Result<JobEvent, StoreError> {
         to: parse("to_state", &e.to_state)?,
         at: e.at,
         message: e.message,
+        share: match e.gpu_milli {
+            Some(milli) => Some(Share {
+                gpu_milli: to_u32("gpu_milli", milli.into())?,
+                gpu_memory_bytes: to_u64("gpu_memory_bytes", e.gpu_memory_bytes.unwrap_or(0))?,
+            }),
+            None => None,
+        },
     })
 }
 
@@ -191,6 +214,7 @@ fn to_domain(m: jobs::Model, tenant: &str) -> Result<Job, StoreError> {
                 .as_deref()
                 .map(|c| parse("gpu_compute", c))
                 .transpose()?,
+            gpu_resizable: m.gpu_resizable,
         },
         state: parse("state", &m.state)?,
         pending_reason: match (m.pending_code, m.pending_message) {
@@ -381,17 +405,27 @@ impl Store {
                 current.state
             )));
         }
+        let placed = update.held_gpu_milli;
+        let job = load(db, id).await?;
+        // A placement records the share the job holds from now on (accounting follows it).
+        let share = placed.map(|milli| Share {
+            gpu_milli: milli,
+            gpu_memory_bytes: job.spec.gpu_memory_bytes.unwrap_or(0),
+        });
         job_events::Entity::insert(job_events::ActiveModel {
             job_id: Set(id.to_owned()),
             from_state: Set(Some(from.as_str().to_owned())),
             to_state: Set(to.as_str().to_owned()),
             at: Set(now),
             message: Set(update.message),
+            gpu_milli: Set(share.map(|s| i32_of(s.gpu_milli)).transpose()?),
+            gpu_memory_bytes: Set(share
+                .map(|s| to_i64("gpu_memory_bytes", s.gpu_memory_bytes))
+                .transpose()?),
             ..Default::default()
         })
         .exec(db)
         .await?;
-        let job = load(db, id).await?;
         let event =
             AuditEvent::success(job.tenant_id.clone(), "job.transition", format!("job/{id}"))
                 .before(serde_json::json!({ "state": from }))
@@ -441,6 +475,7 @@ impl JobRepo for Store {
             checkpoint_dir: Set(spec.checkpoint_dir.clone()),
             mig_profile: Set(spec.mig_profile.clone()),
             gpu_compute: Set(spec.gpu_compute.map(|c| c.as_str().to_owned())),
+            gpu_resizable: Set(spec.gpu_resizable),
             traceparent: Set(new.traceparent.clone()),
             avoid_node_id: Set(None),
             avoid_gpus: Set(None),
@@ -625,10 +660,7 @@ impl JobRepo for Store {
                 ..Default::default()
             })
             .filter(jobs::Column::Id.eq(id))
-            .filter(
-                jobs::Column::State
-                    .is_in([JobState::Scheduled.as_str(), JobState::Running.as_str()]),
-            )
+            .filter(holding_capacity())
             .filter(jobs::Column::CancelRequested.eq(false))
             .filter(jobs::Column::PreemptReason.is_null())
             .exec(&txn)
@@ -642,6 +674,73 @@ impl JobRepo for Store {
         let event = AuditEvent::success(job.tenant_id.clone(), "job.preempt", format!("job/{id}"))
             .before(serde_json::json!({ "state": job.state, "preempt_reason": null }))
             .after(serde_json::json!({ "state": job.state, "preempt_reason": reason }));
+        record(&txn, self, ctx, event).await?;
+        txn.commit().await?;
+        Ok(job)
+    }
+
+    async fn resize_job(
+        &self,
+        ctx: &AuditContext,
+        id: &str,
+        share: Share,
+    ) -> Result<Job, StoreError> {
+        let txn = self.db.begin().await?;
+        let before = load(&txn, id).await?;
+        let memory = (share.gpu_memory_bytes > 0)
+            .then(|| to_i64("gpu_memory_bytes", share.gpu_memory_bytes))
+            .transpose()?;
+        let res = jobs::Entity::update_many()
+            .set(jobs::ActiveModel {
+                gpu_milli: Set(Some(i32_of(share.gpu_milli)?)),
+                held_gpu_milli: Set(Some(i32_of(share.gpu_milli)?)),
+                gpu_memory_bytes: Set(memory),
+                updated_at: Set(self.clock.now()),
+                ..Default::default()
+            })
+            .filter(jobs::Column::Id.eq(id))
+            .filter(holding_capacity())
+            .exec(&txn)
+            .await?;
+        if res.rows_affected == 0 {
+            return Err(StoreError::Conflict(format!(
+                "job {id} is {}: only a scheduled or running job is resized",
+                before.state
+            )));
+        }
+        job_events::Entity::insert(job_events::ActiveModel {
+            job_id: Set(id.to_owned()),
+            from_state: Set(Some(before.state.as_str().to_owned())),
+            to_state: Set(before.state.as_str().to_owned()),
+            at: Set(self.clock.now()),
+            message: Set(Some(format!(
+                "resized to {} of each GPU{}",
+                allot_domain::format_milli(u64::from(share.gpu_milli)),
+                if share.gpu_memory_bytes > 0 {
+                    format!(
+                        ", {} of GPU memory",
+                        allot_domain::format_bytes(share.gpu_memory_bytes)
+                    )
+                } else {
+                    String::new()
+                }
+            ))),
+            gpu_milli: Set(Some(i32_of(share.gpu_milli)?)),
+            gpu_memory_bytes: Set(Some(to_i64("gpu_memory_bytes", share.gpu_memory_bytes)?)),
+            ..Default::default()
+        })
+        .exec(&txn)
+        .await?;
+        let job = load(&txn, id).await?;
+        let event = AuditEvent::success(job.tenant_id.clone(), "job.resize", format!("job/{id}"))
+            .before(serde_json::json!({
+                "gpu_milli": before.held_gpu_milli.or(before.spec.gpu_milli),
+                "gpu_memory_bytes": before.spec.gpu_memory_bytes,
+            }))
+            .after(serde_json::json!({
+                "gpu_milli": share.gpu_milli,
+                "gpu_memory_bytes": job.spec.gpu_memory_bytes,
+            }));
         record(&txn, self, ctx, event).await?;
         txn.commit().await?;
         Ok(job)

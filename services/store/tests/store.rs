@@ -84,6 +84,7 @@ fn spec(tenant: &str, gpus: u32) -> JobSpec {
         checkpoint_dir: Some("/shared/ckpt".into()),
         mig_profile: None,
         gpu_compute: None,
+        gpu_resizable: false,
     }
 }
 

@@ -104,6 +104,7 @@ pub async fn submit(
         checkpoint_dir: body.checkpoint_dir,
         mig_profile: body.mig_profile,
         gpu_compute: body.gpu_compute,
+        gpu_resizable: body.gpu_resizable,
     };
     spec.validate()?;
     let job = state
@@ -251,6 +252,67 @@ pub async fn cancel(
         StatusCode::OK
     };
     Ok(json(status, &JobView::from(job)))
+}
+
+/// Resize a running job's share of its GPUs (a job on shares of GPUs that allowed it with
+/// `gpu_resizable`). Applied at once: the node holds the job to the new limits from its next
+/// allocation and launch; what it holds already stays held. A larger share must fit on the
+/// job's GPUs beside their other jobs and within its tenant's limits (409 otherwise).
+#[utoipa::path(post, path = "/api/v1/jobs/{id}/resize", tag = "jobs",
+    params(("id" = String, Path)), security(("bearer" = [])),
+    request_body = crate::views::ResizeJob,
+    responses((status = 200, body = JobView), (status = 403, body = Problem),
+        (status = 404, body = Problem), (status = 409, body = Problem),
+        (status = 422, body = Problem)))]
+pub async fn resize(
+    state: web::Data<AppState>,
+    who: Principal,
+    id: web::Path<String>,
+    Json(body): Json<crate::views::ResizeJob>,
+) -> Result<HttpResponse, ApiError> {
+    let job = visible_job(&state, &who, &id, Action::JobResize).await?;
+    let mut v = allot_domain::error::Violations::default();
+    v.check(
+        body.gpu_milli.is_some() || body.gpu_memory_bytes.is_some(),
+        "gpu_milli",
+        "give gpu_milli, gpu_memory_bytes or both",
+    );
+    if let Some(m) = body.gpu_milli {
+        v.check(
+            (1..allot_domain::GPU_MILLI).contains(&m),
+            "gpu_milli",
+            "must be from 1 to 999 (a share of a GPU)",
+        );
+    }
+    if let Some(b) = body.gpu_memory_bytes {
+        v.check(b > 0, "gpu_memory_bytes", "must be positive");
+    }
+    v.into_result()?;
+    if !job.spec.gpu_resizable {
+        return Err(ApiError::Conflict(format!(
+            "job {} was not submitted as resizable (gpu_resizable)",
+            job.id
+        )));
+    }
+    if !matches!(job.state, JobState::Scheduled | JobState::Running) {
+        return Err(ApiError::Conflict(format!(
+            "job {} is {}: only a scheduled or running job is resized",
+            job.id, job.state
+        )));
+    }
+    let share = allot_domain::Share {
+        gpu_milli: body
+            .gpu_milli
+            .or(job.held_gpu_milli)
+            .or(job.spec.gpu_milli)
+            .unwrap_or(allot_domain::GPU_MILLI),
+        gpu_memory_bytes: body
+            .gpu_memory_bytes
+            .or(job.spec.gpu_memory_bytes)
+            .unwrap_or(0),
+    };
+    let job = state.events.resize_job(who.audit(), job, share).await?;
+    Ok(json(StatusCode::OK, &JobView::from(job)))
 }
 
 /// What a job did on its GPUs, as averages over 10-second buckets (the last day) or

@@ -2,7 +2,7 @@
 
 use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, web};
-use allot_domain::accounting::{GroupBy, JobUsage, report, running_intervals};
+use allot_domain::accounting::{GroupBy, JobUsage, report};
 use allot_store::JobRepo;
 use chrono::{Duration, NaiveDate};
 
@@ -55,23 +55,7 @@ pub async fn usage(
     let ran = state.store.jobs_run_since(&scope, start).await?;
     let inputs: Vec<JobUsage<'_>> = ran
         .iter()
-        .map(|(job, events)| JobUsage {
-            job_id: &job.id,
-            tenant: job.spec.tenant.as_str(),
-            gpus: job.spec.gpus,
-            gpu_milli: job
-                .held_gpu_milli
-                .or(job.spec.gpu_milli)
-                .unwrap_or(allot_domain::GPU_MILLI),
-            gpu_memory_bytes: job.spec.gpu_memory_bytes.unwrap_or(0),
-            mig_slices: job
-                .spec
-                .mig_profile
-                .as_deref()
-                .and_then(allot_domain::mig::profile_named)
-                .map_or(0, |p| p.compute_slices),
-            running: running_intervals(events, now),
-        })
+        .flat_map(|(job, events)| JobUsage::of(job, job.spec.tenant.as_str(), events, now))
         .collect();
     let rows: Vec<UsageRowView> = report(&inputs, start, end, by)
         .into_iter()

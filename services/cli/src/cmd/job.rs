@@ -58,6 +58,9 @@ pub enum JobCmd {
         /// elastic only while other jobs want the GPU.
         #[arg(long)]
         gpu_compute: Option<GpuCompute>,
+        /// For a share of a GPU: allow resizing it while the job runs (`allot job resize`).
+        #[arg(long)]
+        gpu_resizable: bool,
         /// training, inference or batch.
         #[arg(long)]
         class: Option<WorkloadClass>,
@@ -106,6 +109,17 @@ pub enum JobCmd {
     },
     /// Cancel a job.
     Cancel { id: String },
+    /// Give a running job on a share of a GPU (submitted with --gpu-resizable) a new share,
+    /// at once.
+    Resize {
+        id: String,
+        /// Its share of each GPU, e.g. 0.4.
+        #[arg(long, value_parser = parse_milli)]
+        gpus: Option<u64>,
+        /// GPU memory it may hold on each, e.g. 20GiB.
+        #[arg(long, value_parser = parse_bytes)]
+        gpu_memory: Option<u64>,
+    },
     /// Print the end of a finished job's output.
     Logs { id: String },
 }
@@ -244,6 +258,7 @@ pub async fn run(client: &Client, cmd: JobCmd) -> anyhow::Result<i32> {
             isolation,
             mig_profile,
             gpu_compute,
+            gpu_resizable,
             class,
             max_retries,
             name,
@@ -264,7 +279,7 @@ pub async fn run(client: &Client, cmd: JobCmd) -> anyhow::Result<i32> {
                 "isolation": isolation, "class": class, "max_retries": max_retries,
                 "command": command, "env": env, "workdir": workdir,
                 "checkpoint_dir": checkpoint_dir, "mig_profile": mig_profile,
-                "gpu_compute": gpu_compute,
+                "gpu_compute": gpu_compute, "gpu_resizable": gpu_resizable,
             });
             let job: JobView = client
                 .call(Method::POST, "/api/v1/jobs", Some(&body))
@@ -367,6 +382,37 @@ pub async fn run(client: &Client, cmd: JobCmd) -> anyhow::Result<i32> {
                     }
                 }
             }
+            Ok(0)
+        }
+        JobCmd::Resize {
+            id,
+            gpus,
+            gpu_memory,
+        } => {
+            if gpus.is_none() && gpu_memory.is_none() {
+                bail!("give --gpus, --gpu-memory or both");
+            }
+            if let Some(m) = gpus
+                && !(1..1000).contains(&m)
+            {
+                bail!("--gpus {}: a share of one GPU, under 1", show_milli(m));
+            }
+            let body = json!({ "gpu_milli": gpus, "gpu_memory_bytes": gpu_memory });
+            let j: JobView = client
+                .call(
+                    Method::POST,
+                    &format!("/api/v1/jobs/{id}/resize"),
+                    Some(&body),
+                )
+                .await?;
+            println!(
+                "job {} now holds {}{}",
+                j.id,
+                gpus_of(&j),
+                j.gpu_memory_bytes
+                    .map(|b| format!(" with {}", format_bytes(b)))
+                    .unwrap_or_default()
+            );
             Ok(0)
         }
         JobCmd::Cancel { id } => {

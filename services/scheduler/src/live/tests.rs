@@ -81,6 +81,7 @@ fn job(id: &str, tenant: &str, gpus: u32, share: Option<u32>) -> StoredJob {
             checkpoint_dir: None,
             mig_profile: None,
             gpu_compute: None,
+            gpu_resizable: false,
         },
         state: JobState::Pending,
         pending_reason: None,
@@ -377,4 +378,42 @@ fn a_bad_quota_tree_pauses_placement_and_says_so() {
     let r = waits(&d, "j").expect("nothing is placed against quotas that do not nest");
     assert_eq!(r.code, "InvalidQuotaTree");
     assert!(r.message.contains("guaranteed"), "{}", r.message);
+}
+
+#[test]
+fn a_resize_fits_beside_the_gpus_other_jobs_and_within_tenant_limits() {
+    use crate::resize::check;
+    let share = |gpu_milli: u32, gpu_memory_bytes: u64| allot_domain::Share {
+        gpu_milli,
+        gpu_memory_bytes,
+    };
+    let nodes = [node("n1", &["H200"])];
+    let mine = running_on(job("mine", "a", 1, Some(300)), "n1", &[0]);
+    let other = running_on(job("other", "b", 1, Some(500)), "n1", &[0]);
+    let holding = [mine.clone(), other];
+    let mut limited = tenant("a", 0);
+    limited.quota.limit.gpu_milli = Some(400);
+    let tenants = [tenant("a", 0), tenant("b", 0)];
+    // 500 thousandths are free beside the other job: 500 fits, 600 does not.
+    assert_eq!(
+        check(&mine, share(500, 0), &holding, &nodes, &tenants),
+        Ok(())
+    );
+    let err = check(&mine, share(600, 0), &holding, &nodes, &tenants).expect_err("too big");
+    assert!(err.contains("500 thousandths free"), "{err}");
+    // Memory too: the other job's half of 141 GiB leaves about 70 GiB.
+    let err = check(&mine, share(400, 100 << 30), &holding, &nodes, &tenants).expect_err("memory");
+    assert!(err.contains("of memory free"), "{err}");
+    // A tenant limit of 0.4 GPUs allows growing to 0.4, not 0.5; shrinking is always fine.
+    let tenants = [limited, tenant("b", 0)];
+    assert_eq!(
+        check(&mine, share(400, 0), &holding, &nodes, &tenants),
+        Ok(())
+    );
+    let err = check(&mine, share(500, 0), &holding, &nodes, &tenants).expect_err("limit");
+    assert!(err.contains("tenant a may hold 0.4 GPUs"), "{err}");
+    assert_eq!(
+        check(&mine, share(100, 0), &holding, &nodes, &tenants),
+        Ok(())
+    );
 }

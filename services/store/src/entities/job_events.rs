@@ -11,6 +11,9 @@ pub struct Model {
     pub at: DateTimeUtc,
     #[sea_orm(column_type = "Text", nullable)]
     pub message: Option<String>,
+    /// The share held from this event on, where it changed (placement, resize).
+    pub gpu_milli: Option<i32>,
+    pub gpu_memory_bytes: Option<i64>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

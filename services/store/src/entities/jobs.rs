@@ -60,6 +60,7 @@ pub struct Model {
     pub mig_profile: Option<String>,
     /// `strict` or `elastic`, for a share of a GPU.
     pub gpu_compute: Option<String>,
+    pub gpu_resizable: bool,
     pub traceparent: Option<String>,
     pub avoid_node_id: Option<String>,
     /// JSON array of GPU UUIDs.

@@ -1,0 +1,136 @@
+//! Whether a running job on shares of GPUs can take a new share: it must fit on each of its
+//! GPUs beside their other jobs (compute and memory), and within the hard limits of its
+//! tenant and every tenant above it. Pure: the control plane serializes the check with its
+//! scheduling passes.
+
+use std::collections::HashMap;
+
+use allot_domain::{GPU_MILLI, Job, Node, Share, Tenant};
+
+/// What a job holds of each GPU: (thousandths, bytes of memory).
+fn held(job: &Job, gpu_memory: u64) -> (u64, u64) {
+    let milli = u64::from(
+        job.held_gpu_milli
+            .or(job.spec.gpu_milli)
+            .unwrap_or(GPU_MILLI),
+    );
+    let memory = job
+        .spec
+        .gpu_memory_bytes
+        .unwrap_or(gpu_memory / u64::from(GPU_MILLI) * milli);
+    (milli, memory)
+}
+
+/// `Ok` when `job` (one of `holding`) can hold `share` of each of its GPUs; else why not.
+pub fn check(
+    job: &Job,
+    share: Share,
+    holding: &[Job],
+    nodes: &[Node],
+    tenants: &[Tenant],
+) -> Result<(), String> {
+    let node = job
+        .node_id
+        .as_deref()
+        .and_then(|id| nodes.iter().find(|n| n.id == id))
+        .ok_or_else(|| format!("job {} is not placed on a known node", job.id))?;
+    let others: Vec<&Job> = holding
+        .iter()
+        .filter(|j| j.id != job.id && j.node_id == job.node_id)
+        .collect();
+    for uuid in &job.gpu_uuids {
+        let gpu = node
+            .gpus
+            .iter()
+            .find(|g| g.uuid == *uuid)
+            .ok_or_else(|| format!("GPU {uuid} is no longer on node {}", node.name))?;
+        let (milli, memory) = others
+            .iter()
+            .filter(|j| j.gpu_uuids.contains(uuid))
+            .map(|j| held(j, gpu.memory_bytes))
+            .fold((0, 0), |(m, b), (jm, jb)| (m + jm, b + jb));
+        let want = u64::from(share.gpu_milli);
+        if milli + want > u64::from(GPU_MILLI) {
+            return Err(format!(
+                "GPU {uuid} has {} thousandths free beside its other jobs, not {want}",
+                u64::from(GPU_MILLI).saturating_sub(milli)
+            ));
+        }
+        let want_memory = if share.gpu_memory_bytes > 0 {
+            share.gpu_memory_bytes
+        } else {
+            gpu.memory_bytes / u64::from(GPU_MILLI) * want
+        };
+        if memory + want_memory > gpu.memory_bytes {
+            return Err(format!(
+                "GPU {uuid} has {} of memory free beside its other jobs, not {}",
+                allot_domain::format_bytes(gpu.memory_bytes.saturating_sub(memory)),
+                allot_domain::format_bytes(want_memory)
+            ));
+        }
+    }
+    // The tenant's and its ancestors' hard limits, for what the job adds.
+    let gpus = u64::from(job.spec.gpus);
+    let (now_milli, _) = held(job, 0);
+    let add_milli = (u64::from(share.gpu_milli) * gpus).saturating_sub(now_milli * gpus);
+    let add_memory = (share.gpu_memory_bytes * gpus)
+        .saturating_sub(job.spec.gpu_memory_bytes.unwrap_or(0) * gpus);
+    if add_milli == 0 && add_memory == 0 {
+        return Ok(());
+    }
+    let parent: HashMap<&str, Option<&str>> = tenants
+        .iter()
+        .map(|t| (t.id.as_str(), t.parent_id.as_deref()))
+        .collect();
+    let within = |tenant: &str, root: &str| {
+        let mut at = Some(tenant);
+        while let Some(t) = at {
+            if t == root {
+                return true;
+            }
+            at = parent.get(t).copied().flatten();
+        }
+        false
+    };
+    let mut at = Some(job.tenant_id.as_str());
+    while let Some(id) = at {
+        let Some(t) = tenants.iter().find(|t| t.id == id) else {
+            break;
+        };
+        let subtree: Vec<&Job> = holding
+            .iter()
+            .filter(|j| within(&j.tenant_id, id))
+            .collect();
+        if let Some(limit) = t.quota.limit.gpu_milli {
+            let used: u64 = subtree
+                .iter()
+                .map(|j| held(j, 0).0 * u64::from(j.spec.gpus))
+                .sum();
+            if used + add_milli > limit {
+                return Err(format!(
+                    "tenant {} may hold {} GPUs and holds {}: {} more is over its limit",
+                    t.name,
+                    allot_domain::format_milli(limit),
+                    allot_domain::format_milli(used),
+                    allot_domain::format_milli(add_milli)
+                ));
+            }
+        }
+        if let Some(limit) = t.quota.limit.gpu_memory_bytes {
+            let used: u64 = subtree
+                .iter()
+                .map(|j| j.spec.gpu_memory_bytes.unwrap_or(0) * u64::from(j.spec.gpus))
+                .sum();
+            if used + add_memory > limit {
+                return Err(format!(
+                    "tenant {} may hold {} of GPU memory and holds {}",
+                    t.name,
+                    allot_domain::format_bytes(limit),
+                    allot_domain::format_bytes(used)
+                ));
+            }
+        }
+        at = t.parent_id.as_deref();
+    }
+    Ok(())
+}
