@@ -452,6 +452,19 @@ struct JobPage {
     placement: String,
     cancellable: bool,
     log: String,
+    /// Its GPU use over the last 30 minutes (an SVG polyline; empty without samples), and
+    /// the latest utilization and memory.
+    spark: String,
+    use_now: String,
+}
+
+/// An SVG polyline (100 × 20) of `(x in 0..100, fraction 0..1)` points.
+fn spark(points: &[(f64, f64)]) -> String {
+    points
+        .iter()
+        .map(|(x, u)| format!("{x:.1},{:.1}", 20.0 - u * 20.0))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 async fn job_page(
@@ -507,6 +520,25 @@ async fn job_page(
         }
         None => "not placed".to_owned(),
     };
+    // GPU use over the last half hour, from the job's own samples.
+    let since = state.store.clock().now() - Duration::minutes(30);
+    let samples = state.store.job_samples(Some(&job.id), 10, since).await?;
+    let points: Vec<(f64, f64)> = samples
+        .iter()
+        .map(|p| {
+            (
+                (p.at - since).num_seconds() as f64 / 1800.0 * 100.0,
+                p.utilization,
+            )
+        })
+        .collect();
+    let use_now = samples.last().map_or_else(String::new, |p| {
+        format!(
+            "{:.0}% busy, {} of GPU memory",
+            p.utilization * 100.0,
+            format_bytes(p.memory_used_bytes)
+        )
+    });
     let view = allot_api::views::JobView::from(job);
     let events = events.into_iter().map(Into::into).collect();
     let mut page = Page::new(&req, &who, format!("Job {}", view.name), "dashboard");
@@ -519,6 +551,8 @@ async fn job_page(
         placement,
         cancellable,
         log,
+        spark: spark(&points),
+        use_now,
     }))
 }
 
@@ -623,11 +657,7 @@ async fn cluster_page(
                     };
                     let points = history.get(&g.uuid).cloned().unwrap_or_default();
                     GpuRow {
-                        spark: points
-                            .iter()
-                            .map(|(x, u)| format!("{x:.1},{:.1}", 20.0 - u * 20.0))
-                            .collect::<Vec<_>>()
-                            .join(" "),
+                        spark: spark(&points),
                         util_now: points
                             .last()
                             .map_or("—".into(), |(_, u)| format!("{:.0}%", u * 100.0)),

@@ -146,9 +146,8 @@ pub trait JobRepo {
 
 /// Scheduled or running: the jobs that hold capacity.
 fn holding_capacity() -> Condition {
-    Condition::all().add(
-        jobs::Column::State.is_in([JobState::Scheduled.as_str(), JobState::Running.as_str()]),
-    )
+    Condition::all()
+        .add(jobs::Column::State.is_in([JobState::Scheduled.as_str(), JobState::Running.as_str()]))
 }
 
 fn event_to_domain(e: job_events::Model) -> Result<JobEvent, StoreError> {
