@@ -70,13 +70,7 @@ impl<'a> JobUsage<'a> {
     /// What a stored job held while it ran, from its history: one entry per share it held
     /// (`report` adds them up under the job), named by `tenant`.
     pub fn of(job: &'a Job, tenant: &'a str, events: &[JobEvent], now: DateTime<Utc>) -> Vec<Self> {
-        let fallback = Share {
-            gpu_milli: job
-                .held_gpu_milli
-                .or(job.spec.gpu_milli)
-                .unwrap_or(crate::GPU_MILLI),
-            gpu_memory_bytes: job.spec.gpu_memory_bytes.unwrap_or(0),
-        };
+        let fallback = job.share();
         let mig_slices = job
             .spec
             .mig_profile

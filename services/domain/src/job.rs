@@ -418,6 +418,21 @@ pub struct Avoid {
 /// How long a requeued job avoids where it faulted.
 pub const AVOID_FOR_SECS: i64 = 600;
 
+impl Job {
+    /// What it holds (once placed) or asks for of each of its GPUs: the placement's share,
+    /// else the requested one, else a whole GPU; and the GPU memory asked for on each (0:
+    /// not asked).
+    pub fn share(&self) -> Share {
+        Share {
+            gpu_milli: self
+                .held_gpu_milli
+                .or(self.spec.gpu_milli)
+                .unwrap_or(GPU_MILLI),
+            gpu_memory_bytes: self.spec.gpu_memory_bytes.unwrap_or(0),
+        }
+    }
+}
+
 /// One persisted transition.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct JobEvent {

@@ -271,7 +271,9 @@ pub fn plan(
 pub struct DemandHistory {
     /// Hour (Unix hours) → class → (sum, count).
     hours: BTreeMap<i64, BTreeMap<String, (f64, u32)>>,
-    /// Past forecasts: hour → class → forecast, to score against what came.
+    /// Past forecasts: hour → class → forecast, to score against what came. The one for
+    /// the next hour is also the answer for the rest of this hour: it uses complete hours
+    /// only, so it does not change until the hour does.
     forecasts: BTreeMap<i64, BTreeMap<String, f64>>,
 }
 
@@ -311,6 +313,9 @@ impl DemandHistory {
     /// scored once the hour has passed.
     pub fn forecast(&mut self, now: DateTime<Utc>) -> BTreeMap<String, f64> {
         let hour = now.timestamp().div_euclid(3600);
+        if let Some(made) = self.forecasts.get(&(hour + 1)) {
+            return made.clone();
+        }
         let classes: BTreeSet<String> = self
             .hours
             .values()
@@ -326,9 +331,7 @@ impl DemandHistory {
                 out.insert(c, m.forecast(2));
             }
         }
-        self.forecasts
-            .entry(hour + 1)
-            .or_insert_with(|| out.clone());
+        self.forecasts.insert(hour + 1, out.clone());
         out
     }
 

@@ -170,7 +170,7 @@ fn to_sign_in() -> HttpResponse {
 }
 
 fn held_milli(j: &Job) -> u64 {
-    u64::from(j.spec.gpus) * u64::from(j.held_gpu_milli.or(j.spec.gpu_milli).unwrap_or(1000))
+    u64::from(j.spec.gpus) * u64::from(j.share().gpu_milli)
 }
 
 #[derive(Template, WebTemplate)]

@@ -446,7 +446,7 @@ fn held_milli(j: &StoredJob) -> u32 {
     if j.spec.gpus == 0 {
         0
     } else {
-        j.held_gpu_milli.or(j.spec.gpu_milli).unwrap_or(GPU_MILLI)
+        j.share().gpu_milli
     }
 }
 

@@ -9,11 +9,7 @@ use allot_domain::{GPU_MILLI, Job, Node, Share, Tenant};
 
 /// What a job holds of each GPU: (thousandths, bytes of memory).
 fn held(job: &Job, gpu_memory: u64) -> (u64, u64) {
-    let milli = u64::from(
-        job.held_gpu_milli
-            .or(job.spec.gpu_milli)
-            .unwrap_or(GPU_MILLI),
-    );
+    let milli = u64::from(job.share().gpu_milli);
     let memory = job
         .spec
         .gpu_memory_bytes

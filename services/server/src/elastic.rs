@@ -28,8 +28,8 @@ struct State {
 }
 
 /// GPUs a job holds or asks for (a share counts as its fraction).
-fn gpus_of(j: &Job, milli: Option<u32>) -> f64 {
-    f64::from(j.spec.gpus) * f64::from(milli.unwrap_or(GPU_MILLI)) / f64::from(GPU_MILLI)
+fn gpus_of(j: &Job) -> f64 {
+    f64::from(j.spec.gpus) * f64::from(j.share().gpu_milli) / f64::from(GPU_MILLI)
 }
 
 /// GPUs that take work: whole GPUs (not in MIG mode) on ready nodes, healthy and not
@@ -73,7 +73,7 @@ impl ElasticShares {
                 continue;
             };
             let load = classes.entry(class.as_str().to_owned()).or_default();
-            let gpus = gpus_of(j, j.held_gpu_milli.or(j.spec.gpu_milli));
+            let gpus = gpus_of(j);
             if j.preempt_reason.is_some() {
                 load.leaving += gpus;
                 continue;
@@ -93,7 +93,7 @@ impl ElasticShares {
                 continue;
             };
             let load = classes.entry(class.as_str().to_owned()).or_default();
-            load.pending += gpus_of(j, j.spec.gpu_milli);
+            load.pending += gpus_of(j);
             load.oldest_pending_since = Some(
                 load.oldest_pending_since
                     .map_or(j.created_at, |t| t.min(j.created_at)),

@@ -187,15 +187,13 @@ pub fn cancel_within(job: &Job, grace_seconds: u32) -> Assignment {
 
 /// A running job's new share, for its node to apply to the job's limits.
 pub fn resize(job: &Job) -> Assignment {
+    let share = job.share();
     Assignment {
         kind: Some(Kind::Resize(allot_proto::v1::Resize {
             job_id: job.id.clone(),
             attempt: job.attempt,
-            gpu_milli: job
-                .held_gpu_milli
-                .or(job.spec.gpu_milli)
-                .unwrap_or(allot_domain::GPU_MILLI),
-            gpu_memory_bytes: job.spec.gpu_memory_bytes.unwrap_or(0),
+            gpu_milli: share.gpu_milli,
+            gpu_memory_bytes: share.gpu_memory_bytes,
         })),
     }
 }

@@ -65,6 +65,11 @@ pub struct JobSamplePoint {
     pub memory_used_bytes: u64,
 }
 
+/// A resolution as the tables store it.
+fn resolution_column(secs: i64) -> i32 {
+    i32::try_from(secs).unwrap_or(i32::MAX)
+}
+
 fn bucket(at: DateTime<Utc>, secs: i64) -> DateTime<Utc> {
     let t = at.timestamp();
     DateTime::from_timestamp(t - t.rem_euclid(secs), 0).unwrap_or(at)
@@ -124,7 +129,7 @@ impl SampleRepo for Store {
                 };
                 let row = gpu_samples::ActiveModel {
                     gpu_uuid: Set(uuid.clone()),
-                    resolution_secs: Set(i32::try_from(secs).unwrap_or(i32::MAX)),
+                    resolution_secs: Set(resolution_column(secs)),
                     at: Set(bucket(at, secs)),
                     node_id: Set(node_id.to_owned()),
                     utilization_sum: Set(s.utilization),
@@ -179,7 +184,7 @@ impl SampleRepo for Store {
     ) -> Result<Vec<SamplePoint>, StoreError> {
         use gpu_samples::Column as C;
         let mut q = gpu_samples::Entity::find()
-            .filter(C::ResolutionSecs.eq(i32::try_from(resolution_secs).unwrap_or(i32::MAX)))
+            .filter(C::ResolutionSecs.eq(resolution_column(resolution_secs)))
             .filter(C::At.gte(since))
             .order_by_asc(C::At);
         if let Some(uuid) = gpu_uuid {
@@ -223,7 +228,7 @@ impl SampleRepo for Store {
                 };
                 let row = job_samples::ActiveModel {
                     job_id: Set(job_id.clone()),
-                    resolution_secs: Set(i32::try_from(secs).unwrap_or(i32::MAX)),
+                    resolution_secs: Set(resolution_column(secs)),
                     at: Set(bucket(at, secs)),
                     utilization_sum: Set(s.utilization),
                     memory_used_sum: Set(s.memory_used_bytes as f64),
@@ -252,7 +257,7 @@ impl SampleRepo for Store {
     ) -> Result<Vec<JobSamplePoint>, StoreError> {
         use job_samples::Column as C;
         let mut q = job_samples::Entity::find()
-            .filter(C::ResolutionSecs.eq(i32::try_from(resolution_secs).unwrap_or(i32::MAX)))
+            .filter(C::ResolutionSecs.eq(resolution_column(resolution_secs)))
             .filter(C::At.gte(since))
             .order_by_asc(C::At);
         if let Some(id) = job_id {
@@ -276,7 +281,7 @@ impl SampleRepo for Store {
     async fn prune_gpu_samples(&self, now: DateTime<Utc>) -> Result<u64, StoreError> {
         let mut gone = 0;
         for (secs, keep) in RESOLUTIONS {
-            let resolution = i32::try_from(secs).unwrap_or(i32::MAX);
+            let resolution = resolution_column(secs);
             gone += gpu_samples::Entity::delete_many()
                 .filter(gpu_samples::Column::ResolutionSecs.eq(resolution))
                 .filter(gpu_samples::Column::At.lt(now - keep))

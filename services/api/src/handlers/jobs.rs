@@ -300,16 +300,10 @@ pub async fn resize(
             job.id, job.state
         )));
     }
+    let now = job.share();
     let share = allot_domain::Share {
-        gpu_milli: body
-            .gpu_milli
-            .or(job.held_gpu_milli)
-            .or(job.spec.gpu_milli)
-            .unwrap_or(allot_domain::GPU_MILLI),
-        gpu_memory_bytes: body
-            .gpu_memory_bytes
-            .or(job.spec.gpu_memory_bytes)
-            .unwrap_or(0),
+        gpu_milli: body.gpu_milli.unwrap_or(now.gpu_milli),
+        gpu_memory_bytes: body.gpu_memory_bytes.unwrap_or(now.gpu_memory_bytes),
     };
     let job = state.events.resize_job(who.audit(), job, share).await?;
     Ok(json(StatusCode::OK, &JobView::from(job)))
