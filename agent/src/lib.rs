@@ -1,14 +1,17 @@
 //! The node agent: registers with the control plane over gRPC, heartbeats its inventory,
-//! follows its assignment stream, runs each job as a supervised OS process, and reports
-//! every status change until the control plane has acknowledged it.
+//! follows its assignment stream, runs each job through its runtime (a confined OCI
+//! container, or an unconfined process where the operator chose that), and reports every
+//! status change until the control plane has acknowledged it.
 
+pub mod cdi;
 pub mod cuda_checkpoint;
 pub mod gpu;
 pub mod identity;
+pub mod image;
 pub mod job_samples;
 mod metrics;
 pub mod mig;
-pub mod runner;
+pub mod runtime;
 pub mod sharing;
 
 use std::collections::{HashMap, HashSet};
@@ -32,7 +35,10 @@ use allot_domain::XidClass;
 
 use crate::gpu::{GpuBackend, GpuEvent};
 use crate::identity::{Credentials, Link};
-use crate::runner::{LaunchSpec, Outcome, StopReason, StopSignal};
+use crate::runtime::{
+    AssignedGpu, JobRuntime, LaunchSpec, Network, Outcome, PullCredentials, StopReason, StopSignal,
+    Tracker,
+};
 
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
@@ -58,6 +64,19 @@ pub struct AgentConfig {
     pub metrics_listen: Option<std::net::SocketAddr>,
     /// How jobs on shares of GPUs are held to them.
     pub sharing: sharing::SharingConfig,
+    /// What runs jobs here.
+    pub runtime: RuntimeChoice,
+}
+
+/// The runtime an agent runs its jobs with (see [`runtime`]).
+#[derive(Debug, Clone, Default)]
+pub enum RuntimeChoice {
+    /// Unconfined processes (`--runtime process`): `allot dev`, or an operator's explicit
+    /// choice.
+    #[default]
+    Process,
+    /// OCI containers (`--runtime oci`, the default on real nodes).
+    Oci(runtime::oci::OciConfig),
 }
 
 /// CPU (milli) and memory (bytes) a node offers to jobs; 0 is "unknown" (not a constraint).
@@ -103,6 +122,8 @@ pub enum AgentError {
     Refused(String),
     #[error("node credentials: {0}")]
     Credentials(String),
+    #[error("job runtime: {0}")]
+    Runtime(String),
     #[error("{0}")]
     Io(#[from] std::io::Error),
 }
@@ -129,8 +150,17 @@ struct RunningJob {
     gpu_milli: u32,
     /// Its limits, when it holds shares of GPUs.
     sharing: Option<Arc<sharing::JobSharing>>,
-    /// Its process group, once started (0 before).
-    pgid: Arc<std::sync::atomic::AtomicU32>,
+    /// How its processes are recognised, once started.
+    tracker: Arc<Mutex<Option<Tracker>>>,
+}
+
+impl RunningJob {
+    fn tracker(&self) -> Option<Tracker> {
+        self.tracker
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
 }
 
 /// Jobs this agent process has seen, and the ones still running.
@@ -178,6 +208,8 @@ struct Agent {
     metrics: metrics::AgentMetrics,
     /// `cuda-checkpoint`, where the driver and the utility are both here.
     cuda_checkpoint: Option<PathBuf>,
+    /// What runs its jobs.
+    runtime: Arc<dyn JobRuntime>,
 }
 
 /// A client on the channel that presents the node certificate.
@@ -203,6 +235,34 @@ fn backoff(attempt: u32) -> Duration {
 }
 
 impl Agent {
+    /// The assigned GPUs (or MIG instances), each with its GPU's index.
+    fn assigned(&self, uuids: &[String], inventory: &[gpu::GpuInfo]) -> Vec<AssignedGpu> {
+        uuids
+            .iter()
+            .filter_map(|u| {
+                if let Some(g) = inventory.iter().find(|g| &g.uuid == u) {
+                    return Some(AssignedGpu {
+                        uuid: u.clone(),
+                        index: g.index,
+                    });
+                }
+                let mig = self.backend.mig()?;
+                inventory
+                    .iter()
+                    .find(|g| {
+                        mig.mig_instances(g.index)
+                            .ok()
+                            .flatten()
+                            .is_some_and(|is| is.iter().any(|i| &i.uuid == u))
+                    })
+                    .map(|g| AssignedGpu {
+                        uuid: u.clone(),
+                        index: g.index,
+                    })
+            })
+            .collect()
+    }
+
     fn gpus(&self) -> Result<Vec<Gpu>, AgentError> {
         let drained = self.lock_drained().clone();
         let degraded = self.lock_degraded().clone();
@@ -294,7 +354,7 @@ impl Agent {
             gpus: Vec<String>,
             gpu_milli: u32,
             shared: Option<Arc<sharing::JobSharing>>,
-            pgid: u32,
+            tracker: Option<Tracker>,
         }
         let running: Vec<Running> = self
             .lock_jobs()
@@ -305,14 +365,17 @@ impl Agent {
                 gpus: j.gpus.clone(),
                 gpu_milli: j.gpu_milli,
                 shared: j.sharing.clone(),
-                pgid: j.pgid.load(std::sync::atomic::Ordering::Acquire),
+                tracker: j.tracker(),
             })
             .collect();
         if running.is_empty() {
             return Vec::new();
         }
         // The driver's count of each job's processes' memory, where it gives one.
-        let owners: Vec<(String, u32)> = running.iter().map(|r| (r.id.clone(), r.pgid)).collect();
+        let owners: Vec<(String, Tracker)> = running
+            .iter()
+            .filter_map(|r| Some((r.id.clone(), r.tracker.clone()?)))
+            .collect();
         let mut counted: HashMap<String, u64> = HashMap::new();
         for g in gpus {
             for (pid, bytes) in self.backend.process_memory(g.index).unwrap_or_default() {
@@ -452,6 +515,7 @@ impl Agent {
                 running_job_ids: self.running_ids(),
                 cpu_milli: self.cfg.offer.cpu_milli,
                 memory_bytes: self.cfg.offer.memory_bytes,
+                runtime: self.runtime.kind().as_str().to_owned(),
             };
             let sent = Instant::now();
             match NodeServiceClient::new(channel).register(req).await {
@@ -713,6 +777,13 @@ impl Agent {
             return;
         }
         let inventory = self.backend.inventory().unwrap_or_default();
+        if self.runtime.kind() == runtime::RuntimeKind::Oci
+            && self.backend.kind() == "simulated"
+            && !l.gpu_uuids.is_empty()
+            && let Err(e) = write_simulated_cdi(&self.cfg.data_dir, self.backend.as_ref())
+        {
+            tracing::warn!(error = %e, "simulated GPUs' CDI spec not rewritten");
+        }
         let share = sharing::Share {
             gpu_milli: l.gpu_milli,
             gpu_memory_bytes: l.gpu_memory_bytes,
@@ -740,7 +811,7 @@ impl Agent {
                 return;
             }
         };
-        let pgid = Arc::new(std::sync::atomic::AtomicU32::new(0));
+        let tracker = Arc::new(Mutex::new(None));
         {
             let mut jobs = self.lock_jobs();
             if !jobs.seen.insert((l.job_id.clone(), l.attempt)) {
@@ -754,7 +825,7 @@ impl Agent {
                     gpus: l.gpu_uuids.clone(),
                     gpu_milli: l.gpu_milli,
                     sharing: shared.clone(),
-                    pgid: pgid.clone(),
+                    tracker: tracker.clone(),
                 },
             );
         }
@@ -780,15 +851,29 @@ impl Agent {
                 env
             },
             workdir: (!l.workdir.is_empty()).then_some(l.workdir),
+            gpus: self.assigned(&l.gpu_uuids, &inventory),
             gpu_uuids: l.gpu_uuids,
             attempt: l.attempt,
             gpu_milli: l.gpu_milli,
             gpu_memory_bytes: l.gpu_memory_bytes,
+            cpu_milli: l.cpu_milli,
+            memory_bytes: l.memory_bytes,
+            image: (!l.image.is_empty()).then_some(l.image),
+            pull_credentials: (!l.registry_username.is_empty()).then(|| PullCredentials {
+                username: l.registry_username,
+                password: l.registry_password,
+            }),
+            network: if l.network == "none" {
+                Network::None
+            } else {
+                Network::Host
+            },
             checkpoint_dir: (!l.checkpoint_dir.is_empty()).then(|| PathBuf::from(l.checkpoint_dir)),
             inherit_fds: shared
                 .as_ref()
                 .map(|s| s.fds().to_vec())
                 .unwrap_or_default(),
+            preload: shared.as_ref().and_then(|s| s.preload.clone()),
         };
         let agent = self.clone();
         // The launch joins the trace of the decision that placed it.
@@ -807,18 +892,27 @@ impl Agent {
         tasks.spawn(
             async move {
                 let job_id = spec.job_id.clone();
-                let dir = runner::job_dir(&agent.cfg.data_dir, &job_id);
-                tracing::info!(job = %job_id, command = ?spec.command, "launching");
-                let finished = runner::run(spec, dir, &signal, agent.cfg.stop_grace, |pid| {
-                    pgid.store(pid, std::sync::atomic::Ordering::Release);
-                    agent.report(JobStatusReport {
-                        job_id: job_id.clone(),
-                        phase: JobPhase::Running.into(),
-                        pid: Some(pid),
-                        attempt,
-                        ..Default::default()
-                    });
-                })
+                let log = runtime::joblog::path(&agent.cfg.data_dir, &job_id, attempt);
+                tracing::info!(job = %job_id, image = ?spec.image, runtime = agent.runtime.kind().as_str(), "launching");
+                let finished = runtime::supervise(
+                    agent.runtime.as_ref(),
+                    spec,
+                    log,
+                    &signal,
+                    agent.cfg.stop_grace,
+                    |started| {
+                        *tracker.lock().unwrap_or_else(|e| e.into_inner()) =
+                            Some(started.tracker.clone());
+                        agent.report(JobStatusReport {
+                            job_id: job_id.clone(),
+                            phase: JobPhase::Running.into(),
+                            pid: Some(started.pid),
+                            attempt,
+                            image_digest: started.image_digest.unwrap_or_default(),
+                            ..Default::default()
+                        });
+                    },
+                )
                 .await;
                 let (phase, exit_code, message) = match finished.outcome {
                     Outcome::Succeeded => (JobPhase::Succeeded, Some(0), String::new()),
@@ -838,6 +932,7 @@ impl Agent {
                     message,
                     log_tail: finished.log_tail,
                     attempt,
+                    ..Default::default()
                 });
                 let mut jobs = agent.lock_jobs();
                 if jobs
@@ -881,18 +976,18 @@ impl Agent {
                 () = stop.cancelled() => return,
                 () = tokio::time::sleep(Duration::from_millis(250)) => {}
             }
-            let shared: Vec<(String, u32, Arc<sharing::JobSharing>, Arc<StopSignal>)> = self
+            let shared: Vec<(
+                String,
+                Option<Tracker>,
+                Arc<sharing::JobSharing>,
+                Arc<StopSignal>,
+            )> = self
                 .lock_jobs()
                 .running
                 .iter()
                 .filter_map(|(id, j)| {
                     let s = j.sharing.clone()?;
-                    Some((
-                        id.clone(),
-                        j.pgid.load(std::sync::atomic::Ordering::Acquire),
-                        s,
-                        j.signal.clone(),
-                    ))
+                    Some((id.clone(), j.tracker(), s, j.signal.clone()))
                 })
                 .collect();
             if shared.is_empty() {
@@ -904,9 +999,9 @@ impl Agent {
             let regions: Vec<&sharing::JobSharing> =
                 shared.iter().map(|(_, _, s, _)| s.as_ref()).collect();
             sharing::update_contention(&regions, allot_shim_core::monotonic_ns());
-            let owners: Vec<(String, u32)> = shared
+            let owners: Vec<(String, Tracker)> = shared
                 .iter()
-                .map(|(id, pgid, _, _)| (id.clone(), *pgid))
+                .filter_map(|(id, tracker, _, _)| Some((id.clone(), tracker.clone()?)))
                 .collect();
             let Ok(inventory) = self.backend.inventory() else {
                 continue;
@@ -1045,6 +1140,7 @@ pub async fn run(
     shutdown: CancellationToken,
 ) -> Result<(), AgentError> {
     let link = Link::new(&cfg.server, &cfg.ca_cert_pem)?;
+    let runtime = prepare_runtime(&cfg, backend.as_ref())?;
     std::fs::create_dir_all(cfg.data_dir.join("jobs"))?;
     let creds = identity::load(&cfg.data_dir, &cfg.node_name)?;
     match &creds {
@@ -1068,6 +1164,7 @@ pub async fn run(
         drained: Mutex::new(HashSet::new()),
         degraded: Mutex::new(HashSet::new()),
         metrics: metrics::AgentMetrics::new(),
+        runtime,
         cuda_checkpoint: match cuda_checkpoint::detect(backend_driver.as_deref()) {
             Ok(tool) => {
                 tracing::info!(tool = %tool.display(), "transparent CUDA checkpointing available");
@@ -1100,11 +1197,11 @@ pub async fn run(
             Err(e) => tracing::warn!(error = %e, "stored MIG layouts unreadable"),
         }
     }
-    let killed = runner::kill_orphans(&agent.cfg.data_dir.join("jobs"));
+    let killed = agent.runtime.remove_leftovers();
     if killed > 0 {
         tracing::warn!(
             killed,
-            "killed processes left by an earlier run of this agent"
+            "removed jobs left running by an earlier run of this agent"
         );
     }
     tokio::spawn(agent.clone().fence(shutdown.clone()));
@@ -1157,4 +1254,88 @@ pub async fn run(
         tracing::warn!("some job status reports were not delivered before shutdown");
     }
     refused.map_or(Ok(()), Err)
+}
+
+/// The data dir's mode: 0700, or 0711 when containers run here (their user namespaces must
+/// pass through it to their images' root file systems; nothing in it can be listed, and
+/// every directory holding a secret is 0700).
+fn secure_data_dir(dir: &std::path::Path, containers: bool) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(dir)?;
+    let mode = if containers { 0o711 } else { 0o700 };
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode))?;
+    for sub in ["identity", "jobs", "logs"] {
+        let p = dir.join(sub);
+        std::fs::create_dir_all(&p)?;
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o700))?;
+    }
+    Ok(())
+}
+
+/// The runtime the configuration asks for, with the data dir secured for it. For
+/// containers on simulated GPUs, the simulated CDI spec is written first.
+fn prepare_runtime(
+    cfg: &AgentConfig,
+    backend: &dyn GpuBackend,
+) -> Result<Arc<dyn JobRuntime>, AgentError> {
+    match &cfg.runtime {
+        RuntimeChoice::Process => {
+            secure_data_dir(&cfg.data_dir, false)?;
+            Ok(Arc::new(runtime::process::ProcessRuntime::new(
+                &cfg.data_dir,
+            )))
+        }
+        RuntimeChoice::Oci(oci) => {
+            secure_data_dir(&cfg.data_dir, true)?;
+            let mut oci = oci.clone();
+            if backend.kind() == "simulated" {
+                let dir = simulated_cdi_dir(&cfg.data_dir);
+                write_simulated_cdi(&cfg.data_dir, backend)?;
+                oci.cdi_dirs.insert(0, dir);
+            }
+            let rt = runtime::oci::OciRuntime::new(&cfg.data_dir, &cfg.node_name, oci)
+                .map_err(AgentError::Runtime)?;
+            tracing::info!(
+                runtime = %rt_name(&cfg.runtime),
+                cgroups = rt.hierarchy().name(),
+                "jobs run in OCI containers"
+            );
+            Ok(Arc::new(rt))
+        }
+    }
+}
+
+fn rt_name(r: &RuntimeChoice) -> String {
+    match r {
+        RuntimeChoice::Process => "process".into(),
+        RuntimeChoice::Oci(c) => c.runtime.display().to_string(),
+    }
+}
+
+fn simulated_cdi_dir(data_dir: &std::path::Path) -> PathBuf {
+    data_dir.join("sim-cdi")
+}
+
+/// The CDI spec of the simulated GPUs as they are now (MIG instances come and go).
+fn write_simulated_cdi(
+    data_dir: &std::path::Path,
+    backend: &dyn GpuBackend,
+) -> Result<(), AgentError> {
+    let gpus = backend.inventory()?;
+    let mut mig = std::collections::BTreeMap::new();
+    if let Some(m) = backend.mig() {
+        for g in &gpus {
+            if let Some(instances) = m.mig_instances(g.index)? {
+                mig.insert(g.index, instances);
+            }
+        }
+    }
+    cdi::write_simulated(
+        &simulated_cdi_dir(data_dir),
+        &data_dir.join("sim-dev"),
+        &gpus,
+        &mig,
+    )
+    .map_err(|e| AgentError::Runtime(format!("simulated GPUs' CDI spec: {e}")))?;
+    Ok(())
 }

@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 use allot_shim_core::{ComputeMode, GpuGrant, JobRegion};
 
 use crate::gpu::GpuInfo;
+use crate::runtime::Tracker;
 
 /// The shim's file name.
 pub const SHIM_FILE: &str = "liballot_shim.so";
@@ -217,19 +218,33 @@ fn process_group(pid: u32) -> Option<u32> {
     rest.split_whitespace().nth(2)?.parse().ok()
 }
 
-/// The job a process belongs to: its process group is the job's, or (a process that left
-/// the group) its environment names the job.
-pub fn job_of(pid: u32, jobs: &[(String, u32)]) -> Option<&str> {
+/// The job a process belongs to. A container's processes are its job's by their cgroup,
+/// which nothing inside can leave. An unconfined process's job is the one whose process
+/// group it is in or, for a process that left the group, the one its environment names
+/// (only among unconfined jobs: a container cannot frame another job by its environment).
+pub fn job_of(pid: u32, jobs: &[(String, Tracker)]) -> Option<&str> {
+    for (id, tracker) in jobs {
+        if let Tracker::Cgroup(path) = tracker
+            && crate::runtime::cgroup::in_cgroup(pid, path)
+        {
+            return Some(id);
+        }
+    }
     if let Some(pgid) = process_group(pid)
-        && let Some((id, _)) = jobs.iter().find(|(_, g)| *g == pgid && *g != 0)
+        && let Some((id, _)) = jobs
+            .iter()
+            .find(|(_, t)| *t == Tracker::Group(pgid) && pgid != 0)
     {
         return Some(id);
+    }
+    if crate::runtime::cgroup::in_any_container(pid) {
+        return None;
     }
     let environ = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
     environ.split(|b| *b == 0).find_map(|var| {
         let id = var.strip_prefix(b"ALLOT_JOB_ID=")?;
         jobs.iter()
-            .find(|(j, _)| j.as_bytes() == id)
+            .find(|(j, t)| j.as_bytes() == id && matches!(t, Tracker::Group(_)))
             .map(|(j, _)| j.as_str())
     })
 }
@@ -266,7 +281,7 @@ impl Breach {
 pub fn breaches(
     gpu: &str,
     processes: &[(u32, u64)],
-    owners: &[(String, u32)],
+    owners: &[(String, Tracker)],
     limits: &HashMap<String, u64>,
 ) -> Vec<Breach> {
     let mut held: HashMap<&str, u64> = HashMap::new();
@@ -397,7 +412,7 @@ mod tests {
     fn jobs_over_their_limit_by_the_drivers_count_are_found() {
         let me = std::process::id();
         let pgid = process_group(me).expect("own process group");
-        let owners = vec![("job-1".to_owned(), pgid)];
+        let owners = vec![("job-1".to_owned(), Tracker::Group(pgid))];
         let limits = HashMap::from([("job-1".to_owned(), 10u64 << 30)]);
         // Within the tolerance: fine.
         assert!(breaches("GPU-a", &[(me, 10 << 30)], &owners, &limits).is_empty());

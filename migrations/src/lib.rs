@@ -23,6 +23,7 @@ mod m20261204_000001_gpu_compute;
 mod m20261204_000002_gpu_sample_signals;
 mod m20261204_000003_job_samples;
 mod m20261204_000004_resize;
+mod m20261205_000001_containers;
 mod roles;
 
 pub use roles::{APPEND_ONLY_TABLES, BadRoleName, postgres_app_role_grants};
@@ -53,6 +54,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261204_000002_gpu_sample_signals::Migration),
             Box::new(m20261204_000003_job_samples::Migration),
             Box::new(m20261204_000004_resize::Migration),
+            Box::new(m20261205_000001_containers::Migration),
         ]
     }
 }

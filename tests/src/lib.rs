@@ -2,6 +2,7 @@
 //! real gRPC on loopback, and a fresh database per test (SQLite file or PostgreSQL database).
 
 pub mod browser;
+pub mod oci;
 pub mod oidc;
 pub mod shim;
 
@@ -49,6 +50,17 @@ pub async fn spawn_cluster_with(
     gpus: &str,
     configure: impl FnOnce(&mut ServerConfig),
 ) -> TestCluster {
+    spawn_cluster_of(backend, nodes, gpus, configure, |_| {}).await
+}
+
+/// [`spawn_cluster_with`], with each agent's configuration adjusted by `agent` too.
+pub async fn spawn_cluster_of(
+    backend: Backend,
+    nodes: usize,
+    gpus: &str,
+    configure: impl FnOnce(&mut ServerConfig),
+    agent: impl Fn(&mut AgentConfig),
+) -> TestCluster {
     let db = TestDb::new(backend).await.expect("test database");
     let mut config = ServerConfig::new(db.url.clone());
     config.heartbeat_interval = Duration::from_millis(300);
@@ -80,7 +92,11 @@ pub async fn spawn_cluster_with(
         let backend = SimBackend::from_spec(gpus, &name)
             .expect("gpu spec")
             .with_fault_dir(data_dir.path().join(&name).join("sim-faults"));
-        let cfg = agent_config(&server, &name, data_dir.path().join(&name)).await;
+        let mut cfg = agent_config(&server, &name, data_dir.path().join(&name)).await;
+        agent(&mut cfg);
+        if matches!(cfg.runtime, allot_agent::RuntimeChoice::Oci(_)) {
+            oci::searchable(data_dir.path());
+        }
         agents.push(tokio::spawn(allot_agent::run(
             cfg,
             Arc::new(backend),
@@ -141,6 +157,7 @@ pub async fn agent_config(
         offer: allot_agent::NodeResources::detect(),
         metrics_listen: None,
         sharing: allot_agent::sharing::SharingConfig::default(),
+        runtime: allot_agent::RuntimeChoice::Process,
     }
 }
 
@@ -306,7 +323,7 @@ impl TestCluster {
     }
 }
 
-pub use allot_agent::runner::process_group_alive;
+pub use allot_agent::runtime::process::process_group_alive;
 
 /// Builds (if needed) and locates the `allot` binary of this workspace and profile.
 pub fn allot_bin() -> std::path::PathBuf {

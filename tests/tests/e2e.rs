@@ -91,9 +91,8 @@ async fn job_lifecycle(backend: Backend) {
         c.data_dir
             .path()
             .join(node_json["name"].as_str().expect("name"))
-            .join("jobs")
-            .join(&id)
-            .join("output.log"),
+            .join("logs")
+            .join(format!("{id}.1.log")),
     )
     .expect("log file on the node");
     assert_eq!(on_disk, "hi\n");

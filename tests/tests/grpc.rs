@@ -36,6 +36,7 @@ fn register_req(token: &str, name: &str, csr_pem: &str) -> RegisterRequest {
         cpu_milli: 8000,
         memory_bytes: 64 << 30,
         csr_pem: csr_pem.to_owned(),
+        runtime: "process".into(),
     }
 }
 

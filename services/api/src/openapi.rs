@@ -27,6 +27,7 @@ impl Modify for BearerAuth {
     paths(
         health::healthz, health::readyz,
         tenants::create, tenants::list, tenants::get, tenants::get_quota, tenants::set_quota,
+        tenants::get_policy, tenants::set_policy,
         jobs::submit, jobs::list, jobs::get, jobs::cancel, jobs::log, jobs::samples, jobs::resize, usage::usage,
         nodes::list, nodes::get, nodes::cordon, nodes::uncordon, nodes::drain, nodes::drain_gpu,
         nodes::return_gpu, nodes::samples, enrollment::revoke_node, enrollment::create, enrollment::list,

@@ -41,6 +41,38 @@ fn default_weight() -> u32 {
     1
 }
 
+/// What a tenant's jobs may run and where.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyBody {
+    /// Image name prefixes its jobs may use: a registry (`registry.example.com`,
+    /// `127.0.0.1:5000`) or a registry and repository prefix
+    /// (`registry.example.com/team-a`). Empty allows any image.
+    #[serde(default)]
+    pub image_registries: Vec<String>,
+    /// Place its jobs only on nodes that run them in containers (the `oci` runtime).
+    #[serde(default)]
+    pub require_confinement: bool,
+}
+
+impl From<allot_domain::TenantPolicy> for PolicyBody {
+    fn from(p: allot_domain::TenantPolicy) -> Self {
+        Self {
+            image_registries: p.image_registries,
+            require_confinement: p.require_confinement,
+        }
+    }
+}
+
+impl From<PolicyBody> for allot_domain::TenantPolicy {
+    fn from(p: PolicyBody) -> Self {
+        Self {
+            image_registries: p.image_registries,
+            require_confinement: p.require_confinement,
+        }
+    }
+}
+
 /// A tenant's share: held for it while it asks (`guaranteed`, lent to others while idle and
 /// reclaimed by preempting borrowers), never exceeded (`limit`), its weight among tenants
 /// competing for spare capacity, and the least isolation its jobs run at.
@@ -224,11 +256,21 @@ pub struct SubmitJob {
     /// requeue without counting.
     #[serde(default)]
     pub max_retries: u32,
-    /// Program and arguments, run directly (no shell).
+    /// Program and arguments, run directly (no shell); the image's entrypoint and command
+    /// when empty (a job with an image).
+    #[serde(default)]
     pub command: Vec<String>,
     #[serde(default)]
     pub env: BTreeMap<String, String>,
-    /// Absolute working directory on the node; the job's own directory when absent.
+    /// The OCI image to run, `REGISTRY/REPOSITORY:TAG` or `REGISTRY/REPOSITORY@sha256:…`:
+    /// what nodes that confine jobs run. A tag is resolved to a digest at the first pull and
+    /// every attempt runs that digest. The tenant's policy may limit the registries.
+    pub image: Option<String>,
+    /// `host` (the default: the node's network) or `none`.
+    #[schema(example = "host")]
+    pub network: Option<String>,
+    /// Absolute working directory: inside the container (a job with an image), else on
+    /// the node; `/scratch` or the job's own directory when absent.
     pub workdir: Option<String>,
     /// Absolute directory (on storage every node sees) where the job writes checkpoints; a
     /// requeued or retried attempt finds the newest in `ALLOT_RESTORE_FROM`.
@@ -330,6 +372,12 @@ pub struct JobView {
     pub gpu_compute: Option<GpuCompute>,
     /// Whether its share may be resized while it runs.
     pub gpu_resizable: bool,
+    /// The image as submitted.
+    pub image: Option<String>,
+    /// The manifest digest its image resolved to at the first pull: what every attempt runs.
+    pub image_digest: Option<String>,
+    /// `host` or `none`.
+    pub network: String,
     /// Why a pending job waits.
     pub pending_reason: Option<PendingReasonView>,
     pub node_id: Option<String>,
@@ -384,6 +432,9 @@ impl From<Job> for JobView {
             mig_profile: j.spec.mig_profile,
             gpu_compute: j.spec.gpu_compute,
             gpu_resizable: j.spec.gpu_resizable,
+            image: j.spec.image,
+            image_digest: j.image_digest,
+            network: j.spec.network.as_str().to_owned(),
             pending_reason: j.pending_reason.map(Into::into),
             node_id: j.node_id,
             gpu_uuids: j.gpu_uuids,
@@ -500,6 +551,8 @@ pub struct NodeView {
     pub lease_expires_at: DateTime<Utc>,
     pub agent_version: String,
     pub gpu_backend: String,
+    /// What runs its jobs: `oci` (confined containers) or `process` (unconfined).
+    pub runtime: String,
     /// CPU (milli) and memory (bytes) the node offers to jobs; 0 when not reported.
     pub cpu_milli: u64,
     pub memory_bytes: u64,
@@ -523,6 +576,7 @@ impl NodeView {
             lease_expires_at: n.lease_expires_at,
             agent_version: n.agent_version,
             gpu_backend: n.gpu_backend,
+            runtime: n.runtime,
             cpu_milli: n.cpu_milli,
             memory_bytes: n.memory_bytes,
             gpus: n

@@ -469,6 +469,7 @@ mod tests {
                 gpu_hour_budget_milli: budget,
                 ..crate::Quota::default()
             },
+            policy: Default::default(),
             created_at: t("2026-11-01T00:00:00Z"),
         };
         let tenants = [

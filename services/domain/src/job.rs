@@ -180,6 +180,43 @@ pub struct JobSpec {
     pub gpu_compute: Option<crate::GpuCompute>,
     /// Whether its share of a shared GPU may be resized while it runs.
     pub gpu_resizable: bool,
+    /// The OCI image it runs (`REGISTRY/REPOSITORY[:TAG][@sha256:…]`): what nodes that
+    /// confine jobs run; none runs on a node's own file system (nodes running jobs as
+    /// processes only).
+    pub image: Option<String>,
+    /// Its network: the node's (the default, what multi-node training needs) or none.
+    pub network: JobNetwork,
+}
+
+/// A job's network.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum JobNetwork {
+    /// The node's own network namespace.
+    #[default]
+    Host,
+    /// A network namespace of its own with no interfaces but loopback.
+    None,
+}
+
+impl JobNetwork {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobNetwork::Host => "host",
+            JobNetwork::None => "none",
+        }
+    }
+}
+
+impl std::str::FromStr for JobNetwork {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "host" => Ok(JobNetwork::Host),
+            "none" => Ok(JobNetwork::None),
+            other => Err(format!("unknown network `{other}` (host or none)")),
+        }
+    }
 }
 
 impl JobSpec {
@@ -308,8 +345,18 @@ impl JobSpec {
                 "only applies to jobs that request GPUs",
             );
         }
+        if let Some(image) = &self.image
+            && let Err(why) = crate::image::ImageRef::parse(image)
+        {
+            v.push("image", why);
+        }
         if self.command.is_empty() {
-            v.push("command", "must name a program to run");
+            if self.image.is_none() {
+                v.push(
+                    "command",
+                    "must name a program to run (or the job an image)",
+                );
+            }
         } else if self.command[0].is_empty() {
             v.push("command[0]", "the program must not be empty");
         }
@@ -354,6 +401,13 @@ impl JobSpec {
             if let Some(dir) = dir {
                 v.check(dir.starts_with('/'), field, "must be an absolute path");
                 v.check(!dir.contains('\0'), field, "must not contain NUL bytes");
+                v.check(
+                    !std::path::Path::new(dir)
+                        .components()
+                        .any(|c| c == std::path::Component::ParentDir),
+                    field,
+                    "must not contain `..`",
+                );
             }
         }
         v.into_result()
@@ -404,6 +458,9 @@ pub struct Job {
     pub traceparent: Option<String>,
     /// Where its next attempts must not run for a while after a fault there.
     pub avoid: Option<Avoid>,
+    /// The manifest digest its image's tag resolved to at its first pull: every later
+    /// attempt runs exactly that.
+    pub image_digest: Option<String>,
 }
 
 /// Anti-affinity after a fault: a job requeued for a device fault avoids the GPUs it held,
@@ -419,6 +476,14 @@ pub struct Avoid {
 pub const AVOID_FOR_SECS: i64 = 600;
 
 impl Job {
+    /// The image its next attempt runs: pinned to its digest once one is known.
+    pub fn image_to_run(&self) -> Option<String> {
+        self.spec
+            .image
+            .as_deref()
+            .map(|i| crate::image::pinned(i, self.image_digest.as_deref()))
+    }
+
     /// What it holds (once placed) or asks for of each of its GPUs: the placement's share,
     /// else the requested one, else a whole GPU; and the GPU memory asked for on each (0:
     /// not asked).
@@ -478,6 +543,8 @@ mod tests {
             mig_profile: None,
             gpu_compute: None,
             gpu_resizable: false,
+            image: None,
+            network: JobNetwork::Host,
         }
     }
 

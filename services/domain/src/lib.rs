@@ -9,6 +9,7 @@ pub mod audit;
 pub mod clock;
 pub mod error;
 pub mod identity;
+pub mod image;
 pub mod isolation;
 pub mod job;
 pub mod mig;
@@ -24,12 +25,13 @@ pub use audit::{
 pub use clock::{Clock, FixedClock, SystemClock};
 pub use error::{FieldError, ValidationError};
 pub use identity::{BindingSubject, Session, StoredBinding, User};
+pub use image::{ImageRef, TenantPolicy};
 pub use isolation::{
     GpuCompute, Isolation, PRIORITY_CLASSES, PRIORITY_RANGE, WorkloadClass, parse_priority,
 };
 pub use job::{
-    AVOID_FOR_SECS, Avoid, GPU_MILLI, Job, JobEvent, JobSpec, JobState, PendingReason, Share,
-    TransitionError,
+    AVOID_FOR_SECS, Avoid, GPU_MILLI, Job, JobEvent, JobNetwork, JobSpec, JobState, PendingReason,
+    Share, TransitionError,
 };
 pub use node::{GpuDevice, MigSlot, Node, NodeStatus};
 pub use quantity::{format_bytes, format_milli, parse_bytes};

@@ -101,6 +101,9 @@ pub struct Node {
     pub lease_expires_at: DateTime<Utc>,
     pub agent_version: String,
     pub gpu_backend: String,
+    /// What runs its jobs: `oci` (confined containers) or `process` (unconfined); empty
+    /// when an older agent did not say.
+    pub runtime: String,
     /// CPU the node offers to jobs, in milli; 0 when the agent did not say.
     pub cpu_milli: u64,
     /// Memory the node offers to jobs; 0 when the agent did not say.
@@ -113,6 +116,11 @@ pub struct Node {
 }
 
 impl Node {
+    /// Whether its jobs run confined (what a tenant policy may require).
+    pub fn confines_jobs(&self) -> bool {
+        self.runtime == "oci"
+    }
+
     pub fn status(&self, now: DateTime<Utc>) -> NodeStatus {
         if now < self.lease_expires_at {
             NodeStatus::Ready

@@ -205,6 +205,8 @@ pub struct Tenant {
     /// The tenant this one is a team of; its quota nests within the parent's.
     pub parent_id: Option<String>,
     pub quota: Quota,
+    /// What its jobs may run and where.
+    pub policy: crate::TenantPolicy,
     pub created_at: DateTime<Utc>,
 }
 

@@ -607,6 +607,16 @@ impl LiveScheduler {
         let mut decisions = Vec::new();
         let mut pending = Vec::new();
         let mut mig_pending = Vec::new();
+        let ready = snap
+            .nodes
+            .iter()
+            .filter(|n| n.status(snap.now) == allot_domain::NodeStatus::Ready)
+            .count();
+        let confined: Vec<&Node> = snap
+            .nodes
+            .iter()
+            .filter(|n| n.confines_jobs() && n.status(snap.now) == allot_domain::NodeStatus::Ready)
+            .collect();
         for j in snap.pending {
             if let Some(at) = j.retry_at.filter(|at| *at > snap.now) {
                 decisions.push(LiveDecision::Wait {
@@ -638,10 +648,37 @@ impl LiveScheduler {
             } else {
                 j.spec.gpu_milli.unwrap_or(GPU_MILLI)
             };
+            // A tenant whose jobs must run confined: only on nodes that run containers.
+            let confined_only = snap
+                .tenants
+                .iter()
+                .any(|t| t.id == j.tenant_id && t.policy.require_confinement);
+            if confined_only && confined.is_empty() {
+                decisions.push(LiveDecision::Wait {
+                    job_id: j.id.clone(),
+                    reason: PendingReason {
+                        code: "ConfinementRequired".into(),
+                        message: format!(
+                            "the tenant's jobs must run confined, and none of the {} ready nodes \
+                             runs jobs in containers (agent --runtime oci)",
+                            ready
+                        ),
+                    },
+                });
+                continue;
+            }
             match mapped.request(j, share) {
                 Ok(r) => {
                     let mut job = engine_job(j, r, seq_of(j));
                     job.avoid = mapped.avoidance(j, snap.now);
+                    if confined_only {
+                        job.avoid.nodes.extend(
+                            snap.nodes
+                                .iter()
+                                .filter(|n| !n.confines_jobs())
+                                .filter_map(|n| mapped.by_node.get(&n.id).copied()),
+                        );
+                    }
                     pending.push(job);
                 }
                 Err(reason) => decisions.push(LiveDecision::Wait {

@@ -353,6 +353,15 @@ impl allot_proto::NodeService for NodeSvc {
                     },
                     agent_version: r.agent_version.chars().take(64).collect(),
                     gpu_backend: r.gpu_backend.chars().take(32).collect(),
+                    runtime: match r.runtime.as_str() {
+                        "oci" | "process" | "" => r.runtime.clone(),
+                        other => {
+                            return Err(Status::invalid_argument(format!(
+                                "runtime `{}` is neither oci nor process",
+                                other.chars().take(32).collect::<String>()
+                            )));
+                        }
+                    },
                     cpu_milli: r.cpu_milli,
                     memory_bytes: r.memory_bytes,
                     gpus: gpus_from_proto(r.gpus)?,
@@ -563,6 +572,34 @@ impl allot_proto::NodeService for NodeSvc {
         }
         let phase = JobPhase::try_from(r.phase)
             .map_err(|_| Status::invalid_argument(format!("unknown phase {}", r.phase)))?;
+        // The digest the job's image resolved to: only for a job with an image, only a
+        // sha256 digest, and only the one its reference names if it names one.
+        let image_digest = if r.image_digest.is_empty() {
+            None
+        } else {
+            let well_formed = r
+                .image_digest
+                .strip_prefix("sha256:")
+                .is_some_and(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()));
+            let named = job
+                .spec
+                .image
+                .as_deref()
+                .and_then(|i| allot_domain::ImageRef::parse(i).ok());
+            match named {
+                Some(named)
+                    if well_formed
+                        && named.digest.as_ref().is_none_or(|d| *d == r.image_digest) =>
+                {
+                    Some(r.image_digest.clone())
+                }
+                _ => {
+                    return Err(Status::invalid_argument(
+                        "image_digest: not a sha256 digest of this job's image",
+                    ));
+                }
+            }
+        };
         let to = match phase {
             JobPhase::Running => JobState::Running,
             JobPhase::Succeeded => JobState::Succeeded,
@@ -657,6 +694,7 @@ impl allot_proto::NodeService for NodeSvc {
                     JobState::Running,
                     JobUpdate {
                         pid: r.pid,
+                        image_digest: image_digest.clone(),
                         ..Default::default()
                     },
                 )
@@ -670,6 +708,7 @@ impl allot_proto::NodeService for NodeSvc {
             exit_code: r.exit_code,
             message,
             log_tail: (!r.log_tail.is_empty()).then_some(r.log_tail),
+            image_digest,
             ..Default::default()
         };
         let job = self

@@ -145,6 +145,13 @@ pub fn launch(job: &Job) -> Assignment {
             tenant: job.spec.tenant.to_string(),
             name: job.spec.name.clone(),
             command: job.spec.command.clone(),
+            cpu_milli: job.spec.cpu_milli,
+            memory_bytes: job.spec.memory_bytes,
+            image: job.image_to_run().unwrap_or_default(),
+            network: job.spec.network.as_str().to_owned(),
+            // Tenants' pull credentials are not kept by the control plane yet.
+            registry_username: String::new(),
+            registry_password: String::new(),
             env: job.spec.env.clone().into_iter().collect(),
             workdir: job.spec.workdir.clone().unwrap_or_default(),
             gpu_uuids: job.gpu_uuids.clone(),

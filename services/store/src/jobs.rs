@@ -6,7 +6,7 @@ use allot_domain::{
     AuditContext, AuditEvent, Job, JobEvent, JobSpec, JobState, PendingReason, Share, TenantName,
 };
 use chrono::{DateTime, Utc};
-use sea_orm::sea_query::{Expr, ExprTrait};
+use sea_orm::sea_query::{Expr, ExprTrait, Func};
 use sea_orm::{
     ActiveValue::Set, ColumnTrait, Condition, ConnectionTrait, EntityTrait, QueryFilter,
     QueryOrder, QuerySelect, TransactionTrait,
@@ -74,6 +74,9 @@ pub struct JobUpdate {
     /// failure, when it may start (the failure is counted).
     pub requeue_code: Option<String>,
     pub retry_at: Option<chrono::DateTime<chrono::Utc>>,
+    /// The manifest digest the job's image resolved to (kept from the first report that
+    /// gives one: a job's digest never changes).
+    pub image_digest: Option<String>,
 }
 
 pub trait JobRepo {
@@ -214,7 +217,10 @@ fn to_domain(m: jobs::Model, tenant: &str) -> Result<Job, StoreError> {
                 .map(|c| parse("gpu_compute", c))
                 .transpose()?,
             gpu_resizable: m.gpu_resizable,
+            image: m.image,
+            network: parse("network", &m.network)?,
         },
+        image_digest: m.image_digest,
         state: parse("state", &m.state)?,
         pending_reason: match (m.pending_code, m.pending_message) {
             (Some(code), Some(message)) => Some(PendingReason { code, message }),
@@ -380,6 +386,16 @@ impl Store {
             }
             _ => {}
         }
+        if let Some(digest) = &update.image_digest {
+            query = query.col_expr(
+                jobs::Column::ImageDigest,
+                Func::coalesce([
+                    Expr::col(jobs::Column::ImageDigest).into(),
+                    Expr::value(digest.clone()),
+                ])
+                .into(),
+            );
+        }
         if to == JobState::Pending {
             query = query.col_expr(
                 jobs::Column::Attempt,
@@ -438,6 +454,7 @@ impl Store {
                     "pid": job.pid,
                     "exit_code": job.exit_code,
                     "message": job.message,
+                    "image_digest": job.image_digest,
                 }));
         record(db, self, ctx, event).await?;
         Ok(job)
@@ -475,6 +492,9 @@ impl JobRepo for Store {
             mig_profile: Set(spec.mig_profile.clone()),
             gpu_compute: Set(spec.gpu_compute.map(|c| c.as_str().to_owned())),
             gpu_resizable: Set(spec.gpu_resizable),
+            image: Set(spec.image.clone()),
+            image_digest: Set(None),
+            network: Set(spec.network.as_str().to_owned()),
             traceparent: Set(new.traceparent.clone()),
             avoid_node_id: Set(None),
             avoid_gpus: Set(None),

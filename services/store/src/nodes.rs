@@ -47,6 +47,8 @@ pub struct NodeRegistration {
     pub certificate: NewNodeCertificate,
     pub agent_version: String,
     pub gpu_backend: String,
+    /// What runs its jobs (`oci`, `process`).
+    pub runtime: String,
     /// CPU (milli) and memory the node offers to jobs; 0 when not reported.
     pub cpu_milli: u64,
     pub memory_bytes: u64,
@@ -108,6 +110,7 @@ fn to_domain(m: nodes::Model, gpus: Vec<GpuDevice>) -> Node {
         lease_expires_at: m.lease_expires_at,
         agent_version: m.agent_version,
         gpu_backend: m.gpu_backend,
+        runtime: m.runtime,
         // Written from u64 values that fit i64: a negative one can only be tampering, and
         // reads as "not reported".
         cpu_milli: u64::try_from(m.cpu_milli).unwrap_or(0),
@@ -241,6 +244,7 @@ impl NodeRepo for Store {
                     latest_cert_serial: Set(serial),
                     agent_version: Set(r.agent_version),
                     gpu_backend: Set(r.gpu_backend),
+                    runtime: Set(r.runtime),
                     last_heartbeat_at: Set(now),
                     lease_expires_at: Set(r.lease_expires_at),
                     cpu_milli: Set(cpu_milli),
@@ -257,6 +261,7 @@ impl NodeRepo for Store {
                     latest_cert_serial: Set(serial),
                     agent_version: Set(r.agent_version),
                     gpu_backend: Set(r.gpu_backend),
+                    runtime: Set(r.runtime),
                     registered_at: Set(now),
                     last_heartbeat_at: Set(now),
                     lease_expires_at: Set(r.lease_expires_at),

@@ -2,13 +2,14 @@
 
 use allot_domain::{
     AuditContext, AuditEvent, Quota, ResourceLimits, Resources, SYSTEM_LOG, Tenant, TenantName,
+    TenantPolicy,
 };
 use sea_orm::{
     ActiveValue::Set, ColumnTrait, EntityTrait, QueryFilter, QueryOrder, TransactionTrait,
 };
 
 use crate::audit::record;
-use crate::convert::{json, parse, to_i64, to_u32, to_u64};
+use crate::convert::{json, parse, to_i64, to_json, to_u32, to_u64};
 use crate::entities::tenants;
 use crate::{Store, StoreError, new_id};
 
@@ -29,6 +30,13 @@ pub trait TenantRepo {
         ctx: &AuditContext,
         name: &str,
         quota: Quota,
+    ) -> impl Future<Output = Result<Tenant, StoreError>> + Send;
+    /// Replaces what the tenant's jobs may run and where (audited).
+    fn set_policy(
+        &self,
+        ctx: &AuditContext,
+        name: &str,
+        policy: TenantPolicy,
     ) -> impl Future<Output = Result<Tenant, StoreError>> + Send;
 }
 
@@ -65,6 +73,10 @@ fn to_domain(m: tenants::Model) -> Result<Tenant, StoreError> {
             min_isolation: parse("min_isolation", &m.min_isolation)?,
             mig_limits: json("mig_limits", &m.mig_limits)?,
             gpu_hour_budget_milli: opt_u64("gpu_hour_budget_milli", m.gpu_hour_budget_milli)?,
+        },
+        policy: TenantPolicy {
+            image_registries: json("image_registries", &m.image_registries)?,
+            require_confinement: m.require_confinement,
         },
         id: m.id,
         created_at: m.created_at,
@@ -107,6 +119,8 @@ impl TenantRepo for Store {
             name: Set(name.as_str().to_owned()),
             parent_id: Set(parent_id.map(str::to_owned)),
             created_at: Set(self.clock.now()),
+            image_registries: Set("[]".to_owned()),
+            require_confinement: Set(false),
             ..Default::default()
         };
         set_quota_columns(&mut row, &quota)?;
@@ -189,6 +203,34 @@ impl TenantRepo for Store {
         )
         .before(before)
         .after(&updated.quota);
+        record(&txn, self, ctx, event).await?;
+        txn.commit().await?;
+        Ok(updated)
+    }
+
+    async fn set_policy(
+        &self,
+        ctx: &AuditContext,
+        name: &str,
+        policy: TenantPolicy,
+    ) -> Result<Tenant, StoreError> {
+        let tenant = self.tenant_by_name(name).await?;
+        let before = tenant.policy;
+        let row = tenants::ActiveModel {
+            id: Set(tenant.id),
+            image_registries: Set(to_json("image_registries", &policy.image_registries)?),
+            require_confinement: Set(policy.require_confinement),
+            ..Default::default()
+        };
+        let txn = self.db.begin().await?;
+        let updated = to_domain(tenants::Entity::update(row).exec(&txn).await?)?;
+        let event = AuditEvent::success(
+            updated.id.clone(),
+            "tenant.policy.set",
+            format!("tenant/{}", updated.id),
+        )
+        .before(before)
+        .after(&updated.policy);
         record(&txn, self, ctx, event).await?;
         txn.commit().await?;
         Ok(updated)

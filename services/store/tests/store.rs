@@ -85,6 +85,8 @@ fn spec(tenant: &str, gpus: u32) -> JobSpec {
         mig_profile: None,
         gpu_compute: None,
         gpu_resizable: false,
+        image: None,
+        network: Default::default(),
     }
 }
 
@@ -616,6 +618,7 @@ both_backends!(nodes_register_and_heartbeat, |store, clock| {
             },
             agent_version: version.into(),
             gpu_backend: "simulated".into(),
+            runtime: "process".into(),
             gpus,
             lease_expires_at: clock.now() + Duration::seconds(15),
         }

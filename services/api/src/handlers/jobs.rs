@@ -65,9 +65,25 @@ pub async fn submit(
         Resource::Tenant(&tenant.id),
         &format!("tenant `{}`", tenant.name),
     )?;
+    let network = match body.network.as_deref() {
+        None => allot_domain::JobNetwork::Host,
+        Some(n) => n
+            .parse()
+            .map_err(|e: String| ValidationError::single("network", e))?,
+    };
+    if let Some(image) = &body.image {
+        let parsed = allot_domain::ImageRef::parse(image)
+            .map_err(|e| ValidationError::single("image", e))?;
+        tenant
+            .policy
+            .allows_image(&parsed)
+            .map_err(|e| ValidationError::single("image", e))?;
+    }
     let name = body.name.unwrap_or_else(|| {
         body.command
             .first()
+            .or(body.image.as_ref())
+            .and_then(|p| p.split(['@', ':']).next())
             .and_then(|p| p.rsplit('/').next())
             .filter(|p| !p.is_empty())
             .unwrap_or("job")
@@ -105,6 +121,8 @@ pub async fn submit(
         mig_profile: body.mig_profile,
         gpu_compute: body.gpu_compute,
         gpu_resizable: body.gpu_resizable,
+        image: body.image,
+        network,
     };
     spec.validate()?;
     let job = state

@@ -1,13 +1,13 @@
 use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, web};
 use allot_authz::{Action, Resource};
-use allot_domain::{Quota, Tenant, TenantName, ValidationError};
+use allot_domain::{Quota, Tenant, TenantName, TenantPolicy, ValidationError};
 use allot_store::TenantRepo;
 
 use crate::auth::Principal;
 use crate::extract::Json;
 use crate::problem::Problem;
-use crate::views::{CreateTenant, QuotaBody, TenantView};
+use crate::views::{CreateTenant, PolicyBody, QuotaBody, TenantView};
 use crate::{ApiError, AppState, json};
 
 /// Create a tenant (platform admins).
@@ -42,6 +42,7 @@ pub async fn create(
         name: name.clone(),
         parent_id: parent_id.clone(),
         quota: quota.clone(),
+        policy: Default::default(),
         created_at: state.store.clock().now(),
     });
     check_tree(&trial)?;
@@ -141,4 +142,40 @@ pub async fn set_quota(
     let tenant = state.store.set_quota(&who.audit(), &name, quota).await?;
     state.events.job_submitted();
     Ok(json(StatusCode::OK, &TenantView::new(tenant, &all)))
+}
+
+/// Get a tenant's policy: the image registries its jobs may use, and whether they must run
+/// confined.
+#[utoipa::path(get, path = "/api/v1/tenants/{name}/policy", tag = "tenants",
+    security(("bearer" = [])), params(("name" = String, Path)),
+    responses((status = 200, body = PolicyBody), (status = 404, body = Problem)))]
+pub async fn get_policy(
+    state: web::Data<AppState>,
+    who: Principal,
+    name: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let tenant = visible(&state, &who, &name, Action::QuotaRead).await?;
+    Ok(json(StatusCode::OK, &PolicyBody::from(tenant.policy)))
+}
+
+/// Replace a tenant's policy (platform admins, as for its quota). Jobs submitted from then
+/// on are held to it: an image outside `image_registries` is refused (422 naming `image`),
+/// and with `require_confinement` the tenant's jobs are placed only on nodes that run jobs
+/// in containers.
+#[utoipa::path(put, path = "/api/v1/tenants/{name}/policy", tag = "tenants",
+    security(("bearer" = [])), params(("name" = String, Path)), request_body = PolicyBody,
+    responses((status = 200, body = PolicyBody), (status = 400, body = Problem),
+        (status = 403, body = Problem), (status = 404, body = Problem), (status = 422, body = Problem)))]
+pub async fn set_policy(
+    state: web::Data<AppState>,
+    who: Principal,
+    name: web::Path<String>,
+    Json(body): Json<PolicyBody>,
+) -> Result<HttpResponse, ApiError> {
+    visible(&state, &who, &name, Action::QuotaWrite).await?;
+    let policy = TenantPolicy::from(body);
+    policy.validate()?;
+    let tenant = state.store.set_policy(&who.audit(), &name, policy).await?;
+    state.events.job_submitted();
+    Ok(json(StatusCode::OK, &PolicyBody::from(tenant.policy)))
 }

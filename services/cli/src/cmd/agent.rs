@@ -58,6 +58,96 @@ pub struct AgentArgs {
     /// GPU memory charged to a shared job for each process's CUDA context on each GPU.
     #[arg(long, default_value = "512MiB", value_parser = allot_domain::parse_bytes)]
     shim_context_reserve: u64,
+    #[command(flatten)]
+    runtime: RuntimeArgs,
+}
+
+/// How a node runs its jobs.
+#[derive(Debug, Clone, Args)]
+pub struct RuntimeArgs {
+    /// What runs jobs: `oci` (confined OCI containers through runc; needs root) or
+    /// `process` (unconfined processes of the agent's user).
+    #[arg(long = "runtime", env = "ALLOT_RUNTIME", value_enum, default_value_t = RuntimeKindArg::Oci)]
+    pub kind: RuntimeKindArg,
+    /// Accept unconfined jobs (`--runtime process`) on a node whose control plane is not on
+    /// loopback: every job then runs as the agent's user, with its files and keys.
+    #[arg(long)]
+    pub allow_unconfined_jobs: bool,
+    /// The OCI runtime binary (default: runc, else crun, on PATH).
+    #[arg(long, env = "ALLOT_OCI_RUNTIME")]
+    pub oci_runtime: Option<PathBuf>,
+    /// Directories of CDI specs (repeatable; default /etc/cdi and /var/run/cdi), as
+    /// `nvidia-ctk cdi generate` writes them.
+    #[arg(long = "cdi-dir")]
+    pub cdi_dirs: Vec<PathBuf>,
+    /// A registry spoken to over plain HTTP, HOST:PORT (repeatable; loopback test
+    /// registries).
+    #[arg(long = "insecure-registry")]
+    pub insecure_registries: Vec<String>,
+    /// CA certificates (PEM) trusted for registries, beside the system's.
+    #[arg(long)]
+    pub registry_ca: Option<PathBuf>,
+    /// Size cap of the image cache (layers and unpacked images).
+    #[arg(long, default_value = "20GiB", value_parser = allot_domain::parse_bytes)]
+    pub image_cache_size: u64,
+    /// Size of each container's /scratch (tmpfs; counts against its memory limit).
+    #[arg(long, default_value = "10GiB", value_parser = allot_domain::parse_bytes)]
+    pub scratch_size: u64,
+    /// Size of each container's /tmp and of its /dev/shm.
+    #[arg(long, default_value = "1GiB", value_parser = allot_domain::parse_bytes)]
+    pub tmp_size: u64,
+    /// Processes and threads one container may have.
+    #[arg(long, default_value_t = 4096)]
+    pub pids_limit: i64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum RuntimeKindArg {
+    Oci,
+    Process,
+}
+
+impl RuntimeArgs {
+    /// The runtime to configure, refusing unconfined jobs on a node that is not
+    /// loopback-only unless the operator said so twice.
+    pub fn choice(&self, server: &str) -> anyhow::Result<allot_agent::RuntimeChoice> {
+        match self.kind {
+            RuntimeKindArg::Process => {
+                let loopback = server.contains("://127.")
+                    || server.contains("://localhost")
+                    || server.contains("://[::1]");
+                if !loopback && !self.allow_unconfined_jobs {
+                    anyhow::bail!(
+                        "--runtime process runs every job unconfined, as this agent's user: on a \
+                         node whose control plane is not on loopback, pass \
+                         --allow-unconfined-jobs too"
+                    );
+                }
+                Ok(allot_agent::RuntimeChoice::Process)
+            }
+            RuntimeKindArg::Oci => {
+                let mut cfg =
+                    allot_agent::runtime::oci::OciConfig::discover(self.oci_runtime.clone())
+                        .map_err(|e| anyhow::anyhow!("--runtime oci: {e}"))?;
+                if !self.cdi_dirs.is_empty() {
+                    cfg.cdi_dirs = self.cdi_dirs.clone();
+                }
+                cfg.registries.insecure = self.insecure_registries.clone();
+                if let Some(ca) = &self.registry_ca {
+                    cfg.registries.ca_pem = Some(
+                        std::fs::read_to_string(ca)
+                            .with_context(|| format!("--registry-ca {}", ca.display()))?,
+                    );
+                }
+                cfg.image_cache_bytes = self.image_cache_size;
+                cfg.scratch_bytes = self.scratch_size;
+                cfg.tmp_bytes = self.tmp_size;
+                cfg.shm_bytes = self.tmp_size;
+                cfg.pids_limit = self.pids_limit;
+                Ok(allot_agent::RuntimeChoice::Oci(cfg))
+            }
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -120,7 +210,9 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     let stop = CancellationToken::new();
     let ca_cert_pem = std::fs::read_to_string(&args.ca_cert)
         .with_context(|| format!("--ca-cert: reading {}", args.ca_cert.display()))?;
+    let runtime = args.runtime.choice(&args.server)?;
     let config = AgentConfig {
+        runtime,
         server: args.server,
         ca_cert_pem,
         bootstrap_token: args.bootstrap_token.filter(|t| !t.trim().is_empty()),

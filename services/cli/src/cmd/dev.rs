@@ -38,6 +38,13 @@ pub struct DevArgs {
     /// GPUs on each simulated node, e.g. 4xH200 or 2xH200,1xT4.
     #[arg(long, default_value = "4xH200")]
     sim_gpus: String,
+    /// What runs the nodes' jobs: `process` (the default: unconfined, no root needed) or
+    /// `oci` (confined containers from images; needs root and runc).
+    #[arg(long = "runtime", value_enum, default_value_t = crate::cmd::agent::RuntimeKindArg::Process)]
+    runtime: crate::cmd::agent::RuntimeKindArg,
+    /// A registry the nodes pull images from over plain HTTP, HOST:PORT (repeatable).
+    #[arg(long = "insecure-registry")]
+    insecure_registries: Vec<String>,
     #[command(flatten)]
     audit: crate::cmd::server::AuditArgs,
     #[command(flatten)]
@@ -128,6 +135,30 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         seed_dev_users(&server.store).await?;
     }
 
+    let runtime = crate::cmd::agent::RuntimeArgs {
+        kind: args.runtime,
+        allow_unconfined_jobs: false,
+        oci_runtime: None,
+        cdi_dirs: Vec::new(),
+        insecure_registries: args.insecure_registries.clone(),
+        registry_ca: None,
+        image_cache_size: 20 << 30,
+        scratch_size: 1 << 30,
+        tmp_size: 1 << 30,
+        pids_limit: 4096,
+    }
+    .choice(&server.grpc_url())?;
+    if matches!(runtime, allot_agent::RuntimeChoice::Oci(_)) {
+        // The containers' user namespaces pass through the data dir to their images; what
+        // is secret in it keeps its own mode.
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&args.data_dir, std::fs::Permissions::from_mode(0o711))?;
+        std::fs::create_dir_all(args.data_dir.join("nodes"))?;
+        std::fs::set_permissions(
+            args.data_dir.join("nodes"),
+            std::fs::Permissions::from_mode(0o711),
+        )?;
+    }
     let stop = CancellationToken::new();
     let mut agents = Vec::new();
     for i in 1..=args.nodes {
@@ -163,6 +194,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
                 shim_library: allot_agent::sharing::SharingConfig::discover_shim(),
                 ..Default::default()
             },
+            runtime: runtime.clone(),
         };
         agents.push(tokio::spawn(allot_agent::run(
             cfg,

@@ -73,7 +73,15 @@ pub enum JobCmd {
         /// Environment variable for the job, KEY=VALUE (repeatable).
         #[arg(long = "env", short = 'e', value_parser = parse_env)]
         env: Vec<(String, String)>,
-        /// Absolute working directory on the node.
+        /// The OCI image to run, REGISTRY/REPOSITORY:TAG or …@sha256:… (nodes that confine
+        /// jobs run only images). The command is then optional: the image's entrypoint.
+        #[arg(long)]
+        image: Option<String>,
+        /// The job's network: host (the default, the node's) or none.
+        #[arg(long)]
+        network: Option<String>,
+        /// Absolute working directory: inside the container for a job with an image, else
+        /// on the node.
         #[arg(long)]
         workdir: Option<String>,
         /// Absolute directory (on storage every node sees) the job writes checkpoints to; a
@@ -85,8 +93,8 @@ pub enum JobCmd {
         wait: bool,
         #[arg(short, long, value_enum, default_value_t)]
         output: Format,
-        /// The program and its arguments.
-        #[arg(required = true, last = true)]
+        /// The program and its arguments (required without --image).
+        #[arg(required_unless_present = "image", last = true)]
         command: Vec<String>,
     },
     /// Show a job, its placement and its state history.
@@ -263,6 +271,8 @@ pub async fn run(client: &Client, cmd: JobCmd) -> anyhow::Result<i32> {
             max_retries,
             name,
             env,
+            image,
+            network,
             workdir,
             checkpoint_dir,
             wait,
@@ -280,6 +290,7 @@ pub async fn run(client: &Client, cmd: JobCmd) -> anyhow::Result<i32> {
                 "command": command, "env": env, "workdir": workdir,
                 "checkpoint_dir": checkpoint_dir, "mig_profile": mig_profile,
                 "gpu_compute": gpu_compute, "gpu_resizable": gpu_resizable,
+                "image": image, "network": network,
             });
             let job: JobView = client
                 .call(Method::POST, "/api/v1/jobs", Some(&body))

@@ -92,11 +92,14 @@ pub async fn run(client: &Client, cmd: NodeCmd) -> anyhow::Result<()> {
                             n.gpus.len().to_string(),
                             models.join(","),
                             n.gpu_backend.clone(),
+                            n.runtime.clone(),
                         ]
                     })
                     .collect();
                 table(
-                    &["NAME", "ID", "STATUS", "GPUS", "MODELS", "BACKEND"],
+                    &[
+                        "NAME", "ID", "STATUS", "GPUS", "MODELS", "BACKEND", "RUNTIME",
+                    ],
                     &rows,
                 )
             })
@@ -117,6 +120,7 @@ pub async fn run(client: &Client, cmd: NodeCmd) -> anyhow::Result<()> {
                     ),
                     ("Agent", n.agent_version.clone()),
                     ("Backend", n.gpu_backend.clone()),
+                    ("Runtime", n.runtime.clone()),
                     ("Last heartbeat", n.last_heartbeat_at.to_rfc3339()),
                 ]);
                 let rows: Vec<_> = n

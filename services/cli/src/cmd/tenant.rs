@@ -39,6 +39,18 @@ pub enum TenantCmd {
         #[command(flatten)]
         quota: QuotaArgs,
     },
+    /// Set what a tenant's jobs may run and where (platform admins): the image registries
+    /// (or registry/repository prefixes) it may use, and whether its jobs must run confined.
+    SetPolicy {
+        name: String,
+        /// A registry, or a registry/repository prefix, the tenant's images may come from
+        /// (repeatable; none allows any).
+        #[arg(long = "allow-registry")]
+        registries: Vec<String>,
+        /// Place its jobs only on nodes that run them in containers.
+        #[arg(long)]
+        require_confinement: bool,
+    },
 }
 
 /// A quota: what is guaranteed (held for the tenant, lent while idle, reclaimed from
@@ -210,6 +222,25 @@ pub async fn run(client: &Client, cmd: TenantCmd) -> anyhow::Result<()> {
                 )
                 .await?;
             show(&t, Format::Table)
+        }
+        TenantCmd::SetPolicy {
+            name,
+            registries,
+            require_confinement,
+        } => {
+            let body = serde_json::json!({
+                "image_registries": registries,
+                "require_confinement": require_confinement,
+            });
+            let p: serde_json::Value = client
+                .call(
+                    Method::PUT,
+                    &format!("/api/v1/tenants/{name}/policy"),
+                    Some(&body),
+                )
+                .await?;
+            println!("{}", serde_json::to_string_pretty(&p)?);
+            Ok(())
         }
     }
 }

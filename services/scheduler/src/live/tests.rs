@@ -21,6 +21,7 @@ fn node(id: &str, models: &[&str]) -> Node {
         lease_expires_at: now() + chrono::Duration::seconds(30),
         agent_version: "test".into(),
         gpu_backend: "simulated".into(),
+        runtime: "process".into(),
         cpu_milli: 64_000,
         memory_bytes: 512 << 30,
         cordoned: false,
@@ -53,6 +54,7 @@ fn tenant(id: &str, guaranteed_gpus: u64) -> Tenant {
             },
             ..Quota::default()
         },
+        policy: Default::default(),
         created_at: now(),
     }
 }
@@ -82,6 +84,8 @@ fn job(id: &str, tenant: &str, gpus: u32, share: Option<u32>) -> StoredJob {
             mig_profile: None,
             gpu_compute: None,
             gpu_resizable: false,
+            image: None,
+            network: Default::default(),
         },
         state: JobState::Pending,
         pending_reason: None,
@@ -105,6 +109,7 @@ fn job(id: &str, tenant: &str, gpus: u32, share: Option<u32>) -> StoredJob {
         finished_at: None,
         traceparent: None,
         avoid: None,
+        image_digest: None,
     }
 }
 

@@ -61,6 +61,9 @@ pub struct Model {
     /// `strict` or `elastic`, for a share of a GPU.
     pub gpu_compute: Option<String>,
     pub gpu_resizable: bool,
+    pub image: Option<String>,
+    pub image_digest: Option<String>,
+    pub network: String,
     pub traceparent: Option<String>,
     pub avoid_node_id: Option<String>,
     /// JSON array of GPU UUIDs.

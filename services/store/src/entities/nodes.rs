@@ -13,6 +13,7 @@ pub struct Model {
     pub latest_cert_serial: String,
     pub agent_version: String,
     pub gpu_backend: String,
+    pub runtime: String,
     pub registered_at: DateTimeUtc,
     pub last_heartbeat_at: DateTimeUtc,
     pub lease_expires_at: DateTimeUtc,

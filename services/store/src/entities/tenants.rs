@@ -22,6 +22,9 @@ pub struct Model {
     #[sea_orm(column_type = "Text")]
     pub mig_limits: String,
     pub gpu_hour_budget_milli: Option<i64>,
+    #[sea_orm(column_type = "Text")]
+    pub image_registries: String,
+    pub require_confinement: bool,
     pub created_at: DateTimeUtc,
 }
 

@@ -606,7 +606,7 @@ pub async fn run(args: &ChaosBench) -> anyhow::Result<()> {
         {
             let _ = child.start_kill();
         }
-        allot_agent::runner::kill_orphans(&n.data_dir.join("jobs"));
+        allot_agent::runtime::process::kill_orphans(&n.data_dir.join("jobs"));
     }
     server.shutdown().await;
 

@@ -1,0 +1,515 @@
+//! The `oci` runtime: each attempt is an OCI container run by an OCI runtime binary on the
+//! node (`runc`; `crun` where the host's cgroups suit it), from the job's image.
+//!
+//! What a container gets (see [`spec`]): its own PID, mount, IPC, UTS, cgroup and user
+//! namespaces, the user namespace mapping its root to an unprivileged host range of its
+//! tenant's ([`UidRanges`]); no capabilities, no new privileges, the default seccomp
+//! profile ([`seccomp`]); the image's root file system read-only, with `/scratch`, `/tmp`
+//! and `/dev/shm` as size-limited tmpfs; only its own GPUs' device nodes (from the node's
+//! CDI specs, [`crate::cdi`]); CPU, memory and pids limits on its cgroup; the node's network
+//! unless it asked for none. Its first process is `tini` with a parent-death signal, so a
+//! container whose agent dies (and with it the runtime process the agent started, by its
+//! own parent-death signal) dies too, and everything in its PID namespace with it.
+//!
+//! State lives under `<data dir>/oci/` (the runtime's state, bundles, the tenants' uid
+//! ranges), all mode 0700; images under `<data dir>/images/` ([`crate::image`]).
+
+pub mod seccomp;
+pub mod spec;
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+
+use super::cgroup::Hierarchy;
+use super::{Attempt, BoxFuture, Ending, JobRuntime, LaunchSpec, RuntimeKind, Started, Tracker};
+use crate::image::{ImageStore, RegistryConfig};
+
+/// How the node runs containers.
+#[derive(Debug, Clone)]
+pub struct OciConfig {
+    /// The OCI runtime binary (`runc`), from `--oci-runtime` or `PATH`.
+    pub runtime: PathBuf,
+    /// A static init run as each container's first process (`tini-static`).
+    pub init: PathBuf,
+    /// Where CDI specs are read from.
+    pub cdi_dirs: Vec<PathBuf>,
+    pub registries: RegistryConfig,
+    /// The image cache's size cap.
+    pub image_cache_bytes: u64,
+    /// Size of each container's `/scratch`, `/tmp` and `/dev/shm`.
+    pub scratch_bytes: u64,
+    pub tmp_bytes: u64,
+    pub shm_bytes: u64,
+    /// Processes (threads) one container may have.
+    pub pids_limit: i64,
+}
+
+impl OciConfig {
+    /// The defaults, with the runtime and init found on `PATH` (or `runtime` if given).
+    pub fn discover(runtime: Option<PathBuf>) -> Result<Self, String> {
+        let runtime = match runtime {
+            Some(r) if r.is_file() => r,
+            Some(r) => return Err(format!("--oci-runtime {}: no such file", r.display())),
+            None => find_on_path("runc")
+                .or_else(|| find_on_path("crun"))
+                .ok_or_else(|| {
+                    "no OCI runtime on PATH (install runc, or pass --oci-runtime)".to_owned()
+                })?,
+        };
+        let init = find_on_path("tini-static")
+            .or_else(|| {
+                [
+                    "/usr/libexec/allot/tini-static",
+                    "/usr/local/lib/allot/tini-static",
+                ]
+                .iter()
+                .map(PathBuf::from)
+                .find(|p| p.is_file())
+            })
+            .ok_or_else(|| {
+                "no tini-static on PATH: containers need a static init (install tini)".to_owned()
+            })?;
+        Ok(OciConfig {
+            runtime,
+            init,
+            cdi_dirs: crate::cdi::DEFAULT_DIRS.iter().map(PathBuf::from).collect(),
+            registries: RegistryConfig::default(),
+            image_cache_bytes: 20 << 30,
+            scratch_bytes: 10 << 30,
+            tmp_bytes: 1 << 30,
+            shm_bytes: 1 << 30,
+            pids_limit: 4096,
+        })
+    }
+}
+
+/// A program on `PATH`.
+pub fn find_on_path(name: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .unwrap_or_default()
+        .into_iter()
+        .chain(["/usr/sbin", "/usr/bin", "/sbin", "/bin"].map(PathBuf::from))
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+}
+
+/// Host uid/gid ranges for containers, one per tenant, kept by the agent: a tenant's
+/// containers map their uid 0..65536 to `FIRST + slot × 65536`, so no two tenants share a
+/// host uid, and none is the host's root or an ordinary user's.
+pub struct UidRanges {
+    path: PathBuf,
+    slots: Mutex<BTreeMap<String, u32>>,
+}
+
+impl UidRanges {
+    pub const FIRST: u32 = 1 << 20;
+    pub const SIZE: u32 = 65536;
+    /// Slots that fit below 2^32.
+    const MAX_SLOTS: u32 = (u32::MAX - Self::FIRST) / Self::SIZE;
+
+    fn load(path: PathBuf) -> Self {
+        let slots = std::fs::read(&path)
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or_default();
+        UidRanges {
+            path,
+            slots: Mutex::new(slots),
+        }
+    }
+
+    /// The first host uid of `tenant`'s range (allocated and saved on first use).
+    pub fn base(&self, tenant: &str) -> Result<u32, String> {
+        let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        let slot = match slots.get(tenant) {
+            Some(s) => *s,
+            None => {
+                let next = slots.values().max().map_or(0, |m| m + 1);
+                if next >= Self::MAX_SLOTS {
+                    return Err("no host uid range left for another tenant".into());
+                }
+                slots.insert(tenant.to_owned(), next);
+                let json = serde_json::to_vec(&*slots).map_err(|e| e.to_string())?;
+                let tmp = self.path.with_extension("tmp");
+                std::fs::write(&tmp, json)
+                    .and_then(|()| std::fs::rename(&tmp, &self.path))
+                    .map_err(|e| format!("cannot save the tenants' uid ranges: {e}"))?;
+                next
+            }
+        };
+        Ok(Self::FIRST + slot * Self::SIZE)
+    }
+}
+
+pub struct OciRuntime {
+    cfg: OciConfig,
+    state: PathBuf,
+    bundles: PathBuf,
+    images: ImageStore,
+    hierarchy: Hierarchy,
+    /// This agent's cgroups: `/allot/<node>-<hash of its data dir>`.
+    cgroup_parent: String,
+    uids: UidRanges,
+}
+
+fn mkdir(path: &Path, mode: u32) -> std::io::Result<()> {
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(mode)
+        .create(path)?;
+    std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(mode))
+}
+
+impl OciRuntime {
+    /// The runtime of the agent with this data dir and node name. Needs root.
+    pub fn new(data_dir: &Path, node_name: &str, cfg: OciConfig) -> Result<Self, String> {
+        if !nix::unistd::geteuid().is_root() {
+            return Err(
+                "--runtime oci needs root (it creates namespaces, cgroups and device nodes); \
+                 run the agent as root, or use --runtime process"
+                    .into(),
+            );
+        }
+        let oci = data_dir.join("oci");
+        let io = |e: std::io::Error| format!("{}: {e}", oci.display());
+        mkdir(&oci, 0o700).map_err(io)?;
+        let state = oci.join("state");
+        let bundles = oci.join("bundles");
+        mkdir(&state, 0o700).map_err(io)?;
+        mkdir(&bundles, 0o700).map_err(io)?;
+        let images = ImageStore::new(
+            data_dir.join("images"),
+            cfg.registries.clone(),
+            cfg.image_cache_bytes,
+        )
+        .map_err(|e| format!("image cache: {e}"))?;
+        let canonical = std::fs::canonicalize(data_dir).unwrap_or_else(|_| data_dir.to_owned());
+        let hash = hex::encode(
+            &<sha2::Sha256 as sha2::Digest>::digest(canonical.display().to_string().as_bytes())
+                [..4],
+        );
+        let node: String = node_name
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '-' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .take(48)
+            .collect();
+        Ok(OciRuntime {
+            state,
+            bundles,
+            images,
+            hierarchy: Hierarchy::detect(),
+            cgroup_parent: format!("/allot/{node}-{hash}"),
+            uids: UidRanges::load(oci.join("uid-ranges.json")),
+            cfg,
+        })
+    }
+
+    pub fn hierarchy(&self) -> &Hierarchy {
+        &self.hierarchy
+    }
+
+    pub fn images(&self) -> &ImageStore {
+        &self.images
+    }
+
+    /// The cgroup of an attempt's container.
+    pub fn cgroup_of(&self, job_id: &str, attempt: u32) -> String {
+        format!("{}/{}", self.cgroup_parent, container_id(job_id, attempt))
+    }
+
+    fn runc(&self) -> std::process::Command {
+        let mut c = std::process::Command::new(&self.cfg.runtime);
+        c.arg("--root").arg(&self.state);
+        c
+    }
+}
+
+/// An attempt's container id.
+pub fn container_id(job_id: &str, attempt: u32) -> String {
+    format!("allot-{job_id}-{attempt}")
+}
+
+struct OciAttempt {
+    child: tokio::process::Child,
+    pid: u32,
+    id: String,
+    cgroup: String,
+    digest: String,
+    runtime: PathBuf,
+    state: PathBuf,
+    bundle: PathBuf,
+    hierarchy: Hierarchy,
+    _image: crate::image::Image,
+}
+
+impl Attempt for OciAttempt {
+    fn started(&self) -> Started {
+        Started {
+            pid: self.pid,
+            tracker: Tracker::Cgroup(self.cgroup.clone()),
+            image_digest: Some(self.digest.clone()),
+        }
+    }
+
+    fn wait(&mut self) -> BoxFuture<'_, std::io::Result<ExitStatus>> {
+        Box::pin(self.child.wait())
+    }
+
+    /// Signals every process in the container's cgroup (and its init, which a SIGKILL
+    /// takes the whole PID namespace with).
+    fn signal(&self, signal: Signal) {
+        let mut pids = self.hierarchy.pids(&self.cgroup);
+        if !pids.contains(&self.pid) {
+            pids.push(self.pid);
+        }
+        for pid in pids {
+            if let Ok(raw) = i32::try_from(pid) {
+                let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(raw), signal);
+            }
+        }
+    }
+
+    fn finish(self: Box<Self>) -> BoxFuture<'static, Ending> {
+        Box::pin(async move {
+            let out_of_memory = self.hierarchy.oom_kills(&self.cgroup) > 0;
+            // Kills whatever is left in its cgroup and removes the container.
+            let _ = tokio::process::Command::new(&self.runtime)
+                .arg("--root")
+                .arg(&self.state)
+                .args(["delete", "--force", &self.id])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .await;
+            let hierarchy = self.hierarchy.clone();
+            let cgroup = self.cgroup.clone();
+            let bundle = self.bundle.clone();
+            let _ = tokio::task::spawn_blocking(move || {
+                hierarchy.kill_and_remove(&cgroup);
+                let _ = std::fs::remove_dir_all(bundle);
+            })
+            .await;
+            Ending { out_of_memory }
+        })
+    }
+}
+
+/// The last error the runtime logged (its `--log` file, JSON lines).
+fn runtime_error(log: &Path) -> String {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    text.lines()
+        .rev()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|v| v["level"] == "error")
+        .and_then(|v| v["msg"].as_str().map(str::to_owned))
+        .unwrap_or_else(|| "the container runtime failed without saying why".into())
+}
+
+/// Hands the job's GPU-sharing descriptors to the runtime as fds 3 and 4 (passed into the
+/// container with `--preserve-fds`).
+#[allow(unsafe_code)]
+fn pass_fds(cmd: &mut tokio::process::Command, fds: Vec<i32>) {
+    if fds.is_empty() {
+        return;
+    }
+    // SAFETY: the closure runs in the forked child before exec; it only calls fcntl(2) and
+    // dup2(2), which are async-signal-safe, and allocates nothing (the Vec was built before
+    // fork).
+    unsafe {
+        cmd.pre_exec(move || {
+            let mut high = [0i32; 8];
+            for (i, fd) in fds.iter().enumerate().take(high.len()) {
+                high[i] = libc::fcntl(*fd, libc::F_DUPFD_CLOEXEC, 100);
+                if high[i] < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            for i in 0..fds.len().min(high.len()) {
+                if libc::dup2(high[i], 3 + i as i32) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+}
+
+impl JobRuntime for OciRuntime {
+    fn kind(&self) -> RuntimeKind {
+        RuntimeKind::Oci
+    }
+
+    fn start<'a>(
+        &'a self,
+        spec: &'a LaunchSpec,
+        log: std::fs::File,
+    ) -> BoxFuture<'a, Result<Box<dyn Attempt>, String>> {
+        Box::pin(async move {
+            let Some(reference) = &spec.image else {
+                return Err(
+                    "this node runs jobs in containers (--runtime oci): the job must name an \
+                     image (allot job submit --image REGISTRY/REPOSITORY:TAG)"
+                        .into(),
+                );
+            };
+            let image = self
+                .images
+                .pull(reference, spec.pull_credentials.as_ref())
+                .await
+                .map_err(|e| e.to_string())?;
+            let id = container_id(&spec.job_id, spec.attempt);
+            let cgroup = self.cgroup_of(&spec.job_id, spec.attempt);
+            let bundle = self.bundles.join(&id);
+            // An earlier try of this very attempt (the agent restarted): start afresh.
+            let _ = self
+                .runc()
+                .args(["delete", "--force", &id])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+            let _ = std::fs::remove_dir_all(&bundle);
+            mkdir(&bundle, 0o700).map_err(|e| format!("{}: {e}", bundle.display()))?;
+            let uid_base = self.uids.base(&spec.tenant)?;
+            let edits = if spec.gpus.is_empty() {
+                crate::cdi::Edits::default()
+            } else {
+                let gpus: Vec<(String, u32)> = spec
+                    .gpus
+                    .iter()
+                    .map(|g| (g.uuid.clone(), g.index))
+                    .collect();
+                crate::cdi::Registry::load(&self.cfg.cdi_dirs)
+                    .and_then(|r| r.edits_for(&gpus))
+                    .map_err(|e| format!("the job's GPUs: {e}"))?
+            };
+            let oci = spec::build(&spec::Inputs {
+                launch: spec,
+                image: &image,
+                cfg: &self.cfg,
+                cgroup: &cgroup,
+                uid_base,
+                edits: &edits,
+            })?;
+            oci.save(bundle.join("config.json"))
+                .map_err(|e| format!("cannot write the container's config: {e}"))?;
+            let pid_file = bundle.join("pid");
+            let runtime_log = bundle.join("runtime.log");
+            let err = log
+                .try_clone()
+                .map_err(|e| format!("cannot share the job's log: {e}"))?;
+            let mut cmd = tokio::process::Command::new(&self.cfg.runtime);
+            cmd.arg("--root")
+                .arg(&self.state)
+                .arg("--log")
+                .arg(&runtime_log)
+                .args(["--log-format", "json", "run", "--keep", "--bundle"])
+                .arg(&bundle)
+                .arg("--pid-file")
+                .arg(&pid_file);
+            if !spec.inherit_fds.is_empty() {
+                cmd.arg("--preserve-fds")
+                    .arg(spec.inherit_fds.len().to_string());
+            }
+            cmd.arg(&id)
+                .env_clear()
+                .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+                .stdin(Stdio::null())
+                .stdout(log)
+                .stderr(err);
+            super::process::die_with_agent(&mut cmd);
+            pass_fds(&mut cmd, spec.inherit_fds.clone());
+            let mut child = cmd
+                .spawn()
+                .map_err(|e| format!("could not run {}: {e}", self.cfg.runtime.display()))?;
+            // Running once the runtime wrote the container's pid.
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+            let pid = loop {
+                if let Some(pid) = std::fs::read_to_string(&pid_file)
+                    .ok()
+                    .and_then(|p| p.trim().parse::<u32>().ok())
+                {
+                    break pid;
+                }
+                if let Ok(Some(_)) = child.try_wait() {
+                    let why = runtime_error(&runtime_log);
+                    let _ = self
+                        .runc()
+                        .args(["delete", "--force", &id])
+                        .stdout(Stdio::null())
+                        .stderr(Stdio::null())
+                        .status();
+                    self.hierarchy.kill_and_remove(&cgroup);
+                    let _ = std::fs::remove_dir_all(&bundle);
+                    return Err(format!("the container did not start: {why}"));
+                }
+                if tokio::time::Instant::now() > deadline {
+                    let _ = child.start_kill();
+                    return Err("the container did not start within 120 s".into());
+                }
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            };
+            Ok(Box::new(OciAttempt {
+                child,
+                pid,
+                id,
+                cgroup,
+                digest: image.digest.clone(),
+                runtime: self.cfg.runtime.clone(),
+                state: self.state.clone(),
+                bundle,
+                hierarchy: self.hierarchy.clone(),
+                _image: image,
+            }) as Box<dyn Attempt>)
+        })
+    }
+
+    fn remove_leftovers(&self) -> usize {
+        let mut removed = 0;
+        let listed = self
+            .runc()
+            .args(["list", "--quiet"])
+            .stderr(Stdio::null())
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default();
+        for id in listed
+            .lines()
+            .map(str::trim)
+            .filter(|l| l.starts_with("allot-"))
+        {
+            let _ = self
+                .runc()
+                .args(["delete", "--force", id])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+            removed += 1;
+        }
+        // Cgroups the runtime lost track of: kill what is in them.
+        for cgroup in self.hierarchy.children(&self.cgroup_parent) {
+            if self.hierarchy.kill_and_remove(&cgroup) > 0 {
+                removed += 1;
+            }
+        }
+        if let Ok(entries) = std::fs::read_dir(&self.bundles) {
+            for e in entries.flatten() {
+                let _ = std::fs::remove_dir_all(e.path());
+            }
+        }
+        removed
+    }
+}

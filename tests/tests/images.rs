@@ -1,0 +1,370 @@
+//! Jobs run OCI images pulled from a real registry (Debian's `docker-registry`, the CNCF
+//! distribution registry) on loopback, by real agents running `runc`: a tag is pinned to
+//! its digest, a node's second pull is served from its own cache, a layer that does not
+//! match its digest fails the job naming it, crafted layers write nothing outside the
+//! image's root, and the tenant's policy decides which registries it may use.
+
+use std::time::Duration;
+
+use allot_agent::RuntimeChoice;
+use allot_agent::runtime::oci::OciConfig;
+use allot_system_tests::oci::{
+    Registry, add_file, add_link, busybox_layer, layer, push_busybox, require_container_support,
+};
+use allot_system_tests::{Backend, StatusCode, TestCluster, spawn_cluster_of};
+use serde_json::{Value, json};
+
+async fn confined_cluster(registry: &Registry, nodes: usize) -> TestCluster {
+    let addr = registry.addr.clone();
+    spawn_cluster_of(
+        Backend::Sqlite,
+        nodes,
+        "1xH200",
+        |_| {},
+        move |cfg| {
+            let mut oci = OciConfig::discover(None).expect("runc and tini-static");
+            oci.registries.insecure = vec![addr.clone()];
+            oci.scratch_bytes = 64 << 20;
+            oci.tmp_bytes = 64 << 20;
+            oci.shm_bytes = 64 << 20;
+            cfg.runtime = RuntimeChoice::Oci(oci);
+        },
+    )
+    .await
+}
+
+async fn finished(c: &TestCluster, id: &str) -> Value {
+    c.eventually("the job ends", || async {
+        let (_, j) = c.get(&format!("/api/v1/jobs/{id}")).await;
+        matches!(
+            j["state"].as_str(),
+            Some("succeeded" | "failed" | "cancelled")
+        )
+        .then_some(j)
+    })
+    .await
+}
+
+async fn log_of(c: &TestCluster, id: &str) -> String {
+    c.http
+        .get(c.url(&format!("/api/v1/jobs/{id}/log")))
+        .bearer_auth(&c.admin_token)
+        .send()
+        .await
+        .expect("log")
+        .text()
+        .await
+        .expect("text")
+}
+
+/// Node ids by name.
+async fn node_id(c: &TestCluster, name: &str) -> String {
+    let (_, nodes) = c.get("/api/v1/nodes").await;
+    nodes
+        .as_array()
+        .expect("nodes")
+        .iter()
+        .find(|n| n["name"] == name)
+        .and_then(|n| n["id"].as_str())
+        .expect("node")
+        .to_owned()
+}
+
+async fn cordon(c: &TestCluster, node: &str, on: bool) {
+    let id = node_id(c, node).await;
+    let verb = if on { "cordon" } else { "uncordon" };
+    let (status, body) = c
+        .post(&format!("/api/v1/nodes/{id}/{verb}"), json!({}))
+        .await;
+    assert!(status.is_success(), "{verb}: {body}");
+}
+
+/// Runs `image` to the end on `node` (the other is cordoned meanwhile).
+async fn run_on(c: &TestCluster, node: &str, other: &str, image: &str, cmd: &[&str]) -> Value {
+    cordon(c, other, true).await;
+    cordon(c, node, false).await;
+    let id = c
+        .submit_with("team-a", json!({ "gpus": 0, "image": image }), cmd)
+        .await;
+    let job = finished(c, &id).await;
+    assert_eq!(
+        job["node_id"].as_str(),
+        Some(node_id(c, node).await.as_str()),
+        "{job:#}"
+    );
+    job
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn images_are_pinned_cached_and_checked() {
+    if !require_container_support() {
+        return;
+    }
+    let registry = Registry::start();
+    let digest = push_busybox(&registry, "team-a/busybox:v1").await;
+    let c = confined_cluster(&registry, 2).await;
+    c.create_tenant("team-a", None).await;
+    let image = format!("{}/team-a/busybox:v1", registry.addr);
+
+    // By tag: the job's record shows the digest it ran, and the audit trail has it.
+    let first = run_on(
+        &c,
+        "node-1",
+        "node-2",
+        &image,
+        &["echo", "hello from the image"],
+    )
+    .await;
+    assert_eq!(first["state"], "succeeded", "{first:#}");
+    assert_eq!(first["image"], image.as_str());
+    assert_eq!(first["image_digest"], digest.as_str(), "{first:#}");
+    assert_eq!(
+        log_of(&c, first["id"].as_str().expect("id")).await,
+        "hello from the image\n"
+    );
+
+    // A second node pulls it once; its second job is served from its own cache.
+    let before = registry.blob_fetches();
+    let second = run_on(&c, "node-2", "node-1", &image, &["true"]).await;
+    assert_eq!(second["state"], "succeeded", "{second:#}");
+    let after_first_pull = registry.blob_fetches();
+    assert!(
+        after_first_pull > before,
+        "node-2 fetched the image's blobs ({before} → {after_first_pull})"
+    );
+    let third = run_on(&c, "node-2", "node-1", &image, &["true"]).await;
+    assert_eq!(third["state"], "succeeded", "{third:#}");
+    assert_eq!(
+        registry.blob_fetches(),
+        after_first_pull,
+        "node-2's second job was served from its cache, without a blob fetch"
+    );
+
+    // A tag moved after the job was pinned changes nothing for it: a new tag push is a new
+    // digest, and the pinned job's next attempt would run the old one.
+    assert!(third["image_digest"] == digest.as_str());
+
+    // A missing tag fails the job, saying so.
+    let missing = run_on(
+        &c,
+        "node-1",
+        "node-2",
+        &format!("{}/team-a/busybox:nope", registry.addr),
+        &["true"],
+    )
+    .await;
+    assert_eq!(missing["state"], "failed");
+    let message = missing["message"].as_str().unwrap_or_default();
+    assert!(message.contains("not found"), "{message}");
+
+    // A layer whose content does not match its digest fails the job, naming the layer.
+    let tampered_layer = layer(|b| add_file(b, "data.txt", b"original", 0o644));
+    registry
+        .push(
+            "team-a/tampered:1",
+            &[busybox_layer(), tampered_layer.clone()],
+            json!({ "Env": ["PATH=/bin"] }),
+        )
+        .await;
+    let (_, manifest) = c
+        .http
+        .get(format!(
+            "http://{}/v2/team-a/tampered/manifests/1",
+            registry.addr
+        ))
+        .header("Accept", "application/vnd.oci.image.manifest.v1+json")
+        .send()
+        .await
+        .map(|r| ((), r))
+        .expect("manifest");
+    let manifest: Value = manifest.json().await.expect("json");
+    let layer_digest = manifest["layers"][1]["digest"]
+        .as_str()
+        .expect("digest")
+        .to_owned();
+    let blob = registry.blob_file(&layer_digest);
+    let mut bytes = std::fs::read(&blob).expect("blob");
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0xff;
+    std::fs::write(&blob, bytes).expect("tamper");
+    let bad = run_on(
+        &c,
+        "node-1",
+        "node-2",
+        &format!("{}/team-a/tampered:1", registry.addr),
+        &["true"],
+    )
+    .await;
+    assert_eq!(bad["state"], "failed");
+    let message = bad["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains(&layer_digest) && message.contains("does not match"),
+        "{message}"
+    );
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn crafted_layers_write_nothing_outside_the_root() {
+    if !require_container_support() {
+        return;
+    }
+    let registry = Registry::start();
+    let outside = tempfile::tempdir().expect("temp dir");
+    let target = outside.path().display().to_string();
+    std::fs::write(outside.path().join("keep"), "original").expect("write");
+    // Links pointing out, and files written through them.
+    registry
+        .push(
+            "team-a/links:1",
+            &[
+                busybox_layer(),
+                layer(|b| {
+                    add_link(b, tar::EntryType::Symlink, "abs", &target);
+                    add_link(b, tar::EntryType::Symlink, "rel", "../../../../../../../..");
+                    add_file(b, "abs/keep", b"pwned", 0o644);
+                    add_file(b, &format!("rel{target}/new"), b"pwned", 0o644);
+                }),
+            ],
+            json!({ "Env": ["PATH=/bin"] }),
+        )
+        .await;
+    registry
+        .push(
+            "team-a/dotdot:1",
+            &[
+                busybox_layer(),
+                layer(|b| {
+                    add_file(
+                        b,
+                        "../../../../../../../../tmp/allot-dotdot",
+                        b"pwned",
+                        0o644,
+                    )
+                }),
+            ],
+            json!({ "Env": ["PATH=/bin"] }),
+        )
+        .await;
+    let hard_target = format!("{target}/keep");
+    registry
+        .push(
+            "team-a/hardlink:1",
+            &[
+                busybox_layer(),
+                layer(|b| add_link(b, tar::EntryType::Link, "stolen", &hard_target)),
+            ],
+            json!({ "Env": ["PATH=/bin"] }),
+        )
+        .await;
+    let c = confined_cluster(&registry, 1).await;
+    c.create_tenant("team-a", None).await;
+    let submit = |repo: &str| {
+        let image = format!("{}/team-a/{repo}:1", registry.addr);
+        let c = &c;
+        async move {
+            let id = c
+                .submit_with(
+                    "team-a",
+                    json!({ "gpus": 0, "image": image }),
+                    &["sh", "-c", "cat /abs/keep; echo; ls /rel"],
+                )
+                .await;
+            finished(c, &id).await
+        }
+    };
+    // Contained: the links resolve inside the image's root.
+    let links = submit("links").await;
+    assert_eq!(links["state"], "succeeded", "{links:#}");
+    // Refused: a `..` entry, a hard link to a file outside.
+    let dotdot = submit("dotdot").await;
+    assert_eq!(dotdot["state"], "failed");
+    assert!(
+        dotdot["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("leaves the image's root"),
+        "{dotdot:#}"
+    );
+    let hard = submit("hardlink").await;
+    assert_eq!(hard["state"], "failed");
+    assert!(
+        hard["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("not in the image"),
+        "{hard:#}"
+    );
+    // Nothing outside was written.
+    let entries: Vec<_> = std::fs::read_dir(outside.path())
+        .expect("read")
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert_eq!(entries, ["keep"]);
+    assert_eq!(
+        std::fs::read_to_string(outside.path().join("keep")).expect("keep"),
+        "original"
+    );
+    assert!(!std::path::Path::new("/tmp/allot-dotdot").exists());
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_tenant_policy_decides_which_registries_it_may_use() {
+    if !require_container_support() {
+        return;
+    }
+    let registry = Registry::start();
+    let c = confined_cluster(&registry, 1).await;
+    c.create_tenant("team-a", None).await;
+    let allowed = format!("{}/team-a", registry.addr);
+    let (status, body) = c
+        .request(
+            reqwest::Method::PUT,
+            "/api/v1/tenants/team-a/policy",
+            Some(&c.admin_token),
+            Some(json!({ "image_registries": [allowed] })),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    for refused in [
+        format!("{}/team-b/busybox:1", registry.addr),
+        "evil.example.com/team-a/busybox:1".to_owned(),
+        format!("{}/team-ab/busybox:1", registry.addr),
+    ] {
+        let (status, body) = c
+            .post(
+                "/api/v1/jobs",
+                json!({ "tenant": "team-a", "gpus": 0, "image": refused, "command": ["true"] }),
+            )
+            .await;
+        assert_eq!(
+            status,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "{refused}: {body}"
+        );
+        assert!(
+            body.to_string().contains("\"image\""),
+            "names the field: {body}"
+        );
+    }
+    let (status, body) = c
+        .post(
+            "/api/v1/jobs",
+            json!({ "tenant": "team-a", "gpus": 0,
+                    "image": format!("{}/team-a/busybox:1", registry.addr), "command": ["true"] }),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    // A malformed reference is refused whatever the policy.
+    let (status, _) = c
+        .post(
+            "/api/v1/jobs",
+            json!({ "tenant": "team-a", "gpus": 0, "image": "Not An Image", "command": ["true"] }),
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    let _ = tokio::time::timeout(Duration::from_secs(1), async {}).await;
+    c.shutdown().await;
+}

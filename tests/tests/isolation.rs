@@ -1,0 +1,363 @@
+//! Jobs are confined on a shared node: tried as a malicious tenant would, with real `runc`,
+//! the real agent and images from a real registry on loopback. Tenant B's job runs on the
+//! node while each of tenant A's attacks runs beside it; every attack is refused, and the
+//! refusal is asserted (from what the attack printed, how it ended, and what the node sees).
+//!
+//! Each attack script prints `REFUSED` where the node held and `BREACH` where it did not.
+
+use std::time::{Duration, Instant};
+
+use allot_agent::RuntimeChoice;
+use allot_agent::runtime::oci::OciConfig;
+use allot_system_tests::oci::{
+    Registry, add_file, busybox_layer, layer, process_running, push_busybox,
+    require_container_support,
+};
+use allot_system_tests::{Backend, TestCluster, spawn_cluster_of};
+use serde_json::{Value, json};
+
+/// A cluster of `nodes` nodes running jobs in containers, pulling from `registry`.
+async fn confined_cluster(registry: &Registry, nodes: usize, gpus: &str) -> TestCluster {
+    let addr = registry.addr.clone();
+    spawn_cluster_of(
+        Backend::Sqlite,
+        nodes,
+        gpus,
+        |_| {},
+        move |cfg| {
+            let mut oci = OciConfig::discover(None).expect("runc and tini-static");
+            oci.registries.insecure = vec![addr.clone()];
+            oci.pids_limit = 64;
+            oci.scratch_bytes = 64 << 20;
+            oci.tmp_bytes = 64 << 20;
+            oci.shm_bytes = 64 << 20;
+            cfg.runtime = RuntimeChoice::Oci(oci);
+        },
+    )
+    .await
+}
+
+async fn log_of(c: &TestCluster, id: &str) -> String {
+    c.http
+        .get(c.url(&format!("/api/v1/jobs/{id}/log")))
+        .bearer_auth(&c.admin_token)
+        .send()
+        .await
+        .expect("log")
+        .text()
+        .await
+        .expect("text")
+}
+
+/// Waits for the job to end and returns it with its log.
+async fn finished(c: &TestCluster, id: &str) -> (Value, String) {
+    let job = c
+        .eventually("the job ends", || async {
+            let (_, j) = c.get(&format!("/api/v1/jobs/{id}")).await;
+            matches!(
+                j["state"].as_str(),
+                Some("succeeded" | "failed" | "cancelled")
+            )
+            .then_some(j)
+        })
+        .await;
+    let log = log_of(c, id).await;
+    (job, log)
+}
+
+/// The index of the GPU with this UUID on the cluster's only node.
+async fn gpu_index(c: &TestCluster, uuid: &str) -> u64 {
+    let (_, nodes) = c.get("/api/v1/nodes").await;
+    nodes[0]["gpus"]
+        .as_array()
+        .expect("gpus")
+        .iter()
+        .find(|g| g["uuid"] == uuid)
+        .and_then(|g| g["index"].as_u64())
+        .expect("the job's GPU is on the node")
+}
+
+/// The cgroup (path below the hierarchy) a host process is in.
+fn cgroup_of(pid: u64) -> String {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).expect("cgroup");
+    text.lines()
+        .find_map(|l| {
+            let mut f = l.splitn(3, ':');
+            let (_, controllers, path) = (f.next(), f.next()?, f.next()?);
+            (controllers.split(',').any(|c| c == "cpuacct") || controllers.is_empty())
+                .then(|| path.to_owned())
+        })
+        .expect("a CPU cgroup")
+}
+
+struct Attack {
+    what: &'static str,
+    fields: Value,
+    script: String,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_tenant_cannot_reach_beyond_its_own_container() {
+    if !require_container_support() {
+        return;
+    }
+    let registry = Registry::start();
+    push_busybox(&registry, "team-a/busybox:1").await;
+    push_busybox(&registry, "team-b/busybox:1").await;
+    // An image with a set-user-ID-root copy of busybox, run as an ordinary user.
+    let busybox = std::fs::read(allot_system_tests::oci::BUSYBOX).expect("busybox");
+    registry
+        .push(
+            "team-a/suid:1",
+            &[
+                busybox_layer(),
+                layer(|b| add_file(b, "opt/suid/id", &busybox, 0o4755)),
+            ],
+            json!({ "Env": ["PATH=/bin"], "User": "1000:1000" }),
+        )
+        .await;
+    let c = confined_cluster(&registry, 1, "2xH200").await;
+    c.create_tenant("team-a", None).await;
+    c.create_tenant("team-b", None).await;
+    let image = |t: &str| format!("{}/{t}/busybox:1", registry.addr);
+    let (_, nodes) = c.get("/api/v1/nodes").await;
+    assert_eq!(nodes[0]["runtime"], "oci", "the node reports its runtime");
+    let node_dir = c.data_dir.path().join("node-1");
+    let node_key = std::fs::read(node_dir.join("identity/node.key")).expect("node key");
+
+    // Tenant B's job, with a secret in its environment and its scratch directory.
+    let b = c
+        .submit_with(
+            "team-b",
+            json!({ "gpus": 1, "image": image("team-b"), "env": { "SECRET_OF_B": "hunter2" } }),
+            &[
+                "sh",
+                "-c",
+                "echo hunter2 > /scratch/b.txt; echo b-started; sleep 300",
+            ],
+        )
+        .await;
+    let b_job = c.wait_for_state(&b, "running").await;
+    let b_pid = b_job["pid"].as_u64().expect("B's pid");
+    let b_gpu = gpu_index(&c, b_job["gpu_uuids"][0].as_str().expect("B's GPU")).await;
+    let data = node_dir.display().to_string();
+
+    // The container's root is not the host's: its processes run as an unprivileged
+    // host uid of the tenant's range.
+    let status = std::fs::read_to_string(format!("/proc/{b_pid}/status")).expect("status");
+    let host_uid: u32 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|u| u.split_whitespace().next())
+        .and_then(|u| u.parse().ok())
+        .expect("uid");
+    assert!(
+        host_uid >= allot_agent::runtime::oci::UidRanges::FIRST,
+        "B's container runs as host uid {host_uid}"
+    );
+
+    let cpu_only = |img: &str| json!({ "gpus": 0, "image": img });
+    let attacks = vec![
+        Attack {
+            what: "read the agent's data dir or node key",
+            fields: cpu_only(&image("team-a")),
+            script: format!(
+                "cat {data}/identity/node.key && echo BREACH || echo REFUSED; \
+                 ls {data} && echo BREACH || echo REFUSED; \
+                 ls /proc/1/root/{data} && echo BREACH || echo REFUSED"
+            ),
+        },
+        Attack {
+            what: "read B's job directory, log or environment",
+            fields: cpu_only(&image("team-a")),
+            script: format!(
+                "cat {data}/logs/{b}.1.log && echo BREACH || echo REFUSED; \
+                 cat /proc/{b_pid}/environ && echo BREACH || echo REFUSED; \
+                 cat /scratch/b.txt && echo BREACH || echo REFUSED; \
+                 if grep -l hunter2 /proc/*/environ; then echo BREACH; else echo REFUSED; fi"
+            ),
+        },
+        Attack {
+            what: "see or signal B's processes",
+            fields: cpu_only(&image("team-a")),
+            script: format!(
+                "kill -TERM {b_pid} && echo BREACH || echo REFUSED; \
+                 kill -KILL {b_pid} && echo BREACH || echo REFUSED; \
+                 if ps -o args | grep -v grep | grep -q 'sleep 300'; then echo BREACH; else echo REFUSED; fi"
+            ),
+        },
+        Attack {
+            what: "open a GPU device node not assigned to it",
+            fields: json!({ "gpus": 1, "image": image("team-a") }),
+            script: format!(
+                "for i in 0 1 2 3; do [ -c /dev/nvidia$i ] && echo have-gpu-$i; done; \
+                 cat /dev/nvidia{b_gpu} && echo BREACH || echo REFUSED; \
+                 mknod /tmp/nv c 195 {b_gpu} && echo BREACH || echo REFUSED; \
+                 mknod /dev/nv c 195 {b_gpu} && echo BREACH || echo REFUSED"
+            ),
+        },
+        Attack {
+            what: "write to its image's root file system",
+            fields: cpu_only(&image("team-a")),
+            script: "echo x > /bin/pwned && echo BREACH || echo REFUSED; \
+                     rm /bin/sleep && echo BREACH || echo REFUSED; \
+                     echo ok > /scratch/mine && echo scratch-writable"
+                .into(),
+        },
+        Attack {
+            what: "fork past its pids limit",
+            fields: cpu_only(&image("team-a")),
+            // A fork failure ends a non-interactive shell: fork in a subshell, then wait
+            // with a builtin until the sleeps are gone.
+            script: "mkfifo /tmp/f; \
+                     (i=0; while [ $i -lt 200 ]; do sleep 2 & i=$((i+1)); done) 2>/tmp/err; \
+                     read -t 4 x <> /tmp/f; \
+                     if grep -q fork /tmp/err; then echo REFUSED; else echo BREACH; fi; head -n 1 /tmp/err"
+                .into(),
+        },
+        Attack {
+            what: "gain root through a set-user-ID binary in its image",
+            fields: cpu_only(&format!("{}/team-a/suid:1", registry.addr)),
+            script: "echo euid-$(/opt/suid/id -u); \
+                     [ \"$(/opt/suid/id -u)\" = 0 ] && echo BREACH || echo REFUSED; \
+                     grep NoNewPrivs /proc/self/status"
+                .into(),
+        },
+        Attack {
+            what: "leave a process running after the job ends",
+            fields: cpu_only(&image("team-a")),
+            script: "setsid sleep 3011 & (sleep 3012 &) ; sleep 0.5; echo REFUSED".into(),
+        },
+        Attack {
+            what: "turn its log into a link to a node file",
+            fields: cpu_only(&image("team-a")),
+            script: format!(
+                "echo own-output; \
+                 ln -sf {data}/identity/node.key {data}/logs/$ALLOT_JOB_ID.1.log && echo BREACH || echo REFUSED; \
+                 echo more-output"
+            ),
+        },
+    ];
+    let mut ids = Vec::new();
+    for a in &attacks {
+        let id = c
+            .submit_with("team-a", a.fields.clone(), &["sh", "-c", &a.script])
+            .await;
+        ids.push(id);
+    }
+    for (a, id) in attacks.iter().zip(&ids) {
+        let (job, log) = finished(&c, id).await;
+        assert_eq!(job["state"], "succeeded", "{}: {job:#}\n{log}", a.what);
+        assert!(
+            log.contains("REFUSED") && !log.contains("BREACH"),
+            "{}: the attack got through:\n{log}",
+            a.what
+        );
+        assert!(!log.contains("hunter2"), "{}: B's secret leaked", a.what);
+        match a.what {
+            "open a GPU device node not assigned to it" => {
+                let own = gpu_index(&c, job["gpu_uuids"][0].as_str().expect("GPU")).await;
+                let have: Vec<&str> = log.lines().filter(|l| l.starts_with("have-gpu-")).collect();
+                assert_eq!(
+                    have,
+                    [format!("have-gpu-{own}")],
+                    "only its own GPU's device node is in the container:\n{log}"
+                );
+            }
+            "write to its image's root file system" => {
+                assert!(log.contains("scratch-writable"), "{log}");
+                assert!(log.contains("Read-only file system"), "{log}");
+            }
+            "gain root through a set-user-ID binary in its image" => {
+                assert!(log.contains("euid-1000"), "{log}");
+                assert!(log.contains("NoNewPrivs:\t1"), "{log}");
+            }
+            "leave a process running after the job ends" => {
+                let deadline = Instant::now() + Duration::from_secs(10);
+                while process_running("sleep 3011") || process_running("sleep 3012") {
+                    assert!(
+                        Instant::now() < deadline,
+                        "a process of the ended job is still running on the node"
+                    );
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+            "turn its log into a link to a node file" => {
+                assert!(
+                    log.contains("own-output") && log.contains("more-output"),
+                    "the log shown is the job's own output:\n{log}"
+                );
+                assert!(!log.contains("PRIVATE KEY"), "{log}");
+            }
+            _ => {}
+        }
+    }
+    // Memory: past its limit, the kernel ends it, and the job fails as its own fault.
+    let oom = c
+        .submit_with(
+            "team-a",
+            json!({ "gpus": 0, "image": image("team-a"), "memory_bytes": 64u64 << 20 }),
+            &["sh", "-c", "x=aaaaaaaaaaaaaaaa; while :; do x=$x$x; done"],
+        )
+        .await;
+    let (job, log) = finished(&c, &oom).await;
+    assert_eq!(job["state"], "failed", "{job:#}\n{log}");
+    let message = job["message"].as_str().unwrap_or_default();
+    assert!(
+        message.starts_with("OutOfMemory") && message.contains("64 MiB"),
+        "the message names the reason and the limit: {message}"
+    );
+
+    // B ran through all of it, untouched, and the node's key is as it was.
+    let (_, b_now) = c.get(&format!("/api/v1/jobs/{b}")).await;
+    assert_eq!(b_now["state"], "running", "{b_now:#}");
+    assert_eq!(
+        std::fs::read(node_dir.join("identity/node.key")).expect("node key"),
+        node_key
+    );
+    let (status, _) = c.post(&format!("/api/v1/jobs/{b}/cancel"), json!({})).await;
+    assert!(status.is_success());
+    let (b_done, b_log) = finished(&c, &b).await;
+    assert_eq!(b_done["state"], "cancelled");
+    assert_eq!(b_log.trim(), "b-started");
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_half_cpu_job_gets_half_a_cpu() {
+    if !require_container_support() {
+        return;
+    }
+    let registry = Registry::start();
+    push_busybox(&registry, "team-a/busybox:1").await;
+    let c = confined_cluster(&registry, 1, "1xH200").await;
+    c.create_tenant("team-a", None).await;
+    let id = c
+        .submit_with(
+            "team-a",
+            json!({ "gpus": 0, "cpu_milli": 500, "image": format!("{}/team-a/busybox:1", registry.addr) }),
+            &["sh", "-c", "while :; do :; done"],
+        )
+        .await;
+    let job = c.wait_for_state(&id, "running").await;
+    let pid = job["pid"].as_u64().expect("pid");
+    let cgroup = cgroup_of(pid);
+    assert!(cgroup.starts_with("/allot/"), "{cgroup}");
+    let h = allot_agent::runtime::cgroup::Hierarchy::detect();
+    // Let it settle, then measure by the cgroup's own accounting.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (t0, u0) = (Instant::now(), h.cpu_usage_ns(&cgroup).expect("usage"));
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let (t1, u1) = (Instant::now(), h.cpu_usage_ns(&cgroup).expect("usage"));
+    let cpus = (u1 - u0) as f64 / (t1 - t0).as_nanos() as f64;
+    assert!(
+        (0.4..=0.6).contains(&cpus),
+        "a busy loop in a 0.5-CPU job used {cpus:.3} CPUs"
+    );
+    let (status, _) = c
+        .post(&format!("/api/v1/jobs/{id}/cancel"), json!({}))
+        .await;
+    assert!(status.is_success());
+    c.wait_for_state(&id, "cancelled").await;
+    c.shutdown().await;
+}
