@@ -83,14 +83,17 @@ async fn cordon(c: &TestCluster, node: &str, on: bool) {
 async fn run_on(c: &TestCluster, node: &str, other: &str, image: &str, cmd: &[&str]) -> Value {
     cordon(c, other, true).await;
     cordon(c, node, false).await;
+    // A scheduling pass that read the nodes before the cordon may still be under way.
+    tokio::time::sleep(Duration::from_millis(600)).await;
     let id = c
         .submit_with("team-a", json!({ "gpus": 0, "image": image }), cmd)
         .await;
     let job = finished(c, &id).await;
+    let (_, nodes) = c.get("/api/v1/nodes").await;
     assert_eq!(
         job["node_id"].as_str(),
         Some(node_id(c, node).await.as_str()),
-        "{job:#}"
+        "placed on {node}: {job:#}\n{nodes:#}"
     );
     job
 }

@@ -671,6 +671,18 @@ impl LiveScheduler {
                 Ok(r) => {
                     let mut job = engine_job(j, r, seq_of(j));
                     job.avoid = mapped.avoidance(j, snap.now);
+                    // A job that asks for nothing fits anywhere, even on a node that offers
+                    // nothing new (cordoned, not ready): keep it to the ones that offer.
+                    if j.spec.gpus == 0 && j.spec.cpu_milli == 0 && j.spec.memory_bytes == 0 {
+                        job.avoid.nodes.extend(
+                            mapped
+                                .offers
+                                .iter()
+                                .enumerate()
+                                .filter(|(_, offers)| !**offers)
+                                .map(|(i, _)| i),
+                        );
+                    }
                     if confined_only {
                         job.avoid.nodes.extend(
                             snap.nodes

@@ -155,6 +155,9 @@ pub fn build(i: &Inputs<'_>) -> Result<Spec, String> {
                 .map(|(k, v)| (k.to_owned(), v.to_owned()))
         })
         .collect();
+    // tini's warnings (a signal the runtime forwards after the job's exit) are not the
+    // job's output; its fatal errors still are.
+    join_env(&mut env, "TINI_VERBOSITY", "0".into());
     if !env.iter().any(|(k, _)| k == "PATH") {
         env.push(("PATH".into(), DEFAULT_PATH.into()));
     }
