@@ -140,6 +140,15 @@ enum StreamEnd {
     Unauthenticated,
 }
 
+/// A running job on shares of GPUs, as the sharing police sees it: its id, how its
+/// processes are recognised, its limits and how to stop it.
+type PolicedJob = (
+    String,
+    Option<Tracker>,
+    Arc<sharing::JobSharing>,
+    Arc<StopSignal>,
+);
+
 /// A job running here.
 struct RunningJob {
     attempt: u32,
@@ -859,7 +868,7 @@ impl Agent {
             cpu_milli: l.cpu_milli,
             memory_bytes: l.memory_bytes,
             image: (!l.image.is_empty()).then_some(l.image),
-            pull_credentials: (!l.registry_username.is_empty()).then(|| PullCredentials {
+            pull_credentials: (!l.registry_username.is_empty()).then_some(PullCredentials {
                 username: l.registry_username,
                 password: l.registry_password,
             }),
@@ -976,12 +985,7 @@ impl Agent {
                 () = stop.cancelled() => return,
                 () = tokio::time::sleep(Duration::from_millis(250)) => {}
             }
-            let shared: Vec<(
-                String,
-                Option<Tracker>,
-                Arc<sharing::JobSharing>,
-                Arc<StopSignal>,
-            )> = self
+            let shared: Vec<PolicedJob> = self
                 .lock_jobs()
                 .running
                 .iter()

@@ -504,7 +504,7 @@ impl ImageStore {
         if total <= self.cap_bytes {
             return;
         }
-        images.sort_by(|a, b| a.0.cmp(&b.0));
+        images.sort_by_key(|a| a.0);
         let in_use = self
             .in_use
             .lock()
@@ -533,10 +533,11 @@ impl ImageStore {
                 let needed = kept
                     .iter()
                     .any(|(_, c)| c.layers.iter().any(|(l, _)| l == layer));
-                if !needed && let Some(p) = self.blob_path(layer) {
-                    if std::fs::remove_file(p).is_ok() {
-                        total = total.saturating_sub(*size);
-                    }
+                if !needed
+                    && let Some(p) = self.blob_path(layer)
+                    && std::fs::remove_file(p).is_ok()
+                {
+                    total = total.saturating_sub(*size);
                 }
             }
             tracing::info!(image = %digest, "evicted from the image cache");

@@ -390,7 +390,7 @@ impl Store {
             query = query.col_expr(
                 jobs::Column::ImageDigest,
                 Func::coalesce([
-                    Expr::col(jobs::Column::ImageDigest).into(),
+                    Expr::col(jobs::Column::ImageDigest),
                     Expr::value(digest.clone()),
                 ])
                 .into(),

@@ -338,8 +338,8 @@ fn pass_fds(cmd: &mut tokio::process::Command, fds: Vec<i32>) {
                     return Err(std::io::Error::last_os_error());
                 }
             }
-            for i in 0..fds.len().min(high.len()) {
-                if libc::dup2(high[i], 3 + i as i32) < 0 {
+            for (i, fd) in high.iter().enumerate().take(fds.len()) {
+                if libc::dup2(*fd, 3 + i as i32) < 0 {
                     return Err(std::io::Error::last_os_error());
                 }
             }
