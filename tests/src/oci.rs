@@ -4,15 +4,9 @@
 //!
 //! Nothing is fetched from outside: every image is made by the test that uses it.
 
-use std::io::Write as _;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::path::Path;
 
-use oci_client::client::{ClientConfig, ClientProtocol, Config, ImageLayer};
-use oci_client::secrets::RegistryAuth;
-use oci_client::{Client, Reference};
-use sha2::{Digest, Sha256};
+pub use allot_agent::image::local::{BUSYBOX, LocalRegistry};
 
 /// What the container tests need on the machine: root, `runc`, `tini-static`, the
 /// registry, a static busybox. Missing pieces fail the test, saying what to install
@@ -47,147 +41,42 @@ pub fn require_container_support() -> bool {
     );
 }
 
-/// The static busybox images are made of.
-pub const BUSYBOX: &str = "/bin/busybox";
-
-/// Busybox applets the test images link.
-const APPLETS: &[&str] = &[
-    "sh", "cat", "ls", "id", "sleep", "kill", "ps", "echo", "test", "seq", "mknod", "grep", "head",
-    "wc", "touch", "rm", "ln", "mkdir", "dd", "setsid", "true", "false", "env", "find", "stat",
-    "chmod", "sed", "tr", "printf", "nproc", "mkfifo",
-];
-
-/// A registry on loopback, removed (process and storage) when dropped.
+/// A registry on loopback with its storage, both gone when dropped.
 pub struct Registry {
-    child: Child,
+    pub inner: LocalRegistry,
     pub addr: String,
-    pub storage: tempfile::TempDir,
-    log: PathBuf,
+    _storage: tempfile::TempDir,
 }
 
 impl Registry {
     pub fn start() -> Self {
         let storage = tempfile::tempdir().expect("temp dir");
-        let port = {
-            let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-            l.local_addr().expect("addr").port()
-        };
-        let addr = format!("127.0.0.1:{port}");
-        let config = storage.path().join("config.yml");
-        std::fs::write(
-            &config,
-            format!(
-                "version: 0.1\nlog:\n  level: info\n  formatter: text\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: {addr}\n",
-                storage.path().join("data").display()
-            ),
-        )
-        .expect("config");
-        let log = storage.path().join("registry.log");
-        let out = std::fs::File::create(&log).expect("log");
-        let child = Command::new("docker-registry")
-            .arg("serve")
-            .arg(&config)
-            .stdin(Stdio::null())
-            .stdout(out.try_clone().expect("clone"))
-            .stderr(out)
-            .spawn()
-            .expect("docker-registry starts");
-        let deadline = std::time::Instant::now() + Duration::from_secs(20);
-        while std::net::TcpStream::connect(&addr).is_err() {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the registry did not listen on {addr}: {}",
-                std::fs::read_to_string(&log).unwrap_or_default()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        let inner = LocalRegistry::start(storage.path()).expect("docker-registry starts");
         Registry {
-            child,
-            addr,
-            storage,
-            log,
+            addr: inner.addr.clone(),
+            inner,
+            _storage: storage,
         }
     }
 
-    /// How many times the registry served a blob (`GET …/blobs/sha256:…`) so far.
     pub fn blob_fetches(&self) -> usize {
-        std::fs::read_to_string(&self.log)
-            .unwrap_or_default()
-            .lines()
-            .filter(|l| {
-                l.contains("response completed")
-                    && l.contains("http.request.method=GET")
-                    && l.contains("/blobs/sha256:")
-            })
-            .count()
+        self.inner.blob_fetches()
     }
 
-    /// The file the registry keeps a blob's content in.
-    pub fn blob_file(&self, digest: &str) -> PathBuf {
-        let hex = digest.trim_start_matches("sha256:");
-        self.storage
-            .path()
-            .join("data/docker/registry/v2/blobs/sha256")
-            .join(&hex[..2])
-            .join(hex)
-            .join("data")
+    pub fn blob_file(&self, digest: &str) -> std::path::PathBuf {
+        self.inner.blob_file(digest)
     }
 
-    fn client(&self) -> Client {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        Client::new(ClientConfig {
-            protocol: ClientProtocol::HttpsExcept(vec![self.addr.clone()]),
-            ..Default::default()
-        })
-    }
-
-    /// Pushes an image of these layers (each an uncompressed tar, pushed gzipped) with this
-    /// image configuration (`config` object), returning its manifest digest.
     pub async fn push(
         &self,
         repo_tag: &str,
         layers: &[Vec<u8>],
         config: serde_json::Value,
     ) -> String {
-        let reference: Reference = format!("{}/{repo_tag}", self.addr)
-            .parse()
-            .expect("reference");
-        let mut diff_ids = Vec::new();
-        let mut pushed = Vec::new();
-        for tar in layers {
-            diff_ids.push(format!("sha256:{}", hex::encode(Sha256::digest(tar))));
-            let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
-            gz.write_all(tar).expect("gzip");
-            pushed.push(ImageLayer::oci_v1_gzip(gz.finish().expect("gzip"), None));
-        }
-        let config = serde_json::json!({
-            "architecture": match std::env::consts::ARCH { "x86_64" => "amd64", "aarch64" => "arm64", a => a },
-            "os": "linux",
-            "config": config,
-            "rootfs": { "type": "layers", "diff_ids": diff_ids },
-        });
-        let client = self.client();
-        client
-            .push(
-                &reference,
-                &pushed,
-                Config::oci_v1(serde_json::to_vec(&config).expect("json"), None),
-                &RegistryAuth::Anonymous,
-                None,
-            )
+        self.inner
+            .push(repo_tag, layers, config)
             .await
-            .expect("push");
-        client
-            .fetch_manifest_digest(&reference, &RegistryAuth::Anonymous)
-            .await
-            .expect("digest")
-    }
-}
-
-impl Drop for Registry {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+            .expect("push")
     }
 }
 
@@ -244,37 +133,14 @@ fn raw_name(h: &mut tar::Header, path: &str, link: Option<&str>) {
     h.set_cksum();
 }
 
-/// The base layer of every test image: a static busybox with its applets, and the
-/// directories a container needs.
+/// The base layer of every test image (see [`allot_agent::image::local::busybox_layer`]).
 pub fn busybox_layer() -> Vec<u8> {
-    let busybox = std::fs::read(BUSYBOX).expect("static busybox");
-    layer(|b| {
-        for d in ["bin", "etc", "proc", "sys", "dev", "tmp"] {
-            add_dir(b, d);
-        }
-        add_file(b, "bin/busybox", &busybox, 0o755);
-        for a in APPLETS {
-            add_link(b, tar::EntryType::Symlink, &format!("bin/{a}"), "busybox");
-        }
-        add_file(
-            b,
-            "etc/passwd",
-            b"root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/sh\nuser:x:1000:1000:user:/scratch:/bin/sh\n",
-            0o644,
-        );
-        add_file(b, "etc/group", b"root:x:0:\nuser:x:1000:\n", 0o644);
-    })
+    allot_agent::image::local::busybox_layer(Path::new(BUSYBOX)).expect("static busybox")
 }
 
 /// Pushes the plain busybox image as `repo_tag`; returns its digest.
 pub async fn push_busybox(registry: &Registry, repo_tag: &str) -> String {
-    registry
-        .push(
-            repo_tag,
-            &[busybox_layer()],
-            serde_json::json!({ "Env": ["PATH=/bin"], "Cmd": ["sh"] }),
-        )
-        .await
+    registry.inner.push_busybox(repo_tag).await.expect("push")
 }
 
 /// Makes `dir` and its ancestors searchable by other users (a container's user namespace

@@ -16,6 +16,7 @@
 //! own credentials first, so one tenant's cached private image is never another's without
 //! the registry's say-so.
 
+pub mod local;
 pub mod unpack;
 
 use std::collections::HashMap;

@@ -3,6 +3,7 @@
 mod audit;
 mod chaos;
 mod elastic;
+mod launch;
 mod openb;
 mod scheduler;
 mod shim;
@@ -20,6 +21,9 @@ pub enum BenchCmd {
     /// A simulated fleet with a diurnal, bursty inference load and a training backlog, run
     /// three ways: exclusive whole GPUs, static sharing, elastic sharing with forecasting.
     Elastic(elastic::ElasticBench),
+    /// From an assignment's arrival to the job's process running: the process runtime
+    /// against the oci runtime (runc, the image cached), median and p99 side by side.
+    Launch(launch::LaunchBench),
     /// Replay the openb GPU-sharing trace under the published protocol with one placement
     /// policy, and report GPU allocation against arrival.
     Openb(openb::OpenbBench),
@@ -36,6 +40,7 @@ pub async fn run(cmd: BenchCmd) -> anyhow::Result<()> {
         BenchCmd::Audit(args) => audit::run(args).await,
         BenchCmd::Chaos(args) => chaos::run(&args).await,
         BenchCmd::Elastic(args) => elastic::run(&args),
+        BenchCmd::Launch(args) => launch::run(&args).await,
         BenchCmd::Openb(args) => openb::run(&args),
         BenchCmd::Scheduler(args) => scheduler::run(&args),
         BenchCmd::Shim(args) => shim::run(&args),
