@@ -1,13 +1,13 @@
 //! Fault injection against real agent processes (`allot bench chaos`, small): agents killed
 //! with SIGKILL and restarted, partitions longer than a lease, short blips and XIDs. No job is
-//! lost, none is ever seen running twice, and faults really moved jobs.
+//! lost, none is ever seen running twice, and faults really moved jobs: with jobs as
+//! processes, and with jobs as runc containers.
 
 use std::process::Command;
 
 use allot_system_tests::allot_bin;
 
-#[test]
-fn no_job_is_lost_or_doubled_under_faults() {
+fn chaos(runtime: &str) {
     let out = Command::new(allot_bin())
         .args([
             "bench",
@@ -24,6 +24,8 @@ fn no_job_is_lost_or_doubled_under_faults() {
             "1500",
             "--job-secs",
             "1-3",
+            "--runtime",
+            runtime,
             "--json",
         ])
         .env("ALLOT_LOG", "error")
@@ -32,9 +34,12 @@ fn no_job_is_lost_or_doubled_under_faults() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     let r: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(r["runtime"], runtime, "{r}");
     assert_eq!(r["lost"], 0, "{r}");
     assert_eq!(r["double_running"], 0, "{r}");
     assert_eq!(r["succeeded"], 24, "{r}");
+    // The observer that looks for doubles saw the jobs (it is not looking elsewhere).
+    assert_eq!(r["jobs_seen_running_by_the_observer"], 24, "{r}");
     let faults: u64 = [
         "agent_kill9_and_restart",
         "partition_longer_than_lease",
@@ -49,4 +54,17 @@ fn no_job_is_lost_or_doubled_under_faults() {
         r["requeued_attempts"].as_u64().unwrap_or(0) > 0,
         "the faults moved jobs: {r}"
     );
+}
+
+#[test]
+fn no_job_is_lost_or_doubled_under_faults() {
+    chaos("process");
+}
+
+#[test]
+fn no_container_is_lost_or_doubled_under_faults() {
+    if !allot_system_tests::oci::require_container_support() {
+        return;
+    }
+    chaos("oci");
 }

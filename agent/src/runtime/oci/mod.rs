@@ -308,6 +308,36 @@ impl Attempt for OciAttempt {
     }
 }
 
+/// A container on its way up: removed whole if dropped before it runs.
+struct Starting {
+    child: Option<tokio::process::Child>,
+    runtime: PathBuf,
+    state: PathBuf,
+    id: String,
+    cgroup: String,
+    bundle: PathBuf,
+    hierarchy: Hierarchy,
+}
+
+impl Drop for Starting {
+    fn drop(&mut self) {
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        let _ = child.start_kill();
+        let _ = std::process::Command::new(&self.runtime)
+            .arg("--root")
+            .arg(&self.state)
+            .args(["delete", "--force", &self.id])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+        self.hierarchy.kill_and_remove(&self.cgroup);
+        let _ = std::fs::remove_dir_all(&self.bundle);
+    }
+}
+
 /// The last error the runtime logged (its `--log` file, JSON lines).
 fn runtime_error(log: &Path) -> String {
     let text = std::fs::read_to_string(log).unwrap_or_default();
@@ -432,9 +462,20 @@ impl JobRuntime for OciRuntime {
                 .stderr(err);
             super::process::die_with_agent(&mut cmd);
             pass_fds(&mut cmd, spec.inherit_fds.clone());
-            let mut child = cmd
+            let child = cmd
                 .spawn()
                 .map_err(|e| format!("could not run {}: {e}", self.cfg.runtime.display()))?;
+            // Until it runs, a container whose start is abandoned (the attempt was stopped
+            // meanwhile, and this future dropped) or fails is removed whole.
+            let mut starting = Starting {
+                child: Some(child),
+                runtime: self.cfg.runtime.clone(),
+                state: self.state.clone(),
+                id: id.clone(),
+                cgroup: cgroup.clone(),
+                bundle: bundle.clone(),
+                hierarchy: self.hierarchy.clone(),
+            };
             // Running once the runtime wrote the container's pid.
             let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
             let pid = loop {
@@ -444,23 +485,21 @@ impl JobRuntime for OciRuntime {
                 {
                     break pid;
                 }
-                if let Ok(Some(_)) = child.try_wait() {
-                    let why = runtime_error(&runtime_log);
-                    let _ = self
-                        .runc()
-                        .args(["delete", "--force", &id])
-                        .stdout(Stdio::null())
-                        .stderr(Stdio::null())
-                        .status();
-                    self.hierarchy.kill_and_remove(&cgroup);
-                    let _ = std::fs::remove_dir_all(&bundle);
-                    return Err(format!("the container did not start: {why}"));
+                if let Some(child) = starting.child.as_mut()
+                    && let Ok(Some(_)) = child.try_wait()
+                {
+                    return Err(format!(
+                        "the container did not start: {}",
+                        runtime_error(&runtime_log)
+                    ));
                 }
                 if tokio::time::Instant::now() > deadline {
-                    let _ = child.start_kill();
                     return Err("the container did not start within 120 s".into());
                 }
                 tokio::time::sleep(Duration::from_millis(2)).await;
+            };
+            let Some(child) = starting.child.take() else {
+                return Err("the container runtime's process went missing".into());
             };
             Ok(Box::new(OciAttempt {
                 child,

@@ -58,6 +58,11 @@ pub struct ChaosBench {
     /// directory that is removed afterwards.
     #[arg(long)]
     keep_dir: Option<PathBuf>,
+    /// What runs the agents' jobs: `process`, or `oci` (each job a runc container of a
+    /// busybox image pushed to a registry on loopback that this run starts; needs root,
+    /// runc, tini, docker-registry and busybox-static).
+    #[arg(long, value_enum, default_value_t = crate::cmd::agent::RuntimeKindArg::Process)]
+    runtime: crate::cmd::agent::RuntimeKindArg,
     /// One line of JSON.
     #[arg(long)]
     json: bool,
@@ -144,6 +149,9 @@ struct Agents {
     /// The control plane's node CA certificate.
     ca_cert: PathBuf,
     sim_gpus: String,
+    runtime: crate::cmd::agent::RuntimeKindArg,
+    /// The loopback registry the `oci` runtime pulls from.
+    registry: Option<String>,
 }
 
 impl Agents {
@@ -164,6 +172,15 @@ impl Agents {
             .arg("--data-dir")
             .arg(&node.data_dir)
             .args(["--stop-grace-secs", "1"])
+            .args(match self.runtime {
+                crate::cmd::agent::RuntimeKindArg::Process => vec!["--runtime", "process"],
+                crate::cmd::agent::RuntimeKindArg::Oci => vec!["--runtime", "oci"],
+            })
+            .args(
+                self.registry
+                    .iter()
+                    .flat_map(|r| ["--insecure-registry".to_owned(), r.clone()]),
+            )
             .env("ALLOT_LOG", "warn")
             .stdin(std::process::Stdio::null())
             .stdout(log.try_clone()?)
@@ -200,14 +217,16 @@ impl Fault {
     }
 }
 
-/// Live processes of each job of this run (by `ALLOT_JOB_ID`), read from `/proc`.
+/// Live attempts of each job of this run (by `ALLOT_JOB_ID`), each named by its node and
+/// attempt (`ALLOT_NODE`, `ALLOT_ATTEMPT`: a container's init and its job's processes are one
+/// attempt), read from `/proc`. A process is this run's when its environment has `marker`.
 /// `foreign` remembers processes (by pid and start time) that are not this run's jobs, so
 /// each environment is read once.
 fn live_job_processes(
-    root: &str,
+    marker: &str,
     foreign: &mut HashSet<(u32, String)>,
-) -> HashMap<String, HashSet<u32>> {
-    let mut seen: HashMap<String, HashSet<u32>> = HashMap::new();
+) -> HashMap<String, HashSet<(String, String)>> {
+    let mut seen: HashMap<String, HashSet<(String, String)>> = HashMap::new();
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return seen;
     };
@@ -234,18 +253,22 @@ fn live_job_processes(
             continue;
         };
         let vars: Vec<&[u8]> = environ.split(|b| *b == 0).collect();
-        if !vars.iter().any(|v| v.starts_with(root.as_bytes())) {
+        if !vars.iter().any(|v| v.starts_with(marker.as_bytes())) {
             foreign.insert(key);
             continue;
         }
-        if let Some(id) = vars
-            .iter()
-            .find_map(|v| v.strip_prefix(b"ALLOT_JOB_ID".as_slice()))
-            .and_then(|v| v.strip_prefix(b"="))
-        {
-            seen.entry(String::from_utf8_lossy(id).into_owned())
-                .or_default()
-                .insert(pid);
+        let var = |name: &str| {
+            let prefix = format!("{name}=");
+            vars.iter()
+                .find_map(|v| v.strip_prefix(prefix.as_bytes()))
+                .map(|v| String::from_utf8_lossy(v).into_owned())
+        };
+        if let Some(id) = var("ALLOT_JOB_ID") {
+            let attempt = (
+                var("ALLOT_NODE").unwrap_or_default(),
+                var("ALLOT_ATTEMPT").unwrap_or_else(|| pid.to_string()),
+            );
+            seen.entry(id).or_default().insert(attempt);
         }
     }
     seen
@@ -320,6 +343,22 @@ pub async fn run(args: &ChaosBench) -> anyhow::Result<()> {
         )
         .await?;
 
+    // Under `oci`, the jobs' image, on a registry of this run's.
+    let registry = match args.runtime {
+        crate::cmd::agent::RuntimeKindArg::Process => None,
+        crate::cmd::agent::RuntimeKindArg::Oci => {
+            use std::os::unix::fs::PermissionsExt;
+            // The containers' user namespaces pass through it to their images.
+            std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o711))?;
+            let r = allot_agent::image::local::LocalRegistry::start(&root.join("registry"))
+                .context("starting docker-registry (Debian package docker-registry)")?;
+            r.push_busybox("chaos/busybox:1").await?;
+            Some(r)
+        }
+    };
+    let image = registry
+        .as_ref()
+        .map(|r| format!("{}/chaos/busybox:1", r.addr));
     let agents = Agents {
         exe: std::env::current_exe().context("locating the allot binary")?,
         ca_cert: {
@@ -328,6 +367,8 @@ pub async fn run(args: &ChaosBench) -> anyhow::Result<()> {
             path
         },
         sim_gpus: args.sim_gpus.clone(),
+        runtime: args.runtime,
+        registry: registry.as_ref().map(|r| r.addr.clone()),
     };
     let mut nodes = Vec::with_capacity(args.nodes);
     for i in 1..=args.nodes {
@@ -383,30 +424,37 @@ pub async fn run(args: &ChaosBench) -> anyhow::Result<()> {
                 "/api/v1/jobs",
                 Some(&json!({
                     "tenant": "chaos", "name": format!("job-{i}"), "gpus": 1, "max_retries": 5,
-                    "command": ["sleep", secs.to_string()],
+                    "command": ["sleep", secs.to_string()], "image": image,
                 })),
             )
             .await?;
     }
     let begin = Instant::now();
 
-    // Watch for doubles from the side: two live processes of one job at any moment.
-    let marker = format!("ALLOT_JOB_DIR={}/", root.display());
+    // Watch for doubles from the side: two live attempts of one job at any moment.
+    let marker = match args.runtime {
+        crate::cmd::agent::RuntimeKindArg::Process => format!("ALLOT_JOB_DIR={}/", root.display()),
+        // Inside a container the job dir is its /scratch: this run's nodes are named so.
+        crate::cmd::agent::RuntimeKindArg::Oci => "ALLOT_NODE=chaos-".to_owned(),
+    };
     let watching = Arc::new(AtomicBool::new(true));
     let observer = {
         let watching = watching.clone();
         tokio::task::spawn_blocking(move || {
             let mut doubled = HashSet::new();
+            // Every job the observer saw running: it sees what it checks.
+            let mut observed = HashSet::new();
             let mut foreign = HashSet::new();
             while watching.load(Ordering::Relaxed) {
-                for (job, pids) in live_job_processes(&marker, &mut foreign) {
-                    if pids.len() > 1 {
-                        doubled.insert(job);
+                for (job, attempts) in live_job_processes(&marker, &mut foreign) {
+                    if attempts.len() > 1 {
+                        doubled.insert(job.clone());
                     }
+                    observed.insert(job);
                 }
                 std::thread::sleep(Duration::from_millis(20));
             }
-            doubled
+            (doubled, observed)
         })
     };
 
@@ -556,7 +604,7 @@ pub async fn run(args: &ChaosBench) -> anyhow::Result<()> {
         let _ = h.await;
     }
     watching.store(false, Ordering::Relaxed);
-    let doubled = observer.await.context("the process observer")?;
+    let (doubled, observed) = observer.await.context("the process observer")?;
 
     let succeeded = jobs.iter().filter(|j| j["state"] == "succeeded").count();
     let node_list: Vec<Value> = client.get("/api/v1/nodes", &[]).await?;
@@ -607,6 +655,16 @@ pub async fn run(args: &ChaosBench) -> anyhow::Result<()> {
             let _ = child.start_kill();
         }
         allot_agent::runtime::process::kill_orphans(&n.data_dir.join("jobs"));
+        if args.runtime == crate::cmd::agent::RuntimeKindArg::Oci {
+            // What a SIGKILLed agent left is removed when it starts again; an agent that did
+            // not stop in time may leave containers: remove them the same way.
+            if let Ok(cfg) = allot_agent::runtime::oci::OciConfig::discover(None)
+                && let Ok(rt) =
+                    allot_agent::runtime::oci::OciRuntime::new(&n.data_dir, &n.name, cfg)
+            {
+                allot_agent::runtime::JobRuntime::remove_leftovers(&rt);
+            }
+        }
     }
     server.shutdown().await;
 
@@ -634,6 +692,11 @@ pub async fn run(args: &ChaosBench) -> anyhow::Result<()> {
         "succeeded": succeeded,
         "lost": args.jobs - succeeded,
         "double_running": doubled.len(),
+        "runtime": match args.runtime {
+            crate::cmd::agent::RuntimeKindArg::Process => "process",
+            crate::cmd::agent::RuntimeKindArg::Oci => "oci",
+        },
+        "jobs_seen_running_by_the_observer": observed.len(),
         "requeued_attempts": requeues,
         "recovered": all.len(),
         "recovery_p50_s": percentile(&all, 0.5),
