@@ -132,6 +132,10 @@ pub struct ImageStore {
     in_use: Arc<Mutex<HashMap<String, usize>>>,
     /// One pull of an image at a time (by reference).
     pulling: tokio::sync::Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// Registry clients by the credentials they pull with: a client keeps the first
+    /// credentials it is given for a registry (and the tokens they earn), so jobs pulling
+    /// with different credentials never share one.
+    clients: Mutex<HashMap<String, Client>>,
 }
 
 const MANIFEST_TYPES: &[&str] = &[
@@ -171,21 +175,55 @@ impl ImageStore {
             cap_bytes,
             in_use: Arc::default(),
             pulling: tokio::sync::Mutex::default(),
+            clients: Mutex::default(),
         })
     }
 
-    fn client(&self) -> Result<Client, ImageError> {
+    /// The client for these credentials (made once: building one reads the system's trust
+    /// roots, which is slow, so that happens off the async workers).
+    async fn client_for(
+        &self,
+        credentials: Option<&PullCredentials>,
+    ) -> Result<Client, ImageError> {
+        let key = match credentials {
+            None => "anonymous".to_owned(),
+            Some(c) => format!(
+                "{}:{}",
+                c.username,
+                hex::encode(Sha256::digest(c.password.as_bytes()))
+            ),
+        };
+        if let Some(c) = self
+            .clients
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&key)
+        {
+            return Ok(c.clone());
+        }
+        let registries = self.registries.clone();
+        let client = tokio::task::spawn_blocking(move || Self::client(&registries))
+            .await
+            .map_err(|e| ImageError::Io(std::io::Error::other(e.to_string())))??;
+        self.clients
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key, client.clone());
+        Ok(client)
+    }
+
+    fn client(registries: &RegistryConfig) -> Result<Client, ImageError> {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let mut config = ClientConfig {
-            protocol: if self.registries.insecure.is_empty() {
+            protocol: if registries.insecure.is_empty() {
                 ClientProtocol::Https
             } else {
-                ClientProtocol::HttpsExcept(self.registries.insecure.clone())
+                ClientProtocol::HttpsExcept(registries.insecure.clone())
             },
             platform_resolver: Some(Box::new(oci_client::client::current_platform_resolver)),
             ..Default::default()
         };
-        if let Some(pem) = &self.registries.ca_pem {
+        if let Some(pem) = &registries.ca_pem {
             config
                 .extra_root_certificates
                 .push(oci_client::client::Certificate {
@@ -227,8 +265,7 @@ impl ImageStore {
             Some(c) => RegistryAuth::Basic(c.username.clone(), c.password.clone()),
             None => RegistryAuth::Anonymous,
         };
-        // A client per pull: registry tokens are never shared between jobs.
-        let client = self.client()?;
+        let client = self.client_for(credentials).await?;
         let lock = {
             let mut pulling = self.pulling.lock().await;
             pulling.entry(shown.clone()).or_default().clone()

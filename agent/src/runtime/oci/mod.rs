@@ -325,16 +325,27 @@ impl Drop for Starting {
             return;
         };
         let _ = child.start_kill();
-        let _ = std::process::Command::new(&self.runtime)
-            .arg("--root")
-            .arg(&self.state)
-            .args(["delete", "--force", &self.id])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
-        self.hierarchy.kill_and_remove(&self.cgroup);
-        let _ = std::fs::remove_dir_all(&self.bundle);
+        // Off the async workers: removing a container takes the runtime a while.
+        let (runtime, state, id) = (self.runtime.clone(), self.state.clone(), self.id.clone());
+        let (hierarchy, cgroup, bundle) = (
+            self.hierarchy.clone(),
+            self.cgroup.clone(),
+            self.bundle.clone(),
+        );
+        std::thread::spawn(move || {
+            // The runtime's own process first: then nothing of it starts the container.
+            let _ = child.try_wait();
+            let _ = std::process::Command::new(&runtime)
+                .arg("--root")
+                .arg(&state)
+                .args(["delete", "--force", &id])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+            hierarchy.kill_and_remove(&cgroup);
+            let _ = std::fs::remove_dir_all(bundle);
+        });
     }
 }
 
@@ -404,13 +415,19 @@ impl JobRuntime for OciRuntime {
             let id = container_id(&spec.job_id, spec.attempt);
             let cgroup = self.cgroup_of(&spec.job_id, spec.attempt);
             let bundle = self.bundles.join(&id);
-            // An earlier try of this very attempt (the agent restarted): start afresh.
-            let _ = self
-                .runc()
-                .args(["delete", "--force", &id])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status();
+            // A container of this very attempt left by an earlier run (removing leftovers
+            // at start missed it): start afresh. Never blocks the agent's async workers.
+            if self.state.join(&id).exists() {
+                let _ = tokio::process::Command::new(&self.cfg.runtime)
+                    .arg("--root")
+                    .arg(&self.state)
+                    .args(["delete", "--force", &id])
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .status()
+                    .await;
+            }
             let _ = std::fs::remove_dir_all(&bundle);
             mkdir(&bundle, 0o700).map_err(|e| format!("{}: {e}", bundle.display()))?;
             let uid_base = self.uids.base(&spec.tenant)?;

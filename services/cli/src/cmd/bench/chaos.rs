@@ -237,7 +237,7 @@ fn live_job_processes(
         let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
             continue;
         };
-        let Some((_, rest)) = stat.rsplit_once(')') else {
+        let Some((head, rest)) = stat.rsplit_once(')') else {
             continue;
         };
         let fields: Vec<&str> = rest.split_whitespace().collect();
@@ -245,7 +245,13 @@ fn live_job_processes(
         if fields.first() == Some(&"Z") {
             continue;
         }
-        let key = (pid, fields.get(19).copied().unwrap_or_default().to_owned());
+        // The name too: a process that execs keeps its pid and start time but changes its
+        // environment (a container's init is the runtime's process until it execs).
+        let name = head.split_once('(').map_or("", |(_, n)| n);
+        let key = (
+            pid,
+            format!("{} {name}", fields.get(19).copied().unwrap_or_default()),
+        );
         if foreign.contains(&key) {
             continue;
         }
@@ -414,6 +420,36 @@ pub async fn run(args: &ChaosBench) -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
 
+    // Watch for doubles from the side, from before the first job starts: two live
+    // attempts of one job at any moment.
+    let marker = match args.runtime {
+        crate::cmd::agent::RuntimeKindArg::Process => format!("ALLOT_JOB_DIR={}/", root.display()),
+        // Inside a container the job dir is its /scratch: this run's nodes are named so.
+        crate::cmd::agent::RuntimeKindArg::Oci => "ALLOT_NODE=chaos-".to_owned(),
+    };
+    let watching = Arc::new(AtomicBool::new(true));
+    let observer = {
+        let watching = watching.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut doubled = HashSet::new();
+            // Every job the observer saw running: it sees what it checks.
+            let mut observed = HashSet::new();
+            let mut foreign = HashSet::new();
+            let mut scans = 0u64;
+            while watching.load(Ordering::Relaxed) {
+                scans += 1;
+                for (job, attempts) in live_job_processes(&marker, &mut foreign) {
+                    if attempts.len() > 1 {
+                        doubled.insert(job.clone());
+                    }
+                    observed.insert(job);
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            (doubled, observed, scans)
+        })
+    };
+
     let mut rng = StdRng::seed_from_u64(args.seed);
     let (lo, hi) = args.job_secs;
     for i in 0..args.jobs {
@@ -430,33 +466,6 @@ pub async fn run(args: &ChaosBench) -> anyhow::Result<()> {
             .await?;
     }
     let begin = Instant::now();
-
-    // Watch for doubles from the side: two live attempts of one job at any moment.
-    let marker = match args.runtime {
-        crate::cmd::agent::RuntimeKindArg::Process => format!("ALLOT_JOB_DIR={}/", root.display()),
-        // Inside a container the job dir is its /scratch: this run's nodes are named so.
-        crate::cmd::agent::RuntimeKindArg::Oci => "ALLOT_NODE=chaos-".to_owned(),
-    };
-    let watching = Arc::new(AtomicBool::new(true));
-    let observer = {
-        let watching = watching.clone();
-        tokio::task::spawn_blocking(move || {
-            let mut doubled = HashSet::new();
-            // Every job the observer saw running: it sees what it checks.
-            let mut observed = HashSet::new();
-            let mut foreign = HashSet::new();
-            while watching.load(Ordering::Relaxed) {
-                for (job, attempts) in live_job_processes(&marker, &mut foreign) {
-                    if attempts.len() > 1 {
-                        doubled.insert(job.clone());
-                    }
-                    observed.insert(job);
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            (doubled, observed)
-        })
-    };
 
     // The fault schedule: seeded times spread over the run, which faults stretch to about
     // one and a half times what the jobs would take undisturbed.
@@ -604,7 +613,7 @@ pub async fn run(args: &ChaosBench) -> anyhow::Result<()> {
         let _ = h.await;
     }
     watching.store(false, Ordering::Relaxed);
-    let (doubled, observed) = observer.await.context("the process observer")?;
+    let (doubled, observed, scans) = observer.await.context("the process observer")?;
 
     let succeeded = jobs.iter().filter(|j| j["state"] == "succeeded").count();
     let node_list: Vec<Value> = client.get("/api/v1/nodes", &[]).await?;
@@ -697,6 +706,7 @@ pub async fn run(args: &ChaosBench) -> anyhow::Result<()> {
             crate::cmd::agent::RuntimeKindArg::Oci => "oci",
         },
         "jobs_seen_running_by_the_observer": observed.len(),
+        "observer_scans": scans,
         "requeued_attempts": requeues,
         "recovered": all.len(),
         "recovery_p50_s": percentile(&all, 0.5),

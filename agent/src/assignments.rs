@@ -1,0 +1,340 @@
+//! Assignments from the control plane: launches (through the node's job runtime), cancels,
+//! resizes of shared jobs and MIG partitions; and the status reports back.
+
+use super::*;
+
+impl Agent {
+    /// The assigned GPUs (or MIG instances), each with its GPU's index.
+    pub(crate) fn assigned(
+        &self,
+        uuids: &[String],
+        inventory: &[gpu::GpuInfo],
+    ) -> Vec<AssignedGpu> {
+        uuids
+            .iter()
+            .filter_map(|u| {
+                if let Some(g) = inventory.iter().find(|g| &g.uuid == u) {
+                    return Some(AssignedGpu {
+                        uuid: u.clone(),
+                        index: g.index,
+                    });
+                }
+                let mig = self.backend.mig()?;
+                inventory
+                    .iter()
+                    .find(|g| {
+                        mig.mig_instances(g.index)
+                            .ok()
+                            .flatten()
+                            .is_some_and(|is| is.iter().any(|i| &i.uuid == u))
+                    })
+                    .map(|g| AssignedGpu {
+                        uuid: u.clone(),
+                        index: g.index,
+                    })
+            })
+            .collect()
+    }
+
+    /// Gives a GPU the MIG layout the control plane asked for, refusing to destroy an
+    /// instance a job runs on; the next heartbeat reports the result.
+    pub(crate) fn partition(&self, p: Partition) {
+        let Some(mig) = self.backend.mig() else {
+            tracing::warn!(gpu = %p.gpu_uuid, "asked to partition, but this backend has no MIG");
+            return;
+        };
+        let gpu = match self.backend.inventory() {
+            Ok(inv) => inv.into_iter().find(|g| g.uuid == p.gpu_uuid),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read GPU inventory");
+                return;
+            }
+        };
+        let Some(gpu) = gpu else {
+            tracing::warn!(gpu = %p.gpu_uuid, "asked to partition a GPU this node does not have");
+            return;
+        };
+        let layout: Vec<(u32, u8)> = p
+            .layout
+            .iter()
+            .map(|m| (m.profile, u8::try_from(m.start).unwrap_or(u8::MAX)))
+            .collect();
+        let held: HashSet<String> = self
+            .lock_jobs()
+            .running
+            .values()
+            .flat_map(|j| j.gpus.iter().cloned())
+            .collect();
+        let store = mig::LayoutStore::new(&self.cfg.data_dir);
+        match mig::apply(mig, &store, &gpu, &layout, &|uuid| held.contains(uuid)) {
+            Ok(actual) => {
+                tracing::info!(gpu = %gpu.uuid, instances = actual.len(), "MIG layout applied")
+            }
+            Err(e) => tracing::warn!(gpu = %gpu.uuid, error = %e, "MIG layout not applied"),
+        }
+    }
+
+    pub(crate) fn report(&self, r: JobStatusReport) {
+        // The reporter outlives every sender but the agent's own, so this cannot fail
+        // while jobs run.
+        let _ = self.reports.send(r);
+    }
+
+    pub(crate) fn launch(self: &Arc<Self>, l: Launch, tasks: &mut JoinSet<()>) {
+        let signal = Arc::new(StopSignal::default());
+        let traceparent = l.traceparent.clone();
+        if self
+            .lock_jobs()
+            .seen
+            .contains(&(l.job_id.clone(), l.attempt))
+        {
+            return;
+        }
+        let inventory = self.backend.inventory().unwrap_or_default();
+        if self.runtime.kind() == runtime::RuntimeKind::Oci
+            && self.backend.kind() == "simulated"
+            && !l.gpu_uuids.is_empty()
+            && let Err(e) = write_simulated_cdi(&self.cfg.data_dir, self.backend.as_ref())
+        {
+            tracing::warn!(error = %e, "simulated GPUs' CDI spec not rewritten");
+        }
+        let share = sharing::Share {
+            gpu_milli: l.gpu_milli,
+            gpu_memory_bytes: l.gpu_memory_bytes,
+        };
+        let shared = match sharing::prepare(
+            &self.cfg.sharing,
+            &l.job_id,
+            &l.gpu_uuids,
+            share,
+            &l.gpu_compute,
+            &inventory,
+        ) {
+            Ok(s) => s.map(Arc::new),
+            Err(why) => {
+                // Never run a shared job without its limits.
+                tracing::warn!(job = %l.job_id, %why, "cannot enforce the job's GPU share");
+                self.lock_jobs().seen.insert((l.job_id.clone(), l.attempt));
+                self.report(JobStatusReport {
+                    job_id: l.job_id,
+                    phase: JobPhase::Failed.into(),
+                    message: format!("the node cannot hold the job to its GPU share: {why}"),
+                    attempt: l.attempt,
+                    ..Default::default()
+                });
+                return;
+            }
+        };
+        let tracker = Arc::new(Mutex::new(None));
+        {
+            let mut jobs = self.lock_jobs();
+            if !jobs.seen.insert((l.job_id.clone(), l.attempt)) {
+                return;
+            }
+            jobs.running.insert(
+                l.job_id.clone(),
+                RunningJob {
+                    attempt: l.attempt,
+                    signal: signal.clone(),
+                    gpus: l.gpu_uuids.clone(),
+                    gpu_milli: l.gpu_milli,
+                    sharing: shared.clone(),
+                    tracker: tracker.clone(),
+                },
+            );
+        }
+        let attempt = l.attempt;
+        let spec = LaunchSpec {
+            job_id: l.job_id.clone(),
+            job_name: l.name,
+            tenant: l.tenant,
+            node_name: self.cfg.node_name.clone(),
+            command: l.command,
+            env: {
+                let mut env: std::collections::BTreeMap<_, _> = l.env.into_iter().collect();
+                if let Some(tool) = &self.cuda_checkpoint {
+                    env.insert(
+                        "ALLOT_CUDA_CHECKPOINT".to_owned(),
+                        tool.display().to_string(),
+                    );
+                }
+                if let Some(s) = &shared {
+                    let extra = s.env(&env);
+                    env.extend(extra);
+                }
+                env
+            },
+            workdir: (!l.workdir.is_empty()).then_some(l.workdir),
+            gpus: self.assigned(&l.gpu_uuids, &inventory),
+            gpu_uuids: l.gpu_uuids,
+            attempt: l.attempt,
+            gpu_milli: l.gpu_milli,
+            gpu_memory_bytes: l.gpu_memory_bytes,
+            cpu_milli: l.cpu_milli,
+            memory_bytes: l.memory_bytes,
+            image: (!l.image.is_empty()).then_some(l.image),
+            pull_credentials: (!l.registry_username.is_empty()).then_some(PullCredentials {
+                username: l.registry_username,
+                password: l.registry_password,
+            }),
+            network: if l.network == "none" {
+                Network::None
+            } else {
+                Network::Host
+            },
+            checkpoint_dir: (!l.checkpoint_dir.is_empty()).then(|| PathBuf::from(l.checkpoint_dir)),
+            inherit_fds: shared
+                .as_ref()
+                .map(|s| s.fds().to_vec())
+                .unwrap_or_default(),
+            preload: shared.as_ref().and_then(|s| s.preload.clone()),
+        };
+        let agent = self.clone();
+        // The launch joins the trace of the decision that placed it.
+        let span = tracing::info_span!(
+            "job.launch",
+            otel.name = "job.launch",
+            job.id = %spec.job_id,
+            job.attempt = spec.attempt,
+            node = %self.cfg.node_name,
+            trace_id = tracing::field::Empty,
+        );
+        allot_telemetry::set_parent(&span, &traceparent);
+        if let Some(id) = allot_telemetry::trace_id(&span) {
+            span.record("trace_id", id);
+        }
+        tasks.spawn(
+            async move {
+                let job_id = spec.job_id.clone();
+                let log = runtime::joblog::path(&agent.cfg.data_dir, &job_id, attempt);
+                tracing::info!(job = %job_id, image = ?spec.image, runtime = agent.runtime.kind().as_str(), "launching");
+                let finished = runtime::supervise(
+                    agent.runtime.as_ref(),
+                    spec,
+                    log,
+                    &signal,
+                    agent.cfg.stop_grace,
+                    |started| {
+                        *tracker.lock().unwrap_or_else(|e| e.into_inner()) =
+                            Some(started.tracker.clone());
+                        agent.report(JobStatusReport {
+                            job_id: job_id.clone(),
+                            phase: JobPhase::Running.into(),
+                            pid: Some(started.pid),
+                            attempt,
+                            image_digest: started.image_digest.unwrap_or_default(),
+                            ..Default::default()
+                        });
+                    },
+                )
+                .await;
+                let (phase, exit_code, message) = match finished.outcome {
+                    Outcome::Succeeded => (JobPhase::Succeeded, Some(0), String::new()),
+                    Outcome::Failed { exit_code, message } => {
+                        (JobPhase::Failed, exit_code, message)
+                    }
+                    Outcome::Cancelled { message } => (JobPhase::Cancelled, None, message),
+                    Outcome::Lost { message } => (JobPhase::Lost, None, message),
+                    Outcome::DeviceFault { message } => (JobPhase::DeviceFault, None, message),
+                };
+                tracing::info!(job = %job_id, ?phase, ?exit_code, "job ended");
+                agent.report(JobStatusReport {
+                    job_id: job_id.clone(),
+                    phase: phase.into(),
+                    pid: None,
+                    exit_code,
+                    message,
+                    log_tail: finished.log_tail,
+                    attempt,
+                    ..Default::default()
+                });
+                let mut jobs = agent.lock_jobs();
+                if jobs
+                    .running
+                    .get(&job_id)
+                    .is_some_and(|j| j.attempt == attempt)
+                {
+                    jobs.running.remove(&job_id);
+                }
+            }
+            .instrument(span),
+        );
+    }
+
+    /// Applies a new share to a running job's limits.
+    pub(crate) fn resize(&self, r: Resize) {
+        let jobs = self.lock_jobs();
+        match jobs.running.get(&r.job_id) {
+            Some(job) if job.attempt == r.attempt || r.attempt == 0 => match &job.sharing {
+                Some(s) => {
+                    s.resize(sharing::Share {
+                        gpu_milli: r.gpu_milli,
+                        gpu_memory_bytes: r.gpu_memory_bytes,
+                    });
+                    tracing::info!(job = %r.job_id, gpu_milli = r.gpu_milli, gpu_memory_bytes = r.gpu_memory_bytes, "resized");
+                }
+                None => tracing::warn!(job = %r.job_id, "resize of a job on whole GPUs ignored"),
+            },
+            _ => {
+                tracing::info!(job = %r.job_id, attempt = r.attempt, "resize of a job not running here ignored")
+            }
+        }
+    }
+
+    /// Stops the job's attempt `c.attempt` (0: whichever runs), or makes sure it never
+    /// starts here.
+    pub(crate) fn cancel(&self, c: Cancel) {
+        let mut jobs = self.lock_jobs();
+        if let Some(job) = jobs.running.get(&c.job_id)
+            && (c.attempt == 0 || job.attempt == c.attempt)
+        {
+            tracing::info!(job = %c.job_id, attempt = job.attempt, reason = %c.reason, grace_seconds = c.grace_seconds, "stopping");
+            if c.grace_seconds > 0 {
+                job.signal.stop_within(
+                    StopReason::Cancelled,
+                    Duration::from_secs(u64::from(c.grace_seconds)),
+                );
+            } else {
+                job.signal.stop(StopReason::Cancelled);
+            }
+            return;
+        }
+        if c.attempt != 0 && jobs.seen.insert((c.job_id.clone(), c.attempt)) {
+            // Stopped before its launch reached us: it will never start here.
+            drop(jobs);
+            self.report(JobStatusReport {
+                job_id: c.job_id,
+                phase: JobPhase::Cancelled.into(),
+                message: format!("{} before it started", c.reason),
+                attempt: c.attempt,
+                ..Default::default()
+            });
+        }
+    }
+}
+
+/// Delivers status reports in order, retrying each until the control plane acknowledges it,
+/// so no exit is lost to a restart of the control plane.
+pub(crate) async fn deliver_reports(
+    link: Arc<Link>,
+    mut rx: mpsc::UnboundedReceiver<JobStatusReport>,
+) {
+    while let Some(report) = rx.recv().await {
+        let mut attempt = 0;
+        loop {
+            match client(&link).report_job_status(report.clone()).await {
+                Ok(_) => break,
+                Err(s) if transient(&s) => {
+                    attempt += 1;
+                    // Retried often: a report stuck behind a partition holds up every
+                    // later one (a job's start included).
+                    tokio::time::sleep(backoff(attempt).min(Duration::from_millis(300))).await;
+                }
+                Err(s) => {
+                    tracing::warn!(job = %report.job_id, error = %s.message(), "status report rejected");
+                    break;
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,247 @@
+//! Heartbeats: the inventory (GPUs with health, MIG layout and samples), the jobs running
+//! here and what each does on its GPUs, sent every interval; they renew the lease.
+
+use super::*;
+
+impl Agent {
+    pub(crate) fn gpus(&self) -> Result<Vec<Gpu>, AgentError> {
+        let drained = self.lock_drained().clone();
+        let degraded = self.lock_degraded().clone();
+        let held: Vec<(Vec<String>, u32)> = self
+            .lock_jobs()
+            .running
+            .values()
+            .map(|j| (j.gpus.clone(), j.gpu_milli))
+            .collect();
+        let mut out = Vec::new();
+        for g in self.backend.inventory()? {
+            let mig = match self.backend.mig() {
+                Some(m) => m.mig_instances(g.index)?,
+                None => None,
+            };
+            // The share of this GPU (or of its MIG instances) the running jobs hold.
+            let load: f64 = held
+                .iter()
+                .filter(|(uuids, _)| {
+                    uuids
+                        .iter()
+                        .any(|u| *u == g.uuid || mig.iter().flatten().any(|i| i.uuid == *u))
+                })
+                .map(|(_, milli)| f64::from(*milli) / 1000.0)
+                .sum();
+            let sample = self
+                .backend
+                .sample(g.index, load)
+                .map(|s| allot_proto::v1::GpuSample {
+                    utilization: s.utilization as f32,
+                    memory_used_bytes: s.memory_used_bytes,
+                    power_watts: s.power_watts as f32,
+                    temperature_c: s.temperature_c as f32,
+                    pcie_rx_bytes_per_s: s.pcie_rx_bytes_per_s,
+                    pcie_tx_bytes_per_s: s.pcie_tx_bytes_per_s,
+                    nvlink_rx_bytes_per_s: s.nvlink_rx_bytes_per_s,
+                    nvlink_tx_bytes_per_s: s.nvlink_tx_bytes_per_s,
+                    throttle_reasons: s.throttle_reasons,
+                    ecc_corrected: s.ecc_corrected,
+                    ecc_uncorrected: s.ecc_uncorrected,
+                });
+            out.push(Gpu {
+                sample,
+                healthy: g.healthy && !drained.contains(&g.uuid),
+                degraded: g.degraded || degraded.contains(&g.uuid),
+                mig_enabled: mig.is_some(),
+                mig_instances: mig
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|i| allot_proto::v1::MigInstance {
+                        profile: i.profile,
+                        start: u32::from(i.start),
+                        uuid: i.uuid,
+                    })
+                    .collect(),
+                uuid: g.uuid,
+                index: g.index,
+                model: g.model,
+                memory_bytes: g.memory_bytes,
+            });
+        }
+        Ok(out)
+    }
+
+    /// The MIG instance UUIDs on the GPU with this index (a fault there stops their jobs).
+    /// What each running job is doing, from the GPU samples in `gpus` (see
+    /// [`job_samples`]).
+    pub(crate) fn job_samples(&self, gpus: &[Gpu]) -> Vec<allot_proto::v1::JobSample> {
+        let mut readings = HashMap::new();
+        // A GPU or MIG instance UUID → its GPU's.
+        let mut physical: HashMap<&str, &str> = HashMap::new();
+        for g in gpus {
+            physical.insert(&g.uuid, &g.uuid);
+            for i in &g.mig_instances {
+                physical.insert(&i.uuid, &g.uuid);
+            }
+            if let Some(s) = &g.sample {
+                readings.insert(
+                    g.uuid.clone(),
+                    job_samples::GpuReading {
+                        utilization: f64::from(s.utilization),
+                        memory_used_bytes: s.memory_used_bytes,
+                    },
+                );
+            }
+        }
+        struct Running {
+            id: String,
+            gpus: Vec<String>,
+            gpu_milli: u32,
+            shared: Option<Arc<sharing::JobSharing>>,
+            tracker: Option<Tracker>,
+        }
+        let running: Vec<Running> = self
+            .lock_jobs()
+            .running
+            .iter()
+            .map(|(id, j)| Running {
+                id: id.clone(),
+                gpus: j.gpus.clone(),
+                gpu_milli: j.gpu_milli,
+                shared: j.sharing.clone(),
+                tracker: j.tracker(),
+            })
+            .collect();
+        if running.is_empty() {
+            return Vec::new();
+        }
+        // The driver's count of each job's processes' memory, where it gives one.
+        let owners: Vec<(String, Tracker)> = running
+            .iter()
+            .filter_map(|r| Some((r.id.clone(), r.tracker.clone()?)))
+            .collect();
+        let mut counted: HashMap<String, u64> = HashMap::new();
+        for g in gpus {
+            for (pid, bytes) in self.backend.process_memory(g.index).unwrap_or_default() {
+                if let Some(job) = sharing::job_of(pid, &owners) {
+                    *counted.entry(job.to_owned()).or_default() += bytes;
+                }
+            }
+        }
+        let jobs: Vec<job_samples::JobOnGpus> = running
+            .into_iter()
+            .map(|r| {
+                // The shim's count, once the job's processes use it.
+                let shim = r
+                    .shared
+                    .filter(|s| !s.region.pids().is_empty())
+                    .map(|s| (0..s.gpus.len()).map(|i| s.region.used(i)).sum::<u64>());
+                job_samples::JobOnGpus {
+                    memory_counted: shim.or_else(|| counted.get(&r.id).copied()),
+                    gpus: r
+                        .gpus
+                        .iter()
+                        .filter_map(|u| physical.get(u.as_str()).map(|p| (*p).to_owned()))
+                        .collect(),
+                    gpu_milli: r.gpu_milli,
+                    id: r.id,
+                }
+            })
+            .collect();
+        job_samples::attribute(&readings, &jobs)
+            .into_iter()
+            .map(
+                |(job_id, utilization, memory_used_bytes)| allot_proto::v1::JobSample {
+                    job_id,
+                    utilization: utilization as f32,
+                    memory_used_bytes,
+                },
+            )
+            .collect()
+    }
+
+    pub(crate) fn running_ids(&self) -> Vec<String> {
+        self.lock_jobs().running.keys().cloned().collect()
+    }
+
+    pub(crate) async fn heartbeats(self: Arc<Self>, every: Duration, stop: CancellationToken) {
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => return,
+                () = tokio::time::sleep(every) => {}
+            }
+            self.heartbeat(every).await;
+            let renew_at = self.lock_creds().as_ref().map(|c| c.cert.renew_at());
+            if renew_at.is_some_and(|at| chrono::Utc::now() >= at) {
+                self.renew().await;
+            }
+        }
+    }
+
+    /// One heartbeat: renews the lease (on success, from when it was sent) and reports the
+    /// inventory and the running jobs.
+    pub(crate) async fn heartbeat(&self, every: Duration) {
+        let gpus = match self.gpus() {
+            Ok(g) => g,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read GPU inventory");
+                return;
+            }
+        };
+        let job_samples = self.job_samples(&gpus);
+        let mut client = client(&self.link);
+        let mut req = Request::new(HeartbeatRequest {
+            gpus,
+            running_job_ids: self.running_ids(),
+            job_samples,
+        });
+        // A slow answer still renews the lease from when the call was sent, so wait for
+        // one up to half a lease (a loaded control plane is not a lost one).
+        let half_lease = self.lock_lease().duration / 2;
+        req.set_timeout(half_lease.max(every));
+        let sent = Instant::now();
+        match client.heartbeat(req).await {
+            Ok(_) => {
+                let mut lease = self.lock_lease();
+                lease.valid_until = Some(sent + lease.duration);
+            }
+            Err(s) => tracing::warn!(error = %s.message(), "heartbeat failed"),
+        }
+    }
+
+    /// What the metrics report, as of now.
+    pub(crate) fn metrics_snapshot(&self) -> metrics::Snapshot {
+        let gpus = self.gpus().unwrap_or_default();
+        let mut per_gpu: HashMap<String, i64> = gpus.iter().map(|g| (g.uuid.clone(), 0)).collect();
+        for job in self.lock_jobs().running.values() {
+            for uuid in &job.gpus {
+                *per_gpu.entry(uuid.clone()).or_default() += 1;
+            }
+        }
+        let remaining = self.lock_lease().valid_until.map_or(0.0, |u| {
+            u.saturating_duration_since(Instant::now()).as_secs_f64()
+        });
+        metrics::Snapshot {
+            gpus: gpus
+                .iter()
+                .map(|g| {
+                    // Operators' drains are the control plane's: it reports those.
+                    let health = if !g.healthy {
+                        "unhealthy"
+                    } else if g.degraded {
+                        "degraded"
+                    } else {
+                        "healthy"
+                    };
+                    (
+                        metrics::GpuLabels {
+                            gpu_uuid: g.uuid.clone(),
+                            model: g.model.clone(),
+                            health: health.to_owned(),
+                        },
+                        g.memory_bytes,
+                    )
+                })
+                .collect(),
+            jobs_per_gpu: per_gpu.into_iter().collect(),
+            lease_remaining_seconds: remaining,
+        }
+    }
+}

@@ -1,0 +1,115 @@
+//! Registering with the control plane (a bootstrap token and a CSR the first time, the node
+//! certificate after) and renewing the node certificate.
+
+use super::*;
+
+impl Agent {
+    pub(crate) fn lock_creds(&self) -> std::sync::MutexGuard<'_, Option<Credentials>> {
+        self.creds.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Takes a newly signed certificate for the key of `request` into use (and saves it).
+    pub(crate) fn adopt(&self, key_pem: String, cert_pem: String) -> Result<(), AgentError> {
+        let creds = Credentials::new(key_pem, cert_pem)?;
+        identity::save(&self.cfg.data_dir, &creds)?;
+        self.link.present(&creds)?;
+        *self.lock_creds() = Some(creds);
+        Ok(())
+    }
+
+    /// Registers, retrying until it works or the agent stops: with the node certificate when
+    /// there is one, else (or when it is refused) with the bootstrap token. Each registration
+    /// gets a new certificate for a new key. Returns the heartbeat interval.
+    pub(crate) async fn register(
+        &self,
+        stop: &CancellationToken,
+    ) -> Result<Option<Duration>, AgentError> {
+        let mut attempt = 0;
+        loop {
+            let (channel, bootstrap_token) = match self.link.node() {
+                Some(channel) => (channel, String::new()),
+                None => match &self.cfg.bootstrap_token {
+                    Some(t) => (self.link.anonymous(), t.clone()),
+                    None => {
+                        return Err(AgentError::NoCredentials(
+                            self.cfg.data_dir.join("identity"),
+                        ));
+                    }
+                },
+            };
+            let with_certificate = bootstrap_token.is_empty();
+            let request = allot_pki::node_request(&self.cfg.node_name)
+                .map_err(|e| AgentError::Credentials(e.to_string()))?;
+            let req = RegisterRequest {
+                bootstrap_token,
+                csr_pem: request.csr_pem,
+                node_name: self.cfg.node_name.clone(),
+                agent_version: VERSION.to_owned(),
+                gpu_backend: self.backend.kind().to_owned(),
+                gpus: self.gpus()?,
+                running_job_ids: self.running_ids(),
+                cpu_milli: self.cfg.offer.cpu_milli,
+                memory_bytes: self.cfg.offer.memory_bytes,
+                runtime: self.runtime.kind().as_str().to_owned(),
+            };
+            let sent = Instant::now();
+            match NodeServiceClient::new(channel).register(req).await {
+                Ok(res) => {
+                    let res = res.into_inner();
+                    self.adopt(request.key_pem, res.certificate_pem)?;
+                    let duration = Duration::from_millis(res.lease_duration_ms.into());
+                    *self.lock_lease() = Lease {
+                        valid_until: Some(sent + duration),
+                        duration,
+                    };
+                    tracing::info!(node = %self.cfg.node_name, id = %res.node_id, "registered");
+                    return Ok(Some(Duration::from_millis(
+                        res.heartbeat_interval_ms.max(100).into(),
+                    )));
+                }
+                Err(s) if s.code() == Code::Unauthenticated && with_certificate => {
+                    // Revoked, expired, or from an earlier CA: only a bootstrap token helps.
+                    tracing::error!(node = %self.cfg.node_name, error = %s.message(), "the control plane refused the node certificate");
+                    self.link.forget();
+                    *self.lock_creds() = None;
+                }
+                Err(s) if matches!(s.code(), Code::Unauthenticated | Code::PermissionDenied) => {
+                    return Err(AgentError::Refused(s.message().to_owned()));
+                }
+                Err(s) => {
+                    tracing::warn!(node = %self.cfg.node_name, error = %s.message(), "registration failed; retrying");
+                    attempt += 1;
+                    tokio::select! {
+                        () = stop.cancelled() => return Ok(None),
+                        () = tokio::time::sleep(backoff(attempt)) => {}
+                    }
+                }
+            }
+        }
+    }
+
+    /// Replaces the node certificate, two thirds through its life, with one for a new key.
+    /// A failure is retried at the next heartbeat; the current certificate serves meanwhile.
+    pub(crate) async fn renew(&self) {
+        let request = match allot_pki::node_request(&self.cfg.node_name) {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot make a certificate signing request");
+                return;
+            }
+        };
+        let req = RenewCertificateRequest {
+            csr_pem: request.csr_pem,
+        };
+        match client(&self.link).renew_certificate(req).await {
+            Ok(res) => match self.adopt(request.key_pem, res.into_inner().certificate_pem) {
+                Ok(()) => {
+                    let until = self.lock_creds().as_ref().map(|c| c.cert.not_after);
+                    tracing::info!(until = ?until, "node certificate renewed");
+                }
+                Err(e) => tracing::warn!(error = %e, "renewed node certificate not taken"),
+            },
+            Err(s) => tracing::warn!(error = %s.message(), "renewing the node certificate failed"),
+        }
+    }
+}

@@ -1,0 +1,86 @@
+//! Following the assignment stream, and the gRPC client helpers it and the rest use.
+
+use super::*;
+
+/// Why following the assignment stream ended.
+pub(crate) enum StreamEnd {
+    /// The agent is shutting down.
+    Stopped,
+    /// The stream was open and broke (or the control plane closed it).
+    Broke,
+    /// It could not be opened.
+    Unreachable,
+    /// The control plane refused the node's credentials: register again.
+    Unauthenticated,
+}
+
+impl Agent {
+    /// Follows the assignment stream until it breaks or the agent stops.
+    pub(crate) async fn follow(
+        self: &Arc<Self>,
+        stop: &CancellationToken,
+        tasks: &mut JoinSet<()>,
+    ) -> StreamEnd {
+        let mut stream = match client(&self.link)
+            .watch_assignments(WatchAssignmentsRequest {})
+            .await
+        {
+            Ok(s) => s.into_inner(),
+            Err(s) => {
+                tracing::warn!(error = %s.message(), "cannot watch assignments");
+                return if s.code() == Code::Unauthenticated {
+                    StreamEnd::Unauthenticated
+                } else {
+                    StreamEnd::Unreachable
+                };
+            }
+        };
+        loop {
+            let msg = tokio::select! {
+                () = stop.cancelled() => return StreamEnd::Stopped,
+                Some(_) = tasks.join_next(), if !tasks.is_empty() => continue,
+                msg = stream.message() => msg,
+            };
+            match msg {
+                Ok(Some(a)) => match a.kind {
+                    Some(Kind::Launch(l)) => self.launch(l, tasks),
+                    Some(Kind::Cancel(c)) => self.cancel(c),
+                    Some(Kind::Partition(p)) => self.partition(p),
+                    Some(Kind::Resize(r)) => self.resize(r),
+                    None => tracing::warn!("empty assignment ignored"),
+                },
+                Ok(None) => {
+                    tracing::warn!("assignment stream closed by the control plane");
+                    return StreamEnd::Broke;
+                }
+                Err(s) => {
+                    tracing::warn!(error = %s.message(), "assignment stream broke");
+                    return StreamEnd::Broke;
+                }
+            }
+        }
+    }
+}
+
+/// A client on the channel that presents the node certificate.
+pub(crate) fn client(link: &Link) -> NodeServiceClient<Channel> {
+    NodeServiceClient::new(link.channel())
+}
+
+/// Errors worth retrying: the control plane is away or restarting.
+pub(crate) fn transient(s: &Status) -> bool {
+    matches!(
+        s.code(),
+        Code::Unavailable
+            | Code::Unknown
+            | Code::Internal
+            | Code::DeadlineExceeded
+            | Code::Cancelled
+            | Code::Unauthenticated
+    )
+}
+
+/// How long to wait before retry `attempt` (100 ms doubling, at most 3 s).
+pub(crate) fn backoff(attempt: u32) -> Duration {
+    Duration::from_millis((100u64 << attempt.min(5)).min(3_000))
+}
