@@ -302,7 +302,7 @@ pub struct ResizeJob {
 pub struct PendingReasonView {
     /// Stable code: `NoRoom`, `TenantLimit`, `AwaitingPreemption`, `Preempted`,
     /// `NodeLost`, `DeviceFault`, `RetryBackoff`, `MigUnavailable`, `MigRepartitioning`,
-    /// `MigLimit`, `BudgetExhausted`, `NoReadyNodes`,
+    /// `MigLimit`, `BudgetExhausted`, `NoReadyNodes`, `ConfinementRequired`,
     /// `UnknownTenant`, `InvalidQuotaTree`.
     pub code: String,
     /// The same with numbers, for people.

@@ -582,6 +582,8 @@ struct NodeRow {
     name: String,
     status: String,
     cordoned: bool,
+    /// What runs its jobs: `oci` (confined containers) or `process` (unconfined).
+    runtime: String,
     gpus: Vec<GpuRow>,
 }
 
@@ -685,6 +687,11 @@ async fn cluster_page(
                 name: n.name,
                 status: view.status,
                 cordoned: n.cordoned,
+                runtime: if n.runtime.is_empty() {
+                    "unknown".to_owned()
+                } else {
+                    n.runtime.clone()
+                },
                 gpus,
             }
         })

@@ -422,3 +422,53 @@ fn a_resize_fits_beside_the_gpus_other_jobs_and_within_tenant_limits() {
         Ok(())
     );
 }
+
+#[test]
+fn a_job_asking_for_nothing_is_not_placed_on_a_cordoned_node() {
+    let mut cordoned = node("n1", &["H200"]);
+    cordoned.cordoned = true;
+    let open = node("n2", &["H200"]);
+    let mut nothing = job("j1", "t1", 0, None);
+    nothing.spec.cpu_milli = 0;
+    nothing.spec.memory_bytes = 0;
+    let d = decide(
+        &[cordoned.clone(), open],
+        &[tenant("t1", 0)],
+        &[],
+        &[nothing.clone()],
+    );
+    assert_eq!(placed(&d, "j1").map(|p| p.0), Some("n2".to_owned()));
+    // With only the cordoned node, it waits.
+    let d = decide(&[cordoned], &[tenant("t1", 0)], &[], &[nothing]);
+    assert!(placed(&d, "j1").is_none(), "{d:?}");
+}
+
+#[test]
+fn a_tenant_that_requires_confinement_runs_only_on_confining_nodes() {
+    let mut strict = tenant("t1", 0);
+    strict.policy.require_confinement = true;
+    let processes = node("n1", &["H200"]);
+    let d = decide(
+        std::slice::from_ref(&processes),
+        std::slice::from_ref(&strict),
+        &[],
+        &[job("j1", "t1", 1, None)],
+    );
+    let reason = waits(&d, "j1").expect("waits");
+    assert_eq!(reason.code, "ConfinementRequired");
+    assert!(
+        reason.message.contains("none of the 1 ready nodes"),
+        "{}",
+        reason.message
+    );
+    let mut containers = node("n2", &["H200"]);
+    containers.runtime = "oci".into();
+    let d = decide(
+        &[processes, containers],
+        &[strict, tenant("t2", 0)],
+        &[],
+        &[job("j1", "t1", 1, None), job("j2", "t2", 1, None)],
+    );
+    assert_eq!(placed(&d, "j1").map(|p| p.0), Some("n2".to_owned()));
+    assert!(placed(&d, "j2").is_some(), "other tenants go anywhere");
+}

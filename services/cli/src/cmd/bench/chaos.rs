@@ -452,18 +452,27 @@ pub async fn run(args: &ChaosBench) -> anyhow::Result<()> {
 
     let mut rng = StdRng::seed_from_u64(args.seed);
     let (lo, hi) = args.job_secs;
-    for i in 0..args.jobs {
-        let secs = rng.random_range(lo..=hi);
-        let _: Value = client
-            .call(
-                Method::POST,
-                "/api/v1/jobs",
-                Some(&json!({
-                    "tenant": "chaos", "name": format!("job-{i}"), "gpus": 1, "max_retries": 5,
-                    "command": ["sleep", secs.to_string()], "image": image,
-                })),
-            )
-            .await?;
+    let bodies: Vec<Value> = (0..args.jobs)
+        .map(|i| {
+            let secs = rng.random_range(lo..=hi);
+            json!({
+                "tenant": "chaos", "name": format!("job-{i}"), "gpus": 1, "max_retries": 5,
+                "command": ["sleep", secs.to_string()], "image": image,
+            })
+        })
+        .collect();
+    // Sixteen submits in flight, so that the faults (timed from the end of submission) meet
+    // running jobs however slow one submit is.
+    for chunk in bodies.chunks(16) {
+        let answers = futures_util::future::join_all(
+            chunk
+                .iter()
+                .map(|b| client.call::<Value, Value>(Method::POST, "/api/v1/jobs", Some(b))),
+        )
+        .await;
+        for a in answers {
+            a?;
+        }
     }
     let begin = Instant::now();
 
