@@ -428,8 +428,12 @@ pub async fn run(args: &ChaosBench) -> anyhow::Result<()> {
         crate::cmd::agent::RuntimeKindArg::Oci => "ALLOT_NODE=chaos-".to_owned(),
     };
     let watching = Arc::new(AtomicBool::new(true));
+    // This run's jobs, as their submissions are answered: another run on the machine has
+    // jobs of the same names.
+    let submitted: Arc<std::sync::Mutex<HashSet<String>>> = Arc::default();
     let observer = {
         let watching = watching.clone();
+        let submitted = submitted.clone();
         tokio::task::spawn_blocking(move || {
             let mut doubled = HashSet::new();
             // Every job the observer saw running: it sees what it checks.
@@ -438,7 +442,12 @@ pub async fn run(args: &ChaosBench) -> anyhow::Result<()> {
             let mut scans = 0u64;
             while watching.load(Ordering::Relaxed) {
                 scans += 1;
-                for (job, attempts) in live_job_processes(&marker, &mut foreign) {
+                let live = live_job_processes(&marker, &mut foreign);
+                let ours = submitted.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                for (job, attempts) in live {
+                    if !ours.contains(&job) {
+                        continue;
+                    }
                     if attempts.len() > 1 {
                         doubled.insert(job.clone());
                     }
@@ -471,7 +480,12 @@ pub async fn run(args: &ChaosBench) -> anyhow::Result<()> {
         )
         .await;
         for a in answers {
-            a?;
+            if let Some(id) = a?["id"].as_str() {
+                submitted
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(id.to_owned());
+            }
         }
     }
     let begin = Instant::now();
