@@ -322,6 +322,7 @@ pub async fn run(
         job.signal.stop(StopReason::AgentShutdown);
     }
     while tasks.join_next().await.is_some() {}
+    agent.runtime.shut_down();
     // Give the final reports a moment to land; the control plane may be going away too.
     drop(agent);
     if tokio::time::timeout(Duration::from_secs(3), reporter)

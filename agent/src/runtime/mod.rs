@@ -62,6 +62,9 @@ pub trait JobRuntime: Send + Sync {
     /// Kills and removes every attempt an earlier run of this agent left behind (its
     /// processes, containers and cgroups); returns how many.
     fn remove_leftovers(&self) -> usize;
+    /// Once the agent's jobs have all ended: removes what the runtime keeps for them
+    /// (a container runtime's parent cgroup).
+    fn shut_down(&self) {}
 }
 
 /// How the agent recognises an attempt's processes (GPU memory attribution, samples).

@@ -533,6 +533,11 @@ impl JobRuntime for OciRuntime {
         })
     }
 
+    fn shut_down(&self) {
+        self.remove_leftovers();
+        self.hierarchy.kill_and_remove(&self.cgroup_parent);
+    }
+
     fn remove_leftovers(&self) -> usize {
         let mut removed = 0;
         let listed = self
