@@ -314,6 +314,32 @@ impl TestCluster {
         }
     }
 
+    /// Waits until the job has ended (succeeded, failed or cancelled) and returns it.
+    pub async fn wait_for_end(&self, id: &str) -> Value {
+        self.eventually("the job ends", || async {
+            let (_, j) = self.get(&format!("/api/v1/jobs/{id}")).await;
+            matches!(
+                j["state"].as_str(),
+                Some("succeeded" | "failed" | "cancelled")
+            )
+            .then_some(j)
+        })
+        .await
+    }
+
+    /// The job's log as the API serves it.
+    pub async fn log_of(&self, id: &str) -> String {
+        self.http
+            .get(self.url(&format!("/api/v1/jobs/{id}/log")))
+            .bearer_auth(&self.admin_token)
+            .send()
+            .await
+            .expect("log")
+            .text()
+            .await
+            .expect("text")
+    }
+
     pub async fn shutdown(self) {
         self.agents_stop.cancel();
         for a in self.agents {

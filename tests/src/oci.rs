@@ -143,6 +143,34 @@ pub async fn push_busybox(registry: &Registry, repo_tag: &str) -> String {
     registry.inner.push_busybox(repo_tag).await.expect("push")
 }
 
+/// A cluster of `nodes` nodes (`gpus` each) running jobs in containers that pull from
+/// `registry`, with small scratch space and `pids_limit` processes per container.
+pub async fn confined_cluster(
+    registry: &Registry,
+    nodes: usize,
+    gpus: &str,
+    pids_limit: i64,
+) -> crate::TestCluster {
+    let addr = registry.addr.clone();
+    crate::spawn_cluster_of(
+        crate::Backend::Sqlite,
+        nodes,
+        gpus,
+        |_| {},
+        move |cfg| {
+            let mut oci =
+                allot_agent::runtime::oci::OciConfig::discover(None).expect("runc and tini-static");
+            oci.registries.insecure = vec![addr.clone()];
+            oci.pids_limit = pids_limit;
+            oci.scratch_bytes = 64 << 20;
+            oci.tmp_bytes = 64 << 20;
+            oci.shm_bytes = 64 << 20;
+            cfg.runtime = allot_agent::RuntimeChoice::Oci(oci);
+        },
+    )
+    .await
+}
+
 /// Makes `dir` and its ancestors searchable by other users (a container's user namespace
 /// must pass through them to its image).
 pub fn searchable(dir: &Path) {

@@ -6,56 +6,12 @@
 
 use std::time::Duration;
 
-use allot_agent::RuntimeChoice;
-use allot_agent::runtime::oci::OciConfig;
 use allot_system_tests::oci::{
-    Registry, add_file, add_link, busybox_layer, layer, push_busybox, require_container_support,
+    Registry, add_file, add_link, busybox_layer, confined_cluster, layer, push_busybox,
+    require_container_support,
 };
-use allot_system_tests::{Backend, StatusCode, TestCluster, spawn_cluster_of};
+use allot_system_tests::{StatusCode, TestCluster};
 use serde_json::{Value, json};
-
-async fn confined_cluster(registry: &Registry, nodes: usize) -> TestCluster {
-    let addr = registry.addr.clone();
-    spawn_cluster_of(
-        Backend::Sqlite,
-        nodes,
-        "1xH200",
-        |_| {},
-        move |cfg| {
-            let mut oci = OciConfig::discover(None).expect("runc and tini-static");
-            oci.registries.insecure = vec![addr.clone()];
-            oci.scratch_bytes = 64 << 20;
-            oci.tmp_bytes = 64 << 20;
-            oci.shm_bytes = 64 << 20;
-            cfg.runtime = RuntimeChoice::Oci(oci);
-        },
-    )
-    .await
-}
-
-async fn finished(c: &TestCluster, id: &str) -> Value {
-    c.eventually("the job ends", || async {
-        let (_, j) = c.get(&format!("/api/v1/jobs/{id}")).await;
-        matches!(
-            j["state"].as_str(),
-            Some("succeeded" | "failed" | "cancelled")
-        )
-        .then_some(j)
-    })
-    .await
-}
-
-async fn log_of(c: &TestCluster, id: &str) -> String {
-    c.http
-        .get(c.url(&format!("/api/v1/jobs/{id}/log")))
-        .bearer_auth(&c.admin_token)
-        .send()
-        .await
-        .expect("log")
-        .text()
-        .await
-        .expect("text")
-}
 
 /// Node ids by name.
 async fn node_id(c: &TestCluster, name: &str) -> String {
@@ -88,7 +44,7 @@ async fn run_on(c: &TestCluster, node: &str, other: &str, image: &str, cmd: &[&s
     let id = c
         .submit_with("team-a", json!({ "gpus": 0, "image": image }), cmd)
         .await;
-    let job = finished(c, &id).await;
+    let job = c.wait_for_end(&id).await;
     let (_, nodes) = c.get("/api/v1/nodes").await;
     assert_eq!(
         job["node_id"].as_str(),
@@ -105,7 +61,7 @@ async fn images_are_pinned_cached_and_checked() {
     }
     let registry = Registry::start();
     let digest = push_busybox(&registry, "team-a/busybox:v1").await;
-    let c = confined_cluster(&registry, 2).await;
+    let c = confined_cluster(&registry, 2, "1xH200", 4096).await;
     c.create_tenant("team-a", None).await;
     let image = format!("{}/team-a/busybox:v1", registry.addr);
 
@@ -122,7 +78,7 @@ async fn images_are_pinned_cached_and_checked() {
     assert_eq!(first["image"], image.as_str());
     assert_eq!(first["image_digest"], digest.as_str(), "{first:#}");
     assert_eq!(
-        log_of(&c, first["id"].as_str().expect("id")).await,
+        c.log_of(first["id"].as_str().expect("id")).await,
         "hello from the image\n"
     );
 
@@ -189,9 +145,9 @@ async fn images_are_pinned_cached_and_checked() {
         .post(&format!("/api/v1/jobs/{pinned}/cancel"), json!({}))
         .await;
     assert!(status.is_success());
-    finished(&c, &pinned).await;
+    c.wait_for_end(&pinned).await;
     assert_eq!(
-        log_of(&c, &pinned).await,
+        c.log_of(&pinned).await,
         "OLD\n",
         "attempt 2 ran the pinned image"
     );
@@ -311,7 +267,7 @@ async fn crafted_layers_write_nothing_outside_the_root() {
             json!({ "Env": ["PATH=/bin"] }),
         )
         .await;
-    let c = confined_cluster(&registry, 1).await;
+    let c = confined_cluster(&registry, 1, "1xH200", 4096).await;
     c.create_tenant("team-a", None).await;
     let submit = |repo: &str| {
         let image = format!("{}/team-a/{repo}:1", registry.addr);
@@ -324,7 +280,7 @@ async fn crafted_layers_write_nothing_outside_the_root() {
                     &["sh", "-c", "cat /abs/keep; echo; ls /rel"],
                 )
                 .await;
-            finished(c, &id).await
+            c.wait_for_end(&id).await
         }
     };
     // Contained: the links resolve inside the image's root.
@@ -370,7 +326,7 @@ async fn the_tenant_policy_decides_which_registries_it_may_use() {
         return;
     }
     let registry = Registry::start();
-    let c = confined_cluster(&registry, 1).await;
+    let c = confined_cluster(&registry, 1, "1xH200", 4096).await;
     c.create_tenant("team-a", None).await;
     let allowed = format!("{}/team-a", registry.addr);
     let (status, body) = c

@@ -7,63 +7,12 @@
 
 use std::time::{Duration, Instant};
 
-use allot_agent::RuntimeChoice;
-use allot_agent::runtime::oci::OciConfig;
+use allot_system_tests::TestCluster;
 use allot_system_tests::oci::{
-    Registry, add_file, busybox_layer, layer, process_running, push_busybox,
+    Registry, add_file, busybox_layer, confined_cluster, layer, process_running, push_busybox,
     require_container_support,
 };
-use allot_system_tests::{Backend, TestCluster, spawn_cluster_of};
 use serde_json::{Value, json};
-
-/// A cluster of `nodes` nodes running jobs in containers, pulling from `registry`.
-async fn confined_cluster(registry: &Registry, nodes: usize, gpus: &str) -> TestCluster {
-    let addr = registry.addr.clone();
-    spawn_cluster_of(
-        Backend::Sqlite,
-        nodes,
-        gpus,
-        |_| {},
-        move |cfg| {
-            let mut oci = OciConfig::discover(None).expect("runc and tini-static");
-            oci.registries.insecure = vec![addr.clone()];
-            oci.pids_limit = 64;
-            oci.scratch_bytes = 64 << 20;
-            oci.tmp_bytes = 64 << 20;
-            oci.shm_bytes = 64 << 20;
-            cfg.runtime = RuntimeChoice::Oci(oci);
-        },
-    )
-    .await
-}
-
-async fn log_of(c: &TestCluster, id: &str) -> String {
-    c.http
-        .get(c.url(&format!("/api/v1/jobs/{id}/log")))
-        .bearer_auth(&c.admin_token)
-        .send()
-        .await
-        .expect("log")
-        .text()
-        .await
-        .expect("text")
-}
-
-/// Waits for the job to end and returns it with its log.
-async fn finished(c: &TestCluster, id: &str) -> (Value, String) {
-    let job = c
-        .eventually("the job ends", || async {
-            let (_, j) = c.get(&format!("/api/v1/jobs/{id}")).await;
-            matches!(
-                j["state"].as_str(),
-                Some("succeeded" | "failed" | "cancelled")
-            )
-            .then_some(j)
-        })
-        .await;
-    let log = log_of(c, id).await;
-    (job, log)
-}
 
 /// The index of the GPU with this UUID on the cluster's only node.
 async fn gpu_index(c: &TestCluster, uuid: &str) -> u64 {
@@ -116,7 +65,7 @@ async fn a_tenant_cannot_reach_beyond_its_own_container() {
             json!({ "Env": ["PATH=/bin"], "User": "1000:1000" }),
         )
         .await;
-    let c = confined_cluster(&registry, 1, "2xH200").await;
+    let c = confined_cluster(&registry, 1, "2xH200", 64).await;
     c.create_tenant("team-a", None).await;
     c.create_tenant("team-b", None).await;
     let image = |t: &str| format!("{}/{t}/busybox:1", registry.addr);
@@ -246,7 +195,7 @@ async fn a_tenant_cannot_reach_beyond_its_own_container() {
         ids.push(id);
     }
     for (a, id) in attacks.iter().zip(&ids) {
-        let (job, log) = finished(&c, id).await;
+        let (job, log) = (c.wait_for_end(id).await, c.log_of(id).await);
         assert_eq!(job["state"], "succeeded", "{}: {job:#}\n{log}", a.what);
         assert!(
             log.contains("REFUSED") && !log.contains("BREACH"),
@@ -300,7 +249,7 @@ async fn a_tenant_cannot_reach_beyond_its_own_container() {
             &["sh", "-c", "x=aaaaaaaaaaaaaaaa; while :; do x=$x$x; done"],
         )
         .await;
-    let (job, log) = finished(&c, &oom).await;
+    let (job, log) = (c.wait_for_end(&oom).await, c.log_of(&oom).await);
     assert_eq!(job["state"], "failed", "{job:#}\n{log}");
     let message = job["message"].as_str().unwrap_or_default();
     assert!(
@@ -317,7 +266,7 @@ async fn a_tenant_cannot_reach_beyond_its_own_container() {
     );
     let (status, _) = c.post(&format!("/api/v1/jobs/{b}/cancel"), json!({})).await;
     assert!(status.is_success());
-    let (b_done, b_log) = finished(&c, &b).await;
+    let (b_done, b_log) = (c.wait_for_end(&b).await, c.log_of(&b).await);
     assert_eq!(b_done["state"], "cancelled");
     assert_eq!(b_log.trim(), "b-started");
     c.shutdown().await;
@@ -330,7 +279,7 @@ async fn a_half_cpu_job_gets_half_a_cpu() {
     }
     let registry = Registry::start();
     push_busybox(&registry, "team-a/busybox:1").await;
-    let c = confined_cluster(&registry, 1, "1xH200").await;
+    let c = confined_cluster(&registry, 1, "1xH200", 64).await;
     c.create_tenant("team-a", None).await;
     let id = c
         .submit_with(

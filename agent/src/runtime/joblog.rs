@@ -36,12 +36,7 @@ pub fn create(path: &Path) -> std::io::Result<File> {
         .mode(0o600)
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
         .open(path)?;
-    if !f.metadata()?.is_file() {
-        return Err(std::io::Error::other(format!(
-            "{} is not a regular file",
-            path.display()
-        )));
-    }
+    let f = regular(f, path)?;
     f.set_len(0)?;
     Ok(f)
 }
@@ -52,13 +47,19 @@ pub fn open(path: &Path) -> std::io::Result<File> {
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
         .open(path)?;
-    if !f.metadata()?.is_file() {
-        return Err(std::io::Error::other(format!(
+    regular(f, path)
+}
+
+/// `f`, if it is a regular file (not a FIFO, device or directory put in a log's place).
+fn regular(f: File, path: &Path) -> std::io::Result<File> {
+    if f.metadata()?.is_file() {
+        Ok(f)
+    } else {
+        Err(std::io::Error::other(format!(
             "{} is not a regular file",
             path.display()
-        )));
+        )))
     }
-    Ok(f)
 }
 
 /// The last [`LOG_TAIL_BYTES`] of a log, as text (empty when there is none).
