@@ -148,6 +148,9 @@ pub async fn run(args: &LaunchBench) -> anyhow::Result<()> {
             p.push(launch(process.as_ref(), &process_dir, i, None).await?);
         }
     }
+    // What the runtimes keep for their jobs (the container runtime's parent cgroup) goes.
+    oci.shut_down();
+    process.shut_down();
     let process = summary(p);
     let oci_summary = summary(o);
     let added = oci_summary["median_ms"].as_f64().unwrap_or(0.0)
