@@ -72,6 +72,8 @@ impl Agent {
             }
             Err(e) => tracing::warn!(gpu = %gpu.uuid, error = %e, "MIG layout not applied"),
         }
+        // Applied or not, its instances may have changed.
+        self.refresh_simulated_cdi();
     }
 
     pub(crate) fn report(&self, r: JobStatusReport) {
@@ -91,13 +93,6 @@ impl Agent {
             return;
         }
         let inventory = self.backend.inventory().unwrap_or_default();
-        if self.runtime.kind() == runtime::RuntimeKind::Oci
-            && self.backend.kind() == "simulated"
-            && !l.gpu_uuids.is_empty()
-            && let Err(e) = write_simulated_cdi(&self.cfg.data_dir, self.backend.as_ref())
-        {
-            tracing::warn!(error = %e, "simulated GPUs' CDI spec not rewritten");
-        }
         let share = sharing::Share {
             gpu_milli: l.gpu_milli,
             gpu_memory_bytes: l.gpu_memory_bytes,

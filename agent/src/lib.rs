@@ -204,6 +204,17 @@ struct Agent {
 }
 
 impl Agent {
+    /// Writes the simulated GPUs' CDI spec again after their MIG layout changed, where
+    /// containers take their devices from it.
+    fn refresh_simulated_cdi(&self) {
+        if self.runtime.kind() == runtime::RuntimeKind::Oci
+            && self.backend.kind() == "simulated"
+            && let Err(e) = write_simulated_cdi(&self.cfg.data_dir, self.backend.as_ref())
+        {
+            tracing::warn!(error = %e, "simulated GPUs' CDI spec not rewritten");
+        }
+    }
+
     fn lock_jobs(&self) -> std::sync::MutexGuard<'_, Jobs> {
         self.jobs.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -218,7 +229,6 @@ pub async fn run(
 ) -> Result<(), AgentError> {
     let link = Link::new(&cfg.server, &cfg.ca_cert_pem)?;
     let runtime = prepare_runtime(&cfg, backend.as_ref())?;
-    std::fs::create_dir_all(cfg.data_dir.join("jobs"))?;
     let creds = identity::load(&cfg.data_dir, &cfg.node_name)?;
     match &creds {
         Some(c) => link.present(c)?,
@@ -273,6 +283,7 @@ pub async fn run(
             }
             Err(e) => tracing::warn!(error = %e, "stored MIG layouts unreadable"),
         }
+        agent.refresh_simulated_cdi();
     }
     let killed = agent.runtime.remove_leftovers();
     if killed > 0 {

@@ -280,16 +280,10 @@ impl ImageStore {
         );
         let manifest_path = self
             .manifest_path(&digest)
-            .ok_or_else(|| ImageError::Unsupported {
-                image: shown.clone(),
-                message: format!("digest {digest} is not sha256"),
-            })?;
+            .ok_or_else(|| not_sha256(&shown, &digest))?;
         let rootfs = self
             .rootfs_path(&digest)
-            .ok_or_else(|| ImageError::Unsupported {
-                image: shown.clone(),
-                message: format!("digest {digest} is not sha256"),
-            })?;
+            .ok_or_else(|| not_sha256(&shown, &digest))?;
         let cached = std::fs::read(&manifest_path)
             .ok()
             .and_then(|b| serde_json::from_slice::<Cached>(&b).ok())
@@ -415,10 +409,7 @@ impl ImageStore {
         for layer in &manifest.layers {
             let path = self
                 .blob_path(&layer.digest)
-                .ok_or_else(|| ImageError::Unsupported {
-                    image: shown.to_owned(),
-                    message: format!("layer digest {} is not sha256", layer.digest),
-                })?;
+                .ok_or_else(|| not_sha256(shown, &layer.digest))?;
             let media = layer.media_type.clone();
             let root = tmp.clone();
             let layer_digest = layer.digest.clone();
@@ -477,10 +468,7 @@ impl ImageStore {
     ) -> Result<(), ImageError> {
         let path = self
             .blob_path(&layer.digest)
-            .ok_or_else(|| ImageError::Unsupported {
-                image: shown.to_owned(),
-                message: format!("layer digest {} is not sha256", layer.digest),
-            })?;
+            .ok_or_else(|| not_sha256(shown, &layer.digest))?;
         if path.is_file() {
             let _ = std::fs::File::options()
                 .append(true)
@@ -581,10 +569,13 @@ impl ImageStore {
             tracing::info!(image = %digest, "evicted from the image cache");
         }
     }
+}
 
-    /// Whether an image is unpacked here (for tests and the bench).
-    pub fn is_cached(&self, digest: &str) -> bool {
-        self.rootfs_path(digest).is_some_and(|p| p.is_dir())
+/// A digest the cache has no place for: only sha256 is content-addressed here.
+fn not_sha256(image: &str, digest: &str) -> ImageError {
+    ImageError::Unsupported {
+        image: image.to_owned(),
+        message: format!("digest {digest} is not sha256"),
     }
 }
 

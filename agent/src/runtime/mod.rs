@@ -357,7 +357,7 @@ pub async fn supervise(
         },
         // Stopped while pulling its image or setting it up.
         () = stop.token.cancelled() => {
-            return Finished { outcome: stopped_outcome(stop, None), log_tail: String::new() };
+            return Finished { outcome: stopped_outcome(stop), log_tail: String::new() };
         }
     };
     started(attempt.started());
@@ -393,7 +393,7 @@ pub async fn supervise(
     let ending = attempt.finish().await;
     let log_tail = joblog::tail(&log_path);
     let outcome = match (stop.reason(), status) {
-        (Some(_), status) => stopped_outcome(stop, status.ok()),
+        (Some(_), _) => stopped_outcome(stop),
         (None, _) if ending.out_of_memory => Outcome::Failed {
             exit_code: None,
             message: out_of_memory_message(spec.memory_bytes),
@@ -409,7 +409,7 @@ pub async fn supervise(
 }
 
 /// How an attempt stopped from outside ended.
-fn stopped_outcome(stop: &StopSignal, _status: Option<ExitStatus>) -> Outcome {
+fn stopped_outcome(stop: &StopSignal) -> Outcome {
     match stop.reason() {
         Some(StopReason::Cancelled) | None => Outcome::Cancelled {
             message: "cancelled on request".into(),

@@ -221,19 +221,52 @@ impl OciRuntime {
         &self.hierarchy
     }
 
-    pub fn images(&self) -> &ImageStore {
-        &self.images
-    }
-
     /// The cgroup of an attempt's container.
     pub fn cgroup_of(&self, job_id: &str, attempt: u32) -> String {
         format!("{}/{}", self.cgroup_parent, container_id(job_id, attempt))
     }
 
     fn runc(&self) -> std::process::Command {
-        let mut c = std::process::Command::new(&self.cfg.runtime);
-        c.arg("--root").arg(&self.state);
-        c
+        runc(&self.cfg.runtime, &self.state)
+    }
+}
+
+/// The OCI runtime binary, on this agent's state directory.
+fn runc(runtime: &Path, state: &Path) -> std::process::Command {
+    let mut c = std::process::Command::new(runtime);
+    c.arg("--root").arg(state);
+    c
+}
+
+/// `runc delete --force ID`: kills whatever is left of the container and removes it.
+fn delete(runtime: &Path, state: &Path, id: &str) -> std::process::Command {
+    let mut c = runc(runtime, state);
+    c.args(["delete", "--force", id])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    c
+}
+
+/// One attempt's container, as the agent tracks it.
+#[derive(Clone)]
+struct Container {
+    runtime: PathBuf,
+    state: PathBuf,
+    id: String,
+    cgroup: String,
+    bundle: PathBuf,
+    hierarchy: Hierarchy,
+}
+
+impl Container {
+    /// Removes it whole: the runtime's state (killing what is left), any process the
+    /// runtime lost track of in its cgroup, and its bundle. Blocks: call it off the async
+    /// workers.
+    fn remove(&self) {
+        let _ = delete(&self.runtime, &self.state, &self.id).status();
+        self.hierarchy.kill_and_remove(&self.cgroup);
+        let _ = std::fs::remove_dir_all(&self.bundle);
     }
 }
 
@@ -245,13 +278,8 @@ pub fn container_id(job_id: &str, attempt: u32) -> String {
 struct OciAttempt {
     child: tokio::process::Child,
     pid: u32,
-    id: String,
-    cgroup: String,
+    container: Container,
     digest: String,
-    runtime: PathBuf,
-    state: PathBuf,
-    bundle: PathBuf,
-    hierarchy: Hierarchy,
     _image: crate::image::Image,
 }
 
@@ -259,7 +287,7 @@ impl Attempt for OciAttempt {
     fn started(&self) -> Started {
         Started {
             pid: self.pid,
-            tracker: Tracker::Cgroup(self.cgroup.clone()),
+            tracker: Tracker::Cgroup(self.container.cgroup.clone()),
             image_digest: Some(self.digest.clone()),
         }
     }
@@ -271,7 +299,7 @@ impl Attempt for OciAttempt {
     /// Signals every process in the container's cgroup (and its init, which a SIGKILL
     /// takes the whole PID namespace with).
     fn signal(&self, signal: Signal) {
-        let mut pids = self.hierarchy.pids(&self.cgroup);
+        let mut pids = self.container.hierarchy.pids(&self.container.cgroup);
         if !pids.contains(&self.pid) {
             pids.push(self.pid);
         }
@@ -284,25 +312,11 @@ impl Attempt for OciAttempt {
 
     fn finish(self: Box<Self>) -> BoxFuture<'static, Ending> {
         Box::pin(async move {
-            let out_of_memory = self.hierarchy.oom_kills(&self.cgroup) > 0;
-            // Kills whatever is left in its cgroup and removes the container.
-            let _ = tokio::process::Command::new(&self.runtime)
-                .arg("--root")
-                .arg(&self.state)
-                .args(["delete", "--force", &self.id])
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status()
-                .await;
-            let hierarchy = self.hierarchy.clone();
-            let cgroup = self.cgroup.clone();
-            let bundle = self.bundle.clone();
-            let _ = tokio::task::spawn_blocking(move || {
-                hierarchy.kill_and_remove(&cgroup);
-                let _ = std::fs::remove_dir_all(bundle);
-            })
-            .await;
+            let c = &self.container;
+            // Read before the container (and its cgroup) is removed.
+            let out_of_memory = c.hierarchy.oom_kills(&c.cgroup) > 0;
+            let container = c.clone();
+            let _ = tokio::task::spawn_blocking(move || container.remove()).await;
             Ending { out_of_memory }
         })
     }
@@ -311,12 +325,7 @@ impl Attempt for OciAttempt {
 /// A container on its way up: removed whole if dropped before it runs.
 struct Starting {
     child: Option<tokio::process::Child>,
-    runtime: PathBuf,
-    state: PathBuf,
-    id: String,
-    cgroup: String,
-    bundle: PathBuf,
-    hierarchy: Hierarchy,
+    container: Container,
 }
 
 impl Drop for Starting {
@@ -326,25 +335,11 @@ impl Drop for Starting {
         };
         let _ = child.start_kill();
         // Off the async workers: removing a container takes the runtime a while.
-        let (runtime, state, id) = (self.runtime.clone(), self.state.clone(), self.id.clone());
-        let (hierarchy, cgroup, bundle) = (
-            self.hierarchy.clone(),
-            self.cgroup.clone(),
-            self.bundle.clone(),
-        );
+        let container = self.container.clone();
         std::thread::spawn(move || {
             // The runtime's own process first: then nothing of it starts the container.
             let _ = child.try_wait();
-            let _ = std::process::Command::new(&runtime)
-                .arg("--root")
-                .arg(&state)
-                .args(["delete", "--force", &id])
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status();
-            hierarchy.kill_and_remove(&cgroup);
-            let _ = std::fs::remove_dir_all(bundle);
+            container.remove();
         });
     }
 }
@@ -418,13 +413,7 @@ impl JobRuntime for OciRuntime {
             // A container of this very attempt left by an earlier run (removing leftovers
             // at start missed it): start afresh. Never blocks the agent's async workers.
             if self.state.join(&id).exists() {
-                let _ = tokio::process::Command::new(&self.cfg.runtime)
-                    .arg("--root")
-                    .arg(&self.state)
-                    .args(["delete", "--force", &id])
-                    .stdin(Stdio::null())
-                    .stdout(Stdio::null())
-                    .stderr(Stdio::null())
+                let _ = tokio::process::Command::from(delete(&self.cfg.runtime, &self.state, &id))
                     .status()
                     .await;
             }
@@ -486,12 +475,14 @@ impl JobRuntime for OciRuntime {
             // meanwhile, and this future dropped) or fails is removed whole.
             let mut starting = Starting {
                 child: Some(child),
-                runtime: self.cfg.runtime.clone(),
-                state: self.state.clone(),
-                id: id.clone(),
-                cgroup: cgroup.clone(),
-                bundle: bundle.clone(),
-                hierarchy: self.hierarchy.clone(),
+                container: Container {
+                    runtime: self.cfg.runtime.clone(),
+                    state: self.state.clone(),
+                    id,
+                    cgroup,
+                    bundle,
+                    hierarchy: self.hierarchy.clone(),
+                },
             };
             // Running once the runtime wrote the container's pid.
             let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
@@ -521,13 +512,8 @@ impl JobRuntime for OciRuntime {
             Ok(Box::new(OciAttempt {
                 child,
                 pid,
-                id,
-                cgroup,
+                container: starting.container.clone(),
                 digest: image.digest.clone(),
-                runtime: self.cfg.runtime.clone(),
-                state: self.state.clone(),
-                bundle,
-                hierarchy: self.hierarchy.clone(),
                 _image: image,
             }) as Box<dyn Attempt>)
         })
@@ -552,12 +538,7 @@ impl JobRuntime for OciRuntime {
             .map(str::trim)
             .filter(|l| l.starts_with("allot-"))
         {
-            let _ = self
-                .runc()
-                .args(["delete", "--force", id])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status();
+            let _ = delete(&self.cfg.runtime, &self.state, id).status();
             removed += 1;
         }
         // Cgroups the runtime lost track of: kill what is in them.
