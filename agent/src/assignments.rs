@@ -177,7 +177,18 @@ impl Agent {
             } else {
                 Network::Host
             },
-            checkpoint_dir: (!l.checkpoint_dir.is_empty()).then(|| PathBuf::from(l.checkpoint_dir)),
+            checkpoint_dir: (!l.checkpoint_dir.is_empty()).then_some(l.checkpoint_dir),
+            volumes: l
+                .volumes
+                .into_iter()
+                .map(|v| crate::runtime::volumes::VolumeSpec {
+                    volume: v.volume,
+                    host_path: v.host_path,
+                    path: v.path,
+                    read_only: v.read_only,
+                })
+                .collect(),
+            uid_slot: l.uid_slot,
             inherit_fds: shared
                 .as_ref()
                 .map(|s| s.fds().to_vec())

@@ -24,6 +24,7 @@ mod m20261204_000002_gpu_sample_signals;
 mod m20261204_000003_job_samples;
 mod m20261204_000004_resize;
 mod m20261205_000001_containers;
+mod m20261206_000001_volumes;
 mod roles;
 
 pub use roles::{APPEND_ONLY_TABLES, BadRoleName, postgres_app_role_grants};
@@ -55,6 +56,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261204_000003_job_samples::Migration),
             Box::new(m20261204_000004_resize::Migration),
             Box::new(m20261205_000001_containers::Migration),
+            Box::new(m20261206_000001_volumes::Migration),
         ]
     }
 }

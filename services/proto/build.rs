@@ -4,6 +4,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let proto = "proto/allot/v1/agent.proto";
     println!("cargo:rerun-if-changed={proto}");
     let fds = protox::compile([proto], ["proto"])?;
-    tonic_prost_build::configure().compile_fds(fds)?;
+    // A launch carries a tenant's registry password: its `Debug` (lib.rs) leaves it out.
+    tonic_prost_build::configure()
+        .skip_debug(["allot.v1.Launch"])
+        .compile_fds(fds)?;
     Ok(())
 }

@@ -221,6 +221,28 @@ impl TestCluster {
         .await
     }
 
+    /// PUT with the admin token.
+    pub async fn put(&self, path: &str, body: Value) -> (StatusCode, Value) {
+        self.request(
+            reqwest::Method::PUT,
+            path,
+            Some(&self.admin_token),
+            Some(body),
+        )
+        .await
+    }
+
+    /// Declares volume `name` at `host_path`, for `tenants`.
+    pub async fn put_volume(&self, name: &str, host_path: &std::path::Path, tenants: &[&str]) {
+        let (status, body) = self
+            .put(
+                &format!("/api/v1/volumes/{name}"),
+                serde_json::json!({ "host_path": host_path, "tenants": tenants }),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+    }
+
     /// Creates a tenant with at most `max_gpus` GPUs (unlimited when `None`).
     pub async fn create_tenant(&self, name: &str, max_gpus: Option<u32>) {
         let quota =

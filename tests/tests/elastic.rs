@@ -31,19 +31,23 @@ async fn a_class_takes_its_share_back_from_borrowers_after_their_grace() {
     })
     .await;
     c.create_tenant("ml", None).await;
-    let checkpoints = dir.path().join("checkpoints");
+    let storage = dir.path().join("storage");
+    std::fs::create_dir(&storage).expect("volume");
+    c.put_volume("ckpt", &storage, &["ml"]).await;
+    // The tenant's directory of the volume, where its jobs' checkpoints land.
+    let checkpoints = storage.join("ml");
     // Training borrows the whole node while nobody else wants it. Each job saves a
     // checkpoint when told to stop, which takes it 3 s: longer than the agent's own 2 s
     // grace, well within the policy's 15 s.
     let save = r#"trap 'sleep 3; echo saved > "$ALLOT_CHECKPOINT_DIR/attempt-$ALLOT_ATTEMPT"; exit 0' TERM; sleep 600 & wait"#;
     let mut training = Vec::new();
     for i in 0..4 {
-        let dir = checkpoints.join(format!("train-{i}"));
         training.push(
             c.submit_with(
                 "ml",
                 json!({ "gpus": 1, "class": "training", "preemptible": true,
-                        "checkpoint_dir": dir.display().to_string(), "name": format!("train-{i}") }),
+                        "checkpoint_dir": format!("/ckpt/train-{i}"), "name": format!("train-{i}"),
+                        "volumes": [{ "volume": "ckpt", "path": "/ckpt" }] }),
                 &["sh", "-c", save],
             )
             .await,

@@ -101,7 +101,7 @@ async fn a_tenant_cannot_reach_beyond_its_own_container() {
         .and_then(|u| u.parse().ok())
         .expect("uid");
     assert!(
-        host_uid >= allot_agent::runtime::oci::UidRanges::FIRST,
+        host_uid >= allot_domain::Tenant::UID_FIRST,
         "B's container runs as host uid {host_uid}"
     );
 

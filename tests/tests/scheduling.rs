@@ -386,7 +386,10 @@ async fn a_retried_attempt_restores_from_the_newest_checkpoint() {
     let c = spawn_cluster_with(Backend::Sqlite, 1, "1xH200", |_| {}).await;
     tenant(&c, "ckpt", json!({})).await;
     let shared = tempfile::tempdir().expect("checkpoint storage");
-    let dir = shared.path().join("job");
+    c.put_volume("ckpt", shared.path(), &["ckpt"]).await;
+    // The job sees its checkpoint directory through the volume; running as a process, it is
+    // told the host path of the tenant's directory there.
+    let dir = shared.path().join("ckpt").join("job");
     let script = r#"if [ -z "$ALLOT_RESTORE_FROM" ]; then
   echo one > "$ALLOT_CHECKPOINT_DIR/step-1"; sleep 0.05
   echo two > "$ALLOT_CHECKPOINT_DIR/step-2"; exit 3
@@ -395,7 +398,8 @@ echo "restoring from $ALLOT_RESTORE_FROM: $(cat "$ALLOT_RESTORE_FROM")""#;
     let id = c
         .submit_with(
             "ckpt",
-            json!({ "max_retries": 1, "checkpoint_dir": dir.to_str() }),
+            json!({ "max_retries": 1, "checkpoint_dir": "/ckpt/job",
+                    "volumes": [{ "volume": "ckpt", "path": "/ckpt" }] }),
             &["sh", "-c", script],
         )
         .await;

@@ -12,6 +12,7 @@ pub mod cgroup;
 pub mod joblog;
 pub mod oci;
 pub mod process;
+pub mod volumes;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -248,8 +249,13 @@ pub struct LaunchSpec {
     pub image: Option<String>,
     pub pull_credentials: Option<PullCredentials>,
     pub network: Network,
-    /// Where the job writes checkpoints, if it does.
-    pub checkpoint_dir: Option<PathBuf>,
+    /// Where the job writes checkpoints, if it does: a path in one of its volumes, as the
+    /// job sees it.
+    pub checkpoint_dir: Option<String>,
+    /// Named volumes it mounts.
+    pub volumes: Vec<volumes::VolumeSpec>,
+    /// Its tenant's host uid range (`allot_domain::Tenant::uid_slot`).
+    pub uid_slot: Option<u32>,
     /// Descriptors the job inherits (its GPU-sharing limits region: limits, then usage).
     pub inherit_fds: Vec<i32>,
     /// The shim preloaded into it, when it runs on shares of GPUs.
@@ -303,17 +309,6 @@ pub enum Outcome {
 pub struct Finished {
     pub outcome: Outcome,
     pub log_tail: String,
-}
-
-/// The newest entry (by modification time) of a checkpoint directory: what a later attempt
-/// restores from.
-pub fn latest_checkpoint(dir: &std::path::Path) -> Option<PathBuf> {
-    std::fs::read_dir(dir)
-        .ok()?
-        .flatten()
-        .filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, e.path())))
-        .max()
-        .map(|(_, path)| path)
 }
 
 /// The message of an attempt the OOM killer ended.

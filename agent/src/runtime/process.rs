@@ -11,8 +11,7 @@ use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 
 use super::{
-    Attempt, BoxFuture, Ending, JobRuntime, LaunchSpec, RuntimeKind, Started, Tracker,
-    latest_checkpoint,
+    Attempt, BoxFuture, Ending, JobRuntime, LaunchSpec, RuntimeKind, Started, Tracker, volumes,
 };
 
 pub struct ProcessRuntime {
@@ -52,20 +51,30 @@ fn base_env(job_dir: &Path) -> Vec<(String, String)> {
 }
 
 /// `ALLOT_CHECKPOINT_DIR` (created if missing), and from the second attempt on
-/// `ALLOT_RESTORE_FROM` when there is a checkpoint to restore.
-fn checkpoint_env(spec: &LaunchSpec) -> Vec<(&'static str, PathBuf)> {
+/// `ALLOT_RESTORE_FROM` when there is a checkpoint to restore: host paths, since a process
+/// sees the node's file system.
+fn checkpoint_env(spec: &LaunchSpec) -> Result<Vec<(&'static str, PathBuf)>, String> {
+    let prepared = volumes::prepare(
+        &spec.volumes,
+        &spec.tenant,
+        spec.checkpoint_dir.as_deref(),
+        None,
+    )?;
     let Some(dir) = &spec.checkpoint_dir else {
-        return Vec::new();
+        return Ok(Vec::new());
     };
+    let host = volumes::host_path(&prepared, dir)
+        .ok_or_else(|| format!("checkpoint_dir `{dir}` lies in none of the job's volumes"))?;
     // The job may create it itself; failing here must not fail the launch.
-    let _ = std::fs::create_dir_all(dir);
-    let mut env = vec![("ALLOT_CHECKPOINT_DIR", dir.clone())];
+    let _ = std::fs::create_dir_all(&host);
+    let mut env = vec![("ALLOT_CHECKPOINT_DIR", host.clone())];
     if spec.attempt > 1
-        && let Some(latest) = latest_checkpoint(dir)
+        && let Some(latest) = volumes::latest_checkpoint(&prepared, dir)
+        && let Some(path) = volumes::host_path(&prepared, &latest)
     {
-        env.push(("ALLOT_RESTORE_FROM", latest));
+        env.push(("ALLOT_RESTORE_FROM", path));
     }
-    env
+    Ok(env)
 }
 
 fn signal_group(pid: u32, signal: Signal) {
@@ -215,6 +224,7 @@ impl JobRuntime for ProcessRuntime {
                 .mode(0o700)
                 .create(&dir)
                 .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+            let checkpoints = checkpoint_env(spec)?;
             let err = log
                 .try_clone()
                 .map_err(|e| format!("cannot share the job's log: {e}"))?;
@@ -224,7 +234,7 @@ impl JobRuntime for ProcessRuntime {
                 .envs(base_env(&dir))
                 .envs(&spec.env)
                 .envs(spec.allot_env(&dir.display().to_string()))
-                .envs(checkpoint_env(spec))
+                .envs(checkpoints)
                 .current_dir(spec.workdir.as_deref().map_or(dir.as_path(), Path::new))
                 .stdin(Stdio::null())
                 .stdout(log)

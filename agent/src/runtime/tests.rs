@@ -21,6 +21,8 @@ fn spec(cmd: &[&str]) -> LaunchSpec {
         pull_credentials: None,
         network: Network::Host,
         checkpoint_dir: None,
+        volumes: Vec::new(),
+        uid_slot: Some(0),
         inherit_fds: Vec::new(),
         preload: None,
     }
@@ -30,16 +32,6 @@ async fn run(dir: &std::path::Path, spec: LaunchSpec, stop: &StopSignal) -> Fini
     let runtime = ProcessRuntime::new(dir);
     let log = joblog::path(dir, &spec.job_id, spec.attempt);
     supervise(&runtime, spec, log, stop, Duration::from_secs(1), |_| {}).await
-}
-
-#[test]
-fn the_newest_checkpoint_is_restored_from() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    assert_eq!(latest_checkpoint(dir.path()), None);
-    std::fs::write(dir.path().join("a"), "1").expect("write");
-    std::thread::sleep(Duration::from_millis(20));
-    std::fs::write(dir.path().join("b"), "2").expect("write");
-    assert_eq!(latest_checkpoint(dir.path()), Some(dir.path().join("b")));
 }
 
 #[tokio::test]

@@ -86,7 +86,9 @@ pub struct AppState {
 /// without deciding who may call it).
 fn routes<R: Routes>(r: &mut R) {
     use Method as M;
-    use handlers::{audit, bindings, enrollment, jobs, nodes, tenants, tokens, usage, users};
+    use handlers::{
+        audit, bindings, enrollment, jobs, nodes, tenants, tokens, usage, users, volumes,
+    };
     r.add(M::GET, "/healthz", handlers::health::healthz);
     r.add(M::GET, "/readyz", handlers::health::readyz);
     r.add(M::GET, "/api/v1/openapi.json", openapi::serve);
@@ -131,6 +133,24 @@ fn routes<R: Routes>(r: &mut R) {
     r.add(M::PUT, "/api/v1/tenants/{name}/quota", tenants::set_quota);
     r.add(M::GET, "/api/v1/tenants/{name}/policy", tenants::get_policy);
     r.add(M::PUT, "/api/v1/tenants/{name}/policy", tenants::set_policy);
+    r.add(
+        M::GET,
+        "/api/v1/tenants/{name}/registry-credentials",
+        tenants::list_credentials,
+    );
+    r.add(
+        M::PUT,
+        "/api/v1/tenants/{name}/registry-credentials/{registry}",
+        tenants::set_credential,
+    );
+    r.add(
+        M::DELETE,
+        "/api/v1/tenants/{name}/registry-credentials/{registry}",
+        tenants::delete_credential,
+    );
+    r.add(M::GET, "/api/v1/volumes", volumes::list);
+    r.add(M::PUT, "/api/v1/volumes/{name}", volumes::put);
+    r.add(M::DELETE, "/api/v1/volumes/{name}", volumes::delete);
     r.add(M::GET, "/api/v1/jobs", jobs::list);
     r.add(M::POST, "/api/v1/jobs", jobs::submit);
     r.add(M::GET, "/api/v1/jobs/{id}", jobs::get);

@@ -5,7 +5,7 @@ use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
 use crate::handlers::{
-    audit, bindings, enrollment, health, jobs, nodes, tenants, tokens, usage, users,
+    audit, bindings, enrollment, health, jobs, nodes, tenants, tokens, usage, users, volumes,
 };
 use crate::signin;
 
@@ -28,6 +28,8 @@ impl Modify for BearerAuth {
         health::healthz, health::readyz,
         tenants::create, tenants::list, tenants::get, tenants::get_quota, tenants::set_quota,
         tenants::get_policy, tenants::set_policy,
+        tenants::list_credentials, tenants::set_credential, tenants::delete_credential,
+        volumes::list, volumes::put, volumes::delete,
         jobs::submit, jobs::list, jobs::get, jobs::cancel, jobs::log, jobs::samples, jobs::resize, usage::usage,
         nodes::list, nodes::get, nodes::cordon, nodes::uncordon, nodes::drain, nodes::drain_gpu,
         nodes::return_gpu, nodes::samples, enrollment::revoke_node, enrollment::create, enrollment::list,
@@ -46,6 +48,7 @@ impl Modify for BearerAuth {
         (name = "tenants", description = "Tenants and their quotas"),
         (name = "jobs", description = "Submit, inspect and cancel jobs"),
         (name = "nodes", description = "Nodes and their GPUs"),
+        (name = "volumes", description = "Named volumes: shared storage jobs mount by name"),
         (name = "tokens", description = "API tokens for automation"),
         (name = "access", description = "Users who sign in through the identity provider, and the roles granted to them or to their claims"),
         (name = "audit", description = "The tamper-evident audit logs, checkpoints and proofs"),

@@ -73,6 +73,111 @@ impl From<PolicyBody> for allot_domain::TenantPolicy {
     }
 }
 
+/// A named volume a job mounts.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct VolumeMountBody {
+    /// The volume's name.
+    #[schema(example = "checkpoints")]
+    pub volume: String,
+    /// Where the job sees it: an absolute path inside its container.
+    #[schema(example = "/ckpt")]
+    pub path: String,
+    #[serde(default)]
+    pub read_only: bool,
+}
+
+impl From<allot_domain::VolumeMount> for VolumeMountBody {
+    fn from(m: allot_domain::VolumeMount) -> Self {
+        Self {
+            volume: m.volume,
+            path: m.path,
+            read_only: m.read_only,
+        }
+    }
+}
+
+impl From<VolumeMountBody> for allot_domain::VolumeMount {
+    fn from(m: VolumeMountBody) -> Self {
+        Self {
+            volume: m.volume,
+            path: m.path,
+            read_only: m.read_only,
+        }
+    }
+}
+
+/// A volume's declaration: a host path every node has (shared storage), and the tenants
+/// whose jobs may mount it. Each tenant's jobs see only its own directory there,
+/// `<host_path>/<tenant>`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct VolumeBody {
+    /// Absolute path on every node.
+    #[schema(example = "/mnt/shared/checkpoints")]
+    pub host_path: String,
+    /// Tenants (by name) whose jobs may mount it.
+    #[serde(default)]
+    pub tenants: Vec<String>,
+    /// Jobs may only read it.
+    #[serde(default)]
+    pub read_only: bool,
+}
+
+/// A declared volume.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct VolumeView {
+    pub name: String,
+    pub host_path: String,
+    pub tenants: Vec<String>,
+    pub read_only: bool,
+    pub created_at: DateTime<Utc>,
+}
+
+impl From<allot_domain::Volume> for VolumeView {
+    fn from(v: allot_domain::Volume) -> Self {
+        Self {
+            name: v.name,
+            host_path: v.host_path,
+            tenants: v.tenants.into_iter().map(|t| t.to_string()).collect(),
+            read_only: v.read_only,
+            created_at: v.created_at,
+        }
+    }
+}
+
+/// A tenant's credentials for one registry. They are written only: no response shows them.
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RegistryCredentialBody {
+    pub username: String,
+    /// The password or access token.
+    pub password: String,
+}
+
+impl std::fmt::Debug for RegistryCredentialBody {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RegistryCredentialBody(<redacted>)")
+    }
+}
+
+/// Which registry a tenant has credentials for, and since when (never the credentials).
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct RegistryCredentialView {
+    #[schema(example = "registry.example.com:5000")]
+    pub registry: String,
+    pub updated_at: DateTime<Utc>,
+}
+
+impl From<allot_domain::RegistryCredential> for RegistryCredentialView {
+    fn from(c: allot_domain::RegistryCredential) -> Self {
+        Self {
+            registry: c.registry,
+            updated_at: c.updated_at,
+        }
+    }
+}
+
 /// A tenant's share: held for it while it asks (`guaranteed`, lent to others while idle and
 /// reclaimed by preempting borrowers), never exceeded (`limit`), its weight among tenants
 /// competing for spare capacity, and the least isolation its jobs run at.
@@ -272,9 +377,13 @@ pub struct SubmitJob {
     /// Absolute working directory: inside the container (a job with an image), else on
     /// the node; `/scratch` or the job's own directory when absent.
     pub workdir: Option<String>,
-    /// Absolute directory (on storage every node sees) where the job writes checkpoints; a
-    /// requeued or retried attempt finds the newest in `ALLOT_RESTORE_FROM`.
+    /// Where the job writes checkpoints: an absolute path inside one of its `volumes`
+    /// mounted writable (host paths are refused); a requeued or retried attempt finds the
+    /// newest entry there in `ALLOT_RESTORE_FROM`.
     pub checkpoint_dir: Option<String>,
+    /// Named volumes (shared storage declared by platform admins) to mount.
+    #[serde(default)]
+    pub volumes: Vec<VolumeMountBody>,
     /// Run on a MIG instance of this profile (e.g. `1g.18gb`) instead of GPUs or GPU
     /// shares; implies `gpus: 1` and `mig` isolation.
     pub mig_profile: Option<String>,
@@ -365,6 +474,7 @@ pub struct JobView {
     pub env: BTreeMap<String, String>,
     pub workdir: Option<String>,
     pub checkpoint_dir: Option<String>,
+    pub volumes: Vec<VolumeMountBody>,
     /// The MIG profile it runs on an instance of.
     pub mig_profile: Option<String>,
     /// How its share of a shared GPU is held: strict or elastic.
@@ -429,6 +539,7 @@ impl From<Job> for JobView {
             env: j.spec.env,
             workdir: j.spec.workdir,
             checkpoint_dir: j.spec.checkpoint_dir,
+            volumes: j.spec.volumes.into_iter().map(Into::into).collect(),
             mig_profile: j.spec.mig_profile,
             gpu_compute: j.spec.gpu_compute,
             gpu_resizable: j.spec.gpu_resizable,

@@ -68,10 +68,13 @@ pub enum Action {
     UserList,
     UserRead,
     UserDelete,
+    CredentialRead,
+    CredentialWrite,
+    VolumeWrite,
 }
 
 impl Action {
-    pub const ALL: [Action; 28] = [
+    pub const ALL: [Action; 31] = [
         Action::TenantRead,
         Action::QuotaRead,
         Action::JobList,
@@ -100,6 +103,9 @@ impl Action {
         Action::UserList,
         Action::UserRead,
         Action::UserDelete,
+        Action::CredentialRead,
+        Action::CredentialWrite,
+        Action::VolumeWrite,
     ];
 
     pub fn name(self) -> &'static str {
@@ -132,6 +138,9 @@ impl Action {
             Action::UserList => "user.list",
             Action::UserRead => "user.read",
             Action::UserDelete => "user.delete",
+            Action::CredentialRead => "credential.read",
+            Action::CredentialWrite => "credential.write",
+            Action::VolumeWrite => "volume.write",
         }
     }
 }

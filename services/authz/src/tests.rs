@@ -184,6 +184,7 @@ fn the_tenant_role_ladder() {
         assert!(!allows(s, Action::QuotaWrite, acme));
         assert!(!allows(s, Action::NodeOperate, Resource::Node("n1")));
         assert!(!allows(s, Action::TenantCreate, Resource::Platform));
+        assert!(!allows(s, Action::VolumeWrite, Resource::Platform));
     }
     assert!(!allows(&viewer, Action::JobSubmit, acme));
     assert!(allows(&member, Action::JobSubmit, acme));
@@ -193,7 +194,15 @@ fn the_tenant_role_ladder() {
         assert_eq!(allows(s, Action::TokenRevoke, token), may);
         assert_eq!(allows(s, Action::AuditRead, log), may);
         assert_eq!(allows(s, Action::TokenList, acme), may);
+        assert_eq!(allows(s, Action::CredentialRead, acme), may);
+        assert_eq!(allows(s, Action::CredentialWrite, acme), may);
     }
+    // Not in another tenant, even for its admin.
+    assert!(!allows(
+        &admin,
+        Action::CredentialWrite,
+        Resource::Tenant("other")
+    ));
 }
 
 #[test]

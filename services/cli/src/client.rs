@@ -123,6 +123,11 @@ impl Client {
         Ok((status, text))
     }
 
+    /// DELETE, for resources that answer 204 with no body.
+    pub async fn delete(&self, path: &str) -> anyhow::Result<()> {
+        self.send(Method::DELETE, path, &[], None).await.map(|_| ())
+    }
+
     pub async fn get_text(&self, path: &str) -> anyhow::Result<String> {
         Ok(self.send(Method::GET, path, &[], None).await?.1)
     }

@@ -72,6 +72,9 @@ enum Command {
     /// Inspect nodes and their GPUs.
     #[command(subcommand)]
     Node(NodeCmd),
+    /// Named volumes: shared storage jobs mount by name.
+    #[command(subcommand)]
+    Volume(cmd::volume::VolumeCmd),
     /// Manage API tokens.
     #[command(subcommand)]
     Token(TokenCmd),
@@ -127,6 +130,7 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Tenant(c) => cmd::tenant::run(&client()?, c).await.map(|()| 0),
         Command::Job(c) => cmd::job::run(&client()?, c).await,
         Command::Node(c) => cmd::node::run(&client()?, c).await.map(|()| 0),
+        Command::Volume(c) => cmd::volume::run(&client()?, c).await.map(|()| 0),
         Command::Token(c) => cmd::token::run(&client()?, c).await.map(|()| 0),
         Command::User(c) => cmd::access::run_user(&client()?, c).await.map(|()| 0),
         Command::Binding(c) => cmd::access::run_binding(&client()?, c).await.map(|()| 0),

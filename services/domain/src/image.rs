@@ -18,6 +18,9 @@ pub struct ImageRef {
     pub digest: Option<String>,
 }
 
+/// The registry of a reference without one.
+pub const DOCKER_HUB: &str = "docker.io";
+
 /// Longest reference accepted.
 pub const MAX_IMAGE_LEN: usize = 512;
 
@@ -95,6 +98,11 @@ impl ImageRef {
             tag,
             digest,
         })
+    }
+
+    /// The registry it is pulled from: its host, Docker Hub's for a bare name.
+    pub fn registry_host(&self) -> &str {
+        self.registry.as_deref().unwrap_or(DOCKER_HUB)
     }
 
     /// `REGISTRY/REPOSITORY` (what a policy entry is a prefix of).
@@ -231,5 +239,72 @@ mod tests {
             bad.validate().expect_err("bad").0[0].field,
             "image_registries[0]"
         );
+    }
+}
+
+/// A tenant's pull credentials for one registry, as anyone is shown them: which registry,
+/// and since when. The secret itself is never shown, logged or audited.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RegistryCredential {
+    /// `HOST[:PORT]`, as images name it.
+    pub registry: String,
+    pub updated_at: chrono::DateTime<chrono::Utc>,
+}
+
+/// A user name and password (or token) for a registry. Its `Debug` shows neither.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PullSecret {
+    pub username: String,
+    pub password: String,
+}
+
+impl std::fmt::Debug for PullSecret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PullSecret(<redacted>)")
+    }
+}
+
+impl PullSecret {
+    pub fn validate(&self) -> Result<(), crate::ValidationError> {
+        let mut v = crate::error::Violations::default();
+        for (field, value, max) in [
+            ("username", &self.username, 256),
+            ("password", &self.password, 8192),
+        ] {
+            v.check(!value.is_empty(), field, "must not be empty");
+            v.check(
+                value.len() <= max,
+                field,
+                format!("must be at most {max} bytes"),
+            );
+            v.check(
+                !value.chars().any(char::is_control),
+                field,
+                "must not contain control characters",
+            );
+        }
+        v.check(
+            !self.username.contains(':'),
+            "username",
+            "must not contain `:` (it separates user and password in basic authentication)",
+        );
+        v.into_result()
+    }
+}
+
+/// Checks a registry as credentials name it: `HOST[:PORT]`, as in image references.
+pub fn check_registry(field: &str, registry: &str) -> Result<(), crate::ValidationError> {
+    let ok = registry.len() <= 255
+        && ImageRef::parse(&format!("{registry}/x"))
+            .is_ok_and(|r| r.registry.as_deref() == Some(registry));
+    if ok {
+        Ok(())
+    } else {
+        Err(crate::ValidationError::single(
+            field,
+            format!(
+                "`{registry}` is not a registry host (HOST[:PORT], e.g. registry.example.com:5000)"
+            ),
+        ))
     }
 }

@@ -170,9 +170,12 @@ pub struct JobSpec {
     pub env: BTreeMap<String, String>,
     /// Working directory on the node; the job's own directory when absent.
     pub workdir: Option<String>,
-    /// Where the job writes checkpoints (absolute; on storage every node sees). A requeued
-    /// or retried attempt is told the newest entry there in `ALLOT_RESTORE_FROM`.
+    /// Where the job writes checkpoints: a path in one of its `volumes` (shared storage
+    /// every node sees), never a host path. A requeued or retried attempt is told the newest
+    /// entry there in `ALLOT_RESTORE_FROM`.
     pub checkpoint_dir: Option<String>,
+    /// Named volumes the job mounts (see [`crate::volume`]).
+    pub volumes: Vec<crate::VolumeMount>,
     /// A MIG instance of this profile (e.g. `1g.18gb`, by its name on the board) instead of
     /// GPUs or GPU shares: the job runs on one instance, alone.
     pub mig_profile: Option<String>,
@@ -394,11 +397,14 @@ impl JobSpec {
             );
             v.check(!value.contains('\0'), field, "must not contain NUL bytes");
         }
-        for (field, dir) in [
-            ("workdir", &self.workdir),
-            ("checkpoint_dir", &self.checkpoint_dir),
-        ] {
-            if let Some(dir) = dir {
+        if let Err(e) = crate::volume::check_mounts(&self.volumes, self.checkpoint_dir.as_deref()) {
+            for f in e.0 {
+                v.push(f.field, f.reason);
+            }
+        }
+        {
+            let field = "workdir";
+            if let Some(dir) = &self.workdir {
                 v.check(dir.starts_with('/'), field, "must be an absolute path");
                 v.check(!dir.contains('\0'), field, "must not contain NUL bytes");
                 v.check(
@@ -540,6 +546,7 @@ mod tests {
             env: BTreeMap::new(),
             workdir: None,
             checkpoint_dir: None,
+            volumes: Vec::new(),
             mig_profile: None,
             gpu_compute: None,
             gpu_resizable: false,

@@ -17,6 +17,7 @@ pub mod node;
 pub mod quantity;
 pub mod tenant;
 pub mod token;
+pub mod volume;
 pub mod xid;
 
 pub use audit::{
@@ -25,7 +26,7 @@ pub use audit::{
 pub use clock::{Clock, FixedClock, SystemClock};
 pub use error::{FieldError, ValidationError};
 pub use identity::{BindingSubject, Session, StoredBinding, User};
-pub use image::{ImageRef, TenantPolicy};
+pub use image::{ImageRef, PullSecret, RegistryCredential, TenantPolicy};
 pub use isolation::{
     GpuCompute, Isolation, PRIORITY_CLASSES, PRIORITY_RANGE, WorkloadClass, parse_priority,
 };
@@ -37,4 +38,5 @@ pub use node::{GpuDevice, MigSlot, Node, NodeStatus};
 pub use quantity::{format_bytes, format_milli, parse_bytes};
 pub use tenant::{Quota, ResourceLimits, Resources, Tenant, TenantName};
 pub use token::{ApiToken, Role, RoleBinding};
+pub use volume::{Volume, VolumeMount};
 pub use xid::{XidClass, classify as classify_xid};

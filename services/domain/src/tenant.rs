@@ -207,7 +207,21 @@ pub struct Tenant {
     pub quota: Quota,
     /// What its jobs may run and where.
     pub policy: crate::TenantPolicy,
+    /// Its host uid range on every node: container uids 0..65536 of its jobs are host uids
+    /// `Tenant::UID_FIRST + uid_slot × 65536` on. The control plane gives each tenant its
+    /// own, the same on every node, so no two tenants share a host uid and files a tenant
+    /// writes to shared storage on one node are its own on the next.
+    pub uid_slot: u32,
     pub created_at: DateTime<Utc>,
+}
+
+impl Tenant {
+    /// The first host uid of slot 0: above every ordinary user's and the host's root.
+    pub const UID_FIRST: u32 = 1 << 20;
+    /// Host uids per tenant.
+    pub const UID_RANGE: u32 = 65536;
+    /// Slots that fit below 2^32.
+    pub const UID_SLOTS: u32 = (u32::MAX - Self::UID_FIRST) / Self::UID_RANGE;
 }
 
 #[cfg(test)]

@@ -498,7 +498,8 @@ impl allot_proto::NodeService for NodeSvc {
                         && job.node_id.as_deref() == Some(node.id.as_str()) =>
                 {
                     tracing::info!(job = %job.id, node = %node.name, "launch not confirmed; sending it again");
-                    self.hub.send(&node.id, hub::launch(&job));
+                    let launch = crate::launches::launch(&self.store, &job).await;
+                    self.hub.send(&node.id, launch);
                 }
                 _ => self.hub.confirmed(&node.id, &job_id),
             }
@@ -531,7 +532,7 @@ impl allot_proto::NodeService for NodeSvc {
             let assignment = if job.cancel_requested || job.preempt_reason.is_some() {
                 hub::cancel(job)
             } else if job.state == JobState::Scheduled {
-                hub::launch(job)
+                crate::launches::launch(&self.store, job).await
             } else {
                 continue;
             };

@@ -60,13 +60,13 @@ impl Hub {
             .collect()
     }
 
-    /// Sends a launch and remembers it until the node confirms it.
-    pub fn launch(&self, node_id: &str, job: &Job) {
+    /// Sends a launch (see `crate::launches`) and remembers it until the node confirms it.
+    pub fn launch(&self, node_id: &str, job: &Job, launch: Assignment) {
         lock(&self.unconfirmed)
             .entry(node_id.to_owned())
             .or_default()
             .insert(job.id.clone(), (job.attempt, Instant::now()));
-        self.send(node_id, launch(job));
+        self.send(node_id, launch);
     }
 
     /// The node reported on the job: whatever it was sent arrived.
@@ -136,9 +136,21 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// What a launch carries besides the job's record.
+#[derive(Default)]
+pub struct LaunchExtras {
+    pub uid_slot: Option<u32>,
+    pub credentials: Option<allot_domain::PullSecret>,
+    pub volumes: Vec<allot_proto::v1::VolumeMount>,
+}
+
 /// The launch of `job`, carrying the trace context of the current span (the scheduling
 /// decision), if any.
-pub fn launch(job: &Job) -> Assignment {
+pub fn launch(job: &Job, extras: LaunchExtras) -> Assignment {
+    let (registry_username, registry_password) = extras
+        .credentials
+        .map(|c| (c.username, c.password))
+        .unwrap_or_default();
     Assignment {
         kind: Some(Kind::Launch(Launch {
             job_id: job.id.clone(),
@@ -149,9 +161,10 @@ pub fn launch(job: &Job) -> Assignment {
             memory_bytes: job.spec.memory_bytes,
             image: job.image_to_run().unwrap_or_default(),
             network: job.spec.network.as_str().to_owned(),
-            // Tenants' pull credentials are not kept by the control plane yet.
-            registry_username: String::new(),
-            registry_password: String::new(),
+            registry_username,
+            registry_password,
+            uid_slot: extras.uid_slot,
+            volumes: extras.volumes,
             env: job.spec.env.clone().into_iter().collect(),
             workdir: job.spec.workdir.clone().unwrap_or_default(),
             gpu_uuids: job.gpu_uuids.clone(),

@@ -6,7 +6,8 @@ pub mod checkpoints;
 pub mod elastic;
 pub mod grpc;
 pub mod hub;
-pub mod leases;
+pub mod launches;
+mod leases;
 pub mod metrics;
 pub mod pki;
 pub mod scheduling;
@@ -61,6 +62,10 @@ pub struct ServerConfig {
     /// The audit signing keys, one `PRIVATE+KEY+… [not-before=…] [not-after=…]` per line
     /// (see `allot_audit::keys`), kept outside the database. Empty: a throwaway key.
     pub audit_key: String,
+    /// The keys sealing secrets kept in the database (tenants' registry credentials), one
+    /// `ID:BASE64` per line, the first sealing (see `allot_store::SecretKeys`), kept outside
+    /// the database. Empty: a key that lives as long as the process.
+    pub secrets_key: String,
     /// Checkpoint origins are `<audit_origin>/<log>`.
     pub audit_origin: String,
     /// Directory that receives a copy of every checkpoint (the external sink).
@@ -117,6 +122,7 @@ impl ServerConfig {
             gpu_limits: GpuLimits::default(),
             body_limit: allot_api::extract::DEFAULT_BODY_LIMIT,
             audit_key: String::new(),
+            secrets_key: String::new(),
             audit_origin: "allot.local".to_owned(),
             checkpoint_dir: None,
             checkpoint_interval: Duration::from_secs(1),
@@ -151,6 +157,8 @@ pub enum ServerError {
     },
     #[error(transparent)]
     Store(#[from] StoreError),
+    #[error(transparent)]
+    Secrets(#[from] allot_store::SecretsError),
     #[error("audit signing key: {0}")]
     AuditKey(#[from] allot_audit::NoteError),
     #[error("scheduler: {0}")]
@@ -470,7 +478,10 @@ pub async fn start(
     )?
     // Two missed heartbeats and a half: probably gone, though the lease still stands.
     .with_suspect_after(config.heartbeat_interval.mul_f64(2.5));
-    let store = Store::connect(&config.database_url, clock.clone()).await?;
+    let mut store = Store::connect(&config.database_url, clock.clone()).await?;
+    if !config.secrets_key.trim().is_empty() {
+        store = store.with_secret_keys(allot_store::SecretKeys::parse(&config.secrets_key)?);
+    }
     let bootstrap_admin_token = bootstrap_admin(&store).await?;
 
     let http_listener =

@@ -237,7 +237,8 @@ pub async fn pass(
                         let _in_span = span.enter();
                         tracing::info!(job = %job.id, node = %node_id, gpus = ?job.gpu_uuids,
                             gpu_milli = held_gpu_milli, borrowing, "scheduled");
-                        hub.launch(&node_id, &job);
+                        let launch = crate::launches::launch(store, &job).await;
+                        hub.launch(&node_id, &job, launch);
                     }
                     // Cancelled while we decided: its capacity simply stays free.
                     Err(StoreError::Conflict(msg)) => tracing::debug!(%msg, "placement skipped"),

@@ -7,10 +7,11 @@ pub enum StoreError {
     /// A uniqueness rule or a concurrent change got in the way.
     #[error("conflict: {0}")]
     Conflict(String),
-    /// A row that does not map back to the domain (a bug or a hand-edited database).
-    /// Credentials that do not (or no longer) admit their holder.
+    /// Credentials that do not (or no longer) admit their holder, or a request the
+    /// stored state cannot take.
     #[error("refused: {0}")]
     Refused(String),
+    /// A row that does not map back to the domain (a bug or a hand-edited database).
     #[error("corrupt row: {0}")]
     Corrupt(String),
     #[error("database error: {0}")]

@@ -210,6 +210,7 @@ fn to_domain(m: jobs::Model, tenant: &str) -> Result<Job, StoreError> {
             env,
             workdir: m.workdir,
             checkpoint_dir: m.checkpoint_dir,
+            volumes: json("volumes", &m.volumes)?,
             mig_profile: m.mig_profile,
             gpu_compute: m
                 .gpu_compute
@@ -489,6 +490,7 @@ impl JobRepo for Store {
             failures: Set(0),
             retry_at: Set(None),
             checkpoint_dir: Set(spec.checkpoint_dir.clone()),
+            volumes: Set(to_json("volumes", &spec.volumes)?),
             mig_profile: Set(spec.mig_profile.clone()),
             gpu_compute: Set(spec.gpu_compute.map(|c| c.as_str().to_owned())),
             gpu_resizable: Set(spec.gpu_resizable),

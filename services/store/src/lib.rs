@@ -7,6 +7,7 @@
 
 mod audit;
 mod convert;
+mod credentials;
 mod enrollment;
 pub mod entities;
 mod error;
@@ -15,11 +16,13 @@ mod jobs;
 mod nodes;
 mod samples;
 mod scope;
+mod secrets;
 mod sessions;
 mod tenants;
 #[cfg(feature = "testing")]
 pub mod testing;
 mod tokens;
+mod volumes;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,6 +32,7 @@ use allot_migrations::{Migrator, MigratorTrait};
 use sea_orm::{ConnectOptions, ConnectionTrait, Database, DatabaseConnection, DbBackend};
 
 pub use audit::{AuditBatcher, AuditRepo, AuditSearch, LogHead, StoredCheckpoint, StoredEntry};
+pub use credentials::CredentialRepo;
 pub use enrollment::{
     Admission, BootstrapToken, EnrollmentRepo, NewBootstrapToken, NewNodeCertificate,
     NodeCertificate,
@@ -39,15 +43,19 @@ pub use jobs::{JobFilter, JobPage, JobRepo, JobUpdate, NewJob};
 pub use nodes::{NodeAdmin, NodeRegistration, NodeRepo};
 pub use samples::{JobSample, JobSamplePoint, RESOLUTIONS, Sample, SamplePoint, SampleRepo};
 pub use scope::TenantScope;
+pub use secrets::{SecretKeys, SecretsError};
 pub use sessions::{NewSession, SessionRepo};
 pub use tenants::TenantRepo;
 pub use tokens::{NewToken, TokenRepo};
+pub use volumes::VolumeRepo;
 
 /// The database handle shared by the API, the gRPC service and the scheduler loop.
 #[derive(Clone, Debug)]
 pub struct Store {
     db: DatabaseConnection,
     clock: Arc<dyn Clock>,
+    /// Seals the secrets kept in the database (see [`SecretKeys`]).
+    secrets: Arc<SecretKeys>,
 }
 
 impl Store {
@@ -70,7 +78,16 @@ impl Store {
                 .await?;
         }
         migrate(&db).await?;
-        Ok(Self { db, clock })
+        let secrets =
+            Arc::new(SecretKeys::ephemeral().map_err(|e| StoreError::Refused(e.to_string()))?);
+        Ok(Self { db, clock, secrets })
+    }
+
+    /// Seals and opens stored secrets with `keys` instead of a key that lives only as long
+    /// as the process.
+    pub fn with_secret_keys(mut self, keys: SecretKeys) -> Self {
+        self.secrets = Arc::new(keys);
+        self
     }
 
     /// Checks that the database answers.

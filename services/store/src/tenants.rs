@@ -5,7 +5,8 @@ use allot_domain::{
     TenantPolicy,
 };
 use sea_orm::{
-    ActiveValue::Set, ColumnTrait, EntityTrait, QueryFilter, QueryOrder, TransactionTrait,
+    ActiveValue::Set, ColumnTrait, EntityTrait, QueryFilter, QueryOrder, QuerySelect,
+    TransactionTrait,
 };
 
 use crate::audit::record;
@@ -78,6 +79,10 @@ fn to_domain(m: tenants::Model) -> Result<Tenant, StoreError> {
             image_registries: json("image_registries", &m.image_registries)?,
             require_confinement: m.require_confinement,
         },
+        uid_slot: m
+            .uid_slot
+            .and_then(|s| u32::try_from(s).ok())
+            .ok_or_else(|| StoreError::Corrupt(format!("tenant {}: no uid slot", m.id)))?,
         id: m.id,
         created_at: m.created_at,
     })
@@ -114,44 +119,23 @@ impl TenantRepo for Store {
         parent_id: Option<&str>,
         quota: Quota,
     ) -> Result<Tenant, StoreError> {
-        let mut row = tenants::ActiveModel {
-            id: Set(new_id(self.clock.as_ref())),
-            name: Set(name.as_str().to_owned()),
-            parent_id: Set(parent_id.map(str::to_owned)),
-            created_at: Set(self.clock.now()),
-            image_registries: Set("[]".to_owned()),
-            require_confinement: Set(false),
-            ..Default::default()
-        };
-        set_quota_columns(&mut row, &quota)?;
-        let txn = self.db.begin().await?;
-        if let Some(parent) = parent_id
-            && tenants::Entity::find_by_id(parent.to_owned())
-                .one(&txn)
-                .await?
-                .is_none()
-        {
-            return Err(StoreError::NotFound(format!("parent tenant {parent}")));
-        }
-        let tenant = match tenants::Entity::insert(row)
-            .exec_with_returning(&txn)
-            .await
-            .map_err(StoreError::from)
-        {
-            Ok(m) => to_domain(m)?,
-            Err(StoreError::Conflict(_)) => {
-                return Err(StoreError::Conflict(format!(
-                    "tenant `{name}` already exists"
-                )));
+        // Two tenants made at once may pick the same uid slot; the unique index refuses the
+        // second, which then takes the next.
+        for _ in 0..8 {
+            match self.try_create_tenant(ctx, name, parent_id, &quota).await {
+                Err(StoreError::Conflict(_)) => {
+                    if self.tenant_by_name(name.as_str()).await.is_ok() {
+                        return Err(StoreError::Conflict(format!(
+                            "tenant `{name}` already exists"
+                        )));
+                    }
+                }
+                other => return other,
             }
-            Err(e) => return Err(e),
-        };
-        let event =
-            AuditEvent::success(SYSTEM_LOG, "tenant.create", format!("tenant/{}", tenant.id))
-                .after(&tenant);
-        record(&txn, self, ctx, event).await?;
-        txn.commit().await?;
-        Ok(tenant)
+        }
+        Err(StoreError::Conflict(format!(
+            "tenant `{name}`: too many tenants created at once; try again"
+        )))
     }
 
     async fn tenant_by_name(&self, name: &str) -> Result<Tenant, StoreError> {
@@ -234,5 +218,62 @@ impl TenantRepo for Store {
         record(&txn, self, ctx, event).await?;
         txn.commit().await?;
         Ok(updated)
+    }
+}
+
+impl Store {
+    async fn try_create_tenant(
+        &self,
+        ctx: &AuditContext,
+        name: &TenantName,
+        parent_id: Option<&str>,
+        quota: &Quota,
+    ) -> Result<Tenant, StoreError> {
+        let mut row = tenants::ActiveModel {
+            id: Set(new_id(self.clock.as_ref())),
+            name: Set(name.as_str().to_owned()),
+            parent_id: Set(parent_id.map(str::to_owned)),
+            created_at: Set(self.clock.now()),
+            image_registries: Set("[]".to_owned()),
+            require_confinement: Set(false),
+            ..Default::default()
+        };
+        set_quota_columns(&mut row, quota)?;
+        let txn = self.db.begin().await?;
+        let highest: Option<Option<i32>> = tenants::Entity::find()
+            .select_only()
+            .column_as(tenants::Column::UidSlot.max(), "highest")
+            .into_tuple()
+            .one(&txn)
+            .await?;
+        let slot = highest.flatten().map_or(0, |h| h + 1);
+        if u32::try_from(slot).map_or(true, |s| s >= Tenant::UID_SLOTS) {
+            return Err(StoreError::Refused(
+                "no host uid range is left for another tenant".to_owned(),
+            ));
+        }
+        row.uid_slot = Set(Some(slot));
+        if let Some(parent) = parent_id
+            && tenants::Entity::find_by_id(parent.to_owned())
+                .one(&txn)
+                .await?
+                .is_none()
+        {
+            return Err(StoreError::NotFound(format!("parent tenant {parent}")));
+        }
+        let tenant = match tenants::Entity::insert(row)
+            .exec_with_returning(&txn)
+            .await
+            .map_err(StoreError::from)
+        {
+            Ok(m) => to_domain(m)?,
+            Err(e) => return Err(e),
+        };
+        let event =
+            AuditEvent::success(SYSTEM_LOG, "tenant.create", format!("tenant/{}", tenant.id))
+                .after(&tenant);
+        record(&txn, self, ctx, event).await?;
+        txn.commit().await?;
+        Ok(tenant)
     }
 }

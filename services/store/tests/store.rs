@@ -82,6 +82,11 @@ fn spec(tenant: &str, gpus: u32) -> JobSpec {
         env: [("EPOCHS".to_owned(), "3".to_owned())].into(),
         workdir: Some("/work".into()),
         checkpoint_dir: Some("/shared/ckpt".into()),
+        volumes: vec![allot_domain::VolumeMount {
+            volume: "shared".into(),
+            path: "/shared".into(),
+            read_only: false,
+        }],
         mig_profile: None,
         gpu_compute: None,
         gpu_resizable: false,

@@ -3,7 +3,7 @@
 //!
 //! What a container gets (see [`spec`]): its own PID, mount, IPC, UTS, cgroup and user
 //! namespaces, the user namespace mapping its root to an unprivileged host range of its
-//! tenant's ([`UidRanges`]); no capabilities, no new privileges, the default seccomp
+//! tenant's ([`uid_base`]); no capabilities, no new privileges, the default seccomp
 //! profile ([`seccomp`]); the image's root file system read-only, with `/scratch`, `/tmp`
 //! and `/dev/shm` as size-limited tmpfs; only its own GPUs' device nodes (from the node's
 //! CDI specs, [`crate::cdi`]); CPU, memory and pids limits on its cgroup; the node's network
@@ -17,11 +17,9 @@
 pub mod seccomp;
 pub mod spec;
 
-use std::collections::BTreeMap;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
-use std::sync::Mutex;
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
@@ -100,51 +98,19 @@ pub fn find_on_path(name: &str) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
-/// Host uid/gid ranges for containers, one per tenant, kept by the agent: a tenant's
-/// containers map their uid 0..65536 to `FIRST + slot × 65536`, so no two tenants share a
-/// host uid, and none is the host's root or an ordinary user's.
-pub struct UidRanges {
-    path: PathBuf,
-    slots: Mutex<BTreeMap<String, u32>>,
-}
-
-impl UidRanges {
-    pub const FIRST: u32 = 1 << 20;
-    pub const SIZE: u32 = 65536;
-    /// Slots that fit below 2^32.
-    const MAX_SLOTS: u32 = (u32::MAX - Self::FIRST) / Self::SIZE;
-
-    fn load(path: PathBuf) -> Self {
-        let slots = std::fs::read(&path)
-            .ok()
-            .and_then(|b| serde_json::from_slice(&b).ok())
-            .unwrap_or_default();
-        UidRanges {
-            path,
-            slots: Mutex::new(slots),
-        }
-    }
-
-    /// The first host uid of `tenant`'s range (allocated and saved on first use).
-    pub fn base(&self, tenant: &str) -> Result<u32, String> {
-        let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
-        let slot = match slots.get(tenant) {
-            Some(s) => *s,
-            None => {
-                let next = slots.values().max().map_or(0, |m| m + 1);
-                if next >= Self::MAX_SLOTS {
-                    return Err("no host uid range left for another tenant".into());
-                }
-                slots.insert(tenant.to_owned(), next);
-                let json = serde_json::to_vec(&*slots).map_err(|e| e.to_string())?;
-                let tmp = self.path.with_extension("tmp");
-                std::fs::write(&tmp, json)
-                    .and_then(|()| std::fs::rename(&tmp, &self.path))
-                    .map_err(|e| format!("cannot save the tenants' uid ranges: {e}"))?;
-                next
-            }
-        };
-        Ok(Self::FIRST + slot * Self::SIZE)
+/// The first host uid of a tenant's range: its container uids 0..65536 map to
+/// `Tenant::UID_FIRST + slot × 65536`, a range the control plane gives each tenant alone,
+/// the same on every node.
+pub fn uid_base(slot: Option<u32>) -> Result<u32, String> {
+    use allot_domain::Tenant;
+    match slot {
+        Some(s) if s < Tenant::UID_SLOTS => Ok(Tenant::UID_FIRST + s * Tenant::UID_RANGE),
+        Some(s) => Err(format!("the tenant's uid slot {s} is out of range")),
+        None => Err(
+            "the control plane gave no host uid range for the job's tenant; a node confining \
+             jobs runs none without"
+                .into(),
+        ),
     }
 }
 
@@ -156,7 +122,6 @@ pub struct OciRuntime {
     hierarchy: Hierarchy,
     /// This agent's cgroups: `/allot/<node>-<hash of its data dir>`.
     cgroup_parent: String,
-    uids: UidRanges,
 }
 
 fn mkdir(path: &Path, mode: u32) -> std::io::Result<()> {
@@ -212,7 +177,6 @@ impl OciRuntime {
             images,
             hierarchy: Hierarchy::detect(),
             cgroup_parent: format!("/allot/{node}-{hash}"),
-            uids: UidRanges::load(oci.join("uid-ranges.json")),
             cfg,
         })
     }
@@ -419,7 +383,17 @@ impl JobRuntime for OciRuntime {
             }
             let _ = std::fs::remove_dir_all(&bundle);
             mkdir(&bundle, 0o700).map_err(|e| format!("{}: {e}", bundle.display()))?;
-            let uid_base = self.uids.base(&spec.tenant)?;
+            let uid_base = uid_base(spec.uid_slot)?;
+            let volumes = super::volumes::prepare(
+                &spec.volumes,
+                &spec.tenant,
+                spec.checkpoint_dir.as_deref(),
+                Some(uid_base),
+            )?;
+            let restore_from = match &spec.checkpoint_dir {
+                Some(dir) if spec.attempt > 1 => super::volumes::latest_checkpoint(&volumes, dir),
+                _ => None,
+            };
             let edits = if spec.gpus.is_empty() {
                 crate::cdi::Edits::default()
             } else {
@@ -439,6 +413,8 @@ impl JobRuntime for OciRuntime {
                 cgroup: &cgroup,
                 uid_base,
                 edits: &edits,
+                volumes: &volumes,
+                restore_from: restore_from.as_deref(),
             })?;
             oci.save(bundle.join("config.json"))
                 .map_err(|e| format!("cannot write the container's config: {e}"))?;

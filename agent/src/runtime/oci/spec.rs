@@ -12,11 +12,11 @@ use oci_spec::runtime::{
 };
 
 use super::OciConfig;
-use super::UidRanges;
 use crate::cdi::Edits;
 use crate::image::Image;
 use crate::image::unpack::ensure_within;
 use crate::runtime::{LaunchSpec, Network};
+use allot_domain::Tenant;
 
 /// Where the container's init is mounted.
 pub const INIT_PATH: &str = "/.allot/init";
@@ -36,6 +36,10 @@ pub struct Inputs<'a> {
     pub cgroup: &'a str,
     pub uid_base: u32,
     pub edits: &'a Edits,
+    /// Its volumes, ready to mount.
+    pub volumes: &'a [crate::runtime::volumes::Prepared],
+    /// The newest checkpoint, for an attempt after the first (a container path).
+    pub restore_from: Option<&'a str>,
 }
 
 /// A path inside the container: absolute, without `..`.
@@ -94,10 +98,10 @@ fn image_user(image: &Image) -> Result<(u32, u32), String> {
         g.parse()
             .map_err(|_| format!("the image's group `{g}` is not a number"))?
     };
-    if uid >= UidRanges::SIZE || gid >= UidRanges::SIZE {
+    if uid >= Tenant::UID_RANGE || gid >= Tenant::UID_RANGE {
         return Err(format!(
             "the image's user {uid}:{gid} is outside the container's ids (0 to {})",
-            UidRanges::SIZE - 1
+            Tenant::UID_RANGE - 1
         ));
     }
     Ok((uid, gid))
@@ -169,8 +173,11 @@ pub fn build(i: &Inputs<'_>) -> Result<Spec, String> {
         join_env(&mut env, &k, v);
     }
     if let Some(dir) = &l.checkpoint_dir {
-        let dir = container_path(&dir.display().to_string(), "checkpoint_dir")?;
+        let dir = container_path(dir, "checkpoint_dir")?;
         join_env(&mut env, "ALLOT_CHECKPOINT_DIR", dir);
+        if let Some(latest) = i.restore_from {
+            join_env(&mut env, "ALLOT_RESTORE_FROM", latest.to_owned());
+        }
     }
     for kv in &i.edits.env {
         if let Some((k, v)) = kv.split_once('=') {
@@ -287,6 +294,15 @@ pub fn build(i: &Inputs<'_>) -> Result<Spec, String> {
             }
         }
     }
+    // The tenant's directory of each volume; never setuid programs or devices from there.
+    for v in i.volumes {
+        let dest = container_path(&v.path, "volume")?;
+        let mut opts = vec!["rbind", "nosuid", "nodev"];
+        if v.read_only {
+            opts.push("ro");
+        }
+        mounts.push(mount(&dest, "bind", &v.host_dir, &opts));
+    }
     if let Some(shim) = &l.preload {
         mounts.push(mount(
             SHIM_PATH,
@@ -347,7 +363,7 @@ pub fn build(i: &Inputs<'_>) -> Result<Spec, String> {
     let mapping = LinuxIdMappingBuilder::default()
         .container_id(0u32)
         .host_id(i.uid_base)
-        .size(UidRanges::SIZE)
+        .size(Tenant::UID_RANGE)
         .build()
         .map_err(|e| e.to_string())?;
 

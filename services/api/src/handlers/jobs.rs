@@ -2,7 +2,7 @@ use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, web};
 use allot_authz::{Action, Resource};
 use allot_domain::{JobSpec, JobState, TenantName, ValidationError};
-use allot_store::{JobFilter, JobRepo, NewJob, TenantRepo, TenantScope};
+use allot_store::{JobFilter, JobRepo, NewJob, TenantRepo, TenantScope, VolumeRepo};
 
 use crate::auth::Principal;
 use crate::extract::{Json, Query};
@@ -118,6 +118,7 @@ pub async fn submit(
         env: body.env,
         workdir: body.workdir,
         checkpoint_dir: body.checkpoint_dir,
+        volumes: body.volumes.into_iter().map(Into::into).collect(),
         mig_profile: body.mig_profile,
         gpu_compute: body.gpu_compute,
         gpu_resizable: body.gpu_resizable,
@@ -125,6 +126,10 @@ pub async fn submit(
         network,
     };
     spec.validate()?;
+    if !spec.volumes.is_empty() {
+        let declared = state.store.list_volumes().await?;
+        allot_domain::volume::check_against(&spec.volumes, &spec.tenant, &declared)?;
+    }
     let job = state
         .store
         .create_job(

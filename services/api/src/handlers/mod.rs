@@ -11,3 +11,4 @@ pub mod tenants;
 pub mod tokens;
 pub mod usage;
 pub mod users;
+pub mod volumes;

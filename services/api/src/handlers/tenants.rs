@@ -1,13 +1,15 @@
 use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, web};
 use allot_authz::{Action, Resource};
-use allot_domain::{Quota, Tenant, TenantName, TenantPolicy, ValidationError};
-use allot_store::TenantRepo;
+use allot_domain::{PullSecret, Quota, Tenant, TenantName, TenantPolicy, ValidationError};
+use allot_store::{CredentialRepo, TenantRepo};
 
 use crate::auth::Principal;
 use crate::extract::Json;
 use crate::problem::Problem;
-use crate::views::{CreateTenant, PolicyBody, QuotaBody, TenantView};
+use crate::views::{
+    CreateTenant, PolicyBody, QuotaBody, RegistryCredentialBody, RegistryCredentialView, TenantView,
+};
 use crate::{ApiError, AppState, json};
 
 /// Create a tenant (platform admins).
@@ -43,6 +45,7 @@ pub async fn create(
         parent_id: parent_id.clone(),
         quota: quota.clone(),
         policy: Default::default(),
+        uid_slot: 0,
         created_at: state.store.clock().now(),
     });
     check_tree(&trial)?;
@@ -178,4 +181,75 @@ pub async fn set_policy(
     let tenant = state.store.set_policy(&who.audit(), &name, policy).await?;
     state.events.job_submitted();
     Ok(json(StatusCode::OK, &PolicyBody::from(tenant.policy)))
+}
+
+/// The registries a tenant has pull credentials for (its admins). The credentials
+/// themselves are never returned.
+#[utoipa::path(get, path = "/api/v1/tenants/{name}/registry-credentials", tag = "tenants",
+    security(("bearer" = [])), params(("name" = String, Path)),
+    responses((status = 200, body = [RegistryCredentialView]), (status = 403, body = Problem),
+        (status = 404, body = Problem)))]
+pub async fn list_credentials(
+    state: web::Data<AppState>,
+    who: Principal,
+    name: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    visible(&state, &who, &name, Action::CredentialRead).await?;
+    let list: Vec<RegistryCredentialView> = state
+        .store
+        .registry_credentials(&name)
+        .await?
+        .into_iter()
+        .map(Into::into)
+        .collect();
+    Ok(json(StatusCode::OK, &list))
+}
+
+/// Set a tenant's pull credentials for one registry (its admins): nodes pull its jobs'
+/// images from that registry with them. They are stored sealed, and no response, audit
+/// entry or log shows them.
+#[utoipa::path(put, path = "/api/v1/tenants/{name}/registry-credentials/{registry}",
+    tag = "tenants", security(("bearer" = [])),
+    params(("name" = String, Path), ("registry" = String, Path, description = "HOST[:PORT]")),
+    request_body = RegistryCredentialBody,
+    responses((status = 200, body = RegistryCredentialView), (status = 400, body = Problem),
+        (status = 403, body = Problem), (status = 404, body = Problem), (status = 422, body = Problem)))]
+pub async fn set_credential(
+    state: web::Data<AppState>,
+    who: Principal,
+    path: web::Path<(String, String)>,
+    Json(body): Json<RegistryCredentialBody>,
+) -> Result<HttpResponse, ApiError> {
+    let (name, registry) = path.into_inner();
+    visible(&state, &who, &name, Action::CredentialWrite).await?;
+    allot_domain::image::check_registry("registry", &registry)?;
+    let secret = PullSecret {
+        username: body.username,
+        password: body.password,
+    };
+    secret.validate()?;
+    let shown = state
+        .store
+        .set_registry_credential(&who.audit(), &name, &registry, &secret)
+        .await?;
+    Ok(json(StatusCode::OK, &RegistryCredentialView::from(shown)))
+}
+
+/// Remove a tenant's pull credentials for a registry (its admins).
+#[utoipa::path(delete, path = "/api/v1/tenants/{name}/registry-credentials/{registry}",
+    tag = "tenants", security(("bearer" = [])),
+    params(("name" = String, Path), ("registry" = String, Path)),
+    responses((status = 204), (status = 403, body = Problem), (status = 404, body = Problem)))]
+pub async fn delete_credential(
+    state: web::Data<AppState>,
+    who: Principal,
+    path: web::Path<(String, String)>,
+) -> Result<HttpResponse, ApiError> {
+    let (name, registry) = path.into_inner();
+    visible(&state, &who, &name, Action::CredentialWrite).await?;
+    state
+        .store
+        .delete_registry_credential(&who.audit(), &name, &registry)
+        .await?;
+    Ok(HttpResponse::NoContent().finish())
 }

@@ -48,6 +48,8 @@ pub struct DevArgs {
     #[command(flatten)]
     audit: crate::cmd::server::AuditArgs,
     #[command(flatten)]
+    secrets: crate::cmd::server::SecretsArgs,
+    #[command(flatten)]
     scheduler: crate::cmd::server::SchedulerArgs,
 }
 
@@ -125,6 +127,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     config.dev_sign_in = args.listen.ip().is_loopback();
     let dev_sign_in = config.dev_sign_in;
     args.audit.apply(&args.data_dir, &mut config)?;
+    args.secrets.apply(&args.data_dir, &mut config)?;
     args.scheduler.apply(&mut config);
     let server = allot_server::start(config, Arc::new(SystemClock)).await?;
 

@@ -84,10 +84,14 @@ pub enum JobCmd {
         /// on the node.
         #[arg(long)]
         workdir: Option<String>,
-        /// Absolute directory (on storage every node sees) the job writes checkpoints to; a
+        /// Where the job writes checkpoints: a path inside a volume it mounts (--volume); a
         /// later attempt finds the newest in $ALLOT_RESTORE_FROM.
         #[arg(long)]
         checkpoint_dir: Option<String>,
+        /// Mount a named volume: NAME:PATH or NAME:PATH:ro (repeatable; `allot volume
+        /// list` shows those you may use).
+        #[arg(long = "volume", value_parser = parse_volume)]
+        volumes: Vec<serde_json::Value>,
         /// Wait for the job to finish, print its output, and exit with its status.
         #[arg(long)]
         wait: bool,
@@ -252,6 +256,23 @@ fn exit_status(j: &JobView) -> i32 {
     }
 }
 
+/// `NAME:PATH[:ro]` as the API's volume mount.
+fn parse_volume(s: &str) -> Result<serde_json::Value, String> {
+    let mut parts = s.splitn(3, ':');
+    let (Some(volume), Some(path)) = (parts.next(), parts.next()) else {
+        return Err("expected NAME:PATH or NAME:PATH:ro".into());
+    };
+    let read_only = match parts.next() {
+        None | Some("rw") => false,
+        Some("ro") => true,
+        Some(other) => return Err(format!("`{other}`: the mode is ro or rw")),
+    };
+    if volume.is_empty() || path.is_empty() {
+        return Err("expected NAME:PATH or NAME:PATH:ro".into());
+    }
+    Ok(json!({ "volume": volume, "path": path, "read_only": read_only }))
+}
+
 pub async fn run(client: &Client, cmd: JobCmd) -> anyhow::Result<i32> {
     match cmd {
         JobCmd::Submit {
@@ -275,6 +296,7 @@ pub async fn run(client: &Client, cmd: JobCmd) -> anyhow::Result<i32> {
             network,
             workdir,
             checkpoint_dir,
+            volumes,
             wait,
             output,
             command,
@@ -288,7 +310,7 @@ pub async fn run(client: &Client, cmd: JobCmd) -> anyhow::Result<i32> {
                 "priority": priority, "preemptible": !not_preemptible,
                 "isolation": isolation, "class": class, "max_retries": max_retries,
                 "command": command, "env": env, "workdir": workdir,
-                "checkpoint_dir": checkpoint_dir, "mig_profile": mig_profile,
+                "checkpoint_dir": checkpoint_dir, "volumes": volumes, "mig_profile": mig_profile,
                 "gpu_compute": gpu_compute, "gpu_resizable": gpu_resizable,
                 "image": image, "network": network,
             });

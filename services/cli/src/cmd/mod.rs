@@ -13,6 +13,7 @@ pub mod server;
 pub mod tenant;
 pub mod token;
 pub mod usage;
+pub mod volume;
 
 use std::path::Path;
 

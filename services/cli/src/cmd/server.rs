@@ -55,6 +55,8 @@ pub struct ServerArgs {
     #[command(flatten)]
     audit: AuditArgs,
     #[command(flatten)]
+    secrets: SecretsArgs,
+    #[command(flatten)]
     scheduler: SchedulerArgs,
 }
 
@@ -284,6 +286,42 @@ impl AuditArgs {
     }
 }
 
+/// The key sealing the secrets the database keeps (tenants' registry credentials).
+#[derive(Debug, clap::Args)]
+pub struct SecretsArgs {
+    /// The secrets keys: one `ID:BASE64` (32 bytes) per line, the first sealing, all
+    /// opening (rotate by putting a new key first); generated into <data-dir>/secrets.key
+    /// when absent. Keep it off the database host, and back it up: what it sealed does not
+    /// open without it.
+    #[arg(long, env = "ALLOT_SECRETS_KEY_FILE")]
+    secrets_key_file: Option<PathBuf>,
+    /// The keys themselves, in the key file's format (for secret stores that inject
+    /// environment variables); takes precedence over the file.
+    #[arg(long, env = "ALLOT_SECRETS_KEY", hide_env_values = true)]
+    secrets_key: Option<String>,
+}
+
+impl SecretsArgs {
+    /// Fills `config.secrets_key`, creating the key file on first start.
+    pub fn apply(&self, data_dir: &Path, config: &mut ServerConfig) -> anyhow::Result<()> {
+        let path = self
+            .secrets_key_file
+            .clone()
+            .unwrap_or_else(|| data_dir.join("secrets.key"));
+        config.secrets_key = match self.secrets_key.clone().or_else(|| read_secret(&path)) {
+            Some(k) => k,
+            None => {
+                let id = format!("k{}", chrono::Utc::now().format("%Y%m%d"));
+                let k = allot_store::SecretKeys::generate_line(&id)?;
+                write_secret(&path, &k)?;
+                eprintln!("Secrets key written to {}", path.display());
+                k
+            }
+        };
+        Ok(())
+    }
+}
+
 pub fn sqlite_url(data_dir: &std::path::Path) -> anyhow::Result<String> {
     std::fs::create_dir_all(data_dir)
         .with_context(|| format!("creating the data directory {}", data_dir.display()))?;
@@ -318,6 +356,7 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
     // After TLS: the default public URL's scheme depends on it.
     args.oidc.apply(&mut config)?;
     args.audit.apply(&args.data_dir, &mut config)?;
+    args.secrets.apply(&args.data_dir, &mut config)?;
     args.scheduler.apply(&mut config);
     let server = allot_server::start(config, Arc::new(SystemClock)).await?;
     if let Some(token) = &server.bootstrap_admin_token {

@@ -1,4 +1,4 @@
-use allot_api::views::{LimitsBody, QuotaBody, ResourcesBody, TenantView};
+use allot_api::views::{LimitsBody, QuotaBody, RegistryCredentialView, ResourcesBody, TenantView};
 use allot_domain::{Isolation, format_bytes, parse_bytes};
 use clap::{Args, Subcommand};
 use reqwest::Method;
@@ -51,6 +51,27 @@ pub enum TenantCmd {
         #[arg(long)]
         require_confinement: bool,
     },
+    /// Set a tenant's pull credentials for a private registry (its admins): nodes pull its
+    /// images from REGISTRY with them. The password is read from standard input (or
+    /// ALLOT_REGISTRY_PASSWORD), never from the command line; no command shows it again.
+    SetRegistryCredential {
+        name: String,
+        /// HOST[:PORT], as the tenant's image references name it.
+        registry: String,
+        #[arg(long)]
+        username: String,
+        /// Read the password from this variable instead of standard input.
+        #[arg(long, default_value = "ALLOT_REGISTRY_PASSWORD")]
+        password_env: String,
+    },
+    /// The registries a tenant has pull credentials for.
+    RegistryCredentials {
+        name: String,
+        #[arg(short, long, value_enum, default_value_t)]
+        output: Format,
+    },
+    /// Remove a tenant's pull credentials for a registry.
+    DeleteRegistryCredential { name: String, registry: String },
 }
 
 /// A quota: what is guaranteed (held for the tenant, lent while idle, reclaimed from
@@ -240,6 +261,57 @@ pub async fn run(client: &Client, cmd: TenantCmd) -> anyhow::Result<()> {
                 )
                 .await?;
             println!("{}", serde_json::to_string_pretty(&p)?);
+            Ok(())
+        }
+        TenantCmd::SetRegistryCredential {
+            name,
+            registry,
+            username,
+            password_env,
+        } => {
+            let password = match std::env::var(&password_env) {
+                Ok(p) => p,
+                Err(_) => {
+                    let mut line = String::new();
+                    std::io::stdin()
+                        .read_line(&mut line)
+                        .map_err(|e| anyhow::anyhow!("reading the password from stdin: {e}"))?;
+                    line.trim_end_matches(['\n', '\r']).to_owned()
+                }
+            };
+            if password.is_empty() {
+                anyhow::bail!("no password: give it on standard input or in ${password_env}");
+            }
+            let body = json!({ "username": username, "password": password });
+            let c: RegistryCredentialView = client
+                .call(
+                    Method::PUT,
+                    &format!("/api/v1/tenants/{name}/registry-credentials/{registry}"),
+                    Some(&body),
+                )
+                .await?;
+            println!("credentials of tenant {name} for {} set", c.registry);
+            Ok(())
+        }
+        TenantCmd::RegistryCredentials { name, output } => {
+            let list: Vec<RegistryCredentialView> = client
+                .get(&format!("/api/v1/tenants/{name}/registry-credentials"), &[])
+                .await?;
+            print(output, &list, |list| {
+                let rows: Vec<Vec<String>> = list
+                    .iter()
+                    .map(|c| vec![c.registry.clone(), when(Some(c.updated_at))])
+                    .collect();
+                table(&["REGISTRY", "SET"], &rows)
+            })
+        }
+        TenantCmd::DeleteRegistryCredential { name, registry } => {
+            client
+                .delete(&format!(
+                    "/api/v1/tenants/{name}/registry-credentials/{registry}"
+                ))
+                .await?;
+            println!("credentials of tenant {name} for {registry} removed");
             Ok(())
         }
     }

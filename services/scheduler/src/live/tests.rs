@@ -55,6 +55,7 @@ fn tenant(id: &str, guaranteed_gpus: u64) -> Tenant {
             ..Quota::default()
         },
         policy: Default::default(),
+        uid_slot: 0,
         created_at: now(),
     }
 }
@@ -81,6 +82,7 @@ fn job(id: &str, tenant: &str, gpus: u32, share: Option<u32>) -> StoredJob {
             env: BTreeMap::new(),
             workdir: None,
             checkpoint_dir: None,
+            volumes: Vec::new(),
             mig_profile: None,
             gpu_compute: None,
             gpu_resizable: false,

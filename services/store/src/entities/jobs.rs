@@ -64,6 +64,9 @@ pub struct Model {
     pub image: Option<String>,
     pub image_digest: Option<String>,
     pub network: String,
+    /// JSON array of `allot_domain::VolumeMount`.
+    #[sea_orm(column_type = "Text")]
+    pub volumes: String,
     pub traceparent: Option<String>,
     pub avoid_node_id: Option<String>,
     /// JSON array of GPU UUIDs.

@@ -25,6 +25,9 @@ pub struct Model {
     #[sea_orm(column_type = "Text")]
     pub image_registries: String,
     pub require_confinement: bool,
+    /// Its host uid range on every node (see `allot_domain::Tenant::uid_slot`).
+    #[sea_orm(unique)]
+    pub uid_slot: Option<i32>,
     pub created_at: DateTimeUtc,
 }
 

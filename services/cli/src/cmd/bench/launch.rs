@@ -53,6 +53,8 @@ fn spec(job: usize, image: Option<String>) -> LaunchSpec {
         pull_credentials: None,
         network: Network::Host,
         checkpoint_dir: None,
+        volumes: Vec::new(),
+        uid_slot: Some(0),
         inherit_fds: Vec::new(),
         preload: None,
     }

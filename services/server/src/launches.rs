@@ -1,0 +1,66 @@
+//! What a node is sent to launch a job: the job's record, and what the control plane holds
+//! for it elsewhere — its tenant's host uid range, pull credentials for its image's
+//! registry, and where its volumes are.
+
+use allot_domain::{ImageRef, Job};
+use allot_proto::v1::{Assignment, VolumeMount};
+use allot_store::{CredentialRepo, Store, TenantRepo, VolumeRepo};
+
+use crate::hub::{self, LaunchExtras};
+
+/// The launch of `job`. What cannot be looked up is left out and said in the log: the
+/// node then fails the attempt with the reason (no uid range, a refused pull, a missing
+/// volume), rather than a scheduling pass failing for every job.
+pub async fn launch(store: &Store, job: &Job) -> Assignment {
+    let uid_slot = match store.tenant_by_id(&job.tenant_id).await {
+        Ok(t) => Some(t.uid_slot),
+        Err(e) => {
+            tracing::warn!(job = %job.id, error = %e, "no tenant for the launch");
+            None
+        }
+    };
+    let credentials = match job.spec.image.as_deref().map(ImageRef::parse) {
+        Some(Ok(image)) => {
+            let registry = image.registry_host();
+            match store.pull_secret(&job.tenant_id, registry).await {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::warn!(job = %job.id, %registry, error = %e,
+                        "the tenant's registry credentials cannot be used; pulling without");
+                    None
+                }
+            }
+        }
+        _ => None,
+    };
+    let volumes = if job.spec.volumes.is_empty() {
+        Vec::new()
+    } else {
+        let declared = store.list_volumes().await.unwrap_or_else(|e| {
+            tracing::warn!(job = %job.id, error = %e, "cannot read the volumes");
+            Vec::new()
+        });
+        job.spec
+            .volumes
+            .iter()
+            .map(|m| {
+                let d = declared.iter().find(|d| d.name == m.volume);
+                VolumeMount {
+                    volume: m.volume.clone(),
+                    // Empty: no longer declared, which the node refuses.
+                    host_path: d.map(|d| d.host_path.clone()).unwrap_or_default(),
+                    path: m.path.clone(),
+                    read_only: m.read_only || d.is_some_and(|d| d.read_only),
+                }
+            })
+            .collect()
+    };
+    hub::launch(
+        job,
+        LaunchExtras {
+            uid_slot,
+            credentials,
+            volumes,
+        },
+    )
+}
