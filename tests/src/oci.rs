@@ -20,6 +20,7 @@ pub fn require_container_support() -> bool {
         ("runc", "runc"),
         ("tini-static", "tini"),
         ("docker-registry", "docker-registry"),
+        ("htpasswd", "apache2-utils"),
     ] {
         if allot_agent::runtime::oci::find_on_path(bin).is_none() {
             missing.push(format!("{bin} (Debian package {package})"));
@@ -52,6 +53,18 @@ impl Registry {
     pub fn start() -> Self {
         let storage = tempfile::tempdir().expect("temp dir");
         let inner = LocalRegistry::start(storage.path()).expect("docker-registry starts");
+        Registry {
+            addr: inner.addr.clone(),
+            inner,
+            _storage: storage,
+        }
+    }
+
+    /// A registry admitting only `user` with `password`.
+    pub fn start_private(user: &str, password: &str) -> Self {
+        let storage = tempfile::tempdir().expect("temp dir");
+        let inner = LocalRegistry::start_private(storage.path(), user, password)
+            .expect("docker-registry starts");
         Registry {
             addr: inner.addr.clone(),
             inner,

@@ -377,3 +377,207 @@ async fn the_tenant_policy_decides_which_registries_it_may_use() {
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
     c.shutdown().await;
 }
+
+/// Every file under `dir` whose bytes contain `needle`.
+fn files_containing(dir: &std::path::Path, needle: &[u8]) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    let mut stack = vec![dir.to_owned()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let path = e.path();
+            let Ok(meta) = std::fs::symlink_metadata(&path) else {
+                continue;
+            };
+            if meta.is_dir() {
+                stack.push(path);
+            } else if meta.is_file()
+                && std::fs::read(&path).is_ok_and(|b| b.windows(needle.len()).any(|w| w == needle))
+            {
+                found.push(path);
+            }
+        }
+    }
+    found
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn private_registries_take_the_tenants_credentials_which_nothing_shows() {
+    if !require_container_support() {
+        return;
+    }
+    // Values no test data contains by chance.
+    let user = format!("puller-{}", std::process::id());
+    let password = format!("pw-{:x}-secret", rand_u64());
+    let registry = Registry::start_private(&user, &password);
+    let digest = push_busybox(&registry, "private/busybox:v1").await;
+    let c = confined_cluster(&registry, 1, "1xH200", 4096).await;
+    c.create_tenant("team-a", None).await;
+    c.create_tenant("team-b", None).await;
+    let image = format!("{}/private/busybox:v1", registry.addr);
+    let mut responses = Vec::new();
+
+    // Without credentials the registry refuses the pull, and the job says so.
+    let id = c
+        .submit_with("team-a", json!({ "gpus": 0, "image": image }), &["true"])
+        .await;
+    let refused = c.wait_for_end(&id).await;
+    assert_eq!(refused["state"], "failed", "{refused:#}");
+    assert!(
+        refused["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("refused the credentials")),
+        "{refused:#}"
+    );
+
+    // Its admin sets them: the answer, and the list, show which registry, never them.
+    let path = format!(
+        "/api/v1/tenants/team-a/registry-credentials/{}",
+        registry.addr
+    );
+    let (status, body) = c
+        .put(&path, json!({ "username": user, "password": password }))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["registry"], registry.addr.as_str());
+    responses.push(body);
+    let (status, body) = c.get("/api/v1/tenants/team-a/registry-credentials").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(body.as_array().map(Vec::len), Some(1), "{body}");
+    responses.push(body);
+    // Bad input names its field.
+    let (status, body) = c
+        .put(&path, json!({ "username": "a:b", "password": password }))
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(body.to_string().contains("username"), "{body}");
+    let (status, body) = c
+        .put(
+            "/api/v1/tenants/team-a/registry-credentials/not a host",
+            json!({ "username": user, "password": password }),
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(body.to_string().contains("registry"), "{body}");
+
+    // Now its job pulls and runs.
+    let id = c
+        .submit_with(
+            "team-a",
+            json!({ "gpus": 0, "image": image }),
+            &["echo", "pulled privately"],
+        )
+        .await;
+    let ran = c.wait_for_end(&id).await;
+    assert_eq!(ran["state"], "succeeded", "{ran:#}");
+    assert_eq!(ran["image_digest"], digest.as_str());
+    assert_eq!(c.log_of(&id).await, "pulled privately\n");
+
+    // Another tenant on the same node, without credentials, does not get the image from
+    // the node's cache: by tag or by digest, the registry is asked and refuses.
+    for reference in [
+        image.clone(),
+        format!("{}/private/busybox@{digest}", registry.addr),
+    ] {
+        let id = c
+            .submit_with(
+                "team-b",
+                json!({ "gpus": 0, "image": reference }),
+                &["true"],
+            )
+            .await;
+        let other = c.wait_for_end(&id).await;
+        assert_eq!(other["state"], "failed", "{reference}: {other:#}");
+        assert!(
+            other["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("refused the credentials")),
+            "{other:#}"
+        );
+    }
+
+    // Nowhere do they show: not in any API answer, audit entry or export, job record or
+    // log, nor in any file of the control plane or the node (its database included: they
+    // are sealed there).
+    for path in [
+        "/api/v1/jobs?limit=100".to_owned(),
+        format!("/api/v1/jobs/{id}"),
+        format!("/api/v1/jobs/{id}/log"),
+        "/api/v1/tenants/team-a".to_owned(),
+        "/api/v1/tenants/team-a/policy".to_owned(),
+        "/api/v1/audit/logs".to_owned(),
+        "/api/v1/audit/entries?limit=1000".to_owned(),
+    ] {
+        let (status, body) = c.get(&path).await;
+        assert!(status.is_success(), "{path}: {status} {body}");
+        responses.push(body);
+    }
+    let (_, logs) = c.get("/api/v1/audit/logs").await;
+    let mut saw_set = false;
+    for log in logs.as_array().expect("logs") {
+        let name = log["log"]
+            .as_str()
+            .or(log["name"].as_str())
+            .expect("log name");
+        for what in ["entries?limit=1000", "export"] {
+            let res = c
+                .http
+                .get(c.url(&format!("/api/v1/audit/logs/{name}/{what}")))
+                .bearer_auth(&c.admin_token)
+                .send()
+                .await
+                .expect("audit read");
+            assert!(res.status().is_success(), "{name}/{what}: {}", res.status());
+            let text = res.text().await.expect("body");
+            saw_set |= text.contains("tenant.registry_credential.set");
+            responses.push(Value::String(text));
+        }
+    }
+    assert!(saw_set, "the change of credentials is audited");
+    for (i, r) in responses.iter().enumerate() {
+        let text = r.to_string();
+        for secret in [&user, &password] {
+            assert!(
+                !text.contains(secret.as_str()),
+                "answer {i} shows `{secret}`: {text}"
+            );
+        }
+    }
+    let db_dir = c
+        .db_url
+        .trim_start_matches("sqlite://")
+        .split('?')
+        .next()
+        .and_then(|f| {
+            std::path::Path::new(f)
+                .parent()
+                .map(std::path::Path::to_owned)
+        })
+        .expect("the database's directory");
+    for dir in [c.data_dir.path(), db_dir.as_path(), c.checkpoints.path()] {
+        for secret in [&user, &password] {
+            let found = files_containing(dir, secret.as_bytes());
+            assert!(found.is_empty(), "`{secret}` is written in {found:?}");
+        }
+    }
+    // Removing them is audited too, and the next pull is refused again.
+    let (status, _) = c.delete(&path).await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let (status, _) = c.delete(&path).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    c.shutdown().await;
+}
+
+fn rand_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or_default(),
+    );
+    h.finish()
+}

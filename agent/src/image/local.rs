@@ -39,11 +39,23 @@ pub struct LocalRegistry {
     pub addr: String,
     storage: PathBuf,
     log: PathBuf,
+    /// What pushes authenticate with.
+    auth: RegistryAuth,
 }
 
 impl LocalRegistry {
     /// Starts `docker-registry` on a free loopback port, storing blobs under `storage`.
     pub fn start(storage: &Path) -> Result<Self, LocalError> {
+        Self::start_with(storage, None)
+    }
+
+    /// [`Self::start`], admitting only `user` with `password` (HTTP basic authentication
+    /// against an htpasswd file made by Apache's `htpasswd`).
+    pub fn start_private(storage: &Path, user: &str, password: &str) -> Result<Self, LocalError> {
+        Self::start_with(storage, Some((user, password)))
+    }
+
+    fn start_with(storage: &Path, login: Option<(&str, &str)>) -> Result<Self, LocalError> {
         let port = {
             let l = std::net::TcpListener::bind("127.0.0.1:0")?;
             l.local_addr()?.port()
@@ -51,13 +63,34 @@ impl LocalRegistry {
         let addr = format!("127.0.0.1:{port}");
         std::fs::create_dir_all(storage)?;
         let config = storage.join("config.yml");
-        std::fs::write(
-            &config,
-            format!(
-                "version: 0.1\nlog:\n  level: info\n  formatter: text\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: {addr}\n",
-                storage.join("data").display()
-            ),
-        )?;
+        let mut yaml = format!(
+            "version: 0.1\nlog:\n  level: info\n  formatter: text\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: {addr}\n",
+            storage.join("data").display()
+        );
+        let mut auth = RegistryAuth::Anonymous;
+        if let Some((user, password)) = login {
+            let htpasswd = storage.join("htpasswd");
+            // `-i` reads the password from standard input, off the command line.
+            let mut child = Command::new("htpasswd")
+                .args(["-iBc"])
+                .arg(&htpasswd)
+                .arg(user)
+                .stdin(Stdio::piped())
+                .stdout(Stdio::null())
+                .spawn()?;
+            if let Some(mut stdin) = child.stdin.take() {
+                stdin.write_all(password.as_bytes())?;
+            }
+            if !child.wait()?.success() {
+                return Err(LocalError::Registry("htpasswd failed".into()));
+            }
+            yaml.push_str(&format!(
+                "auth:\n  htpasswd:\n    realm: allot-test\n    path: {}\n",
+                htpasswd.display()
+            ));
+            auth = RegistryAuth::Basic(user.to_owned(), password.to_owned());
+        }
+        std::fs::write(&config, yaml)?;
         let log = storage.join("registry.log");
         let out = std::fs::File::create(&log)?;
         let child = Command::new("docker-registry")
@@ -72,6 +105,7 @@ impl LocalRegistry {
             addr: addr.clone(),
             storage: storage.to_owned(),
             log: log.clone(),
+            auth,
         };
         let deadline = std::time::Instant::now() + Duration::from_secs(20);
         while std::net::TcpStream::connect(&addr).is_err() {
@@ -154,13 +188,13 @@ impl LocalRegistry {
                 &reference,
                 &pushed,
                 Config::oci_v1(bytes, None),
-                &RegistryAuth::Anonymous,
+                &self.auth,
                 None,
             )
             .await
             .map_err(|e| LocalError::Registry(e.to_string()))?;
         client
-            .fetch_manifest_digest(&reference, &RegistryAuth::Anonymous)
+            .fetch_manifest_digest(&reference, &self.auth)
             .await
             .map_err(|e| LocalError::Registry(e.to_string()))
     }

@@ -64,6 +64,27 @@ pub fn prepare(
                     v.volume, v.host_path
                 ));
             }
+            if owner.is_some() {
+                // The container's user must pass through every directory to its own.
+                let mut p = Some(root);
+                while let Some(d) = p {
+                    let searchable = std::fs::metadata(d)
+                        .map(|m| {
+                            std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o001 != 0
+                        })
+                        .unwrap_or(false);
+                    if !searchable {
+                        return Err(format!(
+                            "volume `{}`: jobs cannot reach {}: {} is not searchable by other \
+                             users (chmod o+x)",
+                            v.volume,
+                            v.host_path,
+                            d.display()
+                        ));
+                    }
+                    p = d.parent();
+                }
+            }
             let dir = PathBuf::from(allot_domain::volume::tenant_dir(&v.host_path, tenant));
             match std::fs::symlink_metadata(&dir) {
                 Ok(m) if m.file_type().is_dir() => {
