@@ -225,3 +225,129 @@ async fn a_resizable_job_is_resized_while_it_runs_when_the_gpu_has_room() {
     stop.cancel();
     c.shutdown().await;
 }
+
+/// The libraries `ldd` says these programs load, by their absolute paths.
+fn libraries_of(programs: &[&std::path::Path]) -> Vec<String> {
+    let mut libs = Vec::new();
+    for p in programs {
+        let out = std::process::Command::new("ldd")
+            .arg(p)
+            .output()
+            .expect("ldd runs");
+        for line in String::from_utf8_lossy(&out.stdout).lines() {
+            let path = match line.split_once("=>") {
+                Some((_, rest)) => rest.split_whitespace().next(),
+                None => line.split_whitespace().next(),
+            };
+            if let Some(path) = path.filter(|p| p.starts_with('/'))
+                && !libs.iter().any(|l| l == path)
+            {
+                libs.push(path.to_owned());
+            }
+        }
+    }
+    libs
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_shim_holds_a_containers_job_to_its_share() {
+    use allot_system_tests::oci;
+    if !oci::require_container_support() {
+        return;
+    }
+    let kit = kit();
+    // An image with the probe, the fake driver where a node's CDI spec would put the real
+    // one, and the C library they all load (taken from this machine).
+    let driver = std::fs::read(kit.driver_dir.join("libcuda.so.1")).expect("fake driver");
+    let probe = std::fs::read(&kit.probe).expect("probe");
+    let libs = libraries_of(&[&kit.probe, &kit.shim, &kit.driver_dir.join("libcuda.so.1")]);
+    let files = oci::layer(|b| {
+        let mut dirs = std::collections::BTreeSet::new();
+        for path in libs
+            .iter()
+            .map(String::as_str)
+            .chain(["/usr/lib/allot-test/x", "/usr/local/bin/x"])
+        {
+            let mut p = std::path::Path::new(path).parent();
+            while let Some(d) = p.filter(|d| *d != std::path::Path::new("/")) {
+                dirs.insert(d.display().to_string());
+                p = d.parent();
+            }
+        }
+        for d in &dirs {
+            oci::add_dir(b, d.trim_start_matches('/'));
+        }
+        for lib in &libs {
+            let bytes = std::fs::read(lib).expect("library");
+            oci::add_file(b, lib.trim_start_matches('/'), &bytes, 0o755);
+        }
+        for name in ["libcuda.so.1", "libcuda.so", "libnvidia-ml.so.1"] {
+            oci::add_file(b, &format!("usr/lib/allot-test/{name}"), &driver, 0o755);
+        }
+        oci::add_file(b, "usr/local/bin/probe", &probe, 0o755);
+    });
+    let registry = oci::Registry::start();
+    registry
+        .push(
+            "ml/probe:1",
+            &[oci::busybox_layer(), files],
+            json!({ "Env": ["PATH=/bin:/usr/local/bin"] }),
+        )
+        .await;
+    let addr = registry.addr.clone();
+    let shim = kit.shim.clone();
+    let c = allot_system_tests::spawn_cluster_of(
+        Backend::Sqlite,
+        1,
+        "1xH200",
+        |_| {},
+        move |cfg| {
+            let mut o = allot_agent::runtime::oci::OciConfig::discover(None).expect("runc");
+            o.registries.insecure = vec![addr.clone()];
+            cfg.runtime = allot_agent::RuntimeChoice::Oci(o);
+            cfg.sharing = SharingConfig {
+                shim_library: Some(shim.clone()),
+                context_reserve_bytes: 512 << 20,
+                require_shim: true,
+            };
+        },
+    )
+    .await;
+    c.create_tenant("ml", None).await;
+    let script = format!(
+        "ALLOT_FAKE_CUDA_UUIDS=$ALLOT_GPU_UUIDS exec probe procaddr ctx:0 meminfo alloc:mem:{} \
+         alloc:mem:{}",
+        11 * GIB,
+        8 * GIB
+    );
+    let id = c
+        .submit_with(
+            "ml",
+            json!({
+                "gpus": 1, "gpu_milli": 300, "gpu_memory_bytes": 10 * GIB,
+                "image": format!("{}/ml/probe:1", registry.addr),
+                "env": { "LD_LIBRARY_PATH": "/usr/lib/allot-test" },
+            }),
+            &["sh", "-c", &script],
+        )
+        .await;
+    let job = c.wait_for_end(&id).await;
+    let log = c.log_of(&id).await;
+    assert_eq!(job["state"], "succeeded", "{job:#}\n{log}");
+    // The shim, preloaded from the node's read-only mount, reads the limits the agent
+    // sealed and passed in (descriptors 3 and 4): the job sees its 10 GiB, less its
+    // context, and is refused past it.
+    let lines: Vec<&str> = log.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            "init 0",
+            "ctx 0 0",
+            &format!("meminfo {} {} 0", 10 * GIB - (512 << 20), 10 * GIB),
+            &format!("alloc mem {} err 2", 11 * GIB),
+            &format!("alloc mem {} ok 0", 8 * GIB),
+        ],
+        "{log}"
+    );
+    c.shutdown().await;
+}
