@@ -45,8 +45,16 @@ impl Agent {
                     ecc_corrected: s.ecc_corrected,
                     ecc_uncorrected: s.ecc_uncorrected,
                 });
+            let memory_enforcement = if mig.is_some() {
+                allot_domain::MemoryEnforcement::Mig
+            } else if self.cfg.sharing.shim_library.is_some() {
+                allot_domain::MemoryEnforcement::Shim
+            } else {
+                allot_domain::MemoryEnforcement::Check
+            };
             out.push(Gpu {
                 sample,
+                memory_enforcement: memory_enforcement.as_str().to_owned(),
                 healthy: g.healthy && !drained.contains(&g.uuid),
                 degraded: g.degraded || degraded.contains(&g.uuid),
                 mig_enabled: mig.is_some(),

@@ -2,7 +2,8 @@
 //! the volumes a job mounts (`jobs.volumes`, JSON), tenants' registry pull credentials,
 //! sealed (`registry_credentials.sealed`), and each tenant's host uid range on every node
 //! (`tenants.uid_slot`), the same everywhere so files it writes to shared storage on one
-//! node are its own on the next.
+//! node are its own on the next. And how a node holds jobs on each GPU to their GPU
+//! memory (`gpus.memory_enforcement`).
 
 use sea_orm_migration::prelude::*;
 
@@ -16,6 +17,12 @@ enum Tenants {
     Table,
     Id,
     UidSlot,
+}
+
+#[derive(DeriveIden)]
+enum Gpus {
+    Table,
+    MemoryEnforcement,
 }
 
 #[derive(DeriveIden)]
@@ -82,6 +89,18 @@ impl MigrationTrait for Migration {
                 .to_owned(),
         )
         .await?;
+        m.alter_table(
+            Table::alter()
+                .table(Gpus::Table)
+                .add_column(
+                    ColumnDef::new(Gpus::MemoryEnforcement)
+                        .string()
+                        .not_null()
+                        .default("check"),
+                )
+                .to_owned(),
+        )
+        .await?;
         m.create_table(
             Table::create()
                 .table(Volumes::Table)
@@ -138,6 +157,13 @@ impl MigrationTrait for Migration {
             .await?;
         m.drop_table(Table::drop().table(Volumes::Table).to_owned())
             .await?;
+        m.alter_table(
+            Table::alter()
+                .table(Gpus::Table)
+                .drop_column(Gpus::MemoryEnforcement)
+                .to_owned(),
+        )
+        .await?;
         m.alter_table(
             Table::alter()
                 .table(Jobs::Table)

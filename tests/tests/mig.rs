@@ -80,6 +80,7 @@ async fn mig_jobs_get_their_own_instance_within_their_limits() {
         .iter()
         .find(|g| g.get("mig_instances").is_some())
         .expect("a GPU in MIG mode");
+    assert_eq!(mig_gpu["memory_enforcement"], "mig", "{mig_gpu}");
     let profiles: Vec<&str> = mig_gpu["mig_instances"]
         .as_array()
         .expect("instances")

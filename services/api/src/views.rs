@@ -604,6 +604,12 @@ pub struct GpuView {
     /// In one word: `healthy`, `degraded`, `draining` (an operator drained it) or
     /// `unhealthy`; only a healthy GPU takes new work.
     pub health: String,
+    /// How its node holds each job on it to its GPU memory: `check` (the agent checks the
+    /// driver's per-process count and kills a job over its share), `shim` (the GPU-sharing
+    /// shim refuses its allocations past it, with that check behind it) or `mig` (in
+    /// hardware).
+    #[serde(default)]
+    pub memory_enforcement: String,
     /// Its MIG instances when the GPU is in MIG mode (absent when it is not).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mig_instances: Option<Vec<MigInstanceView>>,
@@ -647,6 +653,7 @@ impl From<GpuDevice> for GpuView {
             healthy: g.healthy,
             degraded: g.degraded,
             drained: false,
+            memory_enforcement: g.memory_enforcement.as_str().to_owned(),
         }
     }
 }

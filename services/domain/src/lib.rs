@@ -34,7 +34,7 @@ pub use job::{
     AVOID_FOR_SECS, Avoid, GPU_MILLI, Job, JobEvent, JobNetwork, JobSpec, JobState, PendingReason,
     Share, TransitionError,
 };
-pub use node::{GpuDevice, MigSlot, Node, NodeStatus};
+pub use node::{GpuDevice, MemoryEnforcement, MigSlot, Node, NodeStatus};
 pub use quantity::{format_bytes, format_milli, parse_bytes};
 pub use tenant::{Quota, ResourceLimits, Resources, Tenant, TenantName};
 pub use token::{ApiToken, Role, RoleBinding};

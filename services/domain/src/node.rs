@@ -52,6 +52,45 @@ pub struct GpuDevice {
     /// Its MIG instances when the GPU is in MIG mode (which only an administrator changes);
     /// `None` when it is not. A GPU in MIG mode serves MIG jobs only, one per instance.
     pub mig: Option<Vec<MigSlot>>,
+    /// How its node holds each job on it to its GPU memory, as the node reports.
+    pub memory_enforcement: MemoryEnforcement,
+}
+
+/// How a node holds the jobs on a GPU to their GPU memory.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MemoryEnforcement {
+    /// The agent's check of the driver's per-process count alone: a job found holding more
+    /// than its share is killed, but nothing stops its allocations first.
+    #[default]
+    Check,
+    /// The GPU-sharing shim in each job, with the agent's check of the driver's own count
+    /// as the backstop.
+    Shim,
+    /// MIG: each instance's memory is its own, in hardware.
+    Mig,
+}
+
+impl MemoryEnforcement {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MemoryEnforcement::Check => "check",
+            MemoryEnforcement::Shim => "shim",
+            MemoryEnforcement::Mig => "mig",
+        }
+    }
+}
+
+impl std::str::FromStr for MemoryEnforcement {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "check" | "" => Ok(MemoryEnforcement::Check),
+            "shim" => Ok(MemoryEnforcement::Shim),
+            "mig" => Ok(MemoryEnforcement::Mig),
+            other => Err(format!("`{other}` is not check, shim or mig")),
+        }
+    }
 }
 
 /// A MIG instance on a GPU, as its agent reports it.
@@ -144,6 +183,7 @@ mod tests {
             healthy,
             degraded,
             mig: None,
+            memory_enforcement: MemoryEnforcement::Shim,
         };
         assert_eq!(gpu(true, false).health(false), "healthy");
         assert_eq!(gpu(true, true).health(false), "degraded");

@@ -567,6 +567,8 @@ struct GpuRow {
     uuid: String,
     model: String,
     memory: String,
+    /// How the node holds jobs on it to their GPU memory (`shim`, `mig` or `check`).
+    memory_enforcement: &'static str,
     health: String,
     jobs: usize,
     slices: Vec<SliceCell>,
@@ -667,6 +669,7 @@ async fn cluster_page(
                         uuid: g.uuid.clone(),
                         model: g.model.clone(),
                         memory: format_bytes(g.memory_bytes),
+                        memory_enforcement: g.memory_enforcement.as_str(),
                         health: g.health(n.drained_gpus.contains(&g.uuid)).to_owned(),
                         jobs: holding.iter().filter(on_gpu).count(),
                         layout_label: format!(

@@ -122,6 +122,9 @@ fn gpus_from_proto(gpus: Vec<Gpu>) -> Result<Vec<GpuDevice>, Status> {
                 healthy: g.healthy,
                 degraded: g.degraded,
                 mig,
+                memory_enforcement: g.memory_enforcement.parse().map_err(|e: String| {
+                    Status::invalid_argument(format!("gpus[{i}].memory_enforcement: {e}"))
+                })?,
             })
         })
         .collect()

@@ -92,6 +92,7 @@ fn gpu_to_domain(m: gpus::Model) -> Result<GpuDevice, StoreError> {
         model: m.model,
         healthy: m.healthy,
         degraded: m.degraded,
+        memory_enforcement: crate::convert::parse("memory_enforcement", &m.memory_enforcement)?,
         mig: m
             .mig_layout
             .as_deref()
@@ -147,6 +148,7 @@ async fn replace_gpus<C: ConnectionTrait>(
                 memory_bytes: Set(to_i64("gpu memory", g.memory_bytes)?),
                 healthy: Set(g.healthy),
                 degraded: Set(g.degraded),
+                memory_enforcement: Set(g.memory_enforcement.as_str().to_owned()),
                 mig_layout: Set(g
                     .mig
                     .as_ref()

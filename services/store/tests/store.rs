@@ -597,6 +597,7 @@ both_backends!(nodes_register_and_heartbeat, |store, clock| {
         memory_bytes: 141 << 30,
         healthy: true,
         degraded: false,
+        memory_enforcement: Default::default(),
         mig: (i == 1).then(|| {
             vec![allot_domain::MigSlot {
                 profile: 19,

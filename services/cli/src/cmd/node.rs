@@ -133,10 +133,21 @@ pub async fn run(client: &Client, cmd: NodeCmd) -> anyhow::Result<()> {
                             g.model.clone(),
                             format_bytes(g.memory_bytes),
                             health(g).to_owned(),
+                            g.memory_enforcement.clone(),
                         ]
                     })
                     .collect();
-                let gpus = table(&["INDEX", "UUID", "MODEL", "MEMORY", "HEALTH"], &rows);
+                let gpus = table(
+                    &[
+                        "INDEX",
+                        "UUID",
+                        "MODEL",
+                        "MEMORY",
+                        "HEALTH",
+                        "MEMORY LIMITS",
+                    ],
+                    &rows,
+                );
                 let mig: Vec<Vec<String>> = n
                     .gpus
                     .iter()

@@ -36,6 +36,7 @@ fn node(id: &str, models: &[&str]) -> Node {
                 memory_bytes: 141 << 30,
                 healthy: true,
                 degraded: false,
+                memory_enforcement: Default::default(),
                 mig: None,
             })
             .collect(),

@@ -14,6 +14,8 @@ pub struct Model {
     /// JSON array of `MigSlot`; NULL when the GPU is not in MIG mode.
     #[sea_orm(column_type = "Text", nullable)]
     pub mig_layout: Option<String>,
+    /// `check`, `shim` or `mig` (`allot_domain::MemoryEnforcement`).
+    pub memory_enforcement: String,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
