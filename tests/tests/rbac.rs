@@ -88,6 +88,22 @@ const EXPECTED: &[(&str, &str)] = &[
     ("PUT /api/v1/tenants/{name}/quota", "OCX - - - -"),
     ("GET /api/v1/tenants/{name}/policy", "OCX - OC OC OC"),
     ("PUT /api/v1/tenants/{name}/policy", "OCX - - - -"),
+    (
+        "GET /api/v1/tenants/{name}/registry-credentials",
+        "OCX - OC - -",
+    ),
+    (
+        "PUT /api/v1/tenants/{name}/registry-credentials/{registry}",
+        "OCX - OC - -",
+    ),
+    (
+        "DELETE /api/v1/tenants/{name}/registry-credentials/{registry}",
+        "OCX - OC - -",
+    ),
+    // Everyone signed in lists the volumes their tenants may mount (none, for auditors).
+    ("GET /api/v1/volumes", "OCX OCX OCX OCX OCX"),
+    ("PUT /api/v1/volumes/{name}", "OCX - - - -"),
+    ("DELETE /api/v1/volumes/{name}", "OCX - - - -"),
     ("GET /api/v1/jobs", "OCX - OC OC OC"),
     ("POST /api/v1/jobs", "OCX - OC OC -"),
     ("GET /api/v1/jobs/{id}", "OCX - OC OC OC"),
@@ -307,7 +323,8 @@ impl Fixture {
         let mut p = path
             .replace("{name}", tenant)
             .replace("{log}", &log)
-            .replace("{uuid}", &self.gpu_uuid);
+            .replace("{uuid}", &self.gpu_uuid)
+            .replace("{registry}", "registry.example.com");
         if p.contains("{id}") {
             let id = if p.starts_with("/api/v1/jobs/") {
                 self.job(rel).await
@@ -339,6 +356,25 @@ impl Fixture {
                 .await;
             assert!(s.is_success() || s == StatusCode::CONFLICT, "{s}: {body}");
         }
+        // Something to delete, put there by the platform admin.
+        let precondition = match route {
+            "DELETE /api/v1/tenants/{name}/registry-credentials/{registry}" => Some((
+                p.clone(),
+                json!({ "username": "matrix", "password": "matrix-secret" }),
+            )),
+            "DELETE /api/v1/volumes/{name}" => Some((
+                p.clone(),
+                json!({ "host_path": "/mnt/matrix", "tenants": [] }),
+            )),
+            _ => None,
+        };
+        if let Some((path, body)) = precondition {
+            let (s, answer) = self
+                .c
+                .request(Method::PUT, &path, Some(&self.c.admin_token), Some(body))
+                .await;
+            assert!(s.is_success(), "{s}: {answer}");
+        }
         self.made += 1;
         let n = self.made;
         let (query, body) = match route {
@@ -359,6 +395,14 @@ impl Fixture {
             "POST /api/v1/jobs/{id}/resize" => (String::new(), Some(json!({ "gpu_milli": 500 }))),
             "PUT /api/v1/tenants/{name}/quota" => (String::new(), Some(json!({}))),
             "PUT /api/v1/tenants/{name}/policy" => (String::new(), Some(json!({}))),
+            "PUT /api/v1/tenants/{name}/registry-credentials/{registry}" => (
+                String::new(),
+                Some(json!({ "username": "matrix", "password": "matrix-secret" })),
+            ),
+            "PUT /api/v1/volumes/{name}" => (
+                String::new(),
+                Some(json!({ "host_path": "/mnt/matrix", "tenants": [tenant] })),
+            ),
             "POST /api/v1/jobs" => (
                 String::new(),
                 Some(json!({ "tenant": tenant, "gpus": 64, "command": ["true"] })),
