@@ -97,11 +97,6 @@ async fn a_shared_job_runs_under_the_shim_and_its_limits() {
 async fn a_job_over_its_limit_by_the_drivers_count_is_killed() {
     // No shim at all: the agent's NVML check is what stands.
     let (c, dir, stop) = cluster(SharingConfig::default()).await;
-    let (_, nodes) = c.get("/api/v1/nodes").await;
-    assert_eq!(
-        nodes[0]["gpus"][0]["memory_enforcement"], "check",
-        "the node says how it holds jobs to their GPU memory: {nodes}"
-    );
     let id = c
         .submit_with(
             "ml",
@@ -110,6 +105,11 @@ async fn a_job_over_its_limit_by_the_drivers_count_is_killed() {
         )
         .await;
     let job = c.wait_for_state(&id, "running").await;
+    let (_, nodes) = c.get("/api/v1/nodes").await;
+    assert_eq!(
+        nodes[0]["gpus"][0]["memory_enforcement"], "check",
+        "the node says how it holds jobs to their GPU memory: {nodes}"
+    );
     let pid = job["pid"].as_u64().expect("pid");
     // Within its limit (and the tolerance), it runs on.
     let file = dir
