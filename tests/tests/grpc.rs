@@ -59,6 +59,7 @@ fn client(c: &TestCluster, identity: Option<(&str, &str)>) -> NodeServiceClient<
 /// A node registered by hand: its id, key, certificate and a client presenting them.
 struct RawNode {
     id: String,
+    name: String,
     key_pem: String,
     cert_pem: String,
     client: NodeServiceClient<Channel>,
@@ -67,7 +68,7 @@ struct RawNode {
 impl RawNode {
     fn heartbeat(&self) -> HeartbeatRequest {
         HeartbeatRequest {
-            gpus: register_req("", "x", "").gpus,
+            gpus: register_req("", &self.name, "").gpus,
             running_job_ids: vec![],
             job_samples: vec![],
         }
@@ -84,6 +85,7 @@ async fn enroll(c: &TestCluster, token: &str, name: &str) -> Result<RawNode, ton
     Ok(RawNode {
         client: client(c, Some((&res.certificate_pem, &request.key_pem))),
         id: res.node_id,
+        name: name.to_owned(),
         key_pem: request.key_pem,
         cert_pem: res.certificate_pem,
     })
@@ -455,5 +457,109 @@ async fn an_agent_renews_its_certificate_and_stops_its_jobs_once_revoked() {
     );
     let job = c.wait_for_state(&id, "pending").await;
     assert_eq!(job["attempt"], 2, "{job}");
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_reports_only_its_own_gpus_and_within_bounds() {
+    let c = spawn_cluster(Backend::Sqlite, 0, "").await;
+    let a = enroll(&c, &bootstrap_token(&c.server).await, "node-a")
+        .await
+        .expect("a");
+    let b = enroll(&c, &bootstrap_token(&c.server).await, "node-b")
+        .await
+        .expect("b");
+    let sample = |utilization: f32| allot_proto::v1::GpuSample {
+        utilization,
+        memory_used_bytes: 1 << 30,
+        ..Default::default()
+    };
+
+    // Node b claims node a's GPU, with a sample for it: refused, and nothing of a changes.
+    let mut forged = b.heartbeat();
+    forged.gpus[0].uuid = "GPU-node-a-0".into();
+    forged.gpus[0].sample = Some(sample(0.99));
+    let err = b
+        .client
+        .clone()
+        .heartbeat(forged)
+        .await
+        .expect_err("another node's GPU");
+    assert_eq!(err.code(), Code::FailedPrecondition, "{err}");
+    assert!(err.message().contains("another node's"), "{err}");
+    // Its own GPU, plus a sample for one it does not have: only its own is recorded.
+    let mut mixed = b.heartbeat();
+    mixed.gpus[0].sample = Some(sample(0.25));
+    b.client.clone().heartbeat(mixed).await.expect("own GPU");
+    let (_, nodes) = c.get("/api/v1/nodes").await;
+    let gpus_of = |id: &str| {
+        nodes
+            .as_array()
+            .expect("nodes")
+            .iter()
+            .find(|n| n["id"] == id)
+            .map(|n| n["gpus"].clone())
+            .expect("node")
+    };
+    assert_eq!(gpus_of(&a.id)[0]["uuid"], "GPU-node-a-0");
+    assert_eq!(gpus_of(&b.id)[0]["uuid"], "GPU-node-b-0");
+    let (status, a_samples) = c
+        .get(&format!("/api/v1/nodes/{}/gpus/GPU-node-a-0/samples", a.id))
+        .await;
+    assert!(status.is_success(), "{a_samples}");
+    assert!(
+        !a_samples.to_string().contains("0.99"),
+        "node b wrote node a's metrics: {a_samples}"
+    );
+
+    // Bounds, each refused as INVALID_ARGUMENT naming the field, never INTERNAL.
+    let cases: Vec<(&str, Box<dyn Fn(&mut HeartbeatRequest)>)> = vec![
+        (
+            "gpus",
+            Box::new(|h: &mut HeartbeatRequest| {
+                let one = h.gpus[0].clone();
+                h.gpus = (0..64)
+                    .map(|i| Gpu {
+                        uuid: format!("GPU-many-{i}"),
+                        index: i,
+                        ..one.clone()
+                    })
+                    .collect();
+            }),
+        ),
+        (
+            "gpus[0].model",
+            Box::new(|h: &mut HeartbeatRequest| h.gpus[0].model = "x".repeat(20_000)),
+        ),
+        (
+            "gpus[0].memory_bytes",
+            Box::new(|h: &mut HeartbeatRequest| h.gpus[0].memory_bytes = 1 << 63),
+        ),
+        (
+            "gpus[1].uuid",
+            Box::new(|h: &mut HeartbeatRequest| {
+                let mut again = h.gpus[0].clone();
+                again.index = 1;
+                h.gpus.push(again);
+            }),
+        ),
+    ];
+    for (field, change) in cases {
+        let mut h = b.heartbeat();
+        change(&mut h);
+        let err = b.client.clone().heartbeat(h).await.expect_err(field);
+        assert_eq!(err.code(), Code::InvalidArgument, "{field}: {err}");
+        assert!(err.message().starts_with(field), "{field}: {err}");
+    }
+    let request = node_request("node-c").expect("CSR");
+    let mut huge = register_req(
+        &bootstrap_token(&c.server).await,
+        "node-c",
+        &request.csr_pem,
+    );
+    huge.memory_bytes = 1 << 63;
+    let err = client(&c, None).register(huge).await.expect_err("memory");
+    assert_eq!(err.code(), Code::InvalidArgument, "{err}");
+    assert!(err.message().starts_with("memory_bytes"), "{err}");
     c.shutdown().await;
 }

@@ -56,6 +56,72 @@ pub struct GpuDevice {
     pub memory_enforcement: MemoryEnforcement,
 }
 
+/// Most GPUs one node reports (the largest boards carry 16).
+pub const MAX_NODE_GPUS: usize = 32;
+/// Most GPU memory one GPU reports: 16 TiB.
+pub const MAX_GPU_MEMORY: u64 = 16 << 40;
+
+/// Whether `id` is a GPU or MIG instance id as drivers write them: 1 to 128 printable
+/// ASCII characters, no spaces.
+fn is_device_id(id: &str) -> bool {
+    (1..=128).contains(&id.len()) && id.bytes().all(|b| b.is_ascii_graphic())
+}
+
+/// Checks a node's reported inventory, naming the field at fault: at most
+/// [`MAX_NODE_GPUS`] GPUs, ids and indexes unique, models short and printable, memory
+/// positive and at most [`MAX_GPU_MEMORY`], at most seven MIG instances each. What a node
+/// says is input like any other.
+pub fn check_inventory(gpus: &[GpuDevice]) -> Result<(), crate::ValidationError> {
+    let mut v = crate::error::Violations::default();
+    v.check(
+        gpus.len() <= MAX_NODE_GPUS,
+        "gpus",
+        format!("must list at most {MAX_NODE_GPUS} GPUs"),
+    );
+    for (i, g) in gpus.iter().enumerate().take(MAX_NODE_GPUS) {
+        v.check(
+            is_device_id(&g.uuid),
+            format!("gpus[{i}].uuid"),
+            "must be 1 to 128 printable characters without spaces",
+        );
+        v.check(
+            !gpus[..i].iter().any(|o| o.uuid == g.uuid),
+            format!("gpus[{i}].uuid"),
+            "is listed twice",
+        );
+        v.check(
+            g.index < 64 && !gpus[..i].iter().any(|o| o.index == g.index),
+            format!("gpus[{i}].index"),
+            "must be below 64 and unique",
+        );
+        v.check(
+            (1..=64).contains(&g.model.chars().count()) && !g.model.chars().any(char::is_control),
+            format!("gpus[{i}].model"),
+            "must be 1 to 64 characters, none a control character",
+        );
+        v.check(
+            (1..=MAX_GPU_MEMORY).contains(&g.memory_bytes),
+            format!("gpus[{i}].memory_bytes"),
+            "must be positive and at most 16 TiB",
+        );
+        if let Some(slots) = &g.mig {
+            v.check(
+                slots.len() <= 7,
+                format!("gpus[{i}].mig_instances"),
+                "must list at most 7 instances",
+            );
+            for (j, m) in slots.iter().enumerate() {
+                v.check(
+                    is_device_id(&m.uuid) && m.start <= 7,
+                    format!("gpus[{i}].mig_instances[{j}]"),
+                    "needs an id of 1 to 128 printable characters and a start slice of at most 7",
+                );
+            }
+        }
+    }
+    v.into_result()
+}
+
 /// How a node holds the jobs on a GPU to their GPU memory.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -189,6 +255,55 @@ mod tests {
         assert_eq!(gpu(true, true).health(false), "degraded");
         assert_eq!(gpu(true, true).health(true), "draining");
         assert_eq!(gpu(false, true).health(true), "unhealthy");
+    }
+}
+
+#[cfg(test)]
+mod inventory_tests {
+    use super::*;
+
+    fn gpu(i: u32) -> GpuDevice {
+        GpuDevice {
+            uuid: format!("GPU-{i}"),
+            index: i,
+            model: "H200".into(),
+            memory_bytes: 141 << 30,
+            healthy: true,
+            degraded: false,
+            mig: None,
+            memory_enforcement: MemoryEnforcement::Shim,
+        }
+    }
+
+    fn fields(gpus: &[GpuDevice]) -> Vec<String> {
+        check_inventory(gpus)
+            .err()
+            .map(|e| e.0.into_iter().map(|f| f.field).collect())
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn hostile_inventories_are_refused_naming_the_field() {
+        assert!(check_inventory(&[gpu(0), gpu(1)]).is_ok());
+        let many: Vec<_> = (0..64).map(gpu).collect();
+        assert_eq!(fields(&many)[0], "gpus");
+        let long = GpuDevice {
+            model: "x".repeat(20_000),
+            ..gpu(0)
+        };
+        assert_eq!(fields(&[long]), ["gpus[0].model"]);
+        let huge = GpuDevice {
+            memory_bytes: 1 << 63,
+            ..gpu(0)
+        };
+        assert_eq!(fields(&[huge]), ["gpus[0].memory_bytes"]);
+        let twice = [gpu(0), GpuDevice { index: 1, ..gpu(0) }];
+        assert_eq!(fields(&twice), ["gpus[1].uuid"]);
+        let odd = GpuDevice {
+            uuid: "GPU 1\u{1b}]52;".into(),
+            ..gpu(0)
+        };
+        assert_eq!(fields(&[odd]), ["gpus[0].uuid"]);
     }
 }
 

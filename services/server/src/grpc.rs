@@ -87,7 +87,40 @@ fn status(e: StoreError) -> Status {
     }
 }
 
+/// `value`, refused naming `field` when above `max`.
+fn bounded<T: PartialOrd + std::fmt::Display>(field: &str, value: T, max: T) -> Result<T, Status> {
+    if value > max {
+        return Err(Status::invalid_argument(format!(
+            "{field}: must be at most {max}"
+        )));
+    }
+    Ok(value)
+}
+
+/// A validation error as the gRPC status naming its fields.
+fn invalid(e: allot_domain::ValidationError) -> Status {
+    let what: Vec<String> =
+        e.0.iter()
+            .take(8)
+            .map(|f| format!("{}: {}", f.field, f.reason))
+            .collect();
+    Status::invalid_argument(what.join("; "))
+}
+
+/// The reported inventory, checked (`allot_domain::node::check_inventory`).
 fn gpus_from_proto(gpus: Vec<Gpu>) -> Result<Vec<GpuDevice>, Status> {
+    if gpus.len() > allot_domain::node::MAX_NODE_GPUS {
+        return Err(Status::invalid_argument(format!(
+            "gpus: must list at most {} GPUs",
+            allot_domain::node::MAX_NODE_GPUS
+        )));
+    }
+    let devices = gpus_of(gpus)?;
+    allot_domain::node::check_inventory(&devices).map_err(invalid)?;
+    Ok(devices)
+}
+
+fn gpus_of(gpus: Vec<Gpu>) -> Result<Vec<GpuDevice>, Status> {
     gpus.into_iter()
         .enumerate()
         .map(|(i, g)| {
@@ -365,8 +398,8 @@ impl allot_proto::NodeService for NodeSvc {
                             )));
                         }
                     },
-                    cpu_milli: r.cpu_milli,
-                    memory_bytes: r.memory_bytes,
+                    cpu_milli: bounded("cpu_milli", r.cpu_milli, 100_000_000)?,
+                    memory_bytes: bounded("memory_bytes", r.memory_bytes, 1 << 50)?,
                     gpus: gpus_from_proto(r.gpus)?,
                     lease_expires_at: self.lease_until(),
                 },
@@ -425,9 +458,19 @@ impl allot_proto::NodeService for NodeSvc {
         let node = self.node(&req).await?;
         let was_ready = self.store.clock().now() < node.lease_expires_at;
         let r = req.into_inner();
+        let gpus = gpus_from_proto(r.gpus.clone())?;
+        let changed = gpus != node.gpus;
+        let until = self.lease_until();
+        self.store
+            .heartbeat(&node.id, changed.then(|| gpus.clone()), until)
+            .await
+            .map_err(status)?;
         let samples: Vec<(String, allot_store::Sample)> = r
             .gpus
             .iter()
+            // Only this node's own GPUs, as just checked and stored: a node writes no
+            // other node's metrics.
+            .filter(|g| gpus.iter().any(|d| d.uuid == g.uuid))
             .filter_map(|g| {
                 let s = g.sample.as_ref().filter(|s| {
                     [s.utilization, s.power_watts, s.temperature_c]
@@ -477,13 +520,6 @@ impl allot_proto::NodeService for NodeSvc {
                 }
             }
         }
-        let gpus = gpus_from_proto(r.gpus)?;
-        let changed = gpus != node.gpus;
-        let until = self.lease_until();
-        self.store
-            .heartbeat(&node.id, changed.then_some(gpus), until)
-            .await
-            .map_err(status)?;
         if !was_ready || changed {
             self.notify.notify_one();
         }

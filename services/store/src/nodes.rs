@@ -129,6 +129,19 @@ async fn replace_gpus<C: ConnectionTrait>(
     node_id: &str,
     devices: &[GpuDevice],
 ) -> Result<(), StoreError> {
+    // A node reports only its own GPUs: one another node holds stays that node's.
+    let uuids: Vec<&str> = devices.iter().map(|d| d.uuid.as_str()).collect();
+    if let Some(theirs) = gpus::Entity::find()
+        .filter(gpus::Column::Uuid.is_in(uuids))
+        .filter(gpus::Column::NodeId.ne(node_id))
+        .one(db)
+        .await?
+    {
+        return Err(StoreError::Conflict(format!(
+            "GPU {} is another node's",
+            theirs.uuid
+        )));
+    }
     gpus::Entity::delete_many()
         .filter(gpus::Column::NodeId.eq(node_id))
         .exec(db)
