@@ -513,7 +513,8 @@ async fn a_node_reports_only_its_own_gpus_and_within_bounds() {
     );
 
     // Bounds, each refused as INVALID_ARGUMENT naming the field, never INTERNAL.
-    let cases: Vec<(&str, Box<dyn Fn(&mut HeartbeatRequest)>)> = vec![
+    type Change = Box<dyn Fn(&mut HeartbeatRequest)>;
+    let cases: Vec<(&str, Change)> = vec![
         (
             "gpus",
             Box::new(|h: &mut HeartbeatRequest| {
