@@ -171,8 +171,15 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[idx.min(sorted.len() - 1)]
 }
 
+/// When event `i` of a stream of one per `interval` from `start` is due: its latency is
+/// timed from here, not from when the sender got round to it, so a sender that falls
+/// behind shows in the figures (no coordinated omission).
+fn scheduled_at(start: Instant, interval: Duration, i: u64) -> Instant {
+    start + interval * u32::try_from(i).unwrap_or(u32::MAX)
+}
+
 /// Appends one event per millisecond for `seconds`, each timed from its scheduled start
-/// to its commit; returns the latencies in milliseconds, sorted.
+/// (`start + i ms`) to its commit; returns the latencies in milliseconds, sorted.
 async fn latency(
     store: &Store,
     ctx: &AuditContext,
@@ -180,13 +187,13 @@ async fn latency(
     seconds: u64,
     batcher: Option<&AuditBatcher>,
 ) -> anyhow::Result<Vec<f64>> {
-    let mut tick = tokio::time::interval(Duration::from_millis(1));
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+    let interval = Duration::from_millis(1);
     let mut pending = tokio::task::JoinSet::new();
     let total = seconds * 1000;
+    let start = Instant::now();
     for i in 0..total {
-        tick.tick().await;
-        let scheduled = Instant::now();
+        let scheduled = scheduled_at(start, interval, i);
+        tokio::time::sleep_until(scheduled.into()).await;
         let (store, ctx, log, batcher) =
             (store.clone(), ctx.clone(), log.to_owned(), batcher.cloned());
         pending.spawn(async move {
@@ -368,4 +375,17 @@ pub async fn run(args: AuditBench) -> anyhow::Result<()> {
     super::print(&out, args.json)?;
     store.close().await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn events_are_timed_from_their_schedule_not_from_when_they_were_sent() {
+        let start = Instant::now();
+        let ms = Duration::from_millis(1);
+        assert_eq!(scheduled_at(start, ms, 0), start);
+        assert_eq!(scheduled_at(start, ms, 1500), start + Duration::from_millis(1500));
+    }
 }
