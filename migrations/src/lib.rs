@@ -25,6 +25,7 @@ mod m20261204_000003_job_samples;
 mod m20261204_000004_resize;
 mod m20261205_000001_containers;
 mod m20261206_000001_volumes;
+mod m20261206_000002_bootstrap_binding;
 mod roles;
 
 pub use roles::{APPEND_ONLY_TABLES, BadRoleName, postgres_app_role_grants};
@@ -57,6 +58,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261204_000004_resize::Migration),
             Box::new(m20261205_000001_containers::Migration),
             Box::new(m20261206_000001_volumes::Migration),
+            Box::new(m20261206_000002_bootstrap_binding::Migration),
         ]
     }
 }

@@ -128,11 +128,19 @@ pub async fn spawn_cluster_of(
 }
 
 /// A one-time bootstrap token, as `allot node bootstrap-token create` makes one.
+/// A bootstrap token admitting any new node (`*`), as an admin may make one.
 pub async fn bootstrap_token(server: &RunningServer) -> String {
+    bootstrap_token_for(server, "*", false).await
+}
+
+/// A bootstrap token admitting `node_name` (a name or a pattern), replacing a registered
+/// node of that name when `replace`.
+pub async fn bootstrap_token_for(server: &RunningServer, node_name: &str, replace: bool) -> String {
     allot_api::issue_bootstrap_token(
         &server.store,
         &allot_domain::AuditContext::system("test"),
         "test",
+        allot_api::TokenFor { node_name, replace },
         Duration::from_secs(600),
     )
     .await

@@ -334,10 +334,14 @@ async fn node_identity_comes_from_its_certificate() {
             .expect_err(which);
         assert_eq!(err.code(), Code::Unauthenticated, "{which}");
     }
-    // Only a new bootstrap token brings it back, as the same node.
-    let back = enroll(&c, &bootstrap_token(&c.server).await, "node-a")
-        .await
-        .expect("re-enrolled");
+    // Only a new bootstrap token made to replace it brings it back, as the same node.
+    let back = enroll(
+        &c,
+        &allot_system_tests::bootstrap_token_for(&c.server, "node-a", true).await,
+        "node-a",
+    )
+    .await
+    .expect("re-enrolled");
     assert_eq!(back.id, a.id);
     back.client
         .clone()
@@ -562,5 +566,77 @@ async fn a_node_reports_only_its_own_gpus_and_within_bounds() {
     let err = client(&c, None).register(huge).await.expect_err("memory");
     assert_eq!(err.code(), Code::InvalidArgument, "{err}");
     assert!(err.message().starts_with("memory_bytes"), "{err}");
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bootstrap_token_admits_only_its_node_and_replaces_one_only_when_made_to() {
+    use allot_system_tests::bootstrap_token_for;
+    let c = spawn_cluster(Backend::Sqlite, 0, "").await;
+    let real = enroll(
+        &c,
+        &bootstrap_token_for(&c.server, "dev-node-2", false).await,
+        "dev-node-2",
+    )
+    .await
+    .expect("the real node");
+
+    // A token made for gpu-99 does not register as dev-node-2, nor as anything else.
+    let for_99 = bootstrap_token_for(&c.server, "gpu-99", false).await;
+    for name in ["dev-node-2", "gpu-990", "other"] {
+        let err = enroll(&c, &for_99, name).await.err().expect("refused");
+        assert_eq!(err.code(), Code::Unauthenticated, "{name}: {err}");
+        assert!(err.message().contains("admits node `gpu-99`"), "{err}");
+    }
+    // A token for any new node does not take over a registered one.
+    let any = bootstrap_token_for(&c.server, "*", false).await;
+    let err = enroll(&c, &any, "dev-node-2").await.err().expect("refused");
+    assert!(err.message().contains("already registered"), "{err}");
+    // Nothing of the real node changed: its certificate still works.
+    real.client
+        .clone()
+        .heartbeat(real.heartbeat())
+        .await
+        .expect("the real node is still trusted");
+    // The refused attempts did not spend the tokens.
+    enroll(&c, &for_99, "gpu-99").await.expect("gpu-99 itself");
+
+    // An admin's explicit replace takes the name over: the old certificate stops working,
+    // and the audit log says so.
+    let replace = bootstrap_token_for(&c.server, "dev-node-2", true).await;
+    let new = enroll(&c, &replace, "dev-node-2").await.expect("replaced");
+    assert_eq!(new.id, real.id, "the same node record");
+    let err = real
+        .client
+        .clone()
+        .heartbeat(real.heartbeat())
+        .await
+        .expect_err("the old certificate is revoked");
+    assert_eq!(err.code(), Code::Unauthenticated);
+    let (_, entries) = c.get("/api/v1/audit/logs/system/entries?limit=1000").await;
+    let replaced = entries.to_string();
+    assert!(replaced.contains("node.replace"), "{entries}");
+
+    // Over the API: a token must name its node, with a name or a pattern.
+    let (status, body) = c
+        .post("/api/v1/bootstrap-tokens", serde_json::json!({}))
+        .await;
+    assert!(status.is_client_error(), "{status}: {body}");
+    let (status, body) = c
+        .post(
+            "/api/v1/bootstrap-tokens",
+            serde_json::json!({ "node_name": "bad name!" }),
+        )
+        .await;
+    assert_eq!(status.as_u16(), 422, "{body}");
+    assert!(body.to_string().contains("node_name"), "{body}");
+    let (status, body) = c
+        .post(
+            "/api/v1/bootstrap-tokens",
+            serde_json::json!({ "node_name": "gpu-4*", "replace": false }),
+        )
+        .await;
+    assert_eq!(status.as_u16(), 201, "{body}");
+    assert_eq!(body["node_name"], "gpu-4*");
     c.shutdown().await;
 }

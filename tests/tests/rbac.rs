@@ -265,6 +265,10 @@ impl Fixture {
             &self.c.server.store,
             &allot_domain::AuditContext::system("matrix"),
             "matrix",
+            allot_api::TokenFor {
+                node_name: "*",
+                replace: false,
+            },
             Duration::from_secs(600),
         )
         .await
@@ -280,6 +284,10 @@ impl Fixture {
             &self.c.server.store,
             &allot_domain::AuditContext::system("matrix"),
             "matrix",
+            allot_api::TokenFor {
+                node_name: "spare-*",
+                replace: false,
+            },
             Duration::from_secs(600),
         )
         .await
@@ -391,7 +399,9 @@ impl Fixture {
                 Some(json!({ "before": "2020-01-01T00:00:00Z" })),
             ),
             "POST /api/v1/tenants" => (String::new(), Some(json!({ "name": format!("new-{n}") }))),
-            "POST /api/v1/bootstrap-tokens" => (String::new(), Some(json!({}))),
+            "POST /api/v1/bootstrap-tokens" => {
+                (String::new(), Some(json!({ "node_name": format!("n{n}") })))
+            }
             "POST /api/v1/jobs/{id}/resize" => (String::new(), Some(json!({ "gpu_milli": 500 }))),
             "PUT /api/v1/tenants/{name}/quota" => (String::new(), Some(json!({}))),
             "PUT /api/v1/tenants/{name}/policy" => (String::new(), Some(json!({}))),

@@ -29,7 +29,7 @@ pub use denials::record_denials;
 pub use extract::BodyLimit;
 pub use handlers::audit::readable_logs;
 pub use handlers::enrollment::{
-    BOOTSTRAP_TOKEN_PREFIX, DEFAULT_BOOTSTRAP_TTL, issue_bootstrap_token,
+    BOOTSTRAP_TOKEN_PREFIX, DEFAULT_BOOTSTRAP_TTL, TokenFor, issue_bootstrap_token,
 };
 pub use handlers::jobs::visible_job;
 pub use handlers::tokens::TOKEN_PREFIX;

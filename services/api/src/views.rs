@@ -849,6 +849,13 @@ impl BindingView {
 #[derive(Debug, Default, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateBootstrapToken {
+    /// The node it admits: its name, or a pattern with `*` (e.g. `gpu-4*`).
+    #[schema(example = "gpu-41")]
+    pub node_name: String,
+    /// It may take over the name of a node already registered, revoking that node's
+    /// certificates (audited as `node.replace`). Without it, a registered name is refused.
+    #[serde(default)]
+    pub replace: bool,
     /// What the token is for, e.g. `rack 4, nodes gpu-40..47`.
     #[serde(default)]
     pub description: String,
@@ -867,6 +874,10 @@ pub struct BootstrapTokenView {
     pub used_at: Option<DateTime<Utc>>,
     /// The node that registered with it.
     pub used_by: Option<String>,
+    /// The node name (or pattern) it admits.
+    pub node_name: String,
+    /// Whether it may take over a registered node's name.
+    pub replace: bool,
 }
 
 impl From<allot_store::BootstrapToken> for BootstrapTokenView {
@@ -879,6 +890,8 @@ impl From<allot_store::BootstrapToken> for BootstrapTokenView {
             expires_at: t.expires_at,
             used_at: t.used_at,
             used_by: t.used_by,
+            node_name: t.node_name,
+            replace: t.replace,
         }
     }
 }

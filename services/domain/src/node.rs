@@ -56,6 +56,48 @@ pub struct GpuDevice {
     pub memory_enforcement: MemoryEnforcement,
 }
 
+/// Checks a bootstrap token's node name or pattern: a node name's characters (letters,
+/// digits, `-`, `.`, `_`) and `*` for any run of them, 1 to 253 characters.
+pub fn check_node_pattern(field: &str, pattern: &str) -> Result<(), crate::ValidationError> {
+    let ok = (1..=253).contains(&pattern.len())
+        && pattern
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_' | '*'));
+    if ok {
+        Ok(())
+    } else {
+        Err(crate::ValidationError::single(
+            field,
+            "must be a node name, or a pattern with `*` (e.g. gpu-4*), of letters, digits, \
+             `-`, `.` and `_`",
+        ))
+    }
+}
+
+/// Whether node `name` matches `pattern` (`*` matches any run of characters; an empty
+/// pattern matches nothing).
+pub fn node_pattern_matches(pattern: &str, name: &str) -> bool {
+    if pattern.is_empty() {
+        return false;
+    }
+    let parts: Vec<&str> = pattern.split('*').collect();
+    let (first, last) = (parts[0], parts[parts.len() - 1]);
+    if parts.len() == 1 {
+        return name == pattern;
+    }
+    if !name.starts_with(first) || name.len() < first.len() + last.len() || !name.ends_with(last) {
+        return false;
+    }
+    let mut rest = &name[first.len()..name.len() - last.len()];
+    for middle in &parts[1..parts.len() - 1] {
+        match rest.find(middle) {
+            Some(at) => rest = &rest[at + middle.len()..],
+            None => return false,
+        }
+    }
+    true
+}
+
 /// Most GPUs one node reports (the largest boards carry 16).
 pub const MAX_NODE_GPUS: usize = 32;
 /// Most GPU memory one GPU reports: 16 TiB.
@@ -280,6 +322,27 @@ mod inventory_tests {
             .err()
             .map(|e| e.0.into_iter().map(|f| f.field).collect())
             .unwrap_or_default()
+    }
+
+    #[test]
+    fn token_patterns_match_whole_names() {
+        for (p, n, ok) in [
+            ("gpu-99", "gpu-99", true),
+            ("gpu-99", "dev-node-2", false),
+            ("gpu-99", "gpu-990", false),
+            ("gpu-4*", "gpu-47", true),
+            ("gpu-4*", "gpu-5", false),
+            ("*", "anything", true),
+            ("rack*-gpu*", "rack4-gpu7", true),
+            ("rack*-gpu*", "rack4-cpu7", false),
+            ("*.b", "a.b", true),
+            ("", "x", false),
+        ] {
+            assert_eq!(node_pattern_matches(p, n), ok, "{p} ~ {n}");
+        }
+        assert!(check_node_pattern("node_name", "gpu-4*").is_ok());
+        assert!(check_node_pattern("node_name", "gpu 4").is_err());
+        assert!(check_node_pattern("node_name", "").is_err());
     }
 
     #[test]

@@ -26,6 +26,10 @@ pub struct BootstrapToken {
     pub used_at: Option<DateTime<Utc>>,
     /// The node that used it.
     pub used_by: Option<String>,
+    /// The node name it admits, or a pattern with `*`.
+    pub node_name: String,
+    /// It may take over the name of a node already registered.
+    pub replace: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -33,6 +37,11 @@ pub struct NewBootstrapToken {
     pub secret_hash: String,
     pub description: String,
     pub expires_at: DateTime<Utc>,
+    /// The node name it admits, or a pattern with `*`.
+    pub node_name: String,
+    /// It may take over the name of a node already registered (revoking that node's
+    /// certificates).
+    pub replace: bool,
 }
 
 /// A node certificate the CA issued, by its serial (lowercase hex).
@@ -115,6 +124,8 @@ fn token_to_domain(m: bootstrap_tokens::Model) -> BootstrapToken {
         expires_at: m.expires_at,
         used_at: m.used_at,
         used_by: m.used_by,
+        node_name: m.node_name,
+        replace: m.replace_existing,
     }
 }
 
@@ -128,14 +139,38 @@ fn cert_to_domain(m: node_certificates::Model) -> NodeCertificate {
     }
 }
 
-/// Consumes the bootstrap token with this hash for `node`, or refuses.
+/// Consumes the bootstrap token with this hash for `node`, or refuses: a token admits only
+/// the node name (or pattern) it was made for, and takes over the name of a node already
+/// registered (`exists`) only when it was made to replace one.
 pub(crate) async fn consume_bootstrap_token<C: ConnectionTrait>(
     db: &C,
     secret_hash: &str,
     node: &str,
+    exists: bool,
     now: DateTime<Utc>,
 ) -> Result<(), StoreError> {
     use bootstrap_tokens::Column as C;
+    let unusable =
+        || StoreError::Refused("the bootstrap token is unknown, expired or already used".into());
+    let token = bootstrap_tokens::Entity::find()
+        .filter(C::SecretHash.eq(secret_hash))
+        .filter(C::UsedAt.is_null())
+        .filter(C::ExpiresAt.gt(now))
+        .one(db)
+        .await?
+        .ok_or_else(unusable)?;
+    if !allot_domain::node::node_pattern_matches(&token.node_name, node) {
+        return Err(StoreError::Refused(format!(
+            "this bootstrap token admits node `{}`, not `{node}`",
+            token.node_name
+        )));
+    }
+    if exists && !token.replace_existing {
+        return Err(StoreError::Refused(format!(
+            "node `{node}` is already registered: taking over its name needs a token made to \
+             replace it (allot node bootstrap-token create --node {node} --replace)"
+        )));
+    }
     let res = bootstrap_tokens::Entity::update_many()
         .col_expr(C::UsedAt, Expr::value(now))
         .col_expr(C::UsedBy, Expr::value(node))
@@ -202,6 +237,8 @@ impl EnrollmentRepo for Store {
             expires_at: Set(t.expires_at),
             used_at: Set(None),
             used_by: Set(None),
+            node_name: Set(t.node_name),
+            replace_existing: Set(t.replace),
         })
         .exec_with_returning(&txn)
         .await?;

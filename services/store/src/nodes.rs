@@ -224,10 +224,22 @@ impl NodeRepo for Store {
             .await?;
         match (&r.admission, &existing) {
             (Admission::BootstrapToken { secret_hash }, _) => {
-                consume_bootstrap_token(&txn, secret_hash, &r.name, now).await?;
-                // Whoever held this name before is not trusted any more.
+                consume_bootstrap_token(&txn, secret_hash, &r.name, existing.is_some(), now)
+                    .await?;
+                // Whoever held this name before is not trusted any more: an admin's
+                // explicit replace, audited as such.
                 if let Some(m) = &existing {
-                    revoke_certificates(&txn, &m.id, now).await?;
+                    let revoked = revoke_certificates(&txn, &m.id, now).await?;
+                    let event =
+                        AuditEvent::success(SYSTEM_LOG, "node.replace", format!("node/{}", m.id))
+                            .before(serde_json::json!({
+                                "name": m.name, "certificate": m.latest_cert_serial,
+                                "certificates_revoked": revoked,
+                            }))
+                            .after(serde_json::json!({
+                                "name": r.name, "certificate": r.certificate.serial,
+                            }));
+                    record(&txn, self, ctx, event).await?;
                 }
             }
             (Admission::Certificate { serial }, Some(m)) => {

@@ -610,6 +610,9 @@ both_backends!(nodes_register_and_heartbeat, |store, clock| {
         secret_hash: hash.repeat(32),
         description: "rack 4".into(),
         expires_at: clock.now() + Duration::seconds(ttl),
+        node_name: "n*".into(),
+        // t2 is the admin's explicit replace of n1.
+        replace: hash == "t2",
     };
     let reg = |admission: Admission, serial: &str, gpus: Vec<GpuDevice>, version: &str| {
         NodeRegistration {
@@ -705,8 +708,15 @@ both_backends!(nodes_register_and_heartbeat, |store, clock| {
             .current(clock.now())
     );
 
-    // A new bootstrap token for the same name takes the node over: its earlier
-    // certificates stop authenticating.
+    // A token not made to replace a node does not take over its name.
+    let refused = store
+        .register_node(&ctx(), reg(by_token("t3"), "c3", vec![gpu(0)], "0.1.1"))
+        .await;
+    assert!(
+        matches!(&refused, Err(StoreError::Refused(m)) if m.contains("already registered")),
+        "{refused:?}"
+    );
+    // One made to replace it does: its earlier certificates stop authenticating.
     store
         .register_node(&ctx(), reg(by_token("t2"), "c3", vec![gpu(0)], "0.1.1"))
         .await

@@ -21,11 +21,20 @@ pub const BOOTSTRAP_TOKEN_PREFIX: &str = "allot_boot_";
 pub const DEFAULT_BOOTSTRAP_TTL: std::time::Duration = std::time::Duration::from_secs(3600);
 const MAX_BOOTSTRAP_TTL_SECS: u64 = 7 * 24 * 3600;
 
-/// Creates a bootstrap token valid for `ttl`; returns its secret (shown once) and record.
+/// What a bootstrap token admits: a node name or pattern, and whether it may take over a
+/// registered node's name.
+pub struct TokenFor<'a> {
+    pub node_name: &'a str,
+    pub replace: bool,
+}
+
+/// Creates a bootstrap token for `admits`, valid for `ttl`; returns its secret (shown
+/// once) and record.
 pub async fn issue_bootstrap_token(
     store: &Store,
     ctx: &AuditContext,
     description: &str,
+    admits: TokenFor<'_>,
     ttl: std::time::Duration,
 ) -> Result<(String, BootstrapToken), StoreError> {
     let secret = secret::generate(BOOTSTRAP_TOKEN_PREFIX);
@@ -38,6 +47,8 @@ pub async fn issue_bootstrap_token(
                 secret_hash: secret::hash(&secret),
                 description: description.to_owned(),
                 expires_at,
+                node_name: admits.node_name.to_owned(),
+                replace: admits.replace,
             },
         )
         .await?;
@@ -56,6 +67,7 @@ pub async fn create(
     Json(body): Json<CreateBootstrapToken>,
 ) -> Result<HttpResponse, ApiError> {
     who.authorize(Action::NodeOperate, Resource::Platform, "bootstrap tokens")?;
+    allot_domain::node::check_node_pattern("node_name", &body.node_name)?;
     let description = body.description.trim();
     if description.chars().count() > 200 {
         return Err(
@@ -73,8 +85,17 @@ pub async fn create(
             .into());
         }
     };
-    let (secret, token) =
-        issue_bootstrap_token(&state.store, &who.audit(), description, ttl).await?;
+    let (secret, token) = issue_bootstrap_token(
+        &state.store,
+        &who.audit(),
+        description,
+        TokenFor {
+            node_name: &body.node_name,
+            replace: body.replace,
+        },
+        ttl,
+    )
+    .await?;
     Ok(json(
         StatusCode::CREATED,
         &CreatedBootstrapToken {

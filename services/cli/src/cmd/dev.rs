@@ -179,6 +179,11 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
                 &server.store,
                 &allot_domain::AuditContext::system("allot-dev"),
                 &format!("allot dev: {name}"),
+                // Its own node: one whose directory was wiped takes its name back.
+                allot_api::TokenFor {
+                    node_name: &name,
+                    replace: true,
+                },
                 allot_api::DEFAULT_BOOTSTRAP_TTL,
             )
             .await?;

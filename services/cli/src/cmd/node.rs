@@ -55,6 +55,13 @@ pub enum NodeCmd {
 pub enum BootstrapTokenCmd {
     /// Create a token; its secret is printed once (pass it to `allot agent --bootstrap-token`).
     Create {
+        /// The node it admits: its name, or a pattern with `*` (e.g. gpu-4*).
+        #[arg(long = "node")]
+        node_name: String,
+        /// It may take over the name of a node already registered (revoking that node's
+        /// certificates).
+        #[arg(long)]
+        replace: bool,
         /// What it is for, e.g. "rack 4".
         #[arg(long, default_value = "")]
         description: String,
@@ -207,10 +214,14 @@ async fn bootstrap_token(client: &Client, cmd: BootstrapTokenCmd) -> anyhow::Res
     const PATH: &str = "/api/v1/bootstrap-tokens";
     match cmd {
         BootstrapTokenCmd::Create {
+            node_name,
+            replace,
             description,
             ttl_minutes,
         } => {
             let body = CreateBootstrapToken {
+                node_name,
+                replace,
                 description,
                 expires_in_seconds: Some(ttl_minutes.saturating_mul(60)),
             };

@@ -13,6 +13,10 @@ pub struct Model {
     pub expires_at: DateTimeUtc,
     pub used_at: Option<DateTimeUtc>,
     pub used_by: Option<String>,
+    /// The node name it admits, or a pattern with `*` (empty: none).
+    pub node_name: String,
+    /// It may take over the name of a node already registered.
+    pub replace_existing: bool,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

@@ -386,6 +386,9 @@ mod tests {
         let start = Instant::now();
         let ms = Duration::from_millis(1);
         assert_eq!(scheduled_at(start, ms, 0), start);
-        assert_eq!(scheduled_at(start, ms, 1500), start + Duration::from_millis(1500));
+        assert_eq!(
+            scheduled_at(start, ms, 1500),
+            start + Duration::from_millis(1500)
+        );
     }
 }

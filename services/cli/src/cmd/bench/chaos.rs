@@ -385,6 +385,10 @@ pub async fn run(args: &ChaosBench) -> anyhow::Result<()> {
             &server.store,
             &allot_domain::AuditContext::system("chaos"),
             &name,
+            allot_api::TokenFor {
+                node_name: &name,
+                replace: false,
+            },
             Duration::from_secs(3600),
         )
         .await?;
