@@ -131,6 +131,22 @@ async fn bad_input_gets_a_problem_naming_the_field() {
             Some("name"),
         ),
         case(
+            "the platform log's name",
+            M::POST,
+            "/api/v1/tenants",
+            r#"{"name":"system"}"#,
+            422,
+            Some("name"),
+        ),
+        case(
+            "a job name that displays as another",
+            M::POST,
+            "/api/v1/jobs",
+            "{\"tenant\":\"acme\",\"name\":\"train\\u202egnp.exe\",\"command\":[\"true\"]}",
+            422,
+            Some("name"),
+        ),
+        case(
             "missing name",
             M::POST,
             "/api/v1/tenants",

@@ -27,6 +27,11 @@ pub fn print<T: Serialize>(
 
 /// Renders rows under headers with columns padded to their widest cell.
 pub fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
+    let rows: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| r.iter().map(|c| terminal_safe(c).into_owned()).collect())
+        .collect();
+    let rows = rows.as_slice();
     let mut widths: Vec<usize> = headers.iter().map(|h| h.len()).collect();
     for row in rows {
         for (w, cell) in widths.iter_mut().zip(row) {
@@ -53,18 +58,62 @@ pub fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
 }
 
 /// Key/value lines for a single object.
+/// `s` safe to show on a terminal: control characters other than newline and tab, and
+/// text-direction controls, written as `\u{…}` escapes, so nothing a job or another tenant
+/// wrote (an OSC 52 clipboard write, a cursor move, a right-to-left override) acts on the
+/// terminal of whoever reads it.
+pub fn terminal_safe(s: &str) -> std::borrow::Cow<'_, str> {
+    let unsafe_char = |c: char| {
+        (c.is_control() && c != '\n' && c != '\t') || allot_domain::job::is_bidi_control(c)
+    };
+    if !s.chars().any(unsafe_char) {
+        return std::borrow::Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 16);
+    for c in s.chars() {
+        if unsafe_char(c) {
+            out.push_str(&format!("\\u{{{:x}}}", u32::from(c)));
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
 pub fn fields(pairs: &[(&str, String)]) -> String {
     // Keys are followed by a colon, so columns line up one past the longest key.
     let width = pairs.iter().map(|(k, _)| k.len() + 1).max().unwrap_or(0);
     pairs
         .iter()
         .map(|(k, v)| {
-            format!("{:<width$}  {v}", format!("{k}:"))
+            format!("{:<width$}  {}", format!("{k}:"), terminal_safe(v))
                 .trim_end()
                 .to_owned()
         })
         .collect::<Vec<_>>()
         .join("\n")
+}
+
+#[cfg(test)]
+mod terminal_tests {
+    #[test]
+    fn escapes_reach_the_terminal_as_text() {
+        let osc52 = "done\n\u{1b}]52;c;ZXZpbA==\u{7}\tok";
+        assert_eq!(
+            super::terminal_safe(osc52),
+            "done\n\\u{1b}]52;c;ZXZpbA==\\u{7}\tok"
+        );
+        assert_eq!(
+            super::terminal_safe("train\u{202e}gnp.exe"),
+            "train\\u{202e}gnp.exe"
+        );
+        assert!(matches!(
+            super::terminal_safe("plain"),
+            std::borrow::Cow::Borrowed(_)
+        ));
+        let t = super::table(&["NAME"], &[vec!["a\u{1b}[2J".into()]]);
+        assert!(!t.contains('\u{1b}'), "{t}");
+    }
 }
 
 #[cfg(test)]

@@ -222,6 +222,12 @@ impl std::str::FromStr for JobNetwork {
     }
 }
 
+/// Unicode's explicit text-direction controls (embeddings, overrides, isolates and marks),
+/// which make a name display as something other than what it is.
+pub fn is_bidi_control(c: char) -> bool {
+    matches!(c, '\u{061C}' | '\u{200E}' | '\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}')
+}
+
 impl JobSpec {
     /// Checks every rule and reports all broken ones at once.
     pub fn validate(&self) -> Result<(), ValidationError> {
@@ -233,9 +239,12 @@ impl JobSpec {
             "must be at most 128 characters",
         );
         v.check(
-            !self.name.chars().any(char::is_control),
+            !self
+                .name
+                .chars()
+                .any(|c| c.is_control() || is_bidi_control(c)),
             "name",
-            "must not contain control characters",
+            "must not contain control or text-direction characters",
         );
         v.check(
             self.gpus <= MAX_JOB_GPUS,

@@ -24,6 +24,18 @@ pub async fn create(
 ) -> Result<HttpResponse, ApiError> {
     who.authorize(Action::TenantCreate, Resource::Platform, "the platform")?;
     let name = TenantName::parse("name", &body.name)?;
+    if name.as_str() == allot_domain::SYSTEM_LOG {
+        // The platform's own audit log is named so; a tenant's log is its id, but its name
+        // in searches and exports must not be mistaken for the platform's.
+        return Err(ValidationError::single(
+            "name",
+            format!(
+                "`{}` is reserved for the platform's own log",
+                allot_domain::SYSTEM_LOG
+            ),
+        )
+        .into());
+    }
     let quota = Quota::from(body.quota);
     quota.validate("quota.")?;
     let mut all = state.store.list_tenants().await?;

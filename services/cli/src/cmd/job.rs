@@ -132,8 +132,14 @@ pub enum JobCmd {
         #[arg(long, value_parser = parse_bytes)]
         gpu_memory: Option<u64>,
     },
-    /// Print the end of a finished job's output.
-    Logs { id: String },
+    /// Print the end of a finished job's output, with control characters escaped (a job's
+    /// output must not drive your terminal).
+    Logs {
+        id: String,
+        /// Print the bytes as the job wrote them.
+        #[arg(long)]
+        raw: bool,
+    },
 }
 
 fn parse_env(s: &str) -> Result<(String, String), String> {
@@ -347,7 +353,8 @@ pub async fn run(client: &Client, cmd: JobCmd) -> anyhow::Result<i32> {
             match output {
                 Format::Json => println!("{}", serde_json::to_string_pretty(&job)?),
                 Format::Table => {
-                    print!("{}", client.get_text(&format!("{path}/log")).await?);
+                    let log = client.get_text(&format!("{path}/log")).await?;
+                    print!("{}", crate::output::terminal_safe(&log));
                     eprintln!(
                         "job {} {}{}",
                         job.id,
@@ -464,11 +471,13 @@ pub async fn run(client: &Client, cmd: JobCmd) -> anyhow::Result<i32> {
             }
             Ok(0)
         }
-        JobCmd::Logs { id } => {
-            print!(
-                "{}",
-                client.get_text(&format!("/api/v1/jobs/{id}/log")).await?
-            );
+        JobCmd::Logs { id, raw } => {
+            let log = client.get_text(&format!("/api/v1/jobs/{id}/log")).await?;
+            if raw {
+                print!("{log}");
+            } else {
+                print!("{}", crate::output::terminal_safe(&log));
+            }
             Ok(0)
         }
     }
