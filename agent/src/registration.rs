@@ -38,8 +38,16 @@ impl Agent {
                 },
             };
             let with_certificate = bootstrap_token.is_empty();
-            let request = allot_pki::node_request(&self.cfg.node_name)
-                .map_err(|e| AgentError::Credentials(e.to_string()))?;
+            // With its certificate, for the key it holds (the control plane renews only
+            // that); with a bootstrap token, for a new one.
+            let held = with_certificate
+                .then(|| self.lock_creds().as_ref().map(|c| c.key_pem.clone()))
+                .flatten();
+            let request = match &held {
+                Some(key) => allot_pki::node_request_for_key(&self.cfg.node_name, key),
+                None => allot_pki::node_request(&self.cfg.node_name),
+            }
+            .map_err(|e| AgentError::Credentials(e.to_string()))?;
             let req = RegisterRequest {
                 bootstrap_token,
                 csr_pem: request.csr_pem,
@@ -88,10 +96,14 @@ impl Agent {
         }
     }
 
-    /// Replaces the node certificate, two thirds through its life, with one for a new key.
-    /// A failure is retried at the next heartbeat; the current certificate serves meanwhile.
+    /// Replaces the node certificate, two thirds through its life, with one for the same
+    /// key (the control plane renews only the key a node holds). A failure is retried at
+    /// the next heartbeat; the current certificate serves meanwhile.
     pub(crate) async fn renew(&self) {
-        let request = match allot_pki::node_request(&self.cfg.node_name) {
+        let Some(key_pem) = self.lock_creds().as_ref().map(|c| c.key_pem.clone()) else {
+            return;
+        };
+        let request = match allot_pki::node_request_for_key(&self.cfg.node_name, &key_pem) {
             Ok(r) => r,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot make a certificate signing request");

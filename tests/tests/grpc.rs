@@ -282,8 +282,20 @@ async fn node_identity_comes_from_its_certificate() {
     let (_, job) = c.get(&format!("/api/v1/jobs/{id}")).await;
     assert_eq!(job["state"], "succeeded");
 
-    // Registering again with its certificate keeps the node's identity.
-    let renewed = node_request("node-a").expect("CSR");
+    // Registering again with its certificate is for the key it holds: a new key is refused.
+    let err = a
+        .client
+        .clone()
+        .register(register_req(
+            "",
+            "node-a",
+            &node_request("node-a").expect("CSR").csr_pem,
+        ))
+        .await
+        .expect_err("a new key with the old certificate");
+    assert_eq!(err.code(), Code::PermissionDenied, "{err}");
+    // With the key it holds, it keeps the node's identity.
+    let renewed = allot_pki::node_request_for_key("node-a", &a.key_pem).expect("CSR");
     let again = a
         .client
         .clone()
@@ -416,8 +428,8 @@ async fn an_agent_renews_its_certificate_and_stops_its_jobs_once_revoked() {
     let job = c.wait_for_state(&id, "running").await;
     let pid = u32::try_from(job["pid"].as_u64().expect("pid")).expect("pid fits");
 
-    // Certificates three seconds long: the agent renews each at two thirds, with a new key,
-    // and keeps working throughout.
+    // Certificates three seconds long: the agent renews each at two thirds, for the key it
+    // holds, and keeps working throughout.
     let cert_file = dir.path().join("identity").join("node.crt");
     let serial = || {
         let pem = std::fs::read_to_string(&cert_file).expect("the agent keeps its certificate");
@@ -638,5 +650,63 @@ async fn a_bootstrap_token_admits_only_its_node_and_replaces_one_only_when_made_
         .await;
     assert_eq!(status.as_u16(), 201, "{body}");
     assert_eq!(body["node_name"], "gpu-4*");
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewal_is_for_the_key_the_node_holds_and_names_both_certificates() {
+    use allot_proto::v1::RenewCertificateRequest;
+    let c = spawn_cluster(Backend::Sqlite, 0, "").await;
+    let a = enroll(&c, &bootstrap_token(&c.server).await, "node-a")
+        .await
+        .expect("a");
+    let old = allot_pki::NodeCert::from_pem(&a.cert_pem).expect("cert");
+    // A stolen certificate and key cannot be renewed onto a key of the thief's.
+    let thief = node_request("node-a").expect("CSR");
+    let err = a
+        .client
+        .clone()
+        .renew_certificate(RenewCertificateRequest {
+            csr_pem: thief.csr_pem,
+        })
+        .await
+        .expect_err("another key");
+    assert_eq!(err.code(), Code::PermissionDenied, "{err}");
+    // For the key it holds, it is renewed, and the audit entry names both serials.
+    let same = allot_pki::node_request_for_key("node-a", &a.key_pem).expect("CSR");
+    let renewed = a
+        .client
+        .clone()
+        .renew_certificate(RenewCertificateRequest {
+            csr_pem: same.csr_pem,
+        })
+        .await
+        .expect("renewed")
+        .into_inner();
+    let new = allot_pki::NodeCert::from_pem(&renewed.certificate_pem).expect("cert");
+    assert_ne!(new.serial, old.serial);
+    let (_, entries) = c.get("/api/v1/audit/logs/system/entries?limit=1000").await;
+    let renewal = entries
+        .as_array()
+        .or(entries["entries"].as_array())
+        .expect("entries")
+        .iter()
+        .find(|e| e["action"] == "node.certificate.renew")
+        .cloned()
+        .expect("the renewal is audited");
+    let text = renewal.to_string();
+    assert!(
+        text.contains(&old.serial) && text.contains(&new.serial),
+        "both serials: {renewal:#}"
+    );
+    assert!(
+        renewal["body"]
+            .as_str()
+            .is_some_and(|b| b.contains(&format!(
+                "\"auth_method\":\"node-certificate {}\"",
+                old.serial
+            ))),
+        "the entry's actor names the certificate the node called with: {renewal:#}"
+    );
     c.shutdown().await;
 }

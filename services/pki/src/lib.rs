@@ -213,7 +213,16 @@ pub struct NodeRequest {
 }
 
 pub fn node_request(node: &str) -> Result<NodeRequest, PkiError> {
-    let key = KeyPair::generate()?;
+    request_with(node, KeyPair::generate()?)
+}
+
+/// A certificate signing request for the key the node already holds (PEM): what a
+/// renewal sends, since the control plane renews only the key a node holds.
+pub fn node_request_for_key(node: &str, key_pem: &str) -> Result<NodeRequest, PkiError> {
+    request_with(node, KeyPair::from_pem(key_pem)?)
+}
+
+fn request_with(node: &str, key: KeyPair) -> Result<NodeRequest, PkiError> {
     let mut params = CertificateParams::default();
     params.distinguished_name = DistinguishedName::new();
     params.distinguished_name.push(DnType::CommonName, node);
@@ -232,6 +241,18 @@ pub struct NodeCert {
     pub serial: String,
     pub not_before: DateTime<Utc>,
     pub not_after: DateTime<Utc>,
+    /// Its subject public key info (DER).
+    pub public_key: Vec<u8>,
+}
+
+/// The subject public key info (DER) a certificate signing request (PEM) asks for.
+pub fn csr_public_key(csr_pem: &str) -> Result<Vec<u8>, PkiError> {
+    let (_, block) = x509_parser::pem::parse_x509_pem(csr_pem.as_bytes())
+        .map_err(|e| PkiError::Csr(e.to_string()))?;
+    let (_, csr) =
+        x509_parser::certification_request::X509CertificationRequest::from_der(&block.contents)
+            .map_err(|e| PkiError::Csr(e.to_string()))?;
+    Ok(csr.certification_request_info.subject_pki.raw.to_vec())
 }
 
 impl NodeCert {
@@ -260,6 +281,7 @@ impl NodeCert {
             serial: hex::encode(cert.raw_serial()),
             not_before: at(cert.validity().not_before)?,
             not_after: at(cert.validity().not_after)?,
+            public_key: cert.public_key().raw.to_vec(),
         })
     }
 
@@ -297,6 +319,15 @@ mod tests {
         assert_eq!(cert.serial, issued.serial);
         assert_eq!((cert.not_before, cert.not_after), (now(), until));
         assert_eq!(cert.renew_at(), now() + chrono::Duration::hours(16));
+        // A renewal's request for the same key asks for the certificate's key; a new
+        // key's request does not.
+        let same = node_request_for_key("gpu-7", &req.key_pem).expect("CSR");
+        assert_eq!(csr_public_key(&same.csr_pem).expect("key"), cert.public_key);
+        let other = node_request("gpu-7").expect("CSR");
+        assert_ne!(
+            csr_public_key(&other.csr_pem).expect("key"),
+            cert.public_key
+        );
     }
 
     #[test]

@@ -177,13 +177,37 @@ fn valid_node_name(name: &str) -> bool {
 }
 
 /// The audit context of a call by `node_id` (or, while registering, the claimed name).
-fn node_ctx<T>(req: &Request<T>, node_id: &str, auth_method: &str) -> AuditContext {
+/// How a node authenticated, for its audit entries: `bootstrap-token`, or
+/// `node-certificate <serial>` naming the very certificate it called with.
+fn node_auth<T>(req: &Request<T>) -> String {
+    match presented(req) {
+        Ok(Some(cert)) => format!("node-certificate {}", cert.serial),
+        _ => "bootstrap-token".to_owned(),
+    }
+}
+
+/// A renewal (or a re-registration with a certificate) must be for the key the node
+/// already holds: a stolen certificate cannot be renewed onto a key of the thief's.
+fn same_key(cert: &NodeCert, csr_pem: &str) -> Result<(), Status> {
+    let asked = allot_pki::csr_public_key(csr_pem)
+        .map_err(|e| Status::invalid_argument(format!("csr_pem: {e}")))?;
+    if asked == cert.public_key {
+        Ok(())
+    } else {
+        Err(Status::permission_denied(
+            "a renewal must be for the key this node's certificate holds; a new key needs a \
+             bootstrap token",
+        ))
+    }
+}
+
+fn node_ctx<T>(req: &Request<T>, node_id: &str) -> AuditContext {
     AuditContext {
         actor: Actor {
             kind: ActorKind::Node,
             id: node_id.to_owned(),
             tenant_id: None,
-            auth_method: auth_method.to_owned(),
+            auth_method: node_auth(req),
             source: req.remote_addr().map(|a| a.ip().to_string()),
         },
         request_id: None,
@@ -342,12 +366,7 @@ impl allot_proto::NodeService for NodeSvc {
         req: Request<RegisterRequest>,
     ) -> Result<Response<RegisterResponse>, Status> {
         let presented = presented(&req)?;
-        let method = if presented.is_some() {
-            "node-certificate"
-        } else {
-            "bootstrap-token"
-        };
-        let ctx = node_ctx(&req, &req.get_ref().node_name, method);
+        let ctx = node_ctx(&req, &req.get_ref().node_name);
         let r = req.into_inner();
         if !valid_node_name(&r.node_name) {
             return Err(Status::invalid_argument(
@@ -362,9 +381,12 @@ impl allot_proto::NodeService for NodeSvc {
                     cert.node, r.node_name
                 )));
             }
-            Some(cert) => Admission::Certificate {
-                serial: cert.serial,
-            },
+            Some(cert) => {
+                same_key(&cert, &r.csr_pem)?;
+                Admission::Certificate {
+                    serial: cert.serial,
+                }
+            }
             None if r.bootstrap_token.is_empty() => {
                 return Err(Status::unauthenticated(
                     "present a bootstrap token, or connect with the node certificate",
@@ -431,7 +453,10 @@ impl allot_proto::NodeService for NodeSvc {
         req: Request<RenewCertificateRequest>,
     ) -> Result<Response<RenewCertificateResponse>, Status> {
         let node = self.node(&req).await?;
-        let ctx = node_ctx(&req, &node.id, "node-certificate");
+        let ctx = node_ctx(&req, &node.id);
+        let cert = presented(&req)?
+            .ok_or_else(|| Status::unauthenticated("connect with the node certificate"))?;
+        same_key(&cert, &req.get_ref().csr_pem)?;
         let issued = self.issue(&req.get_ref().csr_pem, &node.name)?;
         self.store
             .add_node_certificate(
@@ -588,7 +613,7 @@ impl allot_proto::NodeService for NodeSvc {
         req: Request<JobStatusReport>,
     ) -> Result<Response<JobStatusAck>, Status> {
         let node = self.node(&req).await?;
-        let ctx = node_ctx(&req, &node.id, "node-certificate");
+        let ctx = node_ctx(&req, &node.id);
         let r = req.into_inner();
         let job = self
             .store
