@@ -361,10 +361,16 @@ async fn the_development_sign_in_picks_a_seeded_user() {
         .expect("the admin is offered");
     let value_at = html[..admin_at].rfind("value=\"").expect("a user id") + 7;
     let user_id = &html[value_at..value_at + html[value_at..].find('"').expect("quote")];
+    // The page's token goes back with the form, as a browser sends it.
+    let token = html
+        .split("name=\"csrf_token\" value=\"")
+        .nth(1)
+        .and_then(|r| r.split('"').next())
+        .expect("the form's token");
 
     let signed_in = browser
         .post(format!("{}/auth/dev", dev.url))
-        .form(&[("user", user_id)])
+        .form(&[("user", user_id), ("csrf_token", token)])
         .send()
         .await
         .expect("sign in");
@@ -386,11 +392,19 @@ async fn the_development_sign_in_picks_a_seeded_user() {
     );
     let refused = browser
         .post(format!("{}/auth/dev", dev.url))
-        .form(&[("user", "not-a-dev-user")])
+        .form(&[("user", "not-a-dev-user"), ("csrf_token", token)])
         .send()
         .await
         .expect("refused");
     assert_eq!(refused.status(), reqwest::StatusCode::UNPROCESSABLE_ENTITY);
+    // Without the page's token, nobody is signed in.
+    let refused = browser
+        .post(format!("{}/auth/dev", dev.url))
+        .form(&[("user", user_id)])
+        .send()
+        .await
+        .expect("refused");
+    assert_eq!(refused.status(), reqwest::StatusCode::FORBIDDEN);
     assert!(dev.interrupt().success());
 }
 

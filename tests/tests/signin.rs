@@ -292,3 +292,122 @@ async fn the_development_sign_in_exists_only_in_dev_mode_on_loopback() {
         "the development sign-in is refused off loopback"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_development_sign_in_refuses_other_hosts_other_origins_and_forms_without_its_token() {
+    use allot_store::{IdentityRepo, NewBinding, SignIn};
+    let c = allot_system_tests::spawn_cluster_with(Backend::Sqlite, 0, "", |config| {
+        config.dev_sign_in = true;
+    })
+    .await;
+    let user = c
+        .server
+        .store
+        .sign_in(SignIn {
+            issuer: allot_api::signin::DEV_ISSUER.to_owned(),
+            subject: "dev-admin".into(),
+            email: None,
+            name: Some("Dev Admin".into()),
+        })
+        .await
+        .expect("dev user");
+    c.server
+        .store
+        .create_binding(
+            &allot_domain::AuditContext::system("test"),
+            NewBinding {
+                subject: allot_domain::BindingSubject::User {
+                    user_id: user.id.clone(),
+                },
+                role: allot_domain::Role::Admin,
+                tenant_id: None,
+            },
+        )
+        .await
+        .expect("binding");
+    let port = c.server.http_addr.port();
+    let evil = format!("rebind.evil.example:{port}");
+
+    // A hostile page that got its name to resolve to 127.0.0.1 (DNS rebinding) sends its
+    // own name as the host: neither the page nor the sign-in answers it.
+    let b = browser();
+    for method in [Method::GET, Method::POST] {
+        let res = b
+            .request(method.clone(), c.url("/auth/dev"))
+            .header("host", &evil)
+            .form(&[("user", user.id.as_str())])
+            .send()
+            .await
+            .expect("sent");
+        assert_eq!(
+            res.status(),
+            StatusCode::FORBIDDEN,
+            "{method} with Host {evil}"
+        );
+    }
+    // A cross-site form post, with the right host but without the page's token: refused.
+    let res = b
+        .post(c.url("/auth/dev"))
+        .form(&[("user", user.id.as_str())])
+        .send()
+        .await
+        .expect("sent");
+    assert_eq!(res.status(), StatusCode::FORBIDDEN, "no token");
+    // The page's own form works, once, from its own origin only.
+    let page = b
+        .get(c.url("/auth/dev"))
+        .send()
+        .await
+        .expect("page")
+        .text()
+        .await
+        .expect("html");
+    let token = page
+        .split("name=\"csrf_token\" value=\"")
+        .nth(1)
+        .and_then(|r| r.split('"').next())
+        .expect("the form carries a token")
+        .to_owned();
+    let res = b
+        .post(c.url("/auth/dev"))
+        .header("origin", "http://rebind.evil.example")
+        .form(&[("user", user.id.as_str()), ("csrf_token", &token)])
+        .send()
+        .await
+        .expect("sent");
+    assert_eq!(res.status(), StatusCode::FORBIDDEN, "another origin");
+    let res = b
+        .post(c.url("/auth/dev"))
+        .header("origin", format!("http://127.0.0.1:{port}"))
+        .form(&[("user", user.id.as_str()), ("csrf_token", &token)])
+        .send()
+        .await
+        .expect("sent");
+    assert_eq!(res.status(), StatusCode::SEE_OTHER, "its own page's form");
+    // With the session: a change from another origin is refused even with the CSRF token.
+    let (_, me) = call(&b, &c, Method::GET, "/auth/session", None, None).await;
+    let csrf = me["csrf_token"].as_str().expect("csrf").to_owned();
+    let res = b
+        .post(c.url("/api/v1/tenants"))
+        .header("x-csrf-token", &csrf)
+        .header("origin", "http://rebind.evil.example")
+        .json(&serde_json::json!({ "name": "from-elsewhere" }))
+        .send()
+        .await
+        .expect("sent");
+    assert_eq!(
+        res.status(),
+        StatusCode::FORBIDDEN,
+        "a change from another origin"
+    );
+    let res = b
+        .post(c.url("/api/v1/tenants"))
+        .header("x-csrf-token", &csrf)
+        .header("origin", format!("http://127.0.0.1:{port}"))
+        .json(&serde_json::json!({ "name": "from-here" }))
+        .send()
+        .await
+        .expect("sent");
+    assert_eq!(res.status(), StatusCode::CREATED, "the same origin");
+    c.shutdown().await;
+}

@@ -434,6 +434,7 @@ impl Caller<'_> {
             Method::GET | Method::HEAD | Method::OPTIONS
         );
         if !safe {
+            crate::signin::same_origin(self.req)?;
             let sent = self
                 .req
                 .headers()

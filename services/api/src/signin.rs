@@ -491,14 +491,72 @@ pub async fn logout(
 /// The issuer recorded for the development sign-in's seeded users.
 pub const DEV_ISSUER: &str = "allot-dev";
 
-fn dev_only(state: &AppState) -> Result<(), ApiError> {
-    if state.dev_sign_in {
+/// The development sign-in's CSRF cookie (and form field `csrf_token`).
+const DEV_CSRF_COOKIE: &str = "allot_dev_csrf";
+
+/// Whether the request names this machine as its host (`localhost`, `127.0.0.1` or
+/// `[::1]`, any port): a page on another name reaching a developer's server through DNS
+/// rebinding sends its own name.
+pub fn loopback_host(req: &HttpRequest) -> bool {
+    let Some(host) = req
+        .headers()
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+    else {
+        return false;
+    };
+    let name = match host.strip_prefix('[') {
+        Some(rest) => rest.split_once(']').map(|(h, _)| h),
+        None => host.split(':').next(),
+    };
+    matches!(name, Some("localhost" | "127.0.0.1" | "::1"))
+}
+
+/// Refuses a request whose `Origin` is present and is not the host it was sent to: a change
+/// a page of another site asks the browser to make.
+pub fn same_origin(req: &HttpRequest) -> Result<(), ApiError> {
+    let Some(origin) = req.headers().get(header::ORIGIN) else {
+        return Ok(());
+    };
+    let host = req
+        .headers()
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or_default();
+    let from = origin
+        .to_str()
+        .ok()
+        .and_then(|o| o.split_once("://").map(|(_, rest)| rest))
+        .unwrap_or_default();
+    if !host.is_empty() && from == host {
         Ok(())
     } else {
-        Err(ApiError::NotFound(
-            "the development sign-in exists only in `allot dev`".into(),
-        ))
+        Err(ApiError::Forbidden(format!(
+            "a change sent from another origin ({}) is refused",
+            origin
+                .to_str()
+                .unwrap_or("not text")
+                .chars()
+                .take(100)
+                .collect::<String>()
+        )))
     }
+}
+
+fn dev_only(state: &AppState, req: &HttpRequest) -> Result<(), ApiError> {
+    if !state.dev_sign_in {
+        return Err(ApiError::NotFound(
+            "the development sign-in exists only in `allot dev`".into(),
+        ));
+    }
+    if !loopback_host(req) {
+        return Err(ApiError::Forbidden(
+            "the development sign-in answers only to localhost, 127.0.0.1 or [::1] as the \
+             host: open it by one of those names"
+                .into(),
+        ));
+    }
+    Ok(())
 }
 
 /// Text for HTML: `&`, `<`, `>`, `"` and `'` escaped.
@@ -521,8 +579,12 @@ fn escape(s: &str) -> String {
 #[utoipa::path(get, path = "/auth/dev", tag = "sign-in",
     responses((status = 200, content_type = "text/html", body = String),
         (status = 404, body = Problem)))]
-pub async fn dev_page(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
-    dev_only(&state)?;
+pub async fn dev_page(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    dev_only(&state, &req)?;
+    let csrf = secret::generate("")[..32].to_owned();
     let mut items = String::new();
     for u in state.store.list_users().await? {
         if u.issuer != DEV_ISSUER || u.deleted_at.is_some() {
@@ -531,6 +593,7 @@ pub async fn dev_page(state: web::Data<AppState>) -> Result<HttpResponse, ApiErr
         let label = u.name.clone().unwrap_or_else(|| u.subject.clone());
         items.push_str(&format!(
             "<li><form method=\"post\" action=\"/auth/dev\">\
+             <input type=\"hidden\" name=\"csrf_token\" value=\"{csrf}\">\
              <input type=\"hidden\" name=\"user\" value=\"{}\">\
              <button type=\"submit\">Sign in as {}</button> <small>{}</small></form></li>\n",
             escape(&u.id),
@@ -538,8 +601,12 @@ pub async fn dev_page(state: web::Data<AppState>) -> Result<HttpResponse, ApiErr
             escape(u.email.as_deref().unwrap_or_default()),
         ));
     }
+    let mut cookie = cookie(DEV_CSRF_COOKIE, csrf.clone(), state.sessions.secure_cookies);
+    cookie.set_path("/auth/dev");
+    cookie.set_same_site(SameSite::Strict);
     Ok(HttpResponse::Ok()
         .content_type("text/html; charset=utf-8")
+        .cookie(cookie)
         .body(format!(
             "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
              <title>Allot development sign-in</title></head><body>\
@@ -552,6 +619,9 @@ pub async fn dev_page(state: web::Data<AppState>) -> Result<HttpResponse, ApiErr
 #[derive(Debug, Deserialize)]
 pub struct DevSignIn {
     user: String,
+    /// The token of the page the form came from (also in its cookie).
+    #[serde(default)]
+    csrf_token: String,
 }
 
 /// Sign in as a seeded user of `allot dev`.
@@ -563,9 +633,23 @@ pub async fn dev_sign_in(
     state: web::Data<AppState>,
     body: web::Bytes,
 ) -> Result<HttpResponse, ApiError> {
-    dev_only(&state)?;
+    dev_only(&state, &req)?;
+    same_origin(&req)?;
     let form: DevSignIn = serde_urlencoded::from_bytes(&body)
         .map_err(|_| ApiError::malformed("user", "send the form field `user`"))?;
+    // The page's token, sent back both as its cookie and in the form: a page of another
+    // site can make the browser send the cookie, but cannot read it to fill the form.
+    let cookie = req.cookie(DEV_CSRF_COOKIE).map(|c| c.value().to_owned());
+    let matches = cookie.is_some_and(|c| {
+        !form.csrf_token.is_empty() && secret::hash(&c) == secret::hash(&form.csrf_token)
+    });
+    if !matches {
+        return Err(ApiError::Forbidden(
+            "the development sign-in needs the token of its page (`csrf_token`): sign in from \
+             /auth/dev"
+                .into(),
+        ));
+    }
     let unknown = || allot_domain::ValidationError::single("user", "is not a development user");
     let user = state.store.user(&form.user).await.map_err(|_| unknown())?;
     if user.issuer != DEV_ISSUER || user.deleted_at.is_some() {
