@@ -128,6 +128,15 @@ pub async fn spawn_cluster_of(
 }
 
 /// A one-time bootstrap token, as `allot node bootstrap-token create` makes one.
+/// The token the development sign-in page puts in its forms (`csrf_token`), which a
+/// browser sends back with them.
+pub fn dev_sign_in_token(html: &str) -> &str {
+    html.split("name=\"csrf_token\" value=\"")
+        .nth(1)
+        .and_then(|r| r.split('"').next())
+        .expect("the development sign-in form carries a token")
+}
+
 /// A bootstrap token admitting any new node (`*`), as an admin may make one.
 pub async fn bootstrap_token(server: &RunningServer) -> String {
     bootstrap_token_for(server, "*", false).await

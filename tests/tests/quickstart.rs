@@ -362,11 +362,7 @@ async fn the_development_sign_in_picks_a_seeded_user() {
     let value_at = html[..admin_at].rfind("value=\"").expect("a user id") + 7;
     let user_id = &html[value_at..value_at + html[value_at..].find('"').expect("quote")];
     // The page's token goes back with the form, as a browser sends it.
-    let token = html
-        .split("name=\"csrf_token\" value=\"")
-        .nth(1)
-        .and_then(|r| r.split('"').next())
-        .expect("the form's token");
+    let token = allot_system_tests::dev_sign_in_token(&html);
 
     let signed_in = browser
         .post(format!("{}/auth/dev", dev.url))

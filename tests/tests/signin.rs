@@ -362,12 +362,7 @@ async fn the_development_sign_in_refuses_other_hosts_other_origins_and_forms_wit
         .text()
         .await
         .expect("html");
-    let token = page
-        .split("name=\"csrf_token\" value=\"")
-        .nth(1)
-        .and_then(|r| r.split('"').next())
-        .expect("the form carries a token")
-        .to_owned();
+    let token = allot_system_tests::dev_sign_in_token(&page).to_owned();
     let res = b
         .post(c.url("/auth/dev"))
         .header("origin", "http://rebind.evil.example")

@@ -157,10 +157,9 @@ fn open_dir_in(dir: &File, name: &str) -> std::io::Result<File> {
         .open(format!("/proc/self/fd/{fd}/{name}"))
 }
 
-/// The host path of the checkpoint directory `path` (a container path), when it exists and
-/// no component below the tenant's directory is a link: what a job running as a process
-/// is told, and where the newest checkpoint is looked for.
-pub fn host_dir_of(prepared: &[Prepared], path: &str) -> Option<PathBuf> {
+/// The directory container path `path` names in the job's volumes, opened one component
+/// at a time below the tenant's directory so that no link there is followed.
+fn open_beneath(prepared: &[Prepared], path: &str) -> Option<File> {
     let (p, parts) = holder(prepared, path)?;
     let mut dir = std::fs::OpenOptions::new()
         .read(true)
@@ -170,23 +169,14 @@ pub fn host_dir_of(prepared: &[Prepared], path: &str) -> Option<PathBuf> {
     for part in &parts {
         dir = open_dir_in(&dir, part).ok()?;
     }
-    // Hold it open while reading: the path below names the very directory checked.
-    let fd = std::os::fd::AsRawFd::as_raw_fd(&dir);
-    let resolved = std::fs::read_link(format!("/proc/self/fd/{fd}")).ok()?;
-    resolved.starts_with(&p.host_dir).then_some(resolved)
+    Some(dir)
 }
 
-/// The newest entry of checkpoint directory `path` (a container path), as the job sees it.
+/// The newest entry of checkpoint directory `path` (a container path), as the job sees it;
+/// none when a component of it below the tenant's directory is a link.
 pub fn latest_checkpoint(prepared: &[Prepared], path: &str) -> Option<String> {
-    let (p, parts) = holder(prepared, path)?;
-    let mut dir = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_DIRECTORY)
-        .open(&p.host_dir)
-        .ok()?;
-    for part in &parts {
-        dir = open_dir_in(&dir, part).ok()?;
-    }
+    let dir = open_beneath(prepared, path)?;
+    // Read through the open descriptor: the very directory checked.
     let fd = std::os::fd::AsRawFd::as_raw_fd(&dir);
     let newest = std::fs::read_dir(format!("/proc/self/fd/{fd}"))
         .ok()?
@@ -225,7 +215,8 @@ mod tests {
         let run = root.path().join("team-a/run");
         std::fs::create_dir(&run).expect("run");
         std::fs::write(run.join("step-1"), b"1").expect("write");
-        assert_eq!(host_dir_of(&p, "/ckpt/run"), Some(run.clone()));
+        assert_eq!(host_path(&p, "/ckpt/run/1"), Some(run.join("1")));
+        assert_eq!(host_path(&p, "/other"), None);
         assert_eq!(
             latest_checkpoint(&p, "/ckpt/run").as_deref(),
             Some("/ckpt/run/step-1")
@@ -233,7 +224,6 @@ mod tests {
         // The tenant turns its checkpoint directory into a link to a node directory.
         std::fs::remove_dir_all(&run).expect("rm");
         std::os::unix::fs::symlink("/etc", &run).expect("link");
-        assert_eq!(host_dir_of(&p, "/ckpt/run"), None);
         assert_eq!(latest_checkpoint(&p, "/ckpt/run"), None);
         // A tenant directory that is a link is refused outright.
         std::os::unix::fs::symlink("/etc", root.path().join("team-b")).expect("link");

@@ -6,7 +6,7 @@
 //! Each tenant sees only its own directory of a volume, `<host_path>/<tenant>`, so two
 //! tenants allowed on the same storage do not see each other's files.
 
-use std::path::{Component, Path};
+use std::path::Path;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -208,27 +208,6 @@ pub fn check_against(
     v.into_result()
 }
 
-/// The host path of `container_path` for `tenant`, given where its volumes are: what a job
-/// running as a plain process (no mount namespace) is told.
-pub fn host_path_of(
-    container_path: &str,
-    tenant: &str,
-    mounts: &[(VolumeMount, String)],
-) -> Option<String> {
-    let (m, host) = mounts
-        .iter()
-        .find(|(m, _)| within(container_path, &m.path))?;
-    let rest = Path::new(container_path).strip_prefix(&m.path).ok()?;
-    let mut out = std::path::PathBuf::from(tenant_dir(host, tenant));
-    for c in rest.components() {
-        match c {
-            Component::Normal(x) => out.push(x),
-            _ => return None,
-        }
-    }
-    Some(out.display().to_string())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -318,15 +297,5 @@ mod tests {
             fields(check_against(&rw, &t, &vols)),
             ["volumes[0].read_only"]
         );
-    }
-
-    #[test]
-    fn a_container_path_maps_into_the_tenants_directory() {
-        let m = [(mount("ckpt", "/ckpt", false), "/mnt/ckpt".to_owned())];
-        assert_eq!(
-            host_path_of("/ckpt/run/1", "team-a", &m).as_deref(),
-            Some("/mnt/ckpt/team-a/run/1")
-        );
-        assert_eq!(host_path_of("/other", "team-a", &m), None);
     }
 }

@@ -109,19 +109,8 @@ fn invalid(e: allot_domain::ValidationError) -> Status {
 
 /// The reported inventory, checked (`allot_domain::node::check_inventory`).
 fn gpus_from_proto(gpus: Vec<Gpu>) -> Result<Vec<GpuDevice>, Status> {
-    if gpus.len() > allot_domain::node::MAX_NODE_GPUS {
-        return Err(Status::invalid_argument(format!(
-            "gpus: must list at most {} GPUs",
-            allot_domain::node::MAX_NODE_GPUS
-        )));
-    }
-    let devices = gpus_of(gpus)?;
-    allot_domain::node::check_inventory(&devices).map_err(invalid)?;
-    Ok(devices)
-}
-
-fn gpus_of(gpus: Vec<Gpu>) -> Result<Vec<GpuDevice>, Status> {
-    gpus.into_iter()
+    let devices = gpus
+        .into_iter()
         .enumerate()
         .map(|(i, g)| {
             if g.uuid.is_empty() || g.uuid.len() > 128 {
@@ -160,7 +149,9 @@ fn gpus_of(gpus: Vec<Gpu>) -> Result<Vec<GpuDevice>, Status> {
                 })?,
             })
         })
-        .collect()
+        .collect::<Result<Vec<_>, Status>>()?;
+    allot_domain::node::check_inventory(&devices).map_err(invalid)?;
+    Ok(devices)
 }
 
 /// How long a job waits before retry `failures + 1`: 1 s, doubling, at most 5 minutes.
