@@ -273,6 +273,17 @@ impl TestCluster {
         assert_eq!(status, StatusCode::CREATED, "{body}");
     }
 
+    /// Every entry of audit log `log` (`system` or a tenant's id), read from the database.
+    pub async fn audit_log(&self, log: &str) -> Vec<allot_domain::AuditEntry> {
+        allot_store::AuditRepo::audit_entries(&self.server.store, log, 0, 1_000_000)
+            .await
+            .expect("audit entries")
+            .into_iter()
+            .filter_map(|e| e.body)
+            .map(|b| serde_json::from_str(&b).expect("an entry's body"))
+            .collect()
+    }
+
     /// Submits a job as admin with extra request fields (`gpu_milli`, `priority`, ...) and
     /// returns its id.
     pub async fn submit_with(&self, tenant: &str, fields: Value, command: &[&str]) -> String {

@@ -710,3 +710,54 @@ async fn a_renewal_is_for_the_key_the_node_holds_and_names_both_certificates() {
     );
     c.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn guessing_bootstrap_tokens_is_rate_limited_and_recorded() {
+    let c = spawn_cluster_with(Backend::Sqlite, 0, "", |cfg| cfg.auth_max_failures = 5).await;
+    let mut codes = Vec::new();
+    for i in 0..30 {
+        let err = enroll(&c, &format!("allot_boot_guess{i}"), "gpu-1")
+            .await
+            .err()
+            .expect("a guessed token is refused");
+        codes.push(err.code());
+    }
+    assert_eq!(codes[..5], [Code::Unauthenticated; 5], "{codes:?}");
+    assert!(
+        codes[5..].iter().all(|c| *c == Code::ResourceExhausted),
+        "past the limit the guesses are refused outright: {codes:?}"
+    );
+    // A real token from the same address still works: nobody is locked out by guesses.
+    enroll(&c, &bootstrap_token(&c.server).await, "gpu-1")
+        .await
+        .expect("a valid token registers");
+    let entries = c
+        .eventually("the guesses are recorded", || async {
+            let e: Vec<_> = c
+                .audit_log("system")
+                .await
+                .into_iter()
+                .filter(|e| e.action == "node.unauthenticated" || e.action == "node.rate_limited")
+                .collect();
+            (e.len() == 30).then_some(e)
+        })
+        .await;
+    assert_eq!(
+        entries
+            .iter()
+            .filter(|e| e.action == "node.rate_limited")
+            .count(),
+        25
+    );
+    for e in &entries {
+        assert_eq!(e.target, "grpc/Register");
+        assert_eq!(e.actor.id, "gpu-1");
+        assert_eq!(e.actor.source.as_deref(), Some("127.0.0.1"));
+        assert_eq!(e.outcome, allot_domain::Outcome::Denied);
+        assert!(
+            !format!("{e:?}").contains("guess"),
+            "no token in the log: {e:?}"
+        );
+    }
+    c.shutdown().await;
+}

@@ -241,7 +241,7 @@ impl FromRequest for Principal {
     fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
         let state = req.app_data::<web::Data<AppState>>().cloned();
         let http_req = req.clone();
-        let source = req.peer_addr().map(|a| a.ip().to_string());
+        let source = crate::client::address(req);
         let request_id = request_id(req);
         let header = req
             .headers()
@@ -254,9 +254,6 @@ impl FromRequest for Principal {
             let state =
                 state.ok_or_else(|| ApiError::Internal("application state missing".into()))?;
             let from = source.clone().unwrap_or_else(|| "unknown".to_owned());
-            if let Some(retry_after_secs) = state.auth_failures.blocked(&from) {
-                return Err(ApiError::TooManyAttempts { retry_after_secs });
-            }
             let caller = Caller {
                 state: &state,
                 req: &http_req,
@@ -301,7 +298,7 @@ impl FromRequest for Principal {
 }
 
 /// Remembers the principal for the denial audit (which runs after the handler), and counts
-/// a failed authentication against its source.
+/// a failed authentication against its client (429 past the limit).
 fn finish(
     state: &AppState,
     req: &HttpRequest,
@@ -313,10 +310,10 @@ fn finish(
             req.extensions_mut().insert(principal.clone());
             Ok(principal)
         }
-        Err(e @ ApiError::Unauthenticated(_)) => {
-            state.auth_failures.failed(from);
-            Err(e)
-        }
+        Err(e @ ApiError::Unauthenticated(_)) => match state.auth_failures.failed(from) {
+            Some(retry_after_secs) => Err(ApiError::TooManyAttempts { retry_after_secs }),
+            None => Err(e),
+        },
         Err(e) => Err(e),
     }
 }

@@ -1,5 +1,7 @@
 //! Records every refused request (401, 403 and 429) in the system audit log, with who asked,
-//! from where, for what, and why it was refused.
+//! from where, for what, and why it was refused; and every 404 an authenticated caller gets,
+//! as `api.not_found`: a request for another tenant's job, log or quota is answered exactly
+//! as one for nothing at all (so the caller learns nothing), but probing leaves a trace.
 
 use actix_web::body::MessageBody;
 use actix_web::dev::{ServiceRequest, ServiceResponse};
@@ -18,13 +20,15 @@ pub async fn record_denials(
 ) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
     let state = req.app_data::<web::Data<AppState>>().cloned();
     let target = format!("{} {}", req.method(), req.path());
-    let source = req.peer_addr().map(|a| a.ip().to_string());
+    let source = crate::client::address(req.request());
     let res = next.call(req).await?;
     let status = res.status();
-    if !matches!(
+    let principal = res.request().extensions().get::<Principal>().cloned();
+    let refused = matches!(
         status,
         StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN | StatusCode::TOO_MANY_REQUESTS
-    ) {
+    ) || (status == StatusCode::NOT_FOUND && principal.is_some());
+    if !refused {
         return Ok(res);
     }
     let Some(state) = state else {
@@ -35,7 +39,6 @@ pub async fn record_denials(
         .error()
         .and_then(|e| e.as_error::<ApiError>())
         .map(ToString::to_string);
-    let principal = res.request().extensions().get::<Principal>().cloned();
     let presented = res
         .request()
         .extensions()
@@ -57,6 +60,7 @@ pub async fn record_denials(
     let action = match status {
         StatusCode::UNAUTHORIZED => "api.unauthenticated",
         StatusCode::TOO_MANY_REQUESTS => "api.rate_limited",
+        StatusCode::NOT_FOUND => "api.not_found",
         _ => "api.denied",
     };
     let event = AuditEvent {

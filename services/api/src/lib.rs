@@ -6,6 +6,7 @@
 //! from the handlers' annotations and served at `/api/v1/openapi.json`.
 
 pub mod auth;
+pub mod client;
 pub mod crypto;
 mod denials;
 pub mod extract;
@@ -71,8 +72,10 @@ pub struct AppState {
     pub audit_batcher: allot_store::AuditBatcher,
     /// Verifies bearer JWTs from the OpenID Connect provider, when one is configured.
     pub jwt: Option<Arc<jwt::JwtVerifier>>,
-    /// Failed authentication per source address.
+    /// Failed authentication per client address.
     pub auth_failures: Arc<limiter::FailureLimiter>,
+    /// The reverse proxies whose `Forwarded` and `X-Forwarded-For` are believed.
+    pub trusted_proxies: client::TrustedProxies,
     /// Web sign-in through the OpenID Connect provider, when configured.
     pub web_sign_in: Option<Arc<signin::WebSignIn>>,
     /// How long sessions (from web or development sign-in) last.

@@ -1,6 +1,13 @@
-//! Failed authentication, counted per source address: past `max_failures` within `window`,
-//! every authentication attempt from that source is refused (429) until the window ends, so
-//! guessing tokens or replaying forged ones gets nowhere fast. Successful requests are not
+//! Failed authentication, counted per client address: past `max_failures` within `window`,
+//! each further failure from that client is answered 429 (with `Retry-After`) instead of
+//! 401, and audited as rate-limited, until the window ends.
+//!
+//! A valid credential is never refused because of failures: it is checked like any other,
+//! and served. One client guessing (or a fuzzer probing unauthenticated) behind the same
+//! address as everyone else — a proxy, a NAT, `allot dev`'s loopback — must not lock out
+//! the others, and a blocked client gains nothing from it: API tokens carry 256 random
+//! bits, so there is no guessing them, and what the limit buys is that a probe is loud (the
+//! refusals are audited) and its answers carry no detail. Successful requests are not
 //! counted; the clock is injected.
 
 use std::collections::HashMap;
@@ -35,18 +42,9 @@ impl FailureLimiter {
         start + chrono::Duration::from_std(self.window).unwrap_or(chrono::Duration::MAX)
     }
 
-    /// `Some(seconds to wait)` when `source` has failed too often lately.
-    pub fn blocked(&self, source: &str) -> Option<u64> {
-        let now = self.clock.now();
-        let failures = self.failures.lock().unwrap_or_else(|e| e.into_inner());
-        let &(start, count) = failures.get(source)?;
-        let end = self.window_end(start);
-        (count >= self.max_failures && now < end)
-            .then(|| u64::try_from((end - now).num_seconds()).unwrap_or(0).max(1))
-    }
-
-    /// Counts a failed attempt from `source`.
-    pub fn failed(&self, source: &str) {
+    /// Counts a failed attempt from `source`: `Some(seconds to wait)` when it is past the
+    /// limit (answer it 429), `None` while within it (answer the failure itself).
+    pub fn failed(&self, source: &str) -> Option<u64> {
         let now = self.clock.now();
         let mut failures = self.failures.lock().unwrap_or_else(|e| e.into_inner());
         if failures.len() > SWEEP_ABOVE {
@@ -57,6 +55,9 @@ impl FailureLimiter {
             *entry = (now, 0);
         }
         entry.1 = entry.1.saturating_add(1);
+        let end = self.window_end(entry.0);
+        (entry.1 > self.max_failures)
+            .then(|| u64::try_from((end - now).num_seconds()).unwrap_or(0).max(1))
     }
 }
 
@@ -67,28 +68,25 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_source_is_refused_after_too_many_failures_until_the_window_ends() {
+    fn failures_past_the_limit_are_refused_until_the_window_ends() {
         let clock = Arc::new(FixedClock::new(Utc::now()));
         let limiter = FailureLimiter::new(3, Duration::from_secs(60), clock.clone());
         for _ in 0..3 {
-            assert_eq!(limiter.blocked("10.0.0.1"), None);
-            limiter.failed("10.0.0.1");
+            assert_eq!(limiter.failed("10.0.0.1"), None);
         }
-        assert_eq!(limiter.blocked("10.0.0.1"), Some(60));
+        assert_eq!(limiter.failed("10.0.0.1"), Some(60));
         assert_eq!(
-            limiter.blocked("10.0.0.2"),
+            limiter.failed("10.0.0.2"),
             None,
             "other sources are not affected"
         );
         clock.advance(chrono::Duration::seconds(45));
-        assert_eq!(limiter.blocked("10.0.0.1"), Some(15));
+        assert_eq!(limiter.failed("10.0.0.1"), Some(15));
         clock.advance(chrono::Duration::seconds(15));
-        assert_eq!(limiter.blocked("10.0.0.1"), None, "the window has passed");
-        limiter.failed("10.0.0.1");
         assert_eq!(
-            limiter.blocked("10.0.0.1"),
+            limiter.failed("10.0.0.1"),
             None,
-            "a new window counts from one"
+            "the window has passed: a new one counts from one"
         );
     }
 }

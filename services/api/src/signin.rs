@@ -336,14 +336,11 @@ pub async fn callback(
     q: web::Query<CallbackQuery>,
 ) -> Result<HttpResponse, ApiError> {
     let signin = web_sign_in(&state)?;
-    let source = req.peer_addr().map(|a| a.ip().to_string());
+    let source = crate::client::address(&req);
     let from = source.clone().unwrap_or_else(|| "unknown".to_owned());
-    if let Some(retry_after_secs) = state.auth_failures.blocked(&from) {
-        return Err(ApiError::TooManyAttempts { retry_after_secs });
-    }
-    let failed = |why: String| {
-        state.auth_failures.failed(&from);
-        ApiError::Unauthenticated(format!("sign-in failed: {why}"))
+    let failed = |why: String| match state.auth_failures.failed(&from) {
+        Some(retry_after_secs) => ApiError::TooManyAttempts { retry_after_secs },
+        None => ApiError::Unauthenticated(format!("sign-in failed: {why}")),
     };
     if let Some(e) = &q.error {
         return Err(failed(format!(
@@ -655,7 +652,7 @@ pub async fn dev_sign_in(
     if user.issuer != DEV_ISSUER || user.deleted_at.is_some() {
         return Err(unknown().into());
     }
-    let source = req.peer_addr().map(|a| a.ip().to_string());
+    let source = crate::client::address(&req);
     start_session(&state, user, Map::new(), source, "dev-sign-in", "/").await
 }
 

@@ -37,6 +37,10 @@ pub struct NodeSvc {
     pub heartbeat_interval: Duration,
     /// When each node's GPU samples were last stored, and when old samples were last pruned.
     pub samples: SampleClock,
+    /// Failed node authentication per client address, as on the HTTP side.
+    pub auth_failures: Arc<allot_api::limiter::FailureLimiter>,
+    /// Where refused calls are recorded.
+    pub audit: allot_store::AuditBatcher,
 }
 
 /// How often GPU samples are stored per node, and old ones pruned.
@@ -217,9 +221,152 @@ fn presented<T>(req: &Request<T>) -> Result<Option<NodeCert>, Status> {
 }
 
 impl NodeSvc {
+    /// A call refused for who made it (a bad token, a revoked certificate, a certificate of
+    /// another node): counted against its address, past the limit answered
+    /// `RESOURCE_EXHAUSTED`, and recorded in the system audit log either way.
+    async fn refused(&self, ctx: AuditContext, call: &str, status: Status) -> Status {
+        if !matches!(
+            status.code(),
+            tonic::Code::Unauthenticated | tonic::Code::PermissionDenied
+        ) {
+            return status;
+        }
+        let from = ctx
+            .actor
+            .source
+            .clone()
+            .unwrap_or_else(|| "unknown".to_owned());
+        let (action, answer) = match self.auth_failures.failed(&from) {
+            Some(retry) => (
+                "node.rate_limited",
+                Status::resource_exhausted(format!(
+                    "too many failed authentications from this address: retry in {retry} s"
+                )),
+            ),
+            None if status.code() == tonic::Code::Unauthenticated => {
+                ("node.unauthenticated", status.clone())
+            }
+            None => ("node.denied", status.clone()),
+        };
+        let event = allot_domain::AuditEvent {
+            log: allot_domain::SYSTEM_LOG.to_owned(),
+            action: action.to_owned(),
+            target: format!("grpc/{call}"),
+            outcome: allot_domain::Outcome::Denied,
+            reason: Some(status.message().chars().take(500).collect()),
+            before: None,
+            after: None,
+        };
+        if let Err(e) = self.audit.record(ctx, event).await {
+            tracing::error!(error = %e, "could not audit a refused node call");
+        }
+        answer
+    }
+
+    async fn register_node(
+        &self,
+        req: Request<RegisterRequest>,
+    ) -> Result<Response<RegisterResponse>, Status> {
+        let presented = presented(&req)?;
+        let ctx = node_ctx(&req, &req.get_ref().node_name);
+        let r = req.into_inner();
+        if !valid_node_name(&r.node_name) {
+            return Err(Status::invalid_argument(
+                "node_name must be 1 to 253 characters of letters, digits, `-`, `.` and `_`",
+            ));
+        }
+        // A certificate speaks for its own node only; without one, the token must.
+        let admission = match presented {
+            Some(cert) if cert.node != r.node_name => {
+                return Err(Status::permission_denied(format!(
+                    "this certificate is node {}'s: it cannot register node {}",
+                    cert.node, r.node_name
+                )));
+            }
+            Some(cert) => {
+                same_key(&cert, &r.csr_pem)?;
+                Admission::Certificate {
+                    serial: cert.serial,
+                }
+            }
+            None if r.bootstrap_token.is_empty() => {
+                return Err(Status::unauthenticated(
+                    "present a bootstrap token, or connect with the node certificate",
+                ));
+            }
+            None => Admission::BootstrapToken {
+                secret_hash: secret::hash(&r.bootstrap_token),
+            },
+        };
+        let issued = self.issue(&r.csr_pem, &r.node_name)?;
+        let node = self
+            .store
+            .register_node(
+                &ctx,
+                NodeRegistration {
+                    name: r.node_name,
+                    admission,
+                    certificate: NewNodeCertificate {
+                        serial: issued.serial,
+                        issued_at: issued.not_before,
+                        expires_at: issued.not_after,
+                    },
+                    agent_version: r.agent_version.chars().take(64).collect(),
+                    gpu_backend: r.gpu_backend.chars().take(32).collect(),
+                    runtime: match r.runtime.as_str() {
+                        "oci" | "process" | "" => r.runtime.clone(),
+                        other => {
+                            return Err(Status::invalid_argument(format!(
+                                "runtime `{}` is neither oci nor process",
+                                other.chars().take(32).collect::<String>()
+                            )));
+                        }
+                    },
+                    cpu_milli: bounded("cpu_milli", r.cpu_milli, 100_000_000)?,
+                    memory_bytes: bounded("memory_bytes", r.memory_bytes, 1 << 50)?,
+                    gpus: gpus_from_proto(r.gpus)?,
+                    lease_expires_at: self.lease_until(),
+                },
+            )
+            .await
+            .map_err(status)?;
+        let ctx = AuditContext {
+            actor: Actor {
+                id: node.id.clone(),
+                ..ctx.actor
+            },
+            ..ctx
+        };
+        self.requeue_lost_jobs(&ctx, &node.id, &r.running_job_ids)
+            .await?;
+        tracing::info!(node = %node.name, id = %node.id, gpus = node.gpus.len(), "node registered");
+        self.notify.notify_one();
+        Ok(Response::new(RegisterResponse {
+            node_id: node.id,
+            certificate_pem: issued.cert_pem,
+            heartbeat_interval_ms: u32::try_from(self.heartbeat_interval.as_millis())
+                .unwrap_or(u32::MAX),
+            lease_duration_ms: u32::try_from(self.lease.as_millis()).unwrap_or(u32::MAX),
+        }))
+    }
+
+    /// The calling node ([`Self::authenticated_node`]), refusals recorded.
+    async fn node<T>(&self, req: &Request<T>, call: &str) -> Result<Node, Status> {
+        match self.authenticated_node(req).await {
+            Ok(node) => Ok(node),
+            Err(e) => {
+                let claimed = presented(req)
+                    .ok()
+                    .flatten()
+                    .map_or_else(|| "unknown".to_owned(), |c| c.node);
+                Err(self.refused(node_ctx(req, &claimed), call, e).await)
+            }
+        }
+    }
+
     /// The calling node: the one its certificate was issued to, while that certificate is
     /// current (known, unexpired by the control plane's clock, unrevoked).
-    async fn node<T>(&self, req: &Request<T>) -> Result<Node, Status> {
+    async fn authenticated_node<T>(&self, req: &Request<T>) -> Result<Node, Status> {
         let cert = presented(req)?.ok_or_else(|| {
             Status::unauthenticated("connect with the node certificate (mutual TLS)")
         })?;
@@ -356,94 +503,19 @@ impl allot_proto::NodeService for NodeSvc {
         &self,
         req: Request<RegisterRequest>,
     ) -> Result<Response<RegisterResponse>, Status> {
-        let presented = presented(&req)?;
-        let ctx = node_ctx(&req, &req.get_ref().node_name);
-        let r = req.into_inner();
-        if !valid_node_name(&r.node_name) {
-            return Err(Status::invalid_argument(
-                "node_name must be 1 to 253 characters of letters, digits, `-`, `.` and `_`",
-            ));
+        let claimed: String = req.get_ref().node_name.chars().take(253).collect();
+        let ctx = node_ctx(&req, &claimed);
+        match self.register_node(req).await {
+            Ok(r) => Ok(r),
+            Err(e) => Err(self.refused(ctx, "Register", e).await),
         }
-        // A certificate speaks for its own node only; without one, the token must.
-        let admission = match presented {
-            Some(cert) if cert.node != r.node_name => {
-                return Err(Status::permission_denied(format!(
-                    "this certificate is node {}'s: it cannot register node {}",
-                    cert.node, r.node_name
-                )));
-            }
-            Some(cert) => {
-                same_key(&cert, &r.csr_pem)?;
-                Admission::Certificate {
-                    serial: cert.serial,
-                }
-            }
-            None if r.bootstrap_token.is_empty() => {
-                return Err(Status::unauthenticated(
-                    "present a bootstrap token, or connect with the node certificate",
-                ));
-            }
-            None => Admission::BootstrapToken {
-                secret_hash: secret::hash(&r.bootstrap_token),
-            },
-        };
-        let issued = self.issue(&r.csr_pem, &r.node_name)?;
-        let node = self
-            .store
-            .register_node(
-                &ctx,
-                NodeRegistration {
-                    name: r.node_name,
-                    admission,
-                    certificate: NewNodeCertificate {
-                        serial: issued.serial,
-                        issued_at: issued.not_before,
-                        expires_at: issued.not_after,
-                    },
-                    agent_version: r.agent_version.chars().take(64).collect(),
-                    gpu_backend: r.gpu_backend.chars().take(32).collect(),
-                    runtime: match r.runtime.as_str() {
-                        "oci" | "process" | "" => r.runtime.clone(),
-                        other => {
-                            return Err(Status::invalid_argument(format!(
-                                "runtime `{}` is neither oci nor process",
-                                other.chars().take(32).collect::<String>()
-                            )));
-                        }
-                    },
-                    cpu_milli: bounded("cpu_milli", r.cpu_milli, 100_000_000)?,
-                    memory_bytes: bounded("memory_bytes", r.memory_bytes, 1 << 50)?,
-                    gpus: gpus_from_proto(r.gpus)?,
-                    lease_expires_at: self.lease_until(),
-                },
-            )
-            .await
-            .map_err(status)?;
-        let ctx = AuditContext {
-            actor: Actor {
-                id: node.id.clone(),
-                ..ctx.actor
-            },
-            ..ctx
-        };
-        self.requeue_lost_jobs(&ctx, &node.id, &r.running_job_ids)
-            .await?;
-        tracing::info!(node = %node.name, id = %node.id, gpus = node.gpus.len(), "node registered");
-        self.notify.notify_one();
-        Ok(Response::new(RegisterResponse {
-            node_id: node.id,
-            certificate_pem: issued.cert_pem,
-            heartbeat_interval_ms: u32::try_from(self.heartbeat_interval.as_millis())
-                .unwrap_or(u32::MAX),
-            lease_duration_ms: u32::try_from(self.lease.as_millis()).unwrap_or(u32::MAX),
-        }))
     }
 
     async fn renew_certificate(
         &self,
         req: Request<RenewCertificateRequest>,
     ) -> Result<Response<RenewCertificateResponse>, Status> {
-        let node = self.node(&req).await?;
+        let node = self.node(&req, "RenewCertificate").await?;
         let ctx = node_ctx(&req, &node.id);
         let cert = presented(&req)?
             .ok_or_else(|| Status::unauthenticated("connect with the node certificate"))?;
@@ -471,7 +543,7 @@ impl allot_proto::NodeService for NodeSvc {
         &self,
         req: Request<HeartbeatRequest>,
     ) -> Result<Response<HeartbeatResponse>, Status> {
-        let node = self.node(&req).await?;
+        let node = self.node(&req, "Heartbeat").await?;
         let was_ready = self.store.clock().now() < node.lease_expires_at;
         let r = req.into_inner();
         let gpus = gpus_from_proto(r.gpus.clone())?;
@@ -570,7 +642,7 @@ impl allot_proto::NodeService for NodeSvc {
         &self,
         req: Request<WatchAssignmentsRequest>,
     ) -> Result<Response<Self::WatchAssignmentsStream>, Status> {
-        let node = self.node(&req).await?;
+        let node = self.node(&req, "WatchAssignments").await?;
         // Subscribe first, then replay what the node holds: a job scheduled in between is
         // sent twice, which agents ignore, rather than not at all.
         let (tx, rx) = self.hub.subscribe(&node.id);
@@ -603,7 +675,7 @@ impl allot_proto::NodeService for NodeSvc {
         &self,
         req: Request<JobStatusReport>,
     ) -> Result<Response<JobStatusAck>, Status> {
-        let node = self.node(&req).await?;
+        let node = self.node(&req, "ReportJobStatus").await?;
         let ctx = node_ctx(&req, &node.id);
         let r = req.into_inner();
         let job = self

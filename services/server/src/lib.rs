@@ -89,6 +89,8 @@ pub struct ServerConfig {
     /// its attempts are refused (429) for the rest of the window.
     pub auth_max_failures: u32,
     pub auth_failure_window: Duration,
+    /// Reverse proxies whose forwarding headers name the client.
+    pub trusted_proxies: allot_api::client::TrustedProxies,
     /// Web sign-in through the OpenID Connect provider (the authorization code flow).
     pub web_sign_in: Option<allot_api::signin::SignInConfig>,
     /// How long sessions last and whether their cookies are `Secure`.
@@ -133,6 +135,7 @@ impl ServerConfig {
             oidc: None,
             auth_max_failures: 20,
             auth_failure_window: Duration::from_secs(60),
+            trusted_proxies: allot_api::client::TrustedProxies::default(),
             web_sign_in: None,
             sessions: allot_api::signin::SessionPolicy::default(),
             dev_sign_in: false,
@@ -552,6 +555,7 @@ pub async fn start(
             config.auth_failure_window,
             clock.clone(),
         )),
+        trusted_proxies: config.trusted_proxies.clone(),
         store: store.clone(),
         events: Arc::new(Events {
             notify: notify.clone(),
@@ -570,6 +574,7 @@ pub async fn start(
         None => (None, None, None),
     };
     let counted = metrics.clone();
+    let grpc_audit = state.audit_batcher.clone();
     let http = HttpServer::new(move || {
         App::new()
             .wrap(actix_web::middleware::from_fn(allot_api::record_denials))
@@ -610,6 +615,12 @@ pub async fn start(
         lease: config.lease,
         heartbeat_interval: config.heartbeat_interval,
         samples: grpc::SampleClock::default(),
+        auth_failures: Arc::new(allot_api::limiter::FailureLimiter::new(
+            config.auth_max_failures,
+            config.auth_failure_window,
+            clock.clone(),
+        )),
+        audit: grpc_audit,
     };
     let mut grpc_server = tonic::transport::Server::builder()
         .tls_config(grpc_tls)

@@ -50,6 +50,16 @@ pub struct ServerArgs {
     /// The certificate's private key (PEM).
     #[arg(long, env = "ALLOT_TLS_KEY", requires = "tls_cert")]
     tls_key: Option<PathBuf>,
+    /// A reverse proxy (address or CIDR block, repeatable) whose `Forwarded` and
+    /// `X-Forwarded-For` headers name the client: its address is then what audit entries
+    /// record and failed authentication is counted against. Without one, those headers
+    /// are ignored and the client is the connection's peer.
+    #[arg(
+        long = "trusted-proxy",
+        env = "ALLOT_TRUSTED_PROXIES",
+        value_delimiter = ','
+    )]
+    trusted_proxies: Vec<String>,
     #[command(flatten)]
     oidc: OidcArgs,
     #[command(flatten)]
@@ -344,6 +354,8 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
     config.policy_dir = args.policy_dir;
     config.elastic = args.elastic;
     config.elastic_policy = args.elastic_policy;
+    config.trusted_proxies = allot_api::client::TrustedProxies::parse(&args.trusted_proxies)
+        .context("--trusted-proxy")?;
     if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
         let read = |p: &Path, what: &str| {
             std::fs::read_to_string(p).with_context(|| format!("{what}: reading {}", p.display()))

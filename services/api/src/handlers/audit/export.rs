@@ -4,10 +4,11 @@
 
 use actix_web::{HttpResponse, web};
 use allot_audit::bundle::{Bundle, Export, Line};
+use allot_authz::Action;
 use allot_domain::{AuditEntry, AuditEvent, SYSTEM_LOG};
 use allot_store::AuditRepo;
 
-use super::{AuditFilter, MAX_ENTRIES, readable};
+use super::{AuditFilter, MAX_ENTRIES};
 use crate::auth::Principal;
 use crate::extract::Query;
 use crate::problem::Problem;
@@ -39,8 +40,9 @@ pub async fn export(
     log: web::Path<String>,
     Query(filter): Query<AuditFilter>,
 ) -> Result<HttpResponse, ApiError> {
-    let log = super::resolve_log(&state, &log).await?;
-    readable(&state, &who, &log).await?;
+    let named = super::resolve_log(&state, &log).await?;
+    named.authorize(&who, Action::AuditRead)?;
+    let log = named.id;
     filter.check()?;
     let now = state.store.clock().now();
     let signing_keys = state.audit_keys.clone();

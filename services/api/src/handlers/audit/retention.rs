@@ -74,12 +74,9 @@ pub async fn set_hold(
     if reason.is_empty() || reason.len() > 500 {
         return Err(ApiError::malformed("reason", "must be 1–500 characters"));
     }
-    let log = resolve_log(&state, &log).await?;
-    who.authorize(
-        Action::AuditHold,
-        super::log_resource(&log),
-        &format!("audit log `{log}`"),
-    )?;
+    let named = resolve_log(&state, &log).await?;
+    named.authorize(&who, Action::AuditHold)?;
+    let log = named.id;
     let hold = state
         .store
         .set_legal_hold(&who.audit(), &log, reason)
@@ -97,12 +94,9 @@ pub async fn release_hold(
     who: Principal,
     log: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    let log = resolve_log(&state, &log).await?;
-    who.authorize(
-        Action::AuditHold,
-        super::log_resource(&log),
-        &format!("audit log `{log}`"),
-    )?;
+    let named = resolve_log(&state, &log).await?;
+    named.authorize(&who, Action::AuditHold)?;
+    let log = named.id;
     let hold = state.store.release_legal_hold(&who.audit(), &log).await?;
     Ok(json(StatusCode::OK, &LegalHoldView::from(hold)))
 }
@@ -137,12 +131,9 @@ pub async fn prune(
     if body.before > state.store.clock().now() {
         return Err(ApiError::malformed("before", "must not be in the future"));
     }
-    let log = resolve_log(&state, &log).await?;
-    who.authorize(
-        Action::AuditPrune,
-        super::log_resource(&log),
-        &format!("audit log `{log}`"),
-    )?;
+    let named = resolve_log(&state, &log).await?;
+    named.authorize(&who, Action::AuditPrune)?;
+    let log = named.id;
     let pruned = state
         .store
         .prune_audit(&who.audit(), &log, body.before)

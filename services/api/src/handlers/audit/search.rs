@@ -3,6 +3,7 @@
 
 use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, web};
+use allot_authz::Action;
 use allot_domain::{Outcome, SYSTEM_LOG};
 use allot_store::{AuditRepo, AuditSearch, TenantRepo};
 use base64::Engine;
@@ -141,20 +142,39 @@ fn parse_cursor(s: &str) -> Result<(DateTime<Utc>, String, u64), ApiError> {
     Ok((at, log.to_owned(), seq.parse().map_err(|_| bad())?))
 }
 
-/// Resolves a log named by tenant name or id (or `system`) to its id.
-pub(super) async fn resolve_log(state: &AppState, log: &str) -> Result<String, ApiError> {
-    if log == SYSTEM_LOG {
-        return Ok(log.to_owned());
+/// An audit log as the caller named it: its id, and how answers name it (by the name the
+/// caller gave, so that a refusal never tells a tenant's name to its id).
+pub(super) struct NamedLog {
+    pub id: String,
+    pub what: String,
+}
+
+impl NamedLog {
+    /// Whether the caller may do `action` on this log (404 to those who may not see it).
+    pub fn authorize(&self, who: &Principal, action: Action) -> Result<(), ApiError> {
+        who.authorize(action, super::log_resource(&self.id), &self.what)
     }
-    match state.store.tenant_by_id(log).await {
-        Ok(t) => Ok(t.id),
+}
+
+/// Resolves a log named by tenant name or id (or `system`) to its id.
+pub(super) async fn resolve_log(state: &AppState, log: &str) -> Result<NamedLog, ApiError> {
+    let what = format!("audit log `{log}`");
+    if log == SYSTEM_LOG {
+        return Ok(NamedLog {
+            id: log.to_owned(),
+            what,
+        });
+    }
+    let id = match state.store.tenant_by_id(log).await {
+        Ok(t) => t.id,
         Err(_) => state
             .store
             .tenant_by_name(log)
             .await
             .map(|t| t.id)
-            .map_err(|_| ApiError::NotFound(format!("audit log `{log}` does not exist"))),
-    }
+            .map_err(|_| ApiError::NotFound(format!("{what} does not exist")))?,
+    };
+    Ok(NamedLog { id, what })
 }
 
 /// Search the audit logs you may read, oldest first.
@@ -187,9 +207,9 @@ pub async fn search(
     let logs = match q.log {
         None => visible,
         Some(log) => {
-            let id = resolve_log(&state, &log).await?;
-            super::readable(&state, &who, &id).await?;
-            Some(vec![id])
+            let log = resolve_log(&state, &log).await?;
+            log.authorize(&who, Action::AuditRead)?;
+            Some(vec![log.id])
         }
     };
     let mut search = filter.search(logs, limit + 1);

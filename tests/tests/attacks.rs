@@ -1,0 +1,305 @@
+//! The attack suite: what a malicious tenant, a client behind the same proxy as everyone
+//! else, or a prober does to the API, tried against a real control plane, each attack in a
+//! table row with what must come of it. Container escapes are in `isolation.rs`, node
+//! impersonation in `grpc.rs`, the development sign-in in `signin.rs`.
+
+use allot_system_tests::{Backend, StatusCode, TestCluster, spawn_cluster, spawn_cluster_with};
+use reqwest::Method;
+use serde_json::{Value, json};
+
+/// A token of `role` in `tenant`, as its secret.
+async fn token(c: &TestCluster, tenant: &str, role: &str) -> String {
+    let (s, body) = c
+        .post(
+            "/api/v1/tokens",
+            json!({ "name": format!("{tenant}-{role}"), "tenant": tenant, "role": role }),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{body}");
+    body["secret"].as_str().expect("secret").to_owned()
+}
+
+async fn system_log(c: &TestCluster) -> Vec<allot_domain::AuditEntry> {
+    c.audit_log("system").await
+}
+
+/// One probe of another tenant's resource: the request, and the twin request naming a
+/// resource that does not exist at all, which must be answered the same way.
+struct Probe {
+    what: &'static str,
+    method: Method,
+    path: String,
+    body: Option<Value>,
+    nothing: String,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn probing_another_tenant_learns_nothing_and_leaves_a_trace() {
+    let c = spawn_cluster(Backend::Sqlite, 1, "1xH200").await;
+    c.create_tenant("red", None).await;
+    c.create_tenant("blue", None).await;
+    let blue_job = c.submit("blue", 0, &["sleep", "300"]).await;
+    let red = token(&c, "red", "tenant-admin").await;
+    let (_, blue) = c.get("/api/v1/tenants/blue").await;
+    let blue_id = blue["id"].as_str().expect("blue's id").to_owned();
+
+    let job = |suffix: &str, method: Method, body: Option<Value>| Probe {
+        what: "job",
+        method,
+        path: format!("/api/v1/jobs/{blue_job}{suffix}"),
+        body,
+        nothing: format!("/api/v1/jobs/01JNOSUCHJOB0000000000000{suffix}"),
+    };
+    let probes = vec![
+        Probe {
+            what: "read blue's job",
+            ..job("", Method::GET, None)
+        },
+        Probe {
+            what: "read blue's job log",
+            ..job("/log", Method::GET, None)
+        },
+        Probe {
+            what: "read blue's job samples",
+            ..job("/samples", Method::GET, None)
+        },
+        Probe {
+            what: "cancel blue's job",
+            ..job("/cancel", Method::POST, Some(json!({})))
+        },
+        Probe {
+            what: "resize blue's job",
+            ..job("/resize", Method::POST, Some(json!({ "gpu_milli": 500 })))
+        },
+        Probe {
+            what: "write blue's quota",
+            method: Method::PUT,
+            path: "/api/v1/tenants/blue/quota".into(),
+            body: Some(json!({ "limit": { "gpu_milli": 100000 } })),
+            nothing: "/api/v1/tenants/no-such-tenant/quota".into(),
+        },
+        Probe {
+            what: "read blue's audit log by name",
+            method: Method::GET,
+            path: "/api/v1/audit/entries?log=blue".into(),
+            body: None,
+            nothing: "/api/v1/audit/entries?log=no-such-tenant".into(),
+        },
+        Probe {
+            what: "export blue's audit log by name",
+            method: Method::GET,
+            path: "/api/v1/audit/logs/blue/export".into(),
+            body: None,
+            nothing: "/api/v1/audit/logs/no-such-tenant/export".into(),
+        },
+    ];
+    let before = system_log(&c).await.len();
+    for p in &probes {
+        let (status, body) = c
+            .request(p.method.clone(), &p.path, Some(&red), p.body.clone())
+            .await;
+        let (none_status, none_body) = c
+            .request(p.method.clone(), &p.nothing, Some(&red), p.body.clone())
+            .await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{}: {body}", p.what);
+        assert_eq!(status, none_status, "{}: {none_body}", p.what);
+        let text = body.to_string();
+        for secret in [blue_id.as_str(), "sleep"] {
+            assert!(
+                !text.contains(secret),
+                "{}: the answer leaks `{secret}`: {text}",
+                p.what
+            );
+        }
+        assert_eq!(
+            body["detail"]
+                .as_str()
+                .map(|d| d.replace(&blue_job, "X").replace("blue", "X")),
+            none_body["detail"].as_str().map(|d| d
+                .replace("01JNOSUCHJOB0000000000000", "X")
+                .replace("no-such-tenant", "X")),
+            "{}: the answer differs from one for nothing at all",
+            p.what
+        );
+    }
+    // Blue's job ran on, untouched.
+    let (_, now) = c.get(&format!("/api/v1/jobs/{blue_job}")).await;
+    assert!(
+        ["pending", "scheduled", "running"].contains(&now["state"].as_str().unwrap_or("")),
+        "{now}"
+    );
+    let (_, quota) = c.get("/api/v1/tenants/blue/quota").await;
+    assert_ne!(quota["limit"]["gpu_milli"], 100_000, "{quota}");
+
+    // Every probe, and its twin, is in the system log as a denial by red's token.
+    let entries = c
+        .eventually("the probes are recorded", || async {
+            let found: Vec<_> = system_log(&c)
+                .await
+                .into_iter()
+                .skip(before)
+                .filter(|e| e.action == "api.not_found")
+                .collect();
+            (found.len() >= 2 * probes.len()).then_some(found)
+        })
+        .await;
+    for p in &probes {
+        let target = format!(
+            "{} {}",
+            p.method,
+            p.path.split('?').next().unwrap_or_default()
+        );
+        let e = entries
+            .iter()
+            .find(|e| e.target == target)
+            .unwrap_or_else(|| panic!("{}: no entry for {target}", p.what));
+        assert_eq!(e.outcome, allot_domain::Outcome::Denied, "{}", p.what);
+        assert_eq!(
+            e.actor.tenant_id.as_deref(),
+            Some(red_tenant_id(&c).await.as_str())
+        );
+        assert_eq!(e.actor.source.as_deref(), Some("127.0.0.1"), "{}", p.what);
+    }
+    c.shutdown().await;
+}
+
+async fn red_tenant_id(c: &TestCluster) -> String {
+    let (_, red) = c.get("/api/v1/tenants/red").await;
+    red["id"].as_str().expect("red's id").to_owned()
+}
+
+/// Sends `GET /api/v1/jobs` with `token`, as the client `forwarded_for` behind the proxy.
+async fn as_client(c: &TestCluster, token: &str, forwarded_for: Option<&str>) -> reqwest::Response {
+    let mut req = c.http.get(c.url("/api/v1/jobs")).bearer_auth(token);
+    if let Some(f) = forwarded_for {
+        req = req.header("x-forwarded-for", f);
+    }
+    req.send().await.expect("sent")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_client_failing_locks_out_no_one_and_a_proxy_names_the_client() {
+    // No trusted proxy: everyone is 127.0.0.1, and a forwarding header is ignored.
+    let c = spawn_cluster_with(Backend::Sqlite, 0, "1xH200", |cfg| {
+        cfg.auth_max_failures = 3
+    })
+    .await;
+    c.create_tenant("red", None).await;
+    let member = token(&c, "red", "member").await;
+    let mut answers = Vec::new();
+    for _ in 0..5 {
+        answers.push(
+            as_client(&c, "allot_guess", Some("198.51.100.1"))
+                .await
+                .status(),
+        );
+    }
+    assert_eq!(answers[..3], [StatusCode::UNAUTHORIZED; 3], "{answers:?}");
+    assert_eq!(
+        answers[3..],
+        [StatusCode::TOO_MANY_REQUESTS; 2],
+        "{answers:?}"
+    );
+    for t in [&member, &c.admin_token] {
+        let res = as_client(&c, t, None).await;
+        assert_eq!(
+            res.status(),
+            StatusCode::OK,
+            "a valid token is served beside the guesser"
+        );
+    }
+    let entries = c
+        .eventually("the refusals are recorded", || async {
+            let e: Vec<_> = system_log(&c)
+                .await
+                .into_iter()
+                .filter(|e| e.action == "api.unauthenticated" || e.action == "api.rate_limited")
+                .collect();
+            (e.len() == 5).then_some(e)
+        })
+        .await;
+    assert!(
+        entries
+            .iter()
+            .all(|e| e.actor.source.as_deref() == Some("127.0.0.1")),
+        "an untrusted X-Forwarded-For is not believed: {entries:?}"
+    );
+    c.shutdown().await;
+
+    // Behind a trusted proxy: the forwarded client is the source, counted on its own.
+    let c = spawn_cluster_with(Backend::Sqlite, 0, "1xH200", |cfg| {
+        cfg.auth_max_failures = 3;
+        cfg.trusted_proxies =
+            allot_api::client::TrustedProxies::parse(&["127.0.0.1"]).expect("proxies");
+    })
+    .await;
+    c.create_tenant("red", None).await;
+    let member = token(&c, "red", "member").await;
+    for _ in 0..4 {
+        // A client that forges its own X-Forwarded-For is still itself: the proxy appends
+        // the address it saw, and that is the one believed.
+        as_client(&c, "allot_guess", Some("192.0.2.99, 198.51.100.1")).await;
+    }
+    let guesser = as_client(&c, "allot_guess", Some("198.51.100.1")).await;
+    assert_eq!(guesser.status(), StatusCode::TOO_MANY_REQUESTS);
+    let other = as_client(&c, "allot_other_guess", Some("198.51.100.2")).await;
+    assert_eq!(
+        other.status(),
+        StatusCode::UNAUTHORIZED,
+        "another client has its own count"
+    );
+    let ok = as_client(&c, &member, Some("198.51.100.1")).await;
+    assert_eq!(
+        ok.status(),
+        StatusCode::OK,
+        "even the guesser's address with a valid token"
+    );
+    // What the client does is recorded with its own address too.
+    let res = c
+        .http
+        .post(c.url("/api/v1/jobs"))
+        .bearer_auth(&member)
+        .header("x-forwarded-for", "198.51.100.3")
+        .json(&json!({ "tenant": "red", "gpus": 0, "command": ["true"] }))
+        .send()
+        .await
+        .expect("sent");
+    assert_eq!(res.status(), StatusCode::CREATED);
+    let red_id = red_tenant_id(&c).await;
+    let submit = c
+        .eventually("the submit is recorded", || async {
+            c.audit_log(&red_id)
+                .await
+                .into_iter()
+                .find(|e| e.action == "job.submit")
+        })
+        .await;
+    assert_eq!(submit.actor.source.as_deref(), Some("198.51.100.3"));
+    let entries = c
+        .eventually("the refusals are recorded", || async {
+            let e: Vec<_> = system_log(&c)
+                .await
+                .into_iter()
+                .filter(|e| e.action.starts_with("api."))
+                .collect();
+            (e.len() >= 6).then_some(e)
+        })
+        .await;
+    let sources: Vec<_> = entries
+        .iter()
+        .map(|e| e.actor.source.clone().unwrap_or_default())
+        .collect();
+    assert_eq!(
+        sources.iter().filter(|s| *s == "198.51.100.1").count(),
+        5,
+        "{sources:?}"
+    );
+    assert!(sources.contains(&"198.51.100.2".to_owned()), "{sources:?}");
+    assert!(
+        !sources
+            .iter()
+            .any(|s| s == "192.0.2.99" || s == "127.0.0.1"),
+        "{sources:?}"
+    );
+    c.shutdown().await;
+}
