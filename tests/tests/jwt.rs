@@ -115,6 +115,26 @@ impl Provider {
     fn token(&self, sub: &str, extra: Value) -> String {
         self.sign("idp.pem", "k1", &self.claims(sub, extra))
     }
+
+    /// A token whose header names no key id, as a provider with one key may send.
+    fn token_without_kid(&self, key_file: &str, sub: &str) -> String {
+        let claims = self.claims(sub, json!({ "email": "root@example.com" }));
+        jsonwebtoken::encode(&Header::new(Algorithm::RS256), &claims, &key(key_file))
+            .expect("signed")
+    }
+
+    /// Publishes `keys` (each a key file), none with a key id.
+    fn publish_without_kid(&self, keys: &[&str]) {
+        let keys: Vec<Value> = keys
+            .iter()
+            .map(|k| {
+                let mut jwk = jwk(k, "x");
+                jwk.as_object_mut().expect("object").remove("kid");
+                jwk
+            })
+            .collect();
+        *self.jwks.lock().expect("jwks") = json!({ "keys": keys });
+    }
 }
 
 /// A control plane trusting `provider`, that refetches its keys for an unknown key id at
@@ -439,4 +459,50 @@ async fn repeated_failures_from_one_address_are_rate_limited_and_recorded() {
         "{actions:?}"
     );
     c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_without_a_key_id_is_accepted_only_from_a_one_key_set() {
+    let idp = Provider::start().await;
+    idp.publish_without_kid(&["idp.pem"]);
+    let c = cluster(&idp, 1000, Duration::ZERO).await;
+    let token = idp.token_without_kid("idp.pem", "root");
+    let (s, body) = as_bearer(&c, &token, Method::GET, "/api/v1/tenants", None).await;
+    assert_eq!(
+        s,
+        StatusCode::OK,
+        "OpenID Connect Core 10.1 allows it: {body}"
+    );
+
+    // Signed by a key the provider never published: refused, kid or not.
+    let forged = idp.token_without_kid("attacker.pem", "root");
+    let (s, _) = as_bearer(&c, &forged, Method::GET, "/api/v1/tenants", None).await;
+    assert_eq!(s, StatusCode::UNAUTHORIZED);
+
+    // The provider rotates its only key: tokens of the new key are accepted (the set is
+    // fetched again), and the old key's are not.
+    let rotated = idp.token_without_kid("rotated.pem", "root");
+    idp.publish_without_kid(&["rotated.pem"]);
+    let (s, body) = as_bearer(&c, &rotated, Method::GET, "/api/v1/tenants", None).await;
+    assert_eq!(s, StatusCode::OK, "after the rotation: {body}");
+    let (s, _) = as_bearer(&c, &token, Method::GET, "/api/v1/tenants", None).await;
+    assert_eq!(s, StatusCode::UNAUTHORIZED, "the retired key");
+
+    // With two keys in the set, a token must say which: no guessing.
+    idp.publish_without_kid(&["idp.pem", "rotated.pem"]);
+    let c2 = cluster(&idp, 1000, Duration::ZERO).await;
+    for t in [&token, &rotated] {
+        let (s, body) = as_bearer(&c2, t, Method::GET, "/api/v1/tenants", None).await;
+        assert_eq!(s, StatusCode::UNAUTHORIZED, "{body}");
+        assert!(
+            body["detail"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("key id"),
+            "{body}"
+        );
+    }
+    idp.server.stop(true).await;
+    c.shutdown().await;
+    c2.shutdown().await;
 }

@@ -31,7 +31,9 @@ pub enum JwtError {
     Malformed,
     #[error("the token's algorithm is not accepted")]
     Algorithm,
-    #[error("the token names no key id, or one the issuer does not publish")]
+    #[error(
+        "the token names no key id (allowed only when the issuer publishes one key), or one the issuer does not publish"
+    )]
     UnknownKey,
     #[error("the token's signature does not verify")]
     Signature,
@@ -206,15 +208,28 @@ impl VerifiedToken {
     }
 }
 
-fn find(keys: &[Jwk], kid: &str) -> Option<Jwk> {
-    keys.iter()
-        .find(|k| k.common.key_id.as_deref() == Some(kid))
-        .cloned()
+struct Keys {
+    /// The keys of the set this build can use.
+    set: Vec<Jwk>,
+    /// How many keys the set published, usable or not.
+    published: usize,
+    fetched_at: Option<DateTime<Utc>>,
 }
 
-struct Keys {
-    set: Vec<Jwk>,
-    fetched_at: Option<DateTime<Utc>>,
+impl Keys {
+    /// The key a token names by `kid`; a token naming none may use the set's key only
+    /// when the set publishes exactly one (OpenID Connect Core 1.0, 10.1).
+    fn find(&self, kid: Option<&str>) -> Option<Jwk> {
+        match kid {
+            Some(kid) => self
+                .set
+                .iter()
+                .find(|k| k.common.key_id.as_deref() == Some(kid))
+                .cloned(),
+            None if self.published == 1 => self.set.first().cloned(),
+            None => None,
+        }
+    }
 }
 
 /// The HTTP client for the identity provider. It never follows a redirect: one could send
@@ -245,6 +260,7 @@ impl JwtVerifier {
             clock,
             keys: Mutex::new(Keys {
                 set: Vec::new(),
+                published: 0,
                 fetched_at: None,
             }),
         })
@@ -269,8 +285,8 @@ impl JwtVerifier {
             .map_err(|e| JwtError::Provider(format!("GET {url}: {e}")))
     }
 
-    /// Discovery, then the JWKS. Keys of kinds this build cannot use are skipped.
-    async fn fetch_keys(&self) -> Result<Vec<Jwk>, JwtError> {
+    /// Discovery, then the JWKS: the keys this build can use, and how many the set holds.
+    async fn fetch_keys(&self) -> Result<(Vec<Jwk>, usize), JwtError> {
         let discovery_url = format!(
             "{}/.well-known/openid-configuration",
             self.config.issuer.trim_end_matches('/')
@@ -286,20 +302,24 @@ impl JwtVerifier {
             .as_str()
             .ok_or_else(|| JwtError::Provider(format!("{discovery_url} has no jwks_uri")))?;
         let jwks = self.get_json(jwks_uri).await?;
-        let keys = jwks["keys"]
+        let published = jwks["keys"]
             .as_array()
-            .ok_or_else(|| JwtError::Provider(format!("{jwks_uri} has no keys")))?
+            .ok_or_else(|| JwtError::Provider(format!("{jwks_uri} has no keys")))?;
+        let keys = published
             .iter()
             .filter_map(|k| serde_json::from_value::<Jwk>(k.clone()).ok())
             .collect();
-        Ok(keys)
+        Ok((keys, published.len()))
     }
 
-    /// The key `kid` names, fetching the JWKS when it is unknown (at most every
-    /// `jwks_refetch`).
-    async fn key(&self, kid: &str) -> Result<Jwk, JwtError> {
+    /// The key `kid` names (or, without one, the set's only key), fetching the JWKS when it
+    /// is unknown, or when `tried` is the key found and it did not verify (a single-key
+    /// provider rotates without a key id to say so), at most every `jwks_refetch`.
+    async fn key(&self, kid: Option<&str>, tried: Option<&Jwk>) -> Result<Jwk, JwtError> {
         let mut keys = self.keys.lock().await;
-        if let Some(k) = find(&keys.set, kid) {
+        if let Some(k) = keys.find(kid)
+            && tried != Some(&k)
+        {
             return Ok(k);
         }
         let now = self.clock.now();
@@ -311,8 +331,10 @@ impl JwtVerifier {
         }
         let fetched = self.fetch_keys().await;
         keys.fetched_at = Some(now);
-        keys.set = fetched?;
-        find(&keys.set, kid).ok_or(JwtError::UnknownKey)
+        (keys.set, keys.published) = fetched?;
+        keys.find(kid)
+            .filter(|k| tried != Some(k))
+            .ok_or(JwtError::UnknownKey)
     }
 
     pub async fn verify(&self, token: &str) -> Result<VerifiedToken, JwtError> {
@@ -323,36 +345,16 @@ impl JwtVerifier {
         if !self.config.algorithms.contains(&header.alg) {
             return Err(JwtError::Algorithm);
         }
-        let kid = header.kid.as_deref().ok_or(JwtError::UnknownKey)?;
-        let jwk = self.key(kid).await?;
-        if let Some(alg) = jwk.common.key_algorithm
-            && alg.to_string() != format!("{:?}", header.alg)
-        {
-            return Err(JwtError::Algorithm);
-        }
-        let key = DecodingKey::from_jwk(&jwk).map_err(|_| JwtError::UnknownKey)?;
-        let mut validation = Validation::new(header.alg);
-        validation.algorithms = vec![header.alg];
-        validation.set_issuer(&[&self.config.issuer]);
-        validation.set_audience(&self.config.audiences);
-        // Time is checked below, by the injected clock.
-        validation.validate_exp = false;
-        validation.validate_nbf = false;
-        validation.required_spec_claims.clear();
-        let data =
-            jsonwebtoken::decode::<Map<String, Value>>(token, &key, &validation).map_err(|e| {
-                use jsonwebtoken::errors::ErrorKind as K;
-                match e.kind() {
-                    K::InvalidSignature => JwtError::Signature,
-                    K::InvalidIssuer => JwtError::Issuer,
-                    K::InvalidAudience => JwtError::Audience,
-                    K::MissingRequiredClaim(c) if c == "iss" => JwtError::MissingClaim("iss"),
-                    K::MissingRequiredClaim(c) if c == "aud" => JwtError::MissingClaim("aud"),
-                    K::InvalidAlgorithm | K::InvalidAlgorithmName => JwtError::Algorithm,
-                    _ => JwtError::Malformed,
-                }
-            })?;
-        let claims = data.claims;
+        let kid = header.kid.as_deref();
+        let jwk = self.key(kid, None).await?;
+        let claims = match self.decode(token, &header, &jwk) {
+            // Without a key id, a key that does not verify may have been rotated away.
+            Err(JwtError::Signature) if kid.is_none() => match self.key(None, Some(&jwk)).await {
+                Ok(newer) => self.decode(token, &header, &newer)?,
+                Err(_) => return Err(JwtError::Signature),
+            },
+            other => other?,
+        };
         for c in ["iss", "aud", "sub", "exp"] {
             if !claims.contains_key(c) {
                 return Err(JwtError::MissingClaim(c));
@@ -376,6 +378,44 @@ impl JwtVerifier {
             .ok_or(JwtError::Malformed)?
             .to_owned();
         Ok(VerifiedToken { subject, claims })
+    }
+
+    /// The token's claims, if `jwk` signed it for this issuer and audience (time is
+    /// checked by the caller, by the injected clock).
+    fn decode(
+        &self,
+        token: &str,
+        header: &jsonwebtoken::Header,
+        jwk: &Jwk,
+    ) -> Result<Map<String, Value>, JwtError> {
+        if let Some(alg) = jwk.common.key_algorithm
+            && alg.to_string() != format!("{:?}", header.alg)
+        {
+            return Err(JwtError::Algorithm);
+        }
+        let key = DecodingKey::from_jwk(jwk).map_err(|_| JwtError::UnknownKey)?;
+        let mut validation = Validation::new(header.alg);
+        validation.algorithms = vec![header.alg];
+        validation.set_issuer(&[&self.config.issuer]);
+        validation.set_audience(&self.config.audiences);
+        // Time is checked by the caller, by the injected clock.
+        validation.validate_exp = false;
+        validation.validate_nbf = false;
+        validation.required_spec_claims.clear();
+        let data =
+            jsonwebtoken::decode::<Map<String, Value>>(token, &key, &validation).map_err(|e| {
+                use jsonwebtoken::errors::ErrorKind as K;
+                match e.kind() {
+                    K::InvalidSignature => JwtError::Signature,
+                    K::InvalidIssuer => JwtError::Issuer,
+                    K::InvalidAudience => JwtError::Audience,
+                    K::MissingRequiredClaim(c) if c == "iss" => JwtError::MissingClaim("iss"),
+                    K::MissingRequiredClaim(c) if c == "aud" => JwtError::MissingClaim("aud"),
+                    K::InvalidAlgorithm | K::InvalidAlgorithmName => JwtError::Algorithm,
+                    _ => JwtError::Malformed,
+                }
+            })?;
+        Ok(data.claims)
     }
 }
 
