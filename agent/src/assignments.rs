@@ -188,6 +188,15 @@ impl Agent {
                     read_only: v.read_only,
                 })
                 .collect(),
+            secrets: l
+                .secrets
+                .into_iter()
+                .map(|s| crate::runtime::secrets::SecretSpec {
+                    env: (!s.env.is_empty()).then_some(s.env),
+                    file: (!s.file.is_empty()).then_some(s.file),
+                    value: s.value,
+                })
+                .collect(),
             uid_slot: l.uid_slot,
             inherit_fds: shared
                 .as_ref()

@@ -26,6 +26,7 @@ mod m20261204_000004_resize;
 mod m20261205_000001_containers;
 mod m20261206_000001_volumes;
 mod m20261206_000002_bootstrap_binding;
+mod m20261207_000001_tenant_secrets;
 mod roles;
 
 pub use roles::{APPEND_ONLY_TABLES, BadRoleName, postgres_app_role_grants};
@@ -59,6 +60,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261205_000001_containers::Migration),
             Box::new(m20261206_000001_volumes::Migration),
             Box::new(m20261206_000002_bootstrap_binding::Migration),
+            Box::new(m20261207_000001_tenant_secrets::Migration),
         ]
     }
 }

@@ -273,6 +273,39 @@ impl TestCluster {
         assert_eq!(status, StatusCode::CREATED, "{body}");
     }
 
+    /// A new API token of `role` in `tenant`, as its secret.
+    pub async fn token_for(&self, tenant: &str, role: &str) -> String {
+        let (s, body) = self
+            .post(
+                "/api/v1/tokens",
+                serde_json::json!({ "name": format!("{tenant}-{role}"), "tenant": tenant, "role": role }),
+            )
+            .await;
+        assert_eq!(s, StatusCode::CREATED, "{body}");
+        body["secret"].as_str().expect("secret").to_owned()
+    }
+
+    /// Every file of the cluster (the nodes' data, the database's directory, the checkpoint
+    /// sink) whose bytes contain `needle`.
+    pub fn files_containing(&self, needle: &[u8]) -> Vec<std::path::PathBuf> {
+        let db_dir = self
+            .db_url
+            .trim_start_matches("sqlite://")
+            .split('?')
+            .next()
+            .and_then(|f| {
+                std::path::Path::new(f)
+                    .parent()
+                    .map(std::path::Path::to_owned)
+            });
+        let mut found = files_containing(self.data_dir.path(), needle);
+        found.extend(files_containing(self.checkpoints.path(), needle));
+        if let Some(d) = db_dir.filter(|d| d.is_dir()) {
+            found.extend(files_containing(&d, needle));
+        }
+        found
+    }
+
     /// Every entry of audit log `log` (`system` or a tenant's id), read from the database.
     pub async fn audit_log(&self, log: &str) -> Vec<allot_domain::AuditEntry> {
         allot_store::AuditRepo::audit_entries(&self.server.store, log, 0, 1_000_000)
@@ -447,4 +480,46 @@ pub fn test_pki() -> (String, String, String) {
 pub fn http_client() -> reqwest::ClientBuilder {
     allot_api::crypto::install_crypto_provider();
     reqwest::Client::builder()
+}
+
+/// Every file under `dir` whose bytes contain `needle`.
+pub fn files_containing(dir: &std::path::Path, needle: &[u8]) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    let mut stack = vec![dir.to_owned()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let path = e.path();
+            let Ok(meta) = std::fs::symlink_metadata(&path) else {
+                continue;
+            };
+            if meta.is_dir() {
+                stack.push(path);
+            } else if meta.is_file()
+                && std::fs::read(&path).is_ok_and(|b| b.windows(needle.len()).any(|w| w == needle))
+            {
+                found.push(path);
+            }
+        }
+    }
+    found
+}
+
+/// A value no other test or run shares (`<what>-<random hex>`), so finding it anywhere
+/// means it leaked from the test that made it.
+pub fn unique(what: &str) -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or_default(),
+    );
+    format!("{what}-{:016x}{:016x}", h.finish(), {
+        h.write_u8(1);
+        h.finish()
+    })
 }

@@ -7,18 +7,6 @@ use allot_system_tests::{Backend, StatusCode, TestCluster, spawn_cluster, spawn_
 use reqwest::Method;
 use serde_json::{Value, json};
 
-/// A token of `role` in `tenant`, as its secret.
-async fn token(c: &TestCluster, tenant: &str, role: &str) -> String {
-    let (s, body) = c
-        .post(
-            "/api/v1/tokens",
-            json!({ "name": format!("{tenant}-{role}"), "tenant": tenant, "role": role }),
-        )
-        .await;
-    assert_eq!(s, StatusCode::CREATED, "{body}");
-    body["secret"].as_str().expect("secret").to_owned()
-}
-
 async fn system_log(c: &TestCluster) -> Vec<allot_domain::AuditEntry> {
     c.audit_log("system").await
 }
@@ -39,7 +27,7 @@ async fn probing_another_tenant_learns_nothing_and_leaves_a_trace() {
     c.create_tenant("red", None).await;
     c.create_tenant("blue", None).await;
     let blue_job = c.submit("blue", 0, &["sleep", "300"]).await;
-    let red = token(&c, "red", "tenant-admin").await;
+    let red = c.token_for("red", "tenant-admin").await;
     let (_, blue) = c.get("/api/v1/tenants/blue").await;
     let blue_id = blue["id"].as_str().expect("blue's id").to_owned();
 
@@ -185,7 +173,7 @@ async fn one_client_failing_locks_out_no_one_and_a_proxy_names_the_client() {
     })
     .await;
     c.create_tenant("red", None).await;
-    let member = token(&c, "red", "member").await;
+    let member = c.token_for("red", "member").await;
     let mut answers = Vec::new();
     for _ in 0..5 {
         answers.push(
@@ -234,7 +222,7 @@ async fn one_client_failing_locks_out_no_one_and_a_proxy_names_the_client() {
     })
     .await;
     c.create_tenant("red", None).await;
-    let member = token(&c, "red", "member").await;
+    let member = c.token_for("red", "member").await;
     for _ in 0..4 {
         // A client that forges its own X-Forwarded-For is still itself: the proxy appends
         // the address it saw, and that is the one believed.

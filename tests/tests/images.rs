@@ -378,31 +378,6 @@ async fn the_tenant_policy_decides_which_registries_it_may_use() {
     c.shutdown().await;
 }
 
-/// Every file under `dir` whose bytes contain `needle`.
-fn files_containing(dir: &std::path::Path, needle: &[u8]) -> Vec<std::path::PathBuf> {
-    let mut found = Vec::new();
-    let mut stack = vec![dir.to_owned()];
-    while let Some(d) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&d) else {
-            continue;
-        };
-        for e in entries.flatten() {
-            let path = e.path();
-            let Ok(meta) = std::fs::symlink_metadata(&path) else {
-                continue;
-            };
-            if meta.is_dir() {
-                stack.push(path);
-            } else if meta.is_file()
-                && std::fs::read(&path).is_ok_and(|b| b.windows(needle.len()).any(|w| w == needle))
-            {
-                found.push(path);
-            }
-        }
-    }
-    found
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn private_registries_take_the_tenants_credentials_which_nothing_shows() {
     if !require_container_support() {
@@ -410,7 +385,7 @@ async fn private_registries_take_the_tenants_credentials_which_nothing_shows() {
     }
     // Values no test data contains by chance.
     let user = format!("puller-{}", std::process::id());
-    let password = format!("pw-{:x}-secret", rand_u64());
+    let password = allot_system_tests::unique("pw");
     let registry = Registry::start_private(&user, &password);
     let digest = push_busybox(&registry, "private/busybox:v1").await;
     let c = confined_cluster(&registry, 1, "1xH200", 4096).await;
@@ -545,22 +520,9 @@ async fn private_registries_take_the_tenants_credentials_which_nothing_shows() {
             );
         }
     }
-    let db_dir = c
-        .db_url
-        .trim_start_matches("sqlite://")
-        .split('?')
-        .next()
-        .and_then(|f| {
-            std::path::Path::new(f)
-                .parent()
-                .map(std::path::Path::to_owned)
-        })
-        .expect("the database's directory");
-    for dir in [c.data_dir.path(), db_dir.as_path(), c.checkpoints.path()] {
-        for secret in [&user, &password] {
-            let found = files_containing(dir, secret.as_bytes());
-            assert!(found.is_empty(), "`{secret}` is written in {found:?}");
-        }
+    for secret in [&user, &password] {
+        let found = c.files_containing(secret.as_bytes());
+        assert!(found.is_empty(), "`{secret}` is written in {found:?}");
     }
     // Removing them is audited too, and the next pull is refused again.
     let (status, _) = c.delete(&path).await;
@@ -568,16 +530,4 @@ async fn private_registries_take_the_tenants_credentials_which_nothing_shows() {
     let (status, _) = c.delete(&path).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
     c.shutdown().await;
-}
-
-fn rand_u64() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or_default(),
-    );
-    h.finish()
 }

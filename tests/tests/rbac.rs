@@ -100,6 +100,15 @@ const EXPECTED: &[(&str, &str)] = &[
         "DELETE /api/v1/tenants/{name}/registry-credentials/{registry}",
         "OCX - OC - -",
     ),
+    ("GET /api/v1/tenants/{name}/secrets", "OCX - OC - -"),
+    (
+        "PUT /api/v1/tenants/{name}/secrets/{secret}",
+        "OCX - OC - -",
+    ),
+    (
+        "DELETE /api/v1/tenants/{name}/secrets/{secret}",
+        "OCX - OC - -",
+    ),
     // Everyone signed in lists the volumes their tenants may mount (none, for auditors).
     ("GET /api/v1/volumes", "OCX OCX OCX OCX OCX"),
     ("PUT /api/v1/volumes/{name}", "OCX - - - -"),
@@ -332,7 +341,8 @@ impl Fixture {
             .replace("{name}", tenant)
             .replace("{log}", &log)
             .replace("{uuid}", &self.gpu_uuid)
-            .replace("{registry}", "registry.example.com");
+            .replace("{registry}", "registry.example.com")
+            .replace("{secret}", "matrix");
         if p.contains("{id}") {
             let id = if p.starts_with("/api/v1/jobs/") {
                 self.job(rel).await
@@ -370,6 +380,9 @@ impl Fixture {
                 p.clone(),
                 json!({ "username": "matrix", "password": "matrix-secret" }),
             )),
+            "DELETE /api/v1/tenants/{name}/secrets/{secret}" => {
+                Some((p.clone(), json!({ "value": "matrix-secret" })))
+            }
             "DELETE /api/v1/volumes/{name}" => Some((
                 p.clone(),
                 json!({ "host_path": "/mnt/matrix", "tenants": [] }),
@@ -409,6 +422,9 @@ impl Fixture {
                 String::new(),
                 Some(json!({ "username": "matrix", "password": "matrix-secret" })),
             ),
+            "PUT /api/v1/tenants/{name}/secrets/{secret}" => {
+                (String::new(), Some(json!({ "value": "matrix-secret" })))
+            }
             "PUT /api/v1/volumes/{name}" => (
                 String::new(),
                 Some(json!({ "host_path": "/mnt/matrix", "tenants": [tenant] })),

@@ -12,6 +12,7 @@ pub mod cgroup;
 pub mod joblog;
 pub mod oci;
 pub mod process;
+pub mod secrets;
 pub mod volumes;
 
 use std::collections::BTreeMap;
@@ -254,6 +255,8 @@ pub struct LaunchSpec {
     pub checkpoint_dir: Option<String>,
     /// Named volumes it mounts.
     pub volumes: Vec<volumes::VolumeSpec>,
+    /// The tenant secrets it gets.
+    pub secrets: Vec<secrets::SecretSpec>,
     /// Its tenant's host uid range (`allot_domain::Tenant::uid_slot`).
     pub uid_slot: Option<u32>,
     /// Descriptors the job inherits (its GPU-sharing limits region: limits, then usage).

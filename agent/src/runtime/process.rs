@@ -173,6 +173,8 @@ pub fn kill_orphans(jobs_dir: &Path) -> usize {
 struct ProcessAttempt {
     child: tokio::process::Child,
     pid: u32,
+    /// Its file secrets, removed when it ends.
+    secrets_dir: Option<PathBuf>,
 }
 
 impl Attempt for ProcessAttempt {
@@ -194,6 +196,9 @@ impl Attempt for ProcessAttempt {
 
     fn finish(self: Box<Self>) -> BoxFuture<'static, Ending> {
         signal_group(self.pid, Signal::SIGKILL);
+        if let Some(d) = &self.secrets_dir {
+            let _ = std::fs::remove_dir_all(d);
+        }
         Box::pin(async { Ending::default() })
     }
 }
@@ -225,6 +230,9 @@ impl JobRuntime for ProcessRuntime {
                 .create(&dir)
                 .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
             let checkpoints = checkpoint_env(spec)?;
+            let secret_env = super::secrets::env(&spec.secrets)?;
+            let secrets_dir =
+                super::secrets::write_files(&spec.secrets, &dir.join("secrets"), None)?;
             let err = log
                 .try_clone()
                 .map_err(|e| format!("cannot share the job's log: {e}"))?;
@@ -235,6 +243,12 @@ impl JobRuntime for ProcessRuntime {
                 .envs(&spec.env)
                 .envs(spec.allot_env(&dir.display().to_string()))
                 .envs(checkpoints)
+                .envs(secret_env)
+                .envs(
+                    secrets_dir
+                        .iter()
+                        .map(|d| (super::secrets::DIR_ENV, d.display().to_string())),
+                )
                 .current_dir(spec.workdir.as_deref().map_or(dir.as_path(), Path::new))
                 .stdin(Stdio::null())
                 .stdout(log)
@@ -242,13 +256,24 @@ impl JobRuntime for ProcessRuntime {
                 .process_group(0);
             die_with_agent(&mut cmd);
             inherit(&mut cmd, spec.inherit_fds.clone());
-            let child = cmd
-                .spawn()
-                .map_err(|e| format!("could not start `{program}`: {e}"))?;
-            let pid = child
-                .id()
-                .ok_or_else(|| "the process exited before it could be watched".to_owned())?;
-            Ok(Box::new(ProcessAttempt { child, pid }) as Box<dyn Attempt>)
+            let remove_secrets = || {
+                if let Some(d) = &secrets_dir {
+                    let _ = std::fs::remove_dir_all(d);
+                }
+            };
+            let child = cmd.spawn().map_err(|e| {
+                remove_secrets();
+                format!("could not start `{program}`: {e}")
+            })?;
+            let Some(pid) = child.id() else {
+                remove_secrets();
+                return Err("the process exited before it could be watched".to_owned());
+            };
+            Ok(Box::new(ProcessAttempt {
+                child,
+                pid,
+                secrets_dir,
+            }) as Box<dyn Attempt>)
         })
     }
 

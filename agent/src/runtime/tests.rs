@@ -22,6 +22,7 @@ fn spec(cmd: &[&str]) -> LaunchSpec {
         network: Network::Host,
         checkpoint_dir: None,
         volumes: Vec::new(),
+        secrets: Vec::new(),
         uid_slot: Some(0),
         inherit_fds: Vec::new(),
         preload: None,

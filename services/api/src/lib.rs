@@ -32,7 +32,7 @@ pub use handlers::audit::readable_logs;
 pub use handlers::enrollment::{
     BOOTSTRAP_TOKEN_PREFIX, DEFAULT_BOOTSTRAP_TTL, TokenFor, issue_bootstrap_token,
 };
-pub use handlers::jobs::visible_job;
+pub use handlers::jobs::{job_view, visible_job};
 pub use handlers::tokens::TOKEN_PREFIX;
 pub use problem::ApiError;
 
@@ -150,6 +150,21 @@ fn routes<R: Routes>(r: &mut R) {
         M::DELETE,
         "/api/v1/tenants/{name}/registry-credentials/{registry}",
         tenants::delete_credential,
+    );
+    r.add(
+        M::GET,
+        "/api/v1/tenants/{name}/secrets",
+        tenants::list_secrets,
+    );
+    r.add(
+        M::PUT,
+        "/api/v1/tenants/{name}/secrets/{secret}",
+        tenants::set_secret,
+    );
+    r.add(
+        M::DELETE,
+        "/api/v1/tenants/{name}/secrets/{secret}",
+        tenants::delete_secret,
     );
     r.add(M::GET, "/api/v1/volumes", volumes::list);
     r.add(M::PUT, "/api/v1/volumes/{name}", volumes::put);

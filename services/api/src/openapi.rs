@@ -29,6 +29,7 @@ impl Modify for BearerAuth {
         tenants::create, tenants::list, tenants::get, tenants::get_quota, tenants::set_quota,
         tenants::get_policy, tenants::set_policy,
         tenants::list_credentials, tenants::set_credential, tenants::delete_credential,
+        tenants::list_secrets, tenants::set_secret, tenants::delete_secret,
         volumes::list, volumes::put, volumes::delete,
         jobs::submit, jobs::list, jobs::get, jobs::cancel, jobs::log, jobs::samples, jobs::resize, usage::usage,
         nodes::list, nodes::get, nodes::cordon, nodes::uncordon, nodes::drain, nodes::drain_gpu,

@@ -107,6 +107,66 @@ impl From<VolumeMountBody> for allot_domain::VolumeMount {
     }
 }
 
+/// A tenant secret a job uses, as exactly one of an environment variable (`env`) and a
+/// read-only file (`file`, at `/run/secrets/NAME`).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SecretUseBody {
+    /// The secret's name in the job's tenant.
+    #[schema(example = "db-password")]
+    pub secret: String,
+    #[schema(example = "DB_PASSWORD")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env: Option<String>,
+    #[schema(example = "/run/secrets/db-password")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<String>,
+}
+
+impl From<allot_domain::SecretUse> for SecretUseBody {
+    fn from(u: allot_domain::SecretUse) -> Self {
+        Self {
+            secret: u.secret,
+            env: u.env,
+            file: u.file,
+        }
+    }
+}
+
+impl From<SecretUseBody> for allot_domain::SecretUse {
+    fn from(u: SecretUseBody) -> Self {
+        Self {
+            secret: u.secret,
+            env: u.env,
+            file: u.file,
+        }
+    }
+}
+
+/// A tenant secret as anyone is shown it: its name and when it was set, never its value.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct TenantSecretView {
+    pub name: String,
+    pub updated_at: DateTime<Utc>,
+}
+
+impl From<allot_domain::TenantSecret> for TenantSecretView {
+    fn from(s: allot_domain::TenantSecret) -> Self {
+        Self {
+            name: s.name,
+            updated_at: s.updated_at,
+        }
+    }
+}
+
+/// A secret's value, to store. Never shown again.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SetSecretBody {
+    /// The value (text, 1 byte to 64 KiB).
+    pub value: String,
+}
+
 /// A volume's declaration: a host path every node has (shared storage), and the tenants
 /// whose jobs may mount it. Each tenant's jobs see only its own directory there,
 /// `<host_path>/<tenant>`.
@@ -384,6 +444,10 @@ pub struct SubmitJob {
     /// Named volumes (shared storage declared by platform admins) to mount.
     #[serde(default)]
     pub volumes: Vec<VolumeMountBody>,
+    /// Tenant secrets the job gets as variables or files (by name; values never pass
+    /// through the job's spec).
+    #[serde(default)]
+    pub secrets: Vec<SecretUseBody>,
     /// Run on a MIG instance of this profile (e.g. `1g.18gb`) instead of GPUs or GPU
     /// shares; implies `gpus: 1` and `mig` isolation.
     pub mig_profile: Option<String>,
@@ -471,10 +535,13 @@ pub struct JobView {
     /// A job retrying after a failure does not start before this.
     pub retry_at: Option<DateTime<Utc>>,
     pub command: Vec<String>,
+    /// Its variables; values are shown only to those who may submit jobs in its tenant
+    /// (`<redacted>` to others).
     pub env: BTreeMap<String, String>,
     pub workdir: Option<String>,
     pub checkpoint_dir: Option<String>,
     pub volumes: Vec<VolumeMountBody>,
+    pub secrets: Vec<SecretUseBody>,
     /// The MIG profile it runs on an instance of.
     pub mig_profile: Option<String>,
     /// How its share of a shared GPU is held: strict or elastic.
@@ -540,6 +607,7 @@ impl From<Job> for JobView {
             workdir: j.spec.workdir,
             checkpoint_dir: j.spec.checkpoint_dir,
             volumes: j.spec.volumes.into_iter().map(Into::into).collect(),
+            secrets: j.spec.secrets.into_iter().map(Into::into).collect(),
             mig_profile: j.spec.mig_profile,
             gpu_compute: j.spec.gpu_compute,
             gpu_resizable: j.spec.gpu_resizable,

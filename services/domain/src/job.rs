@@ -176,6 +176,8 @@ pub struct JobSpec {
     pub checkpoint_dir: Option<String>,
     /// Named volumes the job mounts (see [`crate::volume`]).
     pub volumes: Vec<crate::VolumeMount>,
+    /// Tenant secrets the job gets as variables or files (see [`crate::secret`]).
+    pub secrets: Vec<crate::SecretUse>,
     /// A MIG instance of this profile (e.g. `1g.18gb`, by its name on the board) instead of
     /// GPUs or GPU shares: the job runs on one instance, alone.
     pub mig_profile: Option<String>,
@@ -392,20 +394,19 @@ impl JobSpec {
         );
         for (key, value) in &self.env {
             let field = format!("env.{key}");
-            let valid_name = key.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
-                && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
             v.check(
-                valid_name,
+                crate::secret::is_env_name(key),
                 field.clone(),
                 "names letters, digits and `_`, not starting with a digit",
             );
             v.check(
-                !(key.starts_with("ALLOT_") || key == "CUDA_VISIBLE_DEVICES"),
+                !crate::secret::is_reserved_env(key),
                 field.clone(),
                 "is set by Allot and cannot be overridden",
             );
             v.check(!value.contains('\0'), field, "must not contain NUL bytes");
         }
+        crate::secret::check_uses(&self.secrets, &self.env, &mut v);
         if let Err(e) = crate::volume::check_mounts(&self.volumes, self.checkpoint_dir.as_deref()) {
             for f in e.0 {
                 v.push(f.field, f.reason);
@@ -533,10 +534,10 @@ pub struct Share {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn spec() -> JobSpec {
+    pub(crate) fn spec() -> JobSpec {
         JobSpec {
             tenant: TenantName::parse("tenant", "team-a").expect("valid"),
             name: "train".into(),
@@ -556,6 +557,7 @@ mod tests {
             workdir: None,
             checkpoint_dir: None,
             volumes: Vec::new(),
+            secrets: Vec::new(),
             mig_profile: None,
             gpu_compute: None,
             gpu_resizable: false,

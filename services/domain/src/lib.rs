@@ -15,6 +15,7 @@ pub mod job;
 pub mod mig;
 pub mod node;
 pub mod quantity;
+pub mod secret;
 pub mod tenant;
 pub mod token;
 pub mod volume;
@@ -36,6 +37,7 @@ pub use job::{
 };
 pub use node::{GpuDevice, MemoryEnforcement, MigSlot, Node, NodeStatus};
 pub use quantity::{format_bytes, format_milli, parse_bytes};
+pub use secret::{SecretUse, SecretValue, TenantSecret};
 pub use tenant::{Quota, ResourceLimits, Resources, Tenant, TenantName};
 pub use token::{ApiToken, Role, RoleBinding};
 pub use volume::{Volume, VolumeMount};

@@ -539,7 +539,7 @@ async fn job_page(
             format_bytes(p.memory_used_bytes)
         )
     });
-    let view = allot_api::views::JobView::from(job);
+    let view = allot_api::job_view(&who, job)?;
     let events = events.into_iter().map(Into::into).collect();
     let mut page = Page::new(&req, &who, format!("Job {}", view.name), "dashboard");
     page.refresh = !terminal;

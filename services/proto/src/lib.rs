@@ -17,7 +17,18 @@ impl std::fmt::Debug for v1::Launch {
             .field("gpu_uuids", &self.gpu_uuids)
             .field("volumes", &self.volumes)
             .field("registry_credentials", &"<redacted>")
+            .field("secrets", &self.secrets)
             .finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for v1::JobSecret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JobSecret")
+            .field("env", &self.env)
+            .field("file", &self.file)
+            .field("value", &"<redacted>")
+            .finish()
     }
 }
 

@@ -142,6 +142,7 @@ pub struct LaunchExtras {
     pub uid_slot: Option<u32>,
     pub credentials: Option<allot_domain::PullSecret>,
     pub volumes: Vec<allot_proto::v1::VolumeMount>,
+    pub secrets: Vec<allot_proto::v1::JobSecret>,
 }
 
 /// The launch of `job`, carrying the trace context of the current span (the scheduling
@@ -165,6 +166,7 @@ pub fn launch(job: &Job, extras: LaunchExtras) -> Assignment {
             registry_password,
             uid_slot: extras.uid_slot,
             volumes: extras.volumes,
+            secrets: extras.secrets,
             env: job.spec.env.clone().into_iter().collect(),
             workdir: job.spec.workdir.clone().unwrap_or_default(),
             gpu_uuids: job.gpu_uuids.clone(),

@@ -1,10 +1,10 @@
 //! What a node is sent to launch a job: the job's record, and what the control plane holds
 //! for it elsewhere — its tenant's host uid range, pull credentials for its image's
-//! registry, and where its volumes are.
+//! registry, where its volumes are, and the values of the secrets it uses.
 
 use allot_domain::{ImageRef, Job};
-use allot_proto::v1::{Assignment, VolumeMount};
-use allot_store::{CredentialRepo, Store, TenantRepo, VolumeRepo};
+use allot_proto::v1::{Assignment, JobSecret, VolumeMount};
+use allot_store::{CredentialRepo, SecretRepo, Store, TenantRepo, VolumeRepo};
 
 use crate::hub::{self, LaunchExtras};
 
@@ -55,12 +55,31 @@ pub async fn launch(store: &Store, job: &Job) -> Assignment {
             })
             .collect()
     };
+    let mut secrets = Vec::with_capacity(job.spec.secrets.len());
+    for u in &job.spec.secrets {
+        let value = match store.open_secret(&job.tenant_id, &u.secret).await {
+            Ok(Some(v)) => v.0,
+            // Empty: it cannot be had, which the node refuses (a stored value never is).
+            Ok(None) => Vec::new(),
+            Err(e) => {
+                tracing::warn!(job = %job.id, secret = %u.secret, error = %e,
+                    "the secret cannot be opened");
+                Vec::new()
+            }
+        };
+        secrets.push(JobSecret {
+            env: u.env.clone().unwrap_or_default(),
+            file: u.file.clone().unwrap_or_default(),
+            value,
+        });
+    }
     hub::launch(
         job,
         LaunchExtras {
             uid_slot,
             credentials,
             volumes,
+            secrets,
         },
     )
 }

@@ -211,6 +211,7 @@ fn to_domain(m: jobs::Model, tenant: &str) -> Result<Job, StoreError> {
             workdir: m.workdir,
             checkpoint_dir: m.checkpoint_dir,
             volumes: json("volumes", &m.volumes)?,
+            secrets: json("secrets", &m.secrets)?,
             mig_profile: m.mig_profile,
             gpu_compute: m
                 .gpu_compute
@@ -491,6 +492,7 @@ impl JobRepo for Store {
             retry_at: Set(None),
             checkpoint_dir: Set(spec.checkpoint_dir.clone()),
             volumes: Set(to_json("volumes", &spec.volumes)?),
+            secrets: Set(to_json("secrets", &spec.secrets)?),
             mig_profile: Set(spec.mig_profile.clone()),
             gpu_compute: Set(spec.gpu_compute.map(|c| c.as_str().to_owned())),
             gpu_resizable: Set(spec.gpu_resizable),
@@ -536,8 +538,9 @@ impl JobRepo for Store {
         .exec(&txn)
         .await?;
         let job = load(&txn, &id).await?;
+        // Names of `env`, never its values: the entry commits to them instead.
         let event = AuditEvent::success(job.tenant_id.clone(), "job.submit", format!("job/{id}"))
-            .after(&job.spec);
+            .after(allot_domain::secret::audited_spec(&id, &job.spec));
         record(&txn, self, ctx, event).await?;
         txn.commit().await?;
         Ok(job)

@@ -18,6 +18,7 @@ mod samples;
 mod scope;
 mod secrets;
 mod sessions;
+mod tenant_secrets;
 mod tenants;
 #[cfg(feature = "testing")]
 pub mod testing;
@@ -45,6 +46,7 @@ pub use samples::{JobSample, JobSamplePoint, RESOLUTIONS, Sample, SamplePoint, S
 pub use scope::TenantScope;
 pub use secrets::{SecretKeys, SecretsError};
 pub use sessions::{NewSession, SessionRepo};
+pub use tenant_secrets::SecretRepo;
 pub use tenants::TenantRepo;
 pub use tokens::{NewToken, TokenRepo};
 pub use volumes::VolumeRepo;

@@ -87,6 +87,11 @@ fn spec(tenant: &str, gpus: u32) -> JobSpec {
             path: "/shared".into(),
             read_only: false,
         }],
+        secrets: vec![allot_domain::SecretUse {
+            secret: "db-password".into(),
+            env: Some("DB_PASSWORD".into()),
+            file: None,
+        }],
         mig_profile: None,
         gpu_compute: None,
         gpu_resizable: false,

@@ -406,6 +406,14 @@ impl JobRuntime for OciRuntime {
                     .and_then(|r| r.edits_for(&gpus))
                     .map_err(|e| format!("the job's GPUs: {e}"))?
             };
+            // File secrets in the bundle (gone with it), readable by the job's user only.
+            let secret_env = super::secrets::env(&spec.secrets)?;
+            let (uid, gid) = spec::image_user(&image)?;
+            let secrets_dir = super::secrets::write_files(
+                &spec.secrets,
+                &bundle.join("secrets"),
+                Some((uid_base + uid, uid_base + gid)),
+            )?;
             let oci = spec::build(&spec::Inputs {
                 launch: spec,
                 image: &image,
@@ -415,6 +423,8 @@ impl JobRuntime for OciRuntime {
                 edits: &edits,
                 volumes: &volumes,
                 restore_from: restore_from.as_deref(),
+                secret_env: &secret_env,
+                secrets_dir: secrets_dir.as_deref(),
             })?;
             oci.save(bundle.join("config.json"))
                 .map_err(|e| format!("cannot write the container's config: {e}"))?;

@@ -40,6 +40,11 @@ pub struct Inputs<'a> {
     pub volumes: &'a [crate::runtime::volumes::Prepared],
     /// The newest checkpoint, for an attempt after the first (a container path).
     pub restore_from: Option<&'a str>,
+    /// The variables its secrets set.
+    pub secret_env: &'a [(String, String)],
+    /// The directory of its file secrets on the node, if it has any: mounted read-only at
+    /// `/run/secrets`.
+    pub secrets_dir: Option<&'a Path>,
 }
 
 /// A path inside the container: absolute, without `..`.
@@ -75,7 +80,7 @@ fn tmpfs(dest: &str, bytes: u64, mode: &str, extra: &[&str]) -> Mount {
 
 /// The user the image asks for (`uid[:gid]`, or a name in its `/etc/passwd`); root of the
 /// container (an unprivileged host uid) when it names none.
-fn image_user(image: &Image) -> Result<(u32, u32), String> {
+pub fn image_user(image: &Image) -> Result<(u32, u32), String> {
     let Some(user) = image.config.user.as_deref() else {
         return Ok((0, 0));
     };
@@ -168,6 +173,16 @@ pub fn build(i: &Inputs<'_>) -> Result<Spec, String> {
     join_env(&mut env, "HOME", SCRATCH.into());
     for (k, v) in &l.env {
         join_env(&mut env, k, v.clone());
+    }
+    for (k, v) in i.secret_env {
+        join_env(&mut env, k, v.clone());
+    }
+    if i.secrets_dir.is_some() {
+        join_env(
+            &mut env,
+            crate::runtime::secrets::DIR_ENV,
+            crate::runtime::secrets::CONTAINER_DIR.into(),
+        );
     }
     for (k, v) in l.allot_env(SCRATCH) {
         join_env(&mut env, &k, v);
@@ -302,6 +317,14 @@ pub fn build(i: &Inputs<'_>) -> Result<Spec, String> {
             opts.push("ro");
         }
         mounts.push(mount(&dest, "bind", &v.host_dir, &opts));
+    }
+    if let Some(dir) = i.secrets_dir {
+        mounts.push(mount(
+            crate::runtime::secrets::CONTAINER_DIR,
+            "bind",
+            dir,
+            &["bind", "ro", "nosuid", "nodev", "noexec"],
+        ));
     }
     if let Some(shim) = &l.preload {
         mounts.push(mount(

@@ -1,8 +1,8 @@
 use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, web};
 use allot_authz::{Action, Resource};
-use allot_domain::{JobSpec, JobState, TenantName, ValidationError};
-use allot_store::{JobFilter, JobRepo, NewJob, TenantRepo, TenantScope, VolumeRepo};
+use allot_domain::{Job, JobSpec, JobState, TenantName, ValidationError};
+use allot_store::{JobFilter, JobRepo, NewJob, SecretRepo, TenantRepo, TenantScope, VolumeRepo};
 
 use crate::auth::Principal;
 use crate::extract::{Json, Query};
@@ -119,6 +119,7 @@ pub async fn submit(
         workdir: body.workdir,
         checkpoint_dir: body.checkpoint_dir,
         volumes: body.volumes.into_iter().map(Into::into).collect(),
+        secrets: body.secrets.into_iter().map(Into::into).collect(),
         mig_profile: body.mig_profile,
         gpu_compute: body.gpu_compute,
         gpu_resizable: body.gpu_resizable,
@@ -129,6 +130,18 @@ pub async fn submit(
     if !spec.volumes.is_empty() {
         let declared = state.store.list_volumes().await?;
         allot_domain::volume::check_against(&spec.volumes, &spec.tenant, &declared)?;
+    }
+    if !spec.secrets.is_empty() {
+        let stored = state.store.secrets(tenant.name.as_str()).await?;
+        let mut v = allot_domain::error::Violations::default();
+        for (i, u) in spec.secrets.iter().enumerate() {
+            v.check(
+                stored.iter().any(|s| s.name == u.secret),
+                format!("secrets[{i}].secret"),
+                format!("tenant `{}` has no secret `{}`", tenant.name, u.secret),
+            );
+        }
+        v.into_result()?;
     }
     let job = state
         .store
@@ -191,7 +204,11 @@ pub async fn list(
     Ok(json(
         StatusCode::OK,
         &JobList {
-            items: page.jobs.into_iter().map(JobView::from).collect(),
+            items: page
+                .jobs
+                .into_iter()
+                .map(|j| job_view(&who, j))
+                .collect::<Result<_, _>>()?,
             next_page_token: page.next,
         },
     ))
@@ -239,6 +256,19 @@ pub async fn visible_job(
     Ok(job)
 }
 
+/// A job as `who` is shown it: its variables' values only if they may submit jobs in its
+/// tenant (and could set them anyway); viewers and auditors see the names.
+pub fn job_view(who: &Principal, job: Job) -> Result<JobView, ApiError> {
+    let may_submit = who.allows(Action::JobSubmit, Resource::Tenant(&job.tenant_id))?;
+    let mut view = JobView::from(job);
+    if !may_submit {
+        for value in view.env.values_mut() {
+            allot_domain::secret::REDACTED.clone_into(value);
+        }
+    }
+    Ok(view)
+}
+
 /// Get a job with its state history.
 #[utoipa::path(get, path = "/api/v1/jobs/{id}", tag = "jobs", params(("id" = String, Path)),
     security(("bearer" = [])),
@@ -250,7 +280,7 @@ pub async fn get(
 ) -> Result<HttpResponse, ApiError> {
     let job = visible_job(&state, &who, &id, Action::JobRead).await?;
     let events = state.store.job_events(&id).await?;
-    let mut view = JobView::from(job);
+    let mut view = job_view(&who, job)?;
     view.events = Some(events.into_iter().map(Into::into).collect());
     Ok(json(StatusCode::OK, &view))
 }

@@ -2,13 +2,14 @@ use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, web};
 use allot_authz::{Action, Resource};
 use allot_domain::{PullSecret, Quota, Tenant, TenantName, TenantPolicy, ValidationError};
-use allot_store::{CredentialRepo, TenantRepo};
+use allot_store::{CredentialRepo, SecretRepo, TenantRepo};
 
 use crate::auth::Principal;
 use crate::extract::Json;
 use crate::problem::Problem;
 use crate::views::{
-    CreateTenant, PolicyBody, QuotaBody, RegistryCredentialBody, RegistryCredentialView, TenantView,
+    CreateTenant, PolicyBody, QuotaBody, RegistryCredentialBody, RegistryCredentialView,
+    SetSecretBody, TenantSecretView, TenantView,
 };
 use crate::{ApiError, AppState, json};
 
@@ -262,6 +263,74 @@ pub async fn delete_credential(
     state
         .store
         .delete_registry_credential(&who.audit(), &name, &registry)
+        .await?;
+    Ok(HttpResponse::NoContent().finish())
+}
+
+/// A tenant's secrets (its admins): names and when each was set. Values are never
+/// returned.
+#[utoipa::path(get, path = "/api/v1/tenants/{name}/secrets", tag = "tenants",
+    security(("bearer" = [])), params(("name" = String, Path)),
+    responses((status = 200, body = [TenantSecretView]), (status = 403, body = Problem),
+        (status = 404, body = Problem)))]
+pub async fn list_secrets(
+    state: web::Data<AppState>,
+    who: Principal,
+    name: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    visible(&state, &who, &name, Action::CredentialRead).await?;
+    let list: Vec<TenantSecretView> = state
+        .store
+        .secrets(&name)
+        .await?
+        .into_iter()
+        .map(Into::into)
+        .collect();
+    Ok(json(StatusCode::OK, &list))
+}
+
+/// Set (or replace) a tenant's secret (its admins). Jobs of the tenant name it in
+/// `secrets` to get it as a variable or a file. It is stored sealed, and no response, audit
+/// entry or log shows it.
+#[utoipa::path(put, path = "/api/v1/tenants/{name}/secrets/{secret}", tag = "tenants",
+    security(("bearer" = [])),
+    params(("name" = String, Path), ("secret" = String, Path)),
+    request_body = SetSecretBody,
+    responses((status = 200, body = TenantSecretView), (status = 400, body = Problem),
+        (status = 403, body = Problem), (status = 404, body = Problem), (status = 422, body = Problem)))]
+pub async fn set_secret(
+    state: web::Data<AppState>,
+    who: Principal,
+    path: web::Path<(String, String)>,
+    Json(body): Json<SetSecretBody>,
+) -> Result<HttpResponse, ApiError> {
+    let (name, secret) = path.into_inner();
+    visible(&state, &who, &name, Action::CredentialWrite).await?;
+    allot_domain::secret::check_name("secret", &secret)?;
+    allot_domain::secret::check_value(body.value.as_bytes())?;
+    let shown = state
+        .store
+        .set_secret(&who.audit(), &name, &secret, body.value.as_bytes())
+        .await?;
+    Ok(json(StatusCode::OK, &TenantSecretView::from(shown)))
+}
+
+/// Remove a tenant's secret (its admins); refused (409) while an unfinished job uses it.
+#[utoipa::path(delete, path = "/api/v1/tenants/{name}/secrets/{secret}", tag = "tenants",
+    security(("bearer" = [])),
+    params(("name" = String, Path), ("secret" = String, Path)),
+    responses((status = 204), (status = 403, body = Problem), (status = 404, body = Problem),
+        (status = 409, body = Problem)))]
+pub async fn delete_secret(
+    state: web::Data<AppState>,
+    who: Principal,
+    path: web::Path<(String, String)>,
+) -> Result<HttpResponse, ApiError> {
+    let (name, secret) = path.into_inner();
+    visible(&state, &who, &name, Action::CredentialWrite).await?;
+    state
+        .store
+        .delete_secret(&who.audit(), &name, &secret)
         .await?;
     Ok(HttpResponse::NoContent().finish())
 }

@@ -92,6 +92,11 @@ pub enum JobCmd {
         /// list` shows those you may use).
         #[arg(long = "volume", value_parser = parse_volume)]
         volumes: Vec<serde_json::Value>,
+        /// Give the job a tenant secret (`allot tenant set-secret`): NAME=VAR as variable
+        /// VAR, or NAME=/run/secrets/FILE as a read-only file (repeatable). Its value
+        /// never passes through the job's spec.
+        #[arg(long = "secret", value_parser = parse_secret)]
+        secrets: Vec<serde_json::Value>,
         /// Wait for the job to finish, print its output, and exit with its status.
         #[arg(long)]
         wait: bool,
@@ -262,6 +267,19 @@ fn exit_status(j: &JobView) -> i32 {
     }
 }
 
+/// `NAME=VAR` or `NAME=/run/secrets/FILE` as the API's secret use.
+fn parse_secret(s: &str) -> Result<serde_json::Value, String> {
+    match s.split_once('=') {
+        Some((secret, to)) if !secret.is_empty() && to.starts_with('/') => {
+            Ok(json!({ "secret": secret, "file": to }))
+        }
+        Some((secret, to)) if !secret.is_empty() && !to.is_empty() => {
+            Ok(json!({ "secret": secret, "env": to }))
+        }
+        _ => Err("expected NAME=VAR or NAME=/run/secrets/FILE".into()),
+    }
+}
+
 /// `NAME:PATH[:ro]` as the API's volume mount.
 fn parse_volume(s: &str) -> Result<serde_json::Value, String> {
     let mut parts = s.splitn(3, ':');
@@ -303,6 +321,7 @@ pub async fn run(client: &Client, cmd: JobCmd) -> anyhow::Result<i32> {
             workdir,
             checkpoint_dir,
             volumes,
+            secrets,
             wait,
             output,
             command,
@@ -316,7 +335,8 @@ pub async fn run(client: &Client, cmd: JobCmd) -> anyhow::Result<i32> {
                 "priority": priority, "preemptible": !not_preemptible,
                 "isolation": isolation, "class": class, "max_retries": max_retries,
                 "command": command, "env": env, "workdir": workdir,
-                "checkpoint_dir": checkpoint_dir, "volumes": volumes, "mig_profile": mig_profile,
+                "checkpoint_dir": checkpoint_dir, "volumes": volumes, "secrets": secrets,
+                "mig_profile": mig_profile,
                 "gpu_compute": gpu_compute, "gpu_resizable": gpu_resizable,
                 "image": image, "network": network,
             });

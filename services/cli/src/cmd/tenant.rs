@@ -1,4 +1,6 @@
-use allot_api::views::{LimitsBody, QuotaBody, RegistryCredentialView, ResourcesBody, TenantView};
+use allot_api::views::{
+    LimitsBody, QuotaBody, RegistryCredentialView, ResourcesBody, TenantSecretView, TenantView,
+};
 use allot_domain::{Isolation, format_bytes, parse_bytes};
 use clap::{Args, Subcommand};
 use reqwest::Method;
@@ -72,6 +74,43 @@ pub enum TenantCmd {
     },
     /// Remove a tenant's pull credentials for a registry.
     DeleteRegistryCredential { name: String, registry: String },
+    /// Set (or replace) a tenant's secret (its admins); jobs get it with `job submit
+    /// --secret`. The value is read from standard input (or ALLOT_SECRET_VALUE), never
+    /// from the command line; no command shows it again.
+    SetSecret {
+        name: String,
+        secret: String,
+        /// Read the value from this variable instead of standard input.
+        #[arg(long, default_value = "ALLOT_SECRET_VALUE")]
+        value_env: String,
+    },
+    /// A tenant's secrets (names and when each was set; never values).
+    Secrets {
+        name: String,
+        #[arg(short, long, value_enum, default_value_t)]
+        output: Format,
+    },
+    /// Remove a tenant's secret (refused while an unfinished job uses it).
+    DeleteSecret { name: String, secret: String },
+}
+
+/// A secret given on standard input (one line) or in the variable `var`; never an argument,
+/// which other users of the machine could read.
+fn secret_input(var: &str, what: &str) -> anyhow::Result<String> {
+    let value = match std::env::var(var) {
+        Ok(p) => p,
+        Err(_) => {
+            let mut line = String::new();
+            std::io::stdin()
+                .read_line(&mut line)
+                .map_err(|e| anyhow::anyhow!("reading the {what} from stdin: {e}"))?;
+            line.trim_end_matches(['\n', '\r']).to_owned()
+        }
+    };
+    if value.is_empty() {
+        anyhow::bail!("no {what}: give it on standard input or in ${var}");
+    }
+    Ok(value)
 }
 
 /// A quota: what is guaranteed (held for the tenant, lent while idle, reclaimed from
@@ -269,19 +308,7 @@ pub async fn run(client: &Client, cmd: TenantCmd) -> anyhow::Result<()> {
             username,
             password_env,
         } => {
-            let password = match std::env::var(&password_env) {
-                Ok(p) => p,
-                Err(_) => {
-                    let mut line = String::new();
-                    std::io::stdin()
-                        .read_line(&mut line)
-                        .map_err(|e| anyhow::anyhow!("reading the password from stdin: {e}"))?;
-                    line.trim_end_matches(['\n', '\r']).to_owned()
-                }
-            };
-            if password.is_empty() {
-                anyhow::bail!("no password: give it on standard input or in ${password_env}");
-            }
+            let password = secret_input(&password_env, "password")?;
             let body = json!({ "username": username, "password": password });
             let c: RegistryCredentialView = client
                 .call(
@@ -312,6 +339,41 @@ pub async fn run(client: &Client, cmd: TenantCmd) -> anyhow::Result<()> {
                 ))
                 .await?;
             println!("credentials of tenant {name} for {registry} removed");
+            Ok(())
+        }
+        TenantCmd::SetSecret {
+            name,
+            secret,
+            value_env,
+        } => {
+            let value = secret_input(&value_env, "value")?;
+            let s: TenantSecretView = client
+                .call(
+                    Method::PUT,
+                    &format!("/api/v1/tenants/{name}/secrets/{secret}"),
+                    Some(&json!({ "value": value })),
+                )
+                .await?;
+            println!("secret {} of tenant {name} set", s.name);
+            Ok(())
+        }
+        TenantCmd::Secrets { name, output } => {
+            let list: Vec<TenantSecretView> = client
+                .get(&format!("/api/v1/tenants/{name}/secrets"), &[])
+                .await?;
+            print(output, &list, |list| {
+                let rows: Vec<Vec<String>> = list
+                    .iter()
+                    .map(|s| vec![s.name.clone(), when(Some(s.updated_at))])
+                    .collect();
+                table(&["SECRET", "SET"], &rows)
+            })
+        }
+        TenantCmd::DeleteSecret { name, secret } => {
+            client
+                .delete(&format!("/api/v1/tenants/{name}/secrets/{secret}"))
+                .await?;
+            println!("secret {secret} of tenant {name} removed");
             Ok(())
         }
     }

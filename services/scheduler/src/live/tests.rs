@@ -84,6 +84,7 @@ fn job(id: &str, tenant: &str, gpus: u32, share: Option<u32>) -> StoredJob {
             workdir: None,
             checkpoint_dir: None,
             volumes: Vec::new(),
+            secrets: Vec::new(),
             mig_profile: None,
             gpu_compute: None,
             gpu_resizable: false,

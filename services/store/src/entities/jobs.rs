@@ -67,6 +67,9 @@ pub struct Model {
     /// JSON array of `allot_domain::VolumeMount`.
     #[sea_orm(column_type = "Text")]
     pub volumes: String,
+    /// JSON array of `allot_domain::SecretUse`: references, never values.
+    #[sea_orm(column_type = "Text")]
+    pub secrets: String,
     pub traceparent: Option<String>,
     pub avoid_node_id: Option<String>,
     /// JSON array of GPU UUIDs.

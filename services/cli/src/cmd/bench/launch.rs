@@ -54,6 +54,7 @@ fn spec(job: usize, image: Option<String>) -> LaunchSpec {
         network: Network::Host,
         checkpoint_dir: None,
         volumes: Vec::new(),
+        secrets: Vec::new(),
         uid_slot: Some(0),
         inherit_fds: Vec::new(),
         preload: None,
