@@ -291,3 +291,70 @@ async fn one_client_failing_locks_out_no_one_and_a_proxy_names_the_client() {
     );
     c.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_wide_telemetry_is_a_right_not_everyones() {
+    let c = spawn_cluster(Backend::Sqlite, 1, "1xH200").await;
+    c.create_tenant("red", None).await;
+    c.create_tenant("blue", None).await;
+    let blue_job = c.submit("blue", 1, &["sleep", "300"]).await;
+    let job = c.wait_for_state(&blue_job, "running").await;
+    let gpu = job["gpu_uuids"][0].as_str().expect("a GPU").to_owned();
+    let node = job["node_id"].as_str().expect("a node").to_owned();
+    let red = c.token_for("red", "tenant-admin").await;
+    let samples = format!("/api/v1/nodes/{node}/gpus/{gpu}/samples");
+    let (s, body) = c.request(Method::GET, &samples, Some(&red), None).await;
+    assert_eq!(
+        s,
+        StatusCode::FORBIDDEN,
+        "blue's GPU activity is not red's to see: {body}"
+    );
+    let (s, _) = c.get(&samples).await;
+    assert_eq!(s, StatusCode::OK, "platform admins read it");
+    // Red still sees the inventory it can ask for.
+    let (s, nodes) = c
+        .request(Method::GET, "/api/v1/nodes", Some(&red), None)
+        .await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(nodes[0]["gpus"][0]["uuid"], gpu.as_str());
+
+    // The cluster page: red sees its own jobs per GPU (none), not blue's, and no
+    // utilization; the platform admin sees blue's job and the utilization.
+    let page = |token: String| {
+        let c = &c;
+        async move {
+            c.http
+                .get(c.url("/portal/cluster"))
+                .bearer_auth(token)
+                .send()
+                .await
+                .expect("page")
+                .text()
+                .await
+                .expect("html")
+        }
+    };
+    let as_red = page(red.clone()).await;
+    assert!(
+        as_red.contains("Your jobs") && !as_red.contains("Utilization"),
+        "{as_red}"
+    );
+    let row = as_red
+        .split(&gpu)
+        .nth(1)
+        .and_then(|r| r.split("</tr>").next())
+        .expect("the GPU's row");
+    assert!(
+        row.contains("<td>0</td>"),
+        "red counts no job on blue's GPU: {row}"
+    );
+    let as_admin = page(c.admin_token.clone()).await;
+    assert!(as_admin.contains("Utilization (30 min)"), "{as_admin}");
+    let row = as_admin
+        .split(&gpu)
+        .nth(1)
+        .and_then(|r| r.split("</tr>").next())
+        .expect("the GPU's row");
+    assert!(row.contains("<td>1</td>"), "{row}");
+    c.shutdown().await;
+}

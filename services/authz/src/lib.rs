@@ -71,10 +71,11 @@ pub enum Action {
     CredentialRead,
     CredentialWrite,
     VolumeWrite,
+    TelemetryRead,
 }
 
 impl Action {
-    pub const ALL: [Action; 31] = [
+    pub const ALL: [Action; 32] = [
         Action::TenantRead,
         Action::QuotaRead,
         Action::JobList,
@@ -106,6 +107,7 @@ impl Action {
         Action::CredentialRead,
         Action::CredentialWrite,
         Action::VolumeWrite,
+        Action::TelemetryRead,
     ];
 
     pub fn name(self) -> &'static str {
@@ -141,6 +143,7 @@ impl Action {
             Action::CredentialRead => "credential.read",
             Action::CredentialWrite => "credential.write",
             Action::VolumeWrite => "volume.write",
+            Action::TelemetryRead => "telemetry.read",
         }
     }
 }

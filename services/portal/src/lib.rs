@@ -595,6 +595,9 @@ struct ClusterPage {
     page: Page,
     nodes: Vec<NodeRow>,
     admin: bool,
+    /// Whether the caller reads cluster-wide telemetry (`telemetry.read`): every GPU's
+    /// utilization and every tenant's jobs on it. Others see their own tenants' jobs only.
+    telemetry: bool,
 }
 
 async fn cluster_page(
@@ -606,19 +609,30 @@ async fn cluster_page(
         return Ok(to_sign_in());
     };
     who.authorize(Action::NodeRead, Resource::Platform, "the node inventory")?;
+    let telemetry = who.allows(Action::TelemetryRead, Resource::Platform)?;
     let now = state.store.clock().now();
+    let scope = if telemetry {
+        TenantScope::All
+    } else {
+        TenantScope::Tenants(who.permitted_tenants(Action::JobList)?)
+    };
     let holding = state
         .store
         .list_jobs(JobFilter {
             states: vec![JobState::Scheduled, JobState::Running],
-            ..JobFilter::new(TenantScope::All)
+            ..JobFilter::new(scope)
         })
         .await?
         .jobs;
     let since = now - Duration::minutes(30);
     let mut history: std::collections::HashMap<String, Vec<(f64, f64)>> =
         std::collections::HashMap::new();
-    for p in state.store.gpu_samples(None, 10, since).await? {
+    let samples = if telemetry {
+        state.store.gpu_samples(None, 10, since).await?
+    } else {
+        Vec::new()
+    };
+    for p in samples {
         let x = (p.at - since).num_seconds() as f64 / 1800.0 * 100.0;
         history
             .entry(p.gpu_uuid)
@@ -706,6 +720,7 @@ async fn cluster_page(
         page: Page::new(&req, &who, "Cluster", "cluster"),
         nodes,
         admin,
+        telemetry,
     }))
 }
 

@@ -192,13 +192,15 @@ pub async fn return_gpu(
 }
 
 /// A GPU's utilization, memory in use, power and temperature over time, averaged per
-/// 10-second bucket (the last day) or 5-minute bucket (the last 90 days).
+/// 10-second bucket (the last day) or 5-minute bucket (the last 90 days). Cluster-wide
+/// telemetry (`telemetry.read`, platform admins by default): a tenant sees its own jobs'
+/// samples at `/api/v1/jobs/{id}/samples`.
 #[utoipa::path(get, path = "/api/v1/nodes/{id}/gpus/{uuid}/samples", tag = "nodes",
     security(("bearer" = [])),
     params(("id" = String, Path, description = "node id or name"), ("uuid" = String, Path),
         crate::views::SamplesQuery),
     responses((status = 200, body = Vec<crate::views::GpuSampleView>), (status = 400, body = Problem),
-        (status = 404, body = Problem)))]
+        (status = 403, body = Problem), (status = 404, body = Problem)))]
 pub async fn samples(
     state: web::Data<AppState>,
     who: Principal,
@@ -208,6 +210,8 @@ pub async fn samples(
     use allot_store::SampleRepo;
     let (id, uuid) = path.into_inner();
     who.authorize(Action::NodeRead, Resource::Node(&id), "the node inventory")?;
+    // A GPU's samples show what every tenant on it does: cluster-wide telemetry.
+    who.authorize(Action::TelemetryRead, Resource::Platform, "GPU telemetry")?;
     let (resolution, since) = q.window(state.store.clock().now())?;
     let node = find(&state, &id).await?;
     if !node.gpus.iter().any(|g| g.uuid == uuid) {
