@@ -253,6 +253,18 @@ impl Agent {
                     Outcome::DeviceFault { message } => (JobPhase::DeviceFault, None, message),
                 };
                 tracing::info!(job = %job_id, ?phase, ?exit_code, "job ended");
+                // Its processes are gone: no heartbeat from now on shows it, then the end
+                // is reported (the control plane frees its GPUs once a heartbeat agrees).
+                {
+                    let mut jobs = agent.lock_jobs();
+                    if jobs
+                        .running
+                        .get(&job_id)
+                        .is_some_and(|j| j.attempt == attempt)
+                    {
+                        jobs.running.remove(&job_id);
+                    }
+                }
                 agent.report(JobStatusReport {
                     job_id: job_id.clone(),
                     phase: phase.into(),
@@ -263,14 +275,6 @@ impl Agent {
                     attempt,
                     ..Default::default()
                 });
-                let mut jobs = agent.lock_jobs();
-                if jobs
-                    .running
-                    .get(&job_id)
-                    .is_some_and(|j| j.attempt == attempt)
-                {
-                    jobs.running.remove(&job_id);
-                }
             }
             .instrument(span),
         );
@@ -330,15 +334,24 @@ impl Agent {
 
 /// Delivers status reports in order, retrying each until the control plane acknowledges it,
 /// so no exit is lost to a restart of the control plane.
+/// After a job's end is acknowledged, `heartbeat_now` is woken: the control plane holds
+/// the job's GPUs until a heartbeat shows the job gone from the node, and this one does.
 pub(crate) async fn deliver_reports(
     link: Arc<Link>,
     mut rx: mpsc::UnboundedReceiver<JobStatusReport>,
+    heartbeat_now: Arc<tokio::sync::Notify>,
 ) {
     while let Some(report) = rx.recv().await {
         let mut attempt = 0;
+        let ended = report.phase != i32::from(JobPhase::Running);
         loop {
             match client(&link).report_job_status(report.clone()).await {
-                Ok(_) => break,
+                Ok(_) => {
+                    if ended {
+                        heartbeat_now.notify_one();
+                    }
+                    break;
+                }
                 Err(s) if transient(&s) => {
                     attempt += 1;
                     // Retried often: a report stuck behind a partition holds up every

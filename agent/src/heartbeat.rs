@@ -174,6 +174,7 @@ impl Agent {
             tokio::select! {
                 () = stop.cancelled() => return,
                 () = tokio::time::sleep(every) => {}
+                () = self.heartbeat_now.notified() => {}
             }
             self.heartbeat(every).await;
             let renew_at = self.lock_creds().as_ref().map(|c| c.cert.renew_at());

@@ -201,6 +201,8 @@ struct Agent {
     cuda_checkpoint: Option<PathBuf>,
     /// What runs its jobs.
     runtime: Arc<dyn JobRuntime>,
+    /// Wakes the heartbeat loop early (a job's end was reported).
+    heartbeat_now: Arc<tokio::sync::Notify>,
 }
 
 impl Agent {
@@ -238,7 +240,8 @@ pub async fn run(
         None => {}
     }
     let (reports, rx) = mpsc::unbounded_channel();
-    let reporter = tokio::spawn(deliver_reports(link.clone(), rx));
+    let heartbeat_now = Arc::new(tokio::sync::Notify::new());
+    let reporter = tokio::spawn(deliver_reports(link.clone(), rx, heartbeat_now.clone()));
     let backend_driver = backend.driver_version();
     let agent = Arc::new(Agent {
         cfg,
@@ -252,6 +255,7 @@ pub async fn run(
         degraded: Mutex::new(HashSet::new()),
         metrics: metrics::AgentMetrics::new(),
         runtime,
+        heartbeat_now,
         cuda_checkpoint: match cuda_checkpoint::detect(backend_driver.as_deref()) {
             Ok(tool) => {
                 tracing::info!(tool = %tool.display(), "transparent CUDA checkpointing available");

@@ -761,3 +761,121 @@ async fn guessing_bootstrap_tokens_is_rate_limited_and_recorded() {
     }
     c.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_a_node_still_runs_is_stopped_there_and_its_gpu_is_not_handed_out() {
+    let c = spawn_cluster(Backend::Sqlite, 0, "").await;
+    let node = enroll(&c, &bootstrap_token(&c.server).await, "gpu-1")
+        .await
+        .expect("registered");
+    let mut stream = node
+        .client
+        .clone()
+        .watch_assignments(WatchAssignmentsRequest {})
+        .await
+        .expect("watch")
+        .into_inner();
+    c.create_tenant("t", None).await;
+    let first = c.submit("t", 1, &["sleep", "300"]).await;
+    let launch = stream.message().await.expect("stream").expect("assignment");
+    assert!(matches!(launch.kind, Some(Kind::Launch(ref l)) if l.job_id == first));
+    let report = |id: &str, phase: JobPhase| JobStatusReport {
+        job_id: id.to_owned(),
+        phase: phase.into(),
+        pid: Some(1),
+        attempt: 1,
+        ..Default::default()
+    };
+    let mut n = node.client.clone();
+    n.report_job_status(report(&first, JobPhase::Running))
+        .await
+        .expect("running");
+    // It says the job succeeded, but its heartbeats go on showing it running.
+    n.report_job_status(report(&first, JobPhase::Succeeded))
+        .await
+        .expect("ended");
+    let second = c.submit("t", 1, &["true"]).await;
+    let running = |ids: &[&str]| HeartbeatRequest {
+        running_job_ids: ids.iter().map(|s| (*s).to_owned()).collect(),
+        ..node.heartbeat()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(3);
+    let mut stopped = false;
+    while std::time::Instant::now() < deadline {
+        n.heartbeat(running(&[&first])).await.expect("heartbeat");
+        let (_, job) = c.get(&format!("/api/v1/jobs/{second}")).await;
+        assert_eq!(
+            job["state"], "pending",
+            "the only GPU is still in use: {job}"
+        );
+        if let Ok(Ok(Some(a))) =
+            tokio::time::timeout(Duration::from_millis(100), stream.message()).await
+            && let Some(Kind::Cancel(cancel)) = a.kind
+        {
+            assert_eq!(cancel.job_id, first);
+            stopped = true;
+        }
+    }
+    assert!(
+        stopped,
+        "the node is told to stop the job it should not be running"
+    );
+    // A job the control plane never heard of is stopped too.
+    let deadline = std::time::Instant::now() + Duration::from_secs(3);
+    let mut stopped = false;
+    while !stopped && std::time::Instant::now() < deadline {
+        n.heartbeat(running(&[&first, "01JNOTAJOB"]))
+            .await
+            .expect("heartbeat");
+        while let Ok(Ok(Some(a))) =
+            tokio::time::timeout(Duration::from_millis(100), stream.message()).await
+        {
+            stopped |= matches!(a.kind, Some(Kind::Cancel(c)) if c.job_id == "01JNOTAJOB");
+        }
+    }
+    assert!(stopped, "the unknown job is stopped on the node");
+    // Recorded once each, naming the node.
+    let entries = c
+        .eventually("the discrepancies are recorded", || async {
+            let e: Vec<_> = c
+                .audit_log("system")
+                .await
+                .into_iter()
+                .filter(|e| e.action == "node.job_discrepancy")
+                .collect();
+            (e.len() >= 2).then_some(e)
+        })
+        .await;
+    assert_eq!(entries.len(), 2, "{entries:?}");
+    assert_eq!(entries[0].target, format!("job/{first}"));
+    assert_eq!(entries[1].target, "job/01JNOTAJOB");
+    for e in &entries {
+        assert_eq!(e.actor.id, node.id);
+        assert!(
+            e.actor.auth_method.starts_with("node-certificate "),
+            "{e:?}"
+        );
+    }
+    assert!(
+        entries[0]
+            .reason
+            .as_deref()
+            .unwrap_or_default()
+            .contains("succeeded")
+    );
+    assert!(
+        entries[1]
+            .reason
+            .as_deref()
+            .unwrap_or_default()
+            .contains("does not know")
+    );
+    // Once the node's heartbeat shows it gone, the GPU goes to the next job.
+    n.heartbeat(running(&[])).await.expect("heartbeat");
+    c.eventually("the next job is placed", || async {
+        let (_, job) = c.get(&format!("/api/v1/jobs/{second}")).await;
+        (job["state"] == "scheduled").then_some(())
+    })
+    .await;
+    c.shutdown().await;
+}

@@ -91,6 +91,25 @@ fn status(e: StoreError) -> Status {
     }
 }
 
+/// Most jobs a node may say it runs at once.
+const MAX_RUNNING_JOBS: usize = 4096;
+
+/// The GPUs (never MIG instances) that `uuids`, a job's placement on `node`, are on.
+fn gpu_parents(node: &Node, uuids: &[String]) -> Vec<String> {
+    let mut out: Vec<String> = uuids
+        .iter()
+        .map(|u| {
+            node.gpus
+                .iter()
+                .find(|g| &g.uuid == u || g.mig.iter().flatten().any(|s| &s.uuid == u))
+                .map_or_else(|| u.clone(), |g| g.uuid.clone())
+        })
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
 /// `value`, refused naming `field` when above `max`.
 fn bounded<T: PartialOrd + std::fmt::Display>(field: &str, value: T, max: T) -> Result<T, Status> {
     if value > max {
@@ -449,6 +468,105 @@ impl NodeSvc {
         self.store.record_job_samples(now, &samples).await
     }
 
+    /// What the heartbeat's list of running jobs says against the record. GPUs held back
+    /// for a job whose end was reported are released once the node no longer runs it. A
+    /// job the node runs that the control plane holds ended, or never gave this node (past
+    /// a grace of two heartbeats, for a heartbeat that crossed the report), is stopped on
+    /// the node, its GPUs held back meanwhile, and the discrepancy recorded once.
+    async fn reconcile_running(
+        &self,
+        node: &Node,
+        running: &[String],
+        ctx: AuditContext,
+    ) -> Result<(), Status> {
+        let (released, held) = self.hub.reconcile(&node.id, running);
+        if released {
+            self.notify.notify_one();
+        }
+        let assigned = self
+            .store
+            .list_jobs(JobFilter {
+                node_id: Some(node.id.clone()),
+                states: vec![JobState::Scheduled, JobState::Running],
+                ..JobFilter::new(TenantScope::All)
+            })
+            .await
+            .map_err(status)?;
+        let grace = self.heartbeat_interval * 2;
+        for id in running {
+            if assigned.jobs.iter().any(|j| &j.id == id) {
+                continue;
+            }
+            let Some((_, w)) = held.iter().find(|(h, _)| h == id) else {
+                // First seen: held back (with the GPUs the record gives it on this node),
+                // and judged once the grace has passed.
+                let gpus = match self.store.job(&TenantScope::All, id).await {
+                    Ok(j) if j.node_id.as_deref() == Some(node.id.as_str()) => {
+                        gpu_parents(node, &j.gpu_uuids)
+                    }
+                    _ => Vec::new(),
+                };
+                self.hub.withhold(&node.id, id, gpus);
+                continue;
+            };
+            if w.since.elapsed() < grace {
+                continue;
+            }
+            let (state, reason) = match self.store.job(&TenantScope::All, id).await {
+                Ok(j) if j.node_id.as_deref() != Some(node.id.as_str()) => (
+                    j.state.to_string(),
+                    format!(
+                        "node {} runs job {id}, which the control plane holds {} and not on                          this node; stopping it there",
+                        node.name, j.state
+                    ),
+                ),
+                Ok(j) => (
+                    j.state.to_string(),
+                    format!(
+                        "node {} runs job {id}, which the control plane holds {}; stopping                          it there, its GPUs held back until it is gone",
+                        node.name, j.state
+                    ),
+                ),
+                Err(_) => (
+                    "unknown".to_owned(),
+                    format!(
+                        "node {} runs job {id}, which the control plane does not know;                          stopping it there",
+                        node.name
+                    ),
+                ),
+            };
+            self.hub.send(
+                &node.id,
+                allot_proto::v1::Assignment {
+                    kind: Some(allot_proto::v1::assignment::Kind::Cancel(
+                        allot_proto::v1::Cancel {
+                            job_id: id.clone(),
+                            attempt: 0,
+                            reason: "the control plane holds this job ended".into(),
+                            grace_seconds: 0,
+                        },
+                    )),
+                },
+            );
+            if self.hub.audit_once(&node.id, id) {
+                tracing::warn!(node = %node.name, job = %id, %reason, "node runs a job against the record");
+                let event = allot_domain::AuditEvent {
+                    log: allot_domain::SYSTEM_LOG.to_owned(),
+                    action: "node.job_discrepancy".to_owned(),
+                    target: format!("job/{id}"),
+                    outcome: allot_domain::Outcome::Denied,
+                    reason: Some(reason),
+                    before: Some(serde_json::json!({ "state": state })),
+                    after: Some(serde_json::json!({ "node_id": node.id, "running": true })),
+                };
+                if let Err(e) = self.audit.record(ctx.clone(), event).await {
+                    tracing::error!(error = %e, "could not audit a job discrepancy");
+                }
+            }
+        }
+        Ok(())
+    }
+
     async fn requeue_lost_jobs(
         &self,
         ctx: &AuditContext,
@@ -544,8 +662,10 @@ impl allot_proto::NodeService for NodeSvc {
         req: Request<HeartbeatRequest>,
     ) -> Result<Response<HeartbeatResponse>, Status> {
         let node = self.node(&req, "Heartbeat").await?;
+        let ctx = node_ctx(&req, &node.id);
         let was_ready = self.store.clock().now() < node.lease_expires_at;
         let r = req.into_inner();
+        bounded("running_job_ids", r.running_job_ids.len(), MAX_RUNNING_JOBS)?;
         let gpus = gpus_from_proto(r.gpus.clone())?;
         let changed = gpus != node.gpus;
         let until = self.lease_until();
@@ -611,6 +731,8 @@ impl allot_proto::NodeService for NodeSvc {
         if !was_ready || changed {
             self.notify.notify_one();
         }
+        self.reconcile_running(&node, &r.running_job_ids, ctx)
+            .await?;
         // Launches the agent should be running by now but is not: the stream that carried
         // them may have died unnoticed. Send again those still current (agents launch each
         // attempt once, so a duplicate is harmless).
@@ -796,11 +918,14 @@ impl allot_proto::NodeService for NodeSvc {
                 retry_at,
                 ..Default::default()
             };
+            let gpus = gpu_parents(&node, &job.gpu_uuids);
             let job = self
                 .store
                 .transition_job(&ctx, &job.id, job.state, JobState::Pending, update)
                 .await
                 .map_err(status)?;
+            // Its GPUs come back once a heartbeat shows it gone from the node.
+            self.hub.withhold(&node.id, &job.id, gpus);
             tracing::info!(job = %job.id, attempt = job.attempt, "job requeued");
             self.notify.notify_one();
             return Ok(Response::new(JobStatusAck {}));
@@ -839,6 +964,7 @@ impl allot_proto::NodeService for NodeSvc {
             image_digest,
             ..Default::default()
         };
+        let gpus = gpu_parents(&node, &job.gpu_uuids);
         let job = self
             .store
             .transition_job(&ctx, &job.id, from, to, update)
@@ -846,6 +972,8 @@ impl allot_proto::NodeService for NodeSvc {
             .map_err(status)?;
         tracing::info!(job = %job.id, state = %job.state, exit_code = ?job.exit_code, "job status");
         if job.state.is_terminal() {
+            // Its GPUs come back once a heartbeat shows it gone from the node.
+            self.hub.withhold(&node.id, &job.id, gpus);
             self.notify.notify_one();
         } else if job.cancel_requested || job.preempt_reason.is_some() {
             // Stopped while its launch was in flight: say it again now that it runs.

@@ -21,6 +21,20 @@ pub struct Hub {
     unconfirmed: Mutex<HashMap<String, Unconfirmed>>,
     /// The MIG layout last sent for each GPU, and when.
     partitions: Mutex<HashMap<String, SentLayout>>,
+    /// Per node, jobs that ended (or that the control plane never gave it) whose GPUs are
+    /// held back from placement until the node's heartbeat no longer shows the job: a
+    /// job's capacity ends when its node has seen its processes gone.
+    withheld: Mutex<HashMap<String, HashMap<String, Withheld>>>,
+}
+
+/// A job whose GPUs are held back on a node.
+#[derive(Debug, Clone)]
+pub struct Withheld {
+    pub gpus: Vec<String>,
+    /// Since when: its end was reported, or the node was first seen running it.
+    pub since: Instant,
+    /// Whether the node running it after all was recorded (once).
+    pub audited: bool,
 }
 
 /// How long a node gets to apply a MIG layout before it is sent again.
@@ -113,6 +127,53 @@ impl Hub {
         }
         sent.insert(gpu.to_owned(), (layout.to_vec(), now));
         true
+    }
+
+    /// Holds `job_id`'s `gpus` on `node_id` back from placement (see [`Withheld`]), unless
+    /// already held.
+    pub fn withhold(&self, node_id: &str, job_id: &str, gpus: Vec<String>) {
+        lock(&self.withheld)
+            .entry(node_id.to_owned())
+            .or_default()
+            .entry(job_id.to_owned())
+            .or_insert(Withheld {
+                gpus,
+                since: Instant::now(),
+                audited: false,
+            });
+    }
+
+    /// The node's heartbeat shows it runs `running`: what it no longer runs is released
+    /// (whether anything was), and the held jobs it still runs are returned.
+    pub fn reconcile(&self, node_id: &str, running: &[String]) -> (bool, Vec<(String, Withheld)>) {
+        let mut map = lock(&self.withheld);
+        let Some(jobs) = map.get_mut(node_id) else {
+            return (false, Vec::new());
+        };
+        let before = jobs.len();
+        jobs.retain(|id, _| running.contains(id));
+        let released = jobs.len() < before;
+        let still = jobs.iter().map(|(id, w)| (id.clone(), w.clone())).collect();
+        if jobs.is_empty() {
+            map.remove(node_id);
+        }
+        (released, still)
+    }
+
+    /// Marks the held job as recorded: `true` the first time.
+    pub fn audit_once(&self, node_id: &str, job_id: &str) -> bool {
+        lock(&self.withheld)
+            .get_mut(node_id)
+            .and_then(|jobs| jobs.get_mut(job_id))
+            .is_some_and(|w| !std::mem::replace(&mut w.audited, true))
+    }
+
+    /// The GPUs held back on `node_id`.
+    pub fn withheld_gpus(&self, node_id: &str) -> Vec<String> {
+        lock(&self.withheld)
+            .get(node_id)
+            .map(|jobs| jobs.values().flat_map(|w| w.gpus.iter().cloned()).collect())
+            .unwrap_or_default()
     }
 
     /// Ends the node's stream, telling it why (its credentials were revoked).

@@ -124,8 +124,13 @@ pub async fn pass(
     scheduler: &mut LiveScheduler,
     elastic: Option<&ElasticShares>,
 ) -> Result<(), PassError> {
-    let nodes = store.list_nodes().await?;
+    let mut nodes = store.list_nodes().await?;
     crate::leases::requeue_from_lapsed_nodes(store, &nodes).await?;
+    // GPUs of jobs whose end is not yet confirmed by their node, or that a node runs
+    // against the record, are not handed out.
+    for n in &mut nodes {
+        n.drained_gpus.extend(hub.withheld_gpus(&n.id));
+    }
     let pending = jobs_in(store, &[JobState::Pending]).await?;
     if pending.is_empty() && elastic.is_none() {
         return Ok(());
