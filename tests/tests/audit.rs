@@ -634,3 +634,119 @@ async fn filtered_exports_prove_entries_and_pruning_respects_legal_holds() {
     }
     c.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_evidence_bundle_holds_the_controls_policies_and_checkpoints() {
+    let c = spawn_cluster(Backend::Sqlite, 0, "").await;
+    c.create_tenant("acme", None).await;
+    let auditor = {
+        let (s, body) = c
+            .post(
+                "/api/v1/tokens",
+                json!({ "name": "aud", "role": "auditor" }),
+            )
+            .await;
+        assert_eq!(s, StatusCode::CREATED, "{body}");
+        body["secret"].as_str().expect("secret").to_owned()
+    };
+    let member = c.token_for("acme", "tenant-admin").await;
+    // Every log gets a checkpoint.
+    c.eventually("checkpoints of both logs", || async {
+        let (_, logs) = c.get("/api/v1/audit/logs").await;
+        let logs = logs.as_array().cloned().unwrap_or_default();
+        (logs.len() == 2 && logs.iter().all(|l| l["checkpoint"].is_string())).then_some(())
+    })
+    .await;
+    let (s, _) = c
+        .request(Method::GET, "/api/v1/audit/evidence", Some(&member), None)
+        .await;
+    assert_eq!(
+        s,
+        StatusCode::FORBIDDEN,
+        "a tenant admin gets no evidence bundle"
+    );
+
+    let dir = tempfile::tempdir().expect("dir");
+    let out = dir.path().join("evidence");
+    let run = std::process::Command::new(allot_system_tests::allot_bin())
+        .args(["audit", "evidence", "--out"])
+        .arg(&out)
+        .env("ALLOT_SERVER", c.server.http_url())
+        .env("ALLOT_TOKEN", &auditor)
+        .output()
+        .expect("the CLI runs");
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let read =
+        |p: &str| std::fs::read_to_string(out.join(p)).unwrap_or_else(|e| panic!("{p}: {e}"));
+    // The matrices as shipped, the policies in force as shipped (the default ones).
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../policies");
+    for f in ["soc2-controls.md", "iso27001-controls.md"] {
+        assert_eq!(
+            read(&format!("controls/{f}")),
+            std::fs::read_to_string(root.join(f)).expect("matrix")
+        );
+    }
+    for f in ["allot.cedarschema", "allot.cedar"] {
+        assert_eq!(
+            read(&format!("policies/{f}")),
+            std::fs::read_to_string(root.join(f)).expect("policy")
+        );
+    }
+    // Every log's checkpoint, and the keys that verify it.
+    let index: Value = serde_json::from_str(&read("evidence.json")).expect("index");
+    let logs = index["logs"].as_array().expect("logs");
+    assert_eq!(logs.len(), 2, "{index}");
+    let (_, key) = c.get("/api/v1/audit/key").await;
+    assert_eq!(
+        read("verifier-keys.txt"),
+        key["keys"].as_str().expect("keys")
+    );
+    for l in logs {
+        let log = l["log"].as_str().expect("log");
+        let note = read(&format!("checkpoints/{log}.checkpoint"));
+        assert!(note.starts_with(&format!("allot.local/{log}\n")), "{note}");
+    }
+    // SHA256SUMS covers every file and checks.
+    let sums = read("SHA256SUMS");
+    assert_eq!(sums.lines().count(), 2 + 2 + 1 + 2 + 1, "{sums}");
+    let check = std::process::Command::new("sha256sum")
+        .args(["-c", "--quiet", "SHA256SUMS"])
+        .current_dir(&out)
+        .output()
+        .expect("sha256sum");
+    assert!(
+        check.status.success(),
+        "{}",
+        String::from_utf8_lossy(&check.stdout)
+    );
+    // A second run does not overwrite it.
+    let again = std::process::Command::new(allot_system_tests::allot_bin())
+        .args(["audit", "evidence", "--out"])
+        .arg(&out)
+        .env("ALLOT_SERVER", c.server.http_url())
+        .env("ALLOT_TOKEN", &auditor)
+        .output()
+        .expect("the CLI runs");
+    assert!(!again.status.success());
+    // The request is on record, with the policies' hashes.
+    let entry = c
+        .eventually("the request is recorded", || async {
+            c.audit_log("system")
+                .await
+                .into_iter()
+                .find(|e| e.action == "audit.evidence")
+        })
+        .await;
+    let hashes = &entry.after.expect("after")["policies"];
+    assert!(
+        hashes["allot.cedar"]
+            .as_str()
+            .is_some_and(|h| h.len() == 64),
+        "{hashes}"
+    );
+    c.shutdown().await;
+}

@@ -67,6 +67,7 @@ const EXPECTED: &[(&str, &str)] = &[
     ("GET /api/v1/audit/logs", "OCX OCX OCX - -"),
     ("GET /api/v1/audit/entries", "OCX OCX OC - -"),
     ("GET /api/v1/audit/holds", "OCX OCX - - -"),
+    ("GET /api/v1/audit/evidence", "OCX OCX - - -"),
     ("PUT /api/v1/audit/logs/{log}/hold", "OCX - - - -"),
     ("DELETE /api/v1/audit/logs/{log}/hold", "OCX - - - -"),
     ("POST /api/v1/audit/logs/{log}/prune", "OCX - - - -"),

@@ -28,7 +28,7 @@ use allot_store::Store;
 
 pub use denials::record_denials;
 pub use extract::BodyLimit;
-pub use handlers::audit::readable_logs;
+pub use handlers::audit::{Evidence, EvidenceFile, LogCheckpoint, readable_logs};
 pub use handlers::enrollment::{
     BOOTSTRAP_TOKEN_PREFIX, DEFAULT_BOOTSTRAP_TTL, TokenFor, issue_bootstrap_token,
 };
@@ -105,6 +105,7 @@ fn routes<R: Routes>(r: &mut R) {
     r.add(M::GET, "/api/v1/audit/logs", audit::logs);
     r.add(M::GET, "/api/v1/audit/entries", audit::search);
     r.add(M::GET, "/api/v1/audit/holds", audit::holds);
+    r.add(M::GET, "/api/v1/audit/evidence", audit::evidence);
     r.add(M::PUT, "/api/v1/audit/logs/{log}/hold", audit::set_hold);
     r.add(
         M::DELETE,

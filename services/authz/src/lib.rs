@@ -72,10 +72,11 @@ pub enum Action {
     CredentialWrite,
     VolumeWrite,
     TelemetryRead,
+    AuditEvidence,
 }
 
 impl Action {
-    pub const ALL: [Action; 32] = [
+    pub const ALL: [Action; 33] = [
         Action::TenantRead,
         Action::QuotaRead,
         Action::JobList,
@@ -108,6 +109,7 @@ impl Action {
         Action::CredentialWrite,
         Action::VolumeWrite,
         Action::TelemetryRead,
+        Action::AuditEvidence,
     ];
 
     pub fn name(self) -> &'static str {
@@ -144,6 +146,7 @@ impl Action {
             Action::CredentialWrite => "credential.write",
             Action::VolumeWrite => "volume.write",
             Action::TelemetryRead => "telemetry.read",
+            Action::AuditEvidence => "audit.evidence",
         }
     }
 }
@@ -241,6 +244,8 @@ pub struct Policies {
     schema: Schema,
     set: PolicySet,
     authorizer: cedar_policy::Authorizer,
+    /// The files they were read from, by name, as read: what is in force.
+    sources: Vec<(String, String)>,
 }
 
 impl std::fmt::Debug for Policies {
@@ -277,19 +282,37 @@ impl Policies {
             .filter(|p| p.extension().is_some_and(|e| e == "cedar"))
             .collect();
         files.sort();
-        let mut policies = String::new();
+        let mut sources = vec![("allot.cedarschema".to_owned(), schema)];
         for f in files {
-            policies.push_str(&read(&f)?);
-            policies.push('\n');
+            let name = f
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            sources.push((name, read(&f)?));
         }
-        Self::parse(&schema, &policies)
+        Self::from_sources(sources)
     }
 
     /// Parses and validates (strictly) policies against their schema.
     pub fn parse(schema: &str, policies: &str) -> Result<Self, AuthzError> {
+        Self::from_sources(vec![
+            ("allot.cedarschema".to_owned(), schema.to_owned()),
+            ("allot.cedar".to_owned(), policies.to_owned()),
+        ])
+    }
+
+    /// The schema (first) and the policy files, by name.
+    fn from_sources(sources: Vec<(String, String)>) -> Result<Self, AuthzError> {
+        let schema = sources.first().map_or("", |(_, s)| s.as_str());
+        let policies: String = sources
+            .iter()
+            .skip(1)
+            .map(|(_, p)| format!("{p}\n"))
+            .collect();
         let (schema, _warnings) = Schema::from_cedarschema_str(schema)
             .map_err(|e| AuthzError::Schema(format!("{e:?}")))?;
-        let set = PolicySet::from_str(policies).map_err(|e| AuthzError::Policies(e.to_string()))?;
+        let set =
+            PolicySet::from_str(&policies).map_err(|e| AuthzError::Policies(e.to_string()))?;
         let result = Validator::new(schema.clone()).validate(&set, ValidationMode::Strict);
         if !result.validation_passed() {
             let errors: Vec<String> = result.validation_errors().map(|e| e.to_string()).collect();
@@ -310,7 +333,13 @@ impl Policies {
             schema,
             set,
             authorizer: cedar_policy::Authorizer::new(),
+            sources,
         })
+    }
+
+    /// The files in force, by name (`allot.cedarschema`, then each `*.cedar`), as read.
+    pub fn sources(&self) -> &[(String, String)] {
+        &self.sources
     }
 
     /// Builds what every decision for `subject` within `tree` shares.

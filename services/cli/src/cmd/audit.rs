@@ -66,6 +66,15 @@ pub enum AuditCmd {
     },
     /// Print the verifier keys with their validity periods (save for --trusted-key).
     Keys,
+    /// Write an auditor's evidence bundle into a new directory: the SOC 2 and ISO 27001
+    /// control matrices (each control naming its test), the authorization policies in
+    /// force, the verifier keys, every log's latest signed checkpoint, and SHA256SUMS over
+    /// all of it (`sha256sum -c SHA256SUMS`). Auditors and platform admins; audited.
+    Evidence {
+        /// The directory to create (it must not exist, or be empty).
+        #[arg(long)]
+        out: PathBuf,
+    },
     /// Generate a signing key line for the audit key file (offline; prints a secret).
     Keygen {
         /// The key's name, usually the deployment's --audit-origin.
@@ -358,6 +367,18 @@ pub async fn run(
             eprintln!("public key: {}", key.verifier().vkey());
             Ok(0)
         }
+        AuditCmd::Evidence { out } => {
+            let bundle: allot_api::Evidence = client()?.get("/api/v1/audit/evidence", &[]).await?;
+            let files = write_evidence(&out, &bundle)?;
+            println!(
+                "wrote {} files to {} ({} logs); check with: cd {} && sha256sum -c SHA256SUMS",
+                files,
+                out.display(),
+                bundle.checkpoints.len(),
+                out.display()
+            );
+            Ok(0)
+        }
         AuditCmd::Keys => {
             let keys: Value = client()?.get("/api/v1/audit/key", &[]).await?;
             print!("{}", keys["keys"].as_str().unwrap_or(""));
@@ -412,4 +433,61 @@ pub async fn run(
             Ok(0)
         }
     }
+}
+
+/// Writes the evidence bundle into `out` (new, or empty): how many files.
+fn write_evidence(out: &Path, bundle: &allot_api::Evidence) -> anyhow::Result<usize> {
+    use sha2::{Digest, Sha256};
+    if out.exists() && std::fs::read_dir(out)?.next().is_some() {
+        anyhow::bail!("--out: {} exists and is not empty", out.display());
+    }
+    let mut sums = Vec::new();
+    let mut write = |rel: String, text: &str, expected: Option<&str>| -> anyhow::Result<()> {
+        let sha = hex::encode(Sha256::digest(text.as_bytes()));
+        if let Some(e) = expected
+            && e != sha
+        {
+            anyhow::bail!("{rel}: the server's hash {e} is not its text's {sha}");
+        }
+        // Names come from the server: only plain file names are written.
+        let plain =
+            |n: &str| !n.is_empty() && n != "." && n != ".." && !n.contains(['/', '\\', '\0']);
+        anyhow::ensure!(rel.split('/').all(plain), "refusing to write `{rel}`");
+        let path = out.join(&rel);
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).with_context(|| dir.display().to_string())?;
+        }
+        std::fs::write(&path, text).with_context(|| path.display().to_string())?;
+        sums.push(format!("{sha}  {rel}"));
+        Ok(())
+    };
+    for f in &bundle.control_matrices {
+        write(format!("controls/{}", f.name), &f.text, Some(&f.sha256))?;
+    }
+    for f in &bundle.policies {
+        write(format!("policies/{}", f.name), &f.text, Some(&f.sha256))?;
+    }
+    write("verifier-keys.txt".into(), &bundle.verifier_keys, None)?;
+    let mut logs = Vec::new();
+    for c in &bundle.checkpoints {
+        if let Some(note) = &c.checkpoint {
+            write(format!("checkpoints/{}.checkpoint", c.log), note, None)?;
+        }
+        logs.push(json!({ "log": c.log, "tenant": c.tenant, "size": c.size,
+                          "checkpoint": c.checkpoint.is_some() }));
+    }
+    let index = json!({
+        "generated_at": bundle.generated_at,
+        "version": bundle.version,
+        "logs": logs,
+    });
+    write(
+        "evidence.json".into(),
+        &serde_json::to_string_pretty(&index)?,
+        None,
+    )?;
+    let n = sums.len();
+    sums.push(String::new());
+    std::fs::write(out.join("SHA256SUMS"), sums.join("\n"))?;
+    Ok(n + 1)
 }

@@ -2,11 +2,13 @@
 //! exports, legal holds and pruning. Admins and auditors read every log; tenant admins read
 //! their own tenant's. Every read of entries, proofs or exports is itself recorded.
 
+mod evidence;
 mod export;
 mod proofs;
 mod retention;
 mod search;
 
+pub use evidence::*;
 pub use export::*;
 pub use proofs::*;
 pub use retention::*;
