@@ -529,7 +529,7 @@ async fn bad_input_gets_a_problem_naming_the_field() {
         get(
             "bad page token",
             "/api/v1/jobs?page_token=xyz",
-            400,
+            422,
             Some("page_token"),
         ),
         get(

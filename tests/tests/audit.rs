@@ -164,20 +164,21 @@ async fn checkpoints_entries_and_proofs_verify_offline() {
     assert!(actions.contains(&"audit.checkpoint".to_owned()));
     assert!(actions.contains(&"audit.read".to_owned()));
 
-    // Bad proof requests are clear 400s.
+    // Proofs beyond the log are refused naming the field (422: well-formed, but beyond
+    // what exists).
     let (s, p) = c
         .get(&format!(
             "/api/v1/audit/logs/{log}/proof/inclusion?seq=999999"
         ))
         .await;
-    assert_eq!(s, StatusCode::BAD_REQUEST);
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY);
     assert_eq!(p["errors"][0]["field"], "seq");
     let (s, p) = c
         .get(&format!(
             "/api/v1/audit/logs/{log}/proof/consistency?from=5&to=2"
         ))
         .await;
-    assert_eq!(s, StatusCode::BAD_REQUEST);
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY);
     assert_eq!(p["errors"][0]["field"], "from");
     let (s, p) = c
         .get(&format!("/api/v1/audit/logs/{log}/entries?limit=0"))
@@ -485,18 +486,21 @@ async fn search_filters_and_pages_through_every_match() {
         .await;
     assert_eq!(s, StatusCode::NOT_FOUND);
 
-    for (query, field) in [
-        ("outcome=maybe", "outcome"),
-        ("since=yesterday", "since"),
+    // Malformed is 400; well-formed but contradictory, or a cursor this API never made,
+    // is 422.
+    for (query, field, status) in [
+        ("outcome=maybe", "outcome", StatusCode::BAD_REQUEST),
+        ("since=yesterday", "since", StatusCode::BAD_REQUEST),
         (
             "since=2026-02-01T00:00:00Z&until=2026-01-01T00:00:00Z",
             "until",
+            StatusCode::UNPROCESSABLE_ENTITY,
         ),
-        ("after=bm9wZQ", "after"),
-        ("limit=0", "limit"),
+        ("after=bm9wZQ", "after", StatusCode::UNPROCESSABLE_ENTITY),
+        ("limit=0", "limit", StatusCode::BAD_REQUEST),
     ] {
         let (s, p) = q(query).await;
-        assert_eq!(s, StatusCode::BAD_REQUEST, "{query}: {p}");
+        assert_eq!(s, status, "{query}: {p}");
         assert_eq!(p["errors"][0]["field"], field, "{query}: {p}");
     }
     c.shutdown().await;

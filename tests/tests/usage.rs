@@ -103,14 +103,18 @@ async fn gpu_hours_follow_what_jobs_held_while_they_ran() {
         )
         .await;
     assert_eq!(s, StatusCode::NOT_FOUND);
-    for bad in [
-        "by=week",
-        "format=xml",
-        "from=2026-12-01&to=2026-11-01",
-        "from=yesterday",
+    for (bad, status) in [
+        ("by=week", StatusCode::BAD_REQUEST),
+        ("format=xml", StatusCode::BAD_REQUEST),
+        // Well-formed, but `from` after `to`.
+        (
+            "from=2026-12-01&to=2026-11-01",
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ),
+        ("from=yesterday", StatusCode::BAD_REQUEST),
     ] {
         let (s, p) = c.get(&format!("/api/v1/usage?{bad}")).await;
-        assert_eq!(s, StatusCode::BAD_REQUEST, "{bad}: {p}");
+        assert_eq!(s, status, "{bad}: {p}");
     }
     c.shutdown().await;
 }

@@ -56,15 +56,50 @@ fn locate(path: &serde_path_to_error::Path, message: &str) -> (String, String) {
     (field, reason.to_owned())
 }
 
+/// JSON numbers with no fraction (`3.0`) are integers (JSON Schema counts them so, and
+/// clients and generators write them): as integers they reach integer fields.
+fn integral(v: &mut serde_json::Value) {
+    match v {
+        serde_json::Value::Number(n) if !n.is_i64() && !n.is_u64() => {
+            if let Some(f) = n.as_f64()
+                && f.fract() == 0.0
+            {
+                // In range of one or the other, exactly (the casts saturate otherwise).
+                #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+                if (0.0..18_446_744_073_709_551_616.0).contains(&f) {
+                    *v = serde_json::Value::from(f as u64);
+                } else if (-9_223_372_036_854_775_808.0..0.0).contains(&f) {
+                    *v = serde_json::Value::from(f as i64);
+                }
+            }
+        }
+        serde_json::Value::Array(a) => a.iter_mut().for_each(integral),
+        serde_json::Value::Object(o) => o.values_mut().for_each(integral),
+        _ => {}
+    }
+}
+
 pub(crate) fn parse_json<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
-    let mut de = serde_json::Deserializer::from_slice(body);
-    let value = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+    let located = |e: serde_path_to_error::Error<serde_json::Error>| {
         let (field, reason) = locate(e.path(), &e.inner().to_string());
         ApiError::malformed(field, reason)
-    })?;
+    };
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let mut value: serde_json::Value = match serde::Deserialize::deserialize(&mut de) {
+        Ok(v) => v,
+        // Not JSON: read again as the target, to name the field it broke off in.
+        Err(_) => {
+            let mut de = serde_json::Deserializer::from_slice(body);
+            return Err(match serde_path_to_error::deserialize::<_, T>(&mut de) {
+                Err(e) => located(e),
+                Ok(_) => ApiError::malformed("body", "not valid JSON"),
+            });
+        }
+    };
     de.end()
         .map_err(|_| ApiError::malformed("body", "unexpected data after the JSON value"))?;
-    Ok(value)
+    integral(&mut value);
+    serde_path_to_error::deserialize(value).map_err(located)
 }
 
 impl<T: DeserializeOwned + 'static> FromRequest for Json<T> {

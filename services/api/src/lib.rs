@@ -259,9 +259,11 @@ pub fn route_table() -> Vec<RouteEntry> {
 
 /// Registers every route. Call from `App::configure` after adding `web::Data<AppState>`.
 pub fn configure(cfg: &mut web::ServiceConfig) {
-    /// Resources by path, in order: one resource carries every method of its path, so an
-    /// unsupported method answers 405 rather than falling through.
-    struct Actix(Vec<(&'static str, Option<actix_web::Resource>)>);
+    /// Resources by path, in order, with their methods: one resource carries every method
+    /// of its path, so an unsupported method answers 405 (with `Allow`) rather than falling
+    /// through.
+    type Entry = (&'static str, Vec<Method>, Option<actix_web::Resource>);
+    struct Actix(Vec<Entry>);
     impl Routes for Actix {
         fn add<F, Args>(&mut self, method: Method, path: &'static str, handler: F)
         where
@@ -269,15 +271,15 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             Args: FromRequest + 'static,
             F::Output: Responder + 'static,
         {
-            let slot = match self.0.iter().position(|(p, _)| *p == path) {
+            let slot = match self.0.iter().position(|(p, _, _)| *p == path) {
                 Some(i) => i,
                 None => {
-                    let resource = web::resource(path).default_service(web::to(method_not_allowed));
-                    self.0.push((path, Some(resource)));
+                    self.0.push((path, Vec::new(), Some(web::resource(path))));
                     self.0.len() - 1
                 }
             };
-            let entry = &mut self.0[slot].1;
+            let (_, methods, entry) = &mut self.0[slot];
+            methods.push(method.clone());
             *entry = entry
                 .take()
                 .map(|r| r.route(web::method(method).to(handler)));
@@ -285,9 +287,17 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     }
     let mut a = Actix(Vec::new());
     routes(&mut a);
-    for (_, resource) in a.0 {
+    for (_, methods, resource) in a.0 {
         if let Some(r) = resource {
-            cfg.service(r);
+            let allow: String = methods
+                .iter()
+                .map(Method::as_str)
+                .collect::<Vec<_>>()
+                .join(", ");
+            cfg.service(r.default_service(web::to(move |req: HttpRequest| {
+                let allow = allow.clone();
+                async move { method_not_allowed(&req, &allow) }
+            })));
         }
     }
     cfg.default_service(web::to(not_found));
@@ -297,9 +307,15 @@ async fn not_found(req: HttpRequest) -> HttpResponse {
     ApiError::NotFound(format!("no resource at {}", req.path())).error_response()
 }
 
-async fn method_not_allowed(req: HttpRequest) -> HttpResponse {
-    ApiError::MethodNotAllowed(format!("{} is not allowed on {}", req.method(), req.path()))
-        .error_response()
+/// 405, with the methods the path has in `Allow` (RFC 9110, 15.5.6).
+fn method_not_allowed(req: &HttpRequest, allow: &str) -> HttpResponse {
+    let mut res =
+        ApiError::MethodNotAllowed(format!("{} is not allowed on {}", req.method(), req.path()))
+            .error_response();
+    if let Ok(v) = actix_web::http::header::HeaderValue::from_str(allow) {
+        res.headers_mut().insert(actix_web::http::header::ALLOW, v);
+    }
+    res
 }
 
 /// A JSON response with the given status.

@@ -60,7 +60,79 @@ impl Modify for BearerAuth {
 )]
 pub struct ApiDoc;
 
+/// The document as served: the handlers' annotations, plus what every operation can
+/// answer whatever its handler does, so that a client generated from it (or a fuzzer
+/// checking answers against it) is never surprised — problems as
+/// `application/problem+json`; 401, 403 and 429 wherever a bearer token is needed; 400
+/// wherever there are parameters or a body; 413, 415 and 422 wherever there is a body.
+pub fn document() -> serde_json::Value {
+    use serde_json::{Value, json};
+    let mut doc = serde_json::to_value(ApiDoc::openapi()).unwrap_or(Value::Null);
+    let problem = || {
+        json!({ "application/problem+json": {
+            "schema": { "$ref": "#/components/schemas/Problem" } } })
+    };
+    let Some(paths) = doc.get_mut("paths").and_then(Value::as_object_mut) else {
+        return doc;
+    };
+    for item in paths.values_mut() {
+        let Some(item) = item.as_object_mut() else {
+            continue;
+        };
+        let path_params = item.get("parameters").is_some();
+        for (method, op) in item.iter_mut() {
+            if !["get", "put", "post", "delete", "patch"].contains(&method.as_str()) {
+                continue;
+            }
+            let secured = op
+                .get("security")
+                .is_some_and(|s| s.as_array().is_some_and(|a| !a.is_empty()));
+            let params = path_params
+                || op
+                    .get("parameters")
+                    .is_some_and(|p| p.as_array().is_some_and(|a| !a.is_empty()));
+            let body = op.get("requestBody").is_some();
+            let Some(responses) = op.get_mut("responses").and_then(Value::as_object_mut) else {
+                continue;
+            };
+            for r in responses.values_mut() {
+                let is_problem = r
+                    .pointer("/content/application~1json/schema/$ref")
+                    .and_then(Value::as_str)
+                    == Some("#/components/schemas/Problem");
+                if is_problem {
+                    r["content"] = problem();
+                }
+            }
+            let mut add = |code: &str, description: &str| {
+                responses
+                    .entry(code.to_owned())
+                    .or_insert_with(|| json!({ "description": description, "content": problem() }));
+            };
+            if secured {
+                add("401", "no valid credential");
+                add("403", "the policies do not permit this");
+                add("429", "too many failed authentications from this client");
+            }
+            if params || body {
+                add("400", "a malformed parameter or body");
+            }
+            if params || body {
+                add(
+                    "422",
+                    "well-formed, but not valid here (a cross-field rule, or beyond what exists)",
+                );
+            }
+            if body {
+                add("413", "the body is too large");
+                add("415", "the body is not JSON");
+            }
+        }
+    }
+    doc
+}
+
 /// `GET /api/v1/openapi.json`
 pub async fn serve() -> HttpResponse {
-    HttpResponse::Ok().json(ApiDoc::openapi())
+    HttpResponse::Ok().json(document())
 }

@@ -81,6 +81,12 @@ pub enum ApiError {
 }
 
 impl ApiError {
+    /// A well-formed request that is not valid here (422): what it names does not exist
+    /// at that size, or its fields contradict each other.
+    pub fn invalid(field: impl Into<String>, reason: impl Into<String>) -> Self {
+        ApiError::Invalid(ValidationError::single(field, reason))
+    }
+
     pub fn malformed(field: impl Into<String>, reason: impl Into<String>) -> Self {
         let reason = reason.into();
         let field = field.into();

@@ -329,7 +329,8 @@ pub struct CallbackQuery {
     params(("code" = Option<String>, Query), ("state" = Option<String>, Query),
         ("error" = Option<String>, Query)),
     responses((status = 303, description = "signed in: back to where sign-in started"),
-        (status = 401, body = Problem), (status = 429, body = Problem)))]
+        (status = 401, body = Problem), (status = 404, body = Problem),
+        (status = 429, body = Problem)))]
 pub async fn callback(
     req: HttpRequest,
     state: web::Data<AppState>,
@@ -613,8 +614,10 @@ pub async fn dev_page(
         )))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 pub struct DevSignIn {
+    /// A seeded development user's name.
+    #[schema(min_length = 1)]
     user: String,
     /// The token of the page the form came from (also in its cookie).
     #[serde(default)]
@@ -623,7 +626,9 @@ pub struct DevSignIn {
 
 /// Sign in as a seeded user of `allot dev`.
 #[utoipa::path(post, path = "/auth/dev", tag = "sign-in",
-    responses((status = 303, description = "signed in"), (status = 404, body = Problem),
+    request_body(content = DevSignIn, content_type = "application/x-www-form-urlencoded"),
+    responses((status = 303, description = "signed in"), (status = 400, body = Problem),
+        (status = 403, body = Problem), (status = 404, body = Problem),
         (status = 422, body = Problem)))]
 pub async fn dev_sign_in(
     req: HttpRequest,

@@ -254,7 +254,7 @@ pub struct QuotaBody {
     pub weight: u32,
     /// shared, mig or dedicated.
     #[serde(default)]
-    #[schema(value_type = String, example = "shared")]
+    #[schema(value_type = String, example = "shared", pattern = "^(shared|mig|dedicated)$")]
     pub min_isolation: Isolation,
     /// The most MIG instances of each profile (by name, e.g. `1g.18gb`) the tenant and its
     /// teams hold at once; a profile not named is unlimited.
@@ -411,10 +411,10 @@ pub struct SubmitJob {
     pub preemptible: bool,
     /// shared, mig or dedicated; the workload class's default (else shared) when absent,
     /// and never below the tenant's minimum.
-    #[schema(value_type = Option<String>, example = "shared")]
+    #[schema(value_type = Option<String>, example = "shared", pattern = "^(shared|mig|dedicated)$")]
     pub isolation: Option<Isolation>,
     /// training (default isolation dedicated), inference or batch (shared).
-    #[schema(value_type = Option<String>, example = "inference")]
+    #[schema(value_type = Option<String>, example = "inference", pattern = "^(training|inference|batch)$")]
     pub class: Option<WorkloadClass>,
     /// Retries of attempts that fail on their own (non-zero exit, application XID), 0–100,
     /// with exponential backoff from 1 s. Lost nodes, device faults and preemptions
@@ -453,7 +453,7 @@ pub struct SubmitJob {
     pub mig_profile: Option<String>,
     /// For a share of a GPU (`gpu_milli` below 1000): `strict` (the default) holds the job
     /// to its share always, `elastic` only while other jobs want the GPU.
-    #[schema(value_type = Option<String>, example = "strict")]
+    #[schema(value_type = Option<String>, example = "strict", pattern = "^(strict|elastic)$")]
     pub gpu_compute: Option<GpuCompute>,
     /// For a share of a GPU: the job's share may be resized while it runs
     /// (`POST /api/v1/jobs/{id}/resize`).
@@ -649,10 +649,14 @@ pub struct JobQuery {
     /// Only this tenant's jobs (a scoped token always sees only its own tenant).
     pub tenant: Option<String>,
     /// Comma-separated states, e.g. `pending,running`.
+    #[param(
+        pattern = "^(pending|scheduled|running|succeeded|failed|cancelled)(,(pending|scheduled|running|succeeded|failed|cancelled))*$"
+    )]
     pub state: Option<String>,
     /// Only jobs placed on this node.
     pub node: Option<String>,
     /// Page size, 1–500 (default 50).
+    #[param(minimum = 1, maximum = 500)]
     pub limit: Option<u32>,
     pub page_token: Option<String>,
 }
@@ -789,9 +793,10 @@ pub struct CreateToken {
     pub name: String,
     /// The tenant the token acts in; required for every role except `platform-admin` and `auditor`.
     pub tenant: Option<String>,
-    #[schema(value_type = String, example = "member")]
+    #[schema(value_type = String, example = "member", pattern = "^(viewer|member|tenant-admin|platform-admin|admin|auditor)$")]
     pub role: Role,
     /// Lifetime in seconds (at most ten years); no expiry when absent.
+    #[schema(minimum = 1, maximum = 315_360_000)]
     pub expires_in_seconds: Option<u64>,
 }
 
@@ -874,7 +879,7 @@ pub struct CreateBinding {
     pub claim: Option<String>,
     /// The claim's value (or one of its values), e.g. `ml-team`.
     pub value: Option<String>,
-    #[schema(value_type = String, example = "member")]
+    #[schema(value_type = String, example = "member", pattern = "^(viewer|member|tenant-admin|platform-admin|admin|auditor)$")]
     pub role: Role,
     /// The tenant the role applies in (and below); absent for platform-admin and auditor.
     pub tenant: Option<String>,
@@ -928,6 +933,7 @@ pub struct CreateBootstrapToken {
     #[serde(default)]
     pub description: String,
     /// Lifetime in seconds: 1 hour when absent, at most 7 days.
+    #[schema(minimum = 1, maximum = 604_800)]
     pub expires_in_seconds: Option<u64>,
 }
 
@@ -988,10 +994,12 @@ pub struct UsageQuery {
     /// The day after the last, `YYYY-MM-DD` (default: tomorrow, so today is included).
     pub to: Option<chrono::NaiveDate>,
     /// `tenant` (default), `day` (per tenant and day), `job`, or `job,day`.
+    #[param(pattern = "^(tenant|day|job|job,day)$")]
     pub by: Option<String>,
     /// Only this tenant (and nothing of its teams).
     pub tenant: Option<String>,
     /// `json` (default) or `csv`.
+    #[param(pattern = "^(json|csv)$")]
     pub format: Option<String>,
 }
 
@@ -1028,8 +1036,10 @@ pub struct UsageReport {
 #[into_params(parameter_in = Query)]
 pub struct SamplesQuery {
     /// `10s` (kept a day; the default) or `5m` (kept 90 days).
+    #[param(pattern = "^(10s|5m)$")]
     pub resolution: Option<String>,
     /// How far back, in minutes (default 60; at most 90 days).
+    #[param(minimum = 1, maximum = 129_600)]
     pub minutes: Option<u32>,
 }
 

@@ -162,7 +162,8 @@ pub async fn submit(
 /// List jobs, newest first, with filters and pagination.
 #[utoipa::path(get, path = "/api/v1/jobs", tag = "jobs", params(JobQuery),
     security(("bearer" = [])),
-    responses((status = 200, body = JobList), (status = 400, body = Problem)))]
+    responses((status = 200, body = JobList), (status = 400, body = Problem),
+        (status = 404, body = Problem, description = "no such tenant (or not one the caller sees)")))]
 pub async fn list(
     state: web::Data<AppState>,
     who: Principal,
@@ -185,7 +186,7 @@ pub async fn list(
     if let Some(token) = &q.page_token
         && (token.len() != 36 || !token.chars().all(|c| c.is_ascii_hexdigit() || c == '-'))
     {
-        return Err(ApiError::malformed(
+        return Err(ApiError::invalid(
             "page_token",
             "is not a token returned by a previous page",
         ));

@@ -19,7 +19,8 @@ const MAX_DAYS: i64 = 400;
 /// the times their jobs ran and what each held, per tenant, day or job.
 #[utoipa::path(get, path = "/api/v1/usage", tag = "jobs", security(("bearer" = [])),
     params(UsageQuery),
-    responses((status = 200, body = UsageReport, description = "JSON, or CSV with `format=csv`"),
+    responses((status = 200, description = "JSON, or CSV with `format=csv`",
+            content((UsageReport = "application/json"), (String = "text/csv"))),
         (status = 400, body = Problem), (status = 404, body = Problem)))]
 pub async fn usage(
     state: web::Data<AppState>,
@@ -30,7 +31,7 @@ pub async fn usage(
     let to = q.to.unwrap_or_else(|| now.date_naive() + Duration::days(1));
     let from = q.from.unwrap_or(to - Duration::days(7));
     if from >= to || (to - from).num_days() > MAX_DAYS {
-        return Err(ApiError::malformed(
+        return Err(ApiError::invalid(
             "from",
             format!("must be before `to`, at most {MAX_DAYS} days earlier"),
         ));

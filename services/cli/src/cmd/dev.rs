@@ -35,6 +35,10 @@ pub struct DevArgs {
     /// Number of simulated nodes.
     #[arg(long, default_value_t = 2)]
     nodes: u32,
+    /// Failed authentication attempts one address may make per minute before its failures
+    /// are answered 429 (valid credentials are always served).
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..))]
+    auth_max_failures_per_minute: u32,
     /// GPUs on each simulated node, e.g. 4xH200 or 2xH200,1xT4.
     #[arg(long, default_value = "4xH200")]
     sim_gpus: String,
@@ -123,6 +127,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     config.grpc_listen = args.grpc_listen;
     config.metrics_listen = args.metrics_listen;
     config.heartbeat_interval = Duration::from_secs(2);
+    config.auth_max_failures = args.auth_max_failures_per_minute;
     // Password-free sign-in as a seeded user: on loopback only.
     config.dev_sign_in = args.listen.ip().is_loopback();
     let dev_sign_in = config.dev_sign_in;

@@ -132,8 +132,10 @@ pub async fn logs(state: web::Data<AppState>, who: Principal) -> Result<HttpResp
 #[into_params(parameter_in = Query)]
 pub struct EntriesQuery {
     /// First sequence number (default 0).
+    #[param(maximum = 9_223_372_036_854_775_807_u64)]
     pub from: Option<u64>,
     /// At most this many entries, 1–1000 (default 100).
+    #[param(minimum = 1, maximum = 1000)]
     pub limit: Option<u64>,
 }
 
@@ -196,9 +198,17 @@ pub async fn entries(
         ));
     }
     let from = q.from.unwrap_or(0);
+    if i64::try_from(from).is_err() {
+        return Err(ApiError::malformed("from", "must be at most 2^63 - 1"));
+    }
     record_read(&state, &who, &log, "entries").await?;
-    let rows = state.store.audit_entries(&log, from, limit).await?;
     let head = state.store.audit_head(&log).await?;
+    // Past the end there is nothing (and nothing the database need be asked).
+    let rows = if from < head.size {
+        state.store.audit_entries(&log, from, limit).await?
+    } else {
+        Vec::new()
+    };
     let next_from = rows.last().map(|e| e.seq + 1).filter(|n| *n < head.size);
     let entries = rows.into_iter().map(AuditEntryView::from).collect();
     Ok(json(StatusCode::OK, &AuditEntries { entries, next_from }))

@@ -51,13 +51,13 @@ pub async fn inclusion(
     let head = state.store.audit_head(&log).await?;
     let size = q.size.unwrap_or(head.size);
     if size > head.size {
-        return Err(ApiError::malformed(
+        return Err(ApiError::invalid(
             "size",
             format!("the log has only {} entries", head.size),
         ));
     }
     if q.seq >= size {
-        return Err(ApiError::malformed(
+        return Err(ApiError::invalid(
             "seq",
             format!("must be below the tree size {size}"),
         ));
@@ -112,13 +112,13 @@ pub async fn consistency(
     let head = state.store.audit_head(&log).await?;
     let to = q.to.unwrap_or(head.size);
     if to > head.size {
-        return Err(ApiError::malformed(
+        return Err(ApiError::invalid(
             "to",
             format!("the log has only {} entries", head.size),
         ));
     }
     if q.from > to {
-        return Err(ApiError::malformed(
+        return Err(ApiError::invalid(
             "from",
             format!("must not exceed `to` ({to})"),
         ));

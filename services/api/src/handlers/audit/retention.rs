@@ -55,6 +55,7 @@ pub async fn holds(state: web::Data<AppState>, who: Principal) -> Result<HttpRes
 #[serde(deny_unknown_fields)]
 pub struct SetHold {
     /// Why, e.g. the matter or ticket it serves (1–500 characters).
+    #[schema(min_length = 1, max_length = 500, pattern = "\\S")]
     pub reason: String,
 }
 
@@ -129,7 +130,7 @@ pub async fn prune(
     Json(body): Json<Prune>,
 ) -> Result<HttpResponse, ApiError> {
     if body.before > state.store.clock().now() {
-        return Err(ApiError::malformed("before", "must not be in the future"));
+        return Err(ApiError::invalid("before", "must not be in the future"));
     }
     let named = resolve_log(&state, &log).await?;
     named.authorize(&who, Action::AuditPrune)?;

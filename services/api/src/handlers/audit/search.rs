@@ -28,13 +28,16 @@ pub struct AuditFilter {
     /// Entries recorded before this time (RFC 3339).
     pub until: Option<DateTime<Utc>>,
     /// The actor as `<kind>:<id>` (`token:…`, `node:…`, `system:scheduler`) or a bare id.
+    #[param(min_length = 1, max_length = 500)]
     pub actor: Option<String>,
     /// An action (`token.revoke`), or a prefix ending in `.*` (`token.*`).
+    #[param(min_length = 1, max_length = 500)]
     pub action: Option<String>,
     /// The resource acted on, e.g. `job/01…`.
+    #[param(min_length = 1, max_length = 500)]
     pub target: Option<String>,
     /// `success`, `denied` or `failed`.
-    #[param(value_type = Option<String>)]
+    #[param(value_type = Option<String>, pattern = "^(success|denied|failed)$")]
     pub outcome: Option<Outcome>,
 }
 
@@ -43,7 +46,7 @@ impl AuditFilter {
         if let (Some(s), Some(u)) = (self.since, self.until)
             && u <= s
         {
-            return Err(ApiError::malformed("until", "must be later than `since`"));
+            return Err(ApiError::invalid("until", "must be later than `since`"));
         }
         for (field, value) in [
             ("actor", &self.actor),
@@ -105,13 +108,17 @@ pub struct SearchQuery {
     pub log: Option<String>,
     pub since: Option<DateTime<Utc>>,
     pub until: Option<DateTime<Utc>>,
+    #[param(min_length = 1, max_length = 500)]
     pub actor: Option<String>,
+    #[param(min_length = 1, max_length = 500)]
     pub action: Option<String>,
+    #[param(min_length = 1, max_length = 500)]
     pub target: Option<String>,
     /// `success`, `denied` or `failed`.
-    #[param(value_type = Option<String>)]
+    #[param(value_type = Option<String>, pattern = "^(success|denied|failed)$")]
     pub outcome: Option<Outcome>,
     /// At most this many entries, 1–1000 (default 100).
+    #[param(minimum = 1, maximum = 1000)]
     pub limit: Option<u64>,
     /// The `next` of the previous page.
     pub after: Option<String>,
@@ -129,7 +136,7 @@ fn cursor(e: &AuditEntryView) -> String {
 }
 
 fn parse_cursor(s: &str) -> Result<(DateTime<Utc>, String, u64), ApiError> {
-    let bad = || ApiError::malformed("after", "is not a cursor this API returned");
+    let bad = || ApiError::invalid("after", "is not a cursor this API returned");
     let text =
         String::from_utf8(URL_SAFE_NO_PAD.decode(s).map_err(|_| bad())?).map_err(|_| bad())?;
     let mut parts = text.splitn(3, '|');
