@@ -30,6 +30,17 @@ server.listen(0, '127.0.0.1', () => {
         response_types: ['code'],
         token_endpoint_auth_method: 'client_secret_basic',
       },
+      // What the CLI or automation would sign in as: its access tokens are opaque, and
+      // Allot checks them by introspection (as the `allot` client).
+      ...['allot-cli', 'other-app'].map((id) => ({
+        client_id: id,
+        client_secret: `${id}-secret`,
+        application_type: 'native',
+        redirect_uris: [`http://127.0.0.1/${id}/callback`],
+        grant_types: ['authorization_code'],
+        response_types: ['code'],
+        token_endpoint_auth_method: 'client_secret_basic',
+      })),
     ],
     claims: { openid: ['sub'], email: ['email'], profile: ['name', 'groups'] },
     // Claims in the ID token itself, not only from the userinfo endpoint.
@@ -38,7 +49,14 @@ server.listen(0, '127.0.0.1', () => {
       people[id] && { accountId: id, claims: () => people[id] },
     pkce: { required: () => true },
     cookies: { keys: ['allot-test-only'] },
-    features: { devInteractions: { enabled: true } },
+    features: {
+      devInteractions: { enabled: true },
+      // RFC 7662, for confidential clients only.
+      introspection: {
+        enabled: true,
+        allowedPolicy: async (_ctx, client) => client.clientAuthMethod !== 'none',
+      },
+    },
   });
   server.on('request', provider.callback());
   console.log(issuer);

@@ -67,6 +67,7 @@ impl Provider {
                 .map(|r| r.parse().expect("rule"))
                 .collect(),
             jwks_refetch: allot_api::jwt::DEFAULT_JWKS_REFETCH,
+            introspection: None,
         });
         c.web_sign_in = Some(allot_api::signin::SignInConfig {
             issuer: self.issuer.clone(),

@@ -155,6 +155,7 @@ async fn cluster(provider: &Provider, max_failures: u32, refetch: Duration) -> T
             .map(|r| r.parse().expect("rule"))
             .collect(),
             jwks_refetch: refetch,
+            introspection: None,
         });
         c.auth_max_failures = max_failures;
     })

@@ -60,9 +60,27 @@ fn form_of(html: &str) -> Option<(String, String)> {
 /// Signs `login` in through the provider's own pages, starting at Allot's `/auth/login`;
 /// returns where Allot sent the browser at the end.
 async fn sign_in(b: &reqwest::Client, c: &TestCluster, login: &str) -> (StatusCode, String) {
-    let mut url = Url::parse(&c.url("/auth/login?return_to=/api/v1/jobs")).expect("url");
+    let start = Url::parse(&c.url("/auth/login?return_to=/api/v1/jobs")).expect("url");
+    drive(b, start, &c.url("/auth/callback"), true, login).await
+}
+
+/// Follows a sign-in from `start` through the provider's pages as `login`, until the
+/// browser is sent to `until`: asked (Allot's callback: its status and where it sends the
+/// browser), or not (another client's redirect URI, where nothing listens: its URL).
+async fn drive(
+    b: &reqwest::Client,
+    start: Url,
+    until: &str,
+    ask: bool,
+    login: &str,
+) -> (StatusCode, String) {
+    let mut url = start;
     let mut post: Option<Vec<(String, String)>> = None;
     for _ in 0..20 {
+        let arrived = url.as_str().starts_with(until);
+        if arrived && !ask {
+            return (StatusCode::FOUND, url.to_string());
+        }
         let req = match post.take() {
             Some(form) => b.post(url.clone()).form(&form),
             None => b.get(url.clone()),
@@ -74,8 +92,7 @@ async fn sign_in(b: &reqwest::Client, c: &TestCluster, login: &str) -> (StatusCo
             .get("location")
             .and_then(|l| l.to_str().ok())
             .map(str::to_owned);
-        let from_allot = url.as_str().starts_with(&c.url("/auth/callback"));
-        if from_allot {
+        if arrived {
             return (status, location.unwrap_or_default());
         }
         if status.is_redirection() {
@@ -95,7 +112,54 @@ async fn sign_in(b: &reqwest::Client, c: &TestCluster, login: &str) -> (StatusCo
             _ => vec![("prompt".into(), prompt)],
         });
     }
-    panic!("the sign-in did not come back to Allot");
+    panic!("the sign-in did not come back to {until}");
+}
+
+/// An access token the provider gives `client` (the CLI, say) for `login`, by the code flow
+/// with PKCE: opaque, not a JWT.
+async fn access_token(idp: &Provider, client: &str, login: &str) -> String {
+    use base64::Engine;
+    use sha2::Digest;
+    let b = browser();
+    let verifier = "a-long-enough-pkce-code-verifier-for-the-test-0123456789";
+    let challenge = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .encode(sha2::Sha256::digest(verifier.as_bytes()));
+    let redirect = format!("http://127.0.0.1/{client}/callback");
+    let mut start = Url::parse(&format!("{}/auth", idp.issuer)).expect("url");
+    start
+        .query_pairs_mut()
+        .append_pair("client_id", client)
+        .append_pair("response_type", "code")
+        .append_pair("scope", "openid email profile")
+        .append_pair("redirect_uri", &redirect)
+        .append_pair("code_challenge", &challenge)
+        .append_pair("code_challenge_method", "S256")
+        .append_pair("state", "state-1")
+        .append_pair("nonce", "nonce-1");
+    let (_, back) = drive(&b, start, &redirect, false, login).await;
+    let back = Url::parse(&back).expect("redirect");
+    let code = back
+        .query_pairs()
+        .find(|(k, _)| k == "code")
+        .map(|(_, v)| v.into_owned())
+        .unwrap_or_else(|| panic!("no code in {back}"));
+    let res = b
+        .post(format!("{}/token", idp.issuer))
+        .basic_auth(client, Some(format!("{client}-secret")))
+        .form(&[
+            ("grant_type", "authorization_code"),
+            ("code", &code),
+            ("redirect_uri", &redirect),
+            ("code_verifier", verifier),
+        ])
+        .send()
+        .await
+        .expect("token request");
+    let body: Value = res.json().await.expect("token response");
+    body["access_token"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no access token: {body}"))
+        .to_owned()
 }
 
 async fn call(
@@ -404,5 +468,71 @@ async fn the_development_sign_in_refuses_other_hosts_other_origins_and_forms_wit
         .await
         .expect("sent");
     assert_eq!(res.status(), StatusCode::CREATED, "the same origin");
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn opaque_access_tokens_are_checked_with_the_provider() {
+    let idp = start_provider();
+    let c = spawn_cluster_with(Backend::Sqlite, 0, "", |c| {
+        idp.configure(
+            c,
+            &["groups=ml-team:member@ml"],
+            Duration::from_secs(3600),
+            Duration::from_secs(3600),
+        );
+        if let Some(oidc) = c.oidc.as_mut() {
+            // Tokens of the CLI's client are for Allot; other applications' are not.
+            oidc.audiences.push("allot-cli".into());
+            oidc.introspection = Some(allot_api::introspection::Introspection {
+                client_id: "allot".into(),
+                client_secret: Some("allot-test-secret".into()),
+                cache_for: Duration::from_secs(1),
+            });
+        }
+    })
+    .await;
+    c.create_tenant("ml", None).await;
+    let token = access_token(&idp, "allot-cli", "alice").await;
+    assert_eq!(
+        token.matches('.').count(),
+        0,
+        "an opaque token, not a JWT: {token}"
+    );
+    let (s, body) = c
+        .request(
+            Method::POST,
+            "/api/v1/jobs",
+            Some(&token),
+            Some(json!({ "tenant": "ml", "gpus": 64, "command": ["true"] })),
+        )
+        .await;
+    assert_eq!(
+        s,
+        StatusCode::CREATED,
+        "alice's groups (from userinfo) make her a member: {body}"
+    );
+    let (s, me) = c
+        .request(Method::GET, "/auth/session", Some(&token), None)
+        .await;
+    assert_eq!(s, StatusCode::OK, "{me}");
+    assert_eq!(me["auth_method"], "oidc-opaque", "{me}");
+
+    // Another application's token, a made-up one and one bent by a byte: refused.
+    let other = access_token(&idp, "other-app", "alice").await;
+    let mut bent = token.clone();
+    bent.pop();
+    bent.push(if token.ends_with('A') { 'B' } else { 'A' });
+    for (what, t) in [
+        ("another application's", other.as_str()),
+        ("made up", "opaque-token-guess"),
+        ("bent", bent.as_str()),
+    ] {
+        let (s, body) = c
+            .request(Method::GET, "/api/v1/jobs?tenant=ml", Some(t), None)
+            .await;
+        assert_eq!(s, StatusCode::UNAUTHORIZED, "{what}: {body}");
+        assert!(!body.to_string().contains(&idp.issuer), "{what}: {body}");
+    }
     c.shutdown().await;
 }

@@ -457,6 +457,7 @@ impl Caller<'_> {
         let claims = crate::jwt::VerifiedToken {
             subject: user.subject.clone(),
             claims: session.claims,
+            method: "session",
         };
         let tenants = self.state.store.list_tenants().await?;
         let bindings = self.user_roles(&user.id, &claims, &tenants).await?;
@@ -492,7 +493,13 @@ impl Caller<'_> {
         }
         let tenants = self.state.store.list_tenants().await?;
         let bindings = self.user_roles(&user.id, &verified, &tenants).await?;
-        Ok(self.principal(ActorKind::User, user.id, bindings, "oidc-jwt", &tenants))
+        Ok(self.principal(
+            ActorKind::User,
+            user.id,
+            bindings,
+            verified.method,
+            &tenants,
+        ))
     }
 }
 

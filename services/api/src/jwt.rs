@@ -37,6 +37,8 @@ pub enum JwtError {
     UnknownKey,
     #[error("the token's signature does not verify")]
     Signature,
+    #[error("the provider says the token is not active (revoked, expired or unknown)")]
+    Inactive,
     #[error("the token was not issued by the configured issuer")]
     Issuer,
     #[error("the token is not meant for this service (audience)")]
@@ -106,6 +108,9 @@ pub struct OidcConfig {
     /// A token naming a key id not in the cached JWKS fetches it again at most this often,
     /// so made-up key ids cannot hammer the provider ([`DEFAULT_JWKS_REFETCH`]).
     pub jwks_refetch: Duration,
+    /// Also accept opaque access tokens, asking the provider about each
+    /// ([`crate::introspection`]).
+    pub introspection: Option<crate::introspection::Introspection>,
 }
 
 impl OidcConfig {
@@ -154,6 +159,8 @@ pub fn sign_in(issuer: &str, subject: String, claims: &Map<String, Value>) -> al
 pub struct VerifiedToken {
     pub subject: String,
     pub claims: Map<String, Value>,
+    /// How it was verified, for audit entries: `oidc-jwt` or `oidc-opaque`.
+    pub method: &'static str,
 }
 
 impl VerifiedToken {
@@ -245,10 +252,11 @@ pub(crate) fn provider_client() -> Result<reqwest::Client, String> {
 
 /// Verifies bearer JWTs against the issuer's published keys.
 pub struct JwtVerifier {
-    config: OidcConfig,
-    client: reqwest::Client,
-    clock: Arc<dyn Clock>,
+    pub(crate) config: OidcConfig,
+    pub(crate) client: reqwest::Client,
+    pub(crate) clock: Arc<dyn Clock>,
     keys: Mutex<Keys>,
+    pub(crate) opaque: Mutex<crate::introspection::OpaqueState>,
 }
 
 impl JwtVerifier {
@@ -263,6 +271,7 @@ impl JwtVerifier {
                 published: 0,
                 fetched_at: None,
             }),
+            opaque: Mutex::new(crate::introspection::OpaqueState::default()),
         })
     }
 
@@ -285,8 +294,8 @@ impl JwtVerifier {
             .map_err(|e| JwtError::Provider(format!("GET {url}: {e}")))
     }
 
-    /// Discovery, then the JWKS: the keys this build can use, and how many the set holds.
-    async fn fetch_keys(&self) -> Result<(Vec<Jwk>, usize), JwtError> {
+    /// The provider's discovery document, checked to name the configured issuer.
+    pub(crate) async fn discovery(&self) -> Result<Value, JwtError> {
         let discovery_url = format!(
             "{}/.well-known/openid-configuration",
             self.config.issuer.trim_end_matches('/')
@@ -298,9 +307,15 @@ impl JwtVerifier {
                 discovery["issuer"], self.config.issuer
             )));
         }
+        Ok(discovery)
+    }
+
+    /// Discovery, then the JWKS: the keys this build can use, and how many the set holds.
+    async fn fetch_keys(&self) -> Result<(Vec<Jwk>, usize), JwtError> {
+        let discovery = self.discovery().await?;
         let jwks_uri = discovery["jwks_uri"]
             .as_str()
-            .ok_or_else(|| JwtError::Provider(format!("{discovery_url} has no jwks_uri")))?;
+            .ok_or_else(|| JwtError::Provider("the discovery document has no jwks_uri".into()))?;
         let jwks = self.get_json(jwks_uri).await?;
         let published = jwks["keys"]
             .as_array()
@@ -341,7 +356,14 @@ impl JwtVerifier {
         if token.len() > MAX_TOKEN_BYTES {
             return Err(JwtError::Oversized);
         }
-        let header = jsonwebtoken::decode_header(token).map_err(|_| JwtError::Malformed)?;
+        let header = match jsonwebtoken::decode_header(token) {
+            Ok(h) => h,
+            // Not a JWT: an opaque access token, if the provider is asked about those.
+            Err(_) if self.config.introspection.is_some() => {
+                return self.verify_opaque(token).await;
+            }
+            Err(_) => return Err(JwtError::Malformed),
+        };
         if !self.config.algorithms.contains(&header.alg) {
             return Err(JwtError::Algorithm);
         }
@@ -377,7 +399,11 @@ impl JwtVerifier {
             .filter(|s| !s.is_empty() && s.len() <= 255)
             .ok_or(JwtError::Malformed)?
             .to_owned();
-        Ok(VerifiedToken { subject, claims })
+        Ok(VerifiedToken {
+            subject,
+            claims,
+            method: "oidc-jwt",
+        })
     }
 
     /// The token's claims, if `jwk` signed it for this issuer and audience (time is
@@ -461,6 +487,7 @@ mod tests {
                 .as_object()
                 .cloned()
                 .unwrap_or_default(),
+            method: "oidc-jwt",
         };
         let rules: Vec<ClaimRole> = [
             "groups=ml-team:member@ml",
@@ -491,6 +518,7 @@ mod tests {
             leeway: Duration::from_secs(30),
             claim_roles: vec![],
             jwks_refetch: DEFAULT_JWKS_REFETCH,
+            introspection: None,
         };
         assert!(config.check().is_err());
         let no_audience = OidcConfig {

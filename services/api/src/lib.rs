@@ -11,6 +11,7 @@ pub mod crypto;
 mod denials;
 pub mod extract;
 mod handlers;
+pub mod introspection;
 pub mod jwt;
 pub mod limiter;
 pub mod openapi;

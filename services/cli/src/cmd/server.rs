@@ -129,6 +129,16 @@ pub struct OidcArgs {
     /// The client secret, for confidential clients.
     #[arg(long, env = "ALLOT_OIDC_CLIENT_SECRET", hide_env_values = true)]
     oidc_client_secret: Option<String>,
+    /// Also accept the provider's opaque (non-JWT) access tokens, asking its introspection
+    /// endpoint (RFC 7662) about each as --oidc-client-id; accepted only when issued to (or
+    /// for) an --oidc-audience (or the client id).
+    #[arg(long, env = "ALLOT_OIDC_OPAQUE_TOKENS", requires = "oidc_client_id")]
+    oidc_opaque_tokens: bool,
+    /// How long the provider's answer about an opaque token is trusted (a revoked token
+    /// works at most this long after).
+    #[arg(long, env = "ALLOT_OIDC_OPAQUE_CACHE_SECS", default_value_t = 30,
+        value_parser = clap::value_parser!(u64).range(1..=3600))]
+    oidc_opaque_cache_secs: u64,
     /// The URL people reach Allot at, e.g. https://allot.example.com [default: http://<listen>].
     #[arg(long, env = "ALLOT_PUBLIC_URL")]
     public_url: Option<String>,
@@ -203,6 +213,14 @@ impl OidcArgs {
             leeway: std::time::Duration::from_secs(self.oidc_leeway_secs),
             claim_roles: self.oidc_roles.clone(),
             jwks_refetch: allot_api::jwt::DEFAULT_JWKS_REFETCH,
+            introspection: match (&self.oidc_client_id, self.oidc_opaque_tokens) {
+                (Some(client_id), true) => Some(allot_api::introspection::Introspection {
+                    client_id: client_id.clone(),
+                    client_secret: self.oidc_client_secret.clone(),
+                    cache_for: std::time::Duration::from_secs(self.oidc_opaque_cache_secs),
+                }),
+                _ => None,
+            },
         };
         oidc.check()
             .map_err(|e| anyhow::anyhow!("OpenID Connect: {e}"))?;
