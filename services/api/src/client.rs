@@ -186,6 +186,24 @@ mod tests {
         assert_eq!(p.client(ip("127.0.0.1"), &h), ip("10.0.0.2"));
     }
 
+    proptest::proptest! {
+        /// Whatever a client puts in the forwarding headers, the answer is an address it
+        /// sent or the proxy's, never a panic; and never anything from an untrusted peer.
+        #[test]
+        fn forwarding_headers_are_read_or_ignored(forwarded in "\\PC{0,120}", xff in "[0-9a-f.:, \\[\\]]{0,80}") {
+            let p = TrustedProxies::parse(&["127.0.0.1"]).expect("parse");
+            let mut h = HeaderMap::new();
+            if let Ok(v) = HeaderValue::from_str(&forwarded) {
+                h.insert(HeaderName::from_static("forwarded"), v);
+            }
+            if let Ok(v) = HeaderValue::from_str(&xff) {
+                h.insert(HeaderName::from_static("x-forwarded-for"), v);
+            }
+            let _ = p.client(ip("127.0.0.1"), &h);
+            proptest::prop_assert_eq!(p.client(ip("203.0.113.1"), &h), ip("203.0.113.1"));
+        }
+    }
+
     #[test]
     fn bad_proxies_are_refused_by_name() {
         let e = TrustedProxies::parse(&["10.0.0.0/8", "proxy.example"]).expect_err("bad");

@@ -216,6 +216,25 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        /// Any body is parsed into a request or refused as a 400 naming a field.
+        #[test]
+        fn any_body_is_parsed_or_refused(body in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..300)) {
+            match parse_json::<crate::views::SubmitJob>(&body) {
+                Ok(_) | Err(ApiError::Malformed { .. }) => {}
+                Err(e) => proptest::prop_assert!(false, "{e}"),
+            }
+        }
+
+        #[test]
+        fn json_shaped_bodies_are_parsed_or_refused(body in "\\{(\"[a-z_]{1,12}\": ?(-?[0-9]{1,20}(\\.[0-9]{1,3})?|\"[a-z]{0,8}\"|null|true|\\[\\]), ?){0,6}\"command\": \\[\"x\"\\]\\}") {
+            match parse_json::<crate::views::SubmitJob>(body.as_bytes()) {
+                Ok(_) | Err(ApiError::Malformed { .. }) => {}
+                Err(e) => proptest::prop_assert!(false, "{e}"),
+            }
+        }
+    }
+
     #[test]
     fn errors_name_the_field() {
         assert_eq!(field_of(r#"{"gpus": -1}"#), "gpus");
