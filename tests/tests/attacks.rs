@@ -131,6 +131,7 @@ async fn probing_another_tenant_learns_nothing_and_leaves_a_trace() {
             (found.len() >= 2 * probes.len()).then_some(found)
         })
         .await;
+    let red_id = red_tenant_id(&c).await;
     for p in &probes {
         let target = format!(
             "{} {}",
@@ -142,10 +143,7 @@ async fn probing_another_tenant_learns_nothing_and_leaves_a_trace() {
             .find(|e| e.target == target)
             .unwrap_or_else(|| panic!("{}: no entry for {target}", p.what));
         assert_eq!(e.outcome, allot_domain::Outcome::Denied, "{}", p.what);
-        assert_eq!(
-            e.actor.tenant_id.as_deref(),
-            Some(red_tenant_id(&c).await.as_str())
-        );
+        assert_eq!(e.actor.tenant_id.as_deref(), Some(red_id.as_str()));
         assert_eq!(e.actor.source.as_deref(), Some("127.0.0.1"), "{}", p.what);
     }
     c.shutdown().await;

@@ -672,13 +672,16 @@ async fn the_evidence_bundle_holds_the_controls_policies_and_checkpoints() {
 
     let dir = tempfile::tempdir().expect("dir");
     let out = dir.path().join("evidence");
-    let run = std::process::Command::new(allot_system_tests::allot_bin())
-        .args(["audit", "evidence", "--out"])
-        .arg(&out)
-        .env("ALLOT_SERVER", c.server.http_url())
-        .env("ALLOT_TOKEN", &auditor)
-        .output()
-        .expect("the CLI runs");
+    let evidence = || {
+        std::process::Command::new(allot_system_tests::allot_bin())
+            .args(["audit", "evidence", "--out"])
+            .arg(&out)
+            .env("ALLOT_SERVER", c.server.http_url())
+            .env("ALLOT_TOKEN", &auditor)
+            .output()
+            .expect("the CLI runs")
+    };
+    let run = evidence();
     assert!(
         run.status.success(),
         "{}",
@@ -728,13 +731,7 @@ async fn the_evidence_bundle_holds_the_controls_policies_and_checkpoints() {
         String::from_utf8_lossy(&check.stdout)
     );
     // A second run does not overwrite it.
-    let again = std::process::Command::new(allot_system_tests::allot_bin())
-        .args(["audit", "evidence", "--out"])
-        .arg(&out)
-        .env("ALLOT_SERVER", c.server.http_url())
-        .env("ALLOT_TOKEN", &auditor)
-        .output()
-        .expect("the CLI runs");
+    let again = evidence();
     assert!(!again.status.success());
     // The request is on record, with the policies' hashes.
     let entry = c

@@ -213,6 +213,12 @@ pub struct MigSlot {
 }
 
 impl GpuDevice {
+    /// Whether a placement naming `uuid` is on this GPU: the GPU itself, or one of its MIG
+    /// instances.
+    pub fn holds(&self, uuid: &str) -> bool {
+        self.uuid == uuid || self.mig.iter().flatten().any(|s| s.uuid == uuid)
+    }
+
     /// Its health in one word: `unhealthy` (as its agent reports), `draining` (an operator
     /// drained it), `degraded` (suspect: keeps its jobs) or `healthy`. Only a healthy GPU
     /// takes new work.

@@ -668,11 +668,7 @@ async fn cluster_page(
                             }
                         })
                         .collect();
-                    let on_gpu = |j: &&Job| {
-                        j.gpu_uuids
-                            .iter()
-                            .any(|u| *u == g.uuid || g.mig.iter().flatten().any(|s| s.uuid == *u))
-                    };
+                    let on_gpu = |j: &&Job| j.gpu_uuids.iter().any(|u| g.holds(u));
                     let points = history.get(&g.uuid).cloned().unwrap_or_default();
                     GpuRow {
                         spark: spark(&points),

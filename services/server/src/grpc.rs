@@ -101,7 +101,7 @@ fn gpu_parents(node: &Node, uuids: &[String]) -> Vec<String> {
         .map(|u| {
             node.gpus
                 .iter()
-                .find(|g| &g.uuid == u || g.mig.iter().flatten().any(|s| &s.uuid == u))
+                .find(|g| g.holds(u))
                 .map_or_else(|| u.clone(), |g| g.uuid.clone())
         })
         .collect();
@@ -430,31 +430,43 @@ impl NodeSvc {
             + chrono::Duration::from_std(self.lease).unwrap_or(chrono::Duration::seconds(15))
     }
 
-    /// Jobs the control plane thinks run on `node` but the agent does not: their processes
-    /// are gone (the agent restarted), through no fault of theirs, so they are requeued.
-    /// Stores the samples of jobs running on this node (a node speaks for its own jobs
-    /// only).
-    async fn record_job_samples(
+    /// The jobs the record places on `node_id`, in `states`.
+    async fn jobs_on(
         &self,
         node_id: &str,
+        states: &[JobState],
+    ) -> Result<Vec<allot_domain::Job>, Status> {
+        self.store
+            .list_jobs(JobFilter {
+                node_id: Some(node_id.to_owned()),
+                states: states.to_vec(),
+                ..JobFilter::new(TenantScope::All)
+            })
+            .await
+            .map(|page| page.jobs)
+            .map_err(status)
+    }
+
+    /// Stores the samples of jobs running on this node (`on_node`: what the record places
+    /// there; a node speaks for its own jobs only).
+    async fn record_job_samples(
+        &self,
         now: chrono::DateTime<chrono::Utc>,
         reported: &[allot_proto::v1::JobSample],
+        on_node: &[allot_domain::Job],
     ) -> Result<(), allot_store::StoreError> {
         use allot_store::SampleRepo;
         if reported.is_empty() {
             return Ok(());
         }
-        let mine = self
-            .store
-            .list_jobs(JobFilter {
-                node_id: Some(node_id.to_owned()),
-                states: vec![JobState::Running],
-                ..JobFilter::new(TenantScope::All)
-            })
-            .await?;
+        let running = |id: &str| {
+            on_node
+                .iter()
+                .any(|j| j.id == id && j.state == JobState::Running)
+        };
         let samples: Vec<(String, allot_store::JobSample)> = reported
             .iter()
-            .filter(|s| s.utilization.is_finite() && mine.jobs.iter().any(|j| j.id == s.job_id))
+            .filter(|s| s.utilization.is_finite() && running(&s.job_id))
             .map(|s| {
                 (
                     s.job_id.clone(),
@@ -473,28 +485,21 @@ impl NodeSvc {
     /// job the node runs that the control plane holds ended, or never gave this node (past
     /// a grace of two heartbeats, for a heartbeat that crossed the report), is stopped on
     /// the node, its GPUs held back meanwhile, and the discrepancy recorded once.
+    /// `assigned` is what the record places on the node, scheduled or running.
     async fn reconcile_running(
         &self,
         node: &Node,
         running: &[String],
+        assigned: &[allot_domain::Job],
         ctx: AuditContext,
     ) -> Result<(), Status> {
         let (released, held) = self.hub.reconcile(&node.id, running);
         if released {
             self.notify.notify_one();
         }
-        let assigned = self
-            .store
-            .list_jobs(JobFilter {
-                node_id: Some(node.id.clone()),
-                states: vec![JobState::Scheduled, JobState::Running],
-                ..JobFilter::new(TenantScope::All)
-            })
-            .await
-            .map_err(status)?;
         let grace = self.heartbeat_interval * 2;
         for id in running {
-            if assigned.jobs.iter().any(|j| &j.id == id) {
+            if assigned.iter().any(|j| &j.id == id) {
                 continue;
             }
             let Some((_, w)) = held.iter().find(|(h, _)| h == id) else {
@@ -567,22 +572,16 @@ impl NodeSvc {
         Ok(())
     }
 
+    /// Jobs the control plane thinks run on `node` but the agent does not: their processes
+    /// are gone (the agent restarted), through no fault of theirs, so they are requeued.
     async fn requeue_lost_jobs(
         &self,
         ctx: &AuditContext,
         node_id: &str,
         running: &[String],
     ) -> Result<(), Status> {
-        let held = self
-            .store
-            .list_jobs(JobFilter {
-                node_id: Some(node_id.to_owned()),
-                states: vec![JobState::Running],
-                ..JobFilter::new(TenantScope::All)
-            })
-            .await
-            .map_err(status)?;
-        for job in held.jobs.into_iter().filter(|j| !running.contains(&j.id)) {
+        let held = self.jobs_on(node_id, &[JobState::Running]).await?;
+        for job in held.into_iter().filter(|j| !running.contains(&j.id)) {
             // A job being cancelled is simply cancelled.
             let (to, message) = if job.cancel_requested {
                 (
@@ -712,12 +711,20 @@ impl allot_proto::NodeService for NodeSvc {
                 ))
             })
             .collect();
+        // What the record places on this node, read once for the job samples and the
+        // reconciliation below (and not at all for a node that runs and reports nothing).
+        let on_node = if r.running_job_ids.is_empty() && r.job_samples.is_empty() {
+            Vec::new()
+        } else {
+            self.jobs_on(&node.id, &[JobState::Scheduled, JobState::Running])
+                .await?
+        };
         if (!samples.is_empty() || !r.job_samples.is_empty()) && self.samples.due(&node.id) {
             let now = self.store.clock().now();
             if let Err(e) = self.store.record_gpu_samples(&node.id, now, &samples).await {
                 tracing::warn!(error = %e, node = %node.name, "GPU samples not stored");
             }
-            if let Err(e) = self.record_job_samples(&node.id, now, &r.job_samples).await {
+            if let Err(e) = self.record_job_samples(now, &r.job_samples, &on_node).await {
                 tracing::warn!(error = %e, node = %node.name, "job samples not stored");
             }
             if self.samples.prune_due() {
@@ -731,7 +738,7 @@ impl allot_proto::NodeService for NodeSvc {
         if !was_ready || changed {
             self.notify.notify_one();
         }
-        self.reconcile_running(&node, &r.running_job_ids, ctx)
+        self.reconcile_running(&node, &r.running_job_ids, &on_node, ctx)
             .await?;
         // Launches the agent should be running by now but is not: the stream that carried
         // them may have died unnoticed. Send again those still current (agents launch each
@@ -769,15 +776,9 @@ impl allot_proto::NodeService for NodeSvc {
         // sent twice, which agents ignore, rather than not at all.
         let (tx, rx) = self.hub.subscribe(&node.id);
         let held = self
-            .store
-            .list_jobs(JobFilter {
-                node_id: Some(node.id.clone()),
-                states: vec![JobState::Scheduled, JobState::Running],
-                ..JobFilter::new(TenantScope::All)
-            })
-            .await
-            .map_err(status)?;
-        for job in held.jobs.iter().rev() {
+            .jobs_on(&node.id, &[JobState::Scheduled, JobState::Running])
+            .await?;
+        for job in held.iter().rev() {
             let assignment = if job.cancel_requested || job.preempt_reason.is_some() {
                 hub::cancel(job)
             } else if job.state == JobState::Scheduled {

@@ -7,7 +7,6 @@ use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, web};
 use allot_authz::{Action, Resource};
 use allot_domain::{AuditEntry, AuditEvent, SYSTEM_LOG};
-use allot_store::AuditRepo;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -47,19 +46,6 @@ impl EvidenceFile {
     }
 }
 
-/// A log's latest checkpoint.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct LogCheckpoint {
-    /// `system`, or the tenant's id.
-    pub log: String,
-    /// The tenant's name, for a tenant's log.
-    pub tenant: Option<String>,
-    /// Entries in the log now.
-    pub size: u64,
-    /// Its latest signed checkpoint (a C2SP signed note), if one was made yet.
-    pub checkpoint: Option<String>,
-}
-
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct Evidence {
     pub generated_at: DateTime<Utc>,
@@ -71,7 +57,8 @@ pub struct Evidence {
     /// The checkpoint verifier keys with their validity periods (`allot audit verify
     /// --trusted-key` reads this).
     pub verifier_keys: String,
-    pub checkpoints: Vec<LogCheckpoint>,
+    /// Every log's head and latest signed checkpoint.
+    pub checkpoints: Vec<super::AuditLogView>,
 }
 
 /// The evidence bundle (auditors and platform admins); the request is audited.
@@ -87,30 +74,7 @@ pub async fn evidence(
         "the evidence bundle",
     )?;
     let now = state.store.clock().now();
-    let mut checkpoints = Vec::new();
-    for head in state.store.audit_heads().await? {
-        let tenant = if head.log == SYSTEM_LOG {
-            None
-        } else {
-            Some(
-                allot_store::TenantRepo::tenant_by_id(&state.store, &head.log)
-                    .await?
-                    .name
-                    .to_string(),
-            )
-        };
-        let checkpoint = state
-            .store
-            .latest_checkpoint(&head.log)
-            .await?
-            .map(|c| c.note);
-        checkpoints.push(LogCheckpoint {
-            log: head.log,
-            tenant,
-            size: head.size,
-            checkpoint,
-        });
-    }
+    let checkpoints = super::log_views(&state, None).await?;
     let bundle = Evidence {
         generated_at: now,
         version: env!("CARGO_PKG_VERSION").to_owned(),

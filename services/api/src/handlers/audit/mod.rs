@@ -101,9 +101,20 @@ pub struct AuditLogView {
     responses((status = 200, body = Vec<AuditLogView>), (status = 403, body = Problem)))]
 pub async fn logs(state: web::Data<AppState>, who: Principal) -> Result<HttpResponse, ApiError> {
     let visible = readable_logs(&who)?;
+    Ok(json(
+        StatusCode::OK,
+        &log_views(&state, visible.as_deref()).await?,
+    ))
+}
+
+/// Every log's head and latest checkpoint (of those in `visible`, when given).
+pub(super) async fn log_views(
+    state: &AppState,
+    visible: Option<&[String]>,
+) -> Result<Vec<AuditLogView>, ApiError> {
     let mut out = Vec::new();
     for head in state.store.audit_heads().await? {
-        if visible.as_ref().is_some_and(|v| !v.contains(&head.log)) {
+        if visible.is_some_and(|v| !v.contains(&head.log)) {
             continue;
         }
         let tenant = if head.log == SYSTEM_LOG {
@@ -124,7 +135,7 @@ pub async fn logs(state: web::Data<AppState>, who: Principal) -> Result<HttpResp
             checkpoint,
         });
     }
-    Ok(json(StatusCode::OK, &out))
+    Ok(out)
 }
 
 #[derive(Debug, Deserialize, IntoParams)]
