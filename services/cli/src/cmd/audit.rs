@@ -175,7 +175,7 @@ fn entry_row(e: &Value) -> Vec<String> {
 }
 
 /// Reads `*.checkpoint` files of `log` from a sink directory or a log's directory.
-fn external_checkpoints(dir: &Path, log: &str) -> anyhow::Result<Vec<(u64, String)>> {
+pub(crate) fn external_checkpoints(dir: &Path, log: &str) -> anyhow::Result<Vec<(u64, String)>> {
     let nested = dir.join(log);
     let dir = if nested.is_dir() {
         nested

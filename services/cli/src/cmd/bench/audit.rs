@@ -1,7 +1,5 @@
 //! `allot bench audit`: the audit log on PostgreSQL.
 
-use std::path::PathBuf;
-use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -10,9 +8,12 @@ use allot_audit::bundle::{Bundle, Checks, Export, Line, verify, verify_with};
 use allot_audit::{Checkpoint, Signer, TrustedKeys};
 use allot_domain::{AuditContext, AuditEvent, SystemClock};
 use allot_store::{AuditBatcher, AuditRepo, Store};
-use anyhow::{Context, bail};
+
+use anyhow::bail;
 use clap::Args;
 use serde_json::json;
+
+use super::percentile;
 
 #[derive(Debug, Args)]
 pub struct AuditBench {
@@ -37,122 +38,6 @@ pub struct AuditBench {
     json: bool,
 }
 
-/// A PostgreSQL cluster in a temporary directory, stopped on drop.
-struct Throwaway {
-    pg_ctl: PathBuf,
-    data: PathBuf,
-    as_postgres: bool,
-    _dir: tempfile::TempDir,
-}
-
-fn pg_bindir() -> Option<PathBuf> {
-    let mut dirs: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
-        .ok()?
-        .flatten()
-        .map(|e| e.path().join("bin"))
-        .filter(|d| d.join("initdb").exists())
-        .collect();
-    dirs.sort_by_key(|d| {
-        d.parent()
-            .and_then(|v| v.file_name())
-            .and_then(|v| v.to_str())
-            .and_then(|v| v.parse::<u32>().ok())
-            .unwrap_or(0)
-    });
-    dirs.pop()
-}
-
-impl Throwaway {
-    fn start() -> anyhow::Result<(Self, String)> {
-        let bin = pg_bindir().context(
-            "no PostgreSQL found under /usr/lib/postgresql: install the postgresql package or set DATABASE_URL",
-        )?;
-        let dir = tempfile::tempdir()?;
-        let data = dir.path().join("data");
-        let port = std::net::TcpListener::bind("127.0.0.1:0")?
-            .local_addr()?
-            .port();
-        let as_postgres = nix::unistd::Uid::effective().is_root();
-        let run = |program: PathBuf, args: &[&str]| -> anyhow::Result<()> {
-            let mut cmd = if as_postgres {
-                let mut c = Command::new("runuser");
-                c.args(["-u", "postgres", "--"]).arg(&program);
-                c
-            } else {
-                Command::new(&program)
-            };
-            let out = cmd.args(args).output()?;
-            if !out.status.success() {
-                bail!(
-                    "{} failed: {}",
-                    program.display(),
-                    String::from_utf8_lossy(&out.stderr)
-                );
-            }
-            Ok(())
-        };
-        if as_postgres {
-            let status = Command::new("chown")
-                .arg("postgres")
-                .arg(dir.path())
-                .status()?;
-            if !status.success() {
-                bail!("cannot hand {} to the postgres user", dir.path().display());
-            }
-        }
-        let data_s = data.display().to_string();
-        run(
-            bin.join("initdb"),
-            &[
-                "-D",
-                &data_s,
-                "-U",
-                "postgres",
-                "--auth=trust",
-                "-E",
-                "UTF8",
-                "--no-locale",
-            ],
-        )?;
-        let opts = format!(
-            "-p {port} -k {} -c listen_addresses=127.0.0.1 -c max_connections=100 -c shared_buffers=256MB",
-            dir.path().display()
-        );
-        let log = dir.path().join("server.log").display().to_string();
-        run(
-            bin.join("pg_ctl"),
-            &["-D", &data_s, "-l", &log, "-w", "-o", &opts, "start"],
-        )?;
-        let url = format!("postgres://postgres@127.0.0.1:{port}/postgres");
-        Ok((
-            Self {
-                pg_ctl: bin.join("pg_ctl"),
-                data,
-                as_postgres,
-                _dir: dir,
-            },
-            url,
-        ))
-    }
-}
-
-impl Drop for Throwaway {
-    fn drop(&mut self) {
-        let mut cmd = if self.as_postgres {
-            let mut c = Command::new("runuser");
-            c.args(["-u", "postgres", "--"]).arg(&self.pg_ctl);
-            c
-        } else {
-            Command::new(&self.pg_ctl)
-        };
-        let _ = cmd
-            .arg("-D")
-            .arg(&self.data)
-            .args(["-m", "immediate", "-w", "stop"])
-            .output();
-    }
-}
-
 fn event(log: &str, i: u64) -> AuditEvent {
     AuditEvent::success(
         log,
@@ -161,14 +46,6 @@ fn event(log: &str, i: u64) -> AuditEvent {
     )
     .before(json!({ "state": "running" }))
     .after(json!({ "state": "succeeded", "exit_code": 0, "node_id": "node-0001" }))
-}
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[idx.min(sorted.len() - 1)]
 }
 
 /// When event `i` of a stream of one per `interval` from `start` is due: its latency is
@@ -218,7 +95,7 @@ pub async fn run(args: AuditBench) -> anyhow::Result<()> {
         Some(u) => (None, u.clone()),
         None => {
             eprintln!("starting a throwaway PostgreSQL");
-            let (pg, url) = Throwaway::start()?;
+            let (pg, url) = super::postgres::Throwaway::start()?;
             (Some(pg), url)
         }
     };

@@ -24,6 +24,7 @@ use serde_json::{Value, json};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Mutex, watch};
 
+use super::percentile;
 use crate::client::Client;
 
 #[derive(Debug, clap::Args)]
@@ -80,7 +81,7 @@ fn parse_fault(s: &str) -> Result<Fault, String> {
     }
 }
 
-fn parse_range(s: &str) -> Result<(u64, u64), String> {
+pub(super) fn parse_range(s: &str) -> Result<(u64, u64), String> {
     let (a, b) = s.split_once('-').ok_or("expected LOW-HIGH, e.g. 1-4")?;
     let (a, b): (u64, u64) = (
         a.trim()
@@ -143,34 +144,48 @@ struct Node {
     agent: Option<tokio::process::Child>,
 }
 
+/// How this benchmark's `allot agent` processes are started (shared with `allot bench crash`).
 #[derive(Clone)]
-struct Agents {
-    exe: PathBuf,
+pub(super) struct Agents {
+    pub(super) exe: PathBuf,
     /// The control plane's node CA certificate.
-    ca_cert: PathBuf,
-    sim_gpus: String,
-    runtime: crate::cmd::agent::RuntimeKindArg,
+    pub(super) ca_cert: PathBuf,
+    pub(super) sim_gpus: String,
+    pub(super) runtime: crate::cmd::agent::RuntimeKindArg,
     /// The loopback registry the `oci` runtime pulls from.
-    registry: Option<String>,
+    pub(super) registry: Option<String>,
 }
 
 impl Agents {
     fn spawn(&self, node: &Node) -> anyhow::Result<tokio::process::Child> {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(node.data_dir.with_extension("log"))?;
-        tokio::process::Command::new(&self.exe)
-            .arg("agent")
-            .args(["--server", &format!("https://{}", node.link.addr)])
+        self.spawn_at(
+            &node.name,
+            &node.data_dir,
+            &node.bootstrap_token,
+            node.link.addr,
+        )
+    }
+
+    /// Starts the agent `name` keeping its state in `data_dir` (its log beside it, as
+    /// `<data_dir>.log`), reaching the control plane's gRPC port at `server`.
+    pub(super) fn spawn_at(
+        &self,
+        name: &str,
+        data_dir: &std::path::Path,
+        bootstrap_token: &str,
+        server: SocketAddr,
+    ) -> anyhow::Result<tokio::process::Child> {
+        let mut cmd = tokio::process::Command::new(&self.exe);
+        cmd.arg("agent")
+            .args(["--server", &format!("https://{server}")])
             .arg("--ca-cert")
             .arg(&self.ca_cert)
             // Used by the first start only: later ones present the saved certificate.
-            .args(["--bootstrap-token", &node.bootstrap_token])
-            .args(["--name", &node.name])
+            .args(["--bootstrap-token", bootstrap_token])
+            .args(["--name", name])
             .args(["--sim-gpus", &self.sim_gpus])
             .arg("--data-dir")
-            .arg(&node.data_dir)
+            .arg(data_dir)
             .args(["--stop-grace-secs", "1"])
             .args(match self.runtime {
                 crate::cmd::agent::RuntimeKindArg::Process => vec!["--runtime", "process"],
@@ -180,14 +195,8 @@ impl Agents {
                 self.registry
                     .iter()
                     .flat_map(|r| ["--insecure-registry".to_owned(), r.clone()]),
-            )
-            .env("ALLOT_LOG", "warn")
-            .stdin(std::process::Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .kill_on_drop(true)
-            .spawn()
-            .with_context(|| format!("starting {}", self.exe.display()))
+            );
+        super::spawn_logged(&mut cmd, &data_dir.with_extension("log"))
     }
 }
 
@@ -222,7 +231,7 @@ impl Fault {
 /// attempt), read from `/proc`. A process is this run's when its environment has `marker`.
 /// `foreign` remembers processes (by pid and start time) that are not this run's jobs, so
 /// each environment is read once.
-fn live_job_processes(
+pub(super) fn live_job_processes(
     marker: &str,
     foreign: &mut HashSet<(u32, String)>,
 ) -> HashMap<String, HashSet<(String, String)>> {
@@ -280,7 +289,7 @@ fn live_job_processes(
     seen
 }
 
-async fn all_jobs(client: &Client) -> anyhow::Result<Vec<Value>> {
+pub(super) async fn all_jobs(client: &Client) -> anyhow::Result<Vec<Value>> {
     let mut jobs = Vec::new();
     let mut token: Option<String> = None;
     loop {
@@ -297,15 +306,7 @@ async fn all_jobs(client: &Client) -> anyhow::Result<Vec<Value>> {
     }
 }
 
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i.min(sorted.len() - 1)]
-}
-
-fn stop_agent(child: &mut tokio::process::Child) {
+pub(super) fn stop_agent(child: &mut tokio::process::Child) {
     if let Some(pid) = child.id().and_then(|p| i32::try_from(p).ok()) {
         let _ = nix::sys::signal::kill(
             nix::unistd::Pid::from_raw(pid),
@@ -319,14 +320,7 @@ pub async fn run(args: &ChaosBench) -> anyhow::Result<()> {
         bail!("--nodes, --jobs and --fault-kinds must not be empty");
     }
     let lease = Duration::from_millis(args.lease_ms.max(200));
-    let dir = tempfile::tempdir().context("temporary directory")?;
-    let root = match &args.keep_dir {
-        Some(keep) => {
-            std::fs::create_dir_all(keep)?;
-            keep.canonicalize()?
-        }
-        None => dir.path().canonicalize()?,
-    };
+    let (dir, root) = super::work_dir(args.keep_dir.as_deref())?;
     let mut config = ServerConfig::new(format!(
         "sqlite://{}?mode=rwc",
         root.join("allot.db").display()

@@ -20,6 +20,8 @@ use allot_agent::runtime::{JobRuntime, LaunchSpec, Network, Outcome, StopSignal,
 use anyhow::Context;
 use clap::Args;
 
+use super::percentile;
+
 #[derive(Debug, Args)]
 pub struct LaunchBench {
     /// Launches measured per runtime.
@@ -89,11 +91,6 @@ async fn launch(
             done.log_tail
         ),
     }
-}
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    let i = ((p * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len()) - 1;
-    sorted[i]
 }
 
 fn summary(mut ms: Vec<f64>) -> serde_json::Value {

@@ -2,9 +2,11 @@
 
 mod audit;
 mod chaos;
+mod crash;
 mod elastic;
 mod launch;
 mod openb;
+mod postgres;
 mod scheduler;
 mod shim;
 
@@ -18,6 +20,11 @@ pub enum BenchCmd {
     /// Fault injection against real agent processes: SIGKILLed and restarted agents,
     /// partitions and blips; counts jobs lost or running twice, and recovery times.
     Chaos(chaos::ChaosBench),
+    /// Crash consistency: `allot server` on PostgreSQL (or SQLite) SIGKILLed at random
+    /// moments under a load of submits, cancels and agents' reports, and restarted each
+    /// time; then every acknowledged submit, every job's history, every run and every audit
+    /// log is checked.
+    Crash(crash::CrashBench),
     /// A simulated fleet with a diurnal, bursty inference load and a training backlog, run
     /// three ways: exclusive whole GPUs, static sharing, elastic sharing with forecasting.
     Elastic(elastic::ElasticBench),
@@ -39,6 +46,7 @@ pub async fn run(cmd: BenchCmd) -> anyhow::Result<()> {
     match cmd {
         BenchCmd::Audit(args) => audit::run(args).await,
         BenchCmd::Chaos(args) => chaos::run(&args).await,
+        BenchCmd::Crash(args) => crash::run(&args).await,
         BenchCmd::Elastic(args) => elastic::run(&args),
         BenchCmd::Launch(args) => launch::run(&args).await,
         BenchCmd::Openb(args) => openb::run(&args),
@@ -55,4 +63,51 @@ fn print(out: &serde_json::Value, one_line: bool) -> anyhow::Result<()> {
         println!("{}", serde_json::to_string_pretty(out)?);
     }
     Ok(())
+}
+
+/// The `p` quantile (0–1) of ascending `sorted`, by nearest rank; 0 when empty.
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+/// Where a run keeps its files: `keep` (created if need be), else a temporary directory
+/// removed when the returned guard drops. The path is canonical.
+fn work_dir(
+    keep: Option<&std::path::Path>,
+) -> anyhow::Result<(tempfile::TempDir, std::path::PathBuf)> {
+    use anyhow::Context as _;
+    let dir = tempfile::tempdir().context("temporary directory")?;
+    let root = match keep {
+        Some(keep) => {
+            std::fs::create_dir_all(keep)?;
+            keep.canonicalize()?
+        }
+        None => dir.path().canonicalize()?,
+    };
+    Ok((dir, root))
+}
+
+/// Starts one of a benchmark's `allot` child processes quietly (warnings only), its output
+/// appended to `log`, killed if the benchmark drops it.
+fn spawn_logged(
+    cmd: &mut tokio::process::Command,
+    log: &std::path::Path,
+) -> anyhow::Result<tokio::process::Child> {
+    use anyhow::Context as _;
+    let out = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .with_context(|| format!("opening {}", log.display()))?;
+    cmd.env("ALLOT_LOG", "warn")
+        .stdin(std::process::Stdio::null())
+        .stdout(out.try_clone()?)
+        .stderr(out)
+        .kill_on_drop(true)
+        .spawn()
+        .with_context(|| format!("starting {:?}", cmd.as_std().get_program()))
 }

@@ -1,0 +1,952 @@
+//! `allot bench crash`: crash consistency of the control plane. `allot server` runs as a
+//! child process on PostgreSQL (a throwaway cluster, or `--database-url`) or on the embedded
+//! SQLite database `allot dev` uses, with real `allot agent` processes and an open-loop load
+//! of submits and cancels; the agents report their jobs' starts and ends. At seeded random
+//! moments the server is killed with SIGKILL and started again on the same database.
+//!
+//! Afterwards, from what the API, the job processes and the audit logs show:
+//! - every submit answered 2xx exists, and its `job.submit` entry is in its tenant's log;
+//! - every job's history follows the state machine with no skipped step, every state the
+//!   benchmark saw while it ran is in that history in the order seen, attempts never went
+//!   down, and the log's `job.transition` entries are that same history;
+//! - no job is lost (each ends succeeded, or cancelled when the benchmark asked) and none
+//!   ran twice (each job appends a line to a file when its run completes; `/proc` is
+//!   watched for two live attempts of one job);
+//! - every audit log verifies offline, with the verifier keys fetched before the first
+//!   kill, against the checkpoint copies the server wrote outside its database and the
+//!   signed checkpoints the benchmark fetched while it ran (no gap, no rewrite).
+//!
+//! The agents are separate processes that outlive each kill: killing `allot dev` would kill
+//! its embedded agents too, which is the agent crash `allot bench chaos` covers.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use allot_audit::TrustedKeys;
+use allot_audit::bundle::{Bundle, verify};
+use allot_domain::JobState;
+use allot_scheduler::openb::StdRng;
+use anyhow::{Context, bail};
+use rand::{Rng, SeedableRng};
+use reqwest::Method;
+use serde_json::{Value, json};
+
+use super::chaos::{Agents, all_jobs, live_job_processes, parse_range, stop_agent};
+use super::percentile;
+use crate::client::Client;
+
+const TENANT: &str = "crash";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Database {
+    /// PostgreSQL: a throwaway cluster, or --database-url.
+    Postgres,
+    /// The embedded SQLite database of `allot dev`, in the run's directory.
+    Sqlite,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct CrashBench {
+    /// What the server keeps its state in.
+    #[arg(long, value_enum, default_value_t = Database::Postgres)]
+    database: Database,
+    /// PostgreSQL to use instead of a throwaway cluster (a database of its own: the
+    /// benchmark fills it).
+    #[arg(long)]
+    database_url: Option<String>,
+    /// Times the server is killed with SIGKILL (and started again).
+    #[arg(long, default_value_t = 25)]
+    kills: usize,
+    /// Agent processes (simulated GPU nodes).
+    #[arg(long, default_value_t = 4)]
+    nodes: usize,
+    /// Simulated GPUs of each node.
+    #[arg(long, default_value = "4xH200")]
+    sim_gpus: String,
+    /// Submits per second, sent on schedule whether or not the server is up.
+    #[arg(long, default_value_t = 5.0)]
+    rate: f64,
+    /// Share of acknowledged submits the benchmark cancels, 0–4 s after the answer.
+    #[arg(long, default_value_t = 0.2)]
+    cancel_share: f64,
+    /// Each job sleeps a whole number of seconds drawn from this range.
+    #[arg(long, default_value = "1-3", value_parser = parse_range)]
+    job_secs: (u64, u64),
+    /// Milliseconds from the server being ready to the next kill, drawn from this range.
+    #[arg(long, default_value = "500-6000", value_parser = parse_range)]
+    up_ms: (u64, u64),
+    /// Milliseconds the server stays dead before it is started again, drawn from this range.
+    #[arg(long, default_value = "1-1500", value_parser = parse_range)]
+    down_ms: (u64, u64),
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+    /// After the last restart and the load's end, how long the jobs may take to finish
+    /// before what has not is counted as lost.
+    #[arg(long, default_value_t = 300)]
+    settle_secs: u64,
+    /// Keep the server's data directory, logs and the agents' directories here instead of a
+    /// temporary directory that is removed afterwards.
+    #[arg(long)]
+    keep_dir: Option<PathBuf>,
+    /// One line of JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// A free loopback port (bound and released: the server binds it again at each start).
+fn free_port() -> anyhow::Result<SocketAddr> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?)
+}
+
+/// The `allot server` child process, started again on the same addresses and database.
+struct Server {
+    exe: PathBuf,
+    args: Vec<String>,
+    log: PathBuf,
+    http: SocketAddr,
+    child: Option<tokio::process::Child>,
+}
+
+impl Server {
+    fn spawn(&mut self) -> anyhow::Result<()> {
+        let child = super::spawn_logged(
+            tokio::process::Command::new(&self.exe).args(&self.args),
+            &self.log,
+        )?;
+        self.child = Some(child);
+        Ok(())
+    }
+
+    /// Waits for `/readyz` to answer 200; how long since `since`.
+    async fn ready(&mut self, http: &reqwest::Client, since: Instant) -> anyhow::Result<Duration> {
+        let url = format!("http://{}/readyz", self.http);
+        loop {
+            if let Ok(r) = http.get(&url).send().await
+                && r.status().is_success()
+            {
+                return Ok(since.elapsed());
+            }
+            if let Some(child) = self.child.as_mut()
+                && let Some(status) = child.try_wait()?
+            {
+                bail!(
+                    "the server exited ({status}) before it was ready; its log: {}",
+                    self.log.display()
+                );
+            }
+            if since.elapsed() > Duration::from_secs(120) {
+                bail!(
+                    "the server was not ready within 120 s; its log: {}",
+                    self.log.display()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+
+    async fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.start_kill();
+            let _ = child.wait().await;
+        }
+    }
+
+    /// SIGTERM, and SIGKILL if it has not stopped within 15 s.
+    async fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            stop_agent(&mut child);
+            if tokio::time::timeout(Duration::from_secs(15), child.wait())
+                .await
+                .is_err()
+            {
+                let _ = child.start_kill();
+                let _ = child.wait().await;
+            }
+        }
+    }
+}
+
+/// What became of one submit.
+#[derive(Debug, Clone)]
+enum Answer {
+    /// 2xx, with the job's id.
+    Acked(String),
+    /// Answered, but not 2xx.
+    Refused(u16),
+    /// No answer: the connection failed or was cut by the kill.
+    Unanswered,
+}
+
+/// What the load did, as its answers came back.
+#[derive(Default)]
+struct Ledger {
+    /// By job name, with when each was sent.
+    submits: Vec<(String, Answer, Instant)>,
+    /// Jobs the benchmark asked to cancel, and whether the ask was acknowledged.
+    cancels: HashMap<String, Answer>,
+}
+
+/// What the benchmark saw while the server was up.
+#[derive(Default)]
+struct Seen {
+    /// Each job's (state, attempt), consecutive repeats dropped.
+    states: HashMap<String, Vec<(JobState, u64)>>,
+    /// Each log's signed checkpoints, by log id and size.
+    checkpoints: HashMap<String, BTreeMap<u64, HashSet<String>>>,
+    polls: u64,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+struct Load {
+    http: reqwest::Client,
+    base: String,
+    token: String,
+    runs: PathBuf,
+    seed: u64,
+    rate: f64,
+    cancel_share: f64,
+    job_secs: (u64, u64),
+    ledger: Arc<Mutex<Ledger>>,
+}
+
+impl Load {
+    /// Sends submit `i`, and its cancel if drawn; records both answers.
+    async fn one(self: Arc<Self>, i: u64) {
+        let mut rng = StdRng::seed_from_u64(self.seed.wrapping_add(i.wrapping_mul(0x9e37_79b9)));
+        let secs = rng.random_range(self.job_secs.0..=self.job_secs.1);
+        let cancel_after = rng
+            .random_bool(self.cancel_share.clamp(0.0, 1.0))
+            .then(|| Duration::from_millis(rng.random_range(0..4000)));
+        let name = format!("crash-{i}");
+        let sent = Instant::now();
+        // The run leaves a line only when its sleep completed: a stopped job leaves none.
+        let script = format!(
+            "sleep {secs} && echo \"$ALLOT_NODE $ALLOT_ATTEMPT\" >> {}/$ALLOT_JOB_ID",
+            self.runs.display()
+        );
+        let body = json!({
+            "tenant": TENANT, "name": name, "gpus": 1, "max_retries": 5,
+            "command": ["sh", "-c", script],
+        });
+        let answer = self.send(Method::POST, "/api/v1/jobs", Some(&body)).await;
+        let answer = match answer {
+            Some((status, body)) if (200..300).contains(&status) => match body["id"].as_str() {
+                Some(id) => Answer::Acked(id.to_owned()),
+                None => Answer::Refused(status),
+            },
+            Some((status, _)) => Answer::Refused(status),
+            None => Answer::Unanswered,
+        };
+        lock(&self.ledger)
+            .submits
+            .push((name, answer.clone(), sent));
+        let (Answer::Acked(id), Some(after)) = (answer, cancel_after) else {
+            return;
+        };
+        tokio::time::sleep(after).await;
+        let cancel = match self
+            .send(Method::POST, &format!("/api/v1/jobs/{id}/cancel"), None)
+            .await
+        {
+            Some((status, _)) if (200..300).contains(&status) => Answer::Acked(id.clone()),
+            Some((status, _)) => Answer::Refused(status),
+            None => Answer::Unanswered,
+        };
+        lock(&self.ledger).cancels.insert(id, cancel);
+    }
+
+    async fn send(&self, method: Method, path: &str, body: Option<&Value>) -> Option<(u16, Value)> {
+        let mut req = self
+            .http
+            .request(method, format!("{}{path}", self.base))
+            .bearer_auth(&self.token);
+        if let Some(b) = body {
+            req = req.json(b);
+        }
+        let res = req.send().await.ok()?;
+        let status = res.status().as_u16();
+        // An answer cut off by the kill is no answer.
+        let text = res.text().await.ok()?;
+        Some((status, serde_json::from_str(&text).unwrap_or(Value::Null)))
+    }
+}
+
+/// One poll of every job's state and every log's checkpoint; `None` while the server is down.
+async fn poll(client: &Client, seen: &Mutex<Seen>) -> Option<()> {
+    let jobs = all_jobs(client).await.ok()?;
+    let logs: Vec<Value> = client.get("/api/v1/audit/logs", &[]).await.ok()?;
+    let mut seen = lock(seen);
+    seen.polls += 1;
+    for j in &jobs {
+        let (Some(id), Some(state)) = (
+            j["id"].as_str(),
+            j["state"].as_str().and_then(|s| JobState::from_str(s).ok()),
+        ) else {
+            continue;
+        };
+        let now = (state, j["attempt"].as_u64().unwrap_or(0));
+        let states = seen.states.entry(id.to_owned()).or_default();
+        if states.last() != Some(&now) {
+            states.push(now);
+        }
+    }
+    for l in &logs {
+        let (Some(log), Some(note)) = (l["log"].as_str(), l["checkpoint"].as_str()) else {
+            continue;
+        };
+        let Some(size) = note.lines().nth(1).and_then(|s| s.parse::<u64>().ok()) else {
+            continue;
+        };
+        seen.checkpoints
+            .entry(log.to_owned())
+            .or_default()
+            .entry(size)
+            .or_default()
+            .insert(note.to_owned());
+    }
+    Some(())
+}
+
+/// Whether `seen` (in order) is a subsequence of `history`.
+fn in_order(seen: &[JobState], history: &[JobState]) -> bool {
+    let mut h = history.iter();
+    seen.iter().all(|s| h.any(|x| x == s))
+}
+
+/// A job's history as the API shows it: the states in order, and how many of its steps
+/// skip (a step not from the state before it) or break the state machine.
+fn history(job: &Value) -> (Vec<JobState>, u64) {
+    let mut states = Vec::new();
+    let mut bad = 0;
+    for e in job["events"].as_array().into_iter().flatten() {
+        let Some(to) = e["to"].as_str().and_then(|s| JobState::from_str(s).ok()) else {
+            bad += 1;
+            continue;
+        };
+        let from = e["from"].as_str().and_then(|s| JobState::from_str(s).ok());
+        match (from, states.last().copied()) {
+            // Created pending.
+            (None, None) if to == JobState::Pending => {}
+            // A resize: the state stays.
+            (Some(f), Some(prev)) if f == prev && f == to => continue,
+            (Some(f), Some(prev)) if f == prev && f.can_become(to) => {}
+            _ => bad += 1,
+        }
+        states.push(to);
+    }
+    let current = job["state"]
+        .as_str()
+        .and_then(|s| JobState::from_str(s).ok());
+    if current.is_none() || states.last().copied() != current {
+        bad += 1;
+    }
+    (states, bad)
+}
+
+/// One log, exported whole and verified offline.
+struct Verified {
+    log: String,
+    entries: u64,
+    checkpoints_verified: usize,
+    external: usize,
+    problems: Vec<String>,
+    /// `job.submit` targets and `job.transition` (from, to) steps, by job id.
+    submits: HashSet<String>,
+    transitions: HashMap<String, Vec<(String, String)>>,
+}
+
+async fn verify_log(
+    client: &Client,
+    log: &Value,
+    trusted: &TrustedKeys,
+    sink: &Path,
+    fetched: &HashMap<String, BTreeMap<u64, HashSet<String>>>,
+) -> anyhow::Result<Verified> {
+    let id = log["log"].as_str().unwrap_or_default().to_owned();
+    let name = log["tenant"].as_str().unwrap_or(&id).to_owned();
+    let bytes = client
+        .get_bytes(&format!("/api/v1/audit/logs/{name}/export"), &[])
+        .await?;
+    let bundle = Bundle::from_tar(&bytes).with_context(|| format!("the export of log {name}"))?;
+    // The server's own copies outside the database, and the checkpoints fetched while it ran.
+    let mut external: Vec<(u64, String)> =
+        crate::cmd::audit::external_checkpoints(sink, &id).unwrap_or_default();
+    for (size, notes) in fetched.get(&id).into_iter().flatten() {
+        for note in notes {
+            if !external.iter().any(|(s, n)| s == size && n == note) {
+                external.push((*size, note.clone()));
+            }
+        }
+    }
+    external.sort_by_key(|(s, _)| *s);
+    let report = verify(&bundle, Some(trusted), &external);
+    let mut submits = HashSet::new();
+    let mut transitions: HashMap<String, Vec<(String, String)>> = HashMap::new();
+    for line in bundle.entries_jsonl.lines() {
+        let Ok(e) = serde_json::from_str::<Value>(line) else {
+            continue;
+        };
+        let Some(job) = e["target"].as_str().and_then(|t| t.strip_prefix("job/")) else {
+            continue;
+        };
+        match e["action"].as_str() {
+            Some("job.submit") => {
+                submits.insert(job.to_owned());
+            }
+            Some("job.transition") => transitions.entry(job.to_owned()).or_default().push((
+                e["before"]["state"].as_str().unwrap_or_default().to_owned(),
+                e["after"]["state"].as_str().unwrap_or_default().to_owned(),
+            )),
+            _ => {}
+        }
+    }
+    Ok(Verified {
+        log: name,
+        entries: report.entries,
+        checkpoints_verified: report.checkpoints_verified,
+        external: external.len(),
+        problems: report.problems.iter().map(ToString::to_string).collect(),
+        submits,
+        transitions,
+    })
+}
+
+/// Completed runs of each job, from the lines the jobs appended.
+fn completed_runs(runs: &Path) -> HashMap<String, usize> {
+    std::fs::read_dir(runs)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().to_str()?.to_owned();
+            let text = std::fs::read_to_string(e.path()).ok()?;
+            Some((name, text.lines().filter(|l| !l.trim().is_empty()).count()))
+        })
+        .collect()
+}
+
+pub async fn run(args: &CrashBench) -> anyhow::Result<()> {
+    if args.kills == 0 || args.nodes == 0 || !(args.rate > 0.0 && args.rate <= 1000.0) {
+        bail!("--kills and --nodes must be at least 1, and --rate in (0, 1000]");
+    }
+    let (dir, root) = super::work_dir(args.keep_dir.as_deref())?;
+    let data_dir = root.join("server");
+    let runs = root.join("runs");
+    std::fs::create_dir_all(&data_dir)?;
+    std::fs::create_dir_all(&runs)?;
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&runs, std::fs::Permissions::from_mode(0o777))?;
+    }
+    let (pg, database_url) = match (args.database, &args.database_url) {
+        (Database::Sqlite, _) => (None, None),
+        (Database::Postgres, Some(url)) => (None, Some(url.clone())),
+        (Database::Postgres, None) => {
+            let (pg, url) = super::postgres::Throwaway::start()?;
+            (Some(pg), Some(url))
+        }
+    };
+    let exe = std::env::current_exe().context("locating the allot binary")?;
+    let (http_addr, grpc_addr, metrics_addr) = (free_port()?, free_port()?, free_port()?);
+    let mut server_args: Vec<String> = vec![
+        "server".into(),
+        "--data-dir".into(),
+        data_dir.display().to_string(),
+        "--listen".into(),
+        http_addr.to_string(),
+        "--grpc-listen".into(),
+        grpc_addr.to_string(),
+        "--metrics-listen".into(),
+        metrics_addr.to_string(),
+        "--min-runtime-secs".into(),
+        "0".into(),
+    ];
+    if let Some(url) = &database_url {
+        server_args.extend(["--database-url".into(), url.clone()]);
+    }
+    let mut server = Server {
+        exe: exe.clone(),
+        args: server_args,
+        log: root.join("server.log"),
+        http: http_addr,
+        child: None,
+    };
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .build()?;
+    let first = Instant::now();
+    server.spawn()?;
+    server.ready(&http, first).await?;
+    let token = crate::cmd::read_secret(&data_dir.join("admin.token"))
+        .context("the server wrote no bootstrap admin token")?;
+    let base = format!("http://{http_addr}");
+    let client = Client::new(&base, Some(token.clone()), None)?;
+    let _: Value = client
+        .call(
+            Method::POST,
+            "/api/v1/tenants",
+            Some(&json!({ "name": TENANT })),
+        )
+        .await?;
+    // Pinned before the first kill: what every log must verify with at the end.
+    let keys: Value = client.get("/api/v1/audit/key", &[]).await?;
+    let trusted = TrustedKeys::parse(keys["keys"].as_str().unwrap_or_default())
+        .context("the server's verifier keys")?;
+
+    let agents = Agents {
+        exe,
+        ca_cert: data_dir.join("pki").join("ca.pem"),
+        sim_gpus: args.sim_gpus.clone(),
+        runtime: crate::cmd::agent::RuntimeKindArg::Process,
+        registry: None,
+    };
+    let mut children = Vec::new();
+    let mut node_dirs = Vec::new();
+    for i in 1..=args.nodes {
+        let name = format!("crash-{i:03}");
+        let node_dir = root.join(&name);
+        std::fs::create_dir_all(&node_dir)?;
+        let created: Value = client
+            .call(
+                Method::POST,
+                "/api/v1/bootstrap-tokens",
+                Some(&json!({ "node_name": name, "description": "allot bench crash" })),
+            )
+            .await?;
+        let secret = created["secret"]
+            .as_str()
+            .context("a bootstrap token's secret")?;
+        children.push(agents.spawn_at(&name, &node_dir, secret, grpc_addr)?);
+        node_dirs.push(node_dir);
+    }
+    let started = Instant::now();
+    loop {
+        let list: Vec<Value> = client.get("/api/v1/nodes", &[]).await?;
+        if list.iter().filter(|n| n["status"] == "ready").count() == args.nodes {
+            break;
+        }
+        if started.elapsed() > Duration::from_secs(60) {
+            bail!("the {} agents did not all register within 60 s", args.nodes);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // Two live attempts of one job at any moment, watched from the side.
+    let watching = Arc::new(AtomicBool::new(true));
+    let observer = {
+        let watching = watching.clone();
+        let marker = format!("ALLOT_JOB_DIR={}/", root.display());
+        tokio::task::spawn_blocking(move || {
+            let (mut doubled, mut foreign) = (HashSet::new(), HashSet::new());
+            while watching.load(Ordering::Relaxed) {
+                for (job, attempts) in live_job_processes(&marker, &mut foreign) {
+                    if attempts.len() > 1 {
+                        doubled.insert(job);
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            doubled
+        })
+    };
+    let seen: Arc<Mutex<Seen>> = Arc::default();
+    let poller = {
+        let (watching, seen) = (watching.clone(), seen.clone());
+        let client = Client::new(&base, Some(token.clone()), None)?;
+        tokio::spawn(async move {
+            while watching.load(Ordering::Relaxed) {
+                let _ = poll(&client, &seen).await;
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        })
+    };
+
+    // The load: open loop, each submit at its scheduled time whatever became of the others.
+    let ledger: Arc<Mutex<Ledger>> = Arc::default();
+    let loading = Arc::new(AtomicBool::new(true));
+    let load = Arc::new(Load {
+        http: http.clone(),
+        base: base.clone(),
+        token: token.clone(),
+        runs: runs.clone(),
+        seed: args.seed,
+        rate: args.rate,
+        cancel_share: args.cancel_share,
+        job_secs: args.job_secs,
+        ledger: ledger.clone(),
+    });
+    let loader = {
+        let loading = loading.clone();
+        let load = load.clone();
+        tokio::spawn(async move {
+            let start = Instant::now();
+            let mut sent = tokio::task::JoinSet::new();
+            let mut i = 0u64;
+            while loading.load(Ordering::Relaxed) {
+                let at = start + Duration::from_secs_f64(i as f64 / load.rate);
+                tokio::time::sleep_until(at.into()).await;
+                sent.spawn(load.clone().one(i));
+                i += 1;
+                while sent.try_join_next().is_some() {}
+            }
+            while sent.join_next().await.is_some() {}
+        })
+    };
+
+    // The kills.
+    let mut rng = StdRng::seed_from_u64(args.seed);
+    let begin = Instant::now();
+    let mut restarts = Vec::with_capacity(args.kills);
+    for _ in 0..args.kills {
+        tokio::time::sleep(Duration::from_millis(
+            rng.random_range(args.up_ms.0..=args.up_ms.1),
+        ))
+        .await;
+        server.kill().await;
+        let killed = Instant::now();
+        tokio::time::sleep(Duration::from_millis(
+            rng.random_range(args.down_ms.0..=args.down_ms.1),
+        ))
+        .await;
+        let respawned = Instant::now();
+        server.spawn()?;
+        server.ready(&http, respawned).await?;
+        restarts.push((killed, Instant::now()));
+    }
+    // A last stretch of load on the last start, then it ends.
+    tokio::time::sleep(Duration::from_millis(args.up_ms.1)).await;
+    loading.store(false, Ordering::Relaxed);
+    loader.await.context("the load")?;
+    let load_wall = begin.elapsed();
+
+    // Everything finishes.
+    let settle_by = Instant::now() + Duration::from_secs(args.settle_secs);
+    let mut jobs = loop {
+        let jobs = all_jobs(&client).await?;
+        let done = jobs.iter().all(|j| {
+            j["state"]
+                .as_str()
+                .and_then(|s| JobState::from_str(s).ok())
+                .is_some_and(JobState::is_terminal)
+        });
+        if done || Instant::now() > settle_by {
+            break jobs;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    // Once more, so that the latest states are seen and a checkpoint covers the end.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let _ = poll(&client, &seen).await;
+    watching.store(false, Ordering::Relaxed);
+    let doubled_live = observer.await.context("the process observer")?;
+    let _ = poller.await;
+
+    // Each job, as the API shows it with its history.
+    let mut detailed: HashMap<String, Value> = HashMap::new();
+    for j in &jobs {
+        if let Some(id) = j["id"].as_str() {
+            let job: Value = client.get(&format!("/api/v1/jobs/{id}"), &[]).await?;
+            detailed.insert(id.to_owned(), job);
+        }
+    }
+    jobs.retain(|j| j["tenant"].as_str().is_none_or(|t| t == TENANT));
+
+    // The audit logs.
+    let logs: Vec<Value> = client.get("/api/v1/audit/logs", &[]).await?;
+    let sink = data_dir.join("checkpoints");
+    let mut audited = Vec::new();
+    for log in &logs {
+        // A copy: the lock is not held across the export.
+        let checkpoints = lock(&seen).checkpoints.clone();
+        audited.push(verify_log(&client, log, &trusted, &sink, &checkpoints).await?);
+    }
+
+    // Stop everything.
+    for child in &mut children {
+        stop_agent(child);
+    }
+    for mut child in children {
+        if tokio::time::timeout(Duration::from_secs(10), child.wait())
+            .await
+            .is_err()
+        {
+            let _ = child.start_kill();
+        }
+    }
+    for d in &node_dirs {
+        allot_agent::runtime::process::kill_orphans(&d.join("jobs"));
+    }
+    server.stop().await;
+    drop(pg);
+
+    // The checks.
+    let ledger = std::mem::take(&mut *lock(&ledger));
+    let seen = std::mem::take(&mut *lock(&seen));
+    let runs_done = completed_runs(&runs);
+    let names: HashMap<&str, &str> = jobs
+        .iter()
+        .filter_map(|j| Some((j["name"].as_str()?, j["id"].as_str()?)))
+        .collect();
+    let acked: Vec<&str> = ledger
+        .submits
+        .iter()
+        .filter_map(|(_, a, _)| match a {
+            Answer::Acked(id) => Some(id.as_str()),
+            _ => None,
+        })
+        .collect();
+    // Answered but not 2xx, by status. No submit should be (a kill cuts answers off, it
+    // does not turn them into errors); a cancel of a job that has just ended is a 409.
+    fn by_status<'a>(answers: impl Iterator<Item = &'a Answer>) -> BTreeMap<String, u64> {
+        let mut out: BTreeMap<String, u64> = BTreeMap::new();
+        for a in answers {
+            if let Answer::Refused(status) = a {
+                *out.entry(status.to_string()).or_default() += 1;
+            }
+        }
+        out
+    }
+    let submits_refused = by_status(ledger.submits.iter().map(|(_, a, _)| a));
+    let cancels_refused = by_status(ledger.cancels.values());
+    let unanswered: Vec<&str> = ledger
+        .submits
+        .iter()
+        .filter(|(_, a, _)| matches!(a, Answer::Unanswered))
+        .map(|(n, _, _)| n.as_str())
+        .collect();
+    // Unanswered submits sent while the server was up: the kill cut them off in flight
+    // (the others found it down).
+    let cut = ledger
+        .submits
+        .iter()
+        .filter(|(_, a, at)| {
+            matches!(a, Answer::Unanswered)
+                && !restarts
+                    .iter()
+                    .any(|(killed, ready)| (*killed..=*ready).contains(at))
+        })
+        .count();
+    let unanswered_exist = unanswered.iter().filter(|n| names.contains_key(*n)).count();
+    let tenant_log = audited.iter().find(|v| v.log == TENANT);
+    let missing = acked
+        .iter()
+        .filter(|id| !detailed.contains_key(**id))
+        .count();
+    let unaudited = acked
+        .iter()
+        .filter(|id| tenant_log.is_none_or(|l| !l.submits.contains(**id)))
+        .count();
+
+    let (mut lost, mut doubled, mut backwards, mut audit_mismatch) = (0, 0, 0, 0);
+    let (mut succeeded, mut cancelled, mut failed, mut unfinished) = (0, 0, 0, 0);
+    let mut forged = 0;
+    let mut requeued = 0u64;
+    let mut examples: Vec<Value> = Vec::new();
+    for j in &jobs {
+        let Some(id) = j["id"].as_str() else { continue };
+        let Some(job) = detailed.get(id) else {
+            continue;
+        };
+        let state = job["state"]
+            .as_str()
+            .and_then(|s| JobState::from_str(s).ok());
+        let asked_to_cancel = ledger.cancels.contains_key(id);
+        let runs = runs_done.get(id).copied().unwrap_or(0);
+        requeued += job["attempt"].as_u64().unwrap_or(1).saturating_sub(1);
+        let mut wrong = Vec::new();
+        match state {
+            Some(JobState::Succeeded) => succeeded += 1,
+            Some(JobState::Cancelled) => cancelled += 1,
+            Some(JobState::Failed) => failed += 1,
+            _ => unfinished += 1,
+        }
+        let ended_right = match state {
+            Some(JobState::Succeeded) => true,
+            Some(JobState::Cancelled) => asked_to_cancel,
+            _ => false,
+        };
+        if !ended_right {
+            lost += 1;
+            wrong.push("lost");
+        }
+        if runs > 1 || doubled_live.contains(id) {
+            doubled += 1;
+            wrong.push("ran twice");
+        }
+        if state == Some(JobState::Succeeded) && runs == 0 {
+            forged += 1;
+            wrong.push("succeeded without a completed run");
+        }
+        let (states, bad) = history(job);
+        let observed = seen.states.get(id).cloned().unwrap_or_default();
+        let observed_states: Vec<JobState> = observed.iter().map(|(s, _)| *s).collect();
+        let attempts_down = observed.windows(2).any(|w| w[1].1 < w[0].1);
+        if bad > 0 || !in_order(&observed_states, &states) || attempts_down {
+            backwards += 1;
+            wrong.push("history broken or moved backwards");
+        }
+        let steps: Vec<(String, String)> = states
+            .windows(2)
+            .map(|w| (w[0].as_str().to_owned(), w[1].as_str().to_owned()))
+            .collect();
+        let logged = tenant_log
+            .and_then(|l| l.transitions.get(id))
+            .cloned()
+            .unwrap_or_default();
+        if steps != logged {
+            audit_mismatch += 1;
+            wrong.push("audit log differs from the history");
+        }
+        if !wrong.is_empty() && examples.len() < 10 {
+            examples.push(json!({
+                "job": id, "wrong": wrong, "state": job["state"], "attempt": job["attempt"],
+                "runs_completed": runs, "observed": observed.iter().map(|(s, a)| format!("{s}#{a}")).collect::<Vec<_>>(),
+                "history": states.iter().map(|s| s.as_str()).collect::<Vec<_>>(),
+                "message": job["message"],
+            }));
+        }
+    }
+    let audit_ok = audited.iter().all(|v| v.problems.is_empty());
+    let mut back: Vec<f64> = restarts
+        .iter()
+        .map(|(killed, ready)| ready.duration_since(*killed).as_secs_f64())
+        .collect();
+    back.sort_by(f64::total_cmp);
+    let cancels_acked = ledger
+        .cancels
+        .values()
+        .filter(|a| matches!(a, Answer::Acked(_)))
+        .count();
+    let out = json!({
+        "database": match args.database { Database::Postgres => "postgres", Database::Sqlite => "sqlite" },
+        "seed": args.seed,
+        "nodes": args.nodes,
+        "kills": restarts.len(),
+        "kill_to_ready_p50_s": percentile(&back, 0.5),
+        "kill_to_ready_p99_s": percentile(&back, 0.99),
+        "kill_to_ready_max_s": back.last().copied().unwrap_or(0.0),
+        "submits_sent": ledger.submits.len(),
+        "submits_acknowledged": acked.len(),
+        "submits_refused_by_status": submits_refused,
+        "submits_cut_by_a_kill": cut,
+        "submits_unanswered": unanswered.len(),
+        "unanswered_submits_that_exist": unanswered_exist,
+        "acknowledged_submits_missing": missing,
+        "acknowledged_submits_without_audit_entry": unaudited,
+        "cancels_sent": ledger.cancels.len(),
+        "cancels_acknowledged": cancels_acked,
+        "cancels_refused_by_status": cancels_refused,
+        "jobs_checked": jobs.len(),
+        "succeeded": succeeded,
+        "cancelled": cancelled,
+        "failed": failed,
+        "unfinished": unfinished,
+        "lost": lost,
+        "doubled": doubled,
+        "succeeded_without_a_run": forged,
+        "backwards_moves": backwards,
+        "audit_history_mismatches": audit_mismatch,
+        "requeued_attempts": requeued,
+        "state_polls": seen.polls,
+        "audit_verify_ok": audit_ok,
+        "audit_logs": audited.iter().map(|v| json!({
+            "log": v.log, "entries": v.entries, "checkpoints_verified": v.checkpoints_verified,
+            "external_checkpoints": v.external, "problems": v.problems.iter().take(5).collect::<Vec<_>>(),
+        })).collect::<Vec<_>>(),
+        "load_wall_s": load_wall.as_secs_f64(),
+        "examples": examples,
+    });
+    super::print(&out, args.json)?;
+    drop(dir);
+    if missing + unaudited + lost + doubled + forged + backwards + audit_mismatch > 0 || !audit_ok {
+        bail!("crash consistency does not hold (see the figures above)");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(state: &str, steps: &[(Option<&str>, &str)]) -> Value {
+        json!({
+            "state": state,
+            "events": steps.iter().map(|(from, to)| json!({ "from": from, "to": to })).collect::<Vec<_>>(),
+        })
+    }
+
+    #[test]
+    fn a_whole_history_passes_and_each_kind_of_break_is_counted() {
+        use JobState::*;
+        let whole = job(
+            "succeeded",
+            &[
+                (None, "pending"),
+                (Some("pending"), "scheduled"),
+                (Some("scheduled"), "running"),
+                (Some("running"), "pending"),
+                (Some("pending"), "scheduled"),
+                (Some("scheduled"), "running"),
+                (Some("running"), "running"),
+                (Some("running"), "succeeded"),
+            ],
+        );
+        let (states, bad) = history(&whole);
+        assert_eq!(bad, 0);
+        assert_eq!(
+            states,
+            [
+                Pending, Scheduled, Running, Pending, Scheduled, Running, Succeeded
+            ]
+        );
+        // A step the state machine does not have.
+        let skipped = job(
+            "running",
+            &[(None, "pending"), (Some("pending"), "running")],
+        );
+        assert_eq!(history(&skipped).1, 1);
+        // A step that does not start where the one before ended (one was lost).
+        let gap = job(
+            "running",
+            &[(None, "pending"), (Some("scheduled"), "running")],
+        );
+        assert_eq!(history(&gap).1, 1);
+        // Out of a terminal state.
+        let revived = job(
+            "running",
+            &[
+                (None, "pending"),
+                (Some("pending"), "cancelled"),
+                (Some("cancelled"), "running"),
+            ],
+        );
+        assert_eq!(history(&revived).1, 1);
+        // A record whose state is not where its history ends.
+        let stale = job("running", &[(None, "pending")]);
+        assert_eq!(history(&stale).1, 1);
+    }
+
+    #[test]
+    fn what_was_seen_must_be_in_the_history_in_the_order_seen() {
+        use JobState::*;
+        let h = [
+            Pending, Scheduled, Running, Pending, Scheduled, Running, Succeeded,
+        ];
+        assert!(in_order(&[Pending, Running, Succeeded], &h));
+        assert!(in_order(&[Running, Pending, Running], &h));
+        // Seen running, then the history has it pending and never running again.
+        assert!(!in_order(&[Running, Scheduled, Running, Running], &h[..6]));
+        // Seen succeeded, then running: backwards.
+        assert!(!in_order(&[Succeeded, Running], &h));
+        // Seen cancelled, which the history forgot.
+        assert!(!in_order(&[Pending, Cancelled], &h));
+    }
+}
