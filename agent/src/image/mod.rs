@@ -342,35 +342,17 @@ impl ImageStore {
                     expected: expected.to_owned(),
                 });
             }
-            let value: serde_json::Value =
-                serde_json::from_slice(&bytes).map_err(|e| ImageError::Unsupported {
-                    image: shown.to_owned(),
-                    message: format!("its manifest is not JSON: {e}"),
-                })?;
-            if let Some(list) = value.get("manifests").and_then(|m| m.as_array()) {
-                // An index: the entry for this platform, by its digest.
-                let (os, arch) = ("linux", platform_arch());
-                let entry = list
-                    .iter()
-                    .find(|m| m["platform"]["os"] == os && m["platform"]["architecture"] == arch)
-                    .and_then(|m| m["digest"].as_str())
-                    .ok_or_else(|| ImageError::Unsupported {
-                        image: shown.to_owned(),
-                        message: format!("no {os}/{arch} image in its index"),
-                    })?;
-                reference = Reference::with_digest(
-                    reference.registry().to_owned(),
-                    reference.repository().to_owned(),
-                    entry.to_owned(),
-                );
-                continue;
+            match read_manifest(&bytes, shown)? {
+                Manifest::Index(entry) => {
+                    reference = Reference::with_digest(
+                        reference.registry().to_owned(),
+                        reference.repository().to_owned(),
+                        entry,
+                    );
+                    continue;
+                }
+                Manifest::Image(manifest) => return Ok((*manifest, digest)),
             }
-            let manifest: OciImageManifest =
-                serde_json::from_value(value).map_err(|e| ImageError::Unsupported {
-                    image: shown.to_owned(),
-                    message: format!("its manifest does not parse: {e}"),
-                })?;
-            return Ok((manifest, digest));
         }
         Err(ImageError::Unsupported {
             image: shown.to_owned(),
@@ -587,6 +569,44 @@ fn platform_arch() -> &'static str {
     }
 }
 
+/// What a registry's manifest bytes are.
+#[derive(Debug)]
+enum Manifest {
+    /// An image manifest.
+    Image(Box<OciImageManifest>),
+    /// An index: the digest of its entry for this platform, to fetch next.
+    Index(String),
+}
+
+/// Reads manifest bytes a registry sent (untrusted): an image manifest, or an index's entry
+/// for this platform, whose digest must be a well-formed SHA-256 digest (it goes into the
+/// next request's path).
+fn read_manifest(bytes: &[u8], shown: &str) -> Result<Manifest, ImageError> {
+    let unsupported = |message: String| ImageError::Unsupported {
+        image: shown.to_owned(),
+        message,
+    };
+    let value: serde_json::Value = serde_json::from_slice(bytes)
+        .map_err(|e| unsupported(format!("its manifest is not JSON: {e}")))?;
+    if let Some(list) = value.get("manifests").and_then(|m| m.as_array()) {
+        let (os, arch) = ("linux", platform_arch());
+        let entry = list
+            .iter()
+            .find(|m| m["platform"]["os"] == os && m["platform"]["architecture"] == arch)
+            .and_then(|m| m["digest"].as_str())
+            .ok_or_else(|| unsupported(format!("no {os}/{arch} image in its index")))?;
+        if hex_of(entry).is_none() {
+            return Err(unsupported(format!(
+                "its index names the {os}/{arch} image by `{entry}`, not a sha256 digest"
+            )));
+        }
+        return Ok(Manifest::Index(entry.to_owned()));
+    }
+    let manifest: OciImageManifest = serde_json::from_value(value)
+        .map_err(|e| unsupported(format!("its manifest does not parse: {e}")))?;
+    Ok(Manifest::Image(Box::new(manifest)))
+}
+
 /// The image configuration's `config` object, leniently (missing fields are empty).
 fn parse_config(bytes: &[u8]) -> ImageConfig {
     let v: serde_json::Value = serde_json::from_slice(bytes).unwrap_or_default();
@@ -668,5 +688,90 @@ fn blob_error(image: &str, layer: &str, e: oci_client::errors::OciDistributionEr
             },
             e => e,
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// Digests a registry (or an index it serves) could name: well-formed, wrong length,
+    /// other algorithms, paths and query strings.
+    fn hostile_digest() -> impl Strategy<Value = String> {
+        prop_oneof![
+            "[0-9a-f]{64}".prop_map(|h| format!("sha256:{h}")),
+            "[0-9a-fA-F]{60,68}".prop_map(|h| format!("sha256:{h}")),
+            "sha(256|512):[./a-z0-9?%#-]{0,70}",
+            "\\PC{0,80}",
+        ]
+    }
+
+    proptest! {
+        /// Only `sha256:` with 64 hex digits names a blob: nothing else becomes a path
+        /// (a layer or manifest digest names a file in the cache).
+        #[test]
+        fn only_a_sha256_digest_names_a_cache_file(d in hostile_digest()) {
+            if let Some(hex) = hex_of(&d) {
+                prop_assert_eq!(hex.len(), 64);
+                prop_assert!(hex.bytes().all(|b| b.is_ascii_hexdigit()));
+                prop_assert_eq!(&d, &format!("sha256:{hex}"));
+            }
+        }
+
+        /// Whatever a registry sends as a manifest is read without panicking; an index
+        /// leads on only by a well-formed digest, and an image manifest's layers and
+        /// config reach the cache only through `hex_of`.
+        #[test]
+        fn manifest_bytes_from_a_registry_are_read_safely(
+            raw in proptest::collection::vec(any::<u8>(), 0..512),
+            digests in proptest::collection::vec(hostile_digest(), 1..4),
+            arch_matches in any::<bool>(),
+        ) {
+            let _ = read_manifest(&raw, "test");
+            let arch = if arch_matches { platform_arch() } else { "s390x-nope" };
+            let index = serde_json::json!({
+                "schemaVersion": 2,
+                "mediaType": "application/vnd.oci.image.index.v1+json",
+                "manifests": digests.iter().map(|d| serde_json::json!({
+                    "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                    "digest": d, "size": 1,
+                    "platform": { "os": "linux", "architecture": arch },
+                })).collect::<Vec<_>>(),
+            });
+            match read_manifest(index.to_string().as_bytes(), "test") {
+                Ok(Manifest::Index(next)) => {
+                    prop_assert!(arch_matches);
+                    prop_assert_eq!(&next, &digests[0]);
+                    prop_assert!(hex_of(&next).is_some());
+                }
+                Ok(Manifest::Image(_)) => prop_assert!(false, "an index read as an image"),
+                Err(_) => prop_assert!(!arch_matches || hex_of(&digests[0]).is_none()),
+            }
+            let image = serde_json::json!({
+                "schemaVersion": 2,
+                "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                "config": { "mediaType": "application/vnd.oci.image.config.v1+json", "digest": digests[0], "size": 2 },
+                "layers": digests.iter().map(|d| serde_json::json!({
+                    "mediaType": "application/vnd.oci.image.layer.v1.tar+gzip", "digest": d, "size": 3,
+                })).collect::<Vec<_>>(),
+            });
+            // Read verbatim: the cache's `hex_of` is what refuses a malformed one (as
+            // `not_sha256`) before it becomes a path.
+            match read_manifest(image.to_string().as_bytes(), "test") {
+                Ok(Manifest::Image(m)) => {
+                    let read: Vec<&str> = m.layers.iter().map(|l| l.digest.as_str()).collect();
+                    prop_assert_eq!(read, digests.iter().map(String::as_str).collect::<Vec<_>>());
+                }
+                other => prop_assert!(false, "an image manifest read as {other:?}"),
+            }
+        }
+
+        /// An image configuration is read leniently: any bytes give a configuration.
+        #[test]
+        fn any_image_configuration_bytes_are_read(raw in proptest::collection::vec(any::<u8>(), 0..512)) {
+            let _ = parse_config(&raw);
+        }
     }
 }

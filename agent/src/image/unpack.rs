@@ -8,6 +8,7 @@
 //! - every directory an entry is written into is resolved inside the root: a symbolic link
 //!   on the way is followed as the container would see it, with absolute targets and `..`
 //!   taken relative to (and clamped at) the root, so a link pointing out leads back in;
+//! - a whiteout hides one name in its directory: `.wh..`, `.wh...` and `.wh.` are refused;
 //! - a hard link's target is resolved the same way and must be a file already in the root;
 //! - the final component is never followed: an existing link there is replaced, not
 //!   written through;
@@ -189,6 +190,11 @@ pub fn apply_layer(root: &Path, layer: impl Read) -> Result<u64, UnpackError> {
             continue;
         }
         if let Some(hidden) = name_str.strip_prefix(".wh.") {
+            // `.wh...` would remove the root's parent, `.wh..` and `.wh.` the directory
+            // itself: what a whiteout hides is a name in its directory, nothing else.
+            if matches!(hidden, "" | "." | "..") {
+                return Err(UnpackError::Escapes(shown));
+            }
             let mut victim = comps.clone();
             victim.pop();
             victim.push(OsString::from(hidden));
@@ -373,6 +379,29 @@ mod tests {
     }
 
     #[test]
+    fn a_whiteout_hides_a_name_never_the_root_or_what_is_above_it() {
+        for hostile in [
+            ".wh...",
+            "etc/.wh...",
+            ".wh..",
+            "etc/.wh..",
+            ".wh.",
+            "a/b/.wh.",
+        ] {
+            let (_d, root, outside) = setup();
+            std::fs::create_dir_all(root.join("etc")).expect("mkdir");
+            std::fs::write(root.join("etc/keep"), "x").expect("write");
+            let l = layer(|b| file(b, hostile, b"", 0o644));
+            assert!(
+                matches!(apply_layer(&root, &l[..]), Err(UnpackError::Escapes(_))),
+                "{hostile} is refused"
+            );
+            outside_is_untouched(&outside);
+            assert!(root.join("etc/keep").exists(), "{hostile} removed nothing");
+        }
+    }
+
+    #[test]
     fn whiteouts_and_set_user_id_bits() {
         let (_d, root, _outside) = setup();
         let l = layer(|b| {
@@ -396,5 +425,153 @@ mod tests {
         assert!(root.join("etc/b").exists());
         assert!(root.join("opt/x").is_dir());
         assert!(!root.join("opt/x/y").exists());
+    }
+
+    /// One entry of a hostile layer.
+    #[derive(Debug, Clone)]
+    enum Hostile {
+        File(String, u32),
+        Dir(String, u32),
+        Symlink(String, String),
+        HardLink(String, String),
+        Whiteout(String),
+        Opaque(String),
+    }
+
+    /// Paths a hostile layer would try: climbing, absolute, through links it planted.
+    fn hostile_path() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        (
+            any::<bool>(),
+            prop::collection::vec(
+                prop::sample::select(vec!["a", "b", "..", ".", "etc", "l", "m", "outside", ""]),
+                1..5,
+            ),
+        )
+            .prop_map(|(absolute, parts)| {
+                let p = parts.join("/");
+                if absolute { format!("/{p}") } else { p }
+            })
+    }
+
+    /// Link targets: out of the root by `..`, by absolute paths (OUTSIDE is the real
+    /// directory beside the root), and ordinary ones.
+    fn hostile_target() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        prop_oneof![
+            prop::sample::select(vec![
+                "..",
+                "../..",
+                "../outside",
+                "../../outside/keep",
+                "/",
+                "/etc",
+                "a",
+                "a/b",
+                "OUTSIDE",
+                "OUTSIDE/keep",
+                "l/keep",
+                "m/..",
+            ])
+            .prop_map(str::to_owned),
+            hostile_path(),
+        ]
+    }
+
+    fn hostile_entry() -> impl proptest::strategy::Strategy<Value = Hostile> {
+        use proptest::prelude::*;
+        let mode = prop::sample::select(vec![0o644u32, 0o755, 0o4755, 0o6777, 0o1777, 0o000]);
+        prop_oneof![
+            (hostile_path(), mode.clone()).prop_map(|(p, m)| Hostile::File(p, m)),
+            (hostile_path(), mode).prop_map(|(p, m)| Hostile::Dir(p, m)),
+            (hostile_path(), hostile_target()).prop_map(|(p, t)| Hostile::Symlink(p, t)),
+            (hostile_path(), hostile_target()).prop_map(|(p, t)| Hostile::HardLink(p, t)),
+            hostile_path().prop_map(Hostile::Whiteout),
+            hostile_path().prop_map(Hostile::Opaque),
+        ]
+    }
+
+    fn hostile_layer(entries: &[Hostile], outside: &Path) -> Vec<u8> {
+        let outside = outside.display().to_string();
+        let target = |t: &str| t.replace("OUTSIDE", &outside);
+        let beside = |p: &str, name: &str| match p.rsplit_once('/') {
+            Some((dir, _)) => format!("{dir}/{name}"),
+            None => name.to_owned(),
+        };
+        layer(|b| {
+            for e in entries {
+                match e {
+                    Hostile::File(p, m) => file(b, p, b"pwned", *m),
+                    Hostile::Dir(p, m) => {
+                        let mut h = tar::Header::new_gnu();
+                        h.set_size(0);
+                        h.set_mode(*m);
+                        h.set_entry_type(tar::EntryType::Directory);
+                        h.as_old_mut().name[..p.len()].copy_from_slice(p.as_bytes());
+                        h.set_cksum();
+                        b.append(&h, &[][..]).expect("append");
+                    }
+                    Hostile::Symlink(p, t) => link(b, tar::EntryType::Symlink, p, &target(t)),
+                    Hostile::HardLink(p, t) => link(b, tar::EntryType::Link, p, &target(t)),
+                    Hostile::Whiteout(p) => {
+                        let name = p.rsplit('/').next().unwrap_or("x");
+                        file(b, &beside(p, &format!(".wh.{name}")), b"", 0o644);
+                    }
+                    Hostile::Opaque(p) => file(b, &format!("{p}/.wh..wh..opq"), b"", 0o644),
+                }
+            }
+        })
+    }
+
+    /// Every path under `dir`, links not followed.
+    fn walk(dir: &Path, out: &mut Vec<(PathBuf, std::fs::Metadata)>) {
+        for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let Ok(m) = std::fs::symlink_metadata(e.path()) else {
+                continue;
+            };
+            if m.is_dir() {
+                walk(&e.path(), out);
+            }
+            out.push((e.path(), m));
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(128))]
+
+        /// Whatever layers an image stacks, applying them writes nothing outside the root
+        /// (no file changed, created, removed or hard-linked there), leaves no
+        /// set-user-ID or set-group-ID bit, and fails cleanly rather than panicking.
+        #[test]
+        fn hostile_layers_stay_inside_the_root(
+            layers in proptest::collection::vec(
+                proptest::collection::vec(hostile_entry(), 1..12),
+                1..4,
+            ),
+        ) {
+            let (_d, root, outside) = setup();
+            for entries in &layers {
+                let _ = apply_layer(&root, &hostile_layer(entries, &outside)[..]);
+            }
+            outside_is_untouched(&outside);
+            let keep = std::fs::metadata(outside.join("keep")).expect("keep");
+            proptest::prop_assert_eq!(
+                std::os::unix::fs::MetadataExt::nlink(&keep),
+                1,
+                "no hard link to a file outside"
+            );
+            let mut all = Vec::new();
+            walk(&root, &mut all);
+            for (path, m) in all {
+                if !m.file_type().is_symlink() {
+                    proptest::prop_assert_eq!(
+                        m.permissions().mode() & 0o6000,
+                        0,
+                        "{} keeps a set-ID bit",
+                        path.display()
+                    );
+                }
+            }
+        }
     }
 }
