@@ -619,7 +619,7 @@ pub async fn run(args: &CrashBench) -> anyhow::Result<()> {
         let respawned = Instant::now();
         server.spawn()?;
         server.ready(&http, respawned).await?;
-        restarts.push((killed, Instant::now()));
+        restarts.push((killed, respawned, Instant::now()));
     }
     // A last stretch of load on the last start, then it ends.
     tokio::time::sleep(Duration::from_millis(args.up_ms.1)).await;
@@ -731,7 +731,7 @@ pub async fn run(args: &CrashBench) -> anyhow::Result<()> {
             matches!(a, Answer::Unanswered)
                 && !restarts
                     .iter()
-                    .any(|(killed, ready)| (*killed..=*ready).contains(at))
+                    .any(|(killed, _, ready)| (*killed..=*ready).contains(at))
         })
         .count();
     let unanswered_exist = unanswered.iter().filter(|n| names.contains_key(*n)).count();
@@ -817,9 +817,14 @@ pub async fn run(args: &CrashBench) -> anyhow::Result<()> {
     let audit_ok = audited.iter().all(|v| v.problems.is_empty());
     let mut back: Vec<f64> = restarts
         .iter()
-        .map(|(killed, ready)| ready.duration_since(*killed).as_secs_f64())
+        .map(|(killed, _, ready)| ready.duration_since(*killed).as_secs_f64())
+        .collect();
+    let mut start: Vec<f64> = restarts
+        .iter()
+        .map(|(_, respawned, ready)| ready.duration_since(*respawned).as_secs_f64())
         .collect();
     back.sort_by(f64::total_cmp);
+    start.sort_by(f64::total_cmp);
     let cancels_acked = ledger
         .cancels
         .values()
@@ -830,6 +835,8 @@ pub async fn run(args: &CrashBench) -> anyhow::Result<()> {
         "seed": args.seed,
         "nodes": args.nodes,
         "kills": restarts.len(),
+        "start_to_ready_p50_s": percentile(&start, 0.5),
+        "start_to_ready_p99_s": percentile(&start, 0.99),
         "kill_to_ready_p50_s": percentile(&back, 0.5),
         "kill_to_ready_p99_s": percentile(&back, 0.99),
         "kill_to_ready_max_s": back.last().copied().unwrap_or(0.0),
