@@ -189,7 +189,8 @@ impl Browser {
     }
 
     /// Waits (up to 30 s, reading the page again as it changes) until the element matching
-    /// `css` says `wanted`.
+    /// `css` says `wanted`; an empty `wanted` waits for it to say anything (an element that
+    /// is there but still empty has not answered yet).
     pub async fn wait_for_text(&self, css: &str, wanted: &str) -> String {
         let started = Instant::now();
         let mut last = String::new();
@@ -199,7 +200,7 @@ impl Browser {
                     .cmd(reqwest::Method::GET, &format!("/element/{e}/text"), None)
                     .await;
                 if let Some(t) = t.as_str() {
-                    if t.contains(wanted) {
+                    if t.contains(wanted) && !(wanted.is_empty() && t.trim().is_empty()) {
                         return t.to_owned();
                     }
                     last = t.to_owned();

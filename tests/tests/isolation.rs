@@ -72,7 +72,12 @@ async fn a_tenant_cannot_reach_beyond_its_own_container() {
     let (_, nodes) = c.get("/api/v1/nodes").await;
     assert_eq!(nodes[0]["runtime"], "oci", "the node reports its runtime");
     let node_dir = c.data_dir.path().join("node-1");
-    let node_key = std::fs::read(node_dir.join("identity/node.key")).expect("node key");
+    // The node is ready once registered; its agent saves the key a moment after.
+    let node_key = c
+        .eventually("the agent saved its key", || async {
+            std::fs::read(node_dir.join("identity/node.key")).ok()
+        })
+        .await;
 
     // Tenant B's job, with a secret in its environment and its scratch directory.
     let b = c
