@@ -21,7 +21,7 @@
 //! - A GPU in MIG mode is not in the engine's model at all: jobs asking for a MIG profile
 //!   are placed on its instances by [`crate::mig::plan`], and nothing else runs there.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use allot_domain::{GPU_MILLI, Job as StoredJob, Node, NodeStatus, PendingReason, Tenant};
 use chrono::{DateTime, Utc};
@@ -198,7 +198,15 @@ pub struct LiveScheduler {
     /// A node silent this long (no heartbeat) gets no new work, though its lease (and so
     /// its jobs) still stand: work placed there now would likely be disrupted again.
     suspect_after: Option<chrono::Duration>,
+    /// The pending jobs the policy has been told arrived (once each: a job waiting for
+    /// many passes is one arrival); a job is forgotten once it is no longer pending, so a
+    /// requeued attempt arrives again.
+    arrived: HashSet<String>,
 }
+
+/// On the live path the learned workload mix fades: an arrival this many arrivals old
+/// weighs half as much as a new one (some days of a busy fleet's submissions).
+pub const LIVE_MIX_HALF_LIFE: f64 = 5_000.0;
 
 impl std::fmt::Debug for LiveScheduler {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -503,13 +511,15 @@ impl LiveScheduler {
             return Err(LiveError::UnknownPolicy(policy.to_owned()));
         }
         let empty = Cluster::new(&[]);
-        let built = if policy == "fgd" {
-            None
-        } else {
-            Some(
-                openb::policy(policy, &empty, &[])
-                    .map_err(|_| LiveError::UnknownPolicy(policy.to_owned()))?,
-            )
+        let built: Option<Box<dyn OpenbPolicy>> = match policy {
+            "fgd" => None,
+            "allot" => Some(Box::new(
+                openb::allot::Allot::new(&empty).fading(LIVE_MIX_HALF_LIFE),
+            )),
+            other => Some(
+                openb::policy(other, &empty, &[])
+                    .map_err(|_| LiveError::UnknownPolicy(other.to_owned()))?,
+            ),
         };
         Ok(Self {
             name: policy.to_owned(),
@@ -517,7 +527,16 @@ impl LiveScheduler {
             rng: StdRng::seed_from_u64(seed),
             config,
             suspect_after: None,
+            arrived: HashSet::new(),
         })
+    }
+
+    /// The workload mix the policy has learned (empty for policies that learn none).
+    pub fn learned_mix(&self) -> Vec<openb::policies::PodClass> {
+        self.policy
+            .as_ref()
+            .map(|p| p.learned_mix())
+            .unwrap_or_default()
     }
 
     /// Offers no new work on nodes that have not heartbeated for `after`.
@@ -717,6 +736,16 @@ impl LiveScheduler {
         let policy: &mut dyn OpenbPolicy = match self.policy.as_mut() {
             Some(p) => {
                 p.reset(&mapped.cluster);
+                // Each pending job arrives once (each replica of a gang is a request).
+                for j in &pending {
+                    if self.arrived.insert(j.id.clone()) {
+                        for _ in 0..j.replicas {
+                            p.arrived(&mapped.cluster, &j.request);
+                        }
+                    }
+                }
+                let waiting: HashSet<&str> = pending.iter().map(|j| j.id.as_str()).collect();
+                self.arrived.retain(|id| waiting.contains(id.as_str()));
                 p.as_mut()
             }
             None => {

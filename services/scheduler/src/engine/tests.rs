@@ -63,6 +63,11 @@ fn pass(
     now: i64,
 ) -> Vec<Decision> {
     let mut policy = openb::policy("allot", cluster, &[]).expect("policy");
+    for j in pending {
+        for _ in 0..j.replicas {
+            policy.arrived(cluster, &j.request);
+        }
+    }
     let world = World {
         cluster,
         tree,

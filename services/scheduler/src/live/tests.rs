@@ -176,6 +176,73 @@ fn waits(d: &[LiveDecision], id: &str) -> Option<PendingReason> {
     })
 }
 
+/// The learned mix as (class, weight) pairs, to compare.
+fn mix_of(s: &LiveScheduler) -> Vec<(openb::Request, f64)> {
+    s.learned_mix()
+        .into_iter()
+        .map(|c| (c.request, c.weight))
+        .collect()
+}
+
+#[test]
+fn a_job_that_waits_many_passes_arrived_once() {
+    let nodes = [node("n1", &["H200", "H200"])];
+    let tenants = [tenant("a", 0)];
+    // Never fits: the node has two GPUs.
+    let big = job("big", "a", 8, None);
+    let mut s = scheduler();
+    let pass = |s: &mut LiveScheduler, holding: &[StoredJob], pending: &[StoredJob]| {
+        s.decide(&Snapshot {
+            nodes: &nodes,
+            tenants: &tenants,
+            holding,
+            pending,
+            now: now(),
+            reachable: None,
+        })
+        .expect("a possible state")
+    };
+    let d = pass(&mut s, &[], &[job("s1", "a", 1, Some(500)), big.clone()]);
+    assert!(placed(&d, "s1").is_some() && waits(&d, "big").is_some());
+    let first = mix_of(&s);
+    let running = [running_on(job("s1", "a", 1, Some(500)), "n1", &[0])];
+    for _ in 0..200 {
+        let d = pass(&mut s, &running, std::slice::from_ref(&big));
+        assert!(waits(&d, "big").is_some());
+    }
+    let mix = mix_of(&s);
+    let weight = |gpus: u8| {
+        mix.iter()
+            .find(|(r, _)| r.num_gpu == gpus)
+            .map_or(0.0, |(_, w)| *w)
+    };
+    assert_eq!(
+        mix, first,
+        "the passes over the waiting job changed nothing"
+    );
+    // Two arrivals (the later one a hair heavier: old arrivals fade).
+    assert!(
+        (weight(1) - 0.5).abs() < 1e-3 && (weight(8) - 0.5).abs() < 1e-3,
+        "two arrivals, however many passes the big one waited: {mix:?}"
+    );
+    // New arrivals do move it: four in all now, three of them small.
+    pass(
+        &mut s,
+        &running,
+        &[
+            big.clone(),
+            job("s2", "a", 1, Some(500)),
+            job("s3", "a", 1, Some(500)),
+        ],
+    );
+    let mix = mix_of(&s);
+    let small = mix
+        .iter()
+        .find(|(r, _)| r.num_gpu == 1)
+        .map_or(0.0, |(_, w)| *w);
+    assert!((small - 0.75).abs() < 1e-3, "{mix:?}");
+}
+
 #[test]
 fn fractions_of_different_tenants_share_one_gpu() {
     let nodes = [node("n1", &["H200"])];

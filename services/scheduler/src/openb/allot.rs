@@ -13,8 +13,10 @@
 //!   workload's CPU (memory) per GPU milli: it keeps CPU-hungry pods, CPU-only ones above
 //!   all, off nodes whose GPUs still need that CPU.
 //!
-//! The workload mix behind all three is learned from the requests the policy has been asked
-//! to place, refreshed as it sees more of them: nothing about the trace is given up front.
+//! The workload mix behind all three is learned from the requests that arrived (each counted
+//! once, however often it is chosen for while it waits), refreshed as more arrive: nothing
+//! about the trace is given up front. On the live path old arrivals fade
+//! ([`Allot::fading`]), as the workload drifts.
 //! Scores are quantised as FGD's are, and ties go to the node first in the run's seeded
 //! order, which keeps consolidating work onto the nodes already in use.
 
@@ -72,11 +74,16 @@ pub fn waste_table(classes: &[PodClass], rare: f64) -> Vec<f64> {
 }
 
 /// What the policy has learned of the workload.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Mix {
-    /// Requests seen, and the memory they asked for in all, by class.
-    counts: HashMap<Request, (u64, u64)>,
+    /// Arrivals, and the memory they asked for in all, by class: each arrival weighs
+    /// `unit` at the time, so that with fading the older ones weigh less (in proportion).
+    counts: HashMap<Request, (f64, f64)>,
     seen: u64,
+    /// What the next arrival weighs; grows by 2^(1/half-life) per arrival when fading.
+    unit: f64,
+    /// Arrivals after which one weighs half as much as a new one; `None`: never fades.
+    half_life: Option<f64>,
     classes: Vec<PodClass>,
     waste: Vec<f64>,
     /// CPU milli and memory MiB per GPU milli of the GPU classes; `None` before any GPU
@@ -85,12 +92,43 @@ struct Mix {
     memory_per_milli: Option<f64>,
 }
 
+impl Default for Mix {
+    fn default() -> Self {
+        Self {
+            counts: HashMap::new(),
+            seen: 0,
+            unit: 1.0,
+            half_life: None,
+            classes: Vec::new(),
+            waste: Vec::new(),
+            cpu_per_milli: None,
+            memory_per_milli: None,
+        }
+    }
+}
+
+/// Past this, the weights are brought back to the scale of one arrival (and classes that
+/// have faded to nothing are forgotten).
+const UNIT_CEILING: f64 = 1e12;
+
 impl Mix {
-    /// Counts `r`; true when the derived figures were refreshed.
+    /// Counts the arrival `r`; true when the derived figures were refreshed.
     fn observe(&mut self, r: &Request) -> bool {
+        let unit = self.unit;
         let class = self.counts.entry(class_of(r)).or_default();
-        class.0 += 1;
-        class.1 += u64::from(r.memory_mib);
+        class.0 += unit;
+        class.1 += unit * f64::from(r.memory_mib);
+        if let Some(h) = self.half_life {
+            self.unit *= 2f64.powf(1.0 / h);
+            if self.unit > UNIT_CEILING {
+                for c in self.counts.values_mut() {
+                    c.0 /= self.unit;
+                    c.1 /= self.unit;
+                }
+                self.counts.retain(|_, c| c.0 > 1e-9);
+                self.unit = 1.0;
+            }
+        }
         self.seen += 1;
         let due = if self.seen < REFRESH_EVERY {
             self.seen.is_power_of_two()
@@ -109,9 +147,9 @@ impl Mix {
         self.waste = waste_table(&self.classes, RARE_SIZE);
         let (mut cpu, mut memory, mut gpu) = (0.0, 0.0, 0.0);
         for c in self.classes.iter().filter(|c| c.request.num_gpu > 0) {
-            let (n, memory_sum) = self.counts.get(&c.request).copied().unwrap_or((1, 0));
+            let (n, memory_sum) = self.counts.get(&c.request).copied().unwrap_or((1.0, 0.0));
             cpu += c.weight * f64::from(c.request.cpu_milli);
-            memory += c.weight * memory_sum as f64 / n.max(1) as f64;
+            memory += c.weight * memory_sum / n.max(f64::MIN_POSITIVE);
             gpu += c.weight * c.request.gpu_total() as f64;
         }
         self.cpu_per_milli = (gpu > 0.0 && cpu > 0.0).then(|| cpu / gpu);
@@ -246,6 +284,13 @@ impl Allot {
         }
     }
 
+    /// Lets old arrivals fade: one `half_life` arrivals old weighs half as much as a new one
+    /// (the live workload drifts; a trace replayed whole does not).
+    pub fn fading(mut self, half_life: f64) -> Self {
+        self.mix.half_life = (half_life.is_finite() && half_life > 0.0).then_some(half_life);
+        self
+    }
+
     fn relearn(&mut self, cluster: &Cluster) {
         self.memo = FragMemo::default();
         for (current, n) in self.current.iter_mut().zip(&cluster.nodes) {
@@ -260,13 +305,20 @@ impl OpenbPolicy for Allot {
     }
 
     fn given(&self) -> &'static str {
-        "nothing: it learns the workload mix from the requests it has placed so far"
+        "nothing: it learns the workload mix from the requests that have arrived so far"
     }
 
-    fn choose(&mut self, cluster: &Cluster, r: &Request, _rng: &mut StdRng) -> Option<Choice> {
+    fn arrived(&mut self, cluster: &Cluster, r: &Request) {
         if self.mix.observe(r) {
             self.relearn(cluster);
         }
+    }
+
+    fn learned_mix(&self) -> Vec<PodClass> {
+        self.mix.classes.clone()
+    }
+
+    fn choose(&mut self, cluster: &Cluster, r: &Request, _rng: &mut StdRng) -> Option<Choice> {
         let groups = self.groups.get_or_insert_with(|| Groups::new(cluster));
         let mut candidates = Vec::new();
         for i in groups.representatives() {
@@ -362,5 +414,35 @@ mod tests {
         let memory_short = mix.stranded(1000.0, 1e9, 4000.0);
         assert_eq!(memory_short, MEMORY_STRANDED_WEIGHT * 500.0);
         assert_eq!(mix.stranded(1000.0, 4000.0, 8000.0), 0.0);
+    }
+
+    #[test]
+    fn old_arrivals_fade_with_the_half_life() {
+        let (a, b) = (class(1, 500, 1.0).request, class(2, 1000, 1.0).request);
+        let weight_of_b = |half_life: Option<f64>, first: usize, then: usize| {
+            let mut mix = Mix {
+                half_life,
+                ..Mix::default()
+            };
+            for _ in 0..first {
+                mix.observe(&a);
+            }
+            for _ in 0..then {
+                mix.observe(&b);
+            }
+            mix.refresh();
+            mix.classes
+                .iter()
+                .find(|c| c.request == b)
+                .map_or(0.0, |c| c.weight)
+        };
+        assert_eq!(weight_of_b(None, 300, 100), 0.25, "counted, not faded");
+        // Arrival k weighs 2^(k/100): the last hundred weigh 2^4 - 2^3 against 2^3 - 1.
+        let faded = weight_of_b(Some(100.0), 300, 100);
+        assert!((faded - 8.0 / 15.0).abs() < 1e-9, "{faded}");
+        // A half-life of one arrival doubles the weight each time: the weights are brought
+        // back to scale on the way, and the last arrival still weighs all the others.
+        let steep = weight_of_b(Some(1.0), 60, 1);
+        assert!((steep - 0.5).abs() < 1e-6, "{steep}");
     }
 }

@@ -25,8 +25,17 @@ pub trait OpenbPolicy: Send {
     fn given(&self) -> &'static str {
         "nothing"
     }
+    /// Told once of each request as it arrives, before it is first chosen for: a request
+    /// that waits is chosen for again on every pass, but it arrived once. Policies that
+    /// learn the workload count it here, never in [`OpenbPolicy::choose`].
+    fn arrived(&mut self, _cluster: &Cluster, _r: &Request) {}
     /// Picks a node and GPUs for `r`, or `None` when it fits nowhere.
     fn choose(&mut self, cluster: &Cluster, r: &Request, rng: &mut StdRng) -> Option<Choice>;
+    /// The workload mix the policy has learned from arrivals, most frequent first (empty
+    /// for a policy that learns none).
+    fn learned_mix(&self) -> Vec<PodClass> {
+        Vec::new()
+    }
     /// Told after every change to a node's state, a placement or a release (policies that
     /// cache per-node state refresh it).
     fn node_changed(&mut self, _cluster: &Cluster, _node: usize) {}
@@ -254,9 +263,9 @@ pub struct PodClass {
 /// The most frequent pod shapes covering `coverage` of `pods` (by count), each with its
 /// frequency among them.
 pub fn typical_classes(cluster: &Cluster, pods: &[Pod], coverage: f64) -> Vec<PodClass> {
-    let mut counts: HashMap<Request, u64> = HashMap::new();
+    let mut counts: HashMap<Request, f64> = HashMap::new();
     for p in pods {
-        *counts.entry(class_of(&cluster.request(p))).or_default() += 1;
+        *counts.entry(class_of(&cluster.request(p))).or_default() += 1.0;
     }
     classes_from_counts(&counts, coverage)
 }
@@ -269,12 +278,13 @@ pub(crate) fn class_of(r: &Request) -> Request {
     }
 }
 
-/// The most frequent classes in `counts` covering `coverage` of them, with their
-/// frequencies renormalised (as the authors' simulator does) to sum to one.
-pub(crate) fn classes_from_counts(counts: &HashMap<Request, u64>, coverage: f64) -> Vec<PodClass> {
-    let mut classes: Vec<(Request, u64)> = counts.iter().map(|(r, n)| (*r, *n)).collect();
+/// The most frequent classes in `counts` (each class's count, or its weight when old
+/// arrivals fade) covering `coverage` of them, with their frequencies renormalised (as the
+/// authors' simulator does) to sum to one.
+pub(crate) fn classes_from_counts(counts: &HashMap<Request, f64>, coverage: f64) -> Vec<PodClass> {
+    let mut classes: Vec<(Request, f64)> = counts.iter().map(|(r, n)| (*r, *n)).collect();
     classes.sort_by(|a, b| {
-        b.1.cmp(&a.1).then_with(|| {
+        b.1.total_cmp(&a.1).then_with(|| {
             (a.0.num_gpu, a.0.gpu_milli, a.0.cpu_milli, a.0.models).cmp(&(
                 b.0.num_gpu,
                 b.0.gpu_milli,
@@ -283,20 +293,21 @@ pub(crate) fn classes_from_counts(counts: &HashMap<Request, u64>, coverage: f64)
             ))
         })
     });
-    let total = classes.iter().map(|c| c.1).sum::<u64>().max(1) as f64;
-    let mut covered = 0u64;
+    let total = classes.iter().map(|c| c.1).sum::<f64>();
+    let total = if total > 0.0 { total } else { 1.0 };
+    let mut covered = 0.0;
     let mut out = Vec::new();
     for (request, count) in classes {
-        if covered as f64 / total >= coverage {
+        if covered / total >= coverage {
             break;
         }
         covered += count;
         out.push(PodClass {
             request,
-            weight: count as f64 / total,
+            weight: count / total,
         });
     }
-    let kept = covered as f64 / total;
+    let kept = covered / total;
     for c in &mut out {
         c.weight /= kept;
     }

@@ -75,6 +75,7 @@ pub fn simulate(
     for pod in stream {
         let r = cluster.request(pod);
         arrived += r.gpu_total();
+        policy.arrived(cluster, &r);
         let choice = policy.choose(cluster, &r, rng);
         if let Some(c) = &choice {
             cluster.nodes[c.node].place(&r, &c.gpus);

@@ -54,6 +54,7 @@ pub fn run(args: &SchedulerBench) -> anyhow::Result<()> {
     for job in &jobs {
         let t = Instant::now();
         let r = cluster.request(job);
+        policy.arrived(&cluster, &r);
         if let Some(choice) = policy.choose(&cluster, &r, &mut rng) {
             cluster.nodes[choice.node].place(&r, &choice.gpus);
             policy.node_changed(&cluster, choice.node);
@@ -139,6 +140,12 @@ fn engine_pass(
         },
     };
     let started = Instant::now();
+    // Each job arrives once, as the live path tells the policy before its pass.
+    for j in &jobs {
+        for _ in 0..j.replicas {
+            policy.arrived(cluster, &j.request);
+        }
+    }
     let decisions = engine::schedule(world, &jobs, policy.as_mut(), rng)?;
     let pass_s = started.elapsed().as_secs_f64();
     let placed = decisions
