@@ -251,6 +251,9 @@ impl Agent {
                     Outcome::Cancelled { message } => (JobPhase::Cancelled, None, message),
                     Outcome::Lost { message } => (JobPhase::Lost, None, message),
                     Outcome::DeviceFault { message } => (JobPhase::DeviceFault, None, message),
+                    Outcome::AgentShutdown { message } => {
+                        (JobPhase::AgentShutdown, None, message)
+                    }
                 };
                 tracing::info!(job = %job_id, ?phase, ?exit_code, "job ended");
                 // Its processes are gone: no heartbeat from now on shows it, then the end

@@ -879,3 +879,56 @@ async fn a_job_a_node_still_runs_is_stopped_there_and_its_gpu_is_not_handed_out(
     .await;
     c.shutdown().await;
 }
+
+/// An agent that shuts down (an operator stopping it, Ctrl-C on `allot dev`) stops its jobs,
+/// and they go back to the queue as their next attempt: not failed, not counted against
+/// their retries, and not kept off the node, which runs them again when it is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_shutting_down_requeues_its_jobs_instead_of_failing_them() {
+    let c = spawn_cluster_with(Backend::Sqlite, 0, "", |_| {}).await;
+    c.create_tenant("t", None).await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    async fn start(
+        server: &allot_server::RunningServer,
+        dir: &std::path::Path,
+        stop: tokio_util::sync::CancellationToken,
+    ) -> tokio::task::JoinHandle<Result<(), allot_agent::AgentError>> {
+        let backend = allot_agent::gpu::SimBackend::from_spec("1xH200", "stopping")
+            .expect("gpus")
+            .with_fault_dir(dir.join("sim-faults"));
+        let cfg = allot_system_tests::agent_config(server, "stopping", dir.to_owned()).await;
+        tokio::spawn(allot_agent::run(cfg, std::sync::Arc::new(backend), stop))
+    }
+    let stop = tokio_util::sync::CancellationToken::new();
+    let agent = start(&c.server, dir.path(), stop.clone()).await;
+    // No retries: a failure would end it.
+    let (status, body) = c
+        .post(
+            "/api/v1/jobs",
+            serde_json::json!({ "tenant": "t", "gpus": 1, "max_retries": 0, "command": ["sleep", "300"] }),
+        )
+        .await;
+    assert_eq!(status, allot_system_tests::StatusCode::CREATED, "{body}");
+    let id = body["id"].as_str().expect("id").to_owned();
+    c.wait_for_state(&id, "running").await;
+    stop.cancel();
+    agent
+        .await
+        .expect("joined")
+        .expect("the agent stopped cleanly");
+    let job = c.wait_for_state(&id, "pending").await;
+    assert_eq!(job["attempt"], 2, "{job}");
+    assert_eq!(job["failures"], 0, "not the job's failure: {job}");
+    let reason = job["pending_reason"]["code"].as_str().unwrap_or_default();
+    assert_eq!(reason, "AgentShutdown", "{job}");
+    // The node comes back (with the certificate it kept) and the job runs there again.
+    let stop = tokio_util::sync::CancellationToken::new();
+    let agent = start(&c.server, dir.path(), stop.clone()).await;
+    let job = c.wait_for_state(&id, "running").await;
+    assert_eq!(job["attempt"], 2, "{job}");
+    stop.cancel();
+    agent
+        .await
+        .expect("joined")
+        .expect("the agent stopped cleanly");
+}

@@ -306,6 +306,10 @@ pub enum Outcome {
     DeviceFault {
         message: String,
     },
+    /// Stopped because the agent is shutting down (not the job's doing).
+    AgentShutdown {
+        message: String,
+    },
 }
 
 #[derive(Debug, Clone)]
@@ -412,8 +416,7 @@ fn stopped_outcome(stop: &StopSignal) -> Outcome {
         Some(StopReason::Cancelled) | None => Outcome::Cancelled {
             message: "cancelled on request".into(),
         },
-        Some(StopReason::AgentShutdown) => Outcome::Failed {
-            exit_code: None,
+        Some(StopReason::AgentShutdown) => Outcome::AgentShutdown {
             message: "stopped because the node agent shut down".into(),
         },
         Some(StopReason::LeaseLost) => Outcome::Lost {

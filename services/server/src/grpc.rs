@@ -858,7 +858,7 @@ impl allot_proto::NodeService for NodeSvc {
             JobPhase::Cancelled => JobState::Cancelled,
             // Killed by its own agent for want of a lease, or for a faulted GPU: requeued
             // below.
-            JobPhase::Lost | JobPhase::DeviceFault => JobState::Pending,
+            JobPhase::Lost | JobPhase::DeviceFault | JobPhase::AgentShutdown => JobState::Pending,
             JobPhase::Unspecified => return Err(Status::invalid_argument("phase is required")),
         };
         if job.state == to || job.state.is_terminal() {
@@ -883,6 +883,12 @@ impl allot_proto::NodeService for NodeSvc {
             (_, JobPhase::DeviceFault) => Some((
                 "DeviceFault",
                 format!("{} on node {}; requeued elsewhere", r.message, node.name),
+                None,
+            )),
+            // The node may well come back: no avoidance, and not counted.
+            (_, JobPhase::AgentShutdown) => Some((
+                "AgentShutdown",
+                format!("the agent of node {} shut down; requeued", node.name),
                 None,
             )),
             (Some(reason), _) => Some(("Preempted", format!("preempted: {reason}"), None)),
