@@ -450,3 +450,47 @@ fn logs_can_be_json_lines_for_log_shippers() {
     kill(pid, Signal::SIGINT).expect("SIGINT");
     assert!(child.wait().expect("exits").success());
 }
+
+/// A client verb whose reader has gone (`allot node list -o json | head`) ends quietly:
+/// successfully, or killed by SIGPIPE as Unix tools are, never with a panic.
+#[test]
+fn writing_to_a_closed_pipe_is_quiet() {
+    use std::os::unix::process::ExitStatusExt;
+    let bin = allot_bin();
+    let home = tempfile::tempdir().expect("temp dir");
+    let data = home.path().join(".allot");
+    let dev = start_dev(&bin, &data, "127.0.0.1:0");
+    let token = std::fs::read_to_string(data.join("admin.token"))
+        .expect("token")
+        .trim()
+        .to_owned();
+    for args in [
+        &["node", "list", "-o", "json"][..],
+        &["node", "list"],
+        &["tenant", "list", "-o", "json"],
+        &["job", "list"],
+        &["audit", "search", "--all", "-o", "json"],
+        &["audit", "keys"],
+        &["--help"],
+    ] {
+        // The reading end is closed before the verb writes a byte.
+        let (reader, writer) = std::io::pipe().expect("pipe");
+        drop(reader);
+        let out = Command::new(&bin)
+            .args(args)
+            .env("ALLOT_SERVER", &dev.url)
+            .env("ALLOT_TOKEN", &token)
+            .stdout(writer)
+            .stderr(Stdio::piped())
+            .output()
+            .expect("allot runs");
+        let stderr = text(&out.stderr);
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+        assert!(
+            out.status.success() || out.status.signal() == Some(Signal::SIGPIPE as i32),
+            "{args:?}: {:?} {stderr}",
+            out.status
+        );
+    }
+    assert!(dev.interrupt().success());
+}

@@ -143,13 +143,40 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
     }
 }
 
+/// What a write to a closed pipe does to the process.
+enum SigPipe {
+    /// Killed by SIGPIPE, quietly (status 141 to the shell), as Unix tools end when their
+    /// reader goes away (`allot job list | head`), instead of panicking on the failed write.
+    Default,
+    /// The write fails with EPIPE (Rust's default): daemons, whom a closed socket or log
+    /// pipe must never end.
+    Ignore,
+}
+
+fn sigpipe(how: SigPipe) {
+    use nix::sys::signal::{SigHandler, Signal, signal};
+    let handler = match how {
+        SigPipe::Default => SigHandler::SigDfl,
+        SigPipe::Ignore => SigHandler::SigIgn,
+    };
+    // SAFETY: called from `main` before the async runtime (or any other thread) starts,
+    // and installs no handler code, only a disposition.
+    #[allow(unsafe_code)]
+    let _ = unsafe { signal(Signal::SIGPIPE, handler) };
+}
+
 fn main() -> ExitCode {
+    // Before parsing: `allot --help | head` is a client too.
+    sigpipe(SigPipe::Default);
     allot_api::crypto::install_crypto_provider();
     let cli = Cli::parse();
     let daemon = matches!(
         cli.command,
         Command::Server(_) | Command::Agent(_) | Command::Dev(_) | Command::Bench(_)
     );
+    if daemon {
+        sigpipe(SigPipe::Ignore);
+    }
     let default_level = if daemon { "info" } else { "warn" };
     let filter =
         EnvFilter::try_from_env("ALLOT_LOG").unwrap_or_else(|_| EnvFilter::new(default_level));
