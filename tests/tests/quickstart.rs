@@ -494,3 +494,69 @@ fn writing_to_a_closed_pipe_is_quiet() {
     }
     assert!(dev.interrupt().success());
 }
+
+/// Every `allot …` command the portal's pages tell people to run exists, with the flags
+/// they name (the audit page once said `--key`, a flag `allot audit verify` never had).
+#[test]
+fn the_commands_the_portal_shows_exist() {
+    let bin = allot_bin();
+    let templates = Path::new(env!("CARGO_MANIFEST_DIR")).join("../web/templates");
+    let mut checked = 0;
+    for entry in std::fs::read_dir(&templates).expect("templates") {
+        let path = entry.expect("entry").path();
+        let page = std::fs::read_to_string(&path).expect("template");
+        for snippet in page.split("<code>allot ").skip(1) {
+            let command = snippet.split("</code>").next().unwrap_or_default();
+            let words: Vec<&str> = command.split_whitespace().collect();
+            // The verb: its leading lower-case words; then flags among the rest.
+            let verb: Vec<&str> = words
+                .iter()
+                .take_while(|w| w.chars().all(|c| c.is_ascii_lowercase() || c == '-'))
+                .take_while(|w| !w.starts_with("--"))
+                .copied()
+                .collect();
+            let help = Command::new(&bin)
+                .args(&verb)
+                .arg("--help")
+                .output()
+                .expect("allot runs");
+            assert!(
+                help.status.success(),
+                "{}: `allot {command}`: {}",
+                path.display(),
+                text(&help.stderr)
+            );
+            let help = text(&help.stdout);
+            for flag in words.iter().filter(|w| w.starts_with("--")) {
+                assert!(
+                    help.contains(&format!("{flag} ")) || help.contains(&format!("{flag}\n")),
+                    "{}: `allot {command}` names {flag}, which `allot {} --help` lacks",
+                    path.display(),
+                    verb.join(" ")
+                );
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked >= 3, "the portal shows commands: {checked}");
+}
+
+/// A memory size without a unit is refused where it can only be a unit left out, and the
+/// error says what to write; `G` is a gibibyte, as in Slurm's `--mem=16G`.
+#[test]
+fn a_memory_size_needs_its_unit() {
+    let bin = allot_bin();
+    let out = Command::new(&bin)
+        .args([
+            "job", "submit", "--tenant", "t", "--memory", "16", "--", "true",
+        ])
+        .env("ALLOT_TOKEN", "unused")
+        .output()
+        .expect("allot runs");
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("--memory") && stderr.contains("16GiB"),
+        "{stderr}"
+    );
+}

@@ -36,7 +36,7 @@ pub use job::{
     Share, TransitionError,
 };
 pub use node::{GpuDevice, MemoryEnforcement, MigSlot, Node, NodeStatus};
-pub use quantity::{format_bytes, format_milli, parse_bytes};
+pub use quantity::{format_bytes, format_milli, parse_bytes, parse_memory};
 pub use secret::{SecretUse, SecretValue, TenantSecret};
 pub use tenant::{Quota, ResourceLimits, Resources, Tenant, TenantName};
 pub use token::{ApiToken, Role, RoleBinding};

@@ -3,8 +3,9 @@
 /// The largest quantity Allot accepts anywhere (1 PiB): above it a number is a typo.
 pub const MAX_BYTES: u64 = 1 << 50;
 
-/// Parses a byte quantity. Binary (`KiB`, `MiB`, `GiB`, `TiB`) and decimal (`KB`, `MB`, `GB`,
-/// `TB`, also `K`/`M`/`G`/`T`) suffixes are accepted, case-insensitively; no suffix means bytes.
+/// Parses a byte quantity. Binary suffixes (`KiB`, `MiB`, `GiB`, `TiB`, and the single
+/// letters `K`, `M`, `G`, `T` as Slurm's `--mem` and Docker's `-m` read them) and decimal ones
+/// (`KB`, `MB`, `GB`, `TB`) are accepted, case-insensitively; no suffix means bytes.
 pub fn parse_bytes(input: &str) -> Result<u64, String> {
     let s = input.trim();
     let split = s
@@ -16,17 +17,17 @@ pub fn parse_bytes(input: &str) -> Result<u64, String> {
     }
     let multiplier: u64 = match unit.trim().to_ascii_lowercase().as_str() {
         "" | "b" => 1,
-        "k" | "kb" => 1_000,
-        "m" | "mb" => 1_000_000,
-        "g" | "gb" => 1_000_000_000,
-        "t" | "tb" => 1_000_000_000_000,
-        "ki" | "kib" => 1 << 10,
-        "mi" | "mib" => 1 << 20,
-        "gi" | "gib" => 1 << 30,
-        "ti" | "tib" => 1 << 40,
+        "kb" => 1_000,
+        "mb" => 1_000_000,
+        "gb" => 1_000_000_000,
+        "tb" => 1_000_000_000_000,
+        "k" | "ki" | "kib" => 1 << 10,
+        "m" | "mi" | "mib" => 1 << 20,
+        "g" | "gi" | "gib" => 1 << 30,
+        "t" | "ti" | "tib" => 1 << 40,
         other => {
             return Err(format!(
-                "unknown unit `{other}` (use B, KiB, MiB, GiB, TiB, KB, MB, GB or TB)"
+                "unknown unit `{other}` (use B; K, M, G, T or KiB, MiB, GiB, TiB for powers of 1024; KB, MB, GB, TB for powers of 1000)"
             ));
         }
     };
@@ -38,6 +39,23 @@ pub fn parse_bytes(input: &str) -> Result<u64, String> {
         return Err(format!("`{input}` is larger than the maximum of 1 PiB"));
     }
     Ok(bytes.round() as u64)
+}
+
+/// Below this, a number without a unit given as a memory size is refused: `--memory 16`
+/// almost surely meant 16 GiB, not 16 bytes.
+pub const MIN_BARE_MEMORY: u64 = 1 << 20;
+
+/// A memory size as people give it (a command-line flag, a form): [`parse_bytes`], except
+/// that a bare number below 1 MiB is refused as a unit left out (`16B` says bytes).
+pub fn parse_memory(input: &str) -> Result<u64, String> {
+    let s = input.trim();
+    let bytes = parse_bytes(s)?;
+    if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) && bytes < MIN_BARE_MEMORY {
+        return Err(format!(
+            "`{s}` has no unit and would be {s} bytes: write e.g. {s}GiB or {s}MiB ({s}B if bytes are meant)"
+        ));
+    }
+    Ok(bytes)
 }
 
 /// Formats bytes with the largest binary unit that keeps the number at or above one.
@@ -80,8 +98,28 @@ mod tests {
         assert_eq!(parse_bytes("80GiB"), Ok(80 << 30));
         assert_eq!(parse_bytes("80gib"), Ok(80 << 30));
         assert_eq!(parse_bytes("1.5 GiB"), Ok(3 << 29));
-        assert_eq!(parse_bytes("16G"), Ok(16_000_000_000));
+        assert_eq!(parse_bytes("16G"), Ok(16 << 30), "as Slurm's --mem=16G");
+        assert_eq!(parse_bytes("512m"), Ok(512 << 20));
+        assert_eq!(parse_bytes("16GB"), Ok(16_000_000_000));
         assert_eq!(parse_bytes("1024"), Ok(1024));
+    }
+
+    #[test]
+    fn a_memory_size_without_a_unit_must_be_large_enough_to_mean_bytes() {
+        let e = parse_memory("16").expect_err("16 bytes is a unit left out");
+        assert!(e.contains("16GiB"), "{e}");
+        assert_eq!(parse_memory("16B"), Ok(16));
+        assert_eq!(parse_memory("16G"), Ok(16 << 30));
+        assert_eq!(parse_memory("1073741824"), Ok(1 << 30));
+        assert!(parse_memory("twelve").is_err());
+    }
+
+    #[test]
+    fn an_unknown_unit_is_answered_with_every_unit() {
+        let e = parse_bytes("3 parsecs").expect_err("unknown");
+        for unit in ["B", "K", "G", "GiB", "GB", "TB"] {
+            assert!(e.contains(unit), "{e}");
+        }
     }
 
     #[test]

@@ -44,7 +44,7 @@ pub struct AgentArgs {
     #[arg(long, env = "ALLOT_AGENT_CPUS", value_parser = crate::cmd::parse_milli)]
     cpus: Option<u64>,
     /// Memory offered to jobs, e.g. 480GiB (default: all of this machine's).
-    #[arg(long, env = "ALLOT_AGENT_MEMORY", value_parser = allot_domain::parse_bytes)]
+    #[arg(long, env = "ALLOT_AGENT_MEMORY", value_parser = allot_domain::parse_memory)]
     memory: Option<u64>,
     /// Serve Prometheus metrics at `/metrics` here, e.g. 127.0.0.1:9465 (unauthenticated:
     /// keep it on loopback or an internal network). See docs/metrics.md.
@@ -56,7 +56,7 @@ pub struct AgentArgs {
     #[arg(long, env = "ALLOT_SHIM_LIBRARY")]
     shim_library: Option<PathBuf>,
     /// GPU memory charged to a shared job for each process's CUDA context on each GPU.
-    #[arg(long, default_value = "512MiB", value_parser = allot_domain::parse_bytes)]
+    #[arg(long, default_value = "512MiB", value_parser = allot_domain::parse_memory)]
     shim_context_reserve: u64,
     #[command(flatten)]
     runtime: RuntimeArgs,
@@ -88,13 +88,13 @@ pub struct RuntimeArgs {
     #[arg(long)]
     pub registry_ca: Option<PathBuf>,
     /// Size cap of the image cache (layers and unpacked images).
-    #[arg(long, default_value = "20GiB", value_parser = allot_domain::parse_bytes)]
+    #[arg(long, default_value = "20GiB", value_parser = allot_domain::parse_memory)]
     pub image_cache_size: u64,
     /// Size of each container's /scratch (tmpfs; counts against its memory limit).
-    #[arg(long, default_value = "10GiB", value_parser = allot_domain::parse_bytes)]
+    #[arg(long, default_value = "10GiB", value_parser = allot_domain::parse_memory)]
     pub scratch_size: u64,
     /// Size of each container's /tmp and of its /dev/shm.
-    #[arg(long, default_value = "1GiB", value_parser = allot_domain::parse_bytes)]
+    #[arg(long, default_value = "1GiB", value_parser = allot_domain::parse_memory)]
     pub tmp_size: u64,
     /// Processes and threads one container may have.
     #[arg(long, default_value_t = 4096)]

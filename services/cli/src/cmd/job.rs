@@ -3,7 +3,7 @@ use std::time::Duration;
 
 use allot_api::views::{JobList, JobView};
 use allot_domain::{
-    GpuCompute, Isolation, WorkloadClass, format_bytes, parse_bytes, parse_priority,
+    GpuCompute, Isolation, WorkloadClass, format_bytes, parse_memory, parse_priority,
 };
 use anyhow::bail;
 use clap::Subcommand;
@@ -29,7 +29,7 @@ pub enum JobCmd {
         gpus: u64,
         /// GPU memory needed on each GPU, e.g. 80GiB: the least a whole GPU must have, or
         /// what the job holds of a shared one.
-        #[arg(long, value_parser = parse_bytes)]
+        #[arg(long, value_parser = parse_memory)]
         gpu_memory: Option<u64>,
         /// An acceptable GPU model, e.g. H200 (repeatable; any model when absent).
         #[arg(long = "gpu-model")]
@@ -38,7 +38,7 @@ pub enum JobCmd {
         #[arg(long, value_parser = parse_milli)]
         cpus: Option<u64>,
         /// Memory reserved on the node, e.g. 16GiB.
-        #[arg(long, value_parser = parse_bytes)]
+        #[arg(long, value_parser = parse_memory)]
         memory: Option<u64>,
         /// low, normal, high, critical, or a number from -1000 to 1000.
         #[arg(long, default_value = "normal", value_parser = parse_priority)]
@@ -134,7 +134,7 @@ pub enum JobCmd {
         #[arg(long, value_parser = parse_milli)]
         gpus: Option<u64>,
         /// GPU memory it may hold on each, e.g. 20GiB.
-        #[arg(long, value_parser = parse_bytes)]
+        #[arg(long, value_parser = parse_memory)]
         gpu_memory: Option<u64>,
     },
     /// Print the end of a finished job's output, with control characters escaped (a job's

@@ -1,7 +1,7 @@
 use allot_api::views::{
     LimitsBody, QuotaBody, RegistryCredentialView, ResourcesBody, TenantSecretView, TenantView,
 };
-use allot_domain::{Isolation, format_bytes, parse_bytes};
+use allot_domain::{Isolation, format_bytes, parse_memory};
 use clap::{Args, Subcommand};
 use reqwest::Method;
 use serde_json::json;
@@ -129,15 +129,15 @@ pub struct QuotaArgs {
     #[arg(long, value_parser = parse_milli)]
     max_cpus: Option<u64>,
     /// Memory guaranteed, e.g. 256GiB.
-    #[arg(long, value_parser = parse_bytes)]
+    #[arg(long, value_parser = parse_memory)]
     guaranteed_memory: Option<u64>,
-    #[arg(long, value_parser = parse_bytes)]
+    #[arg(long, value_parser = parse_memory)]
     max_memory: Option<u64>,
     /// GPU memory guaranteed, e.g. 640GiB.
-    #[arg(long, value_parser = parse_bytes)]
+    #[arg(long, value_parser = parse_memory)]
     guaranteed_gpu_memory: Option<u64>,
     /// Most GPU memory the tenant may hold at once, e.g. 80GiB.
-    #[arg(long, alias = "gpu-memory", value_parser = parse_bytes)]
+    #[arg(long, alias = "gpu-memory", value_parser = parse_memory)]
     max_gpu_memory: Option<u64>,
     /// Share of spare capacity relative to other tenants (1-10000).
     #[arg(long, default_value_t = 1)]
