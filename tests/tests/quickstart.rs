@@ -294,6 +294,12 @@ fn quick_start_as_a_user_runs_it() {
         table.starts_with("ID") && table.contains("succeeded") && table.contains("exit 7"),
         "{table}"
     );
+    assert!(
+        table
+            .lines()
+            .any(|l| l.split_whitespace().any(|cell| cell == "0.25")),
+        "the quarter-GPU job shows its share, not 1 GPU: {table}"
+    );
     let out = cli(&bin, &dev, &token, &["node", "list"]);
     assert_eq!(
         text(&out.stdout).matches("ready").count(),

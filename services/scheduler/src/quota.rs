@@ -28,17 +28,17 @@ impl Resource {
         self as usize
     }
 
-    /// `amount` in the resource's unit, to a tenth: "7.5", "16", "0.2".
+    /// `amount` in the resource's unit, exactly for GPUs and CPUs ("7.5", "16", "0.25",
+    /// "1.25": a share is never rounded into another), memory in GiB to a hundredth ("33",
+    /// "1.5", "0.1"; "0.01" at least when not nothing).
     pub fn number(self, amount: u64) -> String {
-        let unit = match self {
-            Resource::GpuMilli | Resource::CpuMilli => 1000,
-            Resource::MemoryMib | Resource::GpuMemoryMib => 1024,
-        };
-        let (whole, tenths) = (amount / unit, (amount % unit) * 10 / unit);
-        if tenths == 0 {
-            whole.to_string()
-        } else {
-            format!("{whole}.{tenths}")
+        match self {
+            Resource::GpuMilli | Resource::CpuMilli => allot_domain::format_milli(amount),
+            Resource::MemoryMib | Resource::GpuMemoryMib => {
+                let hundredths = (amount * 100 + 512) / 1024;
+                let hundredths = if amount > 0 { hundredths.max(1) } else { 0 };
+                allot_domain::format_milli(hundredths * 10)
+            }
         }
     }
 
@@ -408,6 +408,20 @@ pub(crate) fn gpu_queue(
 #[cfg(test)]
 mod tests {
     use super::gpu_queue as q;
+
+    #[test]
+    fn amounts_are_shown_without_rounding_a_share_into_another() {
+        use super::Resource;
+        assert_eq!(Resource::GpuMilli.number(250), "0.25");
+        assert_eq!(Resource::GpuMilli.number(1250), "1.25");
+        assert_eq!(Resource::GpuMilli.number(2000), "2");
+        assert_eq!(Resource::CpuMilli.show(500), "0.5 CPUs");
+        assert_eq!(Resource::MemoryMib.show(33 * 1024), "33 GiB");
+        assert_eq!(Resource::MemoryMib.number(1536), "1.5");
+        assert_eq!(Resource::MemoryMib.number(100), "0.1");
+        assert_eq!(Resource::MemoryMib.number(1), "0.01", "not nothing");
+        assert_eq!(Resource::MemoryMib.number(0), "0");
+    }
     use super::*;
 
     #[test]

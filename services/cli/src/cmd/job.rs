@@ -240,6 +240,20 @@ fn gpus_of(j: &JobView) -> String {
     }
 }
 
+/// The GPUS column of `job list`: "2", "0.25" for a share of one GPU, the profile for a
+/// MIG instance ("1g.18gb").
+fn gpus_cell(j: &JobView) -> String {
+    if let Some(profile) = &j.mig_profile {
+        return profile.clone();
+    }
+    let share = j.held_gpu_milli.or(j.gpu_milli).unwrap_or(1000);
+    if j.gpus == 1 && share < 1000 {
+        show_milli(u64::from(share))
+    } else {
+        j.gpus.to_string()
+    }
+}
+
 /// `--gpus` as the API's GPU count and per-GPU share.
 fn gpu_request(milli: u64) -> anyhow::Result<(u64, Option<u64>)> {
     match milli {
@@ -424,7 +438,7 @@ pub async fn run(client: &Client, cmd: JobCmd) -> anyhow::Result<i32> {
                                 j.tenant.clone(),
                                 j.name.clone(),
                                 j.state.clone(),
-                                j.gpus.to_string(),
+                                gpus_cell(j),
                                 short(Some(j.created_at)),
                                 detail,
                             ]

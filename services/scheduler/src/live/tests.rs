@@ -266,6 +266,20 @@ fn fractions_of_different_tenants_share_one_gpu() {
 }
 
 #[test]
+fn a_quarter_of_a_gpu_is_said_as_such() {
+    let nodes = [node("n1", &["H200"])];
+    let tenants = [tenant("a", 0)];
+    let running = [running_on(job("held", "a", 1, Some(900)), "n1", &[0])];
+    let d = decide(&nodes, &tenants, &running, &[job("q", "a", 1, Some(250))]);
+    let r = waits(&d, "q").expect("0.1 is left");
+    assert!(
+        r.message.contains("0.25 of a GPU") && !r.message.contains("0.2 of"),
+        "{}",
+        r.message
+    );
+}
+
+#[test]
 fn reclaim_preempts_the_borrower_and_places_once_it_stopped() {
     let nodes = [node("n1", &["H200"])];
     let tenants = [tenant("owner", 1), tenant("borrower", 0)];
