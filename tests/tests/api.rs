@@ -922,3 +922,89 @@ async fn openapi_document_covers_every_route() {
     assert!(doc["components"]["securitySchemes"]["bearer"].is_object());
     c.shutdown().await;
 }
+
+/// A quota change changes only what it names (a JSON merge patch): a MIG limit leaves the
+/// GPUs, weight, isolation and budget as they were; `null` lifts one thing; an unknown
+/// field is named. (A whole-quota PUT used to reset whatever it did not name.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quota_change_changes_only_what_it_names() {
+    let c = spawn_cluster(Backend::Sqlite, 0, "").await;
+    let (status, body) = c
+        .post(
+            "/api/v1/tenants",
+            json!({ "name": "demo", "quota": {
+                "guaranteed": { "gpu_milli": 2000, "memory_bytes": 1u64 << 30 },
+                "limit": { "gpu_milli": 4000 },
+                "weight": 3, "min_isolation": "dedicated",
+                "mig_limits": { "1g.18gb": 2 }, "gpu_hour_budget": 500.0,
+            }}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let patch = |body: Value| {
+        let c = &c;
+        async move {
+            c.request(
+                Method::PATCH,
+                "/api/v1/tenants/demo/quota",
+                Some(&c.admin_token),
+                Some(body),
+            )
+            .await
+        }
+    };
+    // The README's `set-quota demo --mig-limit 3g.71gb=1`: only that.
+    let (status, t) = patch(json!({ "mig_limits": { "3g.71gb": 1 } })).await;
+    assert_eq!(status, StatusCode::OK, "{t}");
+    let q = &t["quota"];
+    assert_eq!(q["guaranteed"]["gpu_milli"], 2000, "{q}");
+    assert_eq!(q["guaranteed"]["memory_bytes"], 1u64 << 30, "{q}");
+    assert_eq!(q["limit"]["gpu_milli"], 4000, "{q}");
+    assert_eq!(q["weight"], 3, "{q}");
+    assert_eq!(q["min_isolation"], "dedicated", "{q}");
+    assert_eq!(
+        q["mig_limits"],
+        json!({ "1g.18gb": 2, "3g.71gb": 1 }),
+        "{q}"
+    );
+    assert_eq!(q["gpu_hour_budget"], 500.0, "{q}");
+    // What the portal's form sends: the isolation and MIG limits it does not show stay.
+    let (status, t) = patch(json!({
+        "guaranteed": { "gpu_milli": 1000 }, "limit": { "gpu_milli": 3000 }, "weight": 3,
+        "gpu_hour_budget": 500.0,
+    }))
+    .await;
+    assert_eq!(status, StatusCode::OK, "{t}");
+    let q = &t["quota"];
+    assert_eq!(q["min_isolation"], "dedicated", "{q}");
+    assert_eq!(q["guaranteed"]["memory_bytes"], 1u64 << 30, "{q}");
+    assert_eq!(
+        q["mig_limits"],
+        json!({ "1g.18gb": 2, "3g.71gb": 1 }),
+        "{q}"
+    );
+    // `null` lifts a limit, one profile's limit, the budget.
+    let (status, t) = patch(json!({
+        "limit": { "gpu_milli": null }, "mig_limits": { "1g.18gb": null }, "gpu_hour_budget": null,
+    }))
+    .await;
+    assert_eq!(status, StatusCode::OK, "{t}");
+    let q = &t["quota"];
+    assert!(q["limit"]["gpu_milli"].is_null(), "{q}");
+    assert_eq!(q["mig_limits"], json!({ "3g.71gb": 1 }), "{q}");
+    assert!(q["gpu_hour_budget"].is_null(), "{q}");
+    assert_eq!(q["guaranteed"]["gpu_milli"], 1000, "{q}");
+    // Refused, naming the field; nothing changed.
+    let (status, p) = patch(json!({ "limit": { "gpus": 1 } })).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{p}");
+    assert!(p.to_string().contains("limit.gpus"), "{p}");
+    let (status, p) = patch(json!({ "weight": 0 })).await;
+    assert!(
+        status.is_client_error() && p.to_string().contains("weight"),
+        "{status} {p}"
+    );
+    let (status, p) = patch(json!([1])).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{p}");
+    let (_, t) = c.get("/api/v1/tenants/demo").await;
+    assert_eq!(t["quota"]["mig_limits"], json!({ "3g.71gb": 1 }), "{t}");
+}

@@ -126,6 +126,26 @@ fn quick_start_as_a_user_runs_it() {
     let shown = text(&out.stdout);
     assert!(shown.contains("0 B / 600 GiB"), "{shown}");
     assert!(shown.contains("2 / 4"), "{shown}");
+    // A quota change names what it changes, and the rest stays (as the README shows it).
+    let out = cli(
+        &bin,
+        &dev,
+        &token,
+        &["tenant", "set-quota", "demo", "--mig-limit", "1g.18gb=4"],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let shown = text(&out.stdout);
+    assert!(
+        shown.contains("2 / 4") && shown.contains("0 B / 600 GiB") && shown.contains("1g.18gb=4"),
+        "{shown}"
+    );
+    let out = cli(&bin, &dev, &token, &["tenant", "set-quota", "demo"]);
+    assert!(!out.status.success(), "nothing named is refused");
+    assert!(
+        text(&out.stderr).contains("name what to change"),
+        "{}",
+        text(&out.stderr)
+    );
     let out = cli(
         &bin,
         &dev,

@@ -87,6 +87,7 @@ const EXPECTED: &[(&str, &str)] = &[
     ("GET /api/v1/tenants/{name}", "OCX - OC OC OC"),
     ("GET /api/v1/tenants/{name}/quota", "OCX - OC OC OC"),
     ("PUT /api/v1/tenants/{name}/quota", "OCX - - - -"),
+    ("PATCH /api/v1/tenants/{name}/quota", "OCX - - - -"),
     ("GET /api/v1/tenants/{name}/policy", "OCX - OC OC OC"),
     ("PUT /api/v1/tenants/{name}/policy", "OCX - - - -"),
     (
@@ -415,6 +416,7 @@ impl Fixture {
             }
             "POST /api/v1/jobs/{id}/resize" => (String::new(), Some(json!({ "gpu_milli": 500 }))),
             "PUT /api/v1/tenants/{name}/quota" => (String::new(), Some(json!({}))),
+            "PATCH /api/v1/tenants/{name}/quota" => (String::new(), Some(json!({ "weight": 2 }))),
             "PUT /api/v1/tenants/{name}/policy" => (String::new(), Some(json!({}))),
             "PUT /api/v1/tenants/{name}/registry-credentials/{registry}" => (
                 String::new(),

@@ -61,12 +61,15 @@ const bodies = {
     if (v("tenant")) body.tenant = v("tenant");
     return body;
   },
+  // A merge patch of what the form shows: an emptied limit or budget is lifted (null).
   quota(f) {
     const v = (n) => f.elements[n].value.trim();
-    const body = { guaranteed: { gpu_milli: milli(v("guaranteed_gpus") || "0") }, limit: {}, weight: Number(v("weight") || "1") };
-    if (v("max_gpus")) body.limit.gpu_milli = milli(v("max_gpus"));
-    if (v("budget")) body.gpu_hour_budget = Number(v("budget"));
-    return body;
+    return {
+      guaranteed: { gpu_milli: milli(v("guaranteed_gpus") || "0") },
+      limit: { gpu_milli: v("max_gpus") ? milli(v("max_gpus")) : null },
+      weight: Number(v("weight") || "1"),
+      gpu_hour_budget: v("budget") ? Number(v("budget")) : null,
+    };
   },
   token(f) {
     const v = (n) => f.elements[n].value.trim();
@@ -147,3 +150,18 @@ document.addEventListener("click", async (ev) => {
   if (then === "reload") window.location.reload();
   else window.location.assign(then || "/portal");
 });
+
+// The quota form starts from the chosen tenant's current quota.
+function fillQuota(select) {
+  const o = select.selectedOptions[0];
+  if (!o) return;
+  const f = select.form;
+  f.elements.guaranteed_gpus.value = o.dataset.guaranteed || "0";
+  f.elements.max_gpus.value = o.dataset.limit || "";
+  f.elements.weight.value = o.dataset.weight || "1";
+  f.elements.budget.value = o.dataset.budget || "";
+}
+document.addEventListener("change", (ev) => {
+  if (ev.target.matches && ev.target.matches("#q-tenant")) fillQuota(ev.target);
+});
+document.querySelectorAll("#q-tenant").forEach(fillQuota);

@@ -79,11 +79,40 @@ fn integral(v: &mut serde_json::Value) {
     }
 }
 
-pub(crate) fn parse_json<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
-    let located = |e: serde_path_to_error::Error<serde_json::Error>| {
-        let (field, reason) = locate(e.path(), &e.inner().to_string());
-        ApiError::malformed(field, reason)
+/// Applies a JSON merge patch (RFC 7396) to `target`: an object's members are merged
+/// member by member, `null` removes one, anything else replaces.
+pub(crate) fn merge_patch(target: &mut serde_json::Value, patch: &serde_json::Value) {
+    use serde_json::Value;
+    let Value::Object(changes) = patch else {
+        *target = patch.clone();
+        return;
     };
+    if !target.is_object() {
+        *target = Value::Object(serde_json::Map::new());
+    }
+    if let Value::Object(fields) = target {
+        for (key, change) in changes {
+            if change.is_null() {
+                fields.remove(key);
+            } else {
+                merge_patch(fields.entry(key.clone()).or_insert(Value::Null), change);
+            }
+        }
+    }
+}
+
+fn located(e: serde_path_to_error::Error<serde_json::Error>) -> ApiError {
+    let (field, reason) = locate(e.path(), &e.inner().to_string());
+    ApiError::malformed(field, reason)
+}
+
+/// Reads `value` as `T`, errors naming the field as for a body.
+pub(crate) fn from_value<T: DeserializeOwned>(mut value: serde_json::Value) -> Result<T, ApiError> {
+    integral(&mut value);
+    serde_path_to_error::deserialize(value).map_err(located)
+}
+
+pub(crate) fn parse_json<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     let mut de = serde_json::Deserializer::from_slice(body);
     let mut value: serde_json::Value = match serde::Deserialize::deserialize(&mut de) {
         Ok(v) => v,

@@ -136,6 +136,11 @@ fn routes<R: Routes>(r: &mut R) {
     r.add(M::GET, "/api/v1/tenants/{name}", tenants::get);
     r.add(M::GET, "/api/v1/tenants/{name}/quota", tenants::get_quota);
     r.add(M::PUT, "/api/v1/tenants/{name}/quota", tenants::set_quota);
+    r.add(
+        M::PATCH,
+        "/api/v1/tenants/{name}/quota",
+        tenants::patch_quota,
+    );
     r.add(M::GET, "/api/v1/tenants/{name}/policy", tenants::get_policy);
     r.add(M::PUT, "/api/v1/tenants/{name}/policy", tenants::set_policy);
     r.add(

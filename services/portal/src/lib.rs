@@ -725,6 +725,10 @@ struct TenantRow {
     parent: Option<String>,
     guaranteed: String,
     limit: String,
+    /// The GPU limit as the quota form starts from it: empty when there is none.
+    limit_value: String,
+    /// The monthly GPU-hour budget as the form starts from it: empty when there is none.
+    budget: String,
     weight: u32,
     min_isolation: String,
 }
@@ -769,6 +773,11 @@ async fn admin_page(
                 .map(|p| p.name.to_string()),
             guaranteed: format_milli(t.quota.guaranteed.gpu_milli),
             limit: t.quota.limit.gpu_milli.map_or("none".into(), format_milli),
+            limit_value: t.quota.limit.gpu_milli.map_or(String::new(), format_milli),
+            budget: t
+                .quota
+                .gpu_hour_budget_milli
+                .map_or(String::new(), format_milli),
             weight: t.quota.weight,
             min_isolation: t.quota.min_isolation.to_string(),
         })

@@ -148,14 +148,54 @@ pub async fn set_quota(
     Json(body): Json<QuotaBody>,
 ) -> Result<HttpResponse, ApiError> {
     visible(&state, &who, &name, Action::QuotaWrite).await?;
+    apply_quota(&state, &who, &name, body).await
+}
+
+/// Change parts of a tenant's quota (platform admins, as for setting it): the body is a
+/// JSON merge patch (RFC 7396) of the quota as `GET …/quota` shows it. Only what it names
+/// changes: `{"limit": {"gpu_milli": 4000}}` sets the GPU limit and keeps the guarantee,
+/// weight, isolation, MIG limits and budget; `null` clears (`{"limit": {"gpu_milli": null}}`
+/// removes the limit, `{"mig_limits": {"1g.18gb": null}}` one profile's limit,
+/// `{"gpu_hour_budget": null}` the budget).
+#[utoipa::path(patch, path = "/api/v1/tenants/{name}/quota", tag = "tenants",
+    security(("bearer" = [])), params(("name" = String, Path)), request_body = QuotaBody,
+    responses((status = 200, body = TenantView), (status = 400, body = Problem),
+        (status = 403, body = Problem), (status = 404, body = Problem), (status = 422, body = Problem)))]
+pub async fn patch_quota(
+    state: web::Data<AppState>,
+    who: Principal,
+    name: web::Path<String>,
+    Json(patch): Json<serde_json::Value>,
+) -> Result<HttpResponse, ApiError> {
+    let tenant = visible(&state, &who, &name, Action::QuotaWrite).await?;
+    if !patch.is_object() {
+        return Err(ApiError::malformed(
+            "body",
+            "a merge patch of the quota is a JSON object",
+        ));
+    }
+    let mut quota = serde_json::to_value(QuotaBody::from(tenant.quota))
+        .map_err(|e| ApiError::Internal(format!("the quota as JSON: {e}")))?;
+    crate::extract::merge_patch(&mut quota, &patch);
+    let body: QuotaBody = crate::extract::from_value(quota)?;
+    apply_quota(&state, &who, &name, body).await
+}
+
+/// Validates `body` as `name`'s whole quota, in its tree, and stores it.
+async fn apply_quota(
+    state: &AppState,
+    who: &Principal,
+    name: &str,
+    body: QuotaBody,
+) -> Result<HttpResponse, ApiError> {
     let quota = Quota::from(body);
     quota.validate("")?;
     let mut all = state.store.list_tenants().await?;
-    if let Some(t) = all.iter_mut().find(|t| t.name.as_str() == name.as_str()) {
+    if let Some(t) = all.iter_mut().find(|t| t.name.as_str() == name) {
         t.quota = quota.clone();
         check_tree(&all)?;
     }
-    let tenant = state.store.set_quota(&who.audit(), &name, quota).await?;
+    let tenant = state.store.set_quota(&who.audit(), name, quota).await?;
     state.events.job_submitted();
     Ok(json(StatusCode::OK, &TenantView::new(tenant, &all)))
 }

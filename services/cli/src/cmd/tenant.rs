@@ -34,8 +34,8 @@ pub enum TenantCmd {
         #[arg(short, long, value_enum, default_value_t)]
         output: Format,
     },
-    /// Replace a tenant's quota (what is omitted becomes: nothing guaranteed, no limit,
-    /// weight 1, isolation shared).
+    /// Change a tenant's quota: only what is named changes (`none` lifts a limit, a MIG
+    /// limit or the budget); `tenant get` shows all of it.
     SetQuota {
         name: String,
         #[command(flatten)]
@@ -120,53 +120,101 @@ pub struct QuotaArgs {
     /// GPUs guaranteed, fractions allowed (e.g. 7.5).
     #[arg(long, value_parser = parse_milli)]
     guaranteed_gpus: Option<u64>,
-    /// Most GPUs the tenant's jobs may hold at once, borrowing included (e.g. 8).
-    #[arg(long, alias = "gpus", value_parser = parse_milli)]
-    max_gpus: Option<u64>,
+    /// Most GPUs the tenant's jobs may hold at once, borrowing included (e.g. 8; `none`
+    /// for no limit).
+    #[arg(long, alias = "gpus", value_parser = limit_milli)]
+    max_gpus: Option<Limit>,
     /// CPUs guaranteed (e.g. 64).
     #[arg(long, value_parser = parse_milli)]
     guaranteed_cpus: Option<u64>,
-    #[arg(long, value_parser = parse_milli)]
-    max_cpus: Option<u64>,
+    /// Most CPUs (`none` for no limit).
+    #[arg(long, value_parser = limit_milli)]
+    max_cpus: Option<Limit>,
     /// Memory guaranteed, e.g. 256GiB.
     #[arg(long, value_parser = parse_memory)]
     guaranteed_memory: Option<u64>,
-    #[arg(long, value_parser = parse_memory)]
-    max_memory: Option<u64>,
+    /// Most memory (`none` for no limit).
+    #[arg(long, value_parser = limit_memory)]
+    max_memory: Option<Limit>,
     /// GPU memory guaranteed, e.g. 640GiB.
     #[arg(long, value_parser = parse_memory)]
     guaranteed_gpu_memory: Option<u64>,
-    /// Most GPU memory the tenant may hold at once, e.g. 80GiB.
-    #[arg(long, alias = "gpu-memory", value_parser = parse_memory)]
-    max_gpu_memory: Option<u64>,
-    /// Share of spare capacity relative to other tenants (1-10000).
-    #[arg(long, default_value_t = 1)]
-    weight: u32,
-    /// The least isolation the tenant's jobs run at: shared, mig or dedicated.
-    #[arg(long, default_value = "shared")]
-    min_isolation: Isolation,
-    /// Most MIG instances of a profile held at once, as PROFILE=N (e.g. 1g.18gb=4);
-    /// repeatable. Profiles not named are unlimited.
-    #[arg(long = "mig-limit", value_parser = parse_mig_limit)]
-    mig_limits: Vec<(String, u32)>,
-    /// GPU-hours the tenant and its teams may use per calendar month (UTC), e.g. 5000.
+    /// Most GPU memory the tenant may hold at once, e.g. 80GiB (`none` for no limit).
+    #[arg(long, alias = "gpu-memory", value_parser = limit_memory)]
+    max_gpu_memory: Option<Limit>,
+    /// Share of spare capacity relative to other tenants (1-10000) [new tenants: 1].
     #[arg(long)]
-    gpu_hour_budget: Option<f64>,
+    weight: Option<u32>,
+    /// The least isolation the tenant's jobs run at: shared, mig or dedicated [new
+    /// tenants: shared].
+    #[arg(long)]
+    min_isolation: Option<Isolation>,
+    /// Most MIG instances of a profile held at once, as PROFILE=N (e.g. 1g.18gb=4), or
+    /// PROFILE=none to lift it; repeatable. Profiles not named are unlimited.
+    #[arg(long = "mig-limit", value_parser = parse_mig_limit)]
+    mig_limits: Vec<(String, Option<u32>)>,
+    /// GPU-hours the tenant and its teams may use per calendar month (UTC), e.g. 5000
+    /// (`none` for no budget).
+    #[arg(long, value_parser = limit_hours)]
+    gpu_hour_budget: Option<Budget>,
 }
 
-fn parse_mig_limit(s: &str) -> Result<(String, u32), String> {
+/// A limit as given: an amount, or `none` (no limit).
+#[derive(Debug, Clone, Copy)]
+struct Limit(Option<u64>);
+
+/// A budget as given: GPU-hours, or `none` (no budget).
+#[derive(Debug, Clone, Copy)]
+struct Budget(Option<f64>);
+
+fn is_none(s: &str) -> bool {
+    matches!(s.trim().to_ascii_lowercase().as_str(), "none" | "unlimited")
+}
+
+fn limit_milli(s: &str) -> Result<Limit, String> {
+    if is_none(s) {
+        return Ok(Limit(None));
+    }
+    parse_milli(s).map(|m| Limit(Some(m)))
+}
+
+fn limit_memory(s: &str) -> Result<Limit, String> {
+    if is_none(s) {
+        return Ok(Limit(None));
+    }
+    parse_memory(s).map(|b| Limit(Some(b)))
+}
+
+fn limit_hours(s: &str) -> Result<Budget, String> {
+    if is_none(s) {
+        return Ok(Budget(None));
+    }
+    s.trim()
+        .parse::<f64>()
+        .map(|h| Budget(Some(h)))
+        .map_err(|_| format!("`{s}` is not a number of GPU-hours (or `none`)"))
+}
+
+fn parse_mig_limit(s: &str) -> Result<(String, Option<u32>), String> {
     let (profile, n) = s
         .split_once('=')
         .ok_or_else(|| format!("`{s}` is not PROFILE=N, like 1g.18gb=4"))?;
-    let n = n
-        .trim()
-        .parse()
-        .map_err(|_| format!("`{n}` in `{s}` is not a whole number"))?;
+    let n = if is_none(n) {
+        None
+    } else {
+        Some(
+            n.trim()
+                .parse()
+                .map_err(|_| format!("`{n}` in `{s}` is not a whole number (or `none`)"))?,
+        )
+    };
     Ok((profile.trim().to_owned(), n))
 }
 
 impl QuotaArgs {
+    /// The whole quota of a new tenant: what is not named takes its default.
     fn body(&self) -> QuotaBody {
+        let limit = |l: Option<Limit>| l.and_then(|l| l.0);
         QuotaBody {
             guaranteed: ResourcesBody {
                 gpu_milli: self.guaranteed_gpus.unwrap_or(0),
@@ -175,16 +223,77 @@ impl QuotaArgs {
                 gpu_memory_bytes: self.guaranteed_gpu_memory.unwrap_or(0),
             },
             limit: LimitsBody {
-                gpu_milli: self.max_gpus,
-                cpu_milli: self.max_cpus,
-                memory_bytes: self.max_memory,
-                gpu_memory_bytes: self.max_gpu_memory,
+                gpu_milli: limit(self.max_gpus),
+                cpu_milli: limit(self.max_cpus),
+                memory_bytes: limit(self.max_memory),
+                gpu_memory_bytes: limit(self.max_gpu_memory),
             },
-            weight: self.weight,
-            min_isolation: self.min_isolation,
-            mig_limits: self.mig_limits.iter().cloned().collect(),
-            gpu_hour_budget: self.gpu_hour_budget,
+            weight: self.weight.unwrap_or(1),
+            min_isolation: self.min_isolation.unwrap_or_default(),
+            mig_limits: self
+                .mig_limits
+                .iter()
+                .filter_map(|(p, n)| Some((p.clone(), (*n)?)))
+                .collect(),
+            gpu_hour_budget: self.gpu_hour_budget.and_then(|b| b.0),
         }
+    }
+
+    /// A change of an existing quota (a JSON merge patch): only what is named.
+    fn patch(&self) -> anyhow::Result<serde_json::Value> {
+        use serde_json::{Map, Value};
+        let mut guaranteed = Map::new();
+        for (key, v) in [
+            ("gpu_milli", self.guaranteed_gpus),
+            ("cpu_milli", self.guaranteed_cpus),
+            ("memory_bytes", self.guaranteed_memory),
+            ("gpu_memory_bytes", self.guaranteed_gpu_memory),
+        ] {
+            if let Some(v) = v {
+                guaranteed.insert(key.into(), json!(v));
+            }
+        }
+        let mut limit = Map::new();
+        for (key, v) in [
+            ("gpu_milli", self.max_gpus),
+            ("cpu_milli", self.max_cpus),
+            ("memory_bytes", self.max_memory),
+            ("gpu_memory_bytes", self.max_gpu_memory),
+        ] {
+            if let Some(Limit(v)) = v {
+                limit.insert(key.into(), json!(v));
+            }
+        }
+        let mut patch = Map::new();
+        if !guaranteed.is_empty() {
+            patch.insert("guaranteed".into(), Value::Object(guaranteed));
+        }
+        if !limit.is_empty() {
+            patch.insert("limit".into(), Value::Object(limit));
+        }
+        if let Some(w) = self.weight {
+            patch.insert("weight".into(), json!(w));
+        }
+        if let Some(i) = self.min_isolation {
+            patch.insert("min_isolation".into(), json!(i.as_str()));
+        }
+        if !self.mig_limits.is_empty() {
+            let mig: Map<String, Value> = self
+                .mig_limits
+                .iter()
+                .map(|(p, n)| (p.clone(), json!(n)))
+                .collect();
+            patch.insert("mig_limits".into(), Value::Object(mig));
+        }
+        if let Some(Budget(b)) = self.gpu_hour_budget {
+            patch.insert("gpu_hour_budget".into(), json!(b));
+        }
+        if patch.is_empty() {
+            anyhow::bail!(
+                "name what to change (e.g. --max-gpus 8, --min-isolation dedicated, --mig-limit 1g.18gb=4)"
+            );
+        }
+        Ok(Value::Object(patch))
     }
 }
 
@@ -218,6 +327,23 @@ fn show(t: &TenantView, output: Format) -> anyhow::Result<()> {
             ),
             ("Weight", t.quota.weight.to_string()),
             ("Minimum isolation", t.quota.min_isolation.to_string()),
+            (
+                "MIG limits",
+                if t.quota.mig_limits.is_empty() {
+                    "-".to_owned()
+                } else {
+                    t.quota
+                        .mig_limits
+                        .iter()
+                        .map(|(p, n)| format!("{p}={n}"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                },
+            ),
+            (
+                "GPU-hour budget per month",
+                opt(t.quota.gpu_hour_budget.map(|b| b.to_string())),
+            ),
             ("Created", t.created_at.to_rfc3339()),
         ])
     })
@@ -276,9 +402,9 @@ pub async fn run(client: &Client, cmd: TenantCmd) -> anyhow::Result<()> {
         TenantCmd::SetQuota { name, quota } => {
             let t: TenantView = client
                 .call(
-                    Method::PUT,
+                    Method::PATCH,
                     &format!("/api/v1/tenants/{name}/quota"),
-                    Some(&quota.body()),
+                    Some(&quota.patch()?),
                 )
                 .await?;
             show(&t, Format::Table)
