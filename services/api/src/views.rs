@@ -265,6 +265,35 @@ pub struct QuotaBody {
     pub gpu_hour_budget: Option<f64>,
 }
 
+/// A change of a quota: a JSON merge patch (RFC 7396) of [`QuotaBody`]. Every member is
+/// optional and only those present change; `null` sets one back to its default (a limit,
+/// a MIG profile's limit or the budget lifted, nothing guaranteed, weight 1, shared).
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct QuotaPatch {
+    pub guaranteed: Option<ResourcesPatch>,
+    pub limit: Option<LimitsBody>,
+    /// Over-quota weight, 1 to 10000.
+    #[schema(minimum = 1, maximum = 10000)]
+    pub weight: Option<u32>,
+    /// shared, mig or dedicated.
+    #[schema(value_type = Option<String>, example = "dedicated", pattern = "^(shared|mig|dedicated)$")]
+    pub min_isolation: Option<Isolation>,
+    /// MIG profile limits to set (or, `null`, to lift); profiles not named keep theirs.
+    pub mig_limits: Option<std::collections::BTreeMap<String, Option<u32>>>,
+    pub gpu_hour_budget: Option<f64>,
+}
+
+/// Guaranteed amounts to change; absent ones stay.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ResourcesPatch {
+    pub gpu_milli: Option<u64>,
+    pub cpu_milli: Option<u64>,
+    pub memory_bytes: Option<u64>,
+    pub gpu_memory_bytes: Option<u64>,
+}
+
 impl Default for QuotaBody {
     fn default() -> Self {
         Quota::default().into()

@@ -8,8 +8,8 @@ use crate::auth::Principal;
 use crate::extract::Json;
 use crate::problem::Problem;
 use crate::views::{
-    CreateTenant, PolicyBody, QuotaBody, RegistryCredentialBody, RegistryCredentialView,
-    SetSecretBody, TenantSecretView, TenantView,
+    CreateTenant, PolicyBody, QuotaBody, QuotaPatch, RegistryCredentialBody,
+    RegistryCredentialView, SetSecretBody, TenantSecretView, TenantView,
 };
 use crate::{ApiError, AppState, json};
 
@@ -158,7 +158,7 @@ pub async fn set_quota(
 /// removes the limit, `{"mig_limits": {"1g.18gb": null}}` one profile's limit,
 /// `{"gpu_hour_budget": null}` the budget).
 #[utoipa::path(patch, path = "/api/v1/tenants/{name}/quota", tag = "tenants",
-    security(("bearer" = [])), params(("name" = String, Path)), request_body = QuotaBody,
+    security(("bearer" = [])), params(("name" = String, Path)), request_body = QuotaPatch,
     responses((status = 200, body = TenantView), (status = 400, body = Problem),
         (status = 403, body = Problem), (status = 404, body = Problem), (status = 422, body = Problem)))]
 pub async fn patch_quota(
@@ -174,6 +174,8 @@ pub async fn patch_quota(
             "a merge patch of the quota is a JSON object",
         ));
     }
+    // What the document says a patch is, field by field, before it is applied.
+    let _: QuotaPatch = crate::extract::from_value(patch.clone())?;
     let mut quota = serde_json::to_value(QuotaBody::from(tenant.quota))
         .map_err(|e| ApiError::Internal(format!("the quota as JSON: {e}")))?;
     crate::extract::merge_patch(&mut quota, &patch);
