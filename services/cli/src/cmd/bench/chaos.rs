@@ -306,7 +306,8 @@ pub(super) async fn all_jobs(client: &Client) -> anyhow::Result<Vec<Value>> {
     }
 }
 
-pub(super) fn stop_agent(child: &mut tokio::process::Child) {
+/// Asks a child process (an agent, or `allot bench crash`'s server) to stop: SIGTERM.
+pub(super) fn terminate(child: &mut tokio::process::Child) {
     if let Some(pid) = child.id().and_then(|p| i32::try_from(p).ok()) {
         let _ = nix::sys::signal::kill(
             nix::unistd::Pid::from_raw(pid),
@@ -672,7 +673,7 @@ pub async fn run(args: &ChaosBench) -> anyhow::Result<()> {
         let mut n = node.lock().await;
         n.link.set_cut(false);
         if let Some(child) = n.agent.as_mut() {
-            stop_agent(child);
+            terminate(child);
         }
     }
     for node in &nodes {

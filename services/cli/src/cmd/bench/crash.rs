@@ -36,7 +36,7 @@ use rand::{Rng, SeedableRng};
 use reqwest::Method;
 use serde_json::{Value, json};
 
-use super::chaos::{Agents, all_jobs, live_job_processes, parse_range, stop_agent};
+use super::chaos::{Agents, all_jobs, live_job_processes, parse_range, terminate};
 use super::percentile;
 use crate::client::Client;
 
@@ -159,7 +159,7 @@ impl Server {
     /// SIGTERM, and SIGKILL if it has not stopped within 15 s.
     async fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {
-            stop_agent(&mut child);
+            terminate(&mut child);
             if tokio::time::timeout(Duration::from_secs(15), child.wait())
                 .await
                 .is_err()
@@ -662,16 +662,16 @@ pub async fn run(args: &CrashBench) -> anyhow::Result<()> {
     // The audit logs.
     let logs: Vec<Value> = client.get("/api/v1/audit/logs", &[]).await?;
     let sink = data_dir.join("checkpoints");
+    // A copy, taken once: the lock is not held across the exports (the poller has stopped).
+    let checkpoints = lock(&seen).checkpoints.clone();
     let mut audited = Vec::new();
     for log in &logs {
-        // A copy: the lock is not held across the export.
-        let checkpoints = lock(&seen).checkpoints.clone();
         audited.push(verify_log(&client, log, &trusted, &sink, &checkpoints).await?);
     }
 
     // Stop everything.
     for child in &mut children {
-        stop_agent(child);
+        terminate(child);
     }
     for mut child in children {
         if tokio::time::timeout(Duration::from_secs(10), child.wait())
