@@ -3,7 +3,7 @@
 
 use allot_store::AuditRepo;
 use allot_system_tests::{Backend, StatusCode, TestCluster, process_group_alive, spawn_cluster};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 fn states(job: &Value) -> Vec<String> {
     job["events"]
@@ -151,26 +151,37 @@ async fn job_lifecycle(backend: Backend) {
         job["pending_reason"]["message"],
         "tenant team-a: 3 of 3 GPUs in use (limit); request 1"
     );
-    // A job over the cap on its own never runs; other tenants are not held back.
-    let too_big = c.submit("team-a", 4, &["true"]).await;
+    // A job over the cap on its own could never run: refused at submit, naming the field and
+    // the limit, and not stored. Other tenants are not held back.
+    let (status, p) = c
+        .post(
+            "/api/v1/jobs",
+            json!({ "tenant": "team-a", "gpus": 4, "command": ["true"] }),
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{p}");
+    assert_eq!(p["errors"][0]["field"], "gpus", "{p}");
+    assert_eq!(
+        p["errors"][0]["reason"],
+        "tenant `team-a` may hold at most 3 GPUs at once (its hard limit), and this job asks for 4",
+    );
     c.create_tenant("team-b", None).await;
     let other = c.submit("team-b", 1, &["true"]).await;
     c.wait_for_state(&other, "succeeded").await;
-    let (_, job) = c.get(&format!("/api/v1/jobs/{too_big}")).await;
-    assert_eq!(job["state"], "pending");
+
+    // Cancelling a pending job is immediate.
+    let queued = c.submit("team-a", 1, &["true"]).await;
+    let (status, job) = c
+        .post(&format!("/api/v1/jobs/{queued}/cancel"), Value::Null)
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(job["state"], "cancelled");
 
     // Freeing the GPUs lets the waiting job run.
     c.post(&format!("/api/v1/jobs/{holder}/cancel"), Value::Null)
         .await;
     c.wait_for_state(&holder, "cancelled").await;
     c.wait_for_state(&waiting, "succeeded").await;
-
-    // Cancelling a pending job is immediate.
-    let (status, job) = c
-        .post(&format!("/api/v1/jobs/{too_big}/cancel"), Value::Null)
-        .await;
-    assert_eq!(status, StatusCode::OK);
-    assert_eq!(job["state"], "cancelled");
 
     c.shutdown().await;
 }

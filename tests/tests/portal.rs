@@ -93,6 +93,18 @@ async fn tenants_members_and_auditors_do_their_work_in_the_portal() {
     sign_in(&b, &c, "alice").await;
     b.wait_for_text(".quota", "ml").await;
     b.goto(&c.url("/portal/jobs/new")).await;
+    // No GPU is in MIG mode: no MIG profile is offered (it could never run).
+    assert_eq!(
+        b.execute("return document.querySelectorAll('#mig_profile option').length")
+            .await,
+        1,
+        "only `none`"
+    );
+    assert!(
+        b.text("form[data-kind=job]")
+            .await
+            .contains("no GPU is in MIG mode")
+    );
     // No command: the API's error shows next to the field.
     b.fill("#command", "").await;
     b.click("form[data-kind=job] button[type=submit]").await;

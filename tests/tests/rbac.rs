@@ -163,9 +163,14 @@ impl Fixture {
             config.checkpoint_interval = Duration::from_millis(100);
         })
         .await;
+        // A GPU-hour budget of 0 keeps the fixture's jobs pending (see `job`).
         for (name, parent) in [("own", None), ("own-ml", Some("own")), ("other", None)] {
+            let quota = parent.map_or(json!({ "gpu_hour_budget": 0 }), |_| json!({}));
             let (s, body) = c
-                .post("/api/v1/tenants", json!({ "name": name, "parent": parent }))
+                .post(
+                    "/api/v1/tenants",
+                    json!({ "name": name, "parent": parent, "quota": quota }),
+                )
                 .await;
             assert_eq!(s, StatusCode::CREATED, "{body}");
         }
@@ -215,9 +220,10 @@ impl Fixture {
         }
     }
 
-    /// A fresh job of `rel`'s tenant that stays pending (it asks for more than exists).
+    /// A fresh job of `rel`'s tenant that stays pending: its tenant (or the one above it)
+    /// has a GPU-hour budget of 0 this month.
     async fn job(&self, rel: Rel) -> String {
-        self.c.submit(rel.tenant(), 64, &["true"]).await
+        self.c.submit(rel.tenant(), 1, &["true"]).await
     }
 
     /// A fresh viewer token of `rel`'s tenant.
@@ -415,7 +421,10 @@ impl Fixture {
                 (String::new(), Some(json!({ "node_name": format!("n{n}") })))
             }
             "POST /api/v1/jobs/{id}/resize" => (String::new(), Some(json!({ "gpu_milli": 500 }))),
-            "PUT /api/v1/tenants/{name}/quota" => (String::new(), Some(json!({}))),
+            // Keeps the budget of 0 that holds the fixture's jobs pending.
+            "PUT /api/v1/tenants/{name}/quota" => {
+                (String::new(), Some(json!({ "gpu_hour_budget": 0 })))
+            }
             "PATCH /api/v1/tenants/{name}/quota" => (String::new(), Some(json!({ "weight": 2 }))),
             "PUT /api/v1/tenants/{name}/policy" => (String::new(), Some(json!({}))),
             "PUT /api/v1/tenants/{name}/registry-credentials/{registry}" => (

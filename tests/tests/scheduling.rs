@@ -453,3 +453,70 @@ async fn a_job_requeued_for_a_device_fault_runs_on_another_gpu() {
     );
     c.shutdown().await;
 }
+
+/// What no node and no limit could ever give is refused at submit, as `sbatch` refuses it:
+/// 422 naming the field and the most the fleet or the quota can give, and nothing stored.
+/// (It used to be accepted and wait forever, an A100 request on an all-H200 fleet saying
+/// "no node has room for 1 whole GPUs".)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_that_could_never_run_are_refused_at_submit() {
+    let c = spawn_cluster_with(Backend::Sqlite, 1, "8xH200", |_| {}).await;
+    c.create_tenant("demo", Some(4)).await;
+    let never = [
+        (
+            json!({ "gpus": 1, "gpu_models": ["A100"] }),
+            "gpu_models",
+            "no node has a GPU of model A100; the nodes have H200",
+        ),
+        (
+            json!({ "gpus": 1, "gpu_memory_bytes": 500u64 << 30 }),
+            "gpu_memory_bytes",
+            "no GPU has more than 141 GiB of memory",
+        ),
+        (
+            json!({ "gpus": 0, "memory_bytes": 10_000_000_000_000u64 }),
+            "memory_bytes",
+            "no node offers more than",
+        ),
+        (
+            json!({ "gpus": 8 }),
+            "gpus",
+            "tenant `demo` may hold at most 4 GPUs at once (its hard limit), and this job asks for 8",
+        ),
+        (json!({ "gpus": 9 }), "gpus", "no node has more than 8 GPUs"),
+        (
+            json!({ "mig_profile": "1g.18gb" }),
+            "mig_profile",
+            "no GPU is in MIG mode",
+        ),
+    ];
+    for (fields, field, says) in never {
+        let mut body = json!({ "tenant": "demo", "command": ["true"] });
+        if let (Some(b), Some(extra)) = (body.as_object_mut(), fields.as_object()) {
+            b.extend(extra.clone());
+        }
+        let (status, p) = c.post("/api/v1/jobs", body).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{fields}: {p}");
+        let named = p["errors"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|e| e["field"] == field)
+            .unwrap_or_else(|| panic!("{fields}: {field} not named in {p}"));
+        assert!(
+            named["reason"].as_str().unwrap_or("").contains(says),
+            "{fields}: {p}"
+        );
+    }
+    let (_, jobs) = c.get("/api/v1/jobs?tenant=demo").await;
+    assert_eq!(jobs["items"].as_array().map(Vec::len), Some(0), "{jobs}");
+    // What the fleet and the limit do allow is admitted and runs.
+    let id = c
+        .submit_with(
+            "demo",
+            json!({ "gpus": 4, "gpu_models": ["h200"] }),
+            &["true"],
+        )
+        .await;
+    assert_eq!(c.wait_for_end(&id).await["state"], "succeeded");
+}

@@ -438,7 +438,8 @@ async fn submit_page(
     Ok(render(SubmitPage {
         page: Page::new(&req, &who, "Submit a job", "submit"),
         tenants,
-        mig_profiles: allot_domain::mig::profile_names(),
+        // Only what some GPU in MIG mode can make: another profile could never run.
+        mig_profiles: allot_scheduler::admission::mig_profiles(&state.store.list_nodes().await?),
     }))
 }
 

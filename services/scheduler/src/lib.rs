@@ -7,11 +7,14 @@
 //! openb benchmark, and `live` the control plane's pass over the store's nodes, tenants and
 //! jobs.
 
+pub mod admission;
 pub mod engine;
 pub mod live;
 pub mod mig;
 pub mod openb;
 pub mod quota;
 pub mod resize;
+#[cfg(test)]
+mod testing;
 
 pub use live::{LIVE_POLICIES, LiveDecision, LiveError, LiveScheduler, Snapshot};

@@ -28,6 +28,7 @@ use chrono::{DateTime, Utc};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 
+use crate::admission::model_key;
 use crate::engine::{self, Config, Decision, EngineError, Job, Running, World};
 use crate::openb::cluster::NodeState;
 use crate::openb::{self, Choice, Cluster, OpenbPolicy, Request};
@@ -217,17 +218,6 @@ impl std::fmt::Debug for LiveScheduler {
     }
 }
 
-/// Model names compare case-insensitively and without a leading vendor name, so
-/// `h200` accepts a GPU NVML calls `NVIDIA H200`.
-fn model_key(model: &str) -> String {
-    let m = model.trim();
-    let m = m
-        .strip_prefix("NVIDIA ")
-        .or_else(|| m.strip_prefix("nvidia "))
-        .unwrap_or(m);
-    m.to_ascii_lowercase()
-}
-
 fn mib_up(bytes: u64) -> u32 {
     u32::try_from(bytes.div_ceil(MIB)).unwrap_or(u32::MAX)
 }
@@ -385,12 +375,28 @@ impl Mapped {
             u64::MAX
         } else {
             let wanted: Vec<String> = s.gpu_models.iter().map(|m| model_key(m)).collect();
-            self.cluster
+            let mask = self
+                .cluster
                 .models
                 .iter()
                 .enumerate()
                 .filter(|(_, m)| wanted.contains(m))
-                .fold(0u64, |acc, (i, _)| acc | (1 << i.min(63)))
+                .fold(0u64, |acc, (i, _)| acc | (1 << i.min(63)));
+            if mask == 0 {
+                let has = if self.cluster.models.is_empty() {
+                    "no node has GPUs".to_owned()
+                } else {
+                    format!("the nodes have {}", self.cluster.models.join(", "))
+                };
+                return Err(PendingReason {
+                    code: "NoRoom".into(),
+                    message: format!(
+                        "no node has a GPU of model {}; {has}",
+                        s.gpu_models.join(" or ")
+                    ),
+                });
+            }
+            mask
         };
         Ok(Request {
             cpu_milli: s.cpu_milli,

@@ -2,7 +2,9 @@ use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, web};
 use allot_authz::{Action, Resource};
 use allot_domain::{Job, JobSpec, JobState, TenantName, ValidationError};
-use allot_store::{JobFilter, JobRepo, NewJob, SecretRepo, TenantRepo, TenantScope, VolumeRepo};
+use allot_store::{
+    JobFilter, JobRepo, NewJob, NodeRepo, SecretRepo, TenantRepo, TenantScope, VolumeRepo,
+};
 
 use crate::auth::Principal;
 use crate::extract::{Json, Query};
@@ -127,6 +129,12 @@ pub async fn submit(
         network,
     };
     spec.validate()?;
+    // What no node and no limit could ever give is refused now, not left to wait forever.
+    let (tenants, nodes) = (
+        state.store.list_tenants().await?,
+        state.store.list_nodes().await?,
+    );
+    allot_scheduler::admission::check(&spec, &tenant.id, &tenants, &nodes)?;
     if !spec.volumes.is_empty() {
         let declared = state.store.list_volumes().await?;
         allot_domain::volume::check_against(&spec.volumes, &spec.tenant, &declared)?;

@@ -1,96 +1,14 @@
-use std::collections::BTreeMap;
-
-use allot_domain::{GpuDevice, JobSpec, JobState, Quota, Resources, TenantName};
-use chrono::TimeZone;
+use allot_domain::JobState;
 
 use super::*;
 use crate::engine::GpuLimits;
-
-fn now() -> DateTime<Utc> {
-    Utc.with_ymd_and_hms(2026, 11, 30, 12, 0, 0)
-        .single()
-        .expect("valid time")
-}
-
-fn node(id: &str, models: &[&str]) -> Node {
-    Node {
-        id: id.into(),
-        name: id.into(),
-        registered_at: now(),
-        last_heartbeat_at: now(),
-        lease_expires_at: now() + chrono::Duration::seconds(30),
-        agent_version: "test".into(),
-        gpu_backend: "simulated".into(),
-        runtime: "process".into(),
-        cpu_milli: 64_000,
-        memory_bytes: 512 << 30,
-        cordoned: false,
-        drained_gpus: Vec::new(),
-        gpus: models
-            .iter()
-            .enumerate()
-            .map(|(i, m)| GpuDevice {
-                uuid: format!("{id}-gpu{i}"),
-                index: i as u32,
-                model: (*m).into(),
-                memory_bytes: 141 << 30,
-                healthy: true,
-                degraded: false,
-                memory_enforcement: Default::default(),
-                mig: None,
-            })
-            .collect(),
-    }
-}
-
-fn tenant(id: &str, guaranteed_gpus: u64) -> Tenant {
-    Tenant {
-        id: id.into(),
-        name: TenantName::parse("name", id).expect("valid"),
-        parent_id: None,
-        quota: Quota {
-            guaranteed: Resources {
-                gpu_milli: guaranteed_gpus * 1000,
-                ..Resources::default()
-            },
-            ..Quota::default()
-        },
-        policy: Default::default(),
-        uid_slot: 0,
-        created_at: now(),
-    }
-}
+use crate::testing::{node, now, spec, tenant};
 
 fn job(id: &str, tenant: &str, gpus: u32, share: Option<u32>) -> StoredJob {
     StoredJob {
         id: id.into(),
         tenant_id: tenant.into(),
-        spec: JobSpec {
-            tenant: TenantName::parse("tenant", tenant).expect("valid"),
-            name: id.into(),
-            cpu_milli: 1000,
-            memory_bytes: 1 << 30,
-            gpus,
-            gpu_milli: share,
-            gpu_memory_bytes: None,
-            gpu_models: Vec::new(),
-            priority: 0,
-            preemptible: true,
-            isolation: None,
-            class: None,
-            max_retries: 0,
-            command: vec!["true".into()],
-            env: BTreeMap::new(),
-            workdir: None,
-            checkpoint_dir: None,
-            volumes: Vec::new(),
-            secrets: Vec::new(),
-            mig_profile: None,
-            gpu_compute: None,
-            gpu_resizable: false,
-            image: None,
-            network: Default::default(),
-        },
+        spec: spec(id, tenant, gpus, share),
         state: JobState::Pending,
         pending_reason: None,
         node_id: None,
@@ -432,7 +350,12 @@ fn models_match_without_case_or_vendor() {
     t4.spec.gpu_models = vec!["T4".into()];
     let d = decide(&nodes, &tenants, &[], &[h200, t4]);
     assert_eq!(placed(&d, "h").map(|p| p.0), Some("n1".into()));
-    assert_eq!(waits(&d, "t").map(|r| r.code), Some("NoRoom".into()));
+    let t4 = waits(&d, "t").expect("the T4 job waits");
+    assert_eq!(t4.code, "NoRoom");
+    assert_eq!(
+        t4.message,
+        "no node has a GPU of model T4; the nodes have h200, a100-80gb"
+    );
 }
 
 #[test]
