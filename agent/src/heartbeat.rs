@@ -169,6 +169,18 @@ impl Agent {
         self.lock_jobs().running.keys().cloned().collect()
     }
 
+    /// Which attempt of each running job runs.
+    pub(crate) fn running_attempts(&self) -> Vec<allot_proto::v1::RunningAttempt> {
+        self.lock_jobs()
+            .running
+            .iter()
+            .map(|(id, j)| allot_proto::v1::RunningAttempt {
+                job_id: id.clone(),
+                attempt: j.attempt,
+            })
+            .collect()
+    }
+
     pub(crate) async fn heartbeats(self: Arc<Self>, every: Duration, stop: CancellationToken) {
         loop {
             tokio::select! {
@@ -199,6 +211,7 @@ impl Agent {
         let mut req = Request::new(HeartbeatRequest {
             gpus,
             running_job_ids: self.running_ids(),
+            running_attempts: self.running_attempts(),
             job_samples,
         });
         // A slow answer still renews the lease from when the call was sent, so wait for

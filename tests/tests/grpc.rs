@@ -71,6 +71,7 @@ impl RawNode {
             gpus: register_req("", &self.name, "").gpus,
             running_job_ids: vec![],
             job_samples: vec![],
+            running_attempts: vec![],
         }
     }
 }

@@ -490,10 +490,18 @@ impl NodeSvc {
         &self,
         node: &Node,
         running: &[String],
+        attempts: &[allot_proto::v1::RunningAttempt],
         assigned: &[allot_domain::Job],
         ctx: AuditContext,
     ) -> Result<(), Status> {
-        let (released, held) = self.hub.reconcile(&node.id, running);
+        let with_attempts: Vec<(String, Option<u32>)> = running
+            .iter()
+            .map(|id| {
+                let attempt = attempts.iter().find(|a| a.job_id == *id).map(|a| a.attempt);
+                (id.clone(), attempt)
+            })
+            .collect();
+        let (released, held) = self.hub.reconcile(&node.id, &with_attempts);
         if released {
             self.notify.notify_one();
         }
@@ -511,7 +519,13 @@ impl NodeSvc {
                     }
                     _ => Vec::new(),
                 };
-                self.hub.withhold(&node.id, id, gpus);
+                // Until that attempt is gone (whichever, from an agent that does not say).
+                let attempt = with_attempts
+                    .iter()
+                    .find(|(j, _)| j == id)
+                    .and_then(|(_, a)| *a)
+                    .unwrap_or(0);
+                self.hub.withhold(&node.id, id, attempt, gpus);
                 continue;
             };
             if w.since.elapsed() < grace {
@@ -665,6 +679,11 @@ impl allot_proto::NodeService for NodeSvc {
         let was_ready = self.store.clock().now() < node.lease_expires_at;
         let r = req.into_inner();
         bounded("running_job_ids", r.running_job_ids.len(), MAX_RUNNING_JOBS)?;
+        bounded(
+            "running_attempts",
+            r.running_attempts.len(),
+            MAX_RUNNING_JOBS,
+        )?;
         let gpus = gpus_from_proto(r.gpus.clone())?;
         let changed = gpus != node.gpus;
         let until = self.lease_until();
@@ -738,8 +757,14 @@ impl allot_proto::NodeService for NodeSvc {
         if !was_ready || changed {
             self.notify.notify_one();
         }
-        self.reconcile_running(&node, &r.running_job_ids, &on_node, ctx)
-            .await?;
+        self.reconcile_running(
+            &node,
+            &r.running_job_ids,
+            &r.running_attempts,
+            &on_node,
+            ctx,
+        )
+        .await?;
         // Launches the agent should be running by now but is not: the stream that carried
         // them may have died unnoticed. Send again those still current (agents launch each
         // attempt once, so a duplicate is harmless).
@@ -925,14 +950,14 @@ impl allot_proto::NodeService for NodeSvc {
                 retry_at,
                 ..Default::default()
             };
-            let gpus = gpu_parents(&node, &job.gpu_uuids);
+            let (gpus, ended) = (gpu_parents(&node, &job.gpu_uuids), job.attempt);
             let job = self
                 .store
                 .transition_job(&ctx, &job.id, job.state, JobState::Pending, update)
                 .await
                 .map_err(status)?;
-            // Its GPUs come back once a heartbeat shows it gone from the node.
-            self.hub.withhold(&node.id, &job.id, gpus);
+            // Its GPUs come back once a heartbeat shows the attempt gone from the node.
+            self.hub.withhold(&node.id, &job.id, ended, gpus);
             tracing::info!(job = %job.id, attempt = job.attempt, "job requeued");
             self.notify.notify_one();
             return Ok(Response::new(JobStatusAck {}));
@@ -980,7 +1005,7 @@ impl allot_proto::NodeService for NodeSvc {
         tracing::info!(job = %job.id, state = %job.state, exit_code = ?job.exit_code, "job status");
         if job.state.is_terminal() {
             // Its GPUs come back once a heartbeat shows it gone from the node.
-            self.hub.withhold(&node.id, &job.id, gpus);
+            self.hub.withhold(&node.id, &job.id, job.attempt, gpus);
             self.notify.notify_one();
         } else if job.cancel_requested || job.preempt_reason.is_some() {
             // Stopped while its launch was in flight: say it again now that it runs.

@@ -24,8 +24,11 @@ pub struct Hub {
     /// Per node, jobs that ended (or that the control plane never gave it) whose GPUs are
     /// held back from placement until the node's heartbeat no longer shows the job: a
     /// job's capacity ends when its node has seen its processes gone.
-    withheld: Mutex<HashMap<String, HashMap<String, Withheld>>>,
+    withheld: Mutex<HashMap<String, NodeWithheld>>,
 }
+
+/// A node's held-back jobs by (job id, attempt; 0 for whichever attempt runs).
+type NodeWithheld = HashMap<(String, u32), Withheld>;
 
 /// A job whose GPUs are held back on a node.
 #[derive(Debug, Clone)]
@@ -129,13 +132,14 @@ impl Hub {
         true
     }
 
-    /// Holds `job_id`'s `gpus` on `node_id` back from placement (see [`Withheld`]), unless
-    /// already held.
-    pub fn withhold(&self, node_id: &str, job_id: &str, gpus: Vec<String>) {
+    /// Holds the `gpus` of `job_id`'s `attempt` on `node_id` back from placement (see
+    /// [`Withheld`]), unless already held. Attempt 0 is whichever attempt runs: held while
+    /// the node runs the job at all.
+    pub fn withhold(&self, node_id: &str, job_id: &str, attempt: u32, gpus: Vec<String>) {
         lock(&self.withheld)
             .entry(node_id.to_owned())
             .or_default()
-            .entry(job_id.to_owned())
+            .entry((job_id.to_owned(), attempt))
             .or_insert(Withheld {
                 gpus,
                 since: Instant::now(),
@@ -143,29 +147,47 @@ impl Hub {
             });
     }
 
-    /// The node's heartbeat shows it runs `running`: what it no longer runs is released
-    /// (whether anything was), and the held jobs it still runs are returned.
-    pub fn reconcile(&self, node_id: &str, running: &[String]) -> (bool, Vec<(String, Withheld)>) {
+    /// The node's heartbeat shows it runs `running` (each job with its attempt where the
+    /// node says): what it no longer runs is released (whether anything was), and the held
+    /// jobs it still runs are returned. An ended attempt is released while a later attempt
+    /// of the same job runs there: its GPUs are not the later one's.
+    pub fn reconcile(
+        &self,
+        node_id: &str,
+        running: &[(String, Option<u32>)],
+    ) -> (bool, Vec<(String, Withheld)>) {
         let mut map = lock(&self.withheld);
         let Some(jobs) = map.get_mut(node_id) else {
             return (false, Vec::new());
         };
         let before = jobs.len();
-        jobs.retain(|id, _| running.contains(id));
+        jobs.retain(|(id, attempt), _| {
+            running.iter().any(|(r, runs)| {
+                r == id && (*attempt == 0 || runs.is_none_or(|runs| runs == *attempt))
+            })
+        });
         let released = jobs.len() < before;
-        let still = jobs.iter().map(|(id, w)| (id.clone(), w.clone())).collect();
+        let still = jobs
+            .iter()
+            .map(|((id, _), w)| (id.clone(), w.clone()))
+            .collect();
         if jobs.is_empty() {
             map.remove(node_id);
         }
         (released, still)
     }
 
-    /// Marks the held job as recorded: `true` the first time.
+    /// Marks the held job (any attempt of it) as recorded: `true` the first time.
     pub fn audit_once(&self, node_id: &str, job_id: &str) -> bool {
-        lock(&self.withheld)
-            .get_mut(node_id)
-            .and_then(|jobs| jobs.get_mut(job_id))
-            .is_some_and(|w| !std::mem::replace(&mut w.audited, true))
+        let mut map = lock(&self.withheld);
+        let Some(jobs) = map.get_mut(node_id) else {
+            return false;
+        };
+        let mut first = false;
+        for (_, w) in jobs.iter_mut().filter(|((id, _), _)| id == job_id) {
+            first |= !std::mem::replace(&mut w.audited, true);
+        }
+        first
     }
 
     /// The GPUs held back on `node_id`.
@@ -294,5 +316,44 @@ pub fn partition(gpu_uuid: &str, layout: &[(u32, u8)]) -> Assignment {
                 })
                 .collect(),
         })),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn running(jobs: &[(&str, Option<u32>)]) -> Vec<(String, Option<u32>)> {
+        jobs.iter().map(|(j, a)| ((*j).to_owned(), *a)).collect()
+    }
+
+    /// A requeued job's first attempt ended on the node and its second runs there on
+    /// another GPU: the first attempt's GPU comes back (it used to stay held back until the
+    /// job left the node altogether).
+    #[test]
+    fn an_ended_attempt_is_released_while_a_later_one_runs() {
+        let hub = Hub::default();
+        hub.withhold("n", "a", 1, vec!["GPU-0".into()]);
+        let (released, still) = hub.reconcile("n", &running(&[("a", Some(1))]));
+        assert!(!released && still.len() == 1, "attempt 1 still runs");
+        assert_eq!(hub.withheld_gpus("n"), ["GPU-0"]);
+        let (released, still) = hub.reconcile("n", &running(&[("a", Some(2))]));
+        assert!(released && still.is_empty());
+        assert!(hub.withheld_gpus("n").is_empty());
+    }
+
+    #[test]
+    fn without_attempts_or_for_any_attempt_the_job_id_decides() {
+        let hub = Hub::default();
+        hub.withhold("n", "a", 1, vec!["GPU-0".into()]);
+        hub.withhold("n", "b", 0, vec!["GPU-1".into()]);
+        // An agent that does not say which attempt runs: held while the job runs.
+        let (released, _) = hub.reconcile("n", &running(&[("a", None), ("b", Some(5))]));
+        assert!(!released);
+        assert_eq!(hub.withheld_gpus("n").len(), 2);
+        assert!(hub.audit_once("n", "b") && !hub.audit_once("n", "b"));
+        let (released, _) = hub.reconcile("n", &[]);
+        assert!(released);
+        assert!(hub.withheld_gpus("n").is_empty());
     }
 }
