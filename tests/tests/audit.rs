@@ -414,38 +414,85 @@ async fn search_filters_and_pages_through_every_match() {
         let path = format!("/api/v1/audit/entries?{query}");
         async move { c.get(&path).await }
     };
-    let (s, all) = q("action=tenant.quota.set&limit=1000").await;
+    let (s, all) = q("action=tenant.quota.set&limit=1000&order=oldest").await;
     assert_eq!(s, StatusCode::OK, "{all}");
     let all = all["entries"].as_array().expect("entries").clone();
     assert_eq!(all.len(), 10, "both tenants' quota changes");
+    // Newest first unless asked otherwise.
+    let (_, newest) = q("action=tenant.quota.set&limit=1").await;
+    assert_eq!(newest["entries"][0]["seq"], all[9]["seq"], "{newest}");
+    assert_eq!(newest["entries"][0]["log"], all[9]["log"], "{newest}");
     let (_, red) = q("action=tenant.quota.*&log=red").await;
     assert_eq!(red["entries"].as_array().map(Vec::len), Some(5));
     let (_, none) = q("action=tenant.quota.set&outcome=denied").await;
     assert_eq!(none["entries"].as_array().map(Vec::len), Some(0));
 
-    // Pages of 3 cover every match once, in order.
-    let mut seen = Vec::new();
-    let mut after: Option<String> = None;
-    loop {
-        let cursor = after
-            .as_ref()
-            .map(|a| format!("&after={a}"))
-            .unwrap_or_default();
-        let (s, page) = q(&format!("action=tenant.quota.set&limit=3{cursor}")).await;
-        assert_eq!(s, StatusCode::OK, "{page}");
-        for e in page["entries"].as_array().expect("entries") {
-            seen.push((e["log"].clone(), e["seq"].clone()));
-        }
-        match page["next"].as_str() {
-            Some(n) => after = Some(n.to_owned()),
-            None => break,
-        }
-    }
+    // Pages of 3 cover every match once, in order, either order; and back again with
+    // `before` from the last page, page by page.
     let expected: Vec<_> = all
         .iter()
         .map(|e| (e["log"].clone(), e["seq"].clone()))
         .collect();
-    assert_eq!(seen, expected);
+    for order in ["oldest", "newest"] {
+        let mut pages: Vec<Vec<(Value, Value)>> = Vec::new();
+        let mut after: Option<String> = None;
+        let last_prev = loop {
+            let cursor = after
+                .as_ref()
+                .map(|a| format!("&after={a}"))
+                .unwrap_or_default();
+            let (s, page) = q(&format!(
+                "action=tenant.quota.set&limit=3&order={order}{cursor}"
+            ))
+            .await;
+            assert_eq!(s, StatusCode::OK, "{page}");
+            assert_eq!(page["prev"].is_null(), pages.is_empty(), "{page}");
+            pages.push(
+                page["entries"]
+                    .as_array()
+                    .expect("entries")
+                    .iter()
+                    .map(|e| (e["log"].clone(), e["seq"].clone()))
+                    .collect(),
+            );
+            match page["next"].as_str() {
+                Some(n) => after = Some(n.to_owned()),
+                None => break page["prev"].as_str().map(str::to_owned),
+            }
+        };
+        let seen: Vec<_> = pages.iter().flatten().cloned().collect();
+        let mut wanted = expected.clone();
+        if order == "newest" {
+            wanted.reverse();
+        }
+        assert_eq!(seen, wanted, "{order} first");
+        assert_eq!(pages.len(), 4, "10 in pages of 3");
+        let mut back = Vec::new();
+        let mut before = last_prev;
+        while let Some(b) = before {
+            let (s, page) = q(&format!(
+                "action=tenant.quota.set&limit=3&order={order}&before={b}"
+            ))
+            .await;
+            assert_eq!(s, StatusCode::OK, "{page}");
+            assert!(page["next"].is_string(), "a way forward again: {page}");
+            back.push(
+                page["entries"]
+                    .as_array()
+                    .expect("entries")
+                    .iter()
+                    .map(|e| (e["log"].clone(), e["seq"].clone()))
+                    .collect::<Vec<_>>(),
+            );
+            before = page["prev"].as_str().map(str::to_owned);
+        }
+        back.reverse();
+        assert_eq!(
+            back,
+            pages[..3].to_vec(),
+            "{order}: the same pages going back"
+        );
+    }
 
     // A time window: since the sixth match, until the ninth.
     let since = all[5]["time"].as_str().expect("time");
@@ -497,6 +544,8 @@ async fn search_filters_and_pages_through_every_match() {
             StatusCode::UNPROCESSABLE_ENTITY,
         ),
         ("after=bm9wZQ", "after", StatusCode::UNPROCESSABLE_ENTITY),
+        ("before=bm9wZQ", "before", StatusCode::UNPROCESSABLE_ENTITY),
+        ("order=sideways", "order", StatusCode::BAD_REQUEST),
         ("limit=0", "limit", StatusCode::BAD_REQUEST),
     ] {
         let (s, p) = q(query).await;
@@ -749,5 +798,63 @@ async fn the_evidence_bundle_holds_the_controls_policies_and_checkpoints() {
             .is_some_and(|h| h.len() == 64),
         "{hashes}"
     );
+    c.shutdown().await;
+}
+
+/// The portal's audit page lists the newest entries first and pages both ways: with more
+/// matches than a page holds, the newest submit is on the first page and the oldest is
+/// reached with "Older entries" (the page used to show the oldest 100 and nothing more).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_audit_page_shows_the_newest_first_and_pages_both_ways() {
+    let c = spawn_cluster(Backend::Sqlite, 0, "").await;
+    c.create_tenant("busy", None).await;
+    let mut ids = Vec::new();
+    for _ in 0..230 {
+        ids.push(c.submit("busy", 0, &["true"]).await);
+    }
+    let page = |path: String| {
+        let c = &c;
+        async move {
+            let r = c
+                .http
+                .get(c.url(&path))
+                .bearer_auth(&c.admin_token)
+                .send()
+                .await
+                .expect("page");
+            assert!(r.status().is_success(), "{path}: {}", r.status());
+            r.text().await.expect("html")
+        }
+    };
+    let link = |html: &str, id: &str| -> Option<String> {
+        let at = html.find(&format!("id=\"{id}\" href=\""))? + id.len() + 12;
+        let end = html[at..].find('"')? + at;
+        // As a browser reads the attribute.
+        Some(html[at..end].replace("&#38;", "&").replace("&amp;", "&"))
+    };
+    let jobs_on = |html: &str| ids.iter().filter(|id| html.contains(id.as_str())).count();
+    let first = page("/portal/audit?action=job.submit".into()).await;
+    assert!(
+        first.contains(&ids[229]),
+        "the newest submit is on the first page"
+    );
+    assert!(!first.contains(&ids[0]), "the oldest is not");
+    assert_eq!(jobs_on(&first), 100);
+    assert_eq!(link(&first, "newer"), None);
+    let second = page(link(&first, "older").expect("older entries")).await;
+    assert!(second.contains(&ids[129]) && second.contains(&ids[30]));
+    let third = page(link(&second, "older").expect("older entries")).await;
+    assert!(third.contains(&ids[0]), "the oldest submit is reached");
+    assert_eq!(jobs_on(&third), 30);
+    assert_eq!(link(&third, "older"), None, "nothing older");
+    let back = page(link(&third, "newer").expect("newer entries")).await;
+    assert_eq!(jobs_on(&back), 100);
+    assert!(
+        back.contains(&ids[129]) && back.contains(&ids[30]),
+        "the second page again"
+    );
+    let top = page(link(&back, "newer").expect("newer entries")).await;
+    assert!(top.contains(&ids[229]));
+    assert_eq!(link(&top, "newer"), None, "nothing newer");
     c.shutdown().await;
 }

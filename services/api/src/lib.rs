@@ -29,7 +29,9 @@ use allot_store::Store;
 
 pub use denials::record_denials;
 pub use extract::BodyLimit;
-pub use handlers::audit::{AuditLogView, Evidence, EvidenceFile, readable_logs};
+pub use handlers::audit::{
+    AuditLogView, AuditOrder, AuditSearchPage, Evidence, EvidenceFile, readable_logs, search_page,
+};
 pub use handlers::enrollment::{
     BOOTSTRAP_TOKEN_PREFIX, DEFAULT_BOOTSTRAP_TTL, TokenFor, issue_bootstrap_token,
 };

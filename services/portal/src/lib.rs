@@ -837,6 +837,26 @@ struct AuditQuery {
     action: String,
     #[serde(default)]
     actor: String,
+    /// A page's cursors, as the search API gives them.
+    after: Option<String>,
+    before: Option<String>,
+}
+
+impl AuditQuery {
+    /// This search's page `after` or `before` a cursor, as a link.
+    fn link(&self, dir: &str, cursor: &str) -> String {
+        let mut q = Vec::new();
+        for (k, v) in [("action", &self.action), ("actor", &self.actor)] {
+            if !v.trim().is_empty() {
+                q.push((k, v.trim()));
+            }
+        }
+        q.push((dir, cursor));
+        format!(
+            "/portal/audit?{}",
+            serde_urlencoded::to_string(&q).unwrap_or_default()
+        )
+    }
 }
 
 #[derive(Template, WebTemplate)]
@@ -846,6 +866,9 @@ struct AuditPage {
     logs: Vec<LogRow>,
     query: AuditQuery,
     entries: Vec<EntryRow>,
+    /// Links to the newer and the older page; empty where there is none.
+    newer: String,
+    older: String,
 }
 
 async fn audit_page(
@@ -882,21 +905,24 @@ async fn audit_page(
         });
     }
     let query = q.into_inner();
+    // Newest first, a page at a time both ways.
     let search = AuditSearch {
         logs: visible,
         action: (!query.action.trim().is_empty()).then(|| query.action.trim().to_owned()),
         actor: (!query.actor.trim().is_empty()).then(|| query.actor.trim().to_owned()),
+        newest_first: true,
         limit: 100,
         ..AuditSearch::default()
     };
-    let entries = state
-        .store
-        .search_audit(&search)
-        .await
-        .map_err(|e| match e {
-            allot_store::StoreError::Corrupt(m) => ApiError::malformed("action", m),
-            e => e.into(),
-        })?
+    let found = allot_api::search_page(
+        &state,
+        search,
+        query.after.as_deref(),
+        query.before.as_deref(),
+    )
+    .await?;
+    let entries = found
+        .entries
         .into_iter()
         .map(|e| {
             let body: serde_json::Value = e
@@ -905,7 +931,7 @@ async fn audit_page(
                 .and_then(|b| serde_json::from_str(b).ok())
                 .unwrap_or_default();
             EntryRow {
-                at: e.at.format("%Y-%m-%d %H:%M:%S").to_string(),
+                at: e.time.get(..19).unwrap_or(&e.time).replace('T', " "),
                 log: name_of(&e.log),
                 action: e.action,
                 actor: format!(
@@ -918,11 +944,19 @@ async fn audit_page(
             }
         })
         .collect();
+    let newer = found
+        .prev
+        .map_or_else(String::new, |c| query.link("before", &c));
+    let older = found
+        .next
+        .map_or_else(String::new, |c| query.link("after", &c));
     Ok(render(AuditPage {
         page: Page::new(&req, &who, "Audit", "audit"),
         logs,
         query,
         entries,
+        newer,
+        older,
     }))
 }
 

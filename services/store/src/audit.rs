@@ -11,7 +11,7 @@ use chrono::{DateTime, Utc};
 use sea_orm::sea_query::OnConflict;
 use sea_orm::sea_query::{Expr, LikeExpr};
 use sea_orm::{
-    ActiveValue::Set, ColumnTrait, Condition, ConnectionTrait, EntityTrait, QueryFilter,
+    ActiveValue::Set, ColumnTrait, Condition, ConnectionTrait, EntityTrait, Order, QueryFilter,
     QueryOrder, QuerySelect, TransactionTrait,
 };
 
@@ -47,7 +47,10 @@ pub struct AuditSearch {
     pub action: Option<String>,
     pub target: Option<String>,
     pub outcome: Option<Outcome>,
-    /// Entries strictly after this position in (time, log, seq) order.
+    /// Newest first (descending (time, log, seq)); oldest first when false.
+    pub newest_first: bool,
+    /// Entries strictly beyond this position in the search's order: after it oldest first,
+    /// before it newest first.
     pub after: Option<(DateTime<Utc>, String, u64)>,
     pub limit: u64,
 }
@@ -403,13 +406,18 @@ fn search_condition(q: &AuditSearch) -> Result<Condition, StoreError> {
     }
     if let Some((at, log, seq)) = &q.after {
         let seq = to_i64("after", *seq)?;
+        let (at_beyond, log_beyond, seq_beyond) = if q.newest_first {
+            (C::At.lt(*at), C::LogId.lt(log.clone()), C::Seq.lt(seq))
+        } else {
+            (C::At.gt(*at), C::LogId.gt(log.clone()), C::Seq.gt(seq))
+        };
         cond = cond.add(
-            Condition::any().add(C::At.gt(*at)).add(
+            Condition::any().add(at_beyond).add(
                 Condition::all().add(C::At.eq(*at)).add(
-                    Condition::any().add(C::LogId.gt(log.clone())).add(
+                    Condition::any().add(log_beyond).add(
                         Condition::all()
                             .add(C::LogId.eq(log.clone()))
-                            .add(C::Seq.gt(seq)),
+                            .add(seq_beyond),
                     ),
                 ),
             ),
@@ -547,11 +555,16 @@ impl AuditRepo for Store {
     }
 
     async fn search_audit(&self, q: &AuditSearch) -> Result<Vec<StoredEntry>, StoreError> {
+        let order = if q.newest_first {
+            Order::Desc
+        } else {
+            Order::Asc
+        };
         audit_entries::Entity::find()
             .filter(search_condition(q)?)
-            .order_by_asc(audit_entries::Column::At)
-            .order_by_asc(audit_entries::Column::LogId)
-            .order_by_asc(audit_entries::Column::Seq)
+            .order_by(audit_entries::Column::At, order.clone())
+            .order_by(audit_entries::Column::LogId, order.clone())
+            .order_by(audit_entries::Column::Seq, order)
             .limit(q.limit)
             .all(&self.db)
             .await?

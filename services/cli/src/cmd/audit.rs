@@ -21,7 +21,7 @@ pub enum AuditCmd {
         #[arg(short, long, value_enum, default_value_t)]
         output: Format,
     },
-    /// Search the logs you may read, oldest first.
+    /// Search the logs you may read, newest first (`--oldest-first` for time order).
     Search {
         /// Only this log: `system` or a tenant name.
         #[arg(long)]
@@ -31,9 +31,15 @@ pub enum AuditCmd {
         /// Entries per page (1–1000).
         #[arg(long, default_value_t = 100)]
         limit: u64,
-        /// Continue after this cursor (printed when more entries remain).
+        /// Oldest first.
         #[arg(long)]
+        oldest_first: bool,
+        /// Continue after this cursor (printed when more entries remain).
+        #[arg(long, conflicts_with = "before")]
         after: Option<String>,
+        /// The page before this cursor (printed as the way back).
+        #[arg(long)]
+        before: Option<String>,
         /// Follow every page to the end.
         #[arg(long)]
         all: bool,
@@ -320,23 +326,35 @@ pub async fn run(
             log,
             filter,
             limit,
+            oldest_first,
             mut after,
+            before,
             all,
             output,
         } => {
             let client = client()?;
             let mut entries: Vec<Value> = Vec::new();
+            let mut prev = None;
+            let mut before = before;
             loop {
                 let mut query = filter.query();
                 query.push(("limit", limit.to_string()));
+                let order = if oldest_first { "oldest" } else { "newest" };
+                query.push(("order", order.to_owned()));
                 if let Some(l) = &log {
                     query.push(("log", l.clone()));
                 }
                 if let Some(a) = &after {
                     query.push(("after", a.clone()));
                 }
+                if let Some(b) = before.take() {
+                    query.push(("before", b));
+                }
                 let page: Value = client.get("/api/v1/audit/entries", &query).await?;
                 entries.extend(page["entries"].as_array().cloned().unwrap_or_default());
+                if prev.is_none() {
+                    prev = page["prev"].as_str().map(str::to_owned);
+                }
                 after = page["next"].as_str().map(str::to_owned);
                 if !all || after.is_none() {
                     break;
@@ -349,6 +367,9 @@ pub async fn run(
                     &rows,
                 )
             })?;
+            if let Some(b) = prev {
+                eprintln!("previous page: --before {b}");
+            }
             if let Some(a) = after {
                 eprintln!("more entries: continue with --after {a}");
             }

@@ -1,5 +1,5 @@
 //! Searching the audit logs the caller may read, by time, actor, action, resource, tenant
-//! and outcome, newest last, a page at a time.
+//! and outcome, newest first (or oldest first), a page at a time in either direction.
 
 use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, web};
@@ -81,6 +81,7 @@ impl AuditFilter {
             action: self.action.clone(),
             target: self.target.clone(),
             outcome: self.outcome,
+            newest_first: false,
             after: None,
             limit,
         }
@@ -117,26 +118,92 @@ pub struct SearchQuery {
     /// `success`, `denied` or `failed`.
     #[param(value_type = Option<String>, pattern = "^(success|denied|failed)$")]
     pub outcome: Option<Outcome>,
+    /// `newest` first (the default) or `oldest` first.
+    #[param(value_type = Option<String>, pattern = "^(newest|oldest)$")]
+    pub order: Option<AuditOrder>,
     /// At most this many entries, 1–1000 (default 100).
     #[param(minimum = 1, maximum = 1000)]
     pub limit: Option<u64>,
-    /// The `next` of the previous page.
+    /// A page's `next`: the page after it.
     pub after: Option<String>,
+    /// A page's `prev`: the page before it.
+    pub before: Option<String>,
+}
+
+/// Which entries a search lists first.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AuditOrder {
+    #[default]
+    Newest,
+    Oldest,
 }
 
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct AuditSearchPage {
     pub entries: Vec<AuditEntryView>,
-    /// Pass as `after` for the next page; absent on the last page.
+    /// Pass as `after` for the next page (further in the search's order); absent on the
+    /// last page.
     pub next: Option<String>,
+    /// Pass as `before` for the previous page; absent on the first page.
+    pub prev: Option<String>,
+}
+
+/// A page of `search` (its filters, order and `limit`): the first, the one after cursor
+/// `after`, or the one before cursor `before`, with the cursors of its neighbours.
+pub async fn search_page(
+    state: &AppState,
+    mut search: AuditSearch,
+    after: Option<&str>,
+    before: Option<&str>,
+) -> Result<AuditSearchPage, ApiError> {
+    if after.is_some() && before.is_some() {
+        return Err(ApiError::invalid(
+            "before",
+            "cannot be given with `after`: a page is after one cursor or before another",
+        ));
+    }
+    let limit = search.limit;
+    search.limit = limit + 1;
+    let backwards = before.is_some();
+    search.after = match (after, before) {
+        (Some(c), _) => Some(parse_cursor("after", c)?),
+        (_, Some(c)) => Some(parse_cursor("before", c)?),
+        _ => None,
+    };
+    // Backwards: the entries just before the cursor, read in the other order, then turned.
+    search.newest_first ^= backwards;
+    let mut entries: Vec<AuditEntryView> = state
+        .store
+        .search_audit(&search)
+        .await?
+        .into_iter()
+        .map(AuditEntryView::from)
+        .collect();
+    let more = entries.len() as u64 > limit;
+    entries.truncate(usize::try_from(limit).unwrap_or(usize::MAX));
+    if backwards {
+        entries.reverse();
+        Ok(AuditSearchPage {
+            prev: entries.first().filter(|_| more).map(cursor),
+            next: entries.last().map(cursor),
+            entries,
+        })
+    } else {
+        Ok(AuditSearchPage {
+            prev: entries.first().filter(|_| after.is_some()).map(cursor),
+            next: entries.last().filter(|_| more).map(cursor),
+            entries,
+        })
+    }
 }
 
 fn cursor(e: &AuditEntryView) -> String {
     URL_SAFE_NO_PAD.encode(format!("{}|{}|{}", e.time, e.log, e.seq))
 }
 
-fn parse_cursor(s: &str) -> Result<(DateTime<Utc>, String, u64), ApiError> {
-    let bad = || ApiError::invalid("after", "is not a cursor this API returned");
+fn parse_cursor(field: &str, s: &str) -> Result<(DateTime<Utc>, String, u64), ApiError> {
+    let bad = || ApiError::invalid(field, "is not a cursor this API returned");
     let text =
         String::from_utf8(URL_SAFE_NO_PAD.decode(s).map_err(|_| bad())?).map_err(|_| bad())?;
     let mut parts = text.splitn(3, '|');
@@ -146,7 +213,9 @@ fn parse_cursor(s: &str) -> Result<(DateTime<Utc>, String, u64), ApiError> {
     let at = DateTime::parse_from_rfc3339(at)
         .map_err(|_| bad())?
         .with_timezone(&Utc);
-    Ok((at, log.to_owned(), seq.parse().map_err(|_| bad())?))
+    // A position the store can hold (a signed 64-bit number).
+    let seq: i64 = seq.parse().map_err(|_| bad())?;
+    Ok((at, log.to_owned(), u64::try_from(seq).map_err(|_| bad())?))
 }
 
 /// An audit log as the caller named it: its id, and how answers name it (by the name the
@@ -184,7 +253,8 @@ pub(super) async fn resolve_log(state: &AppState, log: &str) -> Result<NamedLog,
     Ok(NamedLog { id, what })
 }
 
-/// Search the audit logs you may read, oldest first.
+/// Search the audit logs you may read, newest first (or `order=oldest`), a page at a time
+/// in either direction (`after` a page's `next`, `before` its `prev`).
 #[utoipa::path(get, path = "/api/v1/audit/entries", tag = "audit",
     params(SearchQuery), security(("bearer" = [])),
     responses((status = 200, body = AuditSearchPage), (status = 400, body = Problem),
@@ -219,18 +289,9 @@ pub async fn search(
             Some(vec![log.id])
         }
     };
-    let mut search = filter.search(logs, limit + 1);
-    search.after = q.after.as_deref().map(parse_cursor).transpose()?;
+    let mut search = filter.search(logs, limit);
+    search.newest_first = q.order.unwrap_or_default() == AuditOrder::Newest;
     record_read(&state, &who, "*", "search").await?;
-    let mut entries: Vec<AuditEntryView> = state
-        .store
-        .search_audit(&search)
-        .await?
-        .into_iter()
-        .map(AuditEntryView::from)
-        .collect();
-    let more = entries.len() as u64 > limit;
-    entries.truncate(usize::try_from(limit).unwrap_or(usize::MAX));
-    let next = entries.last().filter(|_| more).map(cursor);
-    Ok(json(StatusCode::OK, &AuditSearchPage { entries, next }))
+    let page = search_page(&state, search, q.after.as_deref(), q.before.as_deref()).await?;
+    Ok(json(StatusCode::OK, &page))
 }
