@@ -197,3 +197,123 @@ async fn tenants_members_and_auditors_do_their_work_in_the_portal() {
     b.quit().await;
     c.shutdown().await;
 }
+
+/// Drain, cordon, cancel and revoke ask first, saying what they stop, and do nothing when
+/// the answer is no; a drained node shows one state, once. (They used to act on one click,
+/// and a drained node showed both "ready" and "cordoned".)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn actions_that_stop_work_ask_first_and_a_node_shows_one_state() {
+    let idp = start_provider();
+    let c = spawn_cluster_with(Backend::Sqlite, 1, "2xH200", |c| {
+        let hour = Duration::from_secs(3600);
+        idp.configure(c, &["email=root@example.com:platform-admin"], hour, hour);
+    })
+    .await;
+    c.create_tenant("ml", None).await;
+    let train = c
+        .submit_with(
+            "ml",
+            serde_json::json!({ "name": "train-resnet" }),
+            &["sleep", "60"],
+        )
+        .await;
+    c.wait_for_state(&train, "running").await;
+    let (_, nodes) = c.get("/api/v1/nodes").await;
+    let node_id = nodes[0]["id"].as_str().expect("node id").to_owned();
+    let b = Browser::start("portal-confirm").await;
+    sign_in(&b, &c, "root").await;
+    let dialog_open = || async {
+        b.execute("return document.getElementById('confirm').open")
+            .await
+    };
+    let badges = || async {
+        b.execute("return [...document.querySelectorAll('section.node h2 .state')].map(s => s.textContent)")
+            .await
+    };
+
+    b.goto(&c.url("/portal/cluster")).await;
+    b.wait_for_text("main", "node-1").await;
+    assert_eq!(badges().await, serde_json::json!(["ready"]));
+    // Drain: asked, naming the job it stops; "keep" changes nothing.
+    b.click(&format!(
+        "button[data-post='/api/v1/nodes/{node_id}/drain']"
+    ))
+    .await;
+    let asked = b.wait_for_text("#confirm-text", "train-resnet (ml)").await;
+    assert!(
+        asked.contains("stopped and requeued to run elsewhere"),
+        "{asked}"
+    );
+    assert_eq!(dialog_open().await, true);
+    b.screenshot("21-drain-asks").await;
+    b.click("#confirm-no").await;
+    assert_eq!(dialog_open().await, false);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (_, node) = c.get(&format!("/api/v1/nodes/{node_id}")).await;
+    assert_eq!(node["cordoned"], false, "not drained: {node}");
+    let (_, job) = c.get(&format!("/api/v1/jobs/{train}")).await;
+    assert_eq!(job["attempt"], 1, "{job}");
+    // Confirmed, it drains: the job is requeued and the node shows one state.
+    b.click(&format!(
+        "button[data-post='/api/v1/nodes/{node_id}/drain']"
+    ))
+    .await;
+    b.wait_for_text("#confirm-text", "train-resnet").await;
+    b.click("#confirm-yes").await;
+    b.wait_for_text("section.node h2", "cordoned").await;
+    assert_eq!(badges().await, serde_json::json!(["cordoned"]));
+    b.screenshot("22-drained-one-state").await;
+    c.eventually("the drained job requeued", || async {
+        let (_, j) = c.get(&format!("/api/v1/jobs/{train}")).await;
+        (j["attempt"] == 2).then_some(())
+    })
+    .await;
+    b.click(&format!(
+        "button[data-post='/api/v1/nodes/{node_id}/uncordon']"
+    ))
+    .await;
+    b.wait_for_text("section.node h2", "ready").await;
+    c.wait_for_state(&train, "running").await;
+
+    // Cancel: asked on the job's page (which stops reloading while it asks).
+    b.goto(&c.url(&format!("/portal/jobs/{train}"))).await;
+    b.click(&format!("button[data-post='/api/v1/jobs/{train}/cancel']"))
+        .await;
+    let asked = b
+        .wait_for_text("#confirm-text", "Cancel train-resnet")
+        .await;
+    assert!(asked.contains("does not run again"), "{asked}");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        dialog_open().await,
+        true,
+        "still asking after a refresh period"
+    );
+    b.click("#confirm-yes").await;
+    b.wait_for_text("#job-state", "cancel").await;
+    c.wait_for_state(&train, "cancelled").await;
+
+    // Revoke: asked, naming the role and who holds it.
+    let (status, body) = c
+        .post(
+            "/api/v1/role-bindings",
+            serde_json::json!({ "claim": "groups", "value": "ops", "role": "viewer", "tenant": "ml" }),
+        )
+        .await;
+    assert!(status.is_success(), "{body}");
+    b.goto(&c.url("/portal/admin")).await;
+    b.click("button[data-method=DELETE]").await;
+    let asked = b.wait_for_text("#confirm-text", "Revoke the role").await;
+    assert_eq!(
+        asked,
+        "Revoke the role viewer of everyone with groups = ops in ml? They lose what it allows at once."
+    );
+    b.click("#confirm-no").await;
+    b.goto(&c.url("/portal/admin")).await;
+    assert!(
+        b.find("button[data-method=DELETE]").await.is_some(),
+        "still bound"
+    );
+    b.quit().await;
+    c.shutdown().await;
+}

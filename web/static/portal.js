@@ -135,9 +135,23 @@ document.addEventListener("submit", async (ev) => {
   }
 });
 
+// Asks before an action that stops or takes away something (its button's data-confirm says
+// what): true when confirmed. Escape or "Keep it as it is" is no.
+function confirmed(text) {
+  const d = document.getElementById("confirm");
+  if (!d || typeof d.showModal !== "function") return Promise.resolve(window.confirm(text));
+  d.querySelector("#confirm-text").textContent = text;
+  d.returnValue = "";
+  return new Promise((resolve) => {
+    d.addEventListener("close", () => resolve(d.returnValue === "yes"), { once: true });
+    d.showModal();
+  });
+}
+
 document.addEventListener("click", async (ev) => {
   const b = ev.target.closest("button[data-post]");
   if (!b) return;
+  if (b.dataset.confirm && !(await confirmed(b.dataset.confirm))) return;
   b.disabled = true;
   const method = b.dataset.method || "POST";
   const r = await call(method, b.dataset.post, method === "DELETE" ? undefined : {});
@@ -165,3 +179,12 @@ document.addEventListener("change", (ev) => {
   if (ev.target.matches && ev.target.matches("#q-tenant")) fillQuota(ev.target);
 });
 document.querySelectorAll("#q-tenant").forEach(fillQuota);
+
+// Pages that change by themselves (a running job) reload every few seconds, except while a
+// question is open.
+const refresh = document.querySelector('meta[name="allot-refresh"]');
+if (refresh) {
+  setInterval(() => {
+    if (!document.querySelector("dialog[open]")) window.location.reload();
+  }, Number(refresh.content || "2") * 1000);
+}

@@ -452,6 +452,8 @@ struct JobPage {
     asked: String,
     placement: String,
     cancellable: bool,
+    /// What cancelling would do, asked before it.
+    cancel_confirm: String,
     log: String,
     /// Its GPU use over the last 30 minutes (an SVG polyline; empty without samples), and
     /// the latest utilization and memory.
@@ -509,6 +511,18 @@ async fn job_page(
                 "job",
             )
             .is_ok();
+    let cancel_confirm = if job.state == JobState::Pending {
+        format!(
+            "Cancel {} ({})? It has not started and will not run.",
+            job.spec.name, job.id
+        )
+    } else {
+        format!(
+            "Cancel {} ({})? It is stopped now (its work since its last checkpoint is lost) \
+             and does not run again.",
+            job.spec.name, job.id
+        )
+    };
     let log = job.log_tail.clone().unwrap_or_default();
     let placement = match &job.node_id {
         Some(n) => {
@@ -551,6 +565,7 @@ async fn job_page(
         asked,
         placement,
         cancellable,
+        cancel_confirm,
         log,
         spark: spark(&points),
         use_now,
@@ -583,11 +598,56 @@ struct GpuRow {
 struct NodeRow {
     id: String,
     name: String,
-    status: String,
+    /// Its one state: `ready`, `cordoned` (ready, taking no new work) or `not-ready`; the
+    /// label says it in words and the detail why.
+    state: &'static str,
+    state_label: String,
+    state_detail: String,
     cordoned: bool,
+    /// What cordoning and draining it would do, asked before either.
+    cordon_confirm: String,
+    drain_confirm: String,
     /// What runs its jobs: `oci` (confined containers) or `process` (unconfined).
     runtime: String,
     gpus: Vec<GpuRow>,
+}
+
+/// What cordoning and draining node `name` would do to the jobs on it, in the words the
+/// portal asks with.
+fn node_confirmations(name: &str, on_node: &[&Job]) -> (String, String) {
+    let names = |jobs: &[&Job]| {
+        let mut shown: Vec<String> = jobs
+            .iter()
+            .take(5)
+            .map(|j| format!("{} ({})", j.spec.name, j.spec.tenant))
+            .collect();
+        if jobs.len() > 5 {
+            shown.push(format!("{} more", jobs.len() - 5));
+        }
+        shown.join(", ")
+    };
+    let cordon = match on_node.len() {
+        0 => format!("Cordon {name}? It takes no new work until returned to service."),
+        n => format!(
+            "Cordon {name}? It takes no new work until returned to service; its {n} job{}              keep{} running: {}.",
+            if n == 1 { "" } else { "s" },
+            if n == 1 { "s" } else { "" },
+            names(on_node)
+        ),
+    };
+    let drain = match on_node.len() {
+        0 => format!(
+            "Drain {name}? Nothing runs there now; it takes no new work until returned to service."
+        ),
+        n => format!(
+            "Drain {name}? Its {n} job{} {} stopped and requeued to run elsewhere (a new \
+             attempt, not a failure): {}. It takes no new work until returned to service.",
+            if n == 1 { "" } else { "s" },
+            if n == 1 { "is" } else { "are" },
+            names(on_node)
+        ),
+    };
+    (cordon, drain)
 }
 
 #[derive(Template, WebTemplate)]
@@ -696,10 +756,36 @@ async fn cluster_page(
                 })
                 .collect();
             let view = NodeView::new(n.clone(), now);
+            let (state, state_label, state_detail) = match (view.status.as_str(), n.cordoned) {
+                ("ready", false) => ("ready", "ready".to_owned(), "takes new work".to_owned()),
+                ("ready", true) => (
+                    "cordoned",
+                    "cordoned".to_owned(),
+                    "ready, and takes no new work until returned to service".to_owned(),
+                ),
+                (_, cordoned) => (
+                    "not-ready",
+                    if cordoned {
+                        "not ready (cordoned)".to_owned()
+                    } else {
+                        "not ready".to_owned()
+                    },
+                    "its lease lapsed: the agent is gone or cut off".to_owned(),
+                ),
+            };
+            let on_node: Vec<&Job> = holding
+                .iter()
+                .filter(|j| j.node_id.as_deref() == Some(n.id.as_str()))
+                .collect();
+            let (cordon_confirm, drain_confirm) = node_confirmations(&n.name, &on_node);
             NodeRow {
                 id: n.id,
                 name: n.name,
-                status: view.status,
+                state,
+                state_label,
+                state_detail,
+                cordon_confirm,
+                drain_confirm,
                 cordoned: n.cordoned,
                 runtime: if n.runtime.is_empty() {
                     "unknown".to_owned()
