@@ -477,48 +477,24 @@ fn logs_can_be_json_lines_for_log_shippers() {
     assert!(child.wait().expect("exits").success());
 }
 
-/// A client verb whose reader has gone (`allot node list -o json | head`) ends quietly:
-/// successfully, or killed by SIGPIPE as Unix tools are, never with a panic.
-#[test]
-fn writing_to_a_closed_pipe_is_quiet() {
+/// Runs `c` with its standard output's reading end closed before it writes a byte: it
+/// exits 0 or by SIGPIPE, never with a panic.
+fn quiet_on_a_closed_pipe(mut c: Command, what: &[&str]) {
     use std::os::unix::process::ExitStatusExt;
-    let bin = allot_bin();
-    let home = tempfile::tempdir().expect("temp dir");
-    let data = home.path().join(".allot");
-    let dev = start_dev(&bin, &data, "127.0.0.1:0");
-    let token = std::fs::read_to_string(data.join("admin.token"))
-        .expect("token")
-        .trim()
-        .to_owned();
-    for args in [
-        &["node", "list", "-o", "json"][..],
-        &["node", "list"],
-        &["tenant", "list", "-o", "json"],
-        &["job", "list"],
-        &["audit", "search", "--all", "-o", "json"],
-        &["audit", "keys"],
-        &["--help"],
-    ] {
-        // The reading end is closed before the verb writes a byte.
-        let (reader, writer) = std::io::pipe().expect("pipe");
-        drop(reader);
-        let out = Command::new(&bin)
-            .args(args)
-            .env("ALLOT_SERVER", &dev.url)
-            .env("ALLOT_TOKEN", &token)
-            .stdout(writer)
-            .stderr(Stdio::piped())
-            .output()
-            .expect("allot runs");
-        let stderr = text(&out.stderr);
-        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
-        assert!(
-            out.status.success() || out.status.signal() == Some(Signal::SIGPIPE as i32),
-            "{args:?}: {:?} {stderr}",
-            out.status
-        );
-    }
-    assert!(dev.interrupt().success());
+    let (reader, writer) = std::io::pipe().expect("pipe");
+    drop(reader);
+    let out = c
+        .stdout(writer)
+        .stderr(Stdio::piped())
+        .output()
+        .expect("allot runs");
+    let stderr = text(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{what:?}: {stderr}");
+    assert!(
+        out.status.success() || out.status.signal() == Some(Signal::SIGPIPE as i32),
+        "{what:?}: {:?} {stderr}",
+        out.status
+    );
 }
 
 /// Every `allot …` command the portal's pages tell people to run exists, with the flags
@@ -585,4 +561,261 @@ fn a_memory_size_needs_its_unit() {
         stderr.contains("--memory") && stderr.contains("16GiB"),
         "{stderr}"
     );
+}
+
+/// The leaf verbs under `path` (`allot <path> <verb>`), from the help pages.
+fn leaf_verbs(bin: &Path, path: &[String]) -> Vec<Vec<String>> {
+    let help = Command::new(bin)
+        .args(path)
+        .arg("--help")
+        .output()
+        .expect("allot runs");
+    let help = text(&help.stdout);
+    let subs: Vec<String> = help
+        .lines()
+        .skip_while(|l| *l != "Commands:")
+        .skip(1)
+        .take_while(|l| !l.trim().is_empty())
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|s| *s != "help")
+        .map(str::to_owned)
+        .collect();
+    if subs.is_empty() {
+        return vec![path.to_vec()];
+    }
+    subs.into_iter()
+        .flat_map(|s| {
+            let mut p = path.to_vec();
+            p.push(s);
+            leaf_verbs(bin, &p)
+        })
+        .collect()
+}
+
+/// Every verb that talks to the control plane (and the offline audit verify) takes
+/// `-o json`, and a session of them against `allot dev` prints JSON that parses, each also
+/// quiet when its output pipe is closed (exit 0 or SIGPIPE, never a panic; `node list -o
+/// json | head` once panicked with a backtrace). Several once
+/// refused `-o json` (`job logs`, `job cancel`, `node return`, `node bootstrap-token
+/// create`).
+#[test]
+fn every_client_verb_speaks_json() {
+    let bin = allot_bin();
+    // Not client verbs: the daemons, benchmarks, database tools, the GPU probe and the
+    // offline key generator (whose output is a secret line).
+    let not_client = ["server", "agent", "dev", "bench", "db", "gpu", "help"];
+    let verbs: Vec<Vec<String>> = leaf_verbs(&bin, &[])
+        .into_iter()
+        .filter(|v| !not_client.contains(&v[0].as_str()))
+        .filter(|v| v != &["audit", "keygen"])
+        .collect();
+    assert!(verbs.len() > 40, "{verbs:?}");
+    for verb in &verbs {
+        let help = Command::new(&bin)
+            .args(verb)
+            .arg("--help")
+            .output()
+            .expect("allot runs");
+        let help = text(&help.stdout);
+        assert!(
+            help.contains("-o, --output <OUTPUT>") && help.contains("json"),
+            "`allot {}` takes no -o json:\n{help}",
+            verb.join(" ")
+        );
+    }
+
+    let home = tempfile::tempdir().expect("temp dir");
+    let data = home.path().join(".allot");
+    let dev = start_dev(&bin, &data, "127.0.0.1:0");
+    let token = std::fs::read_to_string(data.join("admin.token"))
+        .expect("token")
+        .trim()
+        .to_owned();
+    // A verb whose reader has gone (`allot node list -o json | head`) ends quietly:
+    // successfully, or killed by SIGPIPE as Unix tools are, never with a panic.
+    for args in [
+        &["node", "list", "-o", "json"][..],
+        &["node", "list"],
+        &["tenant", "list", "-o", "json"],
+        &["job", "list"],
+        &["audit", "search", "--all", "-o", "json"],
+        &["audit", "keys"],
+        &["--help"],
+    ] {
+        let mut c = Command::new(&bin);
+        c.args(args)
+            .env("ALLOT_SERVER", &dev.url)
+            .env("ALLOT_TOKEN", &token);
+        quiet_on_a_closed_pipe(c, args);
+    }
+    let run = |args: &[&str]| -> serde_json::Value {
+        // `-o json` among the verb's flags, before a job's command.
+        let mut all: Vec<&str> = args.to_vec();
+        let at = all.iter().position(|a| *a == "--").unwrap_or(all.len());
+        all.splice(at..at, ["-o", "json"]);
+        let env = |c: &mut Command| {
+            c.args(&all)
+                .env("ALLOT_SERVER", &dev.url)
+                .env("ALLOT_TOKEN", &token)
+                .env("ALLOT_SECRET_VALUE", "s3cret-value")
+                .env("ALLOT_REGISTRY_PASSWORD", "pull-password");
+        };
+        // Once to a closed pipe (for verbs that change nothing twice: reads, and the
+        // last of the session's steps), then for real.
+        let second = args.get(1).copied().unwrap_or_default();
+        if args[0] == "audit" && matches!(second, "keys" | "search" | "logs") || second == "list" {
+            let mut c = Command::new(&bin);
+            env(&mut c);
+            quiet_on_a_closed_pipe(c, &all);
+        }
+        let mut c = Command::new(&bin);
+        env(&mut c);
+        let out = c.output().expect("allot runs");
+        assert!(
+            out.status.success(),
+            "{all:?}: {}{}",
+            text(&out.stdout),
+            text(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{all:?} printed no JSON ({e}): {}", text(&out.stdout)))
+    };
+    let t = run(&["tenant", "create", "json-t"]);
+    assert_eq!(t["name"], "json-t", "{t}");
+    let t = run(&["tenant", "set-quota", "json-t", "--max-gpus", "2"]);
+    assert_eq!(t["quota"]["limit"]["gpu_milli"], 2000, "{t}");
+    run(&["tenant", "get", "json-t"]);
+    run(&["tenant", "list"]);
+    let p = run(&["tenant", "set-policy", "json-t", "--require-confinement"]);
+    assert_eq!(p["require_confinement"], true, "{p}");
+    run(&["tenant", "set-policy", "json-t"]);
+    let s = run(&["tenant", "set-secret", "json-t", "db"]);
+    assert_eq!(s["name"], "db", "{s}");
+    assert!(
+        !s.to_string().contains("s3cret-value"),
+        "never the value: {s}"
+    );
+    run(&["tenant", "secrets", "json-t"]);
+    assert_eq!(
+        run(&["tenant", "delete-secret", "json-t", "db"])["deleted"],
+        true
+    );
+    run(&[
+        "tenant",
+        "set-registry-credential",
+        "json-t",
+        "registry.example:5000",
+        "--username",
+        "puller",
+    ]);
+    run(&["tenant", "registry-credentials", "json-t"]);
+    run(&[
+        "tenant",
+        "delete-registry-credential",
+        "json-t",
+        "registry.example:5000",
+    ]);
+    let nodes = run(&["node", "list"]);
+    let node = nodes[0]["name"].as_str().expect("a node").to_owned();
+    run(&["node", "get", &node]);
+    assert_eq!(run(&["node", "cordon", &node])["cordoned"], true);
+    assert_eq!(run(&["node", "return", &node])["cordoned"], false);
+    let job = run(&["job", "submit", "--tenant", "json-t", "--", "sleep", "30"]);
+    let id = job["id"].as_str().expect("job id").to_owned();
+    run(&["job", "get", &id]);
+    run(&["job", "list"]);
+    let cancelled = run(&["job", "cancel", &id]);
+    assert_eq!(cancelled["id"], id.as_str(), "{cancelled}");
+    let log = run(&["job", "logs", &id]);
+    assert!(log["log"].is_string(), "{log}");
+    run(&["node", "drain", &node]);
+    run(&["node", "return", &node]);
+    let bt = run(&["node", "bootstrap-token", "create", "--node", "json-node"]);
+    assert!(bt["secret"].is_string(), "{bt}");
+    let bt_id = bt["id"].as_str().expect("id").to_owned();
+    run(&["node", "bootstrap-token", "list"]);
+    run(&["node", "bootstrap-token", "delete", &bt_id]);
+    let tok = run(&[
+        "token",
+        "create",
+        "json-viewer",
+        "--role",
+        "viewer",
+        "--tenant",
+        "json-t",
+    ]);
+    let tok_id = tok["token"]["id"]
+        .as_str()
+        .or(tok["id"].as_str())
+        .expect("token id")
+        .to_owned();
+    run(&["token", "list"]);
+    run(&["token", "revoke", &tok_id]);
+    let b = run(&[
+        "binding", "create", "--claim", "groups", "--value", "ops", "--role", "viewer", "--tenant",
+        "json-t",
+    ]);
+    run(&["binding", "list"]);
+    run(&["binding", "revoke", b["id"].as_str().expect("binding id")]);
+    let shared = home.path().join("shared");
+    std::fs::create_dir_all(&shared).expect("dir");
+    run(&[
+        "volume",
+        "put",
+        "json-vol",
+        "--host-path",
+        shared.to_str().expect("path"),
+        "--tenant",
+        "json-t",
+    ]);
+    run(&["volume", "list"]);
+    assert_eq!(run(&["volume", "delete", "json-vol"])["deleted"], true);
+    run(&["user", "list"]);
+    run(&["usage"]);
+    run(&["whoami"]);
+    run(&["audit", "logs"]);
+    run(&["audit", "search"]);
+    run(&["audit", "hold", "set", "json-t", "--reason", "litigation"]);
+    run(&["audit", "hold", "list"]);
+    run(&["audit", "hold", "release", "json-t"]);
+    let pruned = run(&[
+        "audit",
+        "prune",
+        "json-t",
+        "--before",
+        "2000-01-01T00:00:00Z",
+    ]);
+    assert_eq!(pruned["pruned"], 0, "{pruned}");
+    let keys = run(&["audit", "keys"]);
+    let key_file = home.path().join("keys.txt");
+    std::fs::write(&key_file, keys["keys"].as_str().expect("keys")).expect("write");
+    let bundle = home.path().join("json-t.tar");
+    let export = run(&[
+        "audit",
+        "export",
+        "json-t",
+        "-O",
+        bundle.to_str().expect("path"),
+    ]);
+    assert!(export["bytes"].as_u64().is_some_and(|b| b > 0), "{export}");
+    let report = run(&[
+        "audit",
+        "verify",
+        bundle.to_str().expect("path"),
+        "--trusted-key",
+        key_file.to_str().expect("path"),
+    ]);
+    assert_eq!(report["ok"], true, "{report}");
+    assert_eq!(report["key_trusted"], true, "{report}");
+    let evidence = run(&[
+        "audit",
+        "evidence",
+        "--out",
+        home.path().join("evidence").to_str().expect("path"),
+    ]);
+    assert!(
+        evidence["files"].as_u64().is_some_and(|f| f > 0),
+        "{evidence}"
+    );
+    assert!(dev.interrupt().success());
 }

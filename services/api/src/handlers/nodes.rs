@@ -25,9 +25,9 @@ pub async fn list(state: web::Data<AppState>, who: Principal) -> Result<HttpResp
     Ok(json(StatusCode::OK, &nodes))
 }
 
-/// Get one node and its GPUs.
+/// Get one node and its GPUs, by id or name.
 #[utoipa::path(get, path = "/api/v1/nodes/{id}", tag = "nodes", security(("bearer" = [])),
-    params(("id" = String, Path)),
+    params(("id" = String, Path, description = "node id or name")),
     responses((status = 200, body = NodeView), (status = 404, body = Problem)))]
 pub async fn get(
     state: web::Data<AppState>,
@@ -35,7 +35,7 @@ pub async fn get(
     id: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     who.authorize(Action::NodeRead, Resource::Node(&id), "the node inventory")?;
-    let node = state.store.node(&id).await?;
+    let node = find(&state, &id).await?;
     Ok(json(
         StatusCode::OK,
         &NodeView::new(node, state.store.clock().now()),

@@ -25,7 +25,11 @@ pub enum UserCmd {
         output: Format,
     },
     /// Delete a user: their tokens stop working at once and their bindings are revoked.
-    Delete { id: String },
+    Delete {
+        id: String,
+        #[arg(short, long, value_enum, default_value_t)]
+        output: Format,
+    },
 }
 
 pub async fn run_user(client: &Client, cmd: UserCmd) -> anyhow::Result<()> {
@@ -68,11 +72,13 @@ pub async fn run_user(client: &Client, cmd: UserCmd) -> anyhow::Result<()> {
                 ])
             })?;
         }
-        UserCmd::Delete { id } => {
+        UserCmd::Delete { id, output } => {
             let u: UserView = client
                 .call::<(), _>(Method::DELETE, &format!("/api/v1/users/{id}"), None)
                 .await?;
-            println!("user {} ({}) deleted", u.id, u.subject);
+            print(output, &u, |u| {
+                format!("user {} ({}) deleted", u.id, u.subject)
+            })?;
         }
     }
     Ok(())
@@ -104,7 +110,11 @@ pub enum BindingCmd {
         output: Format,
     },
     /// Revoke a binding; it stops granting its role on the next request.
-    Revoke { id: String },
+    Revoke {
+        id: String,
+        #[arg(short, long, value_enum, default_value_t)]
+        output: Format,
+    },
 }
 
 fn binding_rows(bs: &[BindingView]) -> String {
@@ -155,11 +165,13 @@ pub async fn run_binding(client: &Client, cmd: BindingCmd) -> anyhow::Result<()>
             let bs: Vec<BindingView> = client.get("/api/v1/role-bindings", &[]).await?;
             print(output, &bs, |bs| binding_rows(bs))?;
         }
-        BindingCmd::Revoke { id } => {
+        BindingCmd::Revoke { id, output } => {
             let b: BindingView = client
                 .call::<(), _>(Method::DELETE, &format!("/api/v1/role-bindings/{id}"), None)
                 .await?;
-            println!("role binding {} ({}) revoked", b.id, b.role);
+            print(output, &b, |b| {
+                format!("role binding {} ({}) revoked", b.id, b.role)
+            })?;
         }
     }
     Ok(())

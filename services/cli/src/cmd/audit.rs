@@ -50,10 +50,14 @@ pub enum AuditCmd {
     /// the whole log, or with filters the matching entries with inclusion proofs.
     Export {
         log: String,
-        #[arg(long, short = 'O')]
-        output: PathBuf,
+        /// The bundle file to write.
+        #[arg(long = "out", short = 'O')]
+        file: PathBuf,
         #[command(flatten)]
         filter: Filter,
+        /// `json`: the file written and its size.
+        #[arg(short, long, value_enum, default_value_t)]
+        output: Format,
     },
     /// Verify a bundle offline, with no server: signatures and key validity periods, hashes,
     /// sequence continuity, history commitments, checkpoints, inclusion proofs and the CSV
@@ -69,9 +73,15 @@ pub enum AuditCmd {
         /// log's directory. Catches truncation and wholesale rewrites.
         #[arg(long)]
         checkpoints: Option<PathBuf>,
+        /// `json`: the report as one object (ok, problems, counts).
+        #[arg(short, long, value_enum, default_value_t)]
+        output: Format,
     },
     /// Print the verifier keys with their validity periods (save for --trusted-key).
-    Keys,
+    Keys {
+        #[arg(short, long, value_enum, default_value_t)]
+        output: Format,
+    },
     /// Write an auditor's evidence bundle into a new directory: the SOC 2 and ISO 27001
     /// control matrices (each control naming its test), the authorization policies in
     /// force, the verifier keys, every log's latest signed checkpoint, and SHA256SUMS over
@@ -80,6 +90,8 @@ pub enum AuditCmd {
         /// The directory to create (it must not exist, or be empty).
         #[arg(long)]
         out: PathBuf,
+        #[arg(short, long, value_enum, default_value_t)]
+        output: Format,
     },
     /// Generate a signing key line for the audit key file (offline; prints a secret).
     Keygen {
@@ -97,6 +109,8 @@ pub enum AuditCmd {
         /// RFC 3339, e.g. 2026-01-01T00:00:00Z.
         #[arg(long)]
         before: DateTime<Utc>,
+        #[arg(short, long, value_enum, default_value_t)]
+        output: Format,
     },
     /// Legal holds: while a log is held, nothing in it is pruned (admins).
     #[command(subcommand)]
@@ -110,9 +124,15 @@ pub enum HoldCmd {
         log: String,
         #[arg(long)]
         reason: String,
+        #[arg(short, long, value_enum, default_value_t)]
+        output: Format,
     },
     /// Release a log's hold.
-    Release { log: String },
+    Release {
+        log: String,
+        #[arg(short, long, value_enum, default_value_t)]
+        output: Format,
+    },
     /// List the holds.
     List {
         #[arg(short, long, value_enum, default_value_t)]
@@ -211,6 +231,7 @@ pub fn verify_file(
     bundle: &Path,
     trusted_key: Option<&Path>,
     checkpoints: Option<&Path>,
+    output: Format,
 ) -> anyhow::Result<i32> {
     let bytes = std::fs::read(bundle).with_context(|| format!("reading {}", bundle.display()))?;
     let bundle = Bundle::from_tar(&bytes).context("the file is not an Allot audit bundle")?;
@@ -230,6 +251,27 @@ pub fn verify_file(
         None => Vec::new(),
     };
     let report = verify(&bundle, trusted.as_ref(), &external);
+    if output == Format::Json {
+        let problems: Vec<String> = report.problems.iter().map(ToString::to_string).collect();
+        print(
+            output,
+            &json!({
+                "ok": report.ok(),
+                "log": log,
+                "filtered": report.filtered,
+                "entries": report.entries,
+                "pruned": report.pruned,
+                "checkpoints_verified": report.checkpoints_verified,
+                "unsigned_tail": report.unsigned_tail,
+                "key_trusted": report.key_trusted,
+                "external_checkpoints": checkpoints.is_some(),
+                "first_bad_entry": report.first_bad_entry,
+                "problems": problems,
+            }),
+            |_| String::new(),
+        )?;
+        return Ok(if report.ok() { 0 } else { 1 });
+    }
     for p in &report.problems {
         println!("{p}");
     }
@@ -284,7 +326,13 @@ pub async fn run(
             bundle,
             trusted_key,
             checkpoints,
-        } => verify_file(&bundle, trusted_key.as_deref(), checkpoints.as_deref()),
+            output,
+        } => verify_file(
+            &bundle,
+            trusted_key.as_deref(),
+            checkpoints.as_deref(),
+            output,
+        ),
         AuditCmd::Logs { output } => {
             let logs: Vec<Value> = client()?.get("/api/v1/audit/logs", &[]).await?;
             print(output, &logs, |logs| {
@@ -311,15 +359,20 @@ pub async fn run(
         }
         AuditCmd::Export {
             log,
-            output,
+            file,
             filter,
+            output,
         } => {
             let bytes = client()?
                 .get_bytes(&format!("/api/v1/audit/logs/{log}/export"), &filter.query())
                 .await?;
-            std::fs::write(&output, &bytes)
-                .with_context(|| format!("writing {}", output.display()))?;
-            eprintln!("wrote {} ({} bytes)", output.display(), bytes.len());
+            std::fs::write(&file, &bytes).with_context(|| format!("writing {}", file.display()))?;
+            if output == Format::Json {
+                let done = json!({ "log": log, "file": file, "bytes": bytes.len() });
+                print(output, &done, |_| String::new())?;
+            } else {
+                eprintln!("wrote {} ({} bytes)", file.display(), bytes.len());
+            }
             Ok(0)
         }
         AuditCmd::Search {
@@ -388,24 +441,35 @@ pub async fn run(
             eprintln!("public key: {}", key.verifier().vkey());
             Ok(0)
         }
-        AuditCmd::Evidence { out } => {
+        AuditCmd::Evidence { out, output } => {
             let bundle: allot_api::Evidence = client()?.get("/api/v1/audit/evidence", &[]).await?;
             let files = write_evidence(&out, &bundle)?;
-            println!(
-                "wrote {} files to {} ({} logs); check with: cd {} && sha256sum -c SHA256SUMS",
-                files,
-                out.display(),
-                bundle.checkpoints.len(),
-                out.display()
-            );
+            let done = json!({ "dir": out, "files": files, "logs": bundle.checkpoints.len() });
+            print(output, &done, |_| {
+                format!(
+                    "wrote {} files to {} ({} logs); check with: cd {} && sha256sum -c SHA256SUMS",
+                    files,
+                    out.display(),
+                    bundle.checkpoints.len(),
+                    out.display()
+                )
+            })?;
             Ok(0)
         }
-        AuditCmd::Keys => {
+        AuditCmd::Keys { output } => {
             let keys: Value = client()?.get("/api/v1/audit/key", &[]).await?;
-            print!("{}", keys["keys"].as_str().unwrap_or(""));
+            if output == Format::Json {
+                print(output, &keys, |_| String::new())?;
+            } else {
+                print!("{}", keys["keys"].as_str().unwrap_or(""));
+            }
             Ok(0)
         }
-        AuditCmd::Prune { log, before } => {
+        AuditCmd::Prune {
+            log,
+            before,
+            output,
+        } => {
             let out: Value = client()?
                 .call(
                     Method::POST,
@@ -413,29 +477,37 @@ pub async fn run(
                     Some(&json!({ "before": before })),
                 )
                 .await?;
-            println!("pruned {} entries of log {log}", out["pruned"]);
+            print(output, &out, |out| {
+                format!("pruned {} entries of log {log}", out["pruned"])
+            })?;
             Ok(0)
         }
-        AuditCmd::Hold(HoldCmd::Set { log, reason }) => {
-            let _: Value = client()?
+        AuditCmd::Hold(HoldCmd::Set {
+            log,
+            reason,
+            output,
+        }) => {
+            let hold: Value = client()?
                 .call(
                     Method::PUT,
                     &format!("/api/v1/audit/logs/{log}/hold"),
                     Some(&json!({ "reason": reason })),
                 )
                 .await?;
-            println!("log {log} is under legal hold");
+            print(output, &hold, |_| format!("log {log} is under legal hold"))?;
             Ok(0)
         }
-        AuditCmd::Hold(HoldCmd::Release { log }) => {
-            let _: Value = client()?
+        AuditCmd::Hold(HoldCmd::Release { log, output }) => {
+            let released: Value = client()?
                 .call::<(), _>(
                     Method::DELETE,
                     &format!("/api/v1/audit/logs/{log}/hold"),
                     None,
                 )
                 .await?;
-            println!("released the legal hold on log {log}");
+            print(output, &released, |_| {
+                format!("released the legal hold on log {log}")
+            })?;
             Ok(0)
         }
         AuditCmd::Hold(HoldCmd::List { output }) => {

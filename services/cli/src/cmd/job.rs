@@ -125,7 +125,11 @@ pub enum JobCmd {
         output: Format,
     },
     /// Cancel a job.
-    Cancel { id: String },
+    Cancel {
+        id: String,
+        #[arg(short, long, value_enum, default_value_t)]
+        output: Format,
+    },
     /// Give a running job on a share of a GPU (submitted with --gpu-resizable) a new share,
     /// at once.
     Resize {
@@ -136,6 +140,8 @@ pub enum JobCmd {
         /// GPU memory it may hold on each, e.g. 20GiB.
         #[arg(long, value_parser = parse_memory)]
         gpu_memory: Option<u64>,
+        #[arg(short, long, value_enum, default_value_t)]
+        output: Format,
     },
     /// Print the end of a finished job's output, with control characters escaped (a job's
     /// output must not drive your terminal).
@@ -144,6 +150,9 @@ pub enum JobCmd {
         /// Print the bytes as the job wrote them.
         #[arg(long)]
         raw: bool,
+        /// `json`: the log as one JSON string, with the job's id.
+        #[arg(short, long, value_enum, default_value_t)]
+        output: Format,
     },
 }
 
@@ -462,6 +471,7 @@ pub async fn run(client: &Client, cmd: JobCmd) -> anyhow::Result<i32> {
             id,
             gpus,
             gpu_memory,
+            output,
         } => {
             if gpus.is_none() && gpu_memory.is_none() {
                 bail!("give --gpus, --gpu-memory or both");
@@ -479,35 +489,42 @@ pub async fn run(client: &Client, cmd: JobCmd) -> anyhow::Result<i32> {
                     Some(&body),
                 )
                 .await?;
-            println!(
-                "job {} now holds {}{}",
-                j.id,
-                gpus_of(&j),
-                j.gpu_memory_bytes
-                    .map(|b| format!(" with {}", format_bytes(b)))
-                    .unwrap_or_default()
-            );
+            print(output, &j, |j| {
+                format!(
+                    "job {} now holds {}{}",
+                    j.id,
+                    gpus_of(j),
+                    j.gpu_memory_bytes
+                        .map(|b| format!(" with {}", format_bytes(b)))
+                        .unwrap_or_default()
+                )
+            })?;
             Ok(0)
         }
-        JobCmd::Cancel { id } => {
+        JobCmd::Cancel { id, output } => {
             let j: JobView = client
                 .call::<(), _>(Method::POST, &format!("/api/v1/jobs/{id}/cancel"), None)
                 .await?;
-            if is_terminal(&j.state) {
-                println!("job {} {}", j.id, j.state);
-            } else if j.cancel_requested {
-                println!(
-                    "job {}: cancellation requested; its node is stopping it",
-                    j.id
-                );
-            } else {
+            if !is_terminal(&j.state) && !j.cancel_requested {
                 bail!("job {} is {} and was not cancelled", j.id, j.state);
             }
+            print(output, &j, |j| {
+                if is_terminal(&j.state) {
+                    format!("job {} {}", j.id, j.state)
+                } else {
+                    format!(
+                        "job {}: cancellation requested; its node is stopping it",
+                        j.id
+                    )
+                }
+            })?;
             Ok(0)
         }
-        JobCmd::Logs { id, raw } => {
+        JobCmd::Logs { id, raw, output } => {
             let log = client.get_text(&format!("/api/v1/jobs/{id}/log")).await?;
-            if raw {
+            if output == Format::Json {
+                print(output, &json!({ "job": id, "log": log }), |_| String::new())?;
+            } else if raw {
                 print!("{log}");
             } else {
                 print!("{}", crate::output::terminal_safe(&log));

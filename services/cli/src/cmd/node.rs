@@ -24,6 +24,8 @@ pub enum NodeCmd {
     Cordon {
         /// Node id or name.
         node: String,
+        #[arg(short, long, value_enum, default_value_t)]
+        output: Format,
     },
     /// Cordon a node and move its jobs elsewhere, or with --gpu, only one GPU's.
     Drain {
@@ -32,6 +34,8 @@ pub enum NodeCmd {
         /// Only this GPU (UUID).
         #[arg(long)]
         gpu: Option<String>,
+        #[arg(short, long, value_enum, default_value_t)]
+        output: Format,
     },
     /// Return a node (undo cordon or drain), or with --gpu a drained GPU, to service.
     Return {
@@ -39,12 +43,16 @@ pub enum NodeCmd {
         node: String,
         #[arg(long)]
         gpu: Option<String>,
+        #[arg(short, long, value_enum, default_value_t)]
+        output: Format,
     },
     /// Revoke a node's certificates: its calls stop at once, its jobs are requeued when its
     /// lease lapses, and it rejoins only with a new bootstrap token. Platform admins.
     Revoke {
         /// Node id or name.
         node: String,
+        #[arg(short, long, value_enum, default_value_t)]
+        output: Format,
     },
     /// One-time tokens new nodes register with. Platform admins.
     #[command(subcommand, name = "bootstrap-token")]
@@ -68,6 +76,9 @@ pub enum BootstrapTokenCmd {
         /// Minutes until it expires (at most 7 days).
         #[arg(long, default_value_t = 60)]
         ttl_minutes: u64,
+        /// `json`: the token and its secret as the API gives them.
+        #[arg(short, long, value_enum, default_value_t)]
+        output: Format,
     },
     /// List tokens (never their secrets), newest first.
     List {
@@ -75,7 +86,11 @@ pub enum BootstrapTokenCmd {
         output: Format,
     },
     /// Delete a token: it admits no one from now on.
-    Delete { id: String },
+    Delete {
+        id: String,
+        #[arg(short, long, value_enum, default_value_t)]
+        output: Format,
+    },
 }
 
 fn health(g: &allot_api::views::GpuView) -> &str {
@@ -177,22 +192,24 @@ pub async fn run(client: &Client, cmd: NodeCmd) -> anyhow::Result<()> {
                 }
             })
         }
-        NodeCmd::Cordon { node } => admin(client, &format!("/api/v1/nodes/{node}/cordon")).await,
-        NodeCmd::Drain { node, gpu } => {
+        NodeCmd::Cordon { node, output } => {
+            admin(client, &format!("/api/v1/nodes/{node}/cordon"), output).await
+        }
+        NodeCmd::Drain { node, gpu, output } => {
             let path = match gpu {
                 Some(g) => format!("/api/v1/nodes/{node}/gpus/{g}/drain"),
                 None => format!("/api/v1/nodes/{node}/drain"),
             };
-            admin(client, &path).await
+            admin(client, &path, output).await
         }
-        NodeCmd::Return { node, gpu } => {
+        NodeCmd::Return { node, gpu, output } => {
             let path = match gpu {
                 Some(g) => format!("/api/v1/nodes/{node}/gpus/{g}/return"),
                 None => format!("/api/v1/nodes/{node}/uncordon"),
             };
-            admin(client, &path).await
+            admin(client, &path, output).await
         }
-        NodeCmd::Revoke { node } => {
+        NodeCmd::Revoke { node, output } => {
             let r: RevokedNode = client
                 .call::<(), _>(
                     reqwest::Method::POST,
@@ -200,11 +217,12 @@ pub async fn run(client: &Client, cmd: NodeCmd) -> anyhow::Result<()> {
                     None,
                 )
                 .await?;
-            println!(
-                "node {} revoked ({} certificate(s)); it rejoins only with a new bootstrap token",
-                r.node.name, r.certificates_revoked
-            );
-            Ok(())
+            print(output, &r, |r| {
+                format!(
+                    "node {} revoked ({} certificate(s)); it rejoins only with a new bootstrap token",
+                    r.node.name, r.certificates_revoked
+                )
+            })
         }
         NodeCmd::BootstrapToken(cmd) => bootstrap_token(client, cmd).await,
     }
@@ -218,6 +236,7 @@ async fn bootstrap_token(client: &Client, cmd: BootstrapTokenCmd) -> anyhow::Res
             replace,
             description,
             ttl_minutes,
+            output,
         } => {
             let body = CreateBootstrapToken {
                 node_name,
@@ -228,12 +247,16 @@ async fn bootstrap_token(client: &Client, cmd: BootstrapTokenCmd) -> anyhow::Res
             let t: CreatedBootstrapToken = client
                 .call(reqwest::Method::POST, PATH, Some(&body))
                 .await?;
-            eprintln!(
-                "bootstrap token {} (expires {}); one node can register with it, once:",
-                t.token.id,
-                t.token.expires_at.to_rfc3339()
-            );
-            println!("{}", t.secret);
+            if output == Format::Json {
+                print(output, &t, |_| String::new())?;
+            } else {
+                eprintln!(
+                    "bootstrap token {} (expires {}); one node can register with it, once:",
+                    t.token.id,
+                    t.token.expires_at.to_rfc3339()
+                );
+                println!("{}", t.secret);
+            }
         }
         BootstrapTokenCmd::List { output } => {
             let tokens: Vec<BootstrapTokenView> = client.get(PATH, &[]).await?;
@@ -253,17 +276,17 @@ async fn bootstrap_token(client: &Client, cmd: BootstrapTokenCmd) -> anyhow::Res
                 table(&["ID", "DESCRIPTION", "EXPIRES", "USED", "USED BY"], &rows)
             })?;
         }
-        BootstrapTokenCmd::Delete { id } => {
+        BootstrapTokenCmd::Delete { id, output } => {
             let t: BootstrapTokenView = client
                 .call::<(), _>(reqwest::Method::DELETE, &format!("{PATH}/{id}"), None)
                 .await?;
-            println!("bootstrap token {} deleted", t.id);
+            print(output, &t, |t| format!("bootstrap token {} deleted", t.id))?;
         }
     }
     Ok(())
 }
 
-async fn admin(client: &Client, path: &str) -> anyhow::Result<()> {
+async fn admin(client: &Client, path: &str, output: Format) -> anyhow::Result<()> {
     let n: NodeView = client
         .call(reqwest::Method::POST, path, None::<&serde_json::Value>)
         .await?;
@@ -273,7 +296,7 @@ async fn admin(client: &Client, path: &str) -> anyhow::Result<()> {
         .filter(|g| g.drained)
         .map(|g| g.uuid.as_str())
         .collect();
-    println!(
+    let line = format!(
         "node {}: {}{}",
         n.name,
         if n.cordoned { "cordoned" } else { "in service" },
@@ -283,5 +306,5 @@ async fn admin(client: &Client, path: &str) -> anyhow::Result<()> {
             format!("; drained GPUs: {}", drained.join(", "))
         }
     );
-    Ok(())
+    print(output, &n, |_| line)
 }

@@ -40,6 +40,8 @@ pub enum TenantCmd {
         name: String,
         #[command(flatten)]
         quota: QuotaArgs,
+        #[arg(short, long, value_enum, default_value_t)]
+        output: Format,
     },
     /// Set what a tenant's jobs may run and where (platform admins): the image registries
     /// (or registry/repository prefixes) it may use, and whether its jobs must run confined.
@@ -52,6 +54,8 @@ pub enum TenantCmd {
         /// Place its jobs only on nodes that run them in containers.
         #[arg(long)]
         require_confinement: bool,
+        #[arg(short, long, value_enum, default_value_t)]
+        output: Format,
     },
     /// Set a tenant's pull credentials for a private registry (its admins): nodes pull its
     /// images from REGISTRY with them. The password is read from standard input (or
@@ -65,6 +69,8 @@ pub enum TenantCmd {
         /// Read the password from this variable instead of standard input.
         #[arg(long, default_value = "ALLOT_REGISTRY_PASSWORD")]
         password_env: String,
+        #[arg(short, long, value_enum, default_value_t)]
+        output: Format,
     },
     /// The registries a tenant has pull credentials for.
     RegistryCredentials {
@@ -73,7 +79,12 @@ pub enum TenantCmd {
         output: Format,
     },
     /// Remove a tenant's pull credentials for a registry.
-    DeleteRegistryCredential { name: String, registry: String },
+    DeleteRegistryCredential {
+        name: String,
+        registry: String,
+        #[arg(short, long, value_enum, default_value_t)]
+        output: Format,
+    },
     /// Set (or replace) a tenant's secret (its admins); jobs get it with `job submit
     /// --secret`. The value is read from standard input (or ALLOT_SECRET_VALUE), never
     /// from the command line; no command shows it again.
@@ -83,6 +94,8 @@ pub enum TenantCmd {
         /// Read the value from this variable instead of standard input.
         #[arg(long, default_value = "ALLOT_SECRET_VALUE")]
         value_env: String,
+        #[arg(short, long, value_enum, default_value_t)]
+        output: Format,
     },
     /// A tenant's secrets (names and when each was set; never values).
     Secrets {
@@ -91,7 +104,12 @@ pub enum TenantCmd {
         output: Format,
     },
     /// Remove a tenant's secret (refused while an unfinished job uses it).
-    DeleteSecret { name: String, secret: String },
+    DeleteSecret {
+        name: String,
+        secret: String,
+        #[arg(short, long, value_enum, default_value_t)]
+        output: Format,
+    },
 }
 
 /// A secret given on standard input (one line) or in the variable `var`; never an argument,
@@ -399,7 +417,11 @@ pub async fn run(client: &Client, cmd: TenantCmd) -> anyhow::Result<()> {
             let t: TenantView = client.get(&format!("/api/v1/tenants/{name}"), &[]).await?;
             show(&t, output)
         }
-        TenantCmd::SetQuota { name, quota } => {
+        TenantCmd::SetQuota {
+            name,
+            quota,
+            output,
+        } => {
             let t: TenantView = client
                 .call(
                     Method::PATCH,
@@ -407,12 +429,13 @@ pub async fn run(client: &Client, cmd: TenantCmd) -> anyhow::Result<()> {
                     Some(&quota.patch()?),
                 )
                 .await?;
-            show(&t, Format::Table)
+            show(&t, output)
         }
         TenantCmd::SetPolicy {
             name,
             registries,
             require_confinement,
+            output,
         } => {
             let body = serde_json::json!({
                 "image_registries": registries,
@@ -425,14 +448,34 @@ pub async fn run(client: &Client, cmd: TenantCmd) -> anyhow::Result<()> {
                     Some(&body),
                 )
                 .await?;
-            println!("{}", serde_json::to_string_pretty(&p)?);
-            Ok(())
+            print(output, &p, |p| {
+                let list = |v: &serde_json::Value| {
+                    v.as_array()
+                        .filter(|a| !a.is_empty())
+                        .map_or("any".to_owned(), |a| {
+                            a.iter()
+                                .filter_map(|r| r.as_str())
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        })
+                };
+                format!(
+                    "policy of tenant {name} set: images from {}; confinement {}",
+                    list(&p["image_registries"]),
+                    if p["require_confinement"] == true {
+                        "required"
+                    } else {
+                        "not required"
+                    }
+                )
+            })
         }
         TenantCmd::SetRegistryCredential {
             name,
             registry,
             username,
             password_env,
+            output,
         } => {
             let password = secret_input(&password_env, "password")?;
             let body = json!({ "username": username, "password": password });
@@ -443,8 +486,9 @@ pub async fn run(client: &Client, cmd: TenantCmd) -> anyhow::Result<()> {
                     Some(&body),
                 )
                 .await?;
-            println!("credentials of tenant {name} for {} set", c.registry);
-            Ok(())
+            print(output, &c, |c| {
+                format!("credentials of tenant {name} for {} set", c.registry)
+            })
         }
         TenantCmd::RegistryCredentials { name, output } => {
             let list: Vec<RegistryCredentialView> = client
@@ -458,19 +502,26 @@ pub async fn run(client: &Client, cmd: TenantCmd) -> anyhow::Result<()> {
                 table(&["REGISTRY", "SET"], &rows)
             })
         }
-        TenantCmd::DeleteRegistryCredential { name, registry } => {
+        TenantCmd::DeleteRegistryCredential {
+            name,
+            registry,
+            output,
+        } => {
             client
                 .delete(&format!(
                     "/api/v1/tenants/{name}/registry-credentials/{registry}"
                 ))
                 .await?;
-            println!("credentials of tenant {name} for {registry} removed");
-            Ok(())
+            let done = json!({ "tenant": name, "registry": registry, "deleted": true });
+            print(output, &done, |_| {
+                format!("credentials of tenant {name} for {registry} removed")
+            })
         }
         TenantCmd::SetSecret {
             name,
             secret,
             value_env,
+            output,
         } => {
             let value = secret_input(&value_env, "value")?;
             let s: TenantSecretView = client
@@ -480,8 +531,9 @@ pub async fn run(client: &Client, cmd: TenantCmd) -> anyhow::Result<()> {
                     Some(&json!({ "value": value })),
                 )
                 .await?;
-            println!("secret {} of tenant {name} set", s.name);
-            Ok(())
+            print(output, &s, |s| {
+                format!("secret {} of tenant {name} set", s.name)
+            })
         }
         TenantCmd::Secrets { name, output } => {
             let list: Vec<TenantSecretView> = client
@@ -495,12 +547,18 @@ pub async fn run(client: &Client, cmd: TenantCmd) -> anyhow::Result<()> {
                 table(&["SECRET", "SET"], &rows)
             })
         }
-        TenantCmd::DeleteSecret { name, secret } => {
+        TenantCmd::DeleteSecret {
+            name,
+            secret,
+            output,
+        } => {
             client
                 .delete(&format!("/api/v1/tenants/{name}/secrets/{secret}"))
                 .await?;
-            println!("secret {secret} of tenant {name} removed");
-            Ok(())
+            let done = json!({ "tenant": name, "secret": secret, "deleted": true });
+            print(output, &done, |_| {
+                format!("secret {secret} of tenant {name} removed")
+            })
         }
     }
 }

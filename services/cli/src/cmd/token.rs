@@ -31,7 +31,11 @@ pub enum TokenCmd {
         output: Format,
     },
     /// Revoke a token; it stops working at once.
-    Revoke { id: String },
+    Revoke {
+        id: String,
+        #[arg(short, long, value_enum, default_value_t)]
+        output: Format,
+    },
 }
 
 /// Seconds from `90s`, `15m`, `12h`, `30d` or a bare number of seconds.
@@ -112,11 +116,13 @@ pub async fn run(client: &Client, cmd: TokenCmd) -> anyhow::Result<()> {
                 )
             })?;
         }
-        TokenCmd::Revoke { id } => {
+        TokenCmd::Revoke { id, output } => {
             let t: TokenView = client
                 .call::<(), _>(Method::DELETE, &format!("/api/v1/tokens/{id}"), None)
                 .await?;
-            println!("token {} ({}) revoked", t.id, t.name);
+            print(output, &t, |t| {
+                format!("token {} ({}) revoked", t.id, t.name)
+            })?;
         }
     }
     Ok(())

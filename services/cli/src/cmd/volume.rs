@@ -33,7 +33,11 @@ pub enum VolumeCmd {
         output: Format,
     },
     /// Remove a volume's declaration (nothing on the storage is touched).
-    Delete { name: String },
+    Delete {
+        name: String,
+        #[arg(short, long, value_enum, default_value_t)]
+        output: Format,
+    },
 }
 
 fn rows(list: &[VolumeView]) -> Vec<Vec<String>> {
@@ -74,10 +78,10 @@ pub async fn run(client: &Client, cmd: VolumeCmd) -> anyhow::Result<()> {
             let list: Vec<VolumeView> = client.get("/api/v1/volumes", &[]).await?;
             print(output, &list, |l| table(HEADERS, &rows(l)))
         }
-        VolumeCmd::Delete { name } => {
+        VolumeCmd::Delete { name, output } => {
             client.delete(&format!("/api/v1/volumes/{name}")).await?;
-            println!("volume {name} removed");
-            Ok(())
+            let done = serde_json::json!({ "volume": name, "deleted": true });
+            print(output, &done, |_| format!("volume {name} removed"))
         }
     }
 }
