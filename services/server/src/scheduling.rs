@@ -239,10 +239,16 @@ pub async fn pass(
                     .await;
                 match placed {
                     Ok(job) => {
-                        let _in_span = span.enter();
-                        tracing::info!(job = %job.id, node = %node_id, gpus = ?job.gpu_uuids,
-                            gpu_milli = held_gpu_milli, borrowing, "scheduled");
-                        let launch = crate::launches::launch(store, &job).await;
+                        span.in_scope(|| {
+                            tracing::info!(job = %job.id, node = %node_id, gpus = ?job.gpu_uuids,
+                                gpu_milli = held_gpu_milli, borrowing, "scheduled");
+                        });
+                        // The launch carries the decision's trace context: built inside its
+                        // span, which the future enters on whichever thread polls it (a
+                        // guard held across the await would leave it on the first).
+                        let launch = crate::launches::launch(store, &job)
+                            .instrument(span.clone())
+                            .await;
                         hub.launch(&node_id, &job, launch);
                     }
                     // Cancelled while we decided: its capacity simply stays free.

@@ -61,6 +61,8 @@ pub async fn submit(
     who: Principal,
     Json(body): Json<SubmitJob>,
 ) -> Result<HttpResponse, ApiError> {
+    // Its scheduling and launch join the request's trace.
+    let traceparent = allot_telemetry::traceparent(&tracing::Span::current());
     let tenant = resolve_tenant(&state, &who, body.tenant.as_deref()).await?;
     who.authorize(
         Action::JobSubmit,
@@ -158,8 +160,7 @@ pub async fn submit(
             NewJob {
                 tenant_id: tenant.id,
                 spec,
-                // Its scheduling and launch join the request's trace.
-                traceparent: allot_telemetry::traceparent(&tracing::Span::current()),
+                traceparent,
             },
         )
         .await?;
