@@ -440,7 +440,7 @@ impl Fixture {
             ),
             "POST /api/v1/jobs" => (
                 String::new(),
-                Some(json!({ "tenant": tenant, "gpus": 64, "command": ["true"] })),
+                Some(json!({ "tenant": tenant, "gpus": 1, "command": ["true"] })),
             ),
             "POST /api/v1/role-bindings" => (
                 String::new(),

@@ -153,8 +153,8 @@ async fn secrets_reach_their_jobs_and_nothing_else() {
     let waiting = c
         .submit_with(
             "team-a",
-            json!({ "gpus": 8, "secrets": [{ "secret": "tls", "env": "TLS" }] }),
-            &["true"],
+            json!({ "gpus": 0, "secrets": [{ "secret": "tls", "env": "TLS" }] }),
+            &["sleep", "60"],
         )
         .await;
     let (s, body) = c.delete("/api/v1/tenants/team-a/secrets/tls").await;
@@ -163,6 +163,7 @@ async fn secrets_reach_their_jobs_and_nothing_else() {
         .post(&format!("/api/v1/jobs/{waiting}/cancel"), json!({}))
         .await;
     assert!(s.is_success());
+    c.wait_for_state(&waiting, "cancelled").await;
     let (s, body) = c.delete("/api/v1/tenants/team-a/secrets/tls").await;
     assert_eq!(s, StatusCode::NO_CONTENT, "{body}");
 
