@@ -118,6 +118,14 @@ async fn tenants_members_and_auditors_do_their_work_in_the_portal() {
     b.screenshot("04-submit-error").await;
     b.fill("#command", "echo hello from $CUDA_VISIBLE_DEVICES; sleep 3")
         .await;
+    // One and a half GPUs: said next to the field, in words (it was "invalid type:
+    // floating point `1.5`, expected u32").
+    b.fill("#gpus", "1.5").await;
+    b.click("form[data-kind=job] button[type=submit]").await;
+    let error = b
+        .wait_for_text(".error[data-for=gpus]", "cannot be held")
+        .await;
+    assert!(error.contains("a share of one GPU (e.g. 0.5)"), "{error}");
     b.fill("#gpus", "1").await;
     b.click("form[data-kind=job] button[type=submit]").await;
     b.wait_for_text("#job-state", "running").await;

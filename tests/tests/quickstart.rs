@@ -293,7 +293,7 @@ fn quick_start_as_a_user_runs_it() {
     );
     assert_eq!(out.status.code(), Some(1));
     assert!(
-        text(&out.stderr).contains("tenant: no tenant named `nope`"),
+        text(&out.stderr).contains("--tenant (tenant): no tenant named `nope`"),
         "{}",
         text(&out.stderr)
     );
@@ -684,6 +684,21 @@ fn every_client_verb_speaks_json() {
     assert_eq!(t["name"], "json-t", "{t}");
     let t = run(&["tenant", "set-quota", "json-t", "--max-gpus", "2"]);
     assert_eq!(t["quota"]["limit"]["gpu_milli"], 2000, "{t}");
+    // Refused, naming the flag typed and the limit in GPUs (not `gpu_milli` and 2000).
+    let out = cli(
+        &bin,
+        &dev,
+        &token,
+        &["tenant", "set-quota", "json-t", "--guaranteed-gpus", "3"],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains(
+            "--guaranteed-gpus (guaranteed.gpu_milli): must not be above the limit (2 GPUs)"
+        ),
+        "{}",
+        text(&out.stderr)
+    );
     run(&["tenant", "get", "json-t"]);
     run(&["tenant", "list"]);
     let p = run(&["tenant", "set-policy", "json-t", "--require-confinement"]);

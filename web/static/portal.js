@@ -26,6 +26,12 @@ function milli(v) {
   return Number.isFinite(n) ? Math.round(n * 1000) : NaN;
 }
 
+// What a form's body is instead when a field is wrong before anything is sent: shown as
+// the API's field errors are.
+function refused(field, reason) {
+  return { refused: { title: "Invalid request", errors: [{ field, reason }] } };
+}
+
 // The request body of each kind of form, from its fields.
 const bodies = {
   job(f) {
@@ -38,9 +44,12 @@ const bodies = {
       body.mig_profile = mig;
     } else {
       const m = milli(v("gpus") || "0");
-      if (Number.isNaN(m)) { body.gpus = v("gpus"); }
-      else if (m > 0 && m < 1000) { body.gpus = 1; body.gpu_milli = m; }
-      else { body.gpus = m / 1000; }
+      if (Number.isNaN(m) || m < 0) {
+        return refused("gpus", `\`${v("gpus")}\` is not a number of GPUs: write e.g. 2, or 0.5 for half of one`);
+      } else if (m > 0 && m < 1000) { body.gpus = 1; body.gpu_milli = m; }
+      else if (m % 1000 !== 0) {
+        return refused("gpus", `${v("gpus")} GPUs cannot be held: ask for whole GPUs (1, 2, …) or a share of one GPU (e.g. 0.5)`);
+      } else { body.gpus = m / 1000; }
     }
     if (v("gpu_memory")) body.gpu_memory_bytes = Math.round(Number(v("gpu_memory")) * 1024 ** 3);
     if (v("gpu_models")) body.gpu_models = v("gpu_models").split(",").map((s) => s.trim()).filter(Boolean);
@@ -114,6 +123,7 @@ document.addEventListener("submit", async (ev) => {
   ev.preventDefault();
   clearErrors(form);
   const body = bodies[form.dataset.kind](form);
+  if (body.refused) { showProblem(form, body.refused); return; }
   const button = form.querySelector('button[type="submit"]');
   if (button) button.disabled = true;
   try {

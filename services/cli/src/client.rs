@@ -14,7 +14,56 @@ pub struct Client {
     token: String,
 }
 
-/// Turns a problem document into a readable error naming each field.
+/// The CLI flag that sets an API field, where one does: errors name what was typed
+/// (`--max-gpus`), not the API's milli-unit field (`quota.limit.gpu_milli`).
+fn flag_of(field: &str) -> Option<&'static str> {
+    let field = field.strip_prefix("quota.").unwrap_or(field);
+    if field.starts_with("mig_limits") {
+        return Some("--mig-limit");
+    }
+    if field.starts_with("volumes") {
+        return Some("--volume");
+    }
+    if field.starts_with("secrets") {
+        return Some("--secret");
+    }
+    if field.starts_with("gpu_models") {
+        return Some("--gpu-model");
+    }
+    Some(match field {
+        "guaranteed.gpu_milli" => "--guaranteed-gpus",
+        "limit.gpu_milli" => "--max-gpus",
+        "guaranteed.cpu_milli" => "--guaranteed-cpus",
+        "limit.cpu_milli" => "--max-cpus",
+        "guaranteed.memory_bytes" => "--guaranteed-memory",
+        "limit.memory_bytes" => "--max-memory",
+        "guaranteed.gpu_memory_bytes" => "--guaranteed-gpu-memory",
+        "limit.gpu_memory_bytes" => "--max-gpu-memory",
+        "gpu_hour_budget" => "--gpu-hour-budget",
+        "weight" => "--weight",
+        "min_isolation" => "--min-isolation",
+        "gpus" | "gpu_milli" => "--gpus",
+        "cpu_milli" => "--cpus",
+        "memory_bytes" => "--memory",
+        "gpu_memory_bytes" => "--gpu-memory",
+        "mig_profile" => "--mig",
+        "priority" => "--priority",
+        "isolation" => "--isolation",
+        "class" => "--class",
+        "max_retries" => "--max-retries",
+        "name" => "--name",
+        "image" => "--image",
+        "network" => "--network",
+        "workdir" => "--workdir",
+        "checkpoint_dir" => "--checkpoint-dir",
+        "gpu_compute" => "--gpu-compute",
+        "tenant" => "--tenant",
+        _ => return None,
+    })
+}
+
+/// Turns a problem document into a readable error naming each field (by the CLI flag
+/// that sets it, where one does).
 fn problem_error(status: StatusCode, body: &str) -> anyhow::Error {
     let Ok(p) = serde_json::from_str::<Value>(body) else {
         return anyhow!("the server answered {status}: {body}");
@@ -26,11 +75,12 @@ fn problem_error(status: StatusCode, body: &str) -> anyhow::Error {
         .map(|errs| {
             errs.iter()
                 .map(|e| {
-                    format!(
-                        "  {}: {}",
-                        e["field"].as_str().unwrap_or("?"),
-                        e["reason"].as_str().unwrap_or("?")
-                    )
+                    let field = e["field"].as_str().unwrap_or("?");
+                    let named = match flag_of(field) {
+                        Some(flag) => format!("{flag} ({field})"),
+                        None => field.to_owned(),
+                    };
+                    format!("  {named}: {}", e["reason"].as_str().unwrap_or("?"))
                 })
                 .collect()
         })

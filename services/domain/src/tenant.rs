@@ -113,6 +113,10 @@ impl Default for Quota {
     }
 }
 
+/// One resource of a quota as checked: its field, guarantee, limit, most allowed, that most
+/// in words, and how an amount of it is said.
+type QuotaCheck<'a> = (&'a str, u64, Option<u64>, u64, &'a str, fn(u64) -> String);
+
 impl Quota {
     /// Checks each number on its own; whether guarantees fit the parent's is the
     /// scheduler's quota tree to say.
@@ -121,13 +125,14 @@ impl Quota {
         let max_gpu_milli = u64::from(MAX_GPUS) * 1000;
         let g = &self.guaranteed;
         let l = &self.limit;
-        let checks = [
+        let checks: [QuotaCheck<'_>; 4] = [
             (
                 "gpu_milli",
                 g.gpu_milli,
                 l.gpu_milli,
                 max_gpu_milli,
                 "100000 GPUs",
+                |m| format!("{} GPUs", crate::format_milli(m)),
             ),
             (
                 "cpu_milli",
@@ -135,6 +140,7 @@ impl Quota {
                 l.cpu_milli,
                 MAX_CPU_MILLI,
                 "100000 CPUs",
+                |m| format!("{} CPUs", crate::format_milli(m)),
             ),
             (
                 "memory_bytes",
@@ -142,6 +148,7 @@ impl Quota {
                 l.memory_bytes,
                 MAX_BYTES,
                 "1 PiB",
+                crate::format_bytes,
             ),
             (
                 "gpu_memory_bytes",
@@ -149,9 +156,10 @@ impl Quota {
                 l.gpu_memory_bytes,
                 MAX_BYTES,
                 "1 PiB",
+                crate::format_bytes,
             ),
         ];
-        for (name, guaranteed, limit, max, shown) in checks {
+        for (name, guaranteed, limit, max, shown, unit) in checks {
             v.check(
                 guaranteed <= max,
                 format!("{prefix}guaranteed.{name}"),
@@ -166,7 +174,7 @@ impl Quota {
                 v.check(
                     guaranteed <= limit,
                     format!("{prefix}guaranteed.{name}"),
-                    format!("must not be above the limit ({limit})"),
+                    format!("must not be above the limit ({})", unit(limit)),
                 );
             }
         }
