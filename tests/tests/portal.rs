@@ -230,6 +230,15 @@ async fn actions_that_stop_work_ask_first_and_a_node_shows_one_state() {
     let node_id = nodes[0]["id"].as_str().expect("node id").to_owned();
     let b = Browser::start("portal-confirm").await;
     sign_in(&b, &c, "root").await;
+    // A quota with no limit is drawn against what the fleet has, not full: 1 of 2 GPUs.
+    b.goto(&c.url("/portal")).await;
+    let legend = b.wait_for_text(".quota .legend", "limit none").await;
+    assert!(legend.contains("limit none (the fleet has 2)"), "{legend}");
+    assert_eq!(
+        b.execute("return document.querySelector('.quota .bar .used').style.width")
+            .await,
+        "50%"
+    );
     let dialog_open = || async {
         b.execute("return document.getElementById('confirm').open")
             .await

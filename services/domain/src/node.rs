@@ -98,6 +98,36 @@ pub fn node_pattern_matches(pattern: &str, name: &str) -> bool {
     true
 }
 
+/// Orders names as people count: runs of digits compare as numbers (`node-2` before
+/// `node-10`, `rack2-gpu9` before `rack10-gpu1`), the rest as text.
+pub fn natural_order(a: &str, b: &str) -> std::cmp::Ordering {
+    fn runs(s: &str) -> Vec<(bool, &str)> {
+        let mut out = Vec::new();
+        let mut start = 0;
+        let bytes = s.as_bytes();
+        for i in 1..=bytes.len() {
+            if i == bytes.len() || bytes[i].is_ascii_digit() != bytes[start].is_ascii_digit() {
+                out.push((bytes[start].is_ascii_digit(), &s[start..i]));
+                start = i;
+            }
+        }
+        out
+    }
+    let (ra, rb) = (runs(a), runs(b));
+    for ((da, x), (db, y)) in ra.iter().zip(&rb) {
+        let ord = if *da && *db {
+            let (x, y) = (x.trim_start_matches('0'), y.trim_start_matches('0'));
+            x.len().cmp(&y.len()).then_with(|| x.cmp(y))
+        } else {
+            x.cmp(y)
+        };
+        if ord.is_ne() {
+            return ord;
+        }
+    }
+    ra.len().cmp(&rb.len()).then_with(|| a.cmp(b))
+}
+
 /// Most GPUs one node reports (the largest boards carry 16).
 pub const MAX_NODE_GPUS: usize = 32;
 /// Most GPU memory one GPU reports: 16 TiB.
@@ -328,6 +358,36 @@ mod inventory_tests {
             .err()
             .map(|e| e.0.into_iter().map(|f| f.field).collect())
             .unwrap_or_default()
+    }
+
+    #[test]
+    fn names_sort_as_people_count() {
+        let mut names = vec![
+            "node-10",
+            "node-2",
+            "node-1",
+            "gpu-b",
+            "node-02",
+            "rack10-gpu1",
+            "rack2-gpu9",
+            "",
+            "gpu-a",
+        ];
+        names.sort_by(|a, b| natural_order(a, b));
+        assert_eq!(
+            names,
+            [
+                "",
+                "gpu-a",
+                "gpu-b",
+                "node-1",
+                "node-02",
+                "node-2",
+                "node-10",
+                "rack2-gpu9",
+                "rack10-gpu1"
+            ]
+        );
     }
 
     #[test]

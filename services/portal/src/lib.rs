@@ -199,20 +199,26 @@ struct QuotaBar {
 }
 
 impl QuotaBar {
+    /// A bar from 0 to the limit, or without one to what the fleet has (`fleet`; 0 when
+    /// the nodes did not say), so an unlimited quota is not drawn full.
     fn new(
         resource: &'static str,
         used: u64,
         guaranteed: u64,
-        limit: Option<u64>,
+        (limit, fleet): (Option<u64>, u64),
         show: impl Fn(u64) -> String,
     ) -> Self {
-        let scale = limit.unwrap_or(0).max(used).max(guaranteed).max(1);
+        let scale = limit.unwrap_or(fleet).max(used).max(guaranteed).max(1);
         Self {
             resource,
             used: show(used),
             guaranteed: show(guaranteed),
             borrowed: show(used.saturating_sub(guaranteed)),
-            limit: limit.map_or("none".into(), &show),
+            limit: match (limit, fleet) {
+                (Some(l), _) => show(l),
+                (None, 0) => "none".into(),
+                (None, f) => format!("none (the fleet has {})", show(f)),
+            },
             used_pct: used * 100 / scale,
             guaranteed_pct: guaranteed * 100 / scale,
         }
@@ -280,6 +286,17 @@ async fn dashboard_page(
     };
     let all = state.store.list_tenants().await?;
     let tenants = visible_tenants(&who, &all, Action::QuotaRead);
+    // What the registered nodes offer in all: the scale of a quota with no limit.
+    let fleet = state.store.list_nodes().await?.iter().fold(
+        allot_domain::Resources::default(),
+        |mut sum, n| {
+            sum.gpu_milli += n.gpus.len() as u64 * u64::from(allot_domain::GPU_MILLI);
+            sum.cpu_milli += n.cpu_milli;
+            sum.memory_bytes += n.memory_bytes;
+            sum.gpu_memory_bytes += n.gpus.iter().map(|g| g.memory_bytes).sum::<u64>();
+            sum
+        },
+    );
     let scope = who
         .scope(Action::JobList, "jobs")
         .unwrap_or(TenantScope::Tenants(Vec::new()));
@@ -309,21 +326,21 @@ async fn dashboard_page(
                     "GPUs",
                     mine.iter().map(|j| held_milli(j)).sum(),
                     g.gpu_milli,
-                    l.gpu_milli,
+                    (l.gpu_milli, fleet.gpu_milli),
                     format_milli,
                 ),
                 QuotaBar::new(
                     "CPUs",
                     mine.iter().map(|j| u64::from(j.spec.cpu_milli)).sum(),
                     g.cpu_milli,
-                    l.cpu_milli,
+                    (l.cpu_milli, fleet.cpu_milli),
                     format_milli,
                 ),
                 QuotaBar::new(
                     "Memory",
                     mine.iter().map(|j| j.spec.memory_bytes).sum(),
                     g.memory_bytes,
-                    l.memory_bytes,
+                    (l.memory_bytes, fleet.memory_bytes),
                     format_bytes,
                 ),
                 QuotaBar::new(
@@ -332,7 +349,7 @@ async fn dashboard_page(
                         .map(|j| u64::from(j.spec.gpus) * j.spec.gpu_memory_bytes.unwrap_or(0))
                         .sum(),
                     g.gpu_memory_bytes,
-                    l.gpu_memory_bytes,
+                    (l.gpu_memory_bytes, fleet.gpu_memory_bytes),
                     format_bytes,
                 ),
             ];

@@ -409,12 +409,15 @@ impl NodeRepo for Store {
             let node = g.node_id.clone();
             by_node.entry(node).or_default().push(gpu_to_domain(g)?);
         }
-        Ok(rows
+        let mut nodes: Vec<Node> = rows
             .into_iter()
             .map(|m| {
                 let gpus = by_node.remove(&m.id).unwrap_or_default();
                 to_domain(m, gpus)
             })
-            .collect())
+            .collect();
+        // As people count: node-2 before node-10.
+        nodes.sort_by(|a, b| allot_domain::node::natural_order(&a.name, &b.name));
+        Ok(nodes)
     }
 }
