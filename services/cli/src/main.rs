@@ -177,7 +177,13 @@ fn main() -> ExitCode {
     if daemon {
         sigpipe(SigPipe::Ignore);
     }
-    let default_level = if daemon { "info" } else { "warn" };
+    // `allot dev` is for people at a terminal: its banner comes first, not buried under
+    // migrations and one registration line per node (ALLOT_LOG=info shows them).
+    let default_level = match cli.command {
+        Command::Dev(_) => "warn",
+        _ if daemon => "info",
+        _ => "warn",
+    };
     let filter =
         EnvFilter::try_from_env("ALLOT_LOG").unwrap_or_else(|_| EnvFilter::new(default_level));
     let runtime = match tokio::runtime::Builder::new_multi_thread()

@@ -229,6 +229,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
                 (also in {token_file})
   Nodes:        {nodes} simulated, {gpus} each
   Data:         {data}
+  Logs:         warnings and errors (ALLOT_LOG=info allot dev for more)
 
 Try, in another terminal:
   export ALLOT_SERVER={url} ALLOT_TOKEN=$(cat {token_file})
