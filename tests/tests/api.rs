@@ -1008,3 +1008,57 @@ async fn a_quota_change_changes_only_what_it_names() {
     let (_, t) = c.get("/api/v1/tenants/demo").await;
     assert_eq!(t["quota"]["mig_limits"], json!({ "3g.71gb": 1 }), "{t}");
 }
+
+/// Jobs are found by what people type: the id, a unique prefix of it, or the name when only
+/// one job the caller sees has it; a name that several share is refused listing them, and
+/// another tenant's job is not found by its name either. (`job get train-resnet` was 404.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_are_found_by_name_or_id_prefix() {
+    let c = spawn_cluster(Backend::Sqlite, 0, "").await;
+    c.create_tenant("ml", None).await;
+    c.create_tenant("web", None).await;
+    let id = c
+        .submit_with("ml", json!({ "name": "train-resnet" }), &["true"])
+        .await;
+    let (s, j) = c.get("/api/v1/jobs/train-resnet").await;
+    assert_eq!(s, StatusCode::OK, "{j}");
+    assert_eq!(j["id"], id.as_str());
+    let (s, j) = c.get(&format!("/api/v1/jobs/{}", &id[..13])).await;
+    assert_eq!(s, StatusCode::OK, "{j}");
+    assert_eq!(j["id"], id.as_str());
+    let (s, _) = c.get(&format!("/api/v1/jobs/{}", &id[..3])).await;
+    assert_eq!(s, StatusCode::NOT_FOUND, "too short a prefix");
+    // Another tenant's member does not find it by name (nor learns it exists).
+    let web = c.token_for("web", "member").await;
+    let (s, p) = c
+        .request(Method::GET, "/api/v1/jobs/train-resnet", Some(&web), None)
+        .await;
+    assert_eq!(s, StatusCode::NOT_FOUND, "{p}");
+    // A second of that name: the name is ambiguous, and says which jobs it names.
+    let second = c
+        .submit_with("ml", json!({ "name": "train-resnet" }), &["true"])
+        .await;
+    let (s, p) = c.get("/api/v1/jobs/train-resnet").await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{p}");
+    assert_eq!(p["errors"][0]["field"], "id", "{p}");
+    let reason = p["errors"][0]["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains("names 2 jobs") && reason.contains(&id) && reason.contains(&second),
+        "{reason}"
+    );
+    // The list filters by name.
+    let (s, list) = c.get("/api/v1/jobs?name=train-resnet").await;
+    assert_eq!(s, StatusCode::OK, "{list}");
+    assert_eq!(list["items"].as_array().map(Vec::len), Some(2), "{list}");
+    let (s, _) = c.get("/api/v1/jobs?name=").await;
+    assert_eq!(s, StatusCode::BAD_REQUEST);
+    // Verbs take the name too: cancelling by a unique prefix.
+    let (s, j) = c
+        .post(
+            &format!("/api/v1/jobs/{}/cancel", &second[..28]),
+            Value::Null,
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{j}");
+    assert_eq!(j["id"], second.as_str());
+}

@@ -684,6 +684,9 @@ pub struct JobQuery {
     pub state: Option<String>,
     /// Only jobs placed on this node.
     pub node: Option<String>,
+    /// Only jobs of this name.
+    #[param(min_length = 1, max_length = 128)]
+    pub name: Option<String>,
     /// Page size, 1–500 (default 50).
     #[param(minimum = 1, maximum = 500)]
     pub limit: Option<u32>,

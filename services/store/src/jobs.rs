@@ -33,6 +33,10 @@ pub struct JobFilter {
     pub scope: TenantScope,
     pub states: Vec<JobState>,
     pub node_id: Option<String>,
+    /// Only jobs of this name.
+    pub name: Option<String>,
+    /// Only jobs whose id starts with this (hex digits and `-`).
+    pub id_prefix: Option<String>,
     pub before: Option<String>,
     pub limit: Option<u64>,
 }
@@ -44,6 +48,8 @@ impl JobFilter {
             scope,
             states: Vec::new(),
             node_id: None,
+            name: None,
+            id_prefix: None,
             before: None,
             limit: None,
         }
@@ -562,6 +568,19 @@ impl JobRepo for Store {
         }
         if let Some(n) = &f.node_id {
             q = q.filter(jobs::Column::NodeId.eq(n.as_str()));
+        }
+        if let Some(name) = &f.name {
+            q = q.filter(jobs::Column::Name.eq(name.as_str()));
+        }
+        if let Some(prefix) = &f.id_prefix {
+            // An id's characters only: nothing a LIKE pattern would read as a wildcard.
+            if !prefix.chars().all(|c| c.is_ascii_hexdigit() || c == '-') {
+                return Ok(JobPage {
+                    jobs: Vec::new(),
+                    next: None,
+                });
+            }
+            q = q.filter(jobs::Column::Id.starts_with(prefix.to_ascii_lowercase()));
         }
         if let Some(before) = &f.before {
             q = q.filter(jobs::Column::Id.lt(before.as_str()));

@@ -200,6 +200,12 @@ pub async fn list(
             "is not a token returned by a previous page",
         ));
     }
+    if q.name
+        .as_ref()
+        .is_some_and(|n| n.is_empty() || n.len() > 128)
+    {
+        return Err(ApiError::malformed("name", "must be 1–128 characters"));
+    }
     let scope = listing_scope(&state, &who, q.tenant.as_deref(), "jobs").await?;
     let page = state
         .store
@@ -207,6 +213,8 @@ pub async fn list(
             scope,
             states,
             node_id: q.node,
+            name: q.name,
+            id_prefix: None,
             before: q.page_token,
             limit: Some(u64::from(limit)),
         })
@@ -246,6 +254,67 @@ pub(crate) async fn listing_scope(
     Ok(TenantScope::tenant(tenant.id))
 }
 
+/// The one job among those the caller sees whose name is `key`, or whose id starts with
+/// it (at least 4 characters): what people type (`job get train-resnet`, `job get 01a2`).
+/// More than one is refused, listing them, newest first.
+async fn by_name_or_prefix(
+    state: &AppState,
+    scope: TenantScope,
+    key: &str,
+) -> Result<allot_domain::Job, ApiError> {
+    const SHOWN: u64 = 5;
+    let mut found = Vec::new();
+    let mut more = false;
+    for filter in [
+        JobFilter {
+            name: Some(key.to_owned()),
+            limit: Some(SHOWN),
+            ..JobFilter::new(scope.clone())
+        },
+        JobFilter {
+            id_prefix: Some(key.to_owned()),
+            limit: Some(SHOWN),
+            ..JobFilter::new(scope.clone())
+        },
+    ] {
+        if filter.id_prefix.is_some() && key.len() < 4 {
+            continue;
+        }
+        let page = state.store.list_jobs(filter).await?;
+        more |= page.next.is_some();
+        for j in page.jobs {
+            if !found.iter().any(|f: &allot_domain::Job| f.id == j.id) {
+                found.push(j);
+            }
+        }
+    }
+    match found.len() {
+        0 => Err(ApiError::NotFound(format!(
+            "{} does not exist",
+            job_what(key)
+        ))),
+        1 if !more => Ok(found.remove(0)),
+        n => Err(ValidationError::single(
+            "id",
+            format!(
+                "`{key}` names {} jobs ({}): give one's id",
+                if more {
+                    format!("more than {SHOWN}")
+                } else {
+                    n.to_string()
+                },
+                found
+                    .iter()
+                    .take(SHOWN as usize)
+                    .map(|j| format!("{} {}", j.id, j.spec.name))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        )
+        .into()),
+    }
+}
+
 /// The job, if the caller may see its tenant (else 404) and do `action` to it (else 403).
 pub async fn visible_job(
     state: &AppState,
@@ -254,7 +323,10 @@ pub async fn visible_job(
     action: Action,
 ) -> Result<allot_domain::Job, ApiError> {
     let scope = TenantScope::Tenants(who.permitted_tenants(Action::JobList)?);
-    let job = state.store.job(&scope, id).await?;
+    let job = match state.store.job(&scope, id).await {
+        Err(allot_store::StoreError::NotFound(_)) => by_name_or_prefix(state, scope, id).await?,
+        found => found?,
+    };
     who.authorize(
         action,
         Resource::Job {
@@ -289,7 +361,7 @@ pub async fn get(
     id: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     let job = visible_job(&state, &who, &id, Action::JobRead).await?;
-    let events = state.store.job_events(&id).await?;
+    let events = state.store.job_events(&job.id).await?;
     let mut view = job_view(&who, job)?;
     view.events = Some(events.into_iter().map(Into::into).collect());
     Ok(json(StatusCode::OK, &view))
@@ -306,8 +378,8 @@ pub async fn cancel(
     who: Principal,
     id: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    visible_job(&state, &who, &id, Action::JobCancel).await?;
-    let job = state.store.request_cancel(&who.audit(), &id).await?;
+    let job = visible_job(&state, &who, &id, Action::JobCancel).await?;
+    let job = state.store.request_cancel(&who.audit(), &job.id).await?;
     let status = if job.state.holds_resources() {
         state.events.job_cancel_requested(&job);
         StatusCode::ACCEPTED

@@ -108,6 +108,8 @@ pub enum JobCmd {
     },
     /// Show a job, its placement and its state history.
     Get {
+        /// Its id, a unique prefix of it (at least 4 characters), or its name if no other
+        /// job you see has that name.
         id: String,
         #[arg(short, long, value_enum, default_value_t)]
         output: Format,
@@ -119,6 +121,9 @@ pub enum JobCmd {
         /// Comma-separated states, e.g. pending,running.
         #[arg(long)]
         state: Option<String>,
+        /// Only jobs of this name.
+        #[arg(long)]
+        name: Option<String>,
         #[arg(long, default_value_t = 50)]
         limit: u32,
         #[arg(short, long, value_enum, default_value_t)]
@@ -419,12 +424,16 @@ pub async fn run(client: &Client, cmd: JobCmd) -> anyhow::Result<i32> {
         JobCmd::List {
             tenant,
             state,
+            name,
             limit,
             output,
         } => {
             let mut query = vec![("limit", limit.to_string())];
             if let Some(t) = tenant {
                 query.push(("tenant", t));
+            }
+            if let Some(n) = name {
+                query.push(("name", n));
             }
             if let Some(s) = state {
                 query.push(("state", s));
