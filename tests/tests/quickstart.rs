@@ -444,6 +444,8 @@ fn logs_can_be_json_lines_for_log_shippers() {
             "--data-dir",
         ])
         .arg(home.path().join(".allot"))
+        // `allot dev` logs warnings only unless asked (its banner comes first).
+        .env("ALLOT_LOG", "info")
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
