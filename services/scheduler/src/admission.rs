@@ -122,17 +122,14 @@ fn fleet(spec: &JobSpec, nodes: &[Node], v: &mut Violations) {
         }
         eligible
     } else if spec.gpus > 0 {
-        let models = fleet_models(nodes, false);
+        let (whole_models, mig_models) = (fleet_models(nodes, false), fleet_models(nodes, true));
         if !wanted.is_empty()
             && !nodes
                 .iter()
                 .flat_map(|n| &n.gpus)
                 .any(|g| model_ok(&g.model))
         {
-            let has = fleet_models(nodes, false)
-                .into_iter()
-                .chain(fleet_models(nodes, true))
-                .collect::<Vec<_>>();
+            let has = [whole_models, mig_models].concat();
             let has = if has.is_empty() {
                 "the nodes have no GPUs".to_owned()
             } else {
@@ -153,7 +150,7 @@ fn fleet(spec: &JobSpec, nodes: &[Node], v: &mut Violations) {
             .map(|g| g.memory_bytes)
             .max();
         let Some(largest) = largest else {
-            let message = if models.is_empty() && !fleet_models(nodes, true).is_empty() {
+            let message = if whole_models.is_empty() && !mig_models.is_empty() {
                 format!("every GPU{of_models} is in MIG mode: ask for a MIG profile (mig_profile)")
             } else {
                 format!("no node has a GPU{of_models}")
@@ -214,18 +211,19 @@ fn fleet(spec: &JobSpec, nodes: &[Node], v: &mut Violations) {
     } else {
         ""
     };
-    // 0: the agent did not say, taken as unlimited.
-    let most_cpu = eligible
-        .iter()
-        .map(|n| {
-            if n.cpu_milli == 0 {
-                u64::MAX
-            } else {
-                n.cpu_milli
-            }
-        })
-        .max()
-        .unwrap_or(0);
+    // The most any eligible node offers of one resource; 0 (the agent did not say) is
+    // taken as unlimited.
+    let most = |offer: fn(&Node) -> u64| {
+        eligible
+            .iter()
+            .map(|n| match offer(n) {
+                0 => u64::MAX,
+                o => o,
+            })
+            .max()
+            .unwrap_or(0)
+    };
+    let most_cpu = most(|n| n.cpu_milli);
     v.check(
         u64::from(spec.cpu_milli) <= most_cpu,
         "cpu_milli",
@@ -234,17 +232,7 @@ fn fleet(spec: &JobSpec, nodes: &[Node], v: &mut Violations) {
             format_milli(most_cpu)
         ),
     );
-    let most_memory = eligible
-        .iter()
-        .map(|n| {
-            if n.memory_bytes == 0 {
-                u64::MAX
-            } else {
-                n.memory_bytes
-            }
-        })
-        .max()
-        .unwrap_or(0);
+    let most_memory = most(|n| n.memory_bytes);
     v.check(
         mib_up(spec.memory_bytes) <= mib_down(most_memory),
         "memory_bytes",
