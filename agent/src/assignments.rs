@@ -79,7 +79,7 @@ impl Agent {
     pub(crate) fn report(&self, r: JobStatusReport) {
         // The reporter outlives every sender but the agent's own, so this cannot fail
         // while jobs run.
-        let _ = self.reports.send(r);
+        let _ = self.reports.send(logship::Outbound::Status(r));
     }
 
     pub(crate) fn launch(self: &Arc<Self>, l: Launch, tasks: &mut JoinSet<()>) {
@@ -121,6 +121,11 @@ impl Agent {
             }
         };
         let tracker = Arc::new(Mutex::new(None));
+        let log = Arc::new(Mutex::new(logship::LogCursor::new(
+            &l.job_id,
+            l.attempt,
+            runtime::joblog::path(&self.cfg.data_dir, &l.job_id, l.attempt),
+        )));
         {
             let mut jobs = self.lock_jobs();
             if !jobs.seen.insert((l.job_id.clone(), l.attempt)) {
@@ -135,6 +140,7 @@ impl Agent {
                     gpu_milli: l.gpu_milli,
                     sharing: shared.clone(),
                     tracker: tracker.clone(),
+                    log: log.clone(),
                 },
             );
         }
@@ -221,12 +227,12 @@ impl Agent {
         tasks.spawn(
             async move {
                 let job_id = spec.job_id.clone();
-                let log = runtime::joblog::path(&agent.cfg.data_dir, &job_id, attempt);
+                let log_path = runtime::joblog::path(&agent.cfg.data_dir, &job_id, attempt);
                 tracing::info!(job = %job_id, image = ?spec.image, runtime = agent.runtime.kind().as_str(), "launching");
                 let finished = runtime::supervise(
                     agent.runtime.as_ref(),
                     spec,
-                    log,
+                    log_path,
                     &signal,
                     agent.cfg.stop_grace,
                     |started| {
@@ -256,6 +262,8 @@ impl Agent {
                     }
                 };
                 tracing::info!(job = %job_id, ?phase, ?exit_code, "job ended");
+                // Its last output goes before its end.
+                agent.flush_log(&log);
                 // Its processes are gone: no heartbeat from now on shows it, then the end
                 // is reported (the control plane frees its GPUs once a heartbeat agrees).
                 {
@@ -341,10 +349,19 @@ impl Agent {
 /// the job's GPUs until a heartbeat shows the job gone from the node, and this one does.
 pub(crate) async fn deliver_reports(
     link: Arc<Link>,
-    mut rx: mpsc::UnboundedReceiver<JobStatusReport>,
+    mut rx: mpsc::UnboundedReceiver<logship::Outbound>,
     heartbeat_now: Arc<tokio::sync::Notify>,
+    log_queued: Arc<logship::Queued>,
 ) {
-    while let Some(report) = rx.recv().await {
+    while let Some(out) = rx.recv().await {
+        let report = match out {
+            logship::Outbound::Status(r) => r,
+            logship::Outbound::Logs(logs) => {
+                deliver_logs(&link, &logs).await;
+                log_queued.done(&logs);
+                continue;
+            }
+        };
         let mut attempt = 0;
         let ended = report.phase != i32::from(JobPhase::Running);
         loop {
@@ -365,6 +382,31 @@ pub(crate) async fn deliver_reports(
                     tracing::warn!(job = %report.job_id, error = %s.message(), "status report rejected");
                     break;
                 }
+            }
+        }
+    }
+}
+
+/// Delivers log output, retrying while the control plane is unreachable (what it refuses
+/// is not sent again).
+async fn deliver_logs(link: &Link, logs: &allot_proto::v1::JobLogs) {
+    let mut attempt = 0;
+    loop {
+        match client(link).append_job_logs(logs.clone()).await {
+            Ok(ack) => {
+                let refused = ack.into_inner().refused;
+                if refused > 0 {
+                    tracing::debug!(refused, "log chunks refused (attempts no longer here)");
+                }
+                return;
+            }
+            Err(s) if transient(&s) => {
+                attempt += 1;
+                tokio::time::sleep(backoff(attempt).min(Duration::from_millis(300))).await;
+            }
+            Err(s) => {
+                tracing::warn!(error = %s.message(), "log output rejected");
+                return;
             }
         }
     }

@@ -13,6 +13,7 @@ mod heartbeat;
 pub mod identity;
 pub mod image;
 pub mod job_samples;
+pub(crate) mod logship;
 mod metrics;
 pub mod mig;
 mod police;
@@ -160,6 +161,8 @@ struct RunningJob {
     sharing: Option<Arc<sharing::JobSharing>>,
     /// How its processes are recognised, once started.
     tracker: Arc<Mutex<Option<Tracker>>>,
+    /// Its log, and how much of it was shipped.
+    log: logship::SharedCursor,
 }
 
 impl RunningJob {
@@ -188,7 +191,10 @@ struct Agent {
     /// The node certificate presented now, once registered.
     creds: Mutex<Option<Credentials>>,
     jobs: Mutex<Jobs>,
-    reports: mpsc::UnboundedSender<JobStatusReport>,
+    /// Status reports and log output, delivered in order.
+    reports: mpsc::UnboundedSender<logship::Outbound>,
+    /// Log output queued and not yet delivered.
+    log_queued: Arc<logship::Queued>,
     lease: Mutex<Lease>,
     /// GPUs that had an XID needing a drain: unhealthy until the agent starts again (an
     /// operator resets the GPU meanwhile).
@@ -241,7 +247,13 @@ pub async fn run(
     }
     let (reports, rx) = mpsc::unbounded_channel();
     let heartbeat_now = Arc::new(tokio::sync::Notify::new());
-    let reporter = tokio::spawn(deliver_reports(link.clone(), rx, heartbeat_now.clone()));
+    let log_queued = Arc::new(logship::Queued::default());
+    let reporter = tokio::spawn(deliver_reports(
+        link.clone(),
+        rx,
+        heartbeat_now.clone(),
+        log_queued.clone(),
+    ));
     let backend_driver = backend.driver_version();
     let agent = Arc::new(Agent {
         cfg,
@@ -250,6 +262,7 @@ pub async fn run(
         creds: Mutex::new(creds),
         jobs: Mutex::new(Jobs::default()),
         reports,
+        log_queued,
         lease: Mutex::new(Lease::default()),
         drained: Mutex::new(HashSet::new()),
         degraded: Mutex::new(HashSet::new()),
@@ -299,6 +312,7 @@ pub async fn run(
     tokio::spawn(agent.clone().fence(shutdown.clone()));
     tokio::spawn(agent.clone().watch_gpus(shutdown.clone()));
     tokio::spawn(agent.clone().police_sharing(shutdown.clone()));
+    tokio::spawn(agent.clone().ship_logs(shutdown.clone()));
     let mut tasks = JoinSet::new();
     // Set when the control plane refuses this node for good: its jobs stop, and the agent
     // exits with the reason.

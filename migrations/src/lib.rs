@@ -27,6 +27,7 @@ mod m20261205_000001_containers;
 mod m20261206_000001_volumes;
 mod m20261206_000002_bootstrap_binding;
 mod m20261207_000001_tenant_secrets;
+mod m20261208_000001_job_logs;
 mod roles;
 
 pub use roles::{APPEND_ONLY_TABLES, BadRoleName, postgres_app_role_grants};
@@ -61,6 +62,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261206_000001_volumes::Migration),
             Box::new(m20261206_000002_bootstrap_binding::Migration),
             Box::new(m20261207_000001_tenant_secrets::Migration),
+            Box::new(m20261208_000001_job_logs::Migration),
         ]
     }
 }

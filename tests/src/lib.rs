@@ -217,6 +217,19 @@ impl TestCluster {
         (status, serde_json::from_str(&text).unwrap_or(Value::Null))
     }
 
+    /// GET with the admin token, for a text answer (a job's log).
+    pub async fn get_text(&self, path: &str) -> String {
+        let res = self
+            .http
+            .get(self.url(path))
+            .bearer_auth(&self.admin_token)
+            .send()
+            .await
+            .expect("request sent");
+        assert!(res.status().is_success(), "{path}: {}", res.status());
+        res.text().await.expect("body read")
+    }
+
     pub async fn get(&self, path: &str) -> (StatusCode, Value) {
         self.request(reqwest::Method::GET, path, Some(&self.admin_token), None)
             .await

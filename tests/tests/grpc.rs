@@ -240,6 +240,43 @@ async fn node_identity_comes_from_its_certificate() {
         .report_job_status(report(JobPhase::Running))
         .await
         .expect("owner reports running");
+    // Only the node running an attempt writes its log: not another node (a stolen key),
+    // not about another attempt, nothing oversized or past the largest offset.
+    let chunk = |attempt: u32, offset: u64, data: &[u8]| allot_proto::v1::JobLogChunk {
+        job_id: id.clone(),
+        attempt,
+        offset,
+        data: data.to_vec(),
+    };
+    let logs = |chunks| allot_proto::v1::JobLogs { chunks };
+    let refused = other
+        .client
+        .clone()
+        .append_job_logs(logs(vec![chunk(1, 0, b"forged by another node\n")]))
+        .await
+        .expect("answered")
+        .into_inner()
+        .refused;
+    assert_eq!(refused, 1);
+    let oversized = vec![b'x'; 256 * 1024 + 1];
+    let refused = owner
+        .client
+        .clone()
+        .append_job_logs(logs(vec![
+            chunk(2, 0, b"a later attempt\n"),
+            chunk(1, 0, &oversized),
+            chunk(1, u64::MAX - 2, b"wraps"),
+            chunk(1, 0, b""),
+            chunk(1, 0, b"hello "),
+            chunk(1, 6, b"world\n"),
+        ]))
+        .await
+        .expect("answered")
+        .into_inner()
+        .refused;
+    assert_eq!(refused, 4);
+    let log = c.get_text(&format!("/api/v1/jobs/{id}/log")).await;
+    assert_eq!(log, "hello world\n");
     // A node's samples of jobs count only for its own jobs.
     for (node, utilization) in [(other, 0.99), (owner, 0.25)] {
         let name = if node.id == a.id { "node-a" } else { "node-b" };

@@ -230,6 +230,39 @@ async fn actions_that_stop_work_ask_first_and_a_node_shows_one_state() {
     let node_id = nodes[0]["id"].as_str().expect("node id").to_owned();
     let b = Browser::start("portal-confirm").await;
     sign_in(&b, &c, "root").await;
+    let talker = c
+        .submit_with(
+            "ml",
+            serde_json::json!({ "name": "talker" }),
+            &["sh", "-c", "echo line-1; sleep 6; echo line-2; sleep 120"],
+        )
+        .await;
+
+    // A running job's log grows on its page as the job writes it; the page is not reloaded.
+    c.wait_for_state(&talker, "running").await;
+    b.goto(&c.url(&format!("/portal/jobs/{talker}"))).await;
+    b.wait_for("#log").await;
+    b.execute("window.sameDocument = true; return null").await;
+    b.wait_for_text("#log", "line-1").await;
+    let first = b.text("#log").await;
+    assert!(!first.contains("line-2"), "{first}");
+    let grown = b.wait_for_text("#log", "line-2").await;
+    assert_eq!(grown.trim(), "line-1\nline-2", "each line once: {grown:?}");
+    assert_eq!(
+        b.execute("return window.sameDocument === true").await,
+        true,
+        "the log grew in place, without a reload"
+    );
+    b.screenshot("20-log-grows").await;
+    let (status, body) = c
+        .post(
+            &format!("/api/v1/jobs/{talker}/cancel"),
+            serde_json::json!({}),
+        )
+        .await;
+    assert!(status.is_success(), "{body}");
+    // Its end reloads the page once, showing how it ended.
+    b.wait_for_text("#job-state", "cancelled").await;
     // A quota with no limit is drawn against what the fleet has, not full: 1 of 2 GPUs.
     b.goto(&c.url("/portal")).await;
     let legend = b.wait_for_text(".quota .legend", "limit none").await;

@@ -84,6 +84,18 @@ fn cli(bin: &Path, dev: &Dev, token: &str, args: &[&str]) -> Output {
         .expect("allot runs")
 }
 
+/// `allot dev` in a fresh home, and its admin token.
+fn dev_as_admin(bin: &Path) -> (tempfile::TempDir, Dev, String) {
+    let home = tempfile::tempdir().expect("temp dir");
+    let data = home.path().join(".allot");
+    let dev = start_dev(bin, &data, "127.0.0.1:0");
+    let token = std::fs::read_to_string(data.join("admin.token"))
+        .expect("token")
+        .trim()
+        .to_owned();
+    (home, dev, token)
+}
+
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
@@ -626,13 +638,7 @@ fn every_client_verb_speaks_json() {
         );
     }
 
-    let home = tempfile::tempdir().expect("temp dir");
-    let data = home.path().join(".allot");
-    let dev = start_dev(&bin, &data, "127.0.0.1:0");
-    let token = std::fs::read_to_string(data.join("admin.token"))
-        .expect("token")
-        .trim()
-        .to_owned();
+    let (home, dev, token) = dev_as_admin(&bin);
     // A verb whose reader has gone (`allot node list -o json | head`) ends quietly:
     // successfully, or killed by SIGPIPE as Unix tools are, never with a panic.
     for args in [
@@ -835,4 +841,118 @@ fn every_client_verb_speaks_json() {
         "{evidence}"
     );
     assert!(dev.interrupt().success());
+}
+
+/// Runs `allot …` and stamps each line of its standard output with when it arrived; returns
+/// the lines, when the command exited, and its standard error.
+fn stamped(
+    bin: &Path,
+    dev: &Dev,
+    token: &str,
+    args: &[&str],
+) -> (Vec<(Instant, String)>, Instant, String) {
+    let mut child = Command::new(bin)
+        .args(args)
+        .env("ALLOT_SERVER", &dev.url)
+        .env("ALLOT_TOKEN", token)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("allot runs");
+    let stdout = child.stdout.take().expect("stdout");
+    let mut stderr = child.stderr.take().expect("stderr");
+    let err = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = std::io::Read::read_to_string(&mut stderr, &mut s);
+        s
+    });
+    let lines: Vec<(Instant, String)> = BufReader::new(stdout)
+        .lines()
+        .map_while(Result::ok)
+        .map(|l| (Instant::now(), l))
+        .collect();
+    let status = child.wait().expect("exits");
+    let exited = Instant::now();
+    let err = err.join().expect("stderr read");
+    assert!(status.success(), "{args:?}: {status:?} {err}");
+    (lines, exited, err)
+}
+
+/// `allot job logs -f` prints a running job's lines as they are written, and `job submit
+/// --wait` streams its output and says how it ended once: asserted by when each line
+/// arrives, not only what arrives.
+#[test]
+fn a_running_jobs_output_is_followed_as_it_is_written() {
+    let bin = allot_bin();
+    let (_home, dev, token) = dev_as_admin(&bin);
+    let out = cli(&bin, &dev, &token, &["tenant", "create", "logs"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let script = "echo first; sleep 3; echo second; sleep 2; echo third";
+    let out = cli(
+        &bin,
+        &dev,
+        &token,
+        &[
+            "job", "submit", "--tenant", "logs", "--name", "talker", "--", "sh", "-c", script,
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let id = text(&out.stdout).trim().to_owned();
+
+    let started = Instant::now();
+    let (lines, exited, _) = stamped(&bin, &dev, &token, &["job", "logs", &id, "-f"]);
+    let texts: Vec<&str> = lines.iter().map(|(_, l)| l.as_str()).collect();
+    assert_eq!(texts, ["first", "second", "third"], "{lines:?}");
+    let at = |i: usize| lines[i].0;
+    // Each line came when it was written: about 3 s and 2 s apart, and the first well before
+    // the job (and with it the follow) ended.
+    assert!(
+        at(1) - at(0) >= Duration::from_millis(2000),
+        "second {:?} after first",
+        at(1) - at(0)
+    );
+    assert!(
+        at(2) - at(1) >= Duration::from_millis(1200),
+        "third {:?} after second",
+        at(2) - at(1)
+    );
+    assert!(
+        exited - at(0) >= Duration::from_millis(3500),
+        "the first line came only {:?} before the end",
+        exited - at(0)
+    );
+    assert!(at(0) - started < Duration::from_secs(20), "the job started");
+    // Read again once it ended: the same output, whole.
+    let out = cli(&bin, &dev, &token, &["job", "logs", "talker"]);
+    assert_eq!(text(&out.stdout), "first\nsecond\nthird\n");
+
+    let (lines, exited, err) = stamped(
+        &bin,
+        &dev,
+        &token,
+        &[
+            "job",
+            "submit",
+            "--tenant",
+            "logs",
+            "--wait",
+            "--",
+            "sh",
+            "-c",
+            "echo one; sleep 3; echo two",
+        ],
+    );
+    let texts: Vec<&str> = lines.iter().map(|(_, l)| l.as_str()).collect();
+    assert_eq!(texts, ["one", "two"], "{lines:?} {err}");
+    assert!(
+        lines[1].0 - lines[0].0 >= Duration::from_millis(2000),
+        "--wait printed the output at the end: {:?} apart",
+        lines[1].0 - lines[0].0
+    );
+    assert!(exited - lines[0].0 >= Duration::from_millis(2000));
+    assert_eq!(
+        err.matches("succeeded").count(),
+        1,
+        "the end is said once: {err}"
+    );
 }

@@ -190,8 +190,41 @@ document.addEventListener("change", (ev) => {
 });
 document.querySelectorAll("#q-tenant").forEach(fillQuota);
 
-// Pages that change by themselves (a running job) reload every few seconds, except while a
-// question is open.
+// A job that has not ended: its log grows in place as the job writes it, and the page is
+// reloaded when the job's state or attempt changes (never while a question is open).
+const LOG_KEEP_CHARS = 1 << 20;
+async function followLog(pre) {
+  const res = await fetch(pre.dataset.follow, { credentials: "same-origin" });
+  if (!res.ok || !res.body) return;
+  const reader = res.body.getReader();
+  const text = new TextDecoder();
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    const atBottom = pre.scrollHeight - pre.scrollTop - pre.clientHeight < 20;
+    pre.textContent += text.decode(value, { stream: true });
+    if (pre.textContent.length > LOG_KEEP_CHARS) pre.textContent = pre.textContent.slice(-LOG_KEEP_CHARS);
+    const empty = document.getElementById("log-empty");
+    if (empty) empty.remove();
+    if (atBottom) pre.scrollTop = pre.scrollHeight;
+  }
+}
+document.querySelectorAll("pre[data-follow]").forEach((pre) => { followLog(pre).catch(() => {}); });
+
+const job = document.getElementById("job");
+if (job && document.querySelector("pre[data-follow]")) {
+  setInterval(async () => {
+    if (document.querySelector("dialog[open]")) return;
+    const r = await call("GET", job.dataset.job).catch(() => null);
+    if (!r || !r.ok || !r.data) return;
+    if (r.data.state !== job.dataset.state || String(r.data.attempt) !== job.dataset.attempt) {
+      window.location.reload();
+    }
+  }, 2000);
+}
+
+// Pages that change by themselves reload every few seconds, except while a question is
+// open.
 const refresh = document.querySelector('meta[name="allot-refresh"]');
 if (refresh) {
   setInterval(() => {

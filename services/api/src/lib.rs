@@ -35,6 +35,7 @@ pub use handlers::audit::{
 pub use handlers::enrollment::{
     BOOTSTRAP_TOKEN_PREFIX, DEFAULT_BOOTSTRAP_TTL, TokenFor, issue_bootstrap_token,
 };
+pub use handlers::job_logs::{LogTail, log_tail};
 pub use handlers::jobs::{job_view, visible_job};
 pub use handlers::tokens::TOKEN_PREFIX;
 pub use problem::ApiError;
@@ -47,6 +48,9 @@ pub trait ControlEvents: Send + Sync + 'static {
     fn job_cancel_requested(&self, job: &Job);
     /// A node's certificates were revoked: end its open calls.
     fn node_revoked(&self, node_id: &str);
+    /// The ids of jobs whose log grew, or which ended, by what nodes told this replica. A
+    /// follower also looks every second, for what was told another replica.
+    fn job_logs(&self) -> tokio::sync::broadcast::Receiver<String>;
     /// Resize a running job on shares of GPUs, if the new share fits beside the other jobs
     /// on its GPUs and within its tenant's limits (`Conflict` otherwise), and tell its node.
     /// Serialized with scheduling, so no placement races it for the room.
@@ -93,7 +97,7 @@ pub struct AppState {
 fn routes<R: Routes>(r: &mut R) {
     use Method as M;
     use handlers::{
-        audit, bindings, enrollment, jobs, nodes, tenants, tokens, usage, users, volumes,
+        audit, bindings, enrollment, job_logs, jobs, nodes, tenants, tokens, usage, users, volumes,
     };
     r.add(M::GET, "/healthz", handlers::health::healthz);
     r.add(M::GET, "/readyz", handlers::health::readyz);
@@ -183,7 +187,7 @@ fn routes<R: Routes>(r: &mut R) {
     r.add(M::GET, "/api/v1/jobs/{id}", jobs::get);
     r.add(M::POST, "/api/v1/jobs/{id}/cancel", jobs::cancel);
     r.add(M::POST, "/api/v1/jobs/{id}/resize", jobs::resize);
-    r.add(M::GET, "/api/v1/jobs/{id}/log", jobs::log);
+    r.add(M::GET, "/api/v1/jobs/{id}/log", job_logs::log);
     r.add(M::GET, "/api/v1/jobs/{id}/samples", jobs::samples);
     r.add(M::GET, "/api/v1/usage", usage::usage);
     r.add(M::GET, "/api/v1/nodes", nodes::list);

@@ -5,7 +5,8 @@ use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
 use crate::handlers::{
-    audit, bindings, enrollment, health, jobs, nodes, tenants, tokens, usage, users, volumes,
+    audit, bindings, enrollment, health, job_logs, jobs, nodes, tenants, tokens, usage, users,
+    volumes,
 };
 use crate::signin;
 
@@ -31,7 +32,7 @@ impl Modify for BearerAuth {
         tenants::list_credentials, tenants::set_credential, tenants::delete_credential,
         tenants::list_secrets, tenants::set_secret, tenants::delete_secret,
         volumes::list, volumes::put, volumes::delete,
-        jobs::submit, jobs::list, jobs::get, jobs::cancel, jobs::log, jobs::samples, jobs::resize, usage::usage,
+        jobs::submit, jobs::list, jobs::get, jobs::cancel, job_logs::log, jobs::samples, jobs::resize, usage::usage,
         nodes::list, nodes::get, nodes::cordon, nodes::uncordon, nodes::drain, nodes::drain_gpu,
         nodes::return_gpu, nodes::samples, enrollment::revoke_node, enrollment::create, enrollment::list,
         enrollment::delete,

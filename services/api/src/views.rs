@@ -693,6 +693,22 @@ pub struct JobQuery {
     pub page_token: Option<String>,
 }
 
+/// Which part of a job's log to read.
+#[derive(Debug, Default, Deserialize, ToSchema, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct LogQuery {
+    /// Which attempt's log (default: the job's latest; following it, the attempts after it
+    /// too).
+    #[param(minimum = 1)]
+    pub attempt: Option<u32>,
+    /// Start at this byte of the attempt's log (default 0). Each answer's `Allot-Log-End`
+    /// header is where the next read starts.
+    pub offset: Option<u64>,
+    /// Keep the answer open and send output as it is written, until the job ends.
+    pub follow: Option<bool>,
+}
+
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct GpuView {
     pub uuid: String,

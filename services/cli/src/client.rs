@@ -127,22 +127,46 @@ impl Client {
 
     /// GET returning the raw body.
     pub async fn get_bytes(&self, path: &str, query: &[(&str, String)]) -> anyhow::Result<Vec<u8>> {
+        let res = self
+            .get_response(path, query, Duration::from_secs(600))
+            .await?;
+        let bytes = res.bytes().await.context("reading the server's answer")?;
+        Ok(bytes.to_vec())
+    }
+
+    /// GET whose answer is read as it comes (a followed log), with no overall time limit.
+    pub async fn stream(
+        &self,
+        path: &str,
+        query: &[(&str, String)],
+    ) -> anyhow::Result<reqwest::Response> {
+        self.get_response(path, query, Duration::from_secs(366 * 24 * 3600))
+            .await
+    }
+
+    /// A successful GET's answer, its body not yet read.
+    async fn get_response(
+        &self,
+        path: &str,
+        query: &[(&str, String)],
+        timeout: Duration,
+    ) -> anyhow::Result<reqwest::Response> {
         let url = format!("{}{path}", self.base);
         let res = self
             .http
             .get(&url)
             .bearer_auth(&self.token)
             .query(query)
-            .timeout(Duration::from_secs(600))
+            .timeout(timeout)
             .send()
             .await
             .with_context(|| format!("cannot reach the Allot server at {}", self.base))?;
         let status = res.status();
-        let bytes = res.bytes().await.context("reading the server's answer")?;
         if !status.is_success() {
-            return Err(problem_error(status, &String::from_utf8_lossy(&bytes)));
+            let text = res.text().await.context("reading the server's answer")?;
+            return Err(problem_error(status, &text));
         }
-        Ok(bytes.to_vec())
+        Ok(res)
     }
 
     async fn send(
@@ -176,10 +200,6 @@ impl Client {
     /// DELETE, for resources that answer 204 with no body.
     pub async fn delete(&self, path: &str) -> anyhow::Result<()> {
         self.send(Method::DELETE, path, &[], None).await.map(|_| ())
-    }
-
-    pub async fn get_text(&self, path: &str) -> anyhow::Result<String> {
-        Ok(self.send(Method::GET, path, &[], None).await?.1)
     }
 
     pub async fn get<T: DeserializeOwned>(

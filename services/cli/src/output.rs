@@ -80,6 +80,51 @@ pub fn terminal_safe(s: &str) -> std::borrow::Cow<'_, str> {
     std::borrow::Cow::Owned(out)
 }
 
+/// Text arriving in pieces (a followed log) decoded as UTF-8: a character split between
+/// two pieces is held until the rest of it comes; bytes that are not UTF-8 become U+FFFD.
+#[derive(Debug, Default)]
+pub struct Utf8Pieces {
+    held: Vec<u8>,
+}
+
+impl Utf8Pieces {
+    /// The text of what came so far, but an incomplete character at its end.
+    pub fn push(&mut self, bytes: &[u8]) -> String {
+        self.held.extend_from_slice(bytes);
+        let cut = incomplete_tail(&self.held);
+        let rest = self.held.split_off(cut);
+        let text = String::from_utf8_lossy(&self.held).into_owned();
+        self.held = rest;
+        text
+    }
+
+    /// Whatever is still held, at the end.
+    pub fn finish(&mut self) -> String {
+        let text = String::from_utf8_lossy(&self.held).into_owned();
+        self.held.clear();
+        text
+    }
+}
+
+/// Where an incomplete UTF-8 sequence at the end of `b` starts (`b.len()` if none).
+fn incomplete_tail(b: &[u8]) -> usize {
+    for back in 1..=b.len().min(3) {
+        let i = b.len() - back;
+        let lead = b[i];
+        if lead & 0b1100_0000 == 0b1000_0000 {
+            continue; // a continuation byte: look further back
+        }
+        let needs = match lead {
+            0xC0..=0xDF => 2,
+            0xE0..=0xEF => 3,
+            0xF0..=0xF7 => 4,
+            _ => 1,
+        };
+        return if needs > back { i } else { b.len() };
+    }
+    b.len()
+}
+
 pub fn fields(pairs: &[(&str, String)]) -> String {
     // Keys are followed by a colon, so columns line up one past the longest key.
     let width = pairs.iter().map(|(k, _)| k.len() + 1).max().unwrap_or(0);
@@ -128,5 +173,31 @@ mod tests {
             ],
         );
         assert_eq!(t, "ID   STATE\nabc  running\na    x");
+    }
+}
+
+#[cfg(test)]
+mod pieces_tests {
+    use super::Utf8Pieces;
+
+    #[test]
+    fn a_character_split_between_pieces_comes_whole() {
+        let text = "naïve — 日本 🎉\n";
+        let bytes = text.as_bytes();
+        for cut in 0..=bytes.len() {
+            let mut p = Utf8Pieces::default();
+            let mut out = p.push(&bytes[..cut]);
+            out += &p.push(&bytes[cut..]);
+            out += &p.finish();
+            assert_eq!(out, text, "cut at {cut}");
+        }
+    }
+
+    #[test]
+    fn bytes_that_are_not_utf8_are_replaced_not_held() {
+        let mut p = Utf8Pieces::default();
+        assert_eq!(p.push(b"a\xffb"), "a\u{fffd}b");
+        assert_eq!(p.push(b"\xe6"), "");
+        assert_eq!(p.finish(), "\u{fffd}");
     }
 }

@@ -12,6 +12,7 @@ pub mod identity;
 pub mod image;
 pub mod isolation;
 pub mod job;
+pub mod joblog;
 pub mod mig;
 pub mod node;
 pub mod quantity;

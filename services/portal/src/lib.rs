@@ -460,6 +460,9 @@ async fn submit_page(
     }))
 }
 
+/// How much of the end of a job's log its page shows (`allot job logs` prints it all).
+const PAGE_LOG_BYTES: u64 = 64 * 1024;
+
 #[derive(Template, WebTemplate)]
 #[template(path = "job.html")]
 struct JobPage {
@@ -471,7 +474,12 @@ struct JobPage {
     cancellable: bool,
     /// What cancelling would do, asked before it.
     cancel_confirm: String,
-    log: String,
+    /// The end of its latest attempt's log.
+    log: allot_api::LogTail,
+    /// How much of it is shown, when not all of it.
+    log_shown: Option<String>,
+    /// Whether the log grows on the page (the job has not ended).
+    follow: bool,
     /// Its GPU use over the last 30 minutes (an SVG polyline; empty without samples), and
     /// the latest utilization and memory.
     spark: String,
@@ -540,7 +548,7 @@ async fn job_page(
             job.spec.name, job.id
         )
     };
-    let log = job.log_tail.clone().unwrap_or_default();
+    let log = allot_api::log_tail(state.clone().into_inner(), job.clone(), PAGE_LOG_BYTES).await?;
     let placement = match &job.node_id {
         Some(n) => {
             let name = state
@@ -573,8 +581,9 @@ async fn job_page(
     });
     let view = allot_api::job_view(&who, job)?;
     let events = events.into_iter().map(Into::into).collect();
-    let mut page = Page::new(&req, &who, format!("Job {}", view.name), "dashboard");
-    page.refresh = !terminal;
+    // Not reloaded while it runs: its log grows in place, and the page is reloaded when its
+    // state changes (portal.js).
+    let page = Page::new(&req, &who, format!("Job {}", view.name), "dashboard");
     Ok(render(JobPage {
         page,
         job: view,
@@ -583,7 +592,9 @@ async fn job_page(
         placement,
         cancellable,
         cancel_confirm,
+        log_shown: (log.start > 0).then(|| format_bytes(log.end - log.start)),
         log,
+        follow: !terminal,
         spark: spark(&points),
         use_now,
     }))

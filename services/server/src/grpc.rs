@@ -10,13 +10,13 @@ use allot_api::secret;
 use allot_domain::{Actor, ActorKind, AuditContext, GpuDevice, JobState, MigSlot, Node};
 use allot_pki::{Authority, Issued, NodeCert};
 use allot_proto::v1::{
-    Assignment, Gpu, HeartbeatRequest, HeartbeatResponse, JobPhase, JobStatusAck, JobStatusReport,
-    RegisterRequest, RegisterResponse, RenewCertificateRequest, RenewCertificateResponse,
-    WatchAssignmentsRequest,
+    Assignment, Gpu, HeartbeatRequest, HeartbeatResponse, JobLogs, JobLogsAck, JobPhase,
+    JobStatusAck, JobStatusReport, RegisterRequest, RegisterResponse, RenewCertificateRequest,
+    RenewCertificateResponse, WatchAssignmentsRequest,
 };
 use allot_store::{
-    Admission, EnrollmentRepo, JobFilter, JobRepo, JobUpdate, NewNodeCertificate, NodeRegistration,
-    NodeRepo, SampleRepo, Store, StoreError, TenantScope,
+    Admission, EnrollmentRepo, JobFilter, JobRepo, JobUpdate, LogRepo, NewNodeCertificate,
+    NodeRegistration, NodeRepo, SampleRepo, Store, StoreError, TenantScope,
 };
 use tokio::sync::Notify;
 use tokio_stream::Stream;
@@ -41,6 +41,8 @@ pub struct NodeSvc {
     pub auth_failures: Arc<allot_api::limiter::FailureLimiter>,
     /// Where refused calls are recorded.
     pub audit: allot_store::AuditBatcher,
+    /// Says which job's log grew (or which job ended), to those following it here.
+    pub job_logs: tokio::sync::broadcast::Sender<String>,
 }
 
 /// How often GPU samples are stored per node, and old ones pruned.
@@ -819,6 +821,53 @@ impl allot_proto::NodeService for NodeSvc {
         Ok(Response::new(Box::pin(UnboundedReceiverStream::new(rx))))
     }
 
+    async fn append_job_logs(&self, req: Request<JobLogs>) -> Result<Response<JobLogsAck>, Status> {
+        let node = self.node(&req, "AppendJobLogs").await?;
+        let chunks = req.into_inner().chunks;
+        let mut refused = 0u32;
+        let mut grew = std::collections::BTreeSet::new();
+        // Whose attempt each chunk is about, read once per job of the message.
+        let mut current: std::collections::HashMap<String, Option<u32>> =
+            std::collections::HashMap::new();
+        for c in chunks {
+            if !current.contains_key(&c.job_id) {
+                let owner = match self.store.job(&TenantScope::All, &c.job_id).await {
+                    Ok(job) => {
+                        (job.node_id.as_deref() == Some(node.id.as_str())).then_some(job.attempt)
+                    }
+                    Err(StoreError::NotFound(_)) => None,
+                    Err(e) => return Err(status(e)),
+                };
+                current.insert(c.job_id.clone(), owner);
+            }
+            // Only the node running an attempt writes its log: a node's key cannot write
+            // (or flood) the log of a job elsewhere, nor of an attempt since requeued.
+            let ours = current.get(&c.job_id).copied().flatten() == Some(c.attempt);
+            let well_formed = !c.data.is_empty()
+                && c.data.len() as u64 <= allot_domain::joblog::CHUNK_MAX_BYTES
+                && c.offset
+                    .checked_add(c.data.len() as u64)
+                    .is_some_and(|end| i64::try_from(end).is_ok());
+            if !(ours && well_formed) {
+                refused += 1;
+                continue;
+            }
+            self.store
+                .append_job_log(&c.job_id, c.attempt, c.offset, &c.data)
+                .await
+                .map_err(status)?;
+            grew.insert(c.job_id);
+        }
+        if refused > 0 {
+            tracing::info!(node = %node.name, refused, "log chunks refused");
+        }
+        for job in grew {
+            // No one may be following.
+            let _ = self.job_logs.send(job);
+        }
+        Ok(Response::new(JobLogsAck { refused }))
+    }
+
     async fn report_job_status(
         &self,
         req: Request<JobStatusReport>,
@@ -960,6 +1009,8 @@ impl allot_proto::NodeService for NodeSvc {
             self.hub.withhold(&node.id, &job.id, ended, gpus);
             tracing::info!(job = %job.id, attempt = job.attempt, "job requeued");
             self.notify.notify_one();
+            // Those following its log go on to its next attempt.
+            let _ = self.job_logs.send(job.id);
             return Ok(Response::new(JobStatusAck {}));
         }
         // Lost while being cancelled: it is stopped, as asked.
@@ -1007,6 +1058,8 @@ impl allot_proto::NodeService for NodeSvc {
             // Its GPUs come back once a heartbeat shows it gone from the node.
             self.hub.withhold(&node.id, &job.id, job.attempt, gpus);
             self.notify.notify_one();
+            // Its output arrived before this report: those following its log are done.
+            let _ = self.job_logs.send(job.id.clone());
         } else if job.cancel_requested || job.preempt_reason.is_some() {
             // Stopped while its launch was in flight: say it again now that it runs.
             self.hub.send(&node.id, hub::cancel(&job));

@@ -195,6 +195,8 @@ struct Events {
     store: Store,
     /// Held by each scheduling pass and each resize: one decides at a time.
     turn: Arc<tokio::sync::Mutex<()>>,
+    /// Says which job's log grew, or which job ended.
+    job_logs: tokio::sync::broadcast::Sender<String>,
 }
 
 impl ControlEvents for Events {
@@ -213,6 +215,10 @@ impl ControlEvents for Events {
             node_id,
             tonic::Status::unauthenticated("the node's certificates were revoked"),
         );
+    }
+
+    fn job_logs(&self) -> tokio::sync::broadcast::Receiver<String> {
+        self.job_logs.subscribe()
     }
 
     fn resize_job(
@@ -525,6 +531,7 @@ pub async fn start(
     let turn = Arc::new(tokio::sync::Mutex::new(()));
     let hub = Arc::new(Hub::default());
     let (audit_batcher, batcher_task) = allot_store::AuditBatcher::start(store.clone(), 512);
+    let (job_logs, _) = tokio::sync::broadcast::channel(1024);
     let state = AppState {
         audit_batcher,
         audit_keys: keys.clone(),
@@ -562,6 +569,7 @@ pub async fn start(
             hub: hub.clone(),
             store: store.clone(),
             turn: turn.clone(),
+            job_logs: job_logs.clone(),
         }),
     };
     let body_limit = BodyLimit(config.body_limit);
@@ -621,6 +629,7 @@ pub async fn start(
             clock.clone(),
         )),
         audit: grpc_audit,
+        job_logs,
     };
     let mut grpc_server = tonic::transport::Server::builder()
         .tls_config(grpc_tls)

@@ -13,6 +13,7 @@ pub mod entities;
 mod error;
 mod identity;
 mod jobs;
+mod logs;
 mod nodes;
 mod samples;
 mod scope;
@@ -41,6 +42,7 @@ pub use enrollment::{
 pub use error::StoreError;
 pub use identity::{IdentityRepo, NewBinding, SignIn};
 pub use jobs::{JobFilter, JobPage, JobRepo, JobUpdate, NewJob};
+pub use logs::LogRepo;
 pub use nodes::{NodeAdmin, NodeRegistration, NodeRepo};
 pub use samples::{JobSample, JobSamplePoint, RESOLUTIONS, Sample, SamplePoint, SampleRepo};
 pub use scope::TenantScope;

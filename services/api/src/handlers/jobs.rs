@@ -473,19 +473,3 @@ pub async fn samples(
         .collect();
     Ok(json(StatusCode::OK, &points))
 }
-
-/// The end of a finished job's combined stdout and stderr (the last 64 KiB).
-#[utoipa::path(get, path = "/api/v1/jobs/{id}/log", tag = "jobs",
-    params(("id" = String, Path)), security(("bearer" = [])),
-    responses((status = 200, content_type = "text/plain", body = String),
-        (status = 404, body = Problem)))]
-pub async fn log(
-    state: web::Data<AppState>,
-    who: Principal,
-    id: web::Path<String>,
-) -> Result<HttpResponse, ApiError> {
-    let job = visible_job(&state, &who, &id, Action::JobLog).await?;
-    Ok(HttpResponse::Ok()
-        .content_type("text/plain; charset=utf-8")
-        .body(job.log_tail.unwrap_or_default()))
-}

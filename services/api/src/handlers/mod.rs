@@ -5,6 +5,7 @@ pub mod bindings;
 pub mod enrollment;
 mod grant;
 pub mod health;
+pub mod job_logs;
 pub mod jobs;
 pub mod nodes;
 pub mod tenants;

@@ -5,7 +5,7 @@ use allot_api::views::{JobList, JobView};
 use allot_domain::{
     GpuCompute, Isolation, WorkloadClass, format_bytes, parse_memory, parse_priority,
 };
-use anyhow::bail;
+use anyhow::{Context, bail};
 use clap::Subcommand;
 use reqwest::Method;
 use serde_json::json;
@@ -148,17 +148,77 @@ pub enum JobCmd {
         #[arg(short, long, value_enum, default_value_t)]
         output: Format,
     },
-    /// Print the end of a finished job's output, with control characters escaped (a job's
-    /// output must not drive your terminal).
+    /// Print a job's output (the last 4 MiB of an attempt are kept), with control
+    /// characters escaped (a job's output must not drive your terminal).
     Logs {
         id: String,
+        /// Keep printing output as it is written, until the job ends (following a requeued
+        /// job into its next attempt).
+        #[arg(short, long)]
+        follow: bool,
+        /// Which attempt's output (default: the latest).
+        #[arg(long)]
+        attempt: Option<u32>,
         /// Print the bytes as the job wrote them.
         #[arg(long)]
         raw: bool,
-        /// `json`: the log as one JSON string, with the job's id.
+        /// `json`: the log as one JSON string, with the job's id (following: one such
+        /// object per line as output comes).
         #[arg(short, long, value_enum, default_value_t)]
         output: Format,
     },
+}
+
+/// How followed output is printed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LogMode {
+    /// Control characters escaped.
+    Safe,
+    /// As the job wrote it.
+    Raw,
+    /// One JSON object per piece, per line.
+    Json,
+}
+
+/// Prints a job's output as it is written, until the job ends.
+async fn follow_log(
+    client: &Client,
+    id: &str,
+    attempt: Option<u32>,
+    mode: LogMode,
+) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut query = vec![("follow", "true".to_owned())];
+    if let Some(a) = attempt {
+        query.push(("attempt", a.to_string()));
+    }
+    let mut res = client
+        .stream(&format!("/api/v1/jobs/{id}/log"), &query)
+        .await?;
+    let mut text = crate::output::Utf8Pieces::default();
+    let mut out = std::io::stdout().lock();
+    let show = |piece: &str, out: &mut std::io::StdoutLock<'_>| -> anyhow::Result<()> {
+        if piece.is_empty() {
+            return Ok(());
+        }
+        match mode {
+            LogMode::Safe => out.write_all(crate::output::terminal_safe(piece).as_bytes())?,
+            LogMode::Raw => out.write_all(piece.as_bytes())?,
+            LogMode::Json => writeln!(out, "{}", json!({ "job": id, "log": piece }))?,
+        }
+        out.flush()?;
+        Ok(())
+    };
+    while let Some(bytes) = res.chunk().await.context("reading the job's log")? {
+        if mode == LogMode::Raw {
+            out.write_all(&bytes)?;
+            out.flush()?;
+        } else {
+            show(&text.push(&bytes), &mut out)?;
+        }
+    }
+    let rest = text.finish();
+    show(&rest, &mut out)
 }
 
 fn parse_env(s: &str) -> Result<(String, String), String> {
@@ -382,27 +442,39 @@ pub async fn run(client: &Client, cmd: JobCmd) -> anyhow::Result<i32> {
             let path = format!("/api/v1/jobs/{}", job.id);
             let mut last_state = job.state.clone();
             let mut last_reason = None;
-            let job = loop {
-                let j: JobView = client.get(&path, &[]).await?;
-                if j.state != last_state {
-                    eprintln!("job {}: {}", j.id, j.state);
-                    last_state = j.state.clone();
+            // Its output is printed as it comes, beside the changes of its state.
+            let follow = async {
+                if output == Format::Table {
+                    follow_log(client, &job.id, None, LogMode::Safe).await
+                } else {
+                    Ok(())
                 }
-                let reason = j.pending_reason.as_ref().map(|r| r.message.clone());
-                if reason.is_some() && reason != last_reason {
-                    eprintln!("job {}: pending: {}", j.id, reason.as_deref().unwrap_or(""));
-                    last_reason = reason;
-                }
-                if is_terminal(&j.state) {
-                    break j;
-                }
-                tokio::time::sleep(Duration::from_millis(300)).await;
             };
+            let watch = async {
+                loop {
+                    let j: JobView = client.get(&path, &[]).await?;
+                    // The end is said once, below.
+                    if j.state != last_state && !is_terminal(&j.state) {
+                        eprintln!("job {}: {}", j.id, j.state);
+                        last_state = j.state.clone();
+                    }
+                    let reason = j.pending_reason.as_ref().map(|r| r.message.clone());
+                    if reason.is_some() && reason != last_reason {
+                        eprintln!("job {}: pending: {}", j.id, reason.as_deref().unwrap_or(""));
+                        last_reason = reason;
+                    }
+                    if is_terminal(&j.state) {
+                        break anyhow::Ok(j);
+                    }
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                }
+            };
+            let (followed, job) = tokio::join!(follow, watch);
+            let job = job?;
+            followed?;
             match output {
                 Format::Json => println!("{}", serde_json::to_string_pretty(&job)?),
                 Format::Table => {
-                    let log = client.get_text(&format!("{path}/log")).await?;
-                    print!("{}", crate::output::terminal_safe(&log));
                     eprintln!(
                         "job {} {}{}",
                         job.id,
@@ -529,8 +601,32 @@ pub async fn run(client: &Client, cmd: JobCmd) -> anyhow::Result<i32> {
             })?;
             Ok(0)
         }
-        JobCmd::Logs { id, raw, output } => {
-            let log = client.get_text(&format!("/api/v1/jobs/{id}/log")).await?;
+        JobCmd::Logs {
+            id,
+            follow,
+            attempt,
+            raw,
+            output,
+        } => {
+            if follow {
+                let mode = match (output, raw) {
+                    (Format::Json, _) => LogMode::Json,
+                    (Format::Table, true) => LogMode::Raw,
+                    (Format::Table, false) => LogMode::Safe,
+                };
+                follow_log(client, &id, attempt, mode).await?;
+                return Ok(0);
+            }
+            let query: Vec<(&str, String)> = attempt
+                .map(|a| ("attempt", a.to_string()))
+                .into_iter()
+                .collect();
+            let log = String::from_utf8_lossy(
+                &client
+                    .get_bytes(&format!("/api/v1/jobs/{id}/log"), &query)
+                    .await?,
+            )
+            .into_owned();
             if output == Format::Json {
                 print(output, &json!({ "job": id, "log": log }), |_| String::new())?;
             } else if raw {

@@ -9,6 +9,7 @@ pub mod bootstrap_tokens;
 pub mod gpu_samples;
 pub mod gpus;
 pub mod job_events;
+pub mod job_logs;
 pub mod job_samples;
 pub mod jobs;
 pub mod node_certificates;
