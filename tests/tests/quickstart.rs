@@ -956,3 +956,88 @@ fn a_running_jobs_output_is_followed_as_it_is_written() {
         "the end is said once: {err}"
     );
 }
+
+/// `allot job list` goes past the API's 500 a page: `--limit` beyond it, `--all`, and a
+/// `--page-token` printed to go on from.
+#[test]
+fn job_lists_go_past_one_page() {
+    let bin = allot_bin();
+    let (_home, dev, token) = dev_as_admin(&bin);
+    let out = cli(
+        &bin,
+        &dev,
+        &token,
+        &["tenant", "create", "many", "--max-gpus", "1"],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    // 501 jobs (one runs, the rest wait for the limit), sent straight to the API.
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    rt.block_on(async {
+        let http = allot_system_tests::http_client()
+            .build()
+            .expect("HTTP client");
+        for i in 0..501 {
+            let res = http
+                .post(format!("{}/api/v1/jobs", dev.url))
+                .bearer_auth(&token)
+                .json(
+                    &serde_json::json!({ "tenant": "many", "name": format!("j-{i}"), "gpus": 1,
+                                            "command": ["sleep", "600"] }),
+                )
+                .send()
+                .await
+                .expect("submitted");
+            assert!(
+                res.status().is_success(),
+                "{}",
+                res.text().await.unwrap_or_default()
+            );
+        }
+    });
+    let listed = |args: &[&str]| -> serde_json::Value {
+        let mut all = vec!["job", "list", "--tenant", "many", "-o", "json"];
+        all.extend_from_slice(args);
+        let out = cli(&bin, &dev, &token, &all);
+        assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
+        serde_json::from_slice(&out.stdout).expect("JSON")
+    };
+    let ids = |v: &serde_json::Value| -> Vec<String> {
+        v["items"]
+            .as_array()
+            .expect("items")
+            .iter()
+            .map(|j| j["id"].as_str().expect("id").to_owned())
+            .collect()
+    };
+    let every = listed(&["--all"]);
+    assert_eq!(ids(&every).len(), 501);
+    assert!(
+        every["next_page_token"].is_null(),
+        "{}",
+        every["next_page_token"]
+    );
+    let most = listed(&["--limit", "501"]);
+    assert_eq!(ids(&most), ids(&every));
+    // Two, then on from the token: the next ones, none repeated.
+    let first = listed(&["--limit", "2"]);
+    let token_next = first["next_page_token"]
+        .as_str()
+        .expect("a token")
+        .to_owned();
+    let rest = listed(&["--limit", "3", "--page-token", &token_next]);
+    let mut shown = ids(&first);
+    shown.extend(ids(&rest));
+    assert_eq!(shown, ids(&every)[..5]);
+    // The table says how to go on.
+    let out = cli(
+        &bin,
+        &dev,
+        &token,
+        &["job", "list", "--tenant", "many", "--limit", "1"],
+    );
+    assert!(
+        text(&out.stderr).contains("--page-token"),
+        "{}",
+        text(&out.stderr)
+    );
+}

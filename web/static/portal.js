@@ -231,3 +231,12 @@ if (refresh) {
     if (!document.querySelector("dialog[open]")) window.location.reload();
   }, Number(refresh.content || "2") * 1000);
 }
+
+// A node's details opened when a link (the heatmap's) points at them.
+function openTarget() {
+  const id = decodeURIComponent(window.location.hash.slice(1));
+  const d = id && document.getElementById(id);
+  if (d && d.tagName === "DETAILS") d.open = true;
+}
+window.addEventListener("hashchange", openTarget);
+openTarget();

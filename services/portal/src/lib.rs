@@ -22,6 +22,11 @@ use allot_store::{
     AuditRepo, AuditSearch, IdentityRepo, JobFilter, JobRepo, NodeRepo, SampleRepo, TenantRepo,
     TenantScope,
 };
+mod cluster;
+mod jobs_list;
+
+use jobs_list::jobs_page;
+
 use askama::Template;
 use askama_web::WebTemplate;
 use chrono::Duration;
@@ -33,6 +38,7 @@ const JS: &str = include_str!("../../../web/static/portal.js");
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.route("/", web::get().to(root))
         .route("/portal", web::get().to(dashboard))
+        .route("/portal/jobs", web::get().to(jobs))
         .route("/portal/jobs/new", web::get().to(submit))
         .route("/portal/jobs/{id}", web::get().to(job))
         .route("/portal/cluster", web::get().to(cluster))
@@ -52,14 +58,10 @@ macro_rules! page {
             who: Option<Principal>,
             $($arg: $ty),*
         ) -> HttpResponse {
-            let signed_in = who.is_some();
-            let csrf = req
-                .extensions()
-                .get::<SessionAuth>()
-                .map(|s| s.csrf_token.clone());
+            let (asked, shared, caller) = (req.clone(), state.clone(), who.clone());
             match $inner(req, state, who $(, $arg)*).await {
                 Ok(r) => r,
-                Err(e) => error_page(&e, signed_in, csrf),
+                Err(e) => error_page(&asked, &shared, caller.as_ref(), &e).await,
             }
         }
     };
@@ -67,8 +69,9 @@ macro_rules! page {
 
 page!(dashboard, dashboard_page);
 page!(submit, submit_page);
+page!(jobs, jobs_page, q: web::Query<jobs_list::JobsQuery>);
 page!(job, job_page, id: web::Path<String>);
-page!(cluster, cluster_page);
+page!(cluster, cluster_page, q: web::Query<ClusterQuery>);
 page!(admin, admin_page);
 page!(audit, audit_page, q: web::Query<AuditQuery>);
 
@@ -79,7 +82,12 @@ struct ErrorPage {
     detail: String,
 }
 
-fn error_page(e: &ApiError, signed_in: bool, csrf: Option<String>) -> HttpResponse {
+async fn error_page(
+    req: &HttpRequest,
+    state: &AppState,
+    who: Option<&Principal>,
+    e: &ApiError,
+) -> HttpResponse {
     use actix_web::ResponseError;
     let status = e.status_code();
     let (title, detail) = match status.as_u16() {
@@ -91,18 +99,23 @@ fn error_page(e: &ApiError, signed_in: bool, csrf: Option<String>) -> HttpRespon
             "The control plane could not show this page; try again in a moment.".to_owned(),
         ),
     };
-    let mut res = render(ErrorPage {
-        page: Page {
+    // A refusal keeps the navigation of whoever is signed in.
+    let page = match who {
+        Some(who) => Page::new(req, state, who, title, "error").await,
+        None => Page {
             title: title.into(),
             section: "error",
-            signed_in,
+            signed_in: false,
+            who: String::new(),
             admin: false,
             auditor: false,
-            csrf,
+            submit: false,
+            cluster: false,
+            csrf: None,
             refresh: false,
         },
-        detail,
-    });
+    };
+    let mut res = render(ErrorPage { page, detail });
     *res.status_mut() = status;
     res
 }
@@ -132,15 +145,22 @@ pub struct Page {
     pub title: String,
     pub section: &'static str,
     pub signed_in: bool,
+    /// Who is signed in, and as which roles, in words.
+    pub who: String,
     pub admin: bool,
     pub auditor: bool,
+    /// Whether they may submit a job in some tenant.
+    pub submit: bool,
+    /// Whether they may see the nodes.
+    pub cluster: bool,
     pub csrf: Option<String>,
     pub refresh: bool,
 }
 
 impl Page {
-    fn new(
+    async fn new(
         req: &HttpRequest,
+        state: &AppState,
         who: &Principal,
         title: impl Into<String>,
         section: &'static str,
@@ -149,16 +169,61 @@ impl Page {
             title: title.into(),
             section,
             signed_in: true,
+            who: signed_in_as(state, who).await,
             admin: who
                 .authorize(Action::TenantCreate, Resource::Platform, "tenants")
                 .is_ok(),
             auditor: allot_api::readable_logs(who).is_ok(),
+            submit: who
+                .permitted_tenants(Action::JobSubmit)
+                .is_ok_and(|t| !t.is_empty()),
+            cluster: who
+                .authorize(Action::NodeRead, Resource::Platform, "nodes")
+                .is_ok(),
             csrf: req
                 .extensions()
                 .get::<SessionAuth>()
                 .map(|s| s.csrf_token.clone()),
             refresh: false,
         }
+    }
+}
+
+/// "ada@example.com · tenant-admin of ml, platform-auditor": who is signed in (a user's
+/// email or name, or which token), and the roles they hold.
+async fn signed_in_as(state: &AppState, who: &Principal) -> String {
+    let name = match who.kind {
+        allot_domain::ActorKind::User => state
+            .store
+            .user(&who.id)
+            .await
+            .ok()
+            .and_then(|u| u.email.or(u.name))
+            .unwrap_or_else(|| who.id.clone()),
+        _ => format!("API token {}", who.id.chars().take(8).collect::<String>()),
+    };
+    let tenants = state.store.list_tenants().await.unwrap_or_default();
+    let mut roles: Vec<String> = who
+        .bindings
+        .iter()
+        .map(|b| match &b.tenant_id {
+            Some(t) => format!(
+                "{} of {}",
+                b.role.as_str(),
+                tenants
+                    .iter()
+                    .find(|x| &x.id == t)
+                    .map_or_else(|| t.clone(), |x| x.name.to_string())
+            ),
+            None => b.role.as_str().to_owned(),
+        })
+        .collect();
+    roles.sort();
+    roles.dedup();
+    if roles.is_empty() {
+        format!("{name} · no role yet")
+    } else {
+        format!("{name} · {}", roles.join(", "))
     }
 }
 
@@ -234,14 +299,8 @@ struct DayBar {
     height: u32,
 }
 
-struct JobRow {
-    id: String,
-    name: String,
-    tenant: String,
-    state: String,
-    gpus: String,
-    reason: String,
-}
+/// The newest jobs the dashboard shows (the jobs page has them all).
+const DASHBOARD_JOBS: u64 = 10;
 
 #[derive(Template, WebTemplate)]
 #[template(path = "dashboard.html")]
@@ -250,7 +309,9 @@ struct DashboardPage {
     tenants: Vec<QuotaRow>,
     usage: Vec<DayBar>,
     chart_width: u32,
-    jobs: Vec<JobRow>,
+    jobs: Vec<jobs_list::Row>,
+    /// How many jobs the person may list.
+    all_jobs: u64,
 }
 
 fn visible_tenants(who: &Principal, all: &[Tenant], action: Action) -> Vec<Tenant> {
@@ -274,8 +335,11 @@ async fn dashboard_page(
                 title: "Sign in".into(),
                 section: "signin",
                 signed_in: false,
+                who: String::new(),
                 admin: false,
                 auditor: false,
+                submit: false,
+                cluster: false,
                 csrf: None,
                 refresh: false,
             },
@@ -303,11 +367,15 @@ async fn dashboard_page(
     let jobs = state
         .store
         .list_jobs(JobFilter {
-            limit: Some(50),
+            limit: Some(DASHBOARD_JOBS),
             ..JobFilter::new(scope.clone())
         })
         .await?
         .jobs;
+    let all_jobs = state
+        .store
+        .count_jobs(JobFilter::new(scope.clone()))
+        .await?;
     let holding = state
         .store
         .list_jobs(JobFilter {
@@ -406,28 +474,15 @@ async fn dashboard_page(
     };
     let job_rows = jobs
         .into_iter()
-        .map(|j| JobRow {
-            reason: j
-                .pending_reason
-                .as_ref()
-                .map(|r| format!("{}: {}", r.code, r.message))
-                .unwrap_or_default(),
-            gpus: match &j.spec.mig_profile {
-                Some(p) => format!("MIG {p}"),
-                None => format_milli(held_milli(&j)),
-            },
-            id: j.id,
-            name: j.spec.name,
-            tenant: j.spec.tenant.to_string(),
-            state: j.state.to_string(),
-        })
+        .map(|j| jobs_list::Row::new(j, String::new()))
         .collect();
     Ok(render(DashboardPage {
-        page: Page::new(&req, &who, "Dashboard", "dashboard"),
+        page: Page::new(&req, &state, &who, "Dashboard", "dashboard").await,
         tenants: quota_rows,
         usage,
         chart_width: 4 + 44 * 7,
         jobs: job_rows,
+        all_jobs,
     }))
 }
 
@@ -453,7 +508,7 @@ async fn submit_page(
         .map(|t| t.name.to_string())
         .collect();
     Ok(render(SubmitPage {
-        page: Page::new(&req, &who, "Submit a job", "submit"),
+        page: Page::new(&req, &state, &who, "Submit a job", "submit").await,
         tenants,
         // Only what some GPU in MIG mode can make: another profile could never run.
         mig_profiles: allot_scheduler::admission::mig_profiles(&state.store.list_nodes().await?),
@@ -583,7 +638,14 @@ async fn job_page(
     let events = events.into_iter().map(Into::into).collect();
     // Not reloaded while it runs: its log grows in place, and the page is reloaded when its
     // state changes (portal.js).
-    let page = Page::new(&req, &who, format!("Job {}", view.name), "dashboard");
+    let page = Page::new(
+        &req,
+        &state,
+        &who,
+        format!("Job {}", view.name),
+        "dashboard",
+    )
+    .await;
     Ok(render(JobPage {
         page,
         job: view,
@@ -682,17 +744,44 @@ fn node_confirmations(name: &str, on_node: &[&Job]) -> (String, String) {
 #[template(path = "cluster.html")]
 struct ClusterPage {
     page: Page,
+    summary: cluster::Summary,
+    /// Whether each node's details are shown open.
+    open: bool,
+    /// The nodes whose details this page shows, of `matching`.
     nodes: Vec<NodeRow>,
+    matching: usize,
+    state: String,
+    name: String,
+    page_no: usize,
+    pages: usize,
+    previous: Option<String>,
+    next: Option<String>,
     admin: bool,
     /// Whether the caller reads cluster-wide telemetry (`telemetry.read`): every GPU's
     /// utilization and every tenant's jobs on it. Others see their own tenants' jobs only.
     telemetry: bool,
 }
 
+/// Node details shown on one page of the cluster page.
+const NODES_PER_PAGE: usize = 20;
+
+/// Which nodes' details the cluster page shows (its summary is of them all).
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ClusterQuery {
+    /// `ready`, `cordoned` or `not-ready`.
+    state: Option<String>,
+    /// A part of the name.
+    name: Option<String>,
+    /// From 1.
+    page: Option<usize>,
+}
+
 async fn cluster_page(
     req: HttpRequest,
     state: web::Data<AppState>,
     who: Option<Principal>,
+    q: web::Query<ClusterQuery>,
 ) -> Result<HttpResponse, ApiError> {
     let Some(who) = who else {
         return Ok(to_sign_in());
@@ -728,12 +817,40 @@ async fn cluster_page(
             .or_default()
             .push((x, p.utilization));
     }
-    let nodes = state
+    let fleet: Vec<(allot_domain::Node, String)> = state
         .store
         .list_nodes()
         .await?
         .into_iter()
         .map(|n| {
+            let status = NodeView::new(n.clone(), now).status;
+            (n, status)
+        })
+        .collect();
+    let summary = cluster::summary(&fleet, &holding);
+    let want_state = q.state.as_deref().unwrap_or("").trim();
+    if !["", "ready", "cordoned", "not-ready"].contains(&want_state) {
+        return Err(ApiError::malformed(
+            "state",
+            format!("`{want_state}` is not ready, cordoned or not-ready"),
+        ));
+    }
+    let want_name = q.name.as_deref().unwrap_or("").trim().to_lowercase();
+    let chosen: Vec<(allot_domain::Node, String)> = fleet
+        .into_iter()
+        .filter(|(n, status)| {
+            (want_state.is_empty() || cluster::node_state(status, n.cordoned) == want_state)
+                && n.name.to_lowercase().contains(&want_name)
+        })
+        .collect();
+    let matching = chosen.len();
+    let pages = matching.div_ceil(NODES_PER_PAGE).max(1);
+    let page_no = q.page.unwrap_or(1).clamp(1, pages);
+    let nodes = chosen
+        .into_iter()
+        .skip((page_no - 1) * NODES_PER_PAGE)
+        .take(NODES_PER_PAGE)
+        .map(|(n, status)| {
             let board = |g: &allot_domain::GpuDevice| {
                 allot_domain::mig::geometry(&g.model, Some(g.memory_bytes >> 20))
             };
@@ -783,17 +900,15 @@ async fn cluster_page(
                     }
                 })
                 .collect();
-            let view = NodeView::new(n.clone(), now);
-            let (state, state_label, state_detail) = match (view.status.as_str(), n.cordoned) {
-                ("ready", false) => ("ready", "ready".to_owned(), "takes new work".to_owned()),
-                ("ready", true) => (
-                    "cordoned",
+            let state = cluster::node_state(&status, n.cordoned);
+            let (state_label, state_detail) = match state {
+                "ready" => ("ready".to_owned(), "takes new work".to_owned()),
+                "cordoned" => (
                     "cordoned".to_owned(),
                     "ready, and takes no new work until returned to service".to_owned(),
                 ),
-                (_, cordoned) => (
-                    "not-ready",
-                    if cordoned {
+                _ => (
+                    if n.cordoned {
                         "not ready (cordoned)".to_owned()
                     } else {
                         "not ready".to_owned()
@@ -827,9 +942,33 @@ async fn cluster_page(
     let admin = who
         .authorize(Action::NodeOperate, Resource::Platform, "nodes")
         .is_ok();
+    let link = |page: usize| {
+        let pairs: Vec<(&str, String)> = [
+            ("state", want_state.to_owned()),
+            ("name", q.name.clone().unwrap_or_default()),
+            ("page", page.to_string()),
+        ]
+        .into_iter()
+        .filter(|(_, v)| !v.is_empty())
+        .collect();
+        format!(
+            "/portal/cluster?{}",
+            serde_urlencoded::to_string(&pairs).unwrap_or_default()
+        )
+    };
     Ok(render(ClusterPage {
-        page: Page::new(&req, &who, "Cluster", "cluster"),
+        page: Page::new(&req, &state, &who, "Cluster", "cluster").await,
+        // A few nodes are shown whole; many are listed, each opened on demand.
+        open: summary.heat.len() <= 4,
+        summary,
         nodes,
+        matching,
+        state: want_state.to_owned(),
+        name: q.name.clone().unwrap_or_default(),
+        previous: (page_no > 1).then(|| link(page_no - 1)),
+        next: (page_no < pages).then(|| link(page_no + 1)),
+        page_no,
+        pages,
         admin,
         telemetry,
     }))
@@ -923,7 +1062,7 @@ async fn admin_page(
         })
         .collect();
     Ok(render(AdminPage {
-        page: Page::new(&req, &who, "Administration", "admin"),
+        page: Page::new(&req, &state, &who, "Administration", "admin").await,
         tenants,
         bindings,
     }))
@@ -937,6 +1076,8 @@ struct LogRow {
 }
 
 struct EntryRow {
+    /// `<log>:<seq>`.
+    key: String,
     at: String,
     log: String,
     action: String,
@@ -1045,6 +1186,7 @@ async fn audit_page(
                 .and_then(|b| serde_json::from_str(b).ok())
                 .unwrap_or_default();
             EntryRow {
+                key: format!("{}:{}", e.log, e.seq),
                 at: e.time.get(..19).unwrap_or(&e.time).replace('T', " "),
                 log: name_of(&e.log),
                 action: e.action,
@@ -1065,7 +1207,7 @@ async fn audit_page(
         .next
         .map_or_else(String::new, |c| query.link("after", &c));
     Ok(render(AuditPage {
-        page: Page::new(&req, &who, "Audit", "audit"),
+        page: Page::new(&req, &state, &who, "Audit", "audit").await,
         logs,
         query,
         entries,

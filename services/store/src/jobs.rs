@@ -37,7 +37,14 @@ pub struct JobFilter {
     pub name: Option<String>,
     /// Only jobs whose id starts with this (hex digits and `-`).
     pub id_prefix: Option<String>,
+    /// Only jobs whose name contains this (as typed: no wildcards).
+    pub name_contains: Option<String>,
+    /// Only jobs submitted before the one with this id.
     pub before: Option<String>,
+    /// Only jobs submitted after the one with this id.
+    pub after: Option<String>,
+    /// Oldest first (else newest first); a page's `next` goes on in the same order.
+    pub oldest_first: bool,
     pub limit: Option<u64>,
 }
 
@@ -50,7 +57,10 @@ impl JobFilter {
             node_id: None,
             name: None,
             id_prefix: None,
+            name_contains: None,
             before: None,
+            after: None,
+            oldest_first: false,
             limit: None,
         }
     }
@@ -98,6 +108,8 @@ pub trait JobRepo {
         id: &str,
     ) -> impl Future<Output = Result<Job, StoreError>> + Send;
     fn list_jobs(&self, f: JobFilter) -> impl Future<Output = Result<JobPage, StoreError>> + Send;
+    /// How many jobs the filter matches, its cursors and limit aside.
+    fn count_jobs(&self, f: JobFilter) -> impl Future<Output = Result<u64, StoreError>> + Send;
     /// Moves a job from `from` to `to` if it is still in `from`, recording the transition.
     /// Fails with `Conflict` when another change got there first.
     fn transition_job(
@@ -561,29 +573,22 @@ impl JobRepo for Store {
     }
 
     async fn list_jobs(&self, f: JobFilter) -> Result<JobPage, StoreError> {
-        let mut q = jobs::Entity::find().order_by_desc(jobs::Column::Id);
-        q = q.filter(f.scope.condition(jobs::Column::TenantId));
-        if !f.states.is_empty() {
-            q = q.filter(jobs::Column::State.is_in(f.states.iter().map(|s| s.as_str())));
-        }
-        if let Some(n) = &f.node_id {
-            q = q.filter(jobs::Column::NodeId.eq(n.as_str()));
-        }
-        if let Some(name) = &f.name {
-            q = q.filter(jobs::Column::Name.eq(name.as_str()));
-        }
-        if let Some(prefix) = &f.id_prefix {
-            // An id's characters only: nothing a LIKE pattern would read as a wildcard.
-            if !prefix.chars().all(|c| c.is_ascii_hexdigit() || c == '-') {
-                return Ok(JobPage {
-                    jobs: Vec::new(),
-                    next: None,
-                });
-            }
-            q = q.filter(jobs::Column::Id.starts_with(prefix.to_ascii_lowercase()));
-        }
+        let Some(mut q) = filtered(&f) else {
+            return Ok(JobPage {
+                jobs: Vec::new(),
+                next: None,
+            });
+        };
+        q = if f.oldest_first {
+            q.order_by_asc(jobs::Column::Id)
+        } else {
+            q.order_by_desc(jobs::Column::Id)
+        };
         if let Some(before) = &f.before {
             q = q.filter(jobs::Column::Id.lt(before.as_str()));
+        }
+        if let Some(after) = &f.after {
+            q = q.filter(jobs::Column::Id.gt(after.as_str()));
         }
         if let Some(limit) = f.limit {
             // One extra row tells whether another page follows.
@@ -608,6 +613,14 @@ impl JobRepo for Store {
             })
             .collect::<Result<_, _>>()?;
         Ok(JobPage { jobs, next })
+    }
+
+    async fn count_jobs(&self, f: JobFilter) -> Result<u64, StoreError> {
+        use sea_orm::PaginatorTrait;
+        match filtered(&f) {
+            Some(q) => Ok(q.count(&self.db).await?),
+            None => Ok(0),
+        }
     }
 
     async fn transition_job(
@@ -839,4 +852,44 @@ impl JobRepo for Store {
             .map(event_to_domain)
             .collect()
     }
+}
+
+/// The jobs a filter's conditions match (its cursors, order and limit aside); `None` when it
+/// can match none.
+fn filtered(f: &JobFilter) -> Option<sea_orm::Select<jobs::Entity>> {
+    let mut q = jobs::Entity::find().filter(f.scope.condition(jobs::Column::TenantId));
+    if !f.states.is_empty() {
+        q = q.filter(jobs::Column::State.is_in(f.states.iter().map(|s| s.as_str())));
+    }
+    if let Some(n) = &f.node_id {
+        q = q.filter(jobs::Column::NodeId.eq(n.as_str()));
+    }
+    if let Some(name) = &f.name {
+        q = q.filter(jobs::Column::Name.eq(name.as_str()));
+    }
+    if let Some(part) = &f.name_contains {
+        // What was typed, literally: `%`, `_` and the escape itself are escaped.
+        let escaped: String = part
+            .chars()
+            .flat_map(|c| match c {
+                '%' | '_' | '\\' => vec!['\\', c],
+                c => vec![c],
+            })
+            .collect();
+        // Either case, on either database (SQLite's LIKE ignores ASCII case, PostgreSQL's
+        // does not).
+        let pattern = format!("%{}%", escaped.to_lowercase());
+        q = q.filter(
+            Expr::expr(Func::lower(Expr::col(jobs::Column::Name)))
+                .like(sea_orm::sea_query::LikeExpr::new(pattern).escape('\\')),
+        );
+    }
+    if let Some(prefix) = &f.id_prefix {
+        // An id's characters only: nothing a LIKE pattern would read as a wildcard.
+        if !prefix.chars().all(|c| c.is_ascii_hexdigit() || c == '-') {
+            return None;
+        }
+        q = q.filter(jobs::Column::Id.starts_with(prefix.to_ascii_lowercase()));
+    }
+    Some(q)
 }

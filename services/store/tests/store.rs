@@ -401,6 +401,34 @@ both_backends!(cancelling, |store, _clock| {
     ));
 });
 
+/// Every job's id, three a page, newest or oldest first.
+async fn every_page(store: &Store, oldest_first: bool) -> Vec<String> {
+    let mut seen = Vec::new();
+    let mut cursor = None;
+    loop {
+        let (before, after) = if oldest_first {
+            (None, cursor.clone())
+        } else {
+            (cursor.clone(), None)
+        };
+        let page = store
+            .list_jobs(JobFilter {
+                before,
+                after,
+                oldest_first,
+                limit: Some(3),
+                ..JobFilter::new(TenantScope::All)
+            })
+            .await
+            .expect("page");
+        seen.extend(page.jobs.iter().map(|j| j.id.clone()));
+        match page.next {
+            Some(n) => cursor = Some(n),
+            None => return seen,
+        }
+    }
+}
+
 both_backends!(listing_filters_and_pages, |store, clock| {
     let a = store
         .create_tenant(&ctx(), &name("a"), None, Quota::default())
@@ -441,23 +469,7 @@ both_backends!(listing_filters_and_pages, |store, clock| {
         .expect("cancel");
 
     // Newest first, three at a time, no gaps or repeats.
-    let mut seen = Vec::new();
-    let mut before = None;
-    loop {
-        let page = store
-            .list_jobs(JobFilter {
-                before: before.clone(),
-                limit: Some(3),
-                ..JobFilter::new(TenantScope::All)
-            })
-            .await
-            .expect("page");
-        seen.extend(page.jobs.iter().map(|j| j.id.clone()));
-        match page.next {
-            Some(n) => before = Some(n),
-            None => break,
-        }
-    }
+    let seen = every_page(&store, false).await;
     let mut expected = ids.clone();
     expected.reverse();
     assert_eq!(seen, expected);
@@ -491,6 +503,65 @@ both_backends!(listing_filters_and_pages, |store, clock| {
         .expect("cancelled");
     assert_eq!(cancelled.jobs.len(), 1);
     assert_eq!(cancelled.jobs[0].id, ids[6]);
+
+    // Oldest first, paged on with `after`, and counted whatever the page.
+    let seen = every_page(&store, true).await;
+    assert_eq!(seen, ids);
+    let count = |f: JobFilter| async { store.count_jobs(f).await.expect("count") };
+    assert_eq!(count(JobFilter::new(TenantScope::All)).await, 7);
+    assert_eq!(
+        count(JobFilter {
+            limit: Some(2),
+            before: Some(ids[3].clone()),
+            ..JobFilter::new(TenantScope::tenant(a.id.clone()))
+        })
+        .await,
+        4
+    );
+
+    // A name search matches part of a name in either case, and what is typed literally:
+    // `%` and `_` are no wildcards.
+    for n in ["ResNet_50%", "resnet-x"] {
+        let mut s = spec("a", 1);
+        s.name = n.into();
+        store
+            .create_job(
+                &ctx(),
+                NewJob {
+                    traceparent: None,
+                    tenant_id: a.id.clone(),
+                    spec: s,
+                },
+            )
+            .await
+            .expect("job");
+    }
+    let named = |part: &str| {
+        let part = part.to_owned();
+        async {
+            let mut names: Vec<String> = store
+                .list_jobs(JobFilter {
+                    name_contains: Some(part),
+                    ..JobFilter::new(TenantScope::All)
+                })
+                .await
+                .expect("search")
+                .jobs
+                .into_iter()
+                .map(|j| j.spec.name)
+                .collect();
+            names.sort();
+            names
+        }
+    };
+    assert_eq!(named("RESNET").await, ["ResNet_50%", "resnet-x"]);
+    assert_eq!(named("_50%").await, ["ResNet_50%"]);
+    assert_eq!(
+        named("_x").await,
+        Vec::<String>::new(),
+        "`_` is no wildcard"
+    );
+    assert_eq!(named("%").await, ["ResNet_50%"]);
 });
 
 both_backends!(tokens, |store, clock| {

@@ -210,13 +210,12 @@ pub async fn list(
     let page = state
         .store
         .list_jobs(JobFilter {
-            scope,
             states,
             node_id: q.node,
             name: q.name,
-            id_prefix: None,
             before: q.page_token,
             limit: Some(u64::from(limit)),
+            ..JobFilter::new(scope)
         })
         .await?;
     Ok(json(

@@ -124,8 +124,18 @@ pub enum JobCmd {
         /// Only jobs of this name.
         #[arg(long)]
         name: Option<String>,
-        #[arg(long, default_value_t = 50)]
-        limit: u32,
+        /// Only jobs placed on this node (its name or id).
+        #[arg(long)]
+        node: Option<String>,
+        /// Show at most this many (the server is asked 500 at a time).
+        #[arg(long, default_value_t = 50, conflicts_with = "all", value_parser = clap::value_parser!(u64).range(1..))]
+        limit: u64,
+        /// Show every job that matches, however many.
+        #[arg(long)]
+        all: bool,
+        /// Go on from where an earlier listing stopped (it prints the token).
+        #[arg(long)]
+        page_token: Option<String>,
         #[arg(short, long, value_enum, default_value_t)]
         output: Format,
     },
@@ -167,6 +177,35 @@ pub enum JobCmd {
         #[arg(short, long, value_enum, default_value_t)]
         output: Format,
     },
+}
+
+/// Up to `wanted` jobs matching `query`, from `token` on, asked for a page of at most
+/// 500 at a time; the token of the rest, if any.
+async fn list_jobs(
+    client: &Client,
+    query: Vec<(&'static str, String)>,
+    wanted: u64,
+    mut token: Option<String>,
+) -> anyhow::Result<JobList> {
+    const PAGE: u64 = 500;
+    let mut items = Vec::new();
+    loop {
+        let left = wanted - items.len() as u64;
+        let mut q = query.clone();
+        q.push(("limit", left.min(PAGE).to_string()));
+        if let Some(t) = &token {
+            q.push(("page_token", t.clone()));
+        }
+        let page: JobList = client.get("/api/v1/jobs", &q).await?;
+        items.extend(page.items);
+        token = page.next_page_token;
+        if token.is_none() || items.len() as u64 >= wanted {
+            return Ok(JobList {
+                items,
+                next_page_token: token,
+            });
+        }
+    }
 }
 
 /// How followed output is printed.
@@ -497,10 +536,13 @@ pub async fn run(client: &Client, cmd: JobCmd) -> anyhow::Result<i32> {
             tenant,
             state,
             name,
+            node,
             limit,
+            all,
+            page_token,
             output,
         } => {
-            let mut query = vec![("limit", limit.to_string())];
+            let mut query = Vec::new();
             if let Some(t) = tenant {
                 query.push(("tenant", t));
             }
@@ -510,7 +552,14 @@ pub async fn run(client: &Client, cmd: JobCmd) -> anyhow::Result<i32> {
             if let Some(s) = state {
                 query.push(("state", s));
             }
-            let list: JobList = client.get("/api/v1/jobs", &query).await?;
+            if let Some(n) = node {
+                let found: serde_json::Value =
+                    client.get(&format!("/api/v1/nodes/{n}"), &[]).await?;
+                let id = found["id"].as_str().context("the node's id")?;
+                query.push(("node", id.to_owned()));
+            }
+            let wanted = if all { u64::MAX } else { limit };
+            let list = list_jobs(client, query, wanted, page_token).await?;
             match output {
                 Format::Json => println!("{}", serde_json::to_string_pretty(&list)?),
                 Format::Table => {
@@ -541,8 +590,10 @@ pub async fn run(client: &Client, cmd: JobCmd) -> anyhow::Result<i32> {
                             &rows
                         )
                     );
-                    if list.next_page_token.is_some() {
-                        eprintln!("(more jobs exist: raise --limit or filter)");
+                    if let Some(token) = &list.next_page_token {
+                        eprintln!(
+                            "(more jobs match: --page-token {token} goes on, --all shows them all)"
+                        );
                     }
                 }
             }
