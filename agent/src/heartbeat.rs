@@ -137,11 +137,18 @@ impl Agent {
             .into_iter()
             .map(|r| {
                 // The shim's count, once the job's processes use it.
+                let memory_limit = r.shared.as_ref().map(|s| {
+                    s.gpus
+                        .iter()
+                        .map(|g| s.limit_on(g).unwrap_or(0))
+                        .sum::<u64>()
+                });
                 let shim = r
                     .shared
                     .filter(|s| !s.region.pids().is_empty())
                     .map(|s| (0..s.gpus.len()).map(|i| s.region.used(i)).sum::<u64>());
                 job_samples::JobOnGpus {
+                    memory_limit,
                     memory_counted: shim.or_else(|| counted.get(&r.id).copied()),
                     gpus: r
                         .gpus

@@ -3,7 +3,8 @@
 //!
 //! - Memory: what the shim counts for a job on shares of GPUs (exact, all its processes);
 //!   else what the driver reports for the job's processes; else, for a simulated GPU, the
-//!   GPU's memory in use split among its jobs by share.
+//!   GPU's memory in use split among its jobs by share, and never more than a job on shares
+//!   may hold (its limit: the shim refuses it more).
 //! - Utilization: the fraction of its GPUs' time the job kept busy, each GPU's busy time
 //!   split among its jobs by share (the driver does not say which process kept it busy),
 //!   averaged over the job's GPUs.
@@ -27,6 +28,8 @@ pub struct JobOnGpus {
     pub gpu_milli: u32,
     /// Bytes it holds by an exact count (the shim's, or the driver's per process), if known.
     pub memory_counted: Option<u64>,
+    /// The most GPU memory it may hold, all its GPUs together, when it holds shares.
+    pub memory_limit: Option<u64>,
 }
 
 /// Each job's (utilization, memory used).
@@ -60,7 +63,8 @@ pub fn attribute(
                 return None;
             }
             let utilization = (util / seen as f64).clamp(0.0, 1.0);
-            let memory_used = j.memory_counted.unwrap_or(memory as u64);
+            let split = (memory as u64).min(j.memory_limit.unwrap_or(u64::MAX));
+            let memory_used = j.memory_counted.unwrap_or(split);
             Some((j.id.clone(), utilization, memory_used))
         })
         .collect()
@@ -89,18 +93,21 @@ mod tests {
                 gpus: vec!["GPU-a".into()],
                 gpu_milli: 500,
                 memory_counted: None,
+                memory_limit: None,
             },
             JobOnGpus {
                 id: "other-half".into(),
                 gpus: vec!["GPU-a".into()],
                 gpu_milli: 500,
                 memory_counted: Some(7),
+                memory_limit: None,
             },
             JobOnGpus {
                 id: "whole".into(),
                 gpus: vec!["GPU-b".into()],
                 gpu_milli: 1000,
                 memory_counted: None,
+                memory_limit: None,
             },
         ];
         let got = attribute(&readings, &jobs);
@@ -119,6 +126,7 @@ mod tests {
             gpus: vec!["GPU-a".into()],
             gpu_milli: 300,
             memory_counted: None,
+            memory_limit: None,
         }];
         let got = attribute(&readings, &alone);
         assert!((got[0].1 - 0.8).abs() < 1e-9, "{got:?}");
@@ -128,7 +136,22 @@ mod tests {
             gpus: vec!["GPU-z".into()],
             gpu_milli: 1000,
             memory_counted: None,
+            memory_limit: None,
         }];
         assert!(attribute(&readings, &lost).is_empty());
+    }
+
+    #[test]
+    fn a_capped_job_is_never_said_to_hold_more_than_its_limit() {
+        // Half a GPU capped at 20 GiB, alone on a GPU whose memory in use is 56 GiB.
+        let readings = HashMap::from([("GPU-a".to_owned(), reading(0.5, 56 << 30))]);
+        let capped = [JobOnGpus {
+            id: "capped".into(),
+            gpus: vec!["GPU-a".into()],
+            gpu_milli: 500,
+            memory_counted: None,
+            memory_limit: Some(20 << 30),
+        }];
+        assert_eq!(attribute(&readings, &capped)[0].2, 20 << 30);
     }
 }

@@ -58,7 +58,9 @@ impl Row {
                 Some(p) => format!("MIG {p}"),
                 None => format_milli(held_milli(&j)),
             },
-            short_id: j.id.chars().take(8).collect(),
+            // Enough of a time-ordered id to tell jobs submitted together apart (and type
+            // as a prefix).
+            short_id: j.id.chars().take(18).collect(),
             submitted: j.created_at.format("%Y-%m-%d %H:%M:%S").to_string(),
             id: j.id,
             name: j.spec.name,

@@ -627,13 +627,18 @@ async fn job_page(
             )
         })
         .collect();
-    let use_now = samples.last().map_or_else(String::new, |p| {
-        format!(
-            "{:.0}% busy, {} of GPU memory",
-            p.utilization * 100.0,
-            format_bytes(p.memory_used_bytes)
-        )
-    });
+    // Only while it holds GPUs: a pending job's last samples are of an attempt that ended.
+    let holds = matches!(job.state, JobState::Scheduled | JobState::Running);
+    let use_now = samples
+        .last()
+        .filter(|_| holds)
+        .map_or_else(String::new, |p| {
+            format!(
+                "{:.0}% busy, {} of GPU memory",
+                p.utilization * 100.0,
+                format_bytes(p.memory_used_bytes)
+            )
+        });
     let view = allot_api::job_view(&who, job)?;
     let events = events.into_iter().map(Into::into).collect();
     // Not reloaded while it runs: its log grows in place, and the page is reloaded when its
