@@ -354,60 +354,58 @@ pub(crate) async fn deliver_reports(
     log_queued: Arc<logship::Queued>,
 ) {
     while let Some(out) = rx.recv().await {
-        let report = match out {
-            logship::Outbound::Status(r) => r,
-            logship::Outbound::Logs(logs) => {
-                deliver_logs(&link, &logs).await;
-                log_queued.done(&logs);
-                continue;
-            }
-        };
-        let mut attempt = 0;
-        let ended = report.phase != i32::from(JobPhase::Running);
-        loop {
-            match client(&link).report_job_status(report.clone()).await {
-                Ok(_) => {
-                    if ended {
-                        heartbeat_now.notify_one();
+        match out {
+            logship::Outbound::Status(report) => {
+                let ended = report.phase != i32::from(JobPhase::Running);
+                match until_answered(&link, |mut c| {
+                    let r = report.clone();
+                    async move { c.report_job_status(r).await }
+                })
+                .await
+                {
+                    Ok(_) if ended => heartbeat_now.notify_one(),
+                    Ok(_) => {}
+                    Err(s) => {
+                        tracing::warn!(job = %report.job_id, error = %s.message(), "status report rejected");
                     }
-                    break;
                 }
-                Err(s) if transient(&s) => {
-                    attempt += 1;
-                    // Retried often: a report stuck behind a partition holds up every
-                    // later one (a job's start included).
-                    tokio::time::sleep(backoff(attempt).min(Duration::from_millis(300))).await;
+            }
+            logship::Outbound::Logs(logs) => {
+                match until_answered(&link, |mut c| {
+                    let l = logs.clone();
+                    async move { c.append_job_logs(l).await }
+                })
+                .await
+                {
+                    Ok(ack) if ack.get_ref().refused > 0 => tracing::debug!(
+                        refused = ack.get_ref().refused,
+                        "log chunks refused (attempts no longer here)"
+                    ),
+                    Ok(_) => {}
+                    Err(s) => tracing::warn!(error = %s.message(), "log output rejected"),
                 }
-                Err(s) => {
-                    tracing::warn!(job = %report.job_id, error = %s.message(), "status report rejected");
-                    break;
-                }
+                log_queued.done(&logs);
             }
         }
     }
 }
 
-/// Delivers log output, retrying while the control plane is unreachable (what it refuses
-/// is not sent again).
-async fn deliver_logs(link: &Link, logs: &allot_proto::v1::JobLogs) {
+/// `call`'s answer, retried while the control plane is unreachable, or the error it
+/// refused with (not sent again). Retried often: a message stuck behind a partition holds
+/// up every later one (a job's start included).
+async fn until_answered<T, F, Fut>(link: &Link, call: F) -> Result<T, Status>
+where
+    F: Fn(NodeServiceClient<Channel>) -> Fut,
+    Fut: Future<Output = Result<T, Status>>,
+{
     let mut attempt = 0;
     loop {
-        match client(link).append_job_logs(logs.clone()).await {
-            Ok(ack) => {
-                let refused = ack.into_inner().refused;
-                if refused > 0 {
-                    tracing::debug!(refused, "log chunks refused (attempts no longer here)");
-                }
-                return;
-            }
+        match call(client(link)).await {
             Err(s) if transient(&s) => {
                 attempt += 1;
                 tokio::time::sleep(backoff(attempt).min(Duration::from_millis(300))).await;
             }
-            Err(s) => {
-                tracing::warn!(error = %s.message(), "log output rejected");
-                return;
-            }
+            answered => return answered,
         }
     }
 }

@@ -203,20 +203,16 @@ pub(crate) async fn jobs_page(
     }
     // The query every link keeps, with a cursor.
     let keep = |cursor: (&str, &str)| {
-        let mut pairs: Vec<(&str, &str)> = [
-            ("tenant", tenant.as_str()),
-            ("state", state_name.as_str()),
-            ("node", node.as_str()),
-            ("name", name.as_str()),
-            ("sort", if oldest_first { "oldest" } else { "" }),
-        ]
-        .into_iter()
-        .filter(|(_, v)| !v.is_empty())
-        .collect();
-        pairs.push(cursor);
-        format!(
-            "/portal/jobs?{}",
-            serde_urlencoded::to_string(&pairs).unwrap_or_default()
+        crate::page_link(
+            "/portal/jobs",
+            &[
+                ("tenant", tenant.as_str()),
+                ("state", state_name.as_str()),
+                ("node", node.as_str()),
+                ("name", name.as_str()),
+                ("sort", if oldest_first { "oldest" } else { "" }),
+                cursor,
+            ],
         )
     };
     // Shown first are the newest (or the oldest): "earlier" pages come before in that

@@ -102,18 +102,7 @@ async fn error_page(
     // A refusal keeps the navigation of whoever is signed in.
     let page = match who {
         Some(who) => Page::new(req, state, who, title, "error").await,
-        None => Page {
-            title: title.into(),
-            section: "error",
-            signed_in: false,
-            who: String::new(),
-            admin: false,
-            auditor: false,
-            submit: false,
-            cluster: false,
-            csrf: None,
-            refresh: false,
-        },
+        None => Page::signed_out(title, "error"),
     };
     let mut res = render(ErrorPage { page, detail });
     *res.status_mut() = status;
@@ -158,6 +147,22 @@ pub struct Page {
 }
 
 impl Page {
+    /// The frame of a page for someone not signed in: no navigation.
+    fn signed_out(title: &str, section: &'static str) -> Self {
+        Self {
+            title: title.into(),
+            section,
+            signed_in: false,
+            who: String::new(),
+            admin: false,
+            auditor: false,
+            submit: false,
+            cluster: false,
+            csrf: None,
+            refresh: false,
+        }
+    }
+
     async fn new(
         req: &HttpRequest,
         state: &AppState,
@@ -331,18 +336,7 @@ async fn dashboard_page(
 ) -> Result<HttpResponse, ApiError> {
     let Some(who) = who else {
         let page = SignInPage {
-            page: Page {
-                title: "Sign in".into(),
-                section: "signin",
-                signed_in: false,
-                who: String::new(),
-                admin: false,
-                auditor: false,
-                submit: false,
-                cluster: false,
-                csrf: None,
-                refresh: false,
-            },
+            page: Page::signed_out("Sign in", "signin"),
             oidc: state.web_sign_in.is_some(),
             dev: state.dev_sign_in,
         };
@@ -948,17 +942,13 @@ async fn cluster_page(
         .authorize(Action::NodeOperate, Resource::Platform, "nodes")
         .is_ok();
     let link = |page: usize| {
-        let pairs: Vec<(&str, String)> = [
-            ("state", want_state.to_owned()),
-            ("name", q.name.clone().unwrap_or_default()),
-            ("page", page.to_string()),
-        ]
-        .into_iter()
-        .filter(|(_, v)| !v.is_empty())
-        .collect();
-        format!(
-            "/portal/cluster?{}",
-            serde_urlencoded::to_string(&pairs).unwrap_or_default()
+        page_link(
+            "/portal/cluster",
+            &[
+                ("state", want_state),
+                ("name", q.name.as_deref().unwrap_or("")),
+                ("page", &page.to_string()),
+            ],
         )
     };
     Ok(render(ClusterPage {
@@ -1105,18 +1095,28 @@ struct AuditQuery {
 impl AuditQuery {
     /// This search's page `after` or `before` a cursor, as a link.
     fn link(&self, dir: &str, cursor: &str) -> String {
-        let mut q = Vec::new();
-        for (k, v) in [("action", &self.action), ("actor", &self.actor)] {
-            if !v.trim().is_empty() {
-                q.push((k, v.trim()));
-            }
-        }
-        q.push((dir, cursor));
-        format!(
-            "/portal/audit?{}",
-            serde_urlencoded::to_string(&q).unwrap_or_default()
+        page_link(
+            "/portal/audit",
+            &[
+                ("action", &self.action),
+                ("actor", &self.actor),
+                (dir, cursor),
+            ],
         )
     }
+}
+
+/// A link to `path` with the query `pairs`, those with an empty value left out.
+fn page_link(path: &str, pairs: &[(&str, &str)]) -> String {
+    let kept: Vec<(&str, &str)> = pairs
+        .iter()
+        .map(|(k, v)| (*k, v.trim()))
+        .filter(|(_, v)| !v.is_empty())
+        .collect();
+    format!(
+        "{path}?{}",
+        serde_urlencoded::to_string(&kept).unwrap_or_default()
+    )
 }
 
 #[derive(Template, WebTemplate)]

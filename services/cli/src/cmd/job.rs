@@ -240,10 +240,11 @@ async fn follow_log(
         if piece.is_empty() {
             return Ok(());
         }
-        match mode {
-            LogMode::Safe => out.write_all(crate::output::terminal_safe(piece).as_bytes())?,
-            LogMode::Raw => out.write_all(piece.as_bytes())?,
-            LogMode::Json => writeln!(out, "{}", json!({ "job": id, "log": piece }))?,
+        // Raw bytes never come here: they are written as they arrive.
+        if mode == LogMode::Json {
+            writeln!(out, "{}", json!({ "job": id, "log": piece }))?;
+        } else {
+            out.write_all(crate::output::terminal_safe(piece).as_bytes())?;
         }
         out.flush()?;
         Ok(())
