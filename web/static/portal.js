@@ -223,15 +223,6 @@ if (job && document.querySelector("pre[data-follow]")) {
   }, 2000);
 }
 
-// Pages that change by themselves reload every few seconds, except while a question is
-// open.
-const refresh = document.querySelector('meta[name="allot-refresh"]');
-if (refresh) {
-  setInterval(() => {
-    if (!document.querySelector("dialog[open]")) window.location.reload();
-  }, Number(refresh.content || "2") * 1000);
-}
-
 // A node's details opened when a link (the heatmap's) points at them.
 function openTarget() {
   const id = decodeURIComponent(window.location.hash.slice(1));

@@ -143,6 +143,7 @@ pub struct Page {
     /// Whether they may see the nodes.
     pub cluster: bool,
     pub csrf: Option<String>,
+    /// Reloads itself every 2 s where scripts do not run.
     pub refresh: bool,
 }
 
@@ -635,9 +636,9 @@ async fn job_page(
         });
     let view = allot_api::job_view(&who, job)?;
     let events = events.into_iter().map(Into::into).collect();
-    // Not reloaded while it runs: its log grows in place, and the page is reloaded when its
-    // state changes (portal.js).
-    let page = Page::new(
+    // With scripts its log grows in place and the page is reloaded when its state changes
+    // (portal.js); without, the page reloads itself while the job has not ended.
+    let mut page = Page::new(
         &req,
         &state,
         &who,
@@ -645,6 +646,7 @@ async fn job_page(
         "dashboard",
     )
     .await;
+    page.refresh = !terminal;
     Ok(render(JobPage {
         page,
         job: view,
