@@ -615,9 +615,18 @@ fn leaf_verbs(bin: &Path, path: &[String]) -> Vec<Vec<String>> {
 #[test]
 fn every_client_verb_speaks_json() {
     let bin = allot_bin();
-    // Not client verbs: the daemons, benchmarks, database tools, the GPU probe and the
-    // offline key generator (whose output is a secret line).
-    let not_client = ["server", "agent", "dev", "bench", "db", "gpu", "help"];
+    // Not client verbs: the daemons, benchmarks, database tools, the GPU probe, the shell
+    // completion script and the offline key generator (whose output is a secret line).
+    let not_client = [
+        "server",
+        "agent",
+        "dev",
+        "bench",
+        "db",
+        "gpu",
+        "completion",
+        "help",
+    ];
     let verbs: Vec<Vec<String>> = leaf_verbs(&bin, &[])
         .into_iter()
         .filter(|v| !not_client.contains(&v[0].as_str()))
@@ -1040,4 +1049,275 @@ fn job_lists_go_past_one_page() {
         "{}",
         text(&out.stderr)
     );
+}
+
+/// What a fleet's people ask of lists, as squeue, sinfo and kubectl give it: columns by
+/// name (`--format`), every column (`-o wide`), YAML, a listing that keeps itself current
+/// (`--watch`), names instead of ids, where pending jobs stand in their queue, what each
+/// tenant holds and how many of its jobs wait, free GPUs per node, `job resubmit`, and
+/// shell completion.
+#[test]
+fn lists_show_what_people_ask_of_them() {
+    let bin = allot_bin();
+    let (_home, dev, token) = dev_as_admin(&bin);
+    let ok = |args: &[&str]| -> String {
+        let out = cli(&bin, &dev, &token, args);
+        assert!(
+            out.status.success(),
+            "{args:?}: {}{}",
+            text(&out.stdout),
+            text(&out.stderr)
+        );
+        text(&out.stdout)
+    };
+    let json = |args: &[&str]| -> serde_json::Value {
+        let mut all = args.to_vec();
+        all.extend(["-o", "json"]);
+        serde_json::from_str(&ok(&all)).expect("json")
+    };
+    ok(&[
+        "tenant",
+        "create",
+        "lab",
+        "--guaranteed-gpus",
+        "1",
+        "--max-gpus",
+        "2",
+    ]);
+    // Two GPUs run (the limit); three wait, the high-priority one first in the queue.
+    let mut ids = Vec::new();
+    for (name, priority) in [
+        ("run-a", "normal"),
+        ("run-b", "normal"),
+        ("wait-old", "normal"),
+        ("wait-new", "normal"),
+        ("wait-urgent", "high"),
+    ] {
+        let id = ok(&[
+            "job",
+            "submit",
+            "--tenant",
+            "lab",
+            "--name",
+            name,
+            "--priority",
+            priority,
+            "-e",
+            "STEP=7",
+            "--",
+            "sleep",
+            "600",
+        ]);
+        ids.push(id.trim().to_owned());
+        // Submission order is the age order: keep the two that run first in it.
+        std::thread::sleep(Duration::from_millis(30));
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while json(&["job", "list", "--state", "running"])["items"]
+        .as_array()
+        .map_or(0, Vec::len)
+        < 2
+    {
+        assert!(Instant::now() < deadline, "two jobs never ran");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+
+    // Queue places, in the API and the CLI.
+    let place = |name: &str| {
+        let j = json(&["job", "get", name]);
+        (j["queue_position"].as_u64(), j["queue_length"].as_u64())
+    };
+    assert_eq!(place("wait-urgent"), (Some(1), Some(3)));
+    assert_eq!(place("wait-old"), (Some(2), Some(3)));
+    assert_eq!(place("wait-new"), (Some(3), Some(3)));
+    assert_eq!(
+        place("run-a"),
+        (None, None),
+        "a running job has no queue place"
+    );
+    let got = ok(&["job", "get", "wait-old"]);
+    assert!(got.contains("2 of 3 in lab's queue"), "{got}");
+    assert!(got.contains("waiting "), "elapsed time: {got}");
+    let running = ok(&["job", "get", "run-a"]);
+    assert!(running.contains("running "), "{running}");
+    let node_name = json(&["job", "get", "run-a"])["node_name"]
+        .as_str()
+        .expect("a placed job names its node")
+        .to_owned();
+    assert!(node_name.starts_with("dev-node-"), "{node_name}");
+
+    // --format: these columns, in this order; an unknown one names those there are.
+    let picked = ok(&["job", "list", "--format", "name,state,queue,node"]);
+    let mut lines = picked.lines();
+    assert_eq!(
+        lines
+            .next()
+            .map(|l| l.split_whitespace().collect::<Vec<_>>()),
+        Some(vec!["NAME", "STATE", "QUEUE", "NODE"]),
+        "{picked}"
+    );
+    assert!(
+        picked
+            .lines()
+            .any(|l| l.split_whitespace().collect::<Vec<_>>()
+                == ["wait-urgent", "pending", "1/3", "-"]),
+        "{picked}"
+    );
+    assert!(
+        picked
+            .lines()
+            .any(|l| l.starts_with("run-a") && l.contains(&node_name)),
+        "node names, not ids: {picked}"
+    );
+    let out = cli(
+        &bin,
+        &dev,
+        &token,
+        &["job", "list", "--format", "name,colour"],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("no column `colour`; the columns are id, tenant, name"),
+        "{}",
+        text(&out.stderr)
+    );
+    // The plain table leaves out what -o wide adds.
+    let plain = ok(&["job", "list"]);
+    let wide = ok(&["job", "list", "-o", "wide"]);
+    let header = |t: &str| t.lines().next().unwrap_or_default().to_owned();
+    assert!(
+        header(&plain).contains("TIME") && !header(&plain).contains("QUEUE"),
+        "{plain}"
+    );
+    for h in ["QUEUE", "NODE", "PRIORITY", "ATTEMPT", "IMAGE"] {
+        assert!(header(&wide).contains(h), "{h} in {wide}");
+    }
+    // YAML is the API's document, as JSON is.
+    let yaml: serde_json::Value =
+        serde_yaml_ng::from_str(&ok(&["job", "list", "-o", "yaml"])).expect("yaml");
+    assert_eq!(yaml, json(&["job", "list"]));
+
+    // Tenants: what they hold and how many of their jobs wait and run.
+    let lab = json(&["tenant", "get", "lab"]);
+    assert_eq!(lab["usage"]["gpu_milli"], 2000, "{lab}");
+    assert_eq!(
+        (lab["jobs_pending"].as_u64(), lab["jobs_running"].as_u64()),
+        (Some(3), Some(2))
+    );
+    let tenants = ok(&[
+        "tenant",
+        "list",
+        "--format",
+        "name,gpus,guaranteed,max,pending,running",
+    ]);
+    assert!(
+        tenants
+            .lines()
+            .any(|l| l.split_whitespace().collect::<Vec<_>>() == ["lab", "2", "1", "2", "3", "2"]),
+        "{tenants}"
+    );
+
+    // Nodes: free GPUs and one state, cordoned included.
+    let nodes = json(&["node", "list"]);
+    let free: u64 = nodes
+        .as_array()
+        .expect("nodes")
+        .iter()
+        .map(|n| n["gpus_free"].as_u64().expect("gpus_free"))
+        .sum();
+    let gpus: usize = nodes
+        .as_array()
+        .expect("nodes")
+        .iter()
+        .map(|n| n["gpus"].as_array().map_or(0, Vec::len))
+        .sum();
+    assert_eq!(free as usize, gpus - 2, "two GPUs are held: {nodes}");
+    ok(&["node", "cordon", "dev-node-2"]);
+    let listed = ok(&["node", "list", "--format", "name,state,free"]);
+    assert!(
+        listed
+            .lines()
+            .any(|l| l.split_whitespace().collect::<Vec<_>>() == ["dev-node-2", "cordoned", "0"]),
+        "a cordoned node offers nothing: {listed}"
+    );
+
+    // --watch to a pipe prints each listing that differs from the last.
+    let mut watch = Command::new(&bin)
+        .args([
+            "node",
+            "list",
+            "--format",
+            "name,state",
+            "--watch",
+            "--interval",
+            "0.2",
+        ])
+        .env("ALLOT_SERVER", &dev.url)
+        .env("ALLOT_TOKEN", &token)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("watch");
+    let stdout = watch.stdout.take().expect("stdout");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let wait_for = |wanted: &str| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let line = rx.recv_timeout(left).expect("the watch goes on");
+            if line.split_whitespace().collect::<Vec<_>>().join(" ") == wanted {
+                return;
+            }
+        }
+    };
+    wait_for("dev-node-2 cordoned");
+    ok(&["node", "return", "dev-node-2"]);
+    wait_for("dev-node-2 ready");
+    let pid = Pid::from_raw(i32::try_from(watch.id()).expect("pid"));
+    kill(pid, Signal::SIGTERM).expect("SIGTERM");
+    let status = watch.wait().expect("wait");
+    assert!(status.success(), "a watch ends cleanly when told: {status}");
+
+    // Resubmit: a new job with the old one's spec.
+    let again = json(&["job", "resubmit", "wait-new", "--name", "wait-again"]);
+    let old = json(&["job", "get", "wait-new"]);
+    assert_ne!(again["id"], old["id"]);
+    assert_eq!(again["name"], "wait-again");
+    for field in [
+        "tenant",
+        "gpus",
+        "command",
+        "env",
+        "priority",
+        "memory_bytes",
+        "image",
+    ] {
+        assert_eq!(again[field], old[field], "{field}");
+    }
+
+    // Audit views name who acted: the admin token by its name, nodes by theirs.
+    let entries = json(&["audit", "search", "--action", "job.submit"]);
+    let first = &entries[0];
+    assert_eq!(first["actor_name"], "bootstrap-admin", "{first}");
+    assert_eq!(first["log_name"], "lab", "{first}");
+    let table = ok(&["audit", "search", "--action", "job.transition"]);
+    assert!(table.contains(&format!("node:{node_name}")), "{table}");
+    assert!(table.contains("system:scheduler"), "{table}");
+
+    // Shell completion, generated by the binary itself.
+    let bash = ok(&["completion", "bash"]);
+    assert!(
+        bash.contains("_allot()") && bash.contains("complete -F _allot"),
+        "bash"
+    );
+    assert!(
+        bash.contains("resubmit") && bash.contains("--watch"),
+        "its verbs and flags"
+    );
+    assert!(ok(&["completion", "zsh"]).starts_with("#compdef allot"));
+    assert!(ok(&["completion", "fish"]).contains("complete -c allot"));
 }

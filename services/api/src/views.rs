@@ -375,17 +375,43 @@ pub struct TenantView {
     pub parent: Option<String>,
     pub quota: QuotaBody,
     pub created_at: DateTime<Utc>,
+    /// What its own jobs hold now (scheduled or running; its teams' not counted).
+    #[serde(default)]
+    pub usage: ResourcesBody,
+    /// Its own jobs waiting to be placed.
+    #[serde(default)]
+    pub jobs_pending: u64,
+    /// Its own jobs placed or running.
+    #[serde(default)]
+    pub jobs_running: u64,
 }
 
 impl TenantView {
-    /// `all`: the tenants to find the parent's name among.
-    pub fn new(t: Tenant, all: &[Tenant]) -> Self {
+    /// `all`: the tenants to find the parent's name among; `holding` and `pending`: the
+    /// jobs (any tenant's) that hold resources, and those that wait.
+    pub fn new(t: Tenant, all: &[Tenant], holding: &[Job], pending: &[Job]) -> Self {
         let parent = t
             .parent_id
             .as_ref()
             .and_then(|p| all.iter().find(|x| x.id == *p))
             .map(|p| p.name.to_string());
+        let mine: Vec<&Job> = holding.iter().filter(|j| j.tenant_id == t.id).collect();
+        let usage = ResourcesBody {
+            gpu_milli: mine
+                .iter()
+                .map(|j| u64::from(j.spec.gpus) * u64::from(j.share().gpu_milli))
+                .sum(),
+            cpu_milli: mine.iter().map(|j| u64::from(j.spec.cpu_milli)).sum(),
+            memory_bytes: mine.iter().map(|j| j.spec.memory_bytes).sum(),
+            gpu_memory_bytes: mine
+                .iter()
+                .map(|j| u64::from(j.spec.gpus) * j.spec.gpu_memory_bytes.unwrap_or(0))
+                .sum(),
+        };
         Self {
+            jobs_pending: pending.iter().filter(|j| j.tenant_id == t.id).count() as u64,
+            jobs_running: mine.len() as u64,
+            usage,
             id: t.id,
             name: t.name.to_string(),
             parent,
@@ -586,7 +612,18 @@ pub struct JobView {
     pub network: String,
     /// Why a pending job waits.
     pub pending_reason: Option<PendingReasonView>,
+    /// A pending job's place in its tenant's queue (1: the scheduler takes it next from
+    /// that queue), by priority and then age (interrupted work first). Which tenant's
+    /// queue goes next is decided on each pass, by guarantees, priority and fair share.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_position: Option<u64>,
+    /// How many of its tenant's jobs wait in that queue.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_length: Option<u64>,
     pub node_id: Option<String>,
+    /// Its node's name (on reads of jobs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_name: Option<String>,
     pub gpu_uuids: Vec<String>,
     /// The share of each GPU the placement holds (a dedicated job holds whole GPUs).
     pub held_gpu_milli: Option<u32>,
@@ -644,7 +681,10 @@ impl From<Job> for JobView {
             image_digest: j.image_digest,
             network: j.spec.network.as_str().to_owned(),
             pending_reason: j.pending_reason.map(Into::into),
+            queue_position: None,
+            queue_length: None,
             node_id: j.node_id,
+            node_name: None,
             gpu_uuids: j.gpu_uuids,
             held_gpu_milli: j.held_gpu_milli,
             borrowing: j.borrowing,
@@ -733,6 +773,13 @@ pub struct GpuView {
     /// Its MIG instances when the GPU is in MIG mode (absent when it is not).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mig_instances: Option<Vec<MigInstanceView>>,
+    /// How much of it jobs hold (scheduled or running), in milli of the GPU (1000 is all of
+    /// it); a MIG instance holds its memory slices of the GPU's eight.
+    #[serde(default)]
+    pub held_milli: u64,
+    /// How many jobs hold part of it.
+    #[serde(default)]
+    pub jobs: u32,
 }
 
 /// A MIG instance of a GPU.
@@ -774,6 +821,8 @@ impl From<GpuDevice> for GpuView {
             degraded: g.degraded,
             drained: false,
             memory_enforcement: g.memory_enforcement.as_str().to_owned(),
+            held_milli: 0,
+            jobs: 0,
         }
     }
 }
@@ -797,6 +846,10 @@ pub struct NodeView {
     pub gpus: Vec<GpuView>,
     /// An operator cordoned it: no new work.
     pub cordoned: bool,
+    /// Its GPUs that could take a whole-GPU job now: healthy, nothing held, and the node
+    /// ready and not cordoned.
+    #[serde(default)]
+    pub gpus_free: u32,
 }
 
 impl NodeView {
@@ -830,7 +883,43 @@ impl NodeView {
                 })
                 .collect(),
             cordoned: n.cordoned,
+            gpus_free: 0,
         }
+    }
+
+    /// With what `holding` (the jobs scheduled or running, any node's) holds of each GPU.
+    pub fn holding(mut self, holding: &[Job]) -> Self {
+        let on_node: Vec<&Job> = holding
+            .iter()
+            .filter(|j| j.node_id.as_deref() == Some(self.id.as_str()))
+            .collect();
+        for g in &mut self.gpus {
+            let held_by = |j: &&&Job| {
+                j.gpu_uuids
+                    .iter()
+                    .any(|u| *u == g.uuid || g.mig_instances.iter().flatten().any(|m| m.uuid == *u))
+            };
+            let on: Vec<&&Job> = on_node.iter().filter(held_by).collect();
+            g.jobs = u32::try_from(on.len()).unwrap_or(u32::MAX);
+            g.held_milli = on
+                .iter()
+                .map(|j| j.held_milli_on_each_gpu())
+                .sum::<u64>()
+                .min(u64::from(allot_domain::GPU_MILLI));
+        }
+        let open = self.status == "ready" && !self.cordoned;
+        self.gpus_free = if open {
+            u32::try_from(
+                self.gpus
+                    .iter()
+                    .filter(|g| g.health == "healthy" && g.held_milli == 0)
+                    .count(),
+            )
+            .unwrap_or(u32::MAX)
+        } else {
+            0
+        };
+        self
     }
 }
 

@@ -103,6 +103,12 @@ enum Command {
     /// This machine's GPUs, as the agent's NVML backend sees them.
     #[command(subcommand)]
     Gpu(cmd::gpu::GpuCmd),
+    /// Print a shell's completion script: `source <(allot completion bash)`, or save it
+    /// where the shell looks (e.g. `allot completion zsh > ~/.zfunc/_allot`).
+    Completion {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
 }
 
 /// Resolves on Ctrl-C or SIGTERM.
@@ -140,6 +146,11 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Db(c) => cmd::db::run(c).await.map(|()| 0),
         Command::Gpu(c) => cmd::gpu::run(c).await,
         Command::Usage(args) => cmd::usage::run(&client()?, args).await.map(|()| 0),
+        Command::Completion { shell } => {
+            use clap::CommandFactory;
+            clap_complete::generate(shell, &mut Cli::command(), "allot", &mut std::io::stdout());
+            Ok(0)
+        }
     }
 }
 

@@ -1,4 +1,5 @@
-//! Human output: aligned tables; `-o json` prints the API's JSON instead.
+//! Human output: aligned tables (`-o wide` with every column, `--format` with the columns
+//! named); `-o json` and `-o yaml` print the API's own document instead.
 
 use clap::ValueEnum;
 use serde::Serialize;
@@ -8,21 +9,203 @@ pub enum Format {
     /// A readable table.
     #[default]
     Table,
+    /// A table with every column a list has (`--format` picks them instead).
+    Wide,
     /// The API's JSON, for scripts.
     Json,
+    /// The API's document as YAML.
+    Yaml,
 }
 
-/// Prints `value` as the API's JSON, or as the text `human` renders from it.
+impl Format {
+    /// Whether the API's document is printed (JSON or YAML) rather than text for people.
+    pub fn is_document(self) -> bool {
+        matches!(self, Format::Json | Format::Yaml)
+    }
+}
+
+/// Prints `value` as the API's document (JSON, YAML), or as the text `human` renders.
 pub fn print<T: Serialize>(
     format: Format,
     value: &T,
     human: impl FnOnce(&T) -> String,
 ) -> anyhow::Result<()> {
-    match format {
-        Format::Json => println!("{}", serde_json::to_string_pretty(value)?),
-        Format::Table => println!("{}", human(value)),
-    }
+    print!("{}", render(format, value, human)?);
     Ok(())
+}
+
+/// What [`print`] prints, as text (for `--watch`, which prints it again).
+pub fn render<T: Serialize>(
+    format: Format,
+    value: &T,
+    human: impl FnOnce(&T) -> String,
+) -> anyhow::Result<String> {
+    Ok(match format {
+        Format::Json => format!("{}\n", serde_json::to_string_pretty(value)?),
+        Format::Yaml => serde_yaml_ng::to_string(value)?,
+        Format::Table | Format::Wide => format!("{}\n", human(value)),
+    })
+}
+
+/// One column a list can show: its name for `--format`, its header, whether plain tables
+/// show it (`-o wide` and `--format` show any), and its cell.
+pub struct Column<T> {
+    pub name: &'static str,
+    pub header: &'static str,
+    pub default: bool,
+    pub cell: fn(&T) -> String,
+}
+
+impl<T> Column<T> {
+    /// A column plain tables show.
+    pub const fn new(name: &'static str, header: &'static str, cell: fn(&T) -> String) -> Self {
+        Self {
+            name,
+            header,
+            default: true,
+            cell,
+        }
+    }
+
+    /// A column only `-o wide` and `--format` show.
+    pub const fn wide(name: &'static str, header: &'static str, cell: fn(&T) -> String) -> Self {
+        Self {
+            name,
+            header,
+            default: false,
+            cell,
+        }
+    }
+}
+
+/// How a list is printed: `-o` and the columns of `--format`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ListOutput {
+    /// table, wide (every column), json or yaml (the API's document).
+    #[arg(short, long, value_enum, default_value_t)]
+    pub output: Format,
+    /// The columns to show, comma-separated, in this order (e.g. id,name,state,gpus;
+    /// `--format help` lists them).
+    #[arg(long, value_name = "COLUMNS", conflicts_with = "output")]
+    pub format: Option<String>,
+}
+
+impl ListOutput {
+    /// The columns to show, in order; an unknown name is an error naming those there are.
+    pub fn columns<'c, T>(&self, all: &'c [Column<T>]) -> anyhow::Result<Vec<&'c Column<T>>> {
+        let names = || all.iter().map(|c| c.name).collect::<Vec<_>>().join(", ");
+        let Some(format) = &self.format else {
+            return Ok(all
+                .iter()
+                .filter(|c| c.default || self.output == Format::Wide)
+                .collect());
+        };
+        let mut picked = Vec::new();
+        for name in format.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+            let wanted = name.to_ascii_lowercase();
+            match all.iter().find(|c| c.name == wanted) {
+                Some(c) => picked.push(c),
+                None if wanted == "help" => anyhow::bail!("--format: the columns are {}", names()),
+                None => anyhow::bail!(
+                    "--format: there is no column `{name}`; the columns are {}",
+                    names()
+                ),
+            }
+        }
+        if picked.is_empty() {
+            anyhow::bail!("--format: name at least one column: {}", names());
+        }
+        Ok(picked)
+    }
+
+    /// `document` as JSON or YAML, or `rows` as a table of the chosen columns.
+    pub fn render<D: Serialize, T>(
+        &self,
+        document: &D,
+        rows: &[T],
+        all: &[Column<T>],
+    ) -> anyhow::Result<String> {
+        match self.output {
+            Format::Json if self.format.is_none() => {
+                Ok(format!("{}\n", serde_json::to_string_pretty(document)?))
+            }
+            Format::Yaml if self.format.is_none() => Ok(serde_yaml_ng::to_string(document)?),
+            _ => {
+                let columns = self.columns(all)?;
+                let headers: Vec<&str> = columns.iter().map(|c| c.header).collect();
+                let cells: Vec<Vec<String>> = rows
+                    .iter()
+                    .map(|r| columns.iter().map(|c| (c.cell)(r)).collect())
+                    .collect();
+                Ok(format!("{}\n", table(&headers, &cells)))
+            }
+        }
+    }
+}
+
+/// `--watch`: how often a list is fetched and shown again.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Watch {
+    /// Keep showing the list, fetched again every --interval, until interrupted (Ctrl-C).
+    /// On a terminal the screen is redrawn; elsewhere each changed listing is printed.
+    #[arg(short, long)]
+    pub watch: bool,
+    /// Seconds between fetches with --watch.
+    #[arg(long, default_value_t = 2.0, requires = "watch", value_parser = parse_interval)]
+    pub interval: f64,
+}
+
+fn parse_interval(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if (0.1..=3600.0).contains(&v) => Ok(v),
+        _ => Err(format!("`{s}` is not a number of seconds from 0.1 to 3600")),
+    }
+}
+
+impl Watch {
+    /// Prints what `fetch` renders; with `--watch`, again every interval while it changes,
+    /// until Ctrl-C or SIGTERM. `title` heads each redrawn screen.
+    pub async fn run<F, Fut>(&self, title: &str, mut fetch: F) -> anyhow::Result<()>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = anyhow::Result<String>>,
+    {
+        use std::io::Write;
+        if !self.watch {
+            print!("{}", fetch().await?);
+            return Ok(());
+        }
+        let terminal = std::io::IsTerminal::is_terminal(&std::io::stdout());
+        let every = std::time::Duration::from_secs_f64(self.interval);
+        let mut last: Option<String> = None;
+        let stop = crate::shutdown_signal();
+        tokio::pin!(stop);
+        loop {
+            let text = fetch().await?;
+            let mut out = std::io::stdout().lock();
+            if terminal {
+                // Home, clear: the newest listing replaces the last, as watch(1) shows it.
+                write!(
+                    out,
+                    "\x1b[H\x1b[2J{title}  (every {}s; Ctrl-C stops)  {}\n\n{text}",
+                    self.interval,
+                    chrono::Utc::now().format("%Y-%m-%d %H:%M:%S UTC")
+                )?;
+            } else if last.as_deref() != Some(text.as_str()) {
+                if last.is_some() {
+                    writeln!(out)?;
+                }
+                write!(out, "{text}")?;
+            }
+            out.flush()?;
+            drop(out);
+            last = Some(text);
+            tokio::select! {
+                () = &mut stop => return Ok(()),
+                () = tokio::time::sleep(every) => {}
+            }
+        }
+    }
 }
 
 /// Renders rows under headers with columns padded to their widest cell.

@@ -37,7 +37,7 @@ pub use job::{
     Share, TransitionError,
 };
 pub use node::{GpuDevice, MemoryEnforcement, MigSlot, Node, NodeStatus};
-pub use quantity::{format_bytes, format_milli, parse_bytes, parse_memory};
+pub use quantity::{format_bytes, format_duration, format_milli, parse_bytes, parse_memory};
 pub use secret::{SecretUse, SecretValue, TenantSecret};
 pub use tenant::{Quota, ResourceLimits, Resources, Tenant, TenantName};
 pub use token::{ApiToken, Role, RoleBinding};

@@ -76,6 +76,18 @@ pub fn format_bytes(bytes: u64) -> String {
     }
 }
 
+/// A length of time in seconds as people say it, to two units: `42s`, `3m 5s`, `2h 10m`,
+/// `3d 4h` (negative lengths are none).
+pub fn format_duration(secs: i64) -> String {
+    let s = secs.max(0);
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m {}s", s / 60, s % 60),
+        3600..86_400 => format!("{}h {}m", s / 3600, s / 60 % 60),
+        _ => format!("{}d {}h", s / 86_400, s / 3600 % 24),
+    }
+}
+
 /// A count kept in thousandths (GPU or CPU milli) as a decimal: 7500 is `7.5`, 250 is
 /// `0.25`, 2000 is `2`.
 pub fn format_milli(m: u64) -> String {
@@ -137,5 +149,17 @@ mod tests {
         assert_eq!(format_bytes(141 << 30), "141 GiB");
         assert_eq!(format_bytes(512), "512 B");
         assert_eq!(format_bytes(3 << 29), "1.5 GiB");
+    }
+}
+
+#[cfg(test)]
+mod duration_tests {
+    #[test]
+    fn durations_read_as_people_say_them() {
+        assert_eq!(super::format_duration(-5), "0s");
+        assert_eq!(super::format_duration(42), "42s");
+        assert_eq!(super::format_duration(185), "3m 5s");
+        assert_eq!(super::format_duration(7_800), "2h 10m");
+        assert_eq!(super::format_duration(273_600), "3d 4h");
     }
 }

@@ -49,22 +49,12 @@ pub(crate) struct HeatCell {
     pub title: String,
 }
 
-/// How much of one GPU a job holds there, in milli.
-fn held_on(job: &Job) -> u64 {
-    match job.spec.mig_profile.as_deref() {
-        // A MIG instance holds its memory slices of the GPU's eight.
-        Some(p) => allot_domain::mig::profile_named(p)
-            .map_or(1000 / 7, |p| u64::from(p.memory_slices) * 1000 / 8),
-        None => u64::from(job.share().gpu_milli),
-    }
-}
-
 /// The jobs holding part of `gpu`, and how much each holds.
 fn holders<'a>(gpu: &GpuDevice, holding: &'a [Job]) -> Vec<(&'a Job, u64)> {
     holding
         .iter()
         .filter(|j| j.gpu_uuids.iter().any(|u| gpu.holds(u)))
-        .map(|j| (j, held_on(j)))
+        .map(|j| (j, j.held_milli_on_each_gpu()))
         .collect()
 }
 

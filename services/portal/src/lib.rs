@@ -17,7 +17,7 @@ use allot_api::views::NodeView;
 use allot_api::{ApiError, AppState};
 use allot_authz::{Action, Resource};
 use allot_domain::accounting::{GroupBy, JobUsage, report};
-use allot_domain::{Job, JobState, Tenant, format_bytes, format_milli};
+use allot_domain::{Job, JobState, Tenant, format_bytes, format_duration, format_milli};
 use allot_store::{
     AuditRepo, AuditSearch, IdentityRepo, JobFilter, JobRepo, NodeRepo, SampleRepo, TenantRepo,
     TenantScope,
@@ -534,6 +534,10 @@ struct JobPage {
     /// the latest utilization and memory.
     spark: String,
     use_now: String,
+    /// How long it has run, ran or waited, in words (empty while scheduled).
+    elapsed: String,
+    /// A pending job's place in its tenant's queue (empty otherwise).
+    queue: String,
 }
 
 /// An SVG polyline (100 × 20) of `(x in 0..100, fraction 0..1)` points.
@@ -634,18 +638,43 @@ async fn job_page(
                 format_bytes(p.memory_used_bytes)
             )
         });
-    let view = allot_api::job_view(&who, job)?;
+    let now = state.store.clock().now();
+    let elapsed = match (job.state, job.started_at, job.finished_at) {
+        (JobState::Running, Some(s), _) => {
+            format!("running for {}", format_duration((now - s).num_seconds()))
+        }
+        (_, Some(s), Some(f)) if terminal => {
+            format!("ran for {}", format_duration((f - s).num_seconds()))
+        }
+        (JobState::Pending, _, _) => {
+            let since = if job.attempt > 1 {
+                job.updated_at
+            } else {
+                job.created_at
+            };
+            format!(
+                "waiting for {}",
+                format_duration((now - since).num_seconds())
+            )
+        }
+        _ => String::new(),
+    };
+    let view = allot_api::read_views(&state, &who, vec![job])
+        .await?
+        .pop()
+        .ok_or_else(|| ApiError::Internal("a read of one job showed none".into()))?;
+    let queue = match (view.queue_position, view.queue_length) {
+        (Some(p), Some(n)) => format!(
+            "{p} of {n} in {}'s queue (by priority, then age; the scheduler chooses between \
+             tenants' queues by guarantee, priority and fair share)",
+            view.tenant
+        ),
+        _ => String::new(),
+    };
     let events = events.into_iter().map(Into::into).collect();
     // With scripts its log grows in place and the page is reloaded when its state changes
     // (portal.js); without, the page reloads itself while the job has not ended.
-    let mut page = Page::new(
-        &req,
-        &state,
-        &who,
-        format!("Job {}", view.name),
-        "dashboard",
-    )
-    .await;
+    let mut page = Page::new(&req, &state, &who, format!("Job {}", view.name), "jobs").await;
     page.refresh = !terminal;
     Ok(render(JobPage {
         page,
@@ -660,6 +689,8 @@ async fn job_page(
         follow: !terminal,
         spark: spark(&points),
         use_now,
+        elapsed,
+        queue,
     }))
 }
 
@@ -1078,8 +1109,11 @@ struct EntryRow {
     at: String,
     log: String,
     action: String,
+    /// The actor by name where it still has one (`token: ci-pipeline`), and as recorded.
     actor: String,
+    actor_id: String,
     target: String,
+    target_id: String,
     outcome: String,
 }
 
@@ -1192,17 +1226,23 @@ async fn audit_page(
                 .as_deref()
                 .and_then(|b| serde_json::from_str(b).ok())
                 .unwrap_or_default();
+            let kind = body["actor"]["kind"].as_str().unwrap_or("?");
+            let actor_id = format!("{kind}:{}", body["actor"]["id"].as_str().unwrap_or("?"));
+            let target_id = body["target"].as_str().unwrap_or("").to_owned();
             EntryRow {
                 key: format!("{}:{}", e.log, e.seq),
                 at: e.time.get(..19).unwrap_or(&e.time).replace('T', " "),
                 log: name_of(&e.log),
                 action: e.action,
-                actor: format!(
-                    "{}:{}",
-                    body["actor"]["kind"].as_str().unwrap_or("?"),
-                    body["actor"]["id"].as_str().unwrap_or("?")
+                actor: e
+                    .actor_name
+                    .map_or_else(|| actor_id.clone(), |n| format!("{kind}: {n}")),
+                actor_id,
+                target: e.target_name.map_or_else(
+                    || target_id.clone(),
+                    |n| format!("{}/{n}", target_id.split('/').next().unwrap_or_default()),
                 ),
-                target: body["target"].as_str().unwrap_or("").to_owned(),
+                target_id,
                 outcome: e.outcome,
             }
         })

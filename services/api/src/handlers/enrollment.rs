@@ -10,9 +10,7 @@ use allot_store::{BootstrapToken, EnrollmentRepo, NewBootstrapToken, NodeRepo, S
 use crate::auth::Principal;
 use crate::extract::Json;
 use crate::problem::Problem;
-use crate::views::{
-    BootstrapTokenView, CreateBootstrapToken, CreatedBootstrapToken, NodeView, RevokedNode,
-};
+use crate::views::{BootstrapTokenView, CreateBootstrapToken, CreatedBootstrapToken, RevokedNode};
 use crate::{ApiError, AppState, json, secret};
 
 /// Prefix of every bootstrap token.
@@ -163,7 +161,7 @@ pub async fn revoke_node(
     Ok(json(
         StatusCode::OK,
         &RevokedNode {
-            node: NodeView::new(node, state.store.clock().now()),
+            node: super::nodes::view(&state, node).await?,
             certificates_revoked: revoked,
         },
     ))

@@ -1,3 +1,5 @@
+use std::collections::HashMap;
+
 use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, web};
 use allot_authz::{Action, Resource};
@@ -218,17 +220,72 @@ pub async fn list(
             ..JobFilter::new(scope)
         })
         .await?;
+    let items = read_views(&state, &who, page.jobs).await?;
     Ok(json(
         StatusCode::OK,
         &JobList {
-            items: page
-                .jobs
-                .into_iter()
-                .map(|j| job_view(&who, j))
-                .collect::<Result<_, _>>()?,
+            items,
             next_page_token: page.next,
         },
     ))
+}
+
+/// The queue places of `jobs`' pending ones: their tenants' queues read whole.
+async fn queue_places(
+    state: &AppState,
+    jobs: &[Job],
+) -> Result<HashMap<String, allot_scheduler::live::QueuePlace>, ApiError> {
+    let mut tenants: Vec<String> = jobs
+        .iter()
+        .filter(|j| j.state == JobState::Pending)
+        .map(|j| j.tenant_id.clone())
+        .collect();
+    tenants.sort_unstable();
+    tenants.dedup();
+    if tenants.is_empty() {
+        return Ok(HashMap::new());
+    }
+    let pending = state
+        .store
+        .list_jobs(JobFilter {
+            states: vec![JobState::Pending],
+            ..JobFilter::new(TenantScope::Tenants(tenants))
+        })
+        .await?
+        .jobs;
+    Ok(allot_scheduler::live::queue_places(&pending))
+}
+
+/// `jobs` as reads show them: with each pending one's place in its tenant's queue, and
+/// each placed one's node name.
+pub async fn read_views(
+    state: &AppState,
+    who: &Principal,
+    jobs: Vec<Job>,
+) -> Result<Vec<JobView>, ApiError> {
+    let places = queue_places(state, &jobs).await?;
+    let nodes: HashMap<String, String> = if jobs.iter().any(|j| j.node_id.is_some()) {
+        state
+            .store
+            .list_nodes()
+            .await?
+            .into_iter()
+            .map(|n| (n.id, n.name))
+            .collect()
+    } else {
+        HashMap::new()
+    };
+    let mut views = Vec::with_capacity(jobs.len());
+    for j in jobs {
+        let mut view = job_view(who, j)?;
+        if let Some(p) = places.get(&view.id) {
+            view.queue_position = Some(p.position);
+            view.queue_length = Some(p.length);
+        }
+        view.node_name = view.node_id.as_ref().and_then(|n| nodes.get(n).cloned());
+        views.push(view);
+    }
+    Ok(views)
 }
 
 /// The job, if the caller may see it (else 404) and do `action` to it (else 403).
@@ -361,7 +418,10 @@ pub async fn get(
 ) -> Result<HttpResponse, ApiError> {
     let job = visible_job(&state, &who, &id, Action::JobRead).await?;
     let events = state.store.job_events(&job.id).await?;
-    let mut view = job_view(&who, job)?;
+    let mut view = read_views(&state, &who, vec![job])
+        .await?
+        .pop()
+        .ok_or_else(|| ApiError::Internal("a read of one job showed none".into()))?;
     view.events = Some(events.into_iter().map(Into::into).collect());
     Ok(json(StatusCode::OK, &view))
 }

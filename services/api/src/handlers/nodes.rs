@@ -15,12 +15,13 @@ use allot_authz::{Action, Resource};
 pub async fn list(state: web::Data<AppState>, who: Principal) -> Result<HttpResponse, ApiError> {
     who.authorize(Action::NodeRead, Resource::Platform, "the node inventory")?;
     let now = state.store.clock().now();
+    let holding = holding(&state, None).await?;
     let nodes: Vec<NodeView> = state
         .store
         .list_nodes()
         .await?
         .into_iter()
-        .map(|n| NodeView::new(n, now))
+        .map(|n| NodeView::new(n, now).holding(&holding))
         .collect();
     Ok(json(StatusCode::OK, &nodes))
 }
@@ -36,10 +37,26 @@ pub async fn get(
 ) -> Result<HttpResponse, ApiError> {
     who.authorize(Action::NodeRead, Resource::Node(&id), "the node inventory")?;
     let node = find(&state, &id).await?;
-    Ok(json(
-        StatusCode::OK,
-        &NodeView::new(node, state.store.clock().now()),
-    ))
+    Ok(json(StatusCode::OK, &view(&state, node).await?))
+}
+
+/// The jobs that hold part of a GPU (scheduled or running), on `node` or on every node.
+async fn holding(state: &AppState, node: Option<&str>) -> Result<Vec<allot_domain::Job>, ApiError> {
+    Ok(state
+        .store
+        .list_jobs(JobFilter {
+            node_id: node.map(str::to_owned),
+            states: vec![JobState::Scheduled, JobState::Running],
+            ..JobFilter::new(TenantScope::All)
+        })
+        .await?
+        .jobs)
+}
+
+/// `node` as the API shows it, with what is held of each GPU.
+pub(crate) async fn view(state: &AppState, node: allot_domain::Node) -> Result<NodeView, ApiError> {
+    let holding = holding(state, Some(&node.id)).await?;
+    Ok(NodeView::new(node, state.store.clock().now()).holding(&holding))
 }
 
 /// The node named by `key`: its id, or its name.
@@ -114,10 +131,7 @@ async fn admin(
         .await?;
     // Capacity may have come back: decide again.
     state.events.job_submitted();
-    Ok(json(
-        StatusCode::OK,
-        &NodeView::new(node, state.store.clock().now()),
-    ))
+    Ok(json(StatusCode::OK, &view(state, node).await?))
 }
 
 /// Cordon a node (platform admins): it takes no new work; what runs there stays.

@@ -2,7 +2,7 @@ use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, web};
 use allot_authz::{Action, Resource};
 use allot_domain::{PullSecret, Quota, Tenant, TenantName, TenantPolicy, ValidationError};
-use allot_store::{CredentialRepo, SecretRepo, TenantRepo};
+use allot_store::{CredentialRepo, JobFilter, JobRepo, SecretRepo, TenantRepo, TenantScope};
 
 use crate::auth::Principal;
 use crate::extract::Json;
@@ -68,7 +68,33 @@ pub async fn create(
         .await?;
     state.events.job_submitted();
     all.push(tenant.clone());
-    Ok(json(StatusCode::CREATED, &TenantView::new(tenant, &all)))
+    Ok(json(
+        StatusCode::CREATED,
+        &view(&state, tenant, &all).await?,
+    ))
+}
+
+/// Every tenant's jobs that hold resources, and those that wait.
+async fn jobs(
+    state: &AppState,
+) -> Result<(Vec<allot_domain::Job>, Vec<allot_domain::Job>), ApiError> {
+    use allot_domain::JobState;
+    let mut jobs = state
+        .store
+        .list_jobs(JobFilter {
+            states: vec![JobState::Pending, JobState::Scheduled, JobState::Running],
+            ..JobFilter::new(TenantScope::All)
+        })
+        .await?
+        .jobs;
+    let holding = jobs.extract_if(.., |j| j.state.holds_resources()).collect();
+    Ok((holding, jobs))
+}
+
+/// `tenant` as the API shows it, with what its jobs hold and how many wait.
+async fn view(state: &AppState, tenant: Tenant, all: &[Tenant]) -> Result<TenantView, ApiError> {
+    let (holding, pending) = jobs(state).await?;
+    Ok(TenantView::new(tenant, all, &holding, &pending))
 }
 
 /// Refuses quotas that do not nest: children guaranteed more than their parent, or a
@@ -85,10 +111,11 @@ fn check_tree(tenants: &[Tenant]) -> Result<(), ValidationError> {
 pub async fn list(state: web::Data<AppState>, who: Principal) -> Result<HttpResponse, ApiError> {
     let visible = who.listable(Action::TenantRead, "tenants")?;
     let all = state.store.list_tenants().await?;
+    let (holding, pending) = jobs(&state).await?;
     let tenants: Vec<TenantView> = all
         .iter()
         .filter(|t| visible.contains(&t.id))
-        .map(|t| TenantView::new(t.clone(), &all))
+        .map(|t| TenantView::new(t.clone(), &all, &holding, &pending))
         .collect();
     Ok(json(StatusCode::OK, &tenants))
 }
@@ -120,7 +147,7 @@ pub async fn get(
 ) -> Result<HttpResponse, ApiError> {
     let tenant = visible(&state, &who, &name, Action::TenantRead).await?;
     let all = state.store.list_tenants().await?;
-    Ok(json(StatusCode::OK, &TenantView::new(tenant, &all)))
+    Ok(json(StatusCode::OK, &view(&state, tenant, &all).await?))
 }
 
 /// Get a tenant's quota.
@@ -199,7 +226,7 @@ async fn apply_quota(
     }
     let tenant = state.store.set_quota(&who.audit(), name, quota).await?;
     state.events.job_submitted();
-    Ok(json(StatusCode::OK, &TenantView::new(tenant, &all)))
+    Ok(json(StatusCode::OK, &view(state, tenant, &all).await?))
 }
 
 /// Get a tenant's policy: the image registries its jobs may use, and whether they must run

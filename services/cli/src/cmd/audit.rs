@@ -185,16 +185,34 @@ fn entry_row(e: &Value) -> Vec<String> {
         .as_str()
         .and_then(|b| serde_json::from_str(b).ok())
         .unwrap_or_default();
-    let actor = match (body["actor"]["kind"].as_str(), body["actor"]["id"].as_str()) {
-        (Some(k), Some(id)) => format!("{k}:{id}"),
+    // Names as the server reads them now, where the ids still name something.
+    let actor = match (
+        body["actor"]["kind"].as_str(),
+        body["actor"]["id"].as_str(),
+        e["actor_name"].as_str(),
+    ) {
+        (Some(k), _, Some(name)) => format!("{k}:{name}"),
+        (Some(k), Some(id), None) => format!("{k}:{id}"),
         _ => "(pruned)".to_owned(),
+    };
+    let target = match (body["target"].as_str(), e["target_name"].as_str()) {
+        (Some(t), Some(name)) => {
+            let kind = t.split('/').next().unwrap_or_default();
+            format!("{kind}/{name}")
+        }
+        (Some(t), None) => t.to_owned(),
+        (None, _) => "(pruned)".to_owned(),
     };
     vec![
         e["time"].as_str().unwrap_or("").to_owned(),
-        e["log"].as_str().unwrap_or("").to_owned(),
+        e["log_name"]
+            .as_str()
+            .or(e["log"].as_str())
+            .unwrap_or("")
+            .to_owned(),
         e["seq"].to_string(),
         e["action"].as_str().unwrap_or("").to_owned(),
-        body["target"].as_str().unwrap_or("(pruned)").to_owned(),
+        target,
         e["outcome"].as_str().unwrap_or("").to_owned(),
         actor,
     ]
@@ -251,7 +269,7 @@ pub fn verify_file(
         None => Vec::new(),
     };
     let report = verify(&bundle, trusted.as_ref(), &external);
-    if output == Format::Json {
+    if output.is_document() {
         let problems: Vec<String> = report.problems.iter().map(ToString::to_string).collect();
         print(
             output,
@@ -367,7 +385,7 @@ pub async fn run(
                 .get_bytes(&format!("/api/v1/audit/logs/{log}/export"), &filter.query())
                 .await?;
             std::fs::write(&file, &bytes).with_context(|| format!("writing {}", file.display()))?;
-            if output == Format::Json {
+            if output.is_document() {
                 let done = json!({ "log": log, "file": file, "bytes": bytes.len() });
                 print(output, &done, |_| String::new())?;
             } else {
@@ -458,7 +476,7 @@ pub async fn run(
         }
         AuditCmd::Keys { output } => {
             let keys: Value = client()?.get("/api/v1/audit/key", &[]).await?;
-            if output == Format::Json {
+            if output.is_document() {
                 print(output, &keys, |_| String::new())?;
             } else {
                 print!("{}", keys["keys"].as_str().unwrap_or(""));

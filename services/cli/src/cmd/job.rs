@@ -3,7 +3,8 @@ use std::time::Duration;
 
 use allot_api::views::{JobList, JobView};
 use allot_domain::{
-    GpuCompute, Isolation, WorkloadClass, format_bytes, parse_memory, parse_priority,
+    GpuCompute, Isolation, WorkloadClass, format_bytes, format_duration, parse_memory,
+    parse_priority,
 };
 use anyhow::{Context, bail};
 use clap::Subcommand;
@@ -12,7 +13,7 @@ use serde_json::json;
 
 use crate::client::Client;
 use crate::cmd::{opt, parse_milli, show_milli};
-use crate::output::{Format, fields, print, table};
+use crate::output::{Column, Format, ListOutput, Watch, fields, print, table};
 
 #[derive(Debug, Subcommand)]
 // Parsed once per process: the size of its largest variant costs nothing.
@@ -113,6 +114,8 @@ pub enum JobCmd {
         id: String,
         #[arg(short, long, value_enum, default_value_t)]
         output: Format,
+        #[command(flatten)]
+        watch: Watch,
     },
     /// List jobs, newest first.
     List {
@@ -136,6 +139,19 @@ pub enum JobCmd {
         /// Go on from where an earlier listing stopped (it prints the token).
         #[arg(long)]
         page_token: Option<String>,
+        #[command(flatten)]
+        output: ListOutput,
+        #[command(flatten)]
+        watch: Watch,
+    },
+    /// Submit a job again as it was submitted (a new job, with a new id): its resources,
+    /// image, command, variables, secrets and volumes.
+    Resubmit {
+        /// The job to submit again: its id, a unique prefix of it, or its name.
+        id: String,
+        /// A name for the new job (default: the old one's).
+        #[arg(long)]
+        name: Option<String>,
         #[arg(short, long, value_enum, default_value_t)]
         output: Format,
     },
@@ -284,6 +300,8 @@ fn describe(j: &JobView) -> String {
                 .as_ref()
                 .map(|r| format!("{} ({})", r.message, r.code))),
         ),
+        ("Queue", queue_of(j)),
+        ("Elapsed", elapsed(j, chrono::Utc::now())),
         ("GPUs", gpus_of(j)),
         ("GPU memory", opt(j.gpu_memory_bytes.map(format_bytes))),
         (
@@ -310,7 +328,13 @@ fn describe(j: &JobView) -> String {
         ("Borrowing", j.borrowing.to_string()),
         ("Preempting", opt(j.preempt_reason.clone())),
         ("Command", j.command.join(" ")),
-        ("Node", opt(j.node_id.clone())),
+        (
+            "Node",
+            match (&j.node_name, &j.node_id) {
+                (Some(name), Some(id)) => format!("{name} ({id})"),
+                (_, id) => opt(id.clone()),
+            },
+        ),
         (
             "GPU UUIDs",
             if j.gpu_uuids.is_empty() {
@@ -342,6 +366,115 @@ fn describe(j: &JobView) -> String {
         out.push_str(&table(&["TIME", "FROM", "TO", "MESSAGE"], &rows));
     }
     out
+}
+
+/// A pending job's place in its tenant's queue: "2 of 7 in ml's queue".
+fn queue_of(j: &JobView) -> String {
+    match (j.queue_position, j.queue_length) {
+        (Some(p), Some(n)) => format!("{p} of {n} in {}'s queue", j.tenant),
+        _ => "-".into(),
+    }
+}
+
+/// How long a job has been in its state as people read it: running for (since it
+/// started), ran for (once ended), or waiting for (since it was submitted or requeued).
+fn elapsed(j: &JobView, now: chrono::DateTime<chrono::Utc>) -> String {
+    let (from, to, what) = match (j.state.as_str(), j.started_at, j.finished_at) {
+        ("running", Some(s), _) => (s, now, "running"),
+        (_, Some(s), Some(f)) if is_terminal(&j.state) => (s, f, "ran"),
+        (_, _, Some(f)) if is_terminal(&j.state) => (j.created_at, f, "ended after"),
+        ("pending", _, _) => (waiting_since(j), now, "waiting"),
+        _ => (j.updated_at, now, "for"),
+    };
+    format!("{what} {}", format_duration((to - from).num_seconds()))
+}
+
+/// When a pending job began to wait: its submission, or its last requeue.
+fn waiting_since(j: &JobView) -> chrono::DateTime<chrono::Utc> {
+    if j.attempt > 1 {
+        j.updated_at
+    } else {
+        j.created_at
+    }
+}
+
+/// The TIME column: elapsed as squeue shows it, D-HH:MM:SS.
+fn time_cell(j: &JobView) -> String {
+    let now = chrono::Utc::now();
+    let secs = match (j.state.as_str(), j.started_at, j.finished_at) {
+        ("running", Some(s), _) => (now - s).num_seconds(),
+        (_, Some(s), Some(f)) => (f - s).num_seconds(),
+        ("pending", _, _) => (now - waiting_since(j)).num_seconds(),
+        _ => return "-".into(),
+    };
+    clock(secs)
+}
+
+/// Seconds as D-HH:MM:SS (days only when there are some), as Slurm shows times.
+fn clock(secs: i64) -> String {
+    let s = secs.max(0);
+    let (d, h, m, s) = (s / 86_400, s / 3600 % 24, s / 60 % 60, s % 60);
+    if d > 0 {
+        format!("{d}-{h:02}:{m:02}:{s:02}")
+    } else {
+        format!("{h:02}:{m:02}:{s:02}")
+    }
+}
+
+/// What `job list` can show of a job (`--format` names, `-o wide` all).
+fn job_columns() -> [Column<JobView>; 19] {
+    [
+        Column::new("id", "ID", |j| j.id.clone()),
+        Column::new("tenant", "TENANT", |j| j.tenant.clone()),
+        Column::new("name", "NAME", |j| j.name.clone()),
+        Column::new("state", "STATE", |j| j.state.clone()),
+        Column::new("gpus", "GPUS", gpus_cell),
+        Column::new("time", "TIME", time_cell),
+        Column::new("created", "CREATED", |j| short(Some(j.created_at))),
+        Column::wide("queue", "QUEUE", |j| {
+            match (j.queue_position, j.queue_length) {
+                (Some(p), Some(n)) => format!("{p}/{n}"),
+                _ => "-".into(),
+            }
+        }),
+        Column::wide("node", "NODE", |j| {
+            opt(j.node_name.clone().or(j.node_id.clone()))
+        }),
+        Column::wide("priority", "PRIORITY", |j| j.priority.to_string()),
+        Column::wide("class", "CLASS", |j| opt(j.class)),
+        Column::wide("cpus", "CPUS", |j| show_milli(u64::from(j.cpu_milli))),
+        Column::wide("memory", "MEMORY", |j| format_bytes(j.memory_bytes)),
+        Column::wide("gpu_memory", "GPU MEMORY", |j| {
+            opt(j.gpu_memory_bytes.map(format_bytes))
+        }),
+        Column::wide("attempt", "ATTEMPT", |j| j.attempt.to_string()),
+        Column::wide("image", "IMAGE", |j| opt(j.image.clone())),
+        Column::wide("started", "STARTED", |j| short(j.started_at)),
+        Column::wide("finished", "FINISHED", |j| short(j.finished_at)),
+        Column::new("detail", "DETAIL", |j| {
+            match (&j.pending_reason, j.exit_code) {
+                (Some(r), _) => r.message.clone(),
+                (None, Some(c)) => format!("exit {c}"),
+                (None, None) => j.message.clone().unwrap_or_default(),
+            }
+        }),
+    ]
+}
+
+/// The body that submits `j` again, as it was submitted.
+fn resubmission(j: &JobView, name: Option<String>) -> serde_json::Value {
+    json!({
+        "tenant": j.tenant, "name": name.unwrap_or_else(|| j.name.clone()),
+        "gpus": j.gpus, "gpu_milli": j.gpu_milli,
+        "gpu_memory_bytes": j.gpu_memory_bytes, "gpu_models": j.gpu_models,
+        "cpu_milli": j.cpu_milli, "memory_bytes": j.memory_bytes,
+        "priority": j.priority, "preemptible": j.preemptible,
+        "isolation": j.isolation, "class": j.class, "max_retries": j.max_retries,
+        "command": j.command, "env": j.env, "workdir": j.workdir,
+        "checkpoint_dir": j.checkpoint_dir, "volumes": j.volumes, "secrets": j.secrets,
+        "mig_profile": j.mig_profile, "gpu_compute": j.gpu_compute,
+        "gpu_resizable": j.gpu_resizable, "image": j.image, "network": j.network,
+    })
 }
 
 /// "2", or "0.25 of a shared GPU" (what the placement holds, once placed).
@@ -472,10 +605,7 @@ pub async fn run(client: &Client, cmd: JobCmd) -> anyhow::Result<i32> {
                 .call(Method::POST, "/api/v1/jobs", Some(&body))
                 .await?;
             if !wait {
-                match output {
-                    Format::Json => println!("{}", serde_json::to_string_pretty(&job)?),
-                    Format::Table => println!("{}", job.id),
-                }
+                print(output, &job, |j| j.id.clone())?;
                 return Ok(0);
             }
             eprintln!("job {} submitted; waiting for it to finish", job.id);
@@ -484,7 +614,7 @@ pub async fn run(client: &Client, cmd: JobCmd) -> anyhow::Result<i32> {
             let mut last_reason = None;
             // Its output is printed as it comes, beside the changes of its state.
             let follow = async {
-                if output == Format::Table {
+                if !output.is_document() {
                     follow_log(client, &job.id, None, LogMode::Safe).await
                 } else {
                     Ok(())
@@ -512,25 +642,40 @@ pub async fn run(client: &Client, cmd: JobCmd) -> anyhow::Result<i32> {
             let (followed, job) = tokio::join!(follow, watch);
             let job = job?;
             followed?;
-            match output {
-                Format::Json => println!("{}", serde_json::to_string_pretty(&job)?),
-                Format::Table => {
-                    eprintln!(
-                        "job {} {}{}",
-                        job.id,
-                        job.state,
-                        job.message
-                            .as_ref()
-                            .map(|m| format!(": {m}"))
-                            .unwrap_or_default()
-                    );
-                }
+            if output.is_document() {
+                print(output, &job, |_| String::new())?;
+            } else {
+                eprintln!(
+                    "job {} {}{}",
+                    job.id,
+                    job.state,
+                    job.message
+                        .as_ref()
+                        .map(|m| format!(": {m}"))
+                        .unwrap_or_default()
+                );
             }
             Ok(exit_status(&job))
         }
-        JobCmd::Get { id, output } => {
-            let j: JobView = client.get(&format!("/api/v1/jobs/{id}"), &[]).await?;
-            print(output, &j, describe)?;
+        JobCmd::Get { id, output, watch } => {
+            let path = format!("/api/v1/jobs/{id}");
+            watch
+                .run(&format!("allot job get {id}"), || async {
+                    let j: JobView = client.get(&path, &[]).await?;
+                    crate::output::render(output, &j, describe)
+                })
+                .await?;
+            Ok(0)
+        }
+        JobCmd::Resubmit { id, name, output } => {
+            let old: JobView = client.get(&format!("/api/v1/jobs/{id}"), &[]).await?;
+            let body = resubmission(&old, name);
+            let job: JobView = client
+                .call(Method::POST, "/api/v1/jobs", Some(&body))
+                .await?;
+            print(output, &job, |j| {
+                format!("job {} submitted again as {}", old.id, j.id)
+            })?;
             Ok(0)
         }
         JobCmd::List {
@@ -542,6 +687,7 @@ pub async fn run(client: &Client, cmd: JobCmd) -> anyhow::Result<i32> {
             all,
             page_token,
             output,
+            watch,
         } => {
             let mut query = Vec::new();
             if let Some(t) = tenant {
@@ -560,44 +706,24 @@ pub async fn run(client: &Client, cmd: JobCmd) -> anyhow::Result<i32> {
                 query.push(("node", id.to_owned()));
             }
             let wanted = if all { u64::MAX } else { limit };
-            let list = list_jobs(client, query, wanted, page_token).await?;
-            match output {
-                Format::Json => println!("{}", serde_json::to_string_pretty(&list)?),
-                Format::Table => {
-                    let rows: Vec<_> = list
-                        .items
-                        .iter()
-                        .map(|j| {
-                            let detail = match (&j.pending_reason, j.exit_code) {
-                                (Some(r), _) => r.message.clone(),
-                                (None, Some(c)) => format!("exit {c}"),
-                                (None, None) => j.message.clone().unwrap_or_default(),
-                            };
-                            vec![
-                                j.id.clone(),
-                                j.tenant.clone(),
-                                j.name.clone(),
-                                j.state.clone(),
-                                gpus_cell(j),
-                                short(Some(j.created_at)),
-                                detail,
-                            ]
-                        })
-                        .collect();
-                    println!(
-                        "{}",
-                        table(
-                            &["ID", "TENANT", "NAME", "STATE", "GPUS", "CREATED", "DETAIL"],
-                            &rows
-                        )
-                    );
-                    if let Some(token) = &list.next_page_token {
+            let columns = job_columns();
+            output.columns(&columns)?;
+            let watching = watch.watch;
+            watch
+                .run("allot job list", || async {
+                    let list = list_jobs(client, query.clone(), wanted, page_token.clone()).await?;
+                    let text = output.render(&list, &list.items, &columns)?;
+                    let table = !output.output.is_document() || output.format.is_some();
+                    if let Some(token) =
+                        list.next_page_token.as_ref().filter(|_| table && !watching)
+                    {
                         eprintln!(
                             "(more jobs match: --page-token {token} goes on, --all shows them all)"
                         );
                     }
-                }
-            }
+                    Ok(text)
+                })
+                .await?;
             Ok(0)
         }
         JobCmd::Resize {
@@ -661,10 +787,10 @@ pub async fn run(client: &Client, cmd: JobCmd) -> anyhow::Result<i32> {
             output,
         } => {
             if follow {
-                let mode = match (output, raw) {
-                    (Format::Json, _) => LogMode::Json,
-                    (Format::Table, true) => LogMode::Raw,
-                    (Format::Table, false) => LogMode::Safe,
+                let mode = match (output.is_document(), raw) {
+                    (true, _) => LogMode::Json,
+                    (false, true) => LogMode::Raw,
+                    (false, false) => LogMode::Safe,
                 };
                 follow_log(client, &id, attempt, mode).await?;
                 return Ok(0);
@@ -679,7 +805,7 @@ pub async fn run(client: &Client, cmd: JobCmd) -> anyhow::Result<i32> {
                     .await?,
             )
             .into_owned();
-            if output == Format::Json {
+            if output.is_document() {
                 print(output, &json!({ "job": id, "log": log }), |_| String::new())?;
             } else if raw {
                 print!("{log}");

@@ -5,14 +5,16 @@ use allot_domain::format_bytes;
 use clap::Subcommand;
 
 use crate::client::Client;
-use crate::output::{Format, fields, print, table};
+use crate::output::{Column, Format, ListOutput, Watch, fields, print, table};
 
 #[derive(Debug, Subcommand)]
 pub enum NodeCmd {
-    /// List nodes with their GPU counts and status.
+    /// List nodes: their state, GPUs (free, held) and models.
     List {
-        #[arg(short, long, value_enum, default_value_t)]
-        output: Format,
+        #[command(flatten)]
+        output: ListOutput,
+        #[command(flatten)]
+        watch: Watch,
     },
     /// Show one node and each of its GPUs.
     Get {
@@ -93,38 +95,65 @@ pub enum BootstrapTokenCmd {
     },
 }
 
+/// A node's state in one word: `ready`, `cordoned` (ready, taking no new work) or
+/// `not-ready` (its lease lapsed).
+fn state(n: &NodeView) -> String {
+    if n.cordoned && n.status == "ready" {
+        "cordoned".into()
+    } else {
+        n.status.clone()
+    }
+}
+
+/// GPUs' worth held on a node, e.g. `2.5`.
+fn held(n: &NodeView) -> String {
+    crate::cmd::show_milli(n.gpus.iter().map(|g| g.held_milli).sum())
+}
+
+/// What `node list` can show of a node (`--format` names, `-o wide` all).
+fn node_columns() -> [Column<NodeView>; 12] {
+    [
+        Column::new("name", "NAME", |n| n.name.clone()),
+        Column::new("state", "STATE", state),
+        Column::new("gpus", "GPUS", |n| n.gpus.len().to_string()),
+        Column::new("free", "FREE", |n| n.gpus_free.to_string()),
+        Column::new("held", "HELD", held),
+        Column::new("unhealthy", "UNHEALTHY", |n| {
+            n.gpus
+                .iter()
+                .filter(|g| g.health != "healthy")
+                .count()
+                .to_string()
+        }),
+        Column::new("models", "MODELS", |n| {
+            let mut models: Vec<_> = n.gpus.iter().map(|g| g.model.as_str()).collect();
+            models.dedup();
+            models.join(",")
+        }),
+        Column::wide("id", "ID", |n| n.id.clone()),
+        Column::wide("cpus", "CPUS", |n| crate::cmd::show_milli(n.cpu_milli)),
+        Column::wide("memory", "MEMORY", |n| format_bytes(n.memory_bytes)),
+        Column::wide("backend", "BACKEND", |n| n.gpu_backend.clone()),
+        Column::wide("runtime", "RUNTIME", |n| n.runtime.clone()),
+    ]
+}
+
 fn health(g: &allot_api::views::GpuView) -> &str {
     &g.health
 }
 
 pub async fn run(client: &Client, cmd: NodeCmd) -> anyhow::Result<()> {
     match cmd {
-        NodeCmd::List { output } => {
-            let nodes: Vec<NodeView> = client.get("/api/v1/nodes", &[]).await?;
-            print(output, &nodes, |nodes| {
-                let rows: Vec<_> = nodes
-                    .iter()
-                    .map(|n| {
-                        let mut models: Vec<_> = n.gpus.iter().map(|g| g.model.as_str()).collect();
-                        models.dedup();
-                        vec![
-                            n.name.clone(),
-                            n.id.clone(),
-                            n.status.clone(),
-                            n.gpus.len().to_string(),
-                            models.join(","),
-                            n.gpu_backend.clone(),
-                            n.runtime.clone(),
-                        ]
-                    })
-                    .collect();
-                table(
-                    &[
-                        "NAME", "ID", "STATUS", "GPUS", "MODELS", "BACKEND", "RUNTIME",
-                    ],
-                    &rows,
-                )
-            })
+        NodeCmd::List { output, watch } => {
+            let columns = node_columns();
+            output.columns(&columns)?;
+            watch
+                .run("allot node list", || async {
+                    let mut nodes: Vec<NodeView> = client.get("/api/v1/nodes", &[]).await?;
+                    nodes.sort_by(|a, b| allot_domain::node::natural_order(&a.name, &b.name));
+                    output.render(&nodes, &nodes, &columns)
+                })
+                .await
         }
         NodeCmd::Get { id, output } => {
             let n: NodeView = client.get(&format!("/api/v1/nodes/{id}"), &[]).await?;
@@ -143,6 +172,10 @@ pub async fn run(client: &Client, cmd: NodeCmd) -> anyhow::Result<()> {
                     ("Agent", n.agent_version.clone()),
                     ("Backend", n.gpu_backend.clone()),
                     ("Runtime", n.runtime.clone()),
+                    (
+                        "GPUs",
+                        format!("{} ({} free, {} held)", n.gpus.len(), n.gpus_free, held(n)),
+                    ),
                     ("Last heartbeat", n.last_heartbeat_at.to_rfc3339()),
                 ]);
                 let rows: Vec<_> = n
@@ -155,6 +188,7 @@ pub async fn run(client: &Client, cmd: NodeCmd) -> anyhow::Result<()> {
                             g.model.clone(),
                             format_bytes(g.memory_bytes),
                             health(g).to_owned(),
+                            format!("{} ({} jobs)", crate::cmd::show_milli(g.held_milli), g.jobs),
                             g.memory_enforcement.clone(),
                         ]
                     })
@@ -166,6 +200,7 @@ pub async fn run(client: &Client, cmd: NodeCmd) -> anyhow::Result<()> {
                         "MODEL",
                         "MEMORY",
                         "HEALTH",
+                        "HELD",
                         "MEMORY LIMITS",
                     ],
                     &rows,
@@ -247,7 +282,7 @@ async fn bootstrap_token(client: &Client, cmd: BootstrapTokenCmd) -> anyhow::Res
             let t: CreatedBootstrapToken = client
                 .call(reqwest::Method::POST, PATH, Some(&body))
                 .await?;
-            if output == Format::Json {
+            if output.is_document() {
                 print(output, &t, |_| String::new())?;
             } else {
                 eprintln!(

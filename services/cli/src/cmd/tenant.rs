@@ -8,7 +8,7 @@ use serde_json::json;
 
 use crate::client::Client;
 use crate::cmd::{opt, parse_milli, show_milli, when};
-use crate::output::{Format, fields, print, table};
+use crate::output::{Column, Format, ListOutput, Watch, fields, print, table};
 
 #[derive(Debug, Subcommand)]
 pub enum TenantCmd {
@@ -23,10 +23,12 @@ pub enum TenantCmd {
         #[arg(short, long, value_enum, default_value_t)]
         output: Format,
     },
-    /// List tenants.
+    /// List tenants: what each holds against its quota, and its jobs waiting and running.
     List {
-        #[arg(short, long, value_enum, default_value_t)]
-        output: Format,
+        #[command(flatten)]
+        output: ListOutput,
+        #[command(flatten)]
+        watch: Watch,
     },
     /// Show one tenant.
     Get {
@@ -320,6 +322,63 @@ fn amounts(guaranteed: u64, limit: Option<u64>, show: impl Fn(u64) -> String) ->
     format!("{} / {}", show(guaranteed), opt(limit.map(show)))
 }
 
+/// "1.5 of 2 / 4": held, guaranteed and limit of one resource.
+fn held(used: u64, guaranteed: u64, limit: Option<u64>, show: impl Fn(u64) -> String) -> String {
+    format!("{} of {}", show(used), amounts(guaranteed, limit, show))
+}
+
+/// What `tenant list` can show of a tenant (`--format` names, `-o wide` all).
+fn tenant_columns() -> [Column<TenantView>; 14] {
+    [
+        Column::new("name", "NAME", |t| t.name.clone()),
+        Column::new("parent", "PARENT", |t| opt(t.parent.clone())),
+        Column::new("gpus", "GPUS HELD", |t| show_milli(t.usage.gpu_milli)),
+        Column::new("guaranteed", "GUARANTEED", |t| {
+            show_milli(t.quota.guaranteed.gpu_milli)
+        }),
+        Column::new("max", "MAX", |t| {
+            opt(t.quota.limit.gpu_milli.map(show_milli))
+        }),
+        Column::new("pending", "PENDING", |t| t.jobs_pending.to_string()),
+        Column::new("running", "RUNNING", |t| t.jobs_running.to_string()),
+        Column::new("weight", "WEIGHT", |t| t.quota.weight.to_string()),
+        Column::new("isolation", "ISOLATION", |t| {
+            t.quota.min_isolation.to_string()
+        }),
+        Column::wide("cpus", "CPUS (HELD OF GUAR. / MAX)", |t| {
+            let q = &t.quota;
+            held(
+                t.usage.cpu_milli,
+                q.guaranteed.cpu_milli,
+                q.limit.cpu_milli,
+                show_milli,
+            )
+        }),
+        Column::wide("memory", "MEMORY (HELD OF GUAR. / MAX)", |t| {
+            let q = &t.quota;
+            held(
+                t.usage.memory_bytes,
+                q.guaranteed.memory_bytes,
+                q.limit.memory_bytes,
+                format_bytes,
+            )
+        }),
+        Column::wide("gpu_memory", "GPU MEMORY (HELD OF GUAR. / MAX)", |t| {
+            let q = &t.quota;
+            held(
+                t.usage.gpu_memory_bytes,
+                q.guaranteed.gpu_memory_bytes,
+                q.limit.gpu_memory_bytes,
+                format_bytes,
+            )
+        }),
+        Column::wide("budget", "GPU-HOUR BUDGET", |t| {
+            opt(t.quota.gpu_hour_budget.map(|b| b.to_string()))
+        }),
+        Column::wide("created", "CREATED", |t| when(Some(t.created_at))),
+    ]
+}
+
 fn show(t: &TenantView, output: Format) -> anyhow::Result<()> {
     print(output, t, |t| {
         let (g, l) = (&t.quota.guaranteed, &t.quota.limit);
@@ -327,6 +386,20 @@ fn show(t: &TenantView, output: Format) -> anyhow::Result<()> {
             ("Name", t.name.clone()),
             ("ID", t.id.clone()),
             ("Parent", opt(t.parent.clone())),
+            (
+                "Jobs",
+                format!("{} pending, {} running", t.jobs_pending, t.jobs_running),
+            ),
+            (
+                "GPUs held",
+                format!(
+                    "{} ({} CPUs, {}, {} of GPU memory)",
+                    show_milli(t.usage.gpu_milli),
+                    show_milli(t.usage.cpu_milli),
+                    format_bytes(t.usage.memory_bytes),
+                    format_bytes(t.usage.gpu_memory_bytes)
+                ),
+            ),
             (
                 "GPUs (guaranteed / limit)",
                 amounts(g.gpu_milli, l.gpu_milli, show_milli),
@@ -381,37 +454,15 @@ pub async fn run(client: &Client, cmd: TenantCmd) -> anyhow::Result<()> {
                 .await?;
             show(&t, output)
         }
-        TenantCmd::List { output } => {
-            let ts: Vec<TenantView> = client.get("/api/v1/tenants", &[]).await?;
-            print(output, &ts, |ts| {
-                let rows: Vec<_> = ts
-                    .iter()
-                    .map(|t| {
-                        let q = &t.quota;
-                        vec![
-                            t.name.clone(),
-                            opt(t.parent.clone()),
-                            show_milli(q.guaranteed.gpu_milli),
-                            opt(q.limit.gpu_milli.map(show_milli)),
-                            q.weight.to_string(),
-                            q.min_isolation.to_string(),
-                            when(Some(t.created_at)),
-                        ]
-                    })
-                    .collect();
-                table(
-                    &[
-                        "NAME",
-                        "PARENT",
-                        "GUARANTEED GPUS",
-                        "MAX GPUS",
-                        "WEIGHT",
-                        "ISOLATION",
-                        "CREATED",
-                    ],
-                    &rows,
-                )
-            })
+        TenantCmd::List { output, watch } => {
+            let columns = tenant_columns();
+            output.columns(&columns)?;
+            watch
+                .run("allot tenant list", || async {
+                    let ts: Vec<TenantView> = client.get("/api/v1/tenants", &[]).await?;
+                    output.render(&ts, &ts, &columns)
+                })
+                .await
         }
         TenantCmd::Get { name, output } => {
             let t: TenantView = client.get(&format!("/api/v1/tenants/{name}"), &[]).await?;

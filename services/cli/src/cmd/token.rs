@@ -69,15 +69,14 @@ pub async fn run(client: &Client, cmd: TokenCmd) -> anyhow::Result<()> {
             let t: CreatedToken = client
                 .call(Method::POST, "/api/v1/tokens", Some(&body))
                 .await?;
-            match output {
-                Format::Json => println!("{}", serde_json::to_string_pretty(&t)?),
-                Format::Table => {
-                    eprintln!(
-                        "Created token {} ({}, role {}). Its secret is shown only now:",
-                        t.token.id, t.token.name, t.token.role
-                    );
-                    println!("{}", t.secret);
-                }
+            if output.is_document() {
+                print(output, &t, |_| String::new())?;
+            } else {
+                eprintln!(
+                    "Created token {} ({}, role {}). Its secret is shown only now:",
+                    t.token.id, t.token.name, t.token.role
+                );
+                println!("{}", t.secret);
             }
         }
         TokenCmd::List { output } => {

@@ -480,3 +480,32 @@ fn a_tenant_that_requires_confinement_runs_only_on_confining_nodes() {
     assert_eq!(placed(&d, "j1").map(|p| p.0), Some("n2".to_owned()));
     assert!(placed(&d, "j2").is_some(), "other tenants go anywhere");
 }
+
+#[test]
+fn a_tenants_queue_is_taken_by_priority_then_age_with_interrupted_work_first() {
+    let at = |j: &mut StoredJob, secs: i64| {
+        j.created_at = chrono::DateTime::from_timestamp(1_700_000_000 + secs, 0).expect("time");
+    };
+    let mut old = job("old", "t1", 1, None);
+    at(&mut old, 0);
+    let mut new = job("new", "t1", 1, None);
+    at(&mut new, 10);
+    let mut urgent = job("urgent", "t1", 1, None);
+    at(&mut urgent, 20);
+    urgent.spec.priority = 100;
+    let mut requeued = job("requeued", "t1", 1, None);
+    at(&mut requeued, 30);
+    requeued.attempt = 2;
+    let mut other = job("other", "t2", 1, None);
+    at(&mut other, 5);
+    let places = super::queue_places(&[old, new, urgent, requeued, other]);
+    let place = |id: &str| {
+        let p = places[id];
+        (p.position, p.length)
+    };
+    assert_eq!(place("urgent"), (1, 4));
+    assert_eq!(place("requeued"), (2, 4));
+    assert_eq!(place("old"), (3, 4));
+    assert_eq!(place("new"), (4, 4));
+    assert_eq!(place("other"), (1, 1), "each tenant has its own queue");
+}

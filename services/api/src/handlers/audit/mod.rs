@@ -4,12 +4,14 @@
 
 mod evidence;
 mod export;
+mod names;
 mod proofs;
 mod retention;
 mod search;
 
 pub use evidence::*;
 pub use export::*;
+pub use names::Names;
 pub use proofs::*;
 pub use retention::*;
 pub use search::*;
@@ -165,6 +167,17 @@ pub struct AuditEntryView {
     pub body: Option<String>,
     /// Whether the payload was removed under the retention policy (the leaf hash stays).
     pub pruned: bool,
+    /// The name of the tenant whose log it is, as it is named now (not part of the entry).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log_name: Option<String>,
+    /// The name of the actor (a token's name, a user's email, a node's name), as it is
+    /// now; absent where the actor is gone or is the system (not part of the entry).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub actor_name: Option<String>,
+    /// The target's name where it is a tenant, its log, a node, a token or a user, as it
+    /// is now (not part of the entry).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_name: Option<String>,
 }
 
 impl From<allot_store::StoredEntry> for AuditEntryView {
@@ -178,6 +191,9 @@ impl From<allot_store::StoredEntry> for AuditEntryView {
             action: e.action,
             outcome: e.outcome,
             body: e.body,
+            log_name: None,
+            actor_name: None,
+            target_name: None,
         }
     }
 }
@@ -221,7 +237,15 @@ pub async fn entries(
         Vec::new()
     };
     let next_from = rows.last().map(|e| e.seq + 1).filter(|n| *n < head.size);
-    let entries = rows.into_iter().map(AuditEntryView::from).collect();
+    let names = Names::load(&state).await?;
+    let entries = rows
+        .into_iter()
+        .map(|r| {
+            let mut e = AuditEntryView::from(r);
+            names.name(&mut e);
+            e
+        })
+        .collect();
     Ok(json(StatusCode::OK, &AuditEntries { entries, next_from }))
 }
 

@@ -182,6 +182,10 @@ pub async fn search_page(
         .collect();
     let more = entries.len() as u64 > limit;
     entries.truncate(usize::try_from(limit).unwrap_or(usize::MAX));
+    let names = super::Names::load(state).await?;
+    for e in &mut entries {
+        names.name(e);
+    }
     if backwards {
         entries.reverse();
         Ok(AuditSearchPage {
