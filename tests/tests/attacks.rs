@@ -315,6 +315,37 @@ async fn cluster_wide_telemetry_is_a_right_not_everyones() {
         .await;
     assert_eq!(s, StatusCode::OK);
     assert_eq!(nodes[0]["gpus"][0]["uuid"], gpu.as_str());
+    // ... but not what other tenants' jobs hold of each GPU, nor the free GPUs that follow
+    // from it: that is cluster-wide telemetry too.
+    for n in nodes.as_array().expect("nodes") {
+        assert!(n.get("gpus_free").is_none(), "{n}");
+        for g in n["gpus"].as_array().expect("gpus") {
+            assert!(
+                g.get("held_milli").is_none() && g.get("jobs").is_none(),
+                "{g}"
+            );
+        }
+    }
+    let (_, node_view) = c
+        .request(
+            Method::GET,
+            &format!("/api/v1/nodes/{node}"),
+            Some(&red),
+            None,
+        )
+        .await;
+    assert!(node_view.get("gpus_free").is_none(), "{node_view}");
+    let (_, nodes) = c.get("/api/v1/nodes").await;
+    assert_eq!(
+        nodes[0]["gpus"]
+            .as_array()
+            .expect("gpus")
+            .iter()
+            .filter_map(|g| g["held_milli"].as_u64())
+            .sum::<u64>(),
+        1000,
+        "platform admins see blue's GPU held: {nodes}"
+    );
 
     // The cluster page: red sees its own jobs per GPU (none), not blue's, and no
     // utilization; the platform admin sees blue's job and the utilization.
@@ -334,7 +365,9 @@ async fn cluster_wide_telemetry_is_a_right_not_everyones() {
     };
     let as_red = page(red.clone()).await;
     assert!(
-        as_red.contains("Your jobs") && !as_red.contains("Utilization"),
+        as_red.contains("Your jobs")
+            && !as_red.contains("Busy now")
+            && !as_red.contains("How busy each GPU"),
         "{as_red}"
     );
     let row = as_red
@@ -347,12 +380,68 @@ async fn cluster_wide_telemetry_is_a_right_not_everyones() {
         "red counts no job on blue's GPU: {row}"
     );
     let as_admin = page(c.admin_token.clone()).await;
-    assert!(as_admin.contains("Utilization (30 min)"), "{as_admin}");
+    assert!(
+        as_admin.contains("Busy now") && as_admin.contains("How busy each GPU"),
+        "{as_admin}"
+    );
     let row = as_admin
         .split(&gpu)
         .nth(1)
         .and_then(|r| r.split("</tr>").next())
         .expect("the GPU's row");
     assert!(row.contains("<td>1</td>"), "{row}");
+    c.shutdown().await;
+}
+
+/// The names audit views give an entry's ids are told only to those who may know them: a
+/// tenant admin reading its own log learns its own tokens' names, not the names of the
+/// platform's tokens or of the people who acted there (the user directory is platform
+/// admins'), nor another tenant's; an auditor learns them all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn audit_names_are_told_only_to_who_may_know_them() {
+    let c = spawn_cluster(Backend::Sqlite, 1, "1xH200").await;
+    c.create_tenant("red", None).await;
+    c.create_tenant("blue", None).await;
+    let red = c.token_for("red", "tenant-admin").await;
+    let (s, body) = c
+        .post(
+            "/api/v1/tokens",
+            serde_json::json!({ "name": "soc2", "role": "auditor" }),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{body}");
+    let auditor = body["secret"].as_str().expect("secret").to_owned();
+    // The platform admin acts in red's tenant, then red's own admin does.
+    c.submit("red", 0, &["true"]).await;
+    let (s, body) = c
+        .request(
+            Method::POST,
+            "/api/v1/jobs",
+            Some(&red),
+            Some(serde_json::json!({ "tenant": "red", "gpus": 0, "command": ["true"] })),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{body}");
+    let search = "/api/v1/audit/entries?action=job.submit&limit=10";
+    let (s, as_red) = c.request(Method::GET, search, Some(&red), None).await;
+    assert_eq!(s, StatusCode::OK, "{as_red}");
+    let entries = as_red["entries"].as_array().expect("entries");
+    assert_eq!(entries.len(), 2, "{as_red}");
+    let names: Vec<Option<&str>> = entries.iter().map(|e| e["actor_name"].as_str()).collect();
+    assert_eq!(
+        names,
+        [Some("red-tenant-admin"), None],
+        "its own token by name, the platform's not: {as_red}"
+    );
+    assert!(entries.iter().all(|e| e["log_name"] == "red"), "{as_red}");
+    let (s, as_auditor) = c.request(Method::GET, search, Some(&auditor), None).await;
+    assert_eq!(s, StatusCode::OK, "{as_auditor}");
+    let named = as_auditor["entries"]
+        .as_array()
+        .expect("entries")
+        .iter()
+        .filter(|e| e["actor_name"].is_string())
+        .count();
+    assert_eq!(named, 2, "an auditor is told every name: {as_auditor}");
     c.shutdown().await;
 }

@@ -136,8 +136,33 @@ async fn tenants_members_and_auditors_do_their_work_in_the_portal() {
     assert!(log.contains("hello from GPU-"), "{log}");
     b.screenshot("06-job-succeeded").await;
     b.goto(&c.url("/portal")).await;
-    b.wait_for_text("main table", "succeeded").await;
+    b.wait_for_text("#latest-jobs", "succeeded").await;
+    // One row per tenant: what it holds of each resource, and its jobs.
+    let row = b.wait_for_text("table.quotas tr.quota", "ml").await;
+    assert!(row.contains("0 waiting · 0 running"), "{row}");
+    // The job's hour on the GPU, in a chart with axes: a bar for ml and a y axis in
+    // GPU-hours; the period links sum it by week and by month too.
+    let chart = b.wait_for_text("#usage-chart figcaption", "ml").await;
+    assert!(chart.contains("GPU-hours per tenant and day"), "{chart}");
+    assert!(
+        b.execute("return document.querySelectorAll('#usage-chart rect.seg').length")
+            .await
+            .as_u64()
+            .is_some_and(|n| n >= 1)
+    );
+    b.wait_for("#allocation-chart svg").await;
     b.screenshot("07-member-dashboard").await;
+    b.goto(&c.url("/portal?period=month")).await;
+    let monthly = b.wait_for_text("#usage-chart figcaption", "ml").await;
+    assert!(monthly.contains("per tenant and month"), "{monthly}");
+    // Another tenant's chart is one that does not exist; a period must be one offered.
+    c.create_tenant("secret-lab", None).await;
+    b.goto(&c.url("/portal?tenant=secret-lab")).await;
+    b.wait_for_text("main", "tenant `secret-lab` does not exist")
+        .await;
+    b.goto(&c.url("/portal?period=year")).await;
+    b.wait_for_text("main", "`year` is not day, week or month")
+        .await;
     b.goto(&c.url("/portal/cluster")).await;
     b.wait_for_text("main", "node-1").await;
     b.screenshot("08-cluster").await;
@@ -270,6 +295,44 @@ async fn actions_that_stop_work_ask_first_and_a_node_shows_one_state() {
         "the log grew in place, without a reload"
     );
     b.screenshot("20-log-grows").await;
+    // Its GPU use over time, drawn with axes and units: busy from 0% to 100%, and the GPU
+    // memory it held in GiB, against the time of day.
+    // (The page draws what samples its heartbeats brought when it is loaded.)
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        b.goto(&c.url(&format!("/portal/jobs/{talker}"))).await;
+        b.wait_for("#log").await;
+        let drawn = b
+            .execute("return document.querySelector('#gpu-use-charts svg') !== null")
+            .await;
+        if drawn == true {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no GPU use was drawn for a running job"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
+    let charts = b
+        .wait_for_text("#gpu-use-charts", "How busy the job kept its GPUs")
+        .await;
+    assert!(charts.contains("GPU memory the job held"), "{charts}");
+    let ticks = b
+        .execute(
+            "return [...document.querySelectorAll('#gpu-use-charts svg')[0].querySelectorAll('.axis text')].map(t => t.textContent)",
+        )
+        .await;
+    let ticks: Vec<&str> = ticks
+        .as_array()
+        .expect("ticks")
+        .iter()
+        .filter_map(|t| t.as_str())
+        .collect();
+    for wanted in ["0%", "50%", "100%", "busy (%)", "time (UTC)"] {
+        assert!(ticks.contains(&wanted), "{wanted} in {ticks:?}");
+    }
+    b.screenshot("23-job-gpu-use").await;
     let (status, body) = c
         .post(
             &format!("/api/v1/jobs/{talker}/cancel"),

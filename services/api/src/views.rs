@@ -774,12 +774,14 @@ pub struct GpuView {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mig_instances: Option<Vec<MigInstanceView>>,
     /// How much of it jobs hold (scheduled or running), in milli of the GPU (1000 is all of
-    /// it); a MIG instance holds its memory slices of the GPU's eight.
-    #[serde(default)]
-    pub held_milli: u64,
-    /// How many jobs hold part of it.
-    #[serde(default)]
-    pub jobs: u32,
+    /// it); a MIG instance holds its memory slices of the GPU's eight. Every tenant's jobs
+    /// are cluster-wide telemetry: present only for callers with the `telemetry.read`
+    /// right (platform admins by default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held_milli: Option<u64>,
+    /// How many jobs hold part of it (with `telemetry.read` only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jobs: Option<u32>,
 }
 
 /// A MIG instance of a GPU.
@@ -821,8 +823,8 @@ impl From<GpuDevice> for GpuView {
             degraded: g.degraded,
             drained: false,
             memory_enforcement: g.memory_enforcement.as_str().to_owned(),
-            held_milli: 0,
-            jobs: 0,
+            held_milli: None,
+            jobs: None,
         }
     }
 }
@@ -847,9 +849,9 @@ pub struct NodeView {
     /// An operator cordoned it: no new work.
     pub cordoned: bool,
     /// Its GPUs that could take a whole-GPU job now: healthy, nothing held, and the node
-    /// ready and not cordoned.
-    #[serde(default)]
-    pub gpus_free: u32,
+    /// ready and not cordoned (with `telemetry.read` only, as what is held).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpus_free: Option<u32>,
 }
 
 impl NodeView {
@@ -883,11 +885,12 @@ impl NodeView {
                 })
                 .collect(),
             cordoned: n.cordoned,
-            gpus_free: 0,
+            gpus_free: None,
         }
     }
 
-    /// With what `holding` (the jobs scheduled or running, any node's) holds of each GPU.
+    /// With what `holding` (the jobs scheduled or running, every tenant's, any node's)
+    /// holds of each GPU, for callers with the `telemetry.read` right.
     pub fn holding(mut self, holding: &[Job]) -> Self {
         let on_node: Vec<&Job> = holding
             .iter()
@@ -900,25 +903,21 @@ impl NodeView {
                     .any(|u| *u == g.uuid || g.mig_instances.iter().flatten().any(|m| m.uuid == *u))
             };
             let on: Vec<&&Job> = on_node.iter().filter(held_by).collect();
-            g.jobs = u32::try_from(on.len()).unwrap_or(u32::MAX);
-            g.held_milli = on
-                .iter()
-                .map(|j| j.held_milli_on_each_gpu())
-                .sum::<u64>()
-                .min(u64::from(allot_domain::GPU_MILLI));
+            g.jobs = Some(u32::try_from(on.len()).unwrap_or(u32::MAX));
+            g.held_milli = Some(
+                on.iter()
+                    .map(|j| j.held_milli_on_each_gpu())
+                    .sum::<u64>()
+                    .min(u64::from(allot_domain::GPU_MILLI)),
+            );
         }
         let open = self.status == "ready" && !self.cordoned;
-        self.gpus_free = if open {
-            u32::try_from(
-                self.gpus
-                    .iter()
-                    .filter(|g| g.health == "healthy" && g.held_milli == 0)
-                    .count(),
-            )
-            .unwrap_or(u32::MAX)
-        } else {
-            0
-        };
+        let free = self
+            .gpus
+            .iter()
+            .filter(|g| open && g.health == "healthy" && g.held_milli == Some(0))
+            .count();
+        self.gpus_free = Some(u32::try_from(free).unwrap_or(u32::MAX));
         self
     }
 }

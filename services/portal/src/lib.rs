@@ -16,14 +16,16 @@ use allot_api::signin::SessionAuth;
 use allot_api::views::NodeView;
 use allot_api::{ApiError, AppState};
 use allot_authz::{Action, Resource};
-use allot_domain::accounting::{GroupBy, JobUsage, report};
+use allot_domain::accounting::JobUsage;
 use allot_domain::{Job, JobState, Tenant, format_bytes, format_duration, format_milli};
 use allot_store::{
     AuditRepo, AuditSearch, IdentityRepo, JobFilter, JobRepo, NodeRepo, SampleRepo, TenantRepo,
     TenantScope,
 };
+mod charts;
 mod cluster;
 mod jobs_list;
+mod usage_charts;
 
 use jobs_list::jobs_page;
 
@@ -67,7 +69,7 @@ macro_rules! page {
     };
 }
 
-page!(dashboard, dashboard_page);
+page!(dashboard, dashboard_page, q: web::Query<DashboardQuery>);
 page!(submit, submit_page);
 page!(jobs, jobs_page, q: web::Query<jobs_list::JobsQuery>);
 page!(job, job_page, id: web::Path<String>);
@@ -256,6 +258,9 @@ struct QuotaRow {
     name: String,
     parent: Option<String>,
     bars: Vec<QuotaBar>,
+    /// Its own jobs waiting, and holding resources.
+    pending: usize,
+    running: usize,
 }
 
 /// One resource of a quota: what is used, guaranteed, borrowed and the limit.
@@ -296,13 +301,13 @@ impl QuotaBar {
     }
 }
 
-struct DayBar {
-    day: String,
-    label: String,
-    hours: String,
-    x: u32,
-    y: u32,
-    height: u32,
+/// What the dashboard's charts show.
+#[derive(Debug, Default, serde::Deserialize)]
+struct DashboardQuery {
+    /// The GPU-hours chart's columns: `day` (the default), `week` or `month`.
+    period: Option<String>,
+    /// Whose GPUs held against guarantee are drawn (default: the first tenant listed).
+    tenant: Option<String>,
 }
 
 /// The newest jobs the dashboard shows (the jobs page has them all).
@@ -313,8 +318,14 @@ const DASHBOARD_JOBS: u64 = 10;
 struct DashboardPage {
     page: Page,
     tenants: Vec<QuotaRow>,
-    usage: Vec<DayBar>,
-    chart_width: u32,
+    /// GPU-hours per tenant over time (stacked), as markup.
+    usage_chart: String,
+    /// `day`, `week` or `month`.
+    period: &'static str,
+    /// One tenant's GPUs held against its guarantee over the last week, as markup.
+    allocation_chart: String,
+    /// Whose it is.
+    allocation_tenant: String,
     jobs: Vec<jobs_list::Row>,
     /// How many jobs the person may list.
     all_jobs: u64,
@@ -334,6 +345,7 @@ async fn dashboard_page(
     req: HttpRequest,
     state: web::Data<AppState>,
     who: Option<Principal>,
+    q: web::Query<DashboardQuery>,
 ) -> Result<HttpResponse, ApiError> {
     let Some(who) = who else {
         let page = SignInPage {
@@ -379,6 +391,14 @@ async fn dashboard_page(
         })
         .await?
         .jobs;
+    let waiting = state
+        .store
+        .list_jobs(JobFilter {
+            states: vec![JobState::Pending],
+            ..JobFilter::new(scope.clone())
+        })
+        .await?
+        .jobs;
     let quota_rows = tenants
         .iter()
         .map(|t| {
@@ -417,6 +437,8 @@ async fn dashboard_page(
                 ),
             ];
             QuotaRow {
+                pending: waiting.iter().filter(|j| j.tenant_id == t.id).count(),
+                running: mine.len(),
                 name: t.name.to_string(),
                 parent: t
                     .parent_id
@@ -427,45 +449,41 @@ async fn dashboard_page(
             }
         })
         .collect();
-    // GPU-hours per day over the last seven days.
+    // GPU-hours per tenant over days, weeks or months, and one tenant's GPUs held against
+    // its guarantee over the last week, from the spans its jobs ran.
+    let period = usage_charts::Period::parse(q.period.as_deref())
+        .map_err(|e| ApiError::malformed("period", e))?;
     let now = state.store.clock().now();
-    let start = (now.date_naive() - Duration::days(6))
-        .and_hms_opt(0, 0, 0)
-        .unwrap_or_default()
-        .and_utc();
+    let week_ago = now - Duration::days(7);
+    let start = period.start(now).min(week_ago);
     let ran = state.store.jobs_run_since(&scope, start).await?;
+    let name_of = |id: &str| {
+        all.iter()
+            .find(|t| t.id == id)
+            .map_or_else(|| id.to_owned(), |t| t.name.to_string())
+    };
+    let names: Vec<String> = ran.iter().map(|(j, _)| name_of(&j.tenant_id)).collect();
     let inputs: Vec<JobUsage<'_>> = ran
         .iter()
-        .flat_map(|(j, events)| JobUsage::of(j, "all", events, now))
+        .zip(&names)
+        .flat_map(|((j, events), tenant)| JobUsage::of(j, tenant, events, now))
         .collect();
-    let rows = report(&inputs, start, now, GroupBy::TenantDay);
-    let max = rows
-        .iter()
-        .map(|r| r.usage.gpu_hours)
-        .fold(0.0, f64::max)
-        .max(1e-9);
-    let usage: Vec<DayBar> = (0..7)
-        .map(|i| {
-            let day = start.date_naive() + Duration::days(i);
-            let hours = rows
+    let usage_chart = usage_charts::usage_chart(period, &inputs, now).html();
+    let shown = match q.tenant.as_deref().map(str::trim).filter(|t| !t.is_empty()) {
+        Some(name) => Some(
+            tenants
                 .iter()
-                .find(|r| r.day == Some(day))
-                .map_or(0.0, |r| r.usage.gpu_hours);
-            let height = ((hours / max) * 96.0).round() as u32;
-            DayBar {
-                day: day.to_string(),
-                label: day.format("%a").to_string(),
-                hours: format!("{hours:.3}"),
-                x: 4 + 44 * i as u32,
-                y: 100 - height,
-                height,
-            }
-        })
-        .collect();
-    let usage = if usage.iter().all(|d| d.height == 0) {
-        Vec::new()
-    } else {
-        usage
+                .find(|t| t.name.as_str() == name)
+                .ok_or_else(|| ApiError::NotFound(format!("tenant `{name}` does not exist")))?,
+        ),
+        None => tenants.first(),
+    };
+    let (allocation_chart, allocation_tenant) = match shown {
+        Some(t) => (
+            usage_charts::allocation_chart(t, &inputs, week_ago, now).html(),
+            t.name.to_string(),
+        ),
+        None => (String::new(), String::new()),
     };
     let job_rows = jobs
         .into_iter()
@@ -474,8 +492,10 @@ async fn dashboard_page(
     Ok(render(DashboardPage {
         page: Page::new(&req, &state, &who, "Dashboard", "dashboard").await,
         tenants: quota_rows,
-        usage,
-        chart_width: 4 + 44 * 7,
+        usage_chart,
+        period: period.as_str(),
+        allocation_chart,
+        allocation_tenant,
         jobs: job_rows,
         all_jobs,
     }))
@@ -530,23 +550,14 @@ struct JobPage {
     log_shown: Option<String>,
     /// Whether the log grows on the page (the job has not ended).
     follow: bool,
-    /// Its GPU use over the last 30 minutes (an SVG polyline; empty without samples), and
-    /// the latest utilization and memory.
-    spark: String,
+    /// Its GPU use over the last 30 minutes (charts with axes, as markup; empty without
+    /// samples or while it holds no GPU), and the latest utilization and memory.
+    use_chart: String,
     use_now: String,
     /// How long it has run, ran or waited, in words (empty while scheduled).
     elapsed: String,
     /// A pending job's place in its tenant's queue (empty otherwise).
     queue: String,
-}
-
-/// An SVG polyline (100 × 20) of `(x in 0..100, fraction 0..1)` points.
-fn spark(points: &[(f64, f64)]) -> String {
-    points
-        .iter()
-        .map(|(x, u)| format!("{x:.1},{:.1}", 20.0 - u * 20.0))
-        .collect::<Vec<_>>()
-        .join(" ")
 }
 
 async fn job_page(
@@ -617,15 +628,6 @@ async fn job_page(
     // GPU use over the last half hour, from the job's own samples.
     let since = state.store.clock().now() - Duration::minutes(30);
     let samples = state.store.job_samples(Some(&job.id), 10, since).await?;
-    let points: Vec<(f64, f64)> = samples
-        .iter()
-        .map(|p| {
-            (
-                (p.at - since).num_seconds() as f64 / 1800.0 * 100.0,
-                p.utilization,
-            )
-        })
-        .collect();
     // Only while it holds GPUs: a pending job's last samples are of an attempt that ended.
     let holds = matches!(job.state, JobState::Scheduled | JobState::Running);
     let use_now = samples
@@ -639,6 +641,50 @@ async fn job_page(
             )
         });
     let now = state.store.clock().now();
+    let use_chart = if holds && !samples.is_empty() {
+        let busy = charts::Series {
+            name: "GPU busy".into(),
+            points: samples
+                .iter()
+                .map(|p| (p.at, p.utilization * 100.0))
+                .collect(),
+            steps: false,
+            dashed: false,
+        };
+        let memory = charts::Series {
+            name: "GPU memory held".into(),
+            points: samples
+                .iter()
+                .map(|p| (p.at, p.memory_used_bytes as f64 / f64::from(1u32 << 30)))
+                .collect(),
+            steps: false,
+            dashed: false,
+        };
+        let mut held = charts::time_series(
+            "GPU memory the job held, last 30 minutes",
+            "GiB",
+            &[memory],
+            (since, now),
+            None,
+            "",
+        )
+        .html();
+        held.insert_str(
+            0,
+            &charts::time_series(
+                "How busy the job kept its GPUs, last 30 minutes",
+                "busy (%)",
+                &[busy],
+                (since, now),
+                Some(100.0),
+                "%",
+            )
+            .html(),
+        );
+        held
+    } else {
+        String::new()
+    };
     let elapsed = match (job.state, job.started_at, job.finished_at) {
         (JobState::Running, Some(s), _) => {
             format!("running for {}", format_duration((now - s).num_seconds()))
@@ -687,7 +733,7 @@ async fn job_page(
         log_shown: (log.start > 0).then(|| format_bytes(log.end - log.start)),
         log,
         follow: !terminal,
-        spark: spark(&points),
+        use_chart,
         use_now,
         elapsed,
         queue,
@@ -711,8 +757,6 @@ struct GpuRow {
     jobs: usize,
     slices: Vec<SliceCell>,
     layout_label: String,
-    /// SVG polyline points of utilization over the last half hour (100 × 20 box).
-    spark: String,
     /// The latest utilization, as a percentage, or `—`.
     util_now: String,
 }
@@ -732,6 +776,9 @@ struct NodeRow {
     /// What runs its jobs: `oci` (confined containers) or `process` (unconfined).
     runtime: String,
     gpus: Vec<GpuRow>,
+    /// Its GPUs' use over the last 30 minutes, one line each (markup; empty without the
+    /// telemetry right).
+    chart: String,
 }
 
 /// What cordoning and draining node `name` would do to the jobs on it, in the words the
@@ -835,7 +882,7 @@ async fn cluster_page(
         .await?
         .jobs;
     let since = now - Duration::minutes(30);
-    let mut history: std::collections::HashMap<String, Vec<(f64, f64)>> =
+    let mut history: std::collections::HashMap<String, Vec<(chrono::DateTime<chrono::Utc>, f64)>> =
         std::collections::HashMap::new();
     let samples = if telemetry {
         state.store.gpu_samples(None, 10, since).await?
@@ -843,11 +890,10 @@ async fn cluster_page(
         Vec::new()
     };
     for p in samples {
-        let x = (p.at - since).num_seconds() as f64 / 1800.0 * 100.0;
         history
             .entry(p.gpu_uuid)
             .or_default()
-            .push((x, p.utilization));
+            .push((p.at, p.utilization * 100.0));
     }
     let fleet: Vec<(allot_domain::Node, String)> = state
         .store
@@ -907,12 +953,11 @@ async fn cluster_page(
                         })
                         .collect();
                     let on_gpu = |j: &&Job| j.gpu_uuids.iter().any(|u| g.holds(u));
-                    let points = history.get(&g.uuid).cloned().unwrap_or_default();
                     GpuRow {
-                        spark: spark(&points),
-                        util_now: points
-                            .last()
-                            .map_or("—".into(), |(_, u)| format!("{:.0}%", u * 100.0)),
+                        util_now: history
+                            .get(&g.uuid)
+                            .and_then(|h| h.last())
+                            .map_or("—".into(), |(_, u)| format!("{u:.0}%")),
                         index: g.index,
                         uuid: g.uuid.clone(),
                         model: g.model.clone(),
@@ -953,7 +998,31 @@ async fn cluster_page(
                 .filter(|j| j.node_id.as_deref() == Some(n.id.as_str()))
                 .collect();
             let (cordon_confirm, drain_confirm) = node_confirmations(&n.name, &on_node);
+            let chart = if telemetry {
+                let series: Vec<charts::Series> = n
+                    .gpus
+                    .iter()
+                    .map(|g| charts::Series {
+                        name: format!("GPU {}", g.index),
+                        points: history.get(&g.uuid).cloned().unwrap_or_default(),
+                        steps: false,
+                        dashed: false,
+                    })
+                    .collect();
+                charts::time_series(
+                    format!("How busy each GPU of {} was, last 30 minutes", n.name),
+                    "busy (%)",
+                    &series,
+                    (since, now),
+                    Some(100.0),
+                    "%",
+                )
+                .html()
+            } else {
+                String::new()
+            };
             NodeRow {
+                chart,
                 id: n.id,
                 name: n.name,
                 state,
@@ -1212,6 +1281,7 @@ async fn audit_page(
     };
     let found = allot_api::search_page(
         &state,
+        &who,
         search,
         query.after.as_deref(),
         query.before.as_deref(),

@@ -161,7 +161,7 @@ pub async fn revoke_node(
     Ok(json(
         StatusCode::OK,
         &RevokedNode {
-            node: super::nodes::view(&state, node).await?,
+            node: super::nodes::view(&state, &who, node).await?,
             certificates_revoked: revoked,
         },
     ))

@@ -15,13 +15,25 @@ use allot_authz::{Action, Resource};
 pub async fn list(state: web::Data<AppState>, who: Principal) -> Result<HttpResponse, ApiError> {
     who.authorize(Action::NodeRead, Resource::Platform, "the node inventory")?;
     let now = state.store.clock().now();
-    let holding = holding(&state, None).await?;
+    let telemetry = who.allows(Action::TelemetryRead, Resource::Platform)?;
+    let holding = if telemetry {
+        holding(&state, None).await?
+    } else {
+        Vec::new()
+    };
     let nodes: Vec<NodeView> = state
         .store
         .list_nodes()
         .await?
         .into_iter()
-        .map(|n| NodeView::new(n, now).holding(&holding))
+        .map(|n| {
+            let view = NodeView::new(n, now);
+            if telemetry {
+                view.holding(&holding)
+            } else {
+                view
+            }
+        })
         .collect();
     Ok(json(StatusCode::OK, &nodes))
 }
@@ -37,7 +49,7 @@ pub async fn get(
 ) -> Result<HttpResponse, ApiError> {
     who.authorize(Action::NodeRead, Resource::Node(&id), "the node inventory")?;
     let node = find(&state, &id).await?;
-    Ok(json(StatusCode::OK, &view(&state, node).await?))
+    Ok(json(StatusCode::OK, &view(&state, &who, node).await?))
 }
 
 /// The jobs that hold part of a GPU (scheduled or running), on `node` or on every node.
@@ -53,10 +65,19 @@ async fn holding(state: &AppState, node: Option<&str>) -> Result<Vec<allot_domai
         .jobs)
 }
 
-/// `node` as the API shows it, with what is held of each GPU.
-pub(crate) async fn view(state: &AppState, node: allot_domain::Node) -> Result<NodeView, ApiError> {
-    let holding = holding(state, Some(&node.id)).await?;
-    Ok(NodeView::new(node, state.store.clock().now()).holding(&holding))
+/// `node` as the API shows it to `who`: with what is held of each GPU when they may read
+/// cluster-wide telemetry (every tenant's jobs on it).
+pub(crate) async fn view(
+    state: &AppState,
+    who: &Principal,
+    node: allot_domain::Node,
+) -> Result<NodeView, ApiError> {
+    let view = NodeView::new(node, state.store.clock().now());
+    if !who.allows(Action::TelemetryRead, Resource::Platform)? {
+        return Ok(view);
+    }
+    let holding = holding(state, Some(&view.id)).await?;
+    Ok(view.holding(&holding))
 }
 
 /// The node named by `key`: its id, or its name.
@@ -131,7 +152,7 @@ async fn admin(
         .await?;
     // Capacity may have come back: decide again.
     state.events.job_submitted();
-    Ok(json(StatusCode::OK, &view(state, node).await?))
+    Ok(json(StatusCode::OK, &view(state, who, node).await?))
 }
 
 /// Cordon a node (platform admins): it takes no new work; what runs there stays.

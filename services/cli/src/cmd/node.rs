@@ -105,9 +105,14 @@ fn state(n: &NodeView) -> String {
     }
 }
 
-/// GPUs' worth held on a node, e.g. `2.5`.
+/// GPUs' worth held on a node, e.g. `2.5` (`-` where the caller may not see every
+/// tenant's jobs: cluster-wide telemetry).
 fn held(n: &NodeView) -> String {
-    crate::cmd::show_milli(n.gpus.iter().map(|g| g.held_milli).sum())
+    n.gpus
+        .iter()
+        .map(|g| g.held_milli)
+        .sum::<Option<u64>>()
+        .map_or_else(|| "-".into(), crate::cmd::show_milli)
 }
 
 /// What `node list` can show of a node (`--format` names, `-o wide` all).
@@ -116,7 +121,7 @@ fn node_columns() -> [Column<NodeView>; 12] {
         Column::new("name", "NAME", |n| n.name.clone()),
         Column::new("state", "STATE", state),
         Column::new("gpus", "GPUS", |n| n.gpus.len().to_string()),
-        Column::new("free", "FREE", |n| n.gpus_free.to_string()),
+        Column::new("free", "FREE", |n| crate::cmd::opt(n.gpus_free)),
         Column::new("held", "HELD", held),
         Column::new("unhealthy", "UNHEALTHY", |n| {
             n.gpus
@@ -174,7 +179,12 @@ pub async fn run(client: &Client, cmd: NodeCmd) -> anyhow::Result<()> {
                     ("Runtime", n.runtime.clone()),
                     (
                         "GPUs",
-                        format!("{} ({} free, {} held)", n.gpus.len(), n.gpus_free, held(n)),
+                        match n.gpus_free {
+                            Some(free) => {
+                                format!("{} ({free} free, {} held)", n.gpus.len(), held(n))
+                            }
+                            None => n.gpus.len().to_string(),
+                        },
                     ),
                     ("Last heartbeat", n.last_heartbeat_at.to_rfc3339()),
                 ]);
@@ -188,7 +198,12 @@ pub async fn run(client: &Client, cmd: NodeCmd) -> anyhow::Result<()> {
                             g.model.clone(),
                             format_bytes(g.memory_bytes),
                             health(g).to_owned(),
-                            format!("{} ({} jobs)", crate::cmd::show_milli(g.held_milli), g.jobs),
+                            match (g.held_milli, g.jobs) {
+                                (Some(m), Some(j)) => {
+                                    format!("{} ({j} jobs)", crate::cmd::show_milli(m))
+                                }
+                                _ => "-".into(),
+                            },
                             g.memory_enforcement.clone(),
                         ]
                     })

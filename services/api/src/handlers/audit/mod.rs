@@ -237,7 +237,7 @@ pub async fn entries(
         Vec::new()
     };
     let next_from = rows.last().map(|e| e.seq + 1).filter(|n| *n < head.size);
-    let names = Names::load(&state).await?;
+    let names = Names::load(&state, &who).await?;
     let entries = rows
         .into_iter()
         .map(|r| {

@@ -4,31 +4,51 @@
 
 use std::collections::HashMap;
 
+use allot_authz::{Action, Resource};
 use allot_store::{IdentityRepo, NodeRepo, TenantRepo, TenantScope, TokenRepo};
 
 use super::AuditEntryView;
+use crate::auth::Principal;
 use crate::{ApiError, AppState};
 
 /// Names by `kind:id` (`tenant:…`, `token:…`, `user:…`, `node:…`).
 pub struct Names(HashMap<String, String>);
 
 impl Names {
-    /// Every tenant's, token's, user's and node's name.
-    pub async fn load(state: &AppState) -> Result<Self, ApiError> {
+    /// The names `who` may be told: with every log readable (auditors, platform admins),
+    /// every tenant's, token's, user's and node's; with only some tenants' logs, those
+    /// tenants' and their tokens' names, and nodes' names where the inventory is theirs to
+    /// read (never the names of platform tokens or people, which the user directory keeps
+    /// to platform admins).
+    pub async fn load(state: &AppState, who: &Principal) -> Result<Self, ApiError> {
+        let logs = super::readable_logs(who)?;
+        let shown = |tenant: Option<&str>| match (&logs, tenant) {
+            (None, _) => true,
+            (Some(logs), Some(t)) => logs.iter().any(|l| l == t),
+            (Some(_), None) => false,
+        };
         let mut names = HashMap::new();
         for t in state.store.list_tenants().await? {
-            names.insert(format!("tenant:{}", t.id), t.name.to_string());
-        }
-        for t in state.store.list_tokens(&TenantScope::All).await? {
-            names.insert(format!("token:{}", t.id), t.name);
-        }
-        for u in state.store.list_users().await? {
-            if let Some(name) = u.email.or(u.name) {
-                names.insert(format!("user:{}", u.id), name);
+            if shown(Some(&t.id)) {
+                names.insert(format!("tenant:{}", t.id), t.name.to_string());
             }
         }
-        for n in state.store.list_nodes().await? {
-            names.insert(format!("node:{}", n.id), n.name);
+        for t in state.store.list_tokens(&TenantScope::All).await? {
+            if shown(t.tenant_id.as_deref()) {
+                names.insert(format!("token:{}", t.id), t.name);
+            }
+        }
+        if logs.is_none() {
+            for u in state.store.list_users().await? {
+                if let Some(name) = u.email.or(u.name) {
+                    names.insert(format!("user:{}", u.id), name);
+                }
+            }
+        }
+        if who.allows(Action::NodeRead, Resource::Platform)? {
+            for n in state.store.list_nodes().await? {
+                names.insert(format!("node:{}", n.id), n.name);
+            }
         }
         Ok(Self(names))
     }

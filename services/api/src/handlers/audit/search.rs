@@ -150,9 +150,11 @@ pub struct AuditSearchPage {
 }
 
 /// A page of `search` (its filters, order and `limit`): the first, the one after cursor
-/// `after`, or the one before cursor `before`, with the cursors of its neighbours.
+/// `after`, or the one before cursor `before`, with the cursors of its neighbours, and
+/// the names `who` may be told of its entries' ids.
 pub async fn search_page(
     state: &AppState,
+    who: &Principal,
     mut search: AuditSearch,
     after: Option<&str>,
     before: Option<&str>,
@@ -182,7 +184,7 @@ pub async fn search_page(
         .collect();
     let more = entries.len() as u64 > limit;
     entries.truncate(usize::try_from(limit).unwrap_or(usize::MAX));
-    let names = super::Names::load(state).await?;
+    let names = super::Names::load(state, who).await?;
     for e in &mut entries {
         names.name(e);
     }
@@ -296,6 +298,13 @@ pub async fn search(
     let mut search = filter.search(logs, limit);
     search.newest_first = q.order.unwrap_or_default() == AuditOrder::Newest;
     record_read(&state, &who, "*", "search").await?;
-    let page = search_page(&state, search, q.after.as_deref(), q.before.as_deref()).await?;
+    let page = search_page(
+        &state,
+        &who,
+        search,
+        q.after.as_deref(),
+        q.before.as_deref(),
+    )
+    .await?;
     Ok(json(StatusCode::OK, &page))
 }
