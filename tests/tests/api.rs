@@ -1062,3 +1062,145 @@ async fn jobs_are_found_by_name_or_id_prefix() {
     assert_eq!(s, StatusCode::OK, "{j}");
     assert_eq!(j["id"], second.as_str());
 }
+
+/// A tenant is deleted only when nothing depends on it: not with teams, unfinished jobs or
+/// a volume naming it. Deleting it revokes its tokens and bindings and removes its secrets
+/// at once; it is gone from every list and lookup, its name is not given to a new tenant,
+/// and its audit log and jobs' history stay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_is_deleted_only_when_nothing_depends_on_it() {
+    for backend in [Backend::Sqlite, Backend::Postgres] {
+        let c = spawn_cluster(backend, 1, "2xH200").await;
+        c.create_tenant("gone", None).await;
+        let (s, body) = c
+            .post(
+                "/api/v1/tenants",
+                json!({ "name": "gone-team", "parent": "gone" }),
+            )
+            .await;
+        assert_eq!(s, StatusCode::CREATED, "{body}");
+        let (s, body) = c.delete("/api/v1/tenants/gone").await;
+        assert_eq!(s, StatusCode::CONFLICT, "{body}");
+        assert!(
+            body["detail"]
+                .as_str()
+                .is_some_and(|d| d.contains("has teams (gone-team)")),
+            "{body}"
+        );
+        let (s, body) = c.delete("/api/v1/tenants/gone-team").await;
+        assert_eq!(s, StatusCode::OK, "{body}");
+
+        // An unfinished job keeps it.
+        let job = c.submit("gone", 1, &["sleep", "300"]).await;
+        c.wait_for_state(&job, "running").await;
+        let (s, body) = c.delete("/api/v1/tenants/gone").await;
+        assert_eq!(s, StatusCode::CONFLICT, "{body}");
+        assert!(
+            body["detail"]
+                .as_str()
+                .is_some_and(|d| d.contains("1 unfinished job")),
+            "{body}"
+        );
+        let (s, body) = c
+            .post(&format!("/api/v1/jobs/{job}/cancel"), json!({}))
+            .await;
+        assert!(s.is_success(), "{body}");
+        c.wait_for_state(&job, "cancelled").await;
+
+        // So does a volume naming it.
+        let (s, body) = c
+            .put(
+                "/api/v1/volumes/shared",
+                json!({ "host_path": "/mnt/shared", "tenants": ["gone"] }),
+            )
+            .await;
+        assert!(s.is_success(), "{body}");
+        let (s, body) = c.delete("/api/v1/tenants/gone").await;
+        assert_eq!(s, StatusCode::CONFLICT, "{body}");
+        assert!(
+            body["detail"]
+                .as_str()
+                .is_some_and(|d| d.contains("volume shared")),
+            "{body}"
+        );
+        let (s, body) = c.delete("/api/v1/volumes/shared").await;
+        assert!(s.is_success(), "{body}");
+
+        // Its token, a secret and a tenant admin of it.
+        let viewer = c.token_for("gone", "viewer").await;
+        let (s, body) = c
+            .put(
+                "/api/v1/tenants/gone/secrets/db",
+                json!({ "value": "s3cret" }),
+            )
+            .await;
+        assert!(s.is_success(), "{body}");
+        let (s, _) = c
+            .request(Method::GET, "/api/v1/tenants/gone", Some(&viewer), None)
+            .await;
+        assert_eq!(s, StatusCode::OK);
+        let log = c.get("/api/v1/tenants/gone").await.1["id"]
+            .as_str()
+            .expect("id")
+            .to_owned();
+
+        // Only platform admins delete a tenant.
+        let (s, body) = c
+            .request(Method::DELETE, "/api/v1/tenants/gone", Some(&viewer), None)
+            .await;
+        assert_eq!(s, StatusCode::FORBIDDEN, "{body}");
+
+        let (s, done) = c.delete("/api/v1/tenants/gone").await;
+        assert_eq!(s, StatusCode::OK, "{done}");
+        assert_eq!(done["name"], "gone");
+        assert_eq!(done["tokens_revoked"], 1, "{done}");
+        assert_eq!(done["secrets_removed"], 1, "{done}");
+
+        // Gone from lookups and lists; its token works no more.
+        assert_eq!(c.get("/api/v1/tenants/gone").await.0, StatusCode::NOT_FOUND);
+        let (_, tenants) = c.get("/api/v1/tenants").await;
+        assert!(!tenants.to_string().contains("\"gone\""), "{tenants}");
+        let (s, _) = c
+            .request(Method::GET, "/api/v1/jobs", Some(&viewer), None)
+            .await;
+        assert_eq!(
+            s,
+            StatusCode::UNAUTHORIZED,
+            "a deleted tenant's token is revoked"
+        );
+        let (s, body) = c
+            .post(
+                "/api/v1/jobs",
+                json!({ "tenant": "gone", "command": ["true"] }),
+            )
+            .await;
+        assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+        // Its name is not given to another: its log and history keep it.
+        let (s, body) = c.post("/api/v1/tenants", json!({ "name": "gone" })).await;
+        assert_eq!(s, StatusCode::CONFLICT, "{body}");
+        assert!(
+            body["detail"]
+                .as_str()
+                .is_some_and(|d| d.contains("was deleted")),
+            "{body}"
+        );
+        // Its job's history and its audit log stay readable, and the deletion is audited.
+        let (s, j) = c.get(&format!("/api/v1/jobs/{job}")).await;
+        assert_eq!(s, StatusCode::OK, "{j}");
+        assert_eq!(j["tenant"], "gone");
+        let (s, entries) = c.get(&format!("/api/v1/audit/logs/{log}/entries")).await;
+        assert_eq!(s, StatusCode::OK, "{entries}");
+        assert!(!entries["entries"].as_array().expect("entries").is_empty());
+        let (_, found) = c.get("/api/v1/audit/entries?action=tenant.delete").await;
+        assert_eq!(
+            found["entries"].as_array().map(Vec::len),
+            Some(2),
+            "the team and the tenant: {found}"
+        );
+        // The rest of the fleet goes on.
+        c.create_tenant("stays", None).await;
+        let other = c.submit("stays", 1, &["true"]).await;
+        c.wait_for_state(&other, "succeeded").await;
+        c.shutdown().await;
+    }
+}

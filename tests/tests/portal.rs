@@ -10,7 +10,7 @@ use std::time::Duration;
 use allot_store::testing::Backend;
 use allot_system_tests::browser::Browser;
 use allot_system_tests::oidc::start_provider;
-use allot_system_tests::{TestCluster, spawn_cluster_with};
+use allot_system_tests::{StatusCode, TestCluster, spawn_cluster_with};
 
 /// Signs `login` in through the provider's own sign-in and consent pages, from the portal's
 /// sign-in page.
@@ -431,7 +431,22 @@ async fn actions_that_stop_work_ask_first_and_a_node_shows_one_state() {
         .await;
     assert!(status.is_success(), "{body}");
     b.goto(&c.url("/portal/admin")).await;
-    b.click("button[data-method=DELETE]").await;
+    // Deleting a tenant asks first, saying what it revokes and what stays.
+    b.click("button[data-post='/api/v1/tenants/ml']").await;
+    let asked = b
+        .wait_for_text("#confirm-text", "Delete the tenant ml?")
+        .await;
+    assert!(
+        asked.contains("tokens and role bindings are revoked"),
+        "{asked}"
+    );
+    b.click("#confirm-no").await;
+    assert_eq!(
+        c.get("/api/v1/tenants/ml").await.0,
+        StatusCode::OK,
+        "not deleted"
+    );
+    b.click("button[data-post^='/api/v1/role-bindings/']").await;
     let asked = b.wait_for_text("#confirm-text", "Revoke the role").await;
     assert_eq!(
         asked,
@@ -440,7 +455,9 @@ async fn actions_that_stop_work_ask_first_and_a_node_shows_one_state() {
     b.click("#confirm-no").await;
     b.goto(&c.url("/portal/admin")).await;
     assert!(
-        b.find("button[data-method=DELETE]").await.is_some(),
+        b.find("button[data-post^='/api/v1/role-bindings/']")
+            .await
+            .is_some(),
         "still bound"
     );
     b.quit().await;

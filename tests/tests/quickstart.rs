@@ -718,6 +718,8 @@ fn every_client_verb_speaks_json() {
     );
     run(&["tenant", "get", "json-t"]);
     run(&["tenant", "list"]);
+    run(&["tenant", "create", "json-gone"]);
+    assert_eq!(run(&["tenant", "delete", "json-gone"])["name"], "json-gone");
     let p = run(&["tenant", "set-policy", "json-t", "--require-confinement"]);
     assert_eq!(p["require_confinement"], true, "{p}");
     run(&["tenant", "set-policy", "json-t"]);

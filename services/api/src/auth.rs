@@ -353,12 +353,12 @@ impl Caller<'_> {
         let now = self.state.store.clock().now();
         match found {
             Some(t) if t.is_usable(now) => {
-                let tenants = self.state.store.list_tenants().await?;
+                let (tree, _) = self.tenants().await?;
                 let binding = RoleBinding {
                     role: t.role,
                     tenant_id: t.tenant_id,
                 };
-                Ok(self.principal(ActorKind::Token, t.id, vec![binding], "api-token", &tenants))
+                Ok(self.principal(ActorKind::Token, t.id, vec![binding], "api-token", &tree))
             }
             Some(t) => {
                 // Named in the denial audit: a known token that no longer works.
@@ -377,6 +377,20 @@ impl Caller<'_> {
 
     /// The roles a user holds: the configured claim rules, and the bindings granted through
     /// the API to them or to their claims.
+    /// The tenant tree authorization decides in (deleted tenants too, where their jobs
+    /// and logs stay), and the tenants that exist now (which claims may grant roles in).
+    async fn tenants(
+        &self,
+    ) -> Result<(Vec<allot_domain::Tenant>, Vec<allot_domain::Tenant>), ApiError> {
+        let all = self.state.store.tenant_tree().await?;
+        let live = all
+            .iter()
+            .filter(|(_, deleted)| !deleted)
+            .map(|(t, _)| t.clone())
+            .collect();
+        Ok((all.into_iter().map(|(t, _)| t).collect(), live))
+    }
+
     async fn user_roles(
         &self,
         user_id: &str,
@@ -459,9 +473,9 @@ impl Caller<'_> {
             claims: session.claims,
             method: "session",
         };
-        let tenants = self.state.store.list_tenants().await?;
-        let bindings = self.user_roles(&user.id, &claims, &tenants).await?;
-        Ok(self.principal(ActorKind::User, user.id, bindings, "session", &tenants))
+        let (tree, live) = self.tenants().await?;
+        let bindings = self.user_roles(&user.id, &claims, &live).await?;
+        Ok(self.principal(ActorKind::User, user.id, bindings, "session", &tree))
     }
 
     /// A JWT from the configured OpenID Connect provider.
@@ -491,15 +505,9 @@ impl Caller<'_> {
         if user.deleted_at.is_some() {
             return Err(unauthenticated("the user has been removed from Allot"));
         }
-        let tenants = self.state.store.list_tenants().await?;
-        let bindings = self.user_roles(&user.id, &verified, &tenants).await?;
-        Ok(self.principal(
-            ActorKind::User,
-            user.id,
-            bindings,
-            verified.method,
-            &tenants,
-        ))
+        let (tree, live) = self.tenants().await?;
+        let bindings = self.user_roles(&user.id, &verified, &live).await?;
+        Ok(self.principal(ActorKind::User, user.id, bindings, verified.method, &tree))
     }
 }
 

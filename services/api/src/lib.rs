@@ -140,6 +140,7 @@ fn routes<R: Routes>(r: &mut R) {
     r.add(M::GET, "/api/v1/tenants", tenants::list);
     r.add(M::POST, "/api/v1/tenants", tenants::create);
     r.add(M::GET, "/api/v1/tenants/{name}", tenants::get);
+    r.add(M::DELETE, "/api/v1/tenants/{name}", tenants::delete);
     r.add(M::GET, "/api/v1/tenants/{name}/quota", tenants::get_quota);
     r.add(M::PUT, "/api/v1/tenants/{name}/quota", tenants::set_quota);
     r.add(

@@ -27,7 +27,7 @@ impl Modify for BearerAuth {
     info(title = "Allot API", description = "Multi-tenant GPU cluster control plane."),
     paths(
         health::healthz, health::readyz,
-        tenants::create, tenants::list, tenants::get, tenants::get_quota, tenants::set_quota, tenants::patch_quota,
+        tenants::create, tenants::list, tenants::get, tenants::delete, tenants::get_quota, tenants::set_quota, tenants::patch_quota,
         tenants::get_policy, tenants::set_policy,
         tenants::list_credentials, tenants::set_credential, tenants::delete_credential,
         tenants::list_secrets, tenants::set_secret, tenants::delete_secret,

@@ -421,6 +421,21 @@ impl TenantView {
     }
 }
 
+/// What deleting a tenant did. The tenant is gone from every list and lookup; its audit
+/// log and its jobs' history stay, and so does its name (no new tenant takes it).
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct DeletedTenant {
+    pub id: String,
+    pub name: String,
+    /// Its API tokens, revoked.
+    pub tokens_revoked: u64,
+    /// Its role bindings, revoked.
+    pub bindings_revoked: u64,
+    /// Its secrets and registry pull credentials, removed.
+    pub secrets_removed: u64,
+    pub credentials_removed: u64,
+}
+
 fn default_preemptible() -> bool {
     true
 }

@@ -57,6 +57,7 @@ pub enum Action {
     AuditKey,
     NodeRead,
     TenantCreate,
+    TenantDelete,
     NodeOperate,
     AuditHold,
     AuditPrune,
@@ -76,7 +77,7 @@ pub enum Action {
 }
 
 impl Action {
-    pub const ALL: [Action; 33] = [
+    pub const ALL: [Action; 34] = [
         Action::TenantRead,
         Action::QuotaRead,
         Action::JobList,
@@ -94,6 +95,7 @@ impl Action {
         Action::AuditKey,
         Action::NodeRead,
         Action::TenantCreate,
+        Action::TenantDelete,
         Action::NodeOperate,
         Action::AuditHold,
         Action::AuditPrune,
@@ -131,6 +133,7 @@ impl Action {
             Action::AuditKey => "audit.key",
             Action::NodeRead => "node.read",
             Action::TenantCreate => "tenant.create",
+            Action::TenantDelete => "tenant.delete",
             Action::NodeOperate => "node.operate",
             Action::AuditHold => "audit.hold",
             Action::AuditPrune => "audit.prune",

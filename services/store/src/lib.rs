@@ -49,7 +49,7 @@ pub use scope::TenantScope;
 pub use secrets::{SecretKeys, SecretsError};
 pub use sessions::{NewSession, SessionRepo};
 pub use tenant_secrets::SecretRepo;
-pub use tenants::TenantRepo;
+pub use tenants::{TenantDeletion, TenantRepo};
 pub use tokens::{NewToken, TokenRepo};
 pub use volumes::VolumeRepo;
 

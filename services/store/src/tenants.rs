@@ -24,14 +24,30 @@ pub trait TenantRepo {
     ) -> impl Future<Output = Result<Tenant, StoreError>> + Send;
     fn tenant_by_name(&self, name: &str)
     -> impl Future<Output = Result<Tenant, StoreError>> + Send;
+    /// A tenant by id, a deleted one too: ids are how history (audit logs, jobs, tokens)
+    /// names a tenant. Names, `tenant_by_name` and `list_tenants` reach only those that
+    /// exist now.
     fn tenant_by_id(&self, id: &str) -> impl Future<Output = Result<Tenant, StoreError>> + Send;
     fn list_tenants(&self) -> impl Future<Output = Result<Vec<Tenant>, StoreError>> + Send;
+    /// Every tenant ever made, deleted ones too, and whether each is deleted: the tree
+    /// authorization places resources in, so that a deleted tenant's jobs and audit log
+    /// stay where platform-wide roles (and its parent's) reach them.
+    fn tenant_tree(&self) -> impl Future<Output = Result<Vec<(Tenant, bool)>, StoreError>> + Send;
     fn set_quota(
         &self,
         ctx: &AuditContext,
         name: &str,
         quota: Quota,
     ) -> impl Future<Output = Result<Tenant, StoreError>> + Send;
+    /// Deletes tenant `name` (audited): refused (`Conflict`) while it has teams, unfinished
+    /// jobs or a volume naming it. Its tokens and role bindings are revoked, its secrets and
+    /// pull credentials removed, in the same transaction; its row stays, marked deleted, so
+    /// that its audit log, its jobs' history and its host uid range keep naming it.
+    fn delete_tenant(
+        &self,
+        ctx: &AuditContext,
+        name: &str,
+    ) -> impl Future<Output = Result<TenantDeletion, StoreError>> + Send;
     /// Replaces what the tenant's jobs may run and where (audited).
     fn set_policy(
         &self,
@@ -39,6 +55,17 @@ pub trait TenantRepo {
         name: &str,
         policy: TenantPolicy,
     ) -> impl Future<Output = Result<Tenant, StoreError>> + Send;
+}
+
+/// What deleting a tenant did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TenantDeletion {
+    /// The tenant as it was.
+    pub tenant: Tenant,
+    pub tokens_revoked: u64,
+    pub bindings_revoked: u64,
+    pub secrets_removed: u64,
+    pub credentials_removed: u64,
 }
 
 fn opt_u64(field: &str, v: Option<i64>) -> Result<Option<u64>, StoreError> {
@@ -129,6 +156,17 @@ impl TenantRepo for Store {
                             "tenant `{name}` already exists"
                         )));
                     }
+                    let deleted = tenants::Entity::find()
+                        .filter(tenants::Column::Name.eq(name.as_str()))
+                        .filter(tenants::Column::DeletedAt.is_not_null())
+                        .one(&self.db)
+                        .await?;
+                    if deleted.is_some() {
+                        return Err(StoreError::Conflict(format!(
+                            "tenant `{name}` was deleted; its name stays with its audit log and \
+                             its jobs' history: choose another"
+                        )));
+                    }
                 }
                 other => return other,
             }
@@ -141,6 +179,7 @@ impl TenantRepo for Store {
     async fn tenant_by_name(&self, name: &str) -> Result<Tenant, StoreError> {
         tenants::Entity::find()
             .filter(tenants::Column::Name.eq(name))
+            .filter(tenants::Column::DeletedAt.is_null())
             .one(&self.db)
             .await?
             .ok_or_else(|| StoreError::NotFound(format!("tenant `{name}`")))
@@ -157,11 +196,25 @@ impl TenantRepo for Store {
 
     async fn list_tenants(&self) -> Result<Vec<Tenant>, StoreError> {
         tenants::Entity::find()
+            .filter(tenants::Column::DeletedAt.is_null())
             .order_by_asc(tenants::Column::Name)
             .all(&self.db)
             .await?
             .into_iter()
             .map(to_domain)
+            .collect()
+    }
+
+    async fn tenant_tree(&self) -> Result<Vec<(Tenant, bool)>, StoreError> {
+        tenants::Entity::find()
+            .order_by_asc(tenants::Column::Name)
+            .all(&self.db)
+            .await?
+            .into_iter()
+            .map(|m| {
+                let deleted = m.deleted_at.is_some();
+                to_domain(m).map(|t| (t, deleted))
+            })
             .collect()
     }
 
@@ -190,6 +243,134 @@ impl TenantRepo for Store {
         record(&txn, self, ctx, event).await?;
         txn.commit().await?;
         Ok(updated)
+    }
+
+    async fn delete_tenant(
+        &self,
+        ctx: &AuditContext,
+        name: &str,
+    ) -> Result<TenantDeletion, StoreError> {
+        use crate::entities::{
+            api_tokens, jobs, registry_credentials, role_bindings, tenant_secrets, volumes,
+        };
+        use allot_domain::JobState;
+        use sea_orm::PaginatorTrait;
+        let txn = self.db.begin().await?;
+        // The row locked first: a job inserted for it meanwhile (its foreign key shares the
+        // lock) is counted below, or waits for the deletion to be decided.
+        let row = tenants::Entity::find()
+            .filter(tenants::Column::Name.eq(name))
+            .filter(tenants::Column::DeletedAt.is_null())
+            .lock_exclusive()
+            .one(&txn)
+            .await?
+            .ok_or_else(|| StoreError::NotFound(format!("tenant `{name}`")))?;
+        let tenant = to_domain(row)?;
+        let teams: Vec<String> = tenants::Entity::find()
+            .filter(tenants::Column::ParentId.eq(tenant.id.as_str()))
+            .filter(tenants::Column::DeletedAt.is_null())
+            .order_by_asc(tenants::Column::Name)
+            .all(&txn)
+            .await?
+            .into_iter()
+            .map(|t| t.name)
+            .collect();
+        if !teams.is_empty() {
+            return Err(StoreError::Conflict(format!(
+                "tenant `{name}` has teams ({}): delete them first",
+                teams.join(", ")
+            )));
+        }
+        let unfinished = jobs::Entity::find()
+            .filter(jobs::Column::TenantId.eq(tenant.id.as_str()))
+            .filter(jobs::Column::State.is_in([
+                JobState::Pending.as_str(),
+                JobState::Scheduled.as_str(),
+                JobState::Running.as_str(),
+            ]))
+            .count(&txn)
+            .await?;
+        if unfinished > 0 {
+            return Err(StoreError::Conflict(format!(
+                "tenant `{name}` has {unfinished} unfinished job{}: cancel {} or let {} end first",
+                if unfinished == 1 { "" } else { "s" },
+                if unfinished == 1 { "it" } else { "them" },
+                if unfinished == 1 { "it" } else { "them" },
+            )));
+        }
+        let mut mounting = Vec::new();
+        for v in volumes::Entity::find().all(&txn).await? {
+            let names: Vec<String> = json("volumes.tenants", &v.tenants)?;
+            if names.iter().any(|n| n == name) {
+                mounting.push(v.name);
+            }
+        }
+        if !mounting.is_empty() {
+            return Err(StoreError::Conflict(format!(
+                "volume{} {} name{} tenant `{name}`: take it off {} first",
+                if mounting.len() == 1 { "" } else { "s" },
+                mounting.join(", "),
+                if mounting.len() == 1 { "s" } else { "" },
+                if mounting.len() == 1 { "it" } else { "them" },
+            )));
+        }
+        let now = self.clock.now();
+        tenants::Entity::update_many()
+            .col_expr(
+                tenants::Column::DeletedAt,
+                sea_orm::sea_query::Expr::value(now),
+            )
+            .filter(tenants::Column::Id.eq(tenant.id.as_str()))
+            .exec(&txn)
+            .await?;
+        let tokens_revoked = api_tokens::Entity::update_many()
+            .col_expr(
+                api_tokens::Column::RevokedAt,
+                sea_orm::sea_query::Expr::value(now),
+            )
+            .filter(api_tokens::Column::TenantId.eq(tenant.id.as_str()))
+            .filter(api_tokens::Column::RevokedAt.is_null())
+            .exec(&txn)
+            .await?
+            .rows_affected;
+        let bindings_revoked = role_bindings::Entity::update_many()
+            .col_expr(
+                role_bindings::Column::RevokedAt,
+                sea_orm::sea_query::Expr::value(now),
+            )
+            .filter(role_bindings::Column::TenantId.eq(tenant.id.as_str()))
+            .filter(role_bindings::Column::RevokedAt.is_null())
+            .exec(&txn)
+            .await?
+            .rows_affected;
+        let secrets_removed = tenant_secrets::Entity::delete_many()
+            .filter(tenant_secrets::Column::TenantId.eq(tenant.id.as_str()))
+            .exec(&txn)
+            .await?
+            .rows_affected;
+        let credentials_removed = registry_credentials::Entity::delete_many()
+            .filter(registry_credentials::Column::TenantId.eq(tenant.id.as_str()))
+            .exec(&txn)
+            .await?
+            .rows_affected;
+        let event =
+            AuditEvent::success(SYSTEM_LOG, "tenant.delete", format!("tenant/{}", tenant.id))
+                .before(serde_json::json!({ "name": tenant.name.as_str(), "quota": &tenant.quota }))
+                .after(serde_json::json!({
+                    "tokens_revoked": tokens_revoked,
+                    "bindings_revoked": bindings_revoked,
+                    "secrets_removed": secrets_removed,
+                    "credentials_removed": credentials_removed,
+                }));
+        record(&txn, self, ctx, event).await?;
+        txn.commit().await?;
+        Ok(TenantDeletion {
+            tenant,
+            tokens_revoked,
+            bindings_revoked,
+            secrets_removed,
+            credentials_removed,
+        })
     }
 
     async fn set_policy(

@@ -8,7 +8,7 @@ use crate::auth::Principal;
 use crate::extract::Json;
 use crate::problem::Problem;
 use crate::views::{
-    CreateTenant, PolicyBody, QuotaBody, QuotaPatch, RegistryCredentialBody,
+    CreateTenant, DeletedTenant, PolicyBody, QuotaBody, QuotaPatch, RegistryCredentialBody,
     RegistryCredentialView, SetSecretBody, TenantSecretView, TenantView,
 };
 use crate::{ApiError, AppState, json};
@@ -148,6 +148,38 @@ pub async fn get(
     let tenant = visible(&state, &who, &name, Action::TenantRead).await?;
     let all = state.store.list_tenants().await?;
     Ok(json(StatusCode::OK, &view(&state, tenant, &all).await?))
+}
+
+/// Delete a tenant (platform admins): refused (409) while it has teams, unfinished jobs
+/// or a volume naming it. Its tokens and role bindings are revoked and its secrets and pull
+/// credentials removed at once; its audit log and jobs' history stay, under its name.
+#[utoipa::path(delete, path = "/api/v1/tenants/{name}", tag = "tenants",
+    security(("bearer" = [])), params(("name" = String, Path)),
+    responses((status = 200, body = DeletedTenant), (status = 403, body = Problem),
+        (status = 404, body = Problem), (status = 409, body = Problem)))]
+pub async fn delete(
+    state: web::Data<AppState>,
+    who: Principal,
+    name: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let tenant = visible(&state, &who, &name, Action::TenantDelete).await?;
+    let done = state
+        .store
+        .delete_tenant(&who.audit(), tenant.name.as_str())
+        .await?;
+    // The quota tree changed: decide again.
+    state.events.job_submitted();
+    Ok(json(
+        StatusCode::OK,
+        &DeletedTenant {
+            id: done.tenant.id,
+            name: done.tenant.name.to_string(),
+            tokens_revoked: done.tokens_revoked,
+            bindings_revoked: done.bindings_revoked,
+            secrets_removed: done.secrets_removed,
+            credentials_removed: done.credentials_removed,
+        },
+    ))
 }
 
 /// Get a tenant's quota.

@@ -1,5 +1,6 @@
 use allot_api::views::{
-    LimitsBody, QuotaBody, RegistryCredentialView, ResourcesBody, TenantSecretView, TenantView,
+    DeletedTenant, LimitsBody, QuotaBody, RegistryCredentialView, ResourcesBody, TenantSecretView,
+    TenantView,
 };
 use allot_domain::{Isolation, format_bytes, parse_memory};
 use clap::{Args, Subcommand};
@@ -32,6 +33,14 @@ pub enum TenantCmd {
     },
     /// Show one tenant.
     Get {
+        name: String,
+        #[arg(short, long, value_enum, default_value_t)]
+        output: Format,
+    },
+    /// Delete a tenant (platform admins): refused while it has teams, unfinished jobs or a
+    /// volume naming it. Its tokens and role bindings are revoked and its secrets and pull
+    /// credentials removed; its audit log and jobs' history stay, under its name.
+    Delete {
         name: String,
         #[arg(short, long, value_enum, default_value_t)]
         output: Format,
@@ -463,6 +472,22 @@ pub async fn run(client: &Client, cmd: TenantCmd) -> anyhow::Result<()> {
                     output.render(&ts, &ts, &columns)
                 })
                 .await
+        }
+        TenantCmd::Delete { name, output } => {
+            let d: DeletedTenant = client
+                .call::<(), _>(Method::DELETE, &format!("/api/v1/tenants/{name}"), None)
+                .await?;
+            print(output, &d, |d| {
+                format!(
+                    "tenant {} deleted: {} token(s) and {} role binding(s) revoked, {} secret(s) \
+                     and {} pull credential(s) removed; its audit log and jobs' history stay",
+                    d.name,
+                    d.tokens_revoked,
+                    d.bindings_revoked,
+                    d.secrets_removed,
+                    d.credentials_removed
+                )
+            })
         }
         TenantCmd::Get { name, output } => {
             let t: TenantView = client.get(&format!("/api/v1/tenants/{name}"), &[]).await?;

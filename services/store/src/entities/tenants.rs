@@ -29,6 +29,9 @@ pub struct Model {
     #[sea_orm(unique)]
     pub uid_slot: Option<i32>,
     pub created_at: DateTimeUtc,
+    /// When it was deleted: it is then gone from every list and lookup, but its row stays
+    /// (its audit log, jobs and uid range keep naming it).
+    pub deleted_at: Option<DateTimeUtc>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

@@ -28,7 +28,8 @@ impl Names {
             (Some(_), None) => false,
         };
         let mut names = HashMap::new();
-        for t in state.store.list_tenants().await? {
+        // Deleted tenants too: their logs stay, under their names.
+        for (t, _) in state.store.tenant_tree().await? {
             if shown(Some(&t.id)) {
                 names.insert(format!("tenant:{}", t.id), t.name.to_string());
             }
