@@ -29,6 +29,7 @@ mod m20261206_000002_bootstrap_binding;
 mod m20261207_000001_tenant_secrets;
 mod m20261208_000001_job_logs;
 mod m20261209_000001_tenant_deletion;
+mod m20261209_000002_job_time_limits;
 mod roles;
 
 pub use roles::{APPEND_ONLY_TABLES, BadRoleName, postgres_app_role_grants};
@@ -65,6 +66,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261207_000001_tenant_secrets::Migration),
             Box::new(m20261208_000001_job_logs::Migration),
             Box::new(m20261209_000001_tenant_deletion::Migration),
+            Box::new(m20261209_000002_job_time_limits::Migration),
         ]
     }
 }

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use allot_system_tests::{
-    Backend, StatusCode, TestCluster, process_group_alive, spawn_cluster_with,
+    Backend, StatusCode, TestCluster, process_group_alive, spawn_cluster, spawn_cluster_with,
 };
 use serde_json::{Value, json};
 
@@ -519,4 +519,57 @@ async fn requests_that_could_never_run_are_refused_at_submit() {
         )
         .await;
     assert_eq!(c.wait_for_end(&id).await["state"], "succeeded");
+}
+
+/// A job with a time limit is stopped when it reaches it and ends cancelled saying so; the
+/// job waiting behind it is told when it is estimated to start (when the limit is reached),
+/// and starts then.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_time_limit_stops_a_job_and_tells_the_next_when_it_starts() {
+    let c = spawn_cluster(Backend::Sqlite, 1, "1xH200").await;
+    c.create_tenant("t", None).await;
+    let (s, body) = c
+        .post(
+            "/api/v1/jobs",
+            json!({ "tenant": "t", "command": ["true"], "time_limit_secs": 0 }),
+        )
+        .await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert_eq!(body["errors"][0]["field"], "time_limit_secs", "{body}");
+
+    let long = c
+        .submit_with(
+            "t",
+            json!({ "gpus": 1, "time_limit_secs": 4 }),
+            &["sleep", "600"],
+        )
+        .await;
+    let running = c.wait_for_state(&long, "running").await;
+    let started: chrono::DateTime<chrono::Utc> =
+        serde_json::from_value(running["started_at"].clone()).expect("started_at");
+    let next = c
+        .submit_with("t", json!({ "gpus": 1, "time_limit_secs": 60 }), &["true"])
+        .await;
+    let (_, waiting) = c.get(&format!("/api/v1/jobs/{next}")).await;
+    assert_eq!(waiting["state"], "pending", "{waiting}");
+    let estimate: chrono::DateTime<chrono::Utc> =
+        serde_json::from_value(waiting["estimated_start"].clone())
+            .unwrap_or_else(|e| panic!("an estimated start ({e}): {waiting}"));
+    assert_eq!(
+        estimate,
+        started + chrono::Duration::seconds(4),
+        "when the job ahead reaches its limit: {waiting}"
+    );
+
+    let ended = c.wait_for_state(&long, "cancelled").await;
+    assert_eq!(ended["message"], "time limit of 4s reached", "{ended}");
+    let finished: chrono::DateTime<chrono::Utc> =
+        serde_json::from_value(ended["finished_at"].clone()).expect("finished_at");
+    let ran = (finished - started).num_milliseconds();
+    assert!(
+        (4000..15_000).contains(&ran),
+        "stopped at its limit: ran {ran} ms"
+    );
+    c.wait_for_state(&next, "succeeded").await;
+    c.shutdown().await;
 }

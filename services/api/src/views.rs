@@ -529,6 +529,11 @@ pub struct SubmitJob {
     /// (`POST /api/v1/jobs/{id}/resize`).
     #[serde(default)]
     pub gpu_resizable: bool,
+    /// The longest an attempt may run, in seconds (at most 366 days): an attempt still
+    /// running then is stopped and the job ends cancelled, saying so. It also lets the
+    /// scheduler estimate when the jobs behind this one start.
+    #[schema(minimum = 1, maximum = 31_622_400)]
+    pub time_limit_secs: Option<u64>,
 }
 
 /// A new share for a running job (at least one of the two).
@@ -619,6 +624,14 @@ pub struct JobView {
     pub gpu_compute: Option<GpuCompute>,
     /// Whether its share may be resized while it runs.
     pub gpu_resizable: bool,
+    /// The longest an attempt may run, in seconds.
+    pub time_limit_secs: Option<u64>,
+    /// For a pending job: when it is estimated to start (RFC 3339), if every job it waits
+    /// behind has a time limit. The estimate assumes running jobs end at their limits and
+    /// the jobs ahead of it start as soon as GPUs free; guarantees, quotas, fair share and
+    /// preemption can move it either way.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub estimated_start: Option<DateTime<Utc>>,
     /// The image as submitted.
     pub image: Option<String>,
     /// The manifest digest its image resolved to at the first pull: what every attempt runs.
@@ -692,6 +705,8 @@ impl From<Job> for JobView {
             mig_profile: j.spec.mig_profile,
             gpu_compute: j.spec.gpu_compute,
             gpu_resizable: j.spec.gpu_resizable,
+            time_limit_secs: j.spec.time_limit_secs,
+            estimated_start: None,
             image: j.spec.image,
             image_digest: j.image_digest,
             network: j.spec.network.as_str().to_owned(),

@@ -86,7 +86,7 @@ pub struct ListOutput {
     pub output: Format,
     /// The columns to show, comma-separated, in this order (e.g. id,name,state,gpus;
     /// `--format help` lists them).
-    #[arg(long, value_name = "COLUMNS", conflicts_with = "output")]
+    #[arg(long, value_name = "COLUMNS")]
     pub format: Option<String>,
 }
 
@@ -94,6 +94,11 @@ impl ListOutput {
     /// The columns to show, in order; an unknown name is an error naming those there are.
     pub fn columns<'c, T>(&self, all: &'c [Column<T>]) -> anyhow::Result<Vec<&'c Column<T>>> {
         let names = || all.iter().map(|c| c.name).collect::<Vec<_>>().join(", ");
+        if self.format.is_some() && self.output.is_document() {
+            anyhow::bail!(
+                "--format picks a table's columns; -o json and -o yaml print the whole document"
+            );
+        }
         let Some(format) = &self.format else {
             return Ok(all
                 .iter()

@@ -134,6 +134,9 @@ pub struct TransitionError {
     pub to: JobState,
 }
 
+/// The longest time limit a job may ask for: 366 days.
+pub const MAX_TIME_LIMIT_SECS: u64 = 366 * 86_400;
+
 /// What a tenant asks to run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct JobSpec {
@@ -191,6 +194,10 @@ pub struct JobSpec {
     pub image: Option<String>,
     /// Its network: the node's (the default, what multi-node training needs) or none.
     pub network: JobNetwork,
+    /// The longest an attempt may run, in seconds (Slurm's `--time`): an attempt still
+    /// running then is stopped, and the job ends cancelled saying so. None: no limit (and
+    /// no estimate of when the jobs behind it start).
+    pub time_limit_secs: Option<u64>,
 }
 
 /// A job's network.
@@ -234,6 +241,13 @@ impl JobSpec {
     /// Checks every rule and reports all broken ones at once.
     pub fn validate(&self) -> Result<(), ValidationError> {
         let mut v = Violations::default();
+        if let Some(limit) = self.time_limit_secs {
+            v.check(
+                (1..=MAX_TIME_LIMIT_SECS).contains(&limit),
+                "time_limit_secs",
+                "must be from 1 second to 366 days",
+            );
+        }
         v.check(!self.name.trim().is_empty(), "name", "must not be empty");
         v.check(
             self.name.len() <= 128,
@@ -571,6 +585,7 @@ pub(crate) mod tests {
             mig_profile: None,
             gpu_compute: None,
             gpu_resizable: false,
+            time_limit_secs: None,
             image: None,
             network: JobNetwork::Host,
         }

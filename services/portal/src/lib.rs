@@ -558,6 +558,10 @@ struct JobPage {
     elapsed: String,
     /// A pending job's place in its tenant's queue (empty otherwise).
     queue: String,
+    /// A pending job's estimated start, in words (empty otherwise).
+    estimated_start: String,
+    /// Its time limit, in words (empty without one).
+    time_limit: String,
 }
 
 async fn job_page(
@@ -717,6 +721,21 @@ async fn job_page(
         ),
         _ => String::new(),
     };
+    let estimated_start = match view.estimated_start {
+        Some(t) if t <= now => "now: GPUs are free for it".to_owned(),
+        Some(t) => format!(
+            "{} UTC (in {}), if the jobs ahead end at their time limits",
+            t.format("%Y-%m-%d %H:%M"),
+            format_duration((t - now).num_seconds())
+        ),
+        None if view.state == "pending" => {
+            "unknown: a job it waits behind has no time limit".to_owned()
+        }
+        None => String::new(),
+    };
+    let time_limit = view.time_limit_secs.map_or_else(String::new, |s| {
+        format_duration(i64::try_from(s).unwrap_or(i64::MAX))
+    });
     let events = events.into_iter().map(Into::into).collect();
     // With scripts its log grows in place and the page is reloaded when its state changes
     // (portal.js); without, the page reloads itself while the job has not ended.
@@ -737,6 +756,8 @@ async fn job_page(
         use_now,
         elapsed,
         queue,
+        estimated_start,
+        time_limit,
     }))
 }
 

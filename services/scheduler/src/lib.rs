@@ -9,6 +9,7 @@
 
 pub mod admission;
 pub mod engine;
+pub mod estimate;
 pub mod live;
 pub mod mig;
 pub mod openb;

@@ -85,6 +85,7 @@ pub(crate) fn spec(name: &str, tenant: &str, gpus: u32, share: Option<u32>) -> J
         mig_profile: None,
         gpu_compute: None,
         gpu_resizable: false,
+        time_limit_secs: None,
         image: None,
         network: Default::default(),
     }

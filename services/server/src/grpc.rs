@@ -1038,7 +1038,15 @@ impl allot_proto::NodeService for NodeSvc {
                 .map_err(status)?;
             from = JobState::Running;
         }
-        let message = (!r.message.is_empty()).then(|| r.message.chars().take(4096).collect());
+        let mut message: Option<String> =
+            (!r.message.is_empty()).then(|| r.message.chars().take(4096).collect());
+        // Stopped because it reached its time limit: the end says so.
+        if to == JobState::Cancelled
+            && job.cancel_requested
+            && crate::time_limits::deadline(&job).is_some_and(|d| d <= self.store.clock().now())
+        {
+            message = crate::time_limits::reached(&job);
+        }
         let update = JobUpdate {
             pid: r.pid,
             exit_code: r.exit_code,

@@ -11,6 +11,7 @@ mod leases;
 pub mod metrics;
 pub mod pki;
 pub mod scheduling;
+pub mod time_limits;
 pub mod tls;
 
 use std::net::SocketAddr;

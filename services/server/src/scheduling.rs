@@ -126,6 +126,7 @@ pub async fn pass(
 ) -> Result<(), PassError> {
     let mut nodes = store.list_nodes().await?;
     crate::leases::requeue_from_lapsed_nodes(store, &nodes).await?;
+    crate::time_limits::stop_overdue(store, hub).await?;
     // GPUs of jobs whose end is not yet confirmed by their node, or that a node runs
     // against the record, are not handed out.
     for n in &mut nodes {

@@ -239,6 +239,10 @@ fn to_domain(m: jobs::Model, tenant: &str) -> Result<Job, StoreError> {
             gpu_resizable: m.gpu_resizable,
             image: m.image,
             network: parse("network", &m.network)?,
+            time_limit_secs: m
+                .time_limit_secs
+                .map(|s| to_u64("time_limit_secs", s))
+                .transpose()?,
         },
         image_digest: m.image_digest,
         state: parse("state", &m.state)?,
@@ -521,6 +525,10 @@ impl JobRepo for Store {
             avoid_node_id: Set(None),
             avoid_gpus: Set(None),
             avoid_until: Set(None),
+            time_limit_secs: Set(spec
+                .time_limit_secs
+                .map(|s| to_i64("time_limit_secs", s))
+                .transpose()?),
             gpu_memory_bytes: Set(spec
                 .gpu_memory_bytes
                 .map(|b| to_i64("gpu_memory_bytes", b))

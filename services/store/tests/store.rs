@@ -95,6 +95,7 @@ fn spec(tenant: &str, gpus: u32) -> JobSpec {
         mig_profile: None,
         gpu_compute: None,
         gpu_resizable: false,
+        time_limit_secs: None,
         image: None,
         network: Default::default(),
     }

@@ -131,6 +131,7 @@ pub async fn submit(
         gpu_resizable: body.gpu_resizable,
         image: body.image,
         network,
+        time_limit_secs: body.time_limit_secs,
     };
     spec.validate()?;
     // What no node and no limit could ever give is refused now, not left to wait forever.
@@ -230,6 +231,29 @@ pub async fn list(
     ))
 }
 
+/// When every pending job is estimated to start (see `allot_scheduler::estimate`): the
+/// whole fleet's pending and holding jobs are read, since any of them may stand ahead.
+async fn start_estimates(
+    state: &AppState,
+    nodes: &[allot_domain::Node],
+) -> Result<HashMap<String, chrono::DateTime<chrono::Utc>>, ApiError> {
+    let mut jobs = state
+        .store
+        .list_jobs(JobFilter {
+            states: vec![JobState::Pending, JobState::Scheduled, JobState::Running],
+            ..JobFilter::new(TenantScope::All)
+        })
+        .await?
+        .jobs;
+    let holding: Vec<Job> = jobs.extract_if(.., |j| j.state.holds_resources()).collect();
+    Ok(allot_scheduler::estimate::start_estimates(
+        nodes,
+        &holding,
+        &jobs,
+        state.store.clock().now(),
+    ))
+}
+
 /// The queue places of `jobs`' pending ones: their tenants' queues read whole.
 async fn queue_places(
     state: &AppState,
@@ -264,17 +288,18 @@ pub async fn read_views(
     jobs: Vec<Job>,
 ) -> Result<Vec<JobView>, ApiError> {
     let places = queue_places(state, &jobs).await?;
-    let nodes: HashMap<String, String> = if jobs.iter().any(|j| j.node_id.is_some()) {
-        state
-            .store
-            .list_nodes()
-            .await?
-            .into_iter()
-            .map(|n| (n.id, n.name))
-            .collect()
+    let pending = jobs.iter().any(|j| j.state == JobState::Pending);
+    let fleet = if pending || jobs.iter().any(|j| j.node_id.is_some()) {
+        state.store.list_nodes().await?
+    } else {
+        Vec::new()
+    };
+    let starts = if pending {
+        start_estimates(state, &fleet).await?
     } else {
         HashMap::new()
     };
+    let nodes: HashMap<String, String> = fleet.into_iter().map(|n| (n.id, n.name)).collect();
     let mut views = Vec::with_capacity(jobs.len());
     for j in jobs {
         let mut view = job_view(who, j)?;
@@ -283,6 +308,7 @@ pub async fn read_views(
             view.queue_length = Some(p.length);
         }
         view.node_name = view.node_id.as_ref().and_then(|n| nodes.get(n).cloned());
+        view.estimated_start = starts.get(&view.id).copied();
         views.push(view);
     }
     Ok(views)

@@ -98,6 +98,11 @@ pub enum JobCmd {
         /// never passes through the job's spec.
         #[arg(long = "secret", value_parser = parse_secret)]
         secrets: Vec<serde_json::Value>,
+        /// The longest an attempt may run, e.g. 90m, 2h, 1d12h or 1-12:00:00 (as Slurm's
+        /// --time): it is stopped then, and ends cancelled saying so. With a limit, the jobs
+        /// behind it get an estimated start.
+        #[arg(long, value_parser = parse_time_limit)]
+        time_limit: Option<u64>,
         /// Wait for the job to finish, print its output, and exit with its status.
         #[arg(long)]
         wait: bool,
@@ -301,7 +306,14 @@ fn describe(j: &JobView) -> String {
                 .map(|r| format!("{} ({})", r.message, r.code))),
         ),
         ("Queue", queue_of(j)),
+        ("Estimated start", start_of(j)),
         ("Elapsed", elapsed(j, chrono::Utc::now())),
+        (
+            "Time limit",
+            opt(j
+                .time_limit_secs
+                .map(|s| format_duration(i64::try_from(s).unwrap_or(i64::MAX)))),
+        ),
         ("GPUs", gpus_of(j)),
         ("GPU memory", opt(j.gpu_memory_bytes.map(format_bytes))),
         (
@@ -376,6 +388,78 @@ fn queue_of(j: &JobView) -> String {
     }
 }
 
+/// A pending job's estimated start, and how far off it is.
+fn start_of(j: &JobView) -> String {
+    match j.estimated_start {
+        Some(t) => {
+            let wait = (t - chrono::Utc::now()).num_seconds();
+            if wait <= 0 {
+                format!("{} (now: GPUs are free for it)", short(Some(t)))
+            } else {
+                format!("{} (in {})", short(Some(t)), format_duration(wait))
+            }
+        }
+        None if j.state == "pending" => {
+            "unknown (a job it waits behind has no time limit, or it asks for no GPU)".into()
+        }
+        None => "-".into(),
+    }
+}
+
+/// `--time-limit`: `90m`, `2h`, `1d12h`, `45s`, or Slurm's `[D-]HH:MM:SS`, as seconds.
+fn parse_time_limit(s: &str) -> Result<u64, String> {
+    let bad =
+        || format!("`{s}` is not a time limit: give units (90m, 2h, 1d12h, 45s) or [D-]HH:MM:SS");
+    let s = s.trim();
+    let secs = if s.contains(':') {
+        let (days, clock) = match s.split_once('-') {
+            Some((d, c)) => (d.parse::<u64>().map_err(|_| bad())?, c),
+            None => (0, s),
+        };
+        let parts: Vec<u64> = clock
+            .split(':')
+            .map(|p| p.parse::<u64>().map_err(|_| bad()))
+            .collect::<Result<_, _>>()?;
+        let [h, m, sec] = parts[..] else {
+            return Err(bad());
+        };
+        if m >= 60 || sec >= 60 {
+            return Err(bad());
+        }
+        days * 86_400 + h * 3600 + m * 60 + sec
+    } else {
+        let mut total = 0u64;
+        let mut digits = String::new();
+        for c in s.chars() {
+            if c.is_ascii_digit() {
+                digits.push(c);
+                continue;
+            }
+            let unit = match c {
+                's' => 1,
+                'm' => 60,
+                'h' => 3600,
+                'd' => 86_400,
+                _ => return Err(bad()),
+            };
+            let n: u64 = digits.parse().map_err(|_| bad())?;
+            total = n
+                .checked_mul(unit)
+                .and_then(|v| total.checked_add(v))
+                .ok_or_else(bad)?;
+            digits.clear();
+        }
+        if !digits.is_empty() {
+            return Err(bad());
+        }
+        total
+    };
+    if secs == 0 {
+        return Err(bad());
+    }
+    Ok(secs)
+}
+
 /// How long a job has been in its state as people read it: running for (since it
 /// started), ran for (once ended), or waiting for (since it was submitted or requeued).
 fn elapsed(j: &JobView, now: chrono::DateTime<chrono::Utc>) -> String {
@@ -422,7 +506,7 @@ fn clock(secs: i64) -> String {
 }
 
 /// What `job list` can show of a job (`--format` names, `-o wide` all).
-fn job_columns() -> [Column<JobView>; 19] {
+fn job_columns() -> [Column<JobView>; 21] {
     [
         Column::new("id", "ID", |j| j.id.clone()),
         Column::new("tenant", "TENANT", |j| j.tenant.clone()),
@@ -446,6 +530,15 @@ fn job_columns() -> [Column<JobView>; 19] {
         Column::wide("memory", "MEMORY", |j| format_bytes(j.memory_bytes)),
         Column::wide("gpu_memory", "GPU MEMORY", |j| {
             opt(j.gpu_memory_bytes.map(format_bytes))
+        }),
+        Column::wide("start", "EST. START", |j| match j.estimated_start {
+            Some(t) => short(Some(t)),
+            None => "-".into(),
+        }),
+        Column::wide("limit", "LIMIT", |j| {
+            opt(j
+                .time_limit_secs
+                .map(|s| clock(i64::try_from(s).unwrap_or(i64::MAX))))
         }),
         Column::wide("attempt", "ATTEMPT", |j| j.attempt.to_string()),
         Column::wide("image", "IMAGE", |j| opt(j.image.clone())),
@@ -474,6 +567,7 @@ fn resubmission(j: &JobView, name: Option<String>) -> serde_json::Value {
         "checkpoint_dir": j.checkpoint_dir, "volumes": j.volumes, "secrets": j.secrets,
         "mig_profile": j.mig_profile, "gpu_compute": j.gpu_compute,
         "gpu_resizable": j.gpu_resizable, "image": j.image, "network": j.network,
+        "time_limit_secs": j.time_limit_secs,
     })
 }
 
@@ -583,6 +677,7 @@ pub async fn run(client: &Client, cmd: JobCmd) -> anyhow::Result<i32> {
             checkpoint_dir,
             volumes,
             secrets,
+            time_limit,
             wait,
             output,
             command,
@@ -599,7 +694,7 @@ pub async fn run(client: &Client, cmd: JobCmd) -> anyhow::Result<i32> {
                 "checkpoint_dir": checkpoint_dir, "volumes": volumes, "secrets": secrets,
                 "mig_profile": mig_profile,
                 "gpu_compute": gpu_compute, "gpu_resizable": gpu_resizable,
-                "image": image, "network": network,
+                "image": image, "network": network, "time_limit_secs": time_limit,
             });
             let job: JobView = client
                 .call(Method::POST, "/api/v1/jobs", Some(&body))
@@ -813,6 +908,24 @@ pub async fn run(client: &Client, cmd: JobCmd) -> anyhow::Result<i32> {
                 print!("{}", crate::output::terminal_safe(&log));
             }
             Ok(0)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_time_limit;
+
+    #[test]
+    fn time_limits_read_as_slurm_and_people_write_them() {
+        assert_eq!(parse_time_limit("90m"), Ok(5400));
+        assert_eq!(parse_time_limit("2h"), Ok(7200));
+        assert_eq!(parse_time_limit("1d12h"), Ok(129_600));
+        assert_eq!(parse_time_limit("45s"), Ok(45));
+        assert_eq!(parse_time_limit("1-12:00:00"), Ok(129_600));
+        assert_eq!(parse_time_limit("00:30:00"), Ok(1800));
+        for bad in ["", "90", "0m", "2x", "1:2", "00:61:00", "h", "-1h"] {
+            assert!(parse_time_limit(bad).is_err(), "{bad}");
         }
     }
 }

@@ -76,6 +76,8 @@ pub struct Model {
     #[sea_orm(column_type = "Text", nullable)]
     pub avoid_gpus: Option<String>,
     pub avoid_until: Option<DateTimeUtc>,
+    /// The longest an attempt may run, in seconds.
+    pub time_limit_secs: Option<i64>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

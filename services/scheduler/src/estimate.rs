@@ -1,0 +1,248 @@
+//! When pending jobs are estimated to start, as Slurm's `squeue --start` says it: running
+//! jobs end at their time limits, and pending jobs, taken in order (priority, then age with
+//! interrupted work first), start on the first node whose GPUs are free for as long as
+//! their own limit, reserving them there. Only GPUs are reckoned with: guarantees, hard
+//! limits, fair share between tenants and preemption can move a start either way, and a
+//! job behind one without a time limit gets no estimate (nobody knows when it ends). Pure:
+//! the store's nodes and jobs in, times out.
+
+use std::collections::HashMap;
+
+use allot_domain::{GPU_MILLI, Job, Node, NodeStatus};
+use chrono::{DateTime, Duration, Utc};
+
+use crate::admission::model_key;
+
+/// Pending jobs estimated at most, in order: the rest are too far back to say.
+pub const MAX_ESTIMATED: usize = 200;
+
+/// What a GPU holds over time: (from, until (none: no end known), milli).
+#[derive(Debug, Default)]
+struct Timeline(Vec<(DateTime<Utc>, Option<DateTime<Utc>>, u64)>);
+
+impl Timeline {
+    /// The most held at any moment of `[from, until)` (`until` none: from on, for ever).
+    fn peak(&self, from: DateTime<Utc>, until: Option<DateTime<Utc>>) -> u64 {
+        let overlaps = |s: DateTime<Utc>, e: Option<DateTime<Utc>>| {
+            e.is_none_or(|e| e > from) && until.is_none_or(|u| s < u)
+        };
+        let mut moments = vec![from];
+        moments.extend(
+            self.0
+                .iter()
+                .filter(|(s, e, _)| *s > from && overlaps(*s, *e))
+                .map(|(s, _, _)| *s),
+        );
+        moments
+            .into_iter()
+            .map(|t| {
+                self.0
+                    .iter()
+                    .filter(|(s, e, _)| *s <= t && e.is_none_or(|e| e > t))
+                    .map(|(_, _, m)| m)
+                    .sum::<u64>()
+            })
+            .max()
+            .unwrap_or(0)
+    }
+}
+
+struct Gpu {
+    model: String,
+    held: Timeline,
+}
+
+/// When each of `pending`'s jobs that asks for GPUs is estimated to start, given the
+/// `nodes` and the jobs `holding` GPUs now; jobs with no estimate are left out.
+pub fn start_estimates(
+    nodes: &[Node],
+    holding: &[Job],
+    pending: &[Job],
+    now: DateTime<Utc>,
+) -> HashMap<String, DateTime<Utc>> {
+    // Nodes that take work, and their GPUs that do (not in MIG mode, healthy, not drained).
+    let mut fleet: Vec<(String, Vec<(String, Gpu)>)> = nodes
+        .iter()
+        .filter(|n| n.status(now) == NodeStatus::Ready && !n.cordoned)
+        .map(|n| {
+            let gpus = n
+                .gpus
+                .iter()
+                .filter(|g| {
+                    g.mig.is_none() && g.health(n.drained_gpus.contains(&g.uuid)) == "healthy"
+                })
+                .map(|g| {
+                    (
+                        g.uuid.clone(),
+                        Gpu {
+                            model: model_key(&g.model),
+                            held: Timeline::default(),
+                        },
+                    )
+                })
+                .collect();
+            (n.id.clone(), gpus)
+        })
+        .collect();
+    let limit = |j: &Job| {
+        j.spec
+            .time_limit_secs
+            .map(|s| Duration::seconds(i64::try_from(s).unwrap_or(i64::MAX / 2)))
+    };
+    // What runs now holds its GPUs until its limit from its start.
+    let mut ends: Vec<DateTime<Utc>> = Vec::new();
+    for j in holding {
+        let until = limit(j).map(|l| (j.started_at.unwrap_or(now) + l).max(now));
+        ends.extend(until);
+        for (_, gpus) in fleet
+            .iter_mut()
+            .filter(|(id, _)| j.node_id.as_deref() == Some(id))
+        {
+            for (uuid, gpu) in gpus.iter_mut() {
+                if j.gpu_uuids.iter().any(|u| u == uuid) {
+                    gpu.held
+                        .0
+                        .push((now, until, u64::from(j.share().gpu_milli)));
+                }
+            }
+        }
+    }
+    let mut order: Vec<&Job> = pending.iter().collect();
+    order.sort_by(|a, b| {
+        b.spec
+            .priority
+            .cmp(&a.spec.priority)
+            .then_with(|| (a.attempt <= 1).cmp(&(b.attempt <= 1)))
+            .then_with(|| a.created_at.cmp(&b.created_at))
+            .then_with(|| a.id.cmp(&b.id))
+    });
+    let mut out = HashMap::new();
+    for job in order.into_iter().take(MAX_ESTIMATED) {
+        if job.spec.gpus == 0 || job.spec.mig_profile.is_some() {
+            continue;
+        }
+        let need = job.spec.gpus as usize;
+        let share = u64::from(job.share().gpu_milli);
+        let wanted: Vec<String> = job.spec.gpu_models.iter().map(|m| model_key(m)).collect();
+        let runs = limit(job);
+        let mut times: Vec<DateTime<Utc>> =
+            std::iter::once(now).chain(ends.iter().copied()).collect();
+        times.sort_unstable();
+        times.dedup();
+        let found = times.iter().find_map(|&t| {
+            let until = runs.map(|r| t + r);
+            fleet.iter().enumerate().find_map(|(n, (_, gpus))| {
+                let fits: Vec<usize> = gpus
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, (_, g))| wanted.is_empty() || wanted.contains(&g.model))
+                    .filter(|(_, (_, g))| g.held.peak(t, until) + share <= u64::from(GPU_MILLI))
+                    .map(|(i, _)| i)
+                    .take(need)
+                    .collect();
+                (fits.len() == need).then_some((t, until, n, fits))
+            })
+        });
+        let Some((t, until, n, fits)) = found else {
+            // Nothing frees in time that anyone knows of: it and whoever it would block
+            // are not estimated; those behind may still fit elsewhere.
+            continue;
+        };
+        for i in fits {
+            fleet[n].1[i].1.held.0.push((t, until, share));
+        }
+        ends.extend(until);
+        out.insert(job.id.clone(), t);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{node, now, spec};
+    use allot_domain::JobState;
+
+    fn job(id: &str, gpus: u32, limit: Option<u64>, minutes_ago: i64) -> Job {
+        let mut s = spec(id, "t", gpus, None);
+        s.time_limit_secs = limit;
+        Job {
+            id: id.into(),
+            tenant_id: "t".into(),
+            spec: s,
+            state: JobState::Pending,
+            pending_reason: None,
+            node_id: None,
+            gpu_uuids: Vec::new(),
+            held_gpu_milli: None,
+            borrowing: false,
+            attempt: 1,
+            cancel_requested: false,
+            preempt_reason: None,
+            failures: 0,
+            retry_at: None,
+            pid: None,
+            exit_code: None,
+            message: None,
+            log_tail: None,
+            created_at: now() - Duration::minutes(minutes_ago),
+            updated_at: now(),
+            scheduled_at: None,
+            started_at: None,
+            finished_at: None,
+            traceparent: None,
+            avoid: None,
+            image_digest: None,
+        }
+    }
+
+    fn running(mut j: Job, n: &Node, gpus: &[usize], started_minutes_ago: i64) -> Job {
+        j.state = JobState::Running;
+        j.node_id = Some(n.id.clone());
+        j.gpu_uuids = gpus.iter().map(|&i| n.gpus[i].uuid.clone()).collect();
+        j.started_at = Some(now() - Duration::minutes(started_minutes_ago));
+        j
+    }
+
+    #[test]
+    fn jobs_start_as_running_ones_reach_their_limits_in_order() {
+        let n = node("n1", &["H200", "H200"]);
+        // Both GPUs held: one for 10 more minutes, one for 30.
+        let holding = [
+            running(job("a", 1, Some(20 * 60), 90), &n, &[0], 10),
+            running(job("b", 1, Some(40 * 60), 90), &n, &[1], 10),
+        ];
+        // First in line: one GPU for an hour; then two GPUs; then one more GPU.
+        let pending = [
+            job("first", 1, Some(3600), 30),
+            job("pair", 2, Some(600), 20),
+            job("last", 1, Some(600), 10),
+        ];
+        let est = start_estimates(std::slice::from_ref(&n), &holding, &pending, now());
+        assert_eq!(est["first"], now() + Duration::minutes(10), "on a's GPU");
+        // Both GPUs are free together only after `first` ends (10 + 60 minutes).
+        assert_eq!(est["pair"], now() + Duration::minutes(70));
+        // b's GPU is free from 30 minutes until `pair` takes it at 70: room for 10.
+        assert_eq!(est["last"], now() + Duration::minutes(30), "backfilled");
+    }
+
+    #[test]
+    fn a_job_behind_one_without_a_limit_gets_no_estimate() {
+        let n = node("n1", &["H200"]);
+        let holding = [running(job("forever", 1, None, 90), &n, &[0], 5)];
+        let pending = [job("waits", 1, Some(60), 1)];
+        let est = start_estimates(std::slice::from_ref(&n), &holding, &pending, now());
+        assert!(est.is_empty(), "{est:?}");
+    }
+
+    #[test]
+    fn a_free_gpu_of_the_wanted_model_means_now() {
+        let h = node("h", &["H200"]);
+        let t4 = node("t4", &["T4"]);
+        let holding = [running(job("busy", 1, None, 90), &h, &[0], 5)];
+        let mut wants_t4 = job("small", 1, Some(60), 1);
+        wants_t4.spec.gpu_models = vec!["NVIDIA T4".into()];
+        let est = start_estimates(&[h, t4], &holding, &[wants_t4], now());
+        assert_eq!(est["small"], now());
+    }
+}

@@ -1,0 +1,48 @@
+//! Time limits: an attempt still running when its job's time limit is reached is stopped,
+//! as a cancel is (its node signals it, with the agent's grace, and reports it cancelled),
+//! and the job ends saying why. Checked on every scheduling pass.
+
+use allot_domain::{AuditContext, Job, JobState};
+use allot_store::{JobFilter, JobRepo, Store, StoreError, TenantScope};
+use chrono::{DateTime, Duration, Utc};
+
+use crate::hub::{self, Hub};
+
+/// When `job`'s attempt reaches its time limit, if it has one and has started.
+pub fn deadline(job: &Job) -> Option<DateTime<Utc>> {
+    let limit = i64::try_from(job.spec.time_limit_secs?).ok()?;
+    Some(job.started_at? + Duration::seconds(limit))
+}
+
+/// The end message of a job stopped at its time limit: "time limit of 2h 0m reached".
+pub fn reached(job: &Job) -> Option<String> {
+    let limit = job.spec.time_limit_secs?;
+    Some(format!(
+        "time limit of {} reached",
+        allot_domain::format_duration(i64::try_from(limit).unwrap_or(i64::MAX))
+    ))
+}
+
+/// Asks the nodes of running jobs past their time limit to stop them.
+pub async fn stop_overdue(store: &Store, hub: &Hub) -> Result<(), StoreError> {
+    let now = store.clock().now();
+    let running = store
+        .list_jobs(JobFilter {
+            states: vec![JobState::Running],
+            ..JobFilter::new(TenantScope::All)
+        })
+        .await?
+        .jobs;
+    let ctx = AuditContext::system("time-limit");
+    for job in running {
+        if job.cancel_requested || deadline(&job).is_none_or(|d| d > now) {
+            continue;
+        }
+        let job = store.request_cancel(&ctx, &job.id).await?;
+        if let Some(node) = &job.node_id {
+            tracing::info!(job = %job.id, node = %node, "stopping a job at its time limit");
+            hub.send(node, hub::cancel(&job));
+        }
+    }
+    Ok(())
+}
