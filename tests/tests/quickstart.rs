@@ -1140,6 +1140,14 @@ fn lists_show_what_people_ask_of_them() {
     let got = ok(&["job", "get", "wait-old"]);
     assert!(got.contains("2 of 3 in lab's queue"), "{got}");
     assert!(got.contains("waiting "), "elapsed time: {got}");
+    // Held by lab's limit behind jobs without a time limit: no estimate, and said so.
+    assert!(
+        json(&["job", "get", "wait-old"])
+            .get("estimated_start")
+            .is_none(),
+        "free GPUs are not a start while the tenant is at its limit"
+    );
+    assert!(got.contains("Estimated start:  unknown"), "{got}");
     let running = ok(&["job", "get", "run-a"]);
     assert!(running.contains("running "), "{running}");
     let node_name = json(&["job", "get", "run-a"])["node_name"]
@@ -1197,7 +1205,21 @@ fn lists_show_what_people_ask_of_them() {
     // YAML is the API's document, as JSON is.
     let yaml: serde_json::Value =
         serde_yaml_ng::from_str(&ok(&["job", "list", "-o", "yaml"])).expect("yaml");
-    assert_eq!(yaml, json(&["job", "list"]));
+    let listed = |v: &serde_json::Value| -> Vec<(String, String, Option<u64>)> {
+        v["items"]
+            .as_array()
+            .expect("items")
+            .iter()
+            .map(|j| {
+                (
+                    j["id"].as_str().unwrap_or_default().to_owned(),
+                    j["state"].as_str().unwrap_or_default().to_owned(),
+                    j["queue_position"].as_u64(),
+                )
+            })
+            .collect()
+    };
+    assert_eq!(listed(&yaml), listed(&json(&["job", "list"])));
 
     // Tenants: what they hold and how many of their jobs wait and run.
     let lab = json(&["tenant", "get", "lab"]);

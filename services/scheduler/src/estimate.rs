@@ -1,14 +1,15 @@
 //! When pending jobs are estimated to start, as Slurm's `squeue --start` says it: running
 //! jobs end at their time limits, and pending jobs, taken in order (priority, then age with
 //! interrupted work first), start on the first node whose GPUs are free for as long as
-//! their own limit, reserving them there. Only GPUs are reckoned with: guarantees, hard
-//! limits, fair share between tenants and preemption can move a start either way, and a
-//! job behind one without a time limit gets no estimate (nobody knows when it ends). Pure:
-//! the store's nodes and jobs in, times out.
+//! their own limit, within their tenant's and its parents' GPU limits, reserving both. GPUs
+//! and GPU limits only: guarantees, fair share between tenants and preemption can move a
+//! start either way; a job behind one without a time limit gets no estimate (nobody knows
+//! when it ends), nor does one held back by a spent budget or an elastic share. Pure: the
+//! store's nodes, tenants and jobs in, times out.
 
 use std::collections::HashMap;
 
-use allot_domain::{GPU_MILLI, Job, Node, NodeStatus};
+use allot_domain::{GPU_MILLI, Job, Node, NodeStatus, Tenant};
 use chrono::{DateTime, Duration, Utc};
 
 use crate::admission::model_key;
@@ -56,10 +57,29 @@ struct Gpu {
 /// `nodes` and the jobs `holding` GPUs now; jobs with no estimate are left out.
 pub fn start_estimates(
     nodes: &[Node],
+    tenants: &[Tenant],
     holding: &[Job],
     pending: &[Job],
     now: DateTime<Utc>,
 ) -> HashMap<String, DateTime<Utc>> {
+    // Each tenant and its parents that limit GPUs: what their jobs hold over time.
+    let chain = |tenant: &str| -> Vec<usize> {
+        let mut out = Vec::new();
+        let mut at = tenants.iter().position(|t| t.id == tenant);
+        while let Some(i) = at {
+            if out.contains(&i) {
+                break;
+            }
+            out.push(i);
+            at = tenants[i]
+                .parent_id
+                .as_ref()
+                .and_then(|p| tenants.iter().position(|t| t.id == *p));
+        }
+        out.retain(|&i| tenants[i].quota.limit.gpu_milli.is_some());
+        out
+    };
+    let mut quota: Vec<Timeline> = tenants.iter().map(|_| Timeline::default()).collect();
     // Nodes that take work, and their GPUs that do (not in MIG mode, healthy, not drained).
     let mut fleet: Vec<(String, Vec<(String, Gpu)>)> = nodes
         .iter()
@@ -94,6 +114,10 @@ pub fn start_estimates(
     for j in holding {
         let until = limit(j).map(|l| (j.started_at.unwrap_or(now) + l).max(now));
         ends.extend(until);
+        let held = u64::from(j.spec.gpus) * u64::from(j.share().gpu_milli);
+        for i in chain(&j.tenant_id) {
+            quota[i].0.push((now, until, held));
+        }
         for (_, gpus) in fleet
             .iter_mut()
             .filter(|(id, _)| j.node_id.as_deref() == Some(id))
@@ -118,19 +142,34 @@ pub fn start_estimates(
     });
     let mut out = HashMap::new();
     for job in order.into_iter().take(MAX_ESTIMATED) {
-        if job.spec.gpus == 0 || job.spec.mig_profile.is_some() {
+        let held_back = job
+            .pending_reason
+            .as_ref()
+            .is_some_and(|r| matches!(r.code.as_str(), "BudgetExhausted" | "ElasticShare"));
+        if job.spec.gpus == 0 || job.spec.mig_profile.is_some() || held_back {
             continue;
         }
         let need = job.spec.gpus as usize;
         let share = u64::from(job.share().gpu_milli);
+        let total = need as u64 * share;
+        let limits = chain(&job.tenant_id);
         let wanted: Vec<String> = job.spec.gpu_models.iter().map(|m| model_key(m)).collect();
         let runs = limit(job);
-        let mut times: Vec<DateTime<Utc>> =
-            std::iter::once(now).chain(ends.iter().copied()).collect();
+        let earliest = job.retry_at.map_or(now, |r| r.max(now));
+        let mut times: Vec<DateTime<Utc>> = std::iter::once(earliest)
+            .chain(ends.iter().copied().filter(|e| *e > earliest))
+            .collect();
         times.sort_unstable();
         times.dedup();
         let found = times.iter().find_map(|&t| {
             let until = runs.map(|r| t + r);
+            let within = limits.iter().all(|&i| {
+                let cap = tenants[i].quota.limit.gpu_milli.unwrap_or(u64::MAX);
+                quota[i].peak(t, until) + total <= cap
+            });
+            if !within {
+                return None;
+            }
             fleet.iter().enumerate().find_map(|(n, (_, gpus))| {
                 let fits: Vec<usize> = gpus
                     .iter()
@@ -151,6 +190,9 @@ pub fn start_estimates(
         for i in fits {
             fleet[n].1[i].1.held.0.push((t, until, share));
         }
+        for &i in &limits {
+            quota[i].0.push((t, until, total));
+        }
         ends.extend(until);
         out.insert(job.id.clone(), t);
     }
@@ -160,7 +202,7 @@ pub fn start_estimates(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::{node, now, spec};
+    use crate::testing::{node, now, spec, tenant};
     use allot_domain::JobState;
 
     fn job(id: &str, gpus: u32, limit: Option<u64>, minutes_ago: i64) -> Job {
@@ -218,7 +260,7 @@ mod tests {
             job("pair", 2, Some(600), 20),
             job("last", 1, Some(600), 10),
         ];
-        let est = start_estimates(std::slice::from_ref(&n), &holding, &pending, now());
+        let est = start_estimates(std::slice::from_ref(&n), &[], &holding, &pending, now());
         assert_eq!(est["first"], now() + Duration::minutes(10), "on a's GPU");
         // Both GPUs are free together only after `first` ends (10 + 60 minutes).
         assert_eq!(est["pair"], now() + Duration::minutes(70));
@@ -231,7 +273,7 @@ mod tests {
         let n = node("n1", &["H200"]);
         let holding = [running(job("forever", 1, None, 90), &n, &[0], 5)];
         let pending = [job("waits", 1, Some(60), 1)];
-        let est = start_estimates(std::slice::from_ref(&n), &holding, &pending, now());
+        let est = start_estimates(std::slice::from_ref(&n), &[], &holding, &pending, now());
         assert!(est.is_empty(), "{est:?}");
     }
 
@@ -242,7 +284,23 @@ mod tests {
         let holding = [running(job("busy", 1, None, 90), &h, &[0], 5)];
         let mut wants_t4 = job("small", 1, Some(60), 1);
         wants_t4.spec.gpu_models = vec!["NVIDIA T4".into()];
-        let est = start_estimates(&[h, t4], &holding, &[wants_t4], now());
+        let est = start_estimates(&[h, t4], &[], &holding, &[wants_t4], now());
         assert_eq!(est["small"], now());
+    }
+
+    #[test]
+    fn a_job_at_its_tenants_limit_starts_when_its_tenant_has_room() {
+        let n = node("n1", &["H200", "H200", "H200"]);
+        let mut t = tenant("t", 0);
+        t.quota.limit.gpu_milli = Some(1000);
+        // One GPU of t's one runs for 20 more minutes; two GPUs stand free.
+        let holding = [running(job("a", 1, Some(30 * 60), 90), &n, &[0], 10)];
+        let pending = [job("next", 1, Some(600), 5)];
+        let est = start_estimates(std::slice::from_ref(&n), &[t], &holding, &pending, now());
+        assert_eq!(
+            est["next"],
+            now() + Duration::minutes(20),
+            "free GPUs, but not within t's limit until a ends"
+        );
     }
 }

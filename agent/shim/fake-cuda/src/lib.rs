@@ -9,7 +9,19 @@
 //! GPU time. NVML reports that time as the process's utilization and the allocations as
 //! memory in use.
 //!
-//! Test hooks: `fakeCudaBusyNanos()` returns the GPU time the process has used.
+//! GPUs that contend: with `ALLOT_FAKE_CUDA_SHARED_DIR` set, processes that name the same
+//! directory share each GPU (by UUID) the way a GPU without MPS is shared: one context's
+//! kernel runs at a time, time-sliced between processes kernel by kernel in turn, with a
+//! context switch (`ALLOT_FAKE_CUDA_SWITCH_MICROS`, default 25 µs) whenever the GPU passes
+//! from one process to another; a process's kernels run one after another on the thread
+//! that launched them. Each GPU's state is a small file there (`<uuid>.gpu`): a lock held
+//! while a kernel runs (released by the kernel if its process dies), how many processes
+//! wait for it, who ran last, and the GPU's own busy and switch time. Without the variable
+//! each process has the GPU to itself, as before. See `docs/shim.md`.
+//!
+//! Test hooks: `fakeCudaBusyNanos()` returns the GPU time the process has used;
+//! `fakeCudaGpuBusyNanos(dev)` the time device `dev` was busy with any process's kernels
+//! (and context switches) while shared.
 //!
 //! Nothing here is used outside tests and benchmarks.
 #![allow(unsafe_code)] // every export is an `extern "C"` CUDA or NVML entry point
@@ -18,6 +30,7 @@
 use std::collections::HashMap;
 use std::ffi::{CStr, c_char, c_int, c_uint, c_void};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 type CuResult = c_int;
@@ -158,17 +171,153 @@ fn now_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-/// Runs a kernel for `micros` on the current device.
-fn run_kernel(micros: u64) -> CuResult {
-    if let Err(e) = current() {
-        return e;
+/// What processes sharing a simulated GPU agree on, in its state file.
+#[repr(C)]
+struct SharedPage {
+    /// Processes waiting for the GPU.
+    waiting: AtomicU64,
+    /// Who holds (or last held) it: a process id and a count of its turns.
+    owner: AtomicU64,
+    /// Time the GPU ran kernels or switched between processes, in nanoseconds.
+    busy_ns: AtomicU64,
+    switches: AtomicU64,
+}
+
+/// One simulated GPU shared with other processes.
+struct SharedGpu {
+    fd: c_int,
+    page: &'static SharedPage,
+}
+
+/// The shared state of device `dev`, when `ALLOT_FAKE_CUDA_SHARED_DIR` names a directory;
+/// opened once per process and device (a state that cannot be opened leaves the device
+/// unshared, as before).
+fn shared_gpu(dev: usize) -> Option<&'static SharedGpu> {
+    static OPEN: Mutex<Vec<(usize, Option<&'static SharedGpu>)>> = Mutex::new(Vec::new());
+    let dir = std::env::var_os("ALLOT_FAKE_CUDA_SHARED_DIR")?;
+    let mut open = OPEN.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, g)) = open.iter().find(|(d, _)| *d == dev) {
+        return *g;
     }
-    if micros == 0 {
-        return SUCCESS;
+    let path = std::path::Path::new(&dir).join(format!("{}.gpu", uuid_string(dev)));
+    let gpu = open_shared(&path).map(|g| &*Box::leak(Box::new(g)));
+    open.push((dev, gpu));
+    gpu
+}
+
+fn open_shared(path: &std::path::Path) -> Option<SharedGpu> {
+    use std::os::unix::ffi::OsStrExt;
+    let c_path = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
+    // SAFETY: a NUL-terminated path; the descriptor is kept for the process's life.
+    let fd = unsafe {
+        libc::open(
+            c_path.as_ptr(),
+            libc::O_RDWR | libc::O_CREAT | libc::O_CLOEXEC,
+            0o666,
+        )
+    };
+    if fd < 0 {
+        return None;
+    }
+    let size = std::mem::size_of::<SharedPage>() as libc::off_t;
+    // SAFETY: `fd` is open; growing a new file fills it with zeros (every count 0).
+    if unsafe { libc::ftruncate(fd, size.max(4096)) } != 0 {
+        return None;
+    }
+    // SAFETY: a shared mapping of the file's first page, never unmapped: the page lives as
+    // long as the process, and every field is an atomic.
+    let ptr = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            4096,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd,
+            0,
+        )
+    };
+    if ptr == libc::MAP_FAILED {
+        return None;
+    }
+    // SAFETY: page-aligned, zero-initialised or written only as these atomics.
+    let page = unsafe { &*(ptr as *const SharedPage) };
+    Some(SharedGpu { fd, page })
+}
+
+fn flock(fd: c_int, op: c_int) {
+    // SAFETY: `fd` is open; retried when a signal interrupts the wait.
+    while unsafe { libc::flock(fd, op) } != 0 {
+        if std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            return;
+        }
+    }
+}
+
+/// How long the GPU takes to pass from one process's context to another's.
+fn switch_micros() -> u64 {
+    static SWITCH: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *SWITCH.get_or_init(|| env_u64("ALLOT_FAKE_CUDA_SWITCH_MICROS", 25))
+}
+
+/// Runs a kernel of `micros` on a GPU other processes share: waits for its turn, pays the
+/// context switch if another process ran last, runs, then lets a waiting process go first.
+/// Returns when the kernel itself started and ended.
+fn run_shared(gpu: &SharedGpu, micros: u64) -> (u64, u64) {
+    static PRECISE: std::sync::Once = std::sync::Once::new();
+    // Sleeps as long as asked, not 50 µs more: hand-overs between processes are then as
+    // quick as the switch the model charges.
+    // SAFETY: sets this thread's timer slack; no memory is passed.
+    PRECISE.call_once(|| unsafe {
+        libc::prctl(libc::PR_SET_TIMERSLACK, 1, 0, 0, 0);
+    });
+    let page = gpu.page;
+    let pid = u64::from(std::process::id());
+    page.waiting.fetch_add(1, Ordering::SeqCst);
+    flock(gpu.fd, libc::LOCK_EX);
+    page.waiting.fetch_sub(1, Ordering::SeqCst);
+    let before = page.owner.load(Ordering::SeqCst);
+    let turn = (pid << 32) | ((before.wrapping_add(1)) & 0xffff_ffff);
+    page.owner.store(turn, Ordering::SeqCst);
+    if before != 0 && before >> 32 != pid {
+        let s0 = now_ns();
+        std::thread::sleep(Duration::from_micros(switch_micros()));
+        page.busy_ns.fetch_add(now_ns() - s0, Ordering::SeqCst);
+        page.switches.fetch_add(1, Ordering::SeqCst);
     }
     let start = now_ns();
     std::thread::sleep(Duration::from_micros(micros));
     let end = now_ns();
+    page.busy_ns.fetch_add(end - start, Ordering::SeqCst);
+    flock(gpu.fd, libc::LOCK_UN);
+    // Time-slicing: whoever waits runs next. (A waiter that died while waiting leaves the
+    // count high; then this only waits out the bound below.)
+    let bound = now_ns() + 2_000_000;
+    while page.waiting.load(Ordering::SeqCst) > 0
+        && page.owner.load(Ordering::SeqCst) == turn
+        && now_ns() < bound
+    {
+        std::thread::sleep(Duration::from_micros(20));
+    }
+    (start, end)
+}
+
+/// Runs a kernel for `micros` on the current device.
+fn run_kernel(micros: u64) -> CuResult {
+    let dev = match current() {
+        Ok(dev) => dev,
+        Err(e) => return e,
+    };
+    if micros == 0 {
+        return SUCCESS;
+    }
+    let (start, end) = match shared_gpu(dev) {
+        Some(gpu) => run_shared(gpu, micros),
+        None => {
+            let start = now_ns();
+            std::thread::sleep(Duration::from_micros(micros));
+            (start, now_ns())
+        }
+    };
     with(|d| {
         d.busy_ns += end - start;
         d.intervals.push((start / 1000, end / 1000));
@@ -971,4 +1120,14 @@ pub unsafe extern "C" fn nvmlDeviceGetProcessUtilization(
 #[unsafe(no_mangle)]
 pub extern "C" fn fakeCudaBusyNanos() -> u64 {
     with(|d| d.busy_ns)
+}
+
+/// Test hook: the time device `dev` has been busy with every sharing process's kernels and
+/// the switches between them, in nanoseconds (0 when it is not shared).
+#[unsafe(no_mangle)]
+pub extern "C" fn fakeCudaGpuBusyNanos(dev: c_int) -> u64 {
+    usize::try_from(dev)
+        .ok()
+        .and_then(shared_gpu)
+        .map_or(0, |g| g.page.busy_ns.load(Ordering::SeqCst))
 }

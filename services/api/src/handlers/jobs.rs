@@ -248,6 +248,7 @@ async fn start_estimates(
     let holding: Vec<Job> = jobs.extract_if(.., |j| j.state.holds_resources()).collect();
     Ok(allot_scheduler::estimate::start_estimates(
         nodes,
+        &state.store.list_tenants().await?,
         &holding,
         &jobs,
         state.store.clock().now(),
