@@ -536,3 +536,63 @@ async fn opaque_access_tokens_are_checked_with_the_provider() {
     }
     c.shutdown().await;
 }
+
+/// Replicas behind a load balancer: a sign-in started on one replica completes on another
+/// (the provider sends the browser back to the address both answer for), and the session
+/// works on both, since sign-ins in progress and sessions are kept in the database, not in
+/// a replica's memory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sign_in_started_on_one_replica_completes_on_another() {
+    let idp = start_provider();
+    let mut shared = None;
+    let a = spawn_cluster_with(Backend::Sqlite, 0, "", |c| {
+        idp.configure(
+            c,
+            &["groups=ml-team:member@ml"],
+            Duration::from_secs(3600),
+            Duration::from_secs(3600),
+        );
+        // Replicas share the secrets key, as they share the database.
+        c.secrets_key = allot_store::SecretKeys::generate_line("replicas").expect("key");
+        shared = Some(c.clone());
+    })
+    .await;
+    a.create_tenant("ml", None).await;
+    // Replica B: the same database, keys and provider, its own address; the provider
+    // sends browsers back to A's callback.
+    let mut config = shared.expect("A's configuration");
+    config.http_listen = "127.0.0.1:0".parse().expect("address");
+    config.grpc_listen = "127.0.0.1:0".parse().expect("address");
+    let checkpoints = tempfile::tempdir().expect("temp dir");
+    config.checkpoint_dir = Some(checkpoints.path().to_owned());
+    if let Some(w) = config.web_sign_in.as_mut() {
+        w.redirect_url = Some(a.url("/auth/callback"));
+    }
+    let b_server = allot_server::start(config, Arc::new(allot_domain::SystemClock))
+        .await
+        .expect("replica B starts");
+    let b_url = b_server.http_url();
+
+    let browser = browser();
+    let start = Url::parse(&format!("{b_url}/auth/login?return_to=/api/v1/jobs")).expect("url");
+    let (status, back_to) = drive(&browser, start, &a.url("/auth/callback"), true, "alice").await;
+    assert_eq!(
+        status,
+        StatusCode::SEE_OTHER,
+        "started on B, completed on A: {back_to}"
+    );
+    assert_eq!(back_to, "/api/v1/jobs");
+    // The session answers on both replicas.
+    for base in [a.url(""), b_url.clone()] {
+        let res = browser
+            .get(format!("{base}/auth/session"))
+            .send()
+            .await
+            .expect("request");
+        assert_eq!(res.status(), StatusCode::OK, "{base}");
+        let me: Value = res.json().await.expect("json");
+        assert_eq!(me["auth_method"], "session", "{me}");
+    }
+    b_server.shutdown().await;
+    a.shutdown().await;
+}

@@ -5,18 +5,16 @@
 //! period, and at an absolute expiry, all by the injected clock; state-changing requests
 //! made with the cookie carry the session's CSRF token.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use actix_web::cookie::{Cookie, SameSite};
 use actix_web::http::{StatusCode, header};
 use actix_web::{HttpMessage, HttpRequest, HttpResponse, web};
 use allot_domain::{Actor, ActorKind, AuditContext, Clock};
-use allot_store::{IdentityRepo, NewSession, SessionRepo};
+use allot_store::{IdentityRepo, NewSession, SessionRepo, SignInRepo};
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64URL;
-use chrono::{DateTime, Utc};
 use openidconnect::core::{CoreAuthenticationFlow, CoreClient, CoreProviderMetadata};
 use openidconnect::{
     AuthorizationCode, ClientId, ClientSecret, CsrfToken, IssuerUrl, Nonce, PkceCodeChallenge,
@@ -38,7 +36,12 @@ pub const CSRF_HEADER: &str = "x-csrf-token";
 /// How long a sign-in may take at the provider.
 const LOGIN_TTL: Duration = Duration::from_secs(600);
 /// Sign-ins in progress kept at most.
-const MAX_PENDING: usize = 10_000;
+const MAX_PENDING: u64 = 10_000;
+
+/// [`LOGIN_TTL`] as the store takes it.
+fn login_ttl() -> chrono::Duration {
+    chrono::Duration::from_std(LOGIN_TTL).unwrap_or(chrono::Duration::minutes(10))
+}
 
 /// How people sign in on the web.
 #[derive(Debug, Clone)]
@@ -73,19 +76,12 @@ impl Default for SessionPolicy {
     }
 }
 
-struct Pending {
-    verifier: String,
-    nonce: String,
-    return_to: String,
-    started: DateTime<Utc>,
-}
-
-/// Sign-ins in progress, keyed by their `state`.
+/// Web sign-in through the identity provider. Sign-ins in progress are kept in the
+/// database (`SignInRepo`), so the provider may send the browser back to any replica.
 pub struct WebSignIn {
     pub config: SignInConfig,
     http: reqwest::Client,
     clock: Arc<dyn Clock>,
-    pending: Mutex<HashMap<String, Pending>>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -107,7 +103,6 @@ impl WebSignIn {
             config,
             http: crate::jwt::provider_client()?,
             clock,
-            pending: Mutex::new(HashMap::new()),
         })
     }
 
@@ -162,13 +157,12 @@ impl WebSignIn {
         .set_redirect_uri(redirect))
     }
 
-    fn sweep(&self, pending: &mut HashMap<String, Pending>) {
-        let now = self.clock.now();
-        pending.retain(|_, p| (now - p.started).to_std().unwrap_or_default() < LOGIN_TTL);
-    }
-
     /// Where to send the browser, and the state that binds it to this sign-in.
-    async fn start(&self, return_to: String) -> Result<(String, String), String> {
+    async fn start(
+        &self,
+        store: &allot_store::Store,
+        return_to: String,
+    ) -> Result<(String, String), String> {
         let client = self.client().await?;
         let (challenge, verifier) = PkceCodeChallenge::new_random_sha256();
         let (url, state, nonce) = client
@@ -181,20 +175,20 @@ impl WebSignIn {
             .add_scope(Scope::new("profile".into()))
             .set_pkce_challenge(challenge)
             .url();
-        let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
-        self.sweep(&mut pending);
-        if pending.len() >= MAX_PENDING {
-            return Err("too many sign-ins in progress".into());
-        }
-        pending.insert(
-            state.secret().clone(),
-            Pending {
-                verifier: verifier.secret().clone(),
-                nonce: nonce.secret().clone(),
-                return_to,
-                started: self.clock.now(),
-            },
-        );
+        let pending = allot_store::PendingSignIn {
+            verifier: verifier.secret().clone(),
+            nonce: nonce.secret().clone(),
+            return_to,
+        };
+        store
+            .begin_sign_in(
+                &crate::secret::hash(state.secret()),
+                &pending,
+                login_ttl(),
+                MAX_PENDING,
+            )
+            .await
+            .map_err(|e| e.to_string())?;
         Ok((url.to_string(), state.secret().clone()))
     }
 
@@ -202,15 +196,15 @@ impl WebSignIn {
     /// the browser wanted to go.
     async fn finish(
         &self,
+        store: &allot_store::Store,
         state: &str,
         code: String,
     ) -> Result<(String, Map<String, Value>, String), String> {
-        let pending = {
-            let mut all = self.pending.lock().unwrap_or_else(|e| e.into_inner());
-            self.sweep(&mut all);
-            all.remove(state)
-                .ok_or("the sign-in expired or was already used; start again")?
-        };
+        let pending = store
+            .take_sign_in(&crate::secret::hash(state), login_ttl())
+            .await
+            .map_err(|e| e.to_string())?
+            .ok_or("the sign-in expired or was already used; start again")?;
         let client = self.client().await?;
         let http = |req| self.send(req);
         let tokens = client
@@ -298,7 +292,7 @@ pub async fn login(
 ) -> Result<HttpResponse, ApiError> {
     let signin = web_sign_in(&state)?;
     let (url, login_state) = signin
-        .start(local_path(q.return_to.as_deref()))
+        .start(&state.store, local_path(q.return_to.as_deref()))
         .await
         .map_err(|e| {
             tracing::warn!(error = %e, "cannot start a sign-in");
@@ -363,7 +357,10 @@ pub async fn callback(
     {
         return Err(failed("this browser did not start this sign-in".into()));
     }
-    let (subject, claims, return_to) = signin.finish(returned_state, code).await.map_err(failed)?;
+    let (subject, claims, return_to) = signin
+        .finish(&state.store, returned_state, code)
+        .await
+        .map_err(failed)?;
     let user = state
         .store
         .sign_in(crate::jwt::sign_in(&signin.config.issuer, subject, &claims))

@@ -19,6 +19,7 @@ mod samples;
 mod scope;
 mod secrets;
 mod sessions;
+mod sign_ins;
 mod tenant_secrets;
 mod tenants;
 #[cfg(feature = "testing")]
@@ -48,6 +49,7 @@ pub use samples::{JobSample, JobSamplePoint, RESOLUTIONS, Sample, SamplePoint, S
 pub use scope::TenantScope;
 pub use secrets::{SecretKeys, SecretsError};
 pub use sessions::{NewSession, SessionRepo};
+pub use sign_ins::{PendingSignIn, SignInRepo};
 pub use tenant_secrets::SecretRepo;
 pub use tenants::{TenantDeletion, TenantRepo};
 pub use tokens::{NewToken, TokenRepo};

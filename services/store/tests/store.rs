@@ -1710,3 +1710,37 @@ both_backends!(
         );
     }
 );
+
+both_backends!(sign_ins_in_progress_are_taken_once, |store, clock| {
+    use allot_store::{PendingSignIn, SignInRepo};
+    let ttl = Duration::minutes(10);
+    let pending = PendingSignIn {
+        verifier: "verifier".into(),
+        nonce: "nonce".into(),
+        return_to: "/portal".into(),
+    };
+    store
+        .begin_sign_in("a", &pending, ttl, 2)
+        .await
+        .expect("begun");
+    // Any replica on this database takes it, once.
+    assert_eq!(
+        store.take_sign_in("a", ttl).await.expect("take"),
+        Some(pending.clone())
+    );
+    assert_eq!(store.take_sign_in("a", ttl).await.expect("again"), None);
+    assert_eq!(store.take_sign_in("never", ttl).await.expect("none"), None);
+    // At most `max` at once; expired ones are swept and cannot be taken.
+    store.begin_sign_in("b", &pending, ttl, 2).await.expect("b");
+    store.begin_sign_in("c", &pending, ttl, 2).await.expect("c");
+    assert!(matches!(
+        store.begin_sign_in("d", &pending, ttl, 2).await,
+        Err(StoreError::Conflict(_))
+    ));
+    clock.advance(Duration::minutes(11));
+    assert_eq!(store.take_sign_in("b", ttl).await.expect("late"), None);
+    store
+        .begin_sign_in("d", &pending, ttl, 2)
+        .await
+        .expect("room again once the old ones expired");
+});

@@ -17,6 +17,7 @@ pub mod nodes;
 pub mod registry_credentials;
 pub mod role_bindings;
 pub mod sessions;
+pub mod sign_ins;
 pub mod tenant_secrets;
 pub mod tenants;
 pub mod users;
