@@ -36,7 +36,7 @@ pub use handlers::enrollment::{
     BOOTSTRAP_TOKEN_PREFIX, DEFAULT_BOOTSTRAP_TTL, TokenFor, issue_bootstrap_token,
 };
 pub use handlers::job_logs::{LogTail, log_tail};
-pub use handlers::jobs::{job_view, read_views, visible_job};
+pub use handlers::jobs::{job_view, read_views, unfinished, visible_job};
 pub use handlers::tokens::TOKEN_PREFIX;
 pub use problem::ApiError;
 

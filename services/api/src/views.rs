@@ -919,36 +919,34 @@ impl NodeView {
         }
     }
 
-    /// With what `holding` (the jobs scheduled or running, every tenant's, any node's)
-    /// holds of each GPU, for callers with the `telemetry.read` right.
-    pub fn holding(mut self, holding: &[Job]) -> Self {
-        let on_node: Vec<&Job> = holding
+    /// `n` with what `holding` (the jobs scheduled or running, every tenant's) holds of
+    /// each GPU, and its free GPUs, for callers with the `telemetry.read` right.
+    pub fn with_holding(n: Node, now: DateTime<Utc>, holding: &[Job]) -> Self {
+        let held: Vec<(u64, u32)> = n
+            .gpus
             .iter()
-            .filter(|j| j.node_id.as_deref() == Some(self.id.as_str()))
+            .map(|g| {
+                let on = g.holders(holding);
+                let milli = on.iter().map(|(_, m)| m).sum::<u64>();
+                (
+                    milli.min(u64::from(allot_domain::GPU_MILLI)),
+                    u32::try_from(on.len()).unwrap_or(u32::MAX),
+                )
+            })
             .collect();
-        for g in &mut self.gpus {
-            let held_by = |j: &&&Job| {
-                j.gpu_uuids
-                    .iter()
-                    .any(|u| *u == g.uuid || g.mig_instances.iter().flatten().any(|m| m.uuid == *u))
-            };
-            let on: Vec<&&Job> = on_node.iter().filter(held_by).collect();
-            g.jobs = Some(u32::try_from(on.len()).unwrap_or(u32::MAX));
-            g.held_milli = Some(
-                on.iter()
-                    .map(|j| j.held_milli_on_each_gpu())
-                    .sum::<u64>()
-                    .min(u64::from(allot_domain::GPU_MILLI)),
-            );
+        let mut view = Self::new(n, now);
+        for (g, (milli, jobs)) in view.gpus.iter_mut().zip(held) {
+            g.held_milli = Some(milli);
+            g.jobs = Some(jobs);
         }
-        let open = self.status == "ready" && !self.cordoned;
-        let free = self
+        let open = view.status == "ready" && !view.cordoned;
+        let free = view
             .gpus
             .iter()
             .filter(|g| open && g.health == "healthy" && g.held_milli == Some(0))
             .count();
-        self.gpus_free = Some(u32::try_from(free).unwrap_or(u32::MAX));
-        self
+        view.gpus_free = Some(u32::try_from(free).unwrap_or(u32::MAX));
+        view
     }
 }
 

@@ -239,6 +239,13 @@ pub fn is_bidi_control(c: char) -> bool {
 
 impl JobSpec {
     /// Checks every rule and reports all broken ones at once.
+    /// Its time limit as a length of time.
+    pub fn time_limit(&self) -> Option<chrono::Duration> {
+        self.time_limit_secs
+            .and_then(|s| i64::try_from(s).ok())
+            .map(chrono::Duration::seconds)
+    }
+
     pub fn validate(&self) -> Result<(), ValidationError> {
         let mut v = Violations::default();
         if let Some(limit) = self.time_limit_secs {
@@ -538,6 +545,45 @@ impl Job {
     }
 }
 
+/// What a job's elapsed time measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Elapsed {
+    /// Running, since its attempt started.
+    Running,
+    /// Ended, from its start to its end.
+    Ran,
+    /// Ended without running, from its submission to its end.
+    EndedUnstarted,
+    /// Waiting, since its submission or its last requeue.
+    Waiting,
+    /// Otherwise (scheduled, say), since its last change.
+    InState,
+}
+
+/// How long a job has been in its phase, and which phase that is: what `job get`, `job
+/// list`'s TIME and the portal's job page say.
+pub fn elapsed(
+    state: JobState,
+    attempt: u32,
+    created_at: DateTime<Utc>,
+    updated_at: DateTime<Utc>,
+    started_at: Option<DateTime<Utc>>,
+    finished_at: Option<DateTime<Utc>>,
+    now: DateTime<Utc>,
+) -> (Elapsed, chrono::Duration) {
+    match (state, started_at, finished_at) {
+        (JobState::Running, Some(s), _) => (Elapsed::Running, now - s),
+        (_, Some(s), Some(f)) if state.is_terminal() => (Elapsed::Ran, f - s),
+        (_, _, Some(f)) if state.is_terminal() => (Elapsed::EndedUnstarted, f - created_at),
+        (JobState::Pending, _, _) => {
+            // A requeued attempt waits from its requeue.
+            let since = if attempt > 1 { updated_at } else { created_at };
+            (Elapsed::Waiting, now - since)
+        }
+        _ => (Elapsed::InState, now - updated_at),
+    }
+}
+
 /// One persisted transition.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct JobEvent {
@@ -721,6 +767,48 @@ pub(crate) mod tests {
         assert_eq!(
             s.validate().expect_err("invalid").0[0].field,
             "gpu_memory_bytes"
+        );
+    }
+}
+
+#[cfg(test)]
+mod elapsed_tests {
+    use super::{Elapsed, JobState, elapsed};
+    use chrono::{Duration, TimeZone, Utc};
+
+    #[test]
+    fn each_phase_is_timed_from_where_it_began() {
+        let t0 = Utc
+            .with_ymd_and_hms(2026, 12, 1, 12, 0, 0)
+            .single()
+            .expect("time");
+        let at = |m: i64| t0 + Duration::minutes(m);
+        let now = at(60);
+        let of = |state, attempt, started, finished| {
+            let (phase, span) = elapsed(state, attempt, at(0), at(30), started, finished, now);
+            (phase, span.num_minutes())
+        };
+        assert_eq!(
+            of(JobState::Running, 1, Some(at(10)), None),
+            (Elapsed::Running, 50)
+        );
+        assert_eq!(
+            of(JobState::Succeeded, 1, Some(at(10)), Some(at(40))),
+            (Elapsed::Ran, 30)
+        );
+        assert_eq!(
+            of(JobState::Cancelled, 1, None, Some(at(5))),
+            (Elapsed::EndedUnstarted, 5)
+        );
+        assert_eq!(of(JobState::Pending, 1, None, None), (Elapsed::Waiting, 60));
+        // A requeued attempt waits from its requeue, whatever its first attempt ran.
+        assert_eq!(
+            of(JobState::Pending, 2, Some(at(10)), Some(at(30))),
+            (Elapsed::Waiting, 30)
+        );
+        assert_eq!(
+            of(JobState::Scheduled, 1, None, None),
+            (Elapsed::InState, 30)
         );
     }
 }

@@ -249,6 +249,16 @@ impl GpuDevice {
         self.uuid == uuid || self.mig.iter().flatten().any(|s| s.uuid == uuid)
     }
 
+    /// The jobs of `holding` placed on this GPU (or one of its MIG instances), and how much
+    /// of it each holds, in milli.
+    pub fn holders<'a>(&self, holding: &'a [crate::Job]) -> Vec<(&'a crate::Job, u64)> {
+        holding
+            .iter()
+            .filter(|j| j.gpu_uuids.iter().any(|u| self.holds(u)))
+            .map(|j| (j, j.held_milli_on_each_gpu()))
+            .collect()
+    }
+
     /// Its health in one word: `unhealthy` (as its agent reports), `draining` (an operator
     /// drained it), `degraded` (suspect: keeps its jobs) or `healthy`. Only a healthy GPU
     /// takes new work.

@@ -2,7 +2,7 @@
 //! heatmap of every GPU's share held, with who holds each part; the per-node details below
 //! it are on demand.
 
-use allot_domain::{GpuDevice, Job, Node, format_milli};
+use allot_domain::{Job, Node, format_milli};
 
 /// A node's one state: `ready`, `cordoned` (ready, taking no new work) or `not-ready`.
 pub(crate) fn node_state(status: &str, cordoned: bool) -> &'static str {
@@ -49,15 +49,6 @@ pub(crate) struct HeatCell {
     pub title: String,
 }
 
-/// The jobs holding part of `gpu`, and how much each holds.
-fn holders<'a>(gpu: &GpuDevice, holding: &'a [Job]) -> Vec<(&'a Job, u64)> {
-    holding
-        .iter()
-        .filter(|j| j.gpu_uuids.iter().any(|u| gpu.holds(u)))
-        .map(|j| (j, j.held_milli_on_each_gpu()))
-        .collect()
-}
-
 /// `nodes` (with their `status`: ready or not) and the jobs holding GPUs, summed up.
 pub(crate) fn summary(nodes: &[(Node, String)], holding: &[Job]) -> Summary {
     let mut s = Summary {
@@ -78,7 +69,7 @@ pub(crate) fn summary(nodes: &[(Node, String)], holding: &[Job]) -> Summary {
         }
         let mut cells = Vec::new();
         for g in &n.gpus {
-            let on = holders(g, holding);
+            let on = g.holders(holding);
             let held: u64 = on.iter().map(|(_, m)| m).sum::<u64>().min(1000);
             let health = g.health(n.drained_gpus.contains(&g.uuid));
             let m = models.entry(g.model.clone()).or_default();

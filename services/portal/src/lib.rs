@@ -17,6 +17,7 @@ use allot_api::views::NodeView;
 use allot_api::{ApiError, AppState};
 use allot_authz::{Action, Resource};
 use allot_domain::accounting::JobUsage;
+use allot_domain::job::Elapsed;
 use allot_domain::{Job, JobState, Tenant, format_bytes, format_duration, format_milli};
 use allot_store::{
     AuditRepo, AuditSearch, IdentityRepo, JobFilter, JobRepo, NodeRepo, SampleRepo, TenantRepo,
@@ -383,22 +384,7 @@ async fn dashboard_page(
         .store
         .count_jobs(JobFilter::new(scope.clone()))
         .await?;
-    let holding = state
-        .store
-        .list_jobs(JobFilter {
-            states: vec![JobState::Scheduled, JobState::Running],
-            ..JobFilter::new(scope.clone())
-        })
-        .await?
-        .jobs;
-    let waiting = state
-        .store
-        .list_jobs(JobFilter {
-            states: vec![JobState::Pending],
-            ..JobFilter::new(scope.clone())
-        })
-        .await?
-        .jobs;
+    let (holding, waiting) = allot_api::unfinished(&state, scope.clone()).await?;
     let quota_rows = tenants
         .iter()
         .map(|t| {
@@ -689,25 +675,21 @@ async fn job_page(
     } else {
         String::new()
     };
-    let elapsed = match (job.state, job.started_at, job.finished_at) {
-        (JobState::Running, Some(s), _) => {
-            format!("running for {}", format_duration((now - s).num_seconds()))
-        }
-        (_, Some(s), Some(f)) if terminal => {
-            format!("ran for {}", format_duration((f - s).num_seconds()))
-        }
-        (JobState::Pending, _, _) => {
-            let since = if job.attempt > 1 {
-                job.updated_at
-            } else {
-                job.created_at
-            };
-            format!(
-                "waiting for {}",
-                format_duration((now - since).num_seconds())
-            )
-        }
-        _ => String::new(),
+    let (phase, span) = allot_domain::job::elapsed(
+        job.state,
+        job.attempt,
+        job.created_at,
+        job.updated_at,
+        job.started_at,
+        job.finished_at,
+        now,
+    );
+    let span = format_duration(span.num_seconds());
+    let elapsed = match phase {
+        Elapsed::Running => format!("running for {span}"),
+        Elapsed::Ran => format!("ran for {span}"),
+        Elapsed::Waiting => format!("waiting for {span}"),
+        Elapsed::EndedUnstarted | Elapsed::InState => String::new(),
     };
     let view = allot_api::read_views(&state, &who, vec![job])
         .await?

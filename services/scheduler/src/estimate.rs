@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 
 use allot_domain::{GPU_MILLI, Job, Node, NodeStatus, Tenant};
-use chrono::{DateTime, Duration, Utc};
+use chrono::{DateTime, Utc};
 
 use crate::admission::model_key;
 
@@ -104,11 +104,7 @@ pub fn start_estimates(
             (n.id.clone(), gpus)
         })
         .collect();
-    let limit = |j: &Job| {
-        j.spec
-            .time_limit_secs
-            .map(|s| Duration::seconds(i64::try_from(s).unwrap_or(i64::MAX / 2)))
-    };
+    let limit = |j: &Job| j.spec.time_limit();
     // What runs now holds its GPUs until its limit from its start.
     let mut ends: Vec<DateTime<Utc>> = Vec::new();
     for j in holding {
@@ -202,40 +198,15 @@ pub fn start_estimates(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::{node, now, spec, tenant};
+    use crate::testing::{node, now, pending_job, tenant};
     use allot_domain::JobState;
+    use chrono::Duration;
 
     fn job(id: &str, gpus: u32, limit: Option<u64>, minutes_ago: i64) -> Job {
-        let mut s = spec(id, "t", gpus, None);
-        s.time_limit_secs = limit;
-        Job {
-            id: id.into(),
-            tenant_id: "t".into(),
-            spec: s,
-            state: JobState::Pending,
-            pending_reason: None,
-            node_id: None,
-            gpu_uuids: Vec::new(),
-            held_gpu_milli: None,
-            borrowing: false,
-            attempt: 1,
-            cancel_requested: false,
-            preempt_reason: None,
-            failures: 0,
-            retry_at: None,
-            pid: None,
-            exit_code: None,
-            message: None,
-            log_tail: None,
-            created_at: now() - Duration::minutes(minutes_ago),
-            updated_at: now(),
-            scheduled_at: None,
-            started_at: None,
-            finished_at: None,
-            traceparent: None,
-            avoid: None,
-            image_digest: None,
-        }
+        let mut j = pending_job(id, "t", gpus, None);
+        j.spec.time_limit_secs = limit;
+        j.created_at = now() - Duration::minutes(minutes_ago);
+        j
     }
 
     fn running(mut j: Job, n: &Node, gpus: &[usize], started_minutes_ago: i64) -> Job {

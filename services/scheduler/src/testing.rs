@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use allot_domain::{GpuDevice, JobSpec, Node, Quota, Resources, Tenant, TenantName};
+use allot_domain::{GpuDevice, Job, JobSpec, Node, Quota, Resources, Tenant, TenantName};
 use chrono::{DateTime, TimeZone, Utc};
 
 pub(crate) fn now() -> DateTime<Utc> {
@@ -88,5 +88,37 @@ pub(crate) fn spec(name: &str, tenant: &str, gpus: u32, share: Option<u32>) -> J
         time_limit_secs: None,
         image: None,
         network: Default::default(),
+    }
+}
+
+/// A pending job of `tenant` as the store returns it, submitted an hour before [`now`].
+pub(crate) fn pending_job(id: &str, tenant: &str, gpus: u32, share: Option<u32>) -> Job {
+    Job {
+        id: id.into(),
+        tenant_id: tenant.into(),
+        spec: spec(id, tenant, gpus, share),
+        state: allot_domain::JobState::Pending,
+        pending_reason: None,
+        node_id: None,
+        gpu_uuids: Vec::new(),
+        held_gpu_milli: None,
+        borrowing: false,
+        attempt: 1,
+        cancel_requested: false,
+        preempt_reason: None,
+        failures: 0,
+        retry_at: None,
+        pid: None,
+        exit_code: None,
+        message: None,
+        log_tail: None,
+        created_at: now() - chrono::Duration::hours(1),
+        updated_at: now(),
+        scheduled_at: None,
+        started_at: None,
+        finished_at: None,
+        traceparent: None,
+        avoid: None,
+        image_digest: None,
     }
 }

@@ -4,22 +4,20 @@
 
 use allot_domain::{AuditContext, Job, JobState};
 use allot_store::{JobFilter, JobRepo, Store, StoreError, TenantScope};
-use chrono::{DateTime, Duration, Utc};
+use chrono::{DateTime, Utc};
 
 use crate::hub::{self, Hub};
 
 /// When `job`'s attempt reaches its time limit, if it has one and has started.
 pub fn deadline(job: &Job) -> Option<DateTime<Utc>> {
-    let limit = i64::try_from(job.spec.time_limit_secs?).ok()?;
-    Some(job.started_at? + Duration::seconds(limit))
+    Some(job.started_at? + job.spec.time_limit()?)
 }
 
 /// The end message of a job stopped at its time limit: "time limit of 2h 0m reached".
 pub fn reached(job: &Job) -> Option<String> {
-    let limit = job.spec.time_limit_secs?;
     Some(format!(
         "time limit of {} reached",
-        allot_domain::format_duration(i64::try_from(limit).unwrap_or(i64::MAX))
+        allot_domain::format_duration(job.spec.time_limit()?.num_seconds())
     ))
 }
 

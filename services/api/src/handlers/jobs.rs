@@ -231,54 +231,22 @@ pub async fn list(
     ))
 }
 
-/// When every pending job is estimated to start (see `allot_scheduler::estimate`): the
-/// whole fleet's pending and holding jobs are read, since any of them may stand ahead.
-async fn start_estimates(
+/// The unfinished jobs of `scope`: those that hold resources (scheduled or running), and
+/// those that wait; one read.
+pub async fn unfinished(
     state: &AppState,
-    nodes: &[allot_domain::Node],
-) -> Result<HashMap<String, chrono::DateTime<chrono::Utc>>, ApiError> {
+    scope: TenantScope,
+) -> Result<(Vec<Job>, Vec<Job>), ApiError> {
     let mut jobs = state
         .store
         .list_jobs(JobFilter {
             states: vec![JobState::Pending, JobState::Scheduled, JobState::Running],
-            ..JobFilter::new(TenantScope::All)
+            ..JobFilter::new(scope)
         })
         .await?
         .jobs;
-    let holding: Vec<Job> = jobs.extract_if(.., |j| j.state.holds_resources()).collect();
-    Ok(allot_scheduler::estimate::start_estimates(
-        nodes,
-        &state.store.list_tenants().await?,
-        &holding,
-        &jobs,
-        state.store.clock().now(),
-    ))
-}
-
-/// The queue places of `jobs`' pending ones: their tenants' queues read whole.
-async fn queue_places(
-    state: &AppState,
-    jobs: &[Job],
-) -> Result<HashMap<String, allot_scheduler::live::QueuePlace>, ApiError> {
-    let mut tenants: Vec<String> = jobs
-        .iter()
-        .filter(|j| j.state == JobState::Pending)
-        .map(|j| j.tenant_id.clone())
-        .collect();
-    tenants.sort_unstable();
-    tenants.dedup();
-    if tenants.is_empty() {
-        return Ok(HashMap::new());
-    }
-    let pending = state
-        .store
-        .list_jobs(JobFilter {
-            states: vec![JobState::Pending],
-            ..JobFilter::new(TenantScope::Tenants(tenants))
-        })
-        .await?
-        .jobs;
-    Ok(allot_scheduler::live::queue_places(&pending))
+    let holding = jobs.extract_if(.., |j| j.state.holds_resources()).collect();
+    Ok((holding, jobs))
 }
 
 /// `jobs` as reads show them: with each pending one's place in its tenant's queue, and
@@ -288,17 +256,26 @@ pub async fn read_views(
     who: &Principal,
     jobs: Vec<Job>,
 ) -> Result<Vec<JobView>, ApiError> {
-    let places = queue_places(state, &jobs).await?;
     let pending = jobs.iter().any(|j| j.state == JobState::Pending);
     let fleet = if pending || jobs.iter().any(|j| j.node_id.is_some()) {
         state.store.list_nodes().await?
     } else {
         Vec::new()
     };
-    let starts = if pending {
-        start_estimates(state, &fleet).await?
+    // A pending job's queue place and estimated start both come from every unfinished
+    // job: any of them may stand ahead of it.
+    let (places, starts) = if pending {
+        let (holding, waiting) = unfinished(state, TenantScope::All).await?;
+        let starts = allot_scheduler::estimate::start_estimates(
+            &fleet,
+            &state.store.list_tenants().await?,
+            &holding,
+            &waiting,
+            state.store.clock().now(),
+        );
+        (allot_scheduler::live::queue_places(&waiting), starts)
     } else {
-        HashMap::new()
+        (HashMap::new(), HashMap::new())
     };
     let nodes: HashMap<String, String> = fleet.into_iter().map(|n| (n.id, n.name)).collect();
     let mut views = Vec::with_capacity(jobs.len());

@@ -27,11 +27,10 @@ pub async fn list(state: web::Data<AppState>, who: Principal) -> Result<HttpResp
         .await?
         .into_iter()
         .map(|n| {
-            let view = NodeView::new(n, now);
             if telemetry {
-                view.holding(&holding)
+                NodeView::with_holding(n, now, &holding)
             } else {
-                view
+                NodeView::new(n, now)
             }
         })
         .collect();
@@ -72,12 +71,12 @@ pub(crate) async fn view(
     who: &Principal,
     node: allot_domain::Node,
 ) -> Result<NodeView, ApiError> {
-    let view = NodeView::new(node, state.store.clock().now());
+    let now = state.store.clock().now();
     if !who.allows(Action::TelemetryRead, Resource::Platform)? {
-        return Ok(view);
+        return Ok(NodeView::new(node, now));
     }
-    let holding = holding(state, Some(&view.id)).await?;
-    Ok(view.holding(&holding))
+    let holding = holding(state, Some(&node.id)).await?;
+    Ok(NodeView::with_holding(node, now, &holding))
 }
 
 /// The node named by `key`: its id, or its name.

@@ -2,7 +2,7 @@ use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, web};
 use allot_authz::{Action, Resource};
 use allot_domain::{PullSecret, Quota, Tenant, TenantName, TenantPolicy, ValidationError};
-use allot_store::{CredentialRepo, JobFilter, JobRepo, SecretRepo, TenantRepo, TenantScope};
+use allot_store::{CredentialRepo, SecretRepo, TenantRepo, TenantScope};
 
 use crate::auth::Principal;
 use crate::extract::Json;
@@ -74,26 +74,9 @@ pub async fn create(
     ))
 }
 
-/// Every tenant's jobs that hold resources, and those that wait.
-async fn jobs(
-    state: &AppState,
-) -> Result<(Vec<allot_domain::Job>, Vec<allot_domain::Job>), ApiError> {
-    use allot_domain::JobState;
-    let mut jobs = state
-        .store
-        .list_jobs(JobFilter {
-            states: vec![JobState::Pending, JobState::Scheduled, JobState::Running],
-            ..JobFilter::new(TenantScope::All)
-        })
-        .await?
-        .jobs;
-    let holding = jobs.extract_if(.., |j| j.state.holds_resources()).collect();
-    Ok((holding, jobs))
-}
-
 /// `tenant` as the API shows it, with what its jobs hold and how many wait.
 async fn view(state: &AppState, tenant: Tenant, all: &[Tenant]) -> Result<TenantView, ApiError> {
-    let (holding, pending) = jobs(state).await?;
+    let (holding, pending) = super::jobs::unfinished(state, TenantScope::All).await?;
     Ok(TenantView::new(tenant, all, &holding, &pending))
 }
 
@@ -111,7 +94,7 @@ fn check_tree(tenants: &[Tenant]) -> Result<(), ValidationError> {
 pub async fn list(state: web::Data<AppState>, who: Principal) -> Result<HttpResponse, ApiError> {
     let visible = who.listable(Action::TenantRead, "tenants")?;
     let all = state.store.list_tenants().await?;
-    let (holding, pending) = jobs(&state).await?;
+    let (holding, pending) = super::jobs::unfinished(&state, TenantScope::All).await?;
     let tenants: Vec<TenantView> = all
         .iter()
         .filter(|t| visible.contains(&t.id))

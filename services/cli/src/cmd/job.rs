@@ -2,6 +2,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use allot_api::views::{JobList, JobView};
+use allot_domain::job::Elapsed;
 use allot_domain::{
     GpuCompute, Isolation, WorkloadClass, format_bytes, format_duration, parse_memory,
     parse_priority,
@@ -460,38 +461,48 @@ fn parse_time_limit(s: &str) -> Result<u64, String> {
     Ok(secs)
 }
 
-/// How long a job has been in its state as people read it: running for (since it
-/// started), ran for (once ended), or waiting for (since it was submitted or requeued).
+/// How long `j` has been in its phase, and which (see `allot_domain::job::elapsed`); none
+/// for a state this client does not know.
+fn elapsed_of(
+    j: &JobView,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Option<(Elapsed, chrono::Duration)> {
+    let state = j.state.parse().ok()?;
+    Some(allot_domain::job::elapsed(
+        state,
+        j.attempt,
+        j.created_at,
+        j.updated_at,
+        j.started_at,
+        j.finished_at,
+        now,
+    ))
+}
+
+/// How long a job has been in its phase as people read it: "running 3m 5s", "ran 2h 0m",
+/// "waiting 42s".
 fn elapsed(j: &JobView, now: chrono::DateTime<chrono::Utc>) -> String {
-    let (from, to, what) = match (j.state.as_str(), j.started_at, j.finished_at) {
-        ("running", Some(s), _) => (s, now, "running"),
-        (_, Some(s), Some(f)) if is_terminal(&j.state) => (s, f, "ran"),
-        (_, _, Some(f)) if is_terminal(&j.state) => (j.created_at, f, "ended after"),
-        ("pending", _, _) => (waiting_since(j), now, "waiting"),
-        _ => (j.updated_at, now, "for"),
+    let Some((phase, span)) = elapsed_of(j, now) else {
+        return "-".into();
     };
-    format!("{what} {}", format_duration((to - from).num_seconds()))
+    let what = match phase {
+        Elapsed::Running => "running",
+        Elapsed::Ran => "ran",
+        Elapsed::EndedUnstarted => "ended after",
+        Elapsed::Waiting => "waiting",
+        Elapsed::InState => "for",
+    };
+    format!("{what} {}", format_duration(span.num_seconds()))
 }
 
-/// When a pending job began to wait: its submission, or its last requeue.
-fn waiting_since(j: &JobView) -> chrono::DateTime<chrono::Utc> {
-    if j.attempt > 1 {
-        j.updated_at
-    } else {
-        j.created_at
-    }
-}
-
-/// The TIME column: elapsed as squeue shows it, D-HH:MM:SS.
+/// The TIME column: how long it ran, runs or waits, as squeue shows it (D-HH:MM:SS).
 fn time_cell(j: &JobView) -> String {
-    let now = chrono::Utc::now();
-    let secs = match (j.state.as_str(), j.started_at, j.finished_at) {
-        ("running", Some(s), _) => (now - s).num_seconds(),
-        (_, Some(s), Some(f)) => (f - s).num_seconds(),
-        ("pending", _, _) => (now - waiting_since(j)).num_seconds(),
-        _ => return "-".into(),
-    };
-    clock(secs)
+    match elapsed_of(j, chrono::Utc::now()) {
+        Some((Elapsed::Running | Elapsed::Ran | Elapsed::Waiting, span)) => {
+            clock(span.num_seconds())
+        }
+        _ => "-".into(),
+    }
 }
 
 /// Seconds as D-HH:MM:SS (days only when there are some), as Slurm shows times.

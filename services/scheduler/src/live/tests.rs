@@ -2,37 +2,10 @@ use allot_domain::JobState;
 
 use super::*;
 use crate::engine::GpuLimits;
-use crate::testing::{node, now, spec, tenant};
+use crate::testing::{node, now, tenant};
 
 fn job(id: &str, tenant: &str, gpus: u32, share: Option<u32>) -> StoredJob {
-    StoredJob {
-        id: id.into(),
-        tenant_id: tenant.into(),
-        spec: spec(id, tenant, gpus, share),
-        state: JobState::Pending,
-        pending_reason: None,
-        node_id: None,
-        gpu_uuids: Vec::new(),
-        held_gpu_milli: None,
-        borrowing: false,
-        attempt: 1,
-        cancel_requested: false,
-        preempt_reason: None,
-        failures: 0,
-        retry_at: None,
-        pid: None,
-        exit_code: None,
-        message: None,
-        log_tail: None,
-        created_at: now() - chrono::Duration::hours(1),
-        updated_at: now(),
-        scheduled_at: None,
-        started_at: None,
-        finished_at: None,
-        traceparent: None,
-        avoid: None,
-        image_digest: None,
-    }
+    crate::testing::pending_job(id, tenant, gpus, share)
 }
 
 fn running_on(mut j: StoredJob, node: &str, gpus: &[usize]) -> StoredJob {
