@@ -163,6 +163,7 @@ impl Agent {
                     let extra = s.env(&env);
                     env.extend(extra);
                 }
+                env.extend(self.backend.job_env(&l.gpu_uuids));
                 env
             },
             workdir: (!l.workdir.is_empty()).then_some(l.workdir),

@@ -30,14 +30,18 @@ impl Agent {
             }
             let regions: Vec<&sharing::JobSharing> =
                 shared.iter().map(|(_, _, s, _)| s.as_ref()).collect();
-            sharing::update_contention(&regions, allot_shim_core::monotonic_ns());
+            let Ok(inventory) = self.backend.inventory() else {
+                continue;
+            };
+            let busy: HashMap<String, f64> = inventory
+                .iter()
+                .filter_map(|g| Some((g.uuid.clone(), self.backend.busy(g.index)?)))
+                .collect();
+            sharing::update_contention(&regions, allot_shim_core::monotonic_ns(), &busy);
             let owners: Vec<(String, Tracker)> = shared
                 .iter()
                 .filter_map(|(id, tracker, _, _)| Some((id.clone(), tracker.clone()?)))
                 .collect();
-            let Ok(inventory) = self.backend.inventory() else {
-                continue;
-            };
             for gpu in &inventory {
                 let limits: HashMap<String, u64> = shared
                     .iter()

@@ -192,8 +192,16 @@ impl JobSharing {
 /// Launches this recent (ns) mean a job wants its GPU.
 pub const ACTIVE_WITHIN_NS: u64 = 1_000_000_000;
 
-/// Tells each job whether another job on each of its GPUs is launching work.
-pub fn update_contention(jobs: &[&JobSharing], now_ns: u64) {
+/// A GPU busy this much of the time has nothing idle to lend: elastic jobs on it are held
+/// to their shares.
+pub const SATURATED: f64 = 0.9;
+
+/// Tells each job whether each of its GPUs is contended: another job on it is launching
+/// work and the GPU is saturated (`busy`, by UUID: the share of the last interval it ran
+/// kernels; a GPU whose business is unknown counts as saturated while others launch). An
+/// elastic job is held to its share only then: while the GPU has idle time, using it
+/// takes nothing from anyone.
+pub fn update_contention(jobs: &[&JobSharing], now_ns: u64, busy: &HashMap<String, f64>) {
     let mut active: HashMap<&str, usize> = HashMap::new();
     for job in jobs {
         for (i, gpu) in job.gpus.iter().enumerate() {
@@ -206,7 +214,8 @@ pub fn update_contention(jobs: &[&JobSharing], now_ns: u64) {
         for (i, gpu) in job.gpus.iter().enumerate() {
             let mine = usize::from(now_ns.saturating_sub(job.last_launch_ns(i)) < ACTIVE_WITHIN_NS);
             let others = active.get(gpu.as_str()).copied().unwrap_or(0) - mine;
-            job.region.set_contended(i, others > 0);
+            let saturated = busy.get(gpu).is_none_or(|b| *b >= SATURATED);
+            job.region.set_contended(i, others > 0 && saturated);
         }
     }
 }
@@ -328,6 +337,49 @@ mod tests {
             healthy: true,
             degraded: false,
         }
+    }
+
+    #[test]
+    fn an_elastic_job_is_held_to_its_share_only_on_a_saturated_gpu_someone_else_wants() {
+        let cfg = SharingConfig::default();
+        let inv = [gpu("GPU-a", 100 << 30)];
+        let gpus = vec!["GPU-a".to_owned()];
+        let share = Share {
+            gpu_milli: 300,
+            gpu_memory_bytes: 0,
+        };
+        let a = prepare(&cfg, "a", &gpus, share, "elastic", &inv)
+            .expect("ok")
+            .expect("shared");
+        let b = prepare(&cfg, "b", &gpus, share, "elastic", &inv)
+            .expect("ok")
+            .expect("shared");
+        let now = 10_000_000_000u64;
+        let launched = |j: &JobSharing, at: u64| {
+            if let Some(u) = j.region.usage(0) {
+                u.last_launch_ns
+                    .store(at, std::sync::atomic::Ordering::Relaxed);
+            }
+        };
+        let contended = |j: &JobSharing| j.region.limits(0).is_some_and(|l| l.contended());
+        let busy = |b: f64| HashMap::from([("GPU-a".to_owned(), b)]);
+        // Both launching, the GPU half idle: nobody is held back.
+        launched(&a, now - 1_000);
+        launched(&b, now - 1_000);
+        update_contention(&[&a, &b], now, &busy(0.5));
+        assert!(!contended(&a) && !contended(&b));
+        // Saturated: both are held to their shares.
+        update_contention(&[&a, &b], now, &busy(0.95));
+        assert!(contended(&a) && contended(&b));
+        // Saturated by one alone (the other idle for over a second): it takes all.
+        launched(&b, now - 2 * ACTIVE_WITHIN_NS);
+        update_contention(&[&a, &b], now, &busy(1.0));
+        assert!(!contended(&a), "nobody else wants the GPU");
+        assert!(contended(&b), "b yields to a if it launches again");
+        // Where the driver cannot say how busy the GPU is, another's launches are enough.
+        launched(&b, now - 1_000);
+        update_contention(&[&a, &b], now, &HashMap::new());
+        assert!(contended(&a) && contended(&b));
     }
 
     #[test]

@@ -1,8 +1,8 @@
-//! What the GPU-sharing shim's tests run: the shim and the fake CUDA driver (built by the
-//! same cargo, in the same profile, as the tests), the driver linked under the names
-//! programs load (`libcuda.so.1`, `libnvidia-ml.so.1`), and the C probe that reaches the
-//! driver in every way applications do (`agent/shim/probe/probe.c`), compiled with the
-//! system C compiler.
+//! What the GPU-sharing shim's tests run: the shim, the fake CUDA driver and the workload
+//! programs (built by the same cargo, in the same profile, as the tests), the driver linked
+//! under the names programs load (`libcuda.so.1`, `libnvidia-ml.so.1`), and the C probe that
+//! reaches the driver in every way applications do (`agent/shim/probe/probe.c`), compiled
+//! with the system C compiler.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -16,6 +16,8 @@ pub struct ShimKit {
     /// Holds `libcuda.so.1`, `libcuda.so` and `libnvidia-ml.so.1`, all the fake driver.
     pub driver_dir: PathBuf,
     pub probe: PathBuf,
+    /// `allot-workload`: the inference service and training loop benchmarks run as jobs.
+    pub workload: PathBuf,
 }
 
 /// `target/<profile>`: where cargo put this test binary's profile's artifacts.
@@ -42,6 +44,8 @@ pub fn kit() -> &'static ShimKit {
             "allot-shim",
             "-p",
             "allot-fake-cuda",
+            "-p",
+            "allot-workload",
         ]);
         if profile.file_name().is_some_and(|n| n == "release") {
             build.arg("--release");
@@ -52,7 +56,7 @@ pub fn kit() -> &'static ShimKit {
             .expect("run cargo build");
         assert!(
             status.success(),
-            "building the shim and the fake driver failed"
+            "building the shim, the fake driver and the workloads failed"
         );
         let probe = allot_shim_core::probe::build(
             &profile.join("liballot_fake_cuda.so"),
@@ -63,6 +67,7 @@ pub fn kit() -> &'static ShimKit {
             shim: profile.join("liballot_shim.so"),
             driver_dir: probe.driver_dir,
             probe: probe.program,
+            workload: profile.join("allot-workload"),
         }
     })
 }

@@ -16,33 +16,9 @@
 # Exit status: 0 all pass, 1 a check failed, 2 cannot run here.
 set -uo pipefail
 
-here="$(cd "$(dirname "$0")" && pwd)"
-repo="$(cd "$here/../../.." && pwd)"
-python="${PYTHON:-python3}"
+name=gpu-check
+source "$(dirname "$0")/gpu-common.sh"
 window="${WINDOW_SECONDS:-15}"
-
-die() { echo "gpu-check: $*" >&2; exit 2; }
-
-command -v nvidia-smi >/dev/null || die "no nvidia-smi: no NVIDIA driver here"
-"$python" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null \
-  || die "PyTorch with CUDA is not importable by $python"
-
-if [[ -n "${SHIM_DIR:-}" ]]; then
-  bin="$SHIM_DIR"
-elif command -v cargo >/dev/null; then
-  # Two small crates (libc and thiserror are their only dependencies): seconds.
-  (cd "$repo" && cargo build --quiet --release -p allot-shim -p allot-shim-core --bin allot-shim-exec) \
-    || die "building the shim failed"
-  bin="$repo/target/release"
-else
-  die "no cargo to build the shim: set SHIM_DIR to a directory with liballot_shim.so and allot-shim-exec"
-fi
-shim="$bin/liballot_shim.so"
-exec_="$bin/allot-shim-exec"
-[[ -f "$shim" && -x "$exec_" ]] || die "missing $shim or $exec_"
-
-gpu="$(nvidia-smi --query-gpu=uuid --format=csv,noheader | head -n1 | tr -d ' ')"
-[[ "$gpu" == GPU-* ]] || die "no GPU UUID from nvidia-smi"
 total_mib="$(nvidia-smi --id="$gpu" --query-gpu=memory.total --format=csv,noheader,nounits | tr -d ' ')"
 echo "GPU $gpu ($(nvidia-smi --id="$gpu" --query-gpu=name --format=csv,noheader)), ${total_mib} MiB; driver $(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -n1)"
 

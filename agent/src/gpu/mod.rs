@@ -87,6 +87,19 @@ pub trait GpuBackend: Send + Sync + std::fmt::Debug {
     fn driver_version(&self) -> Option<String> {
         None
     }
+    /// The share of the time since the last call (or of the driver's last sample period)
+    /// the GPU with this index ran kernels, 0 to 1; `None` where the backend cannot tell.
+    fn busy(&self, index: u32) -> Option<f64> {
+        let _ = index;
+        None
+    }
+    /// Variables a job on these GPUs (`gpu_uuids`) needs to reach them, beside
+    /// `CUDA_VISIBLE_DEVICES`: none for real GPUs; for simulated ones, what ties the fake
+    /// driver a job loads to the node's simulated GPUs.
+    fn job_env(&self, gpu_uuids: &[String]) -> Vec<(String, String)> {
+        let _ = gpu_uuids;
+        Vec::new()
+    }
 }
 
 /// A MIG GPU instance (with its one compute instance) as the backend reports it.

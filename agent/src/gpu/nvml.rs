@@ -417,6 +417,14 @@ impl GpuBackend for NvmlBackend {
         )
     }
 
+    /// The driver's utilization: the share of its last sample period (1/6 s to 1 s, by
+    /// product) during which kernels ran.
+    fn busy(&self, index: u32) -> Option<f64> {
+        let device = self.nvml.device_by_index(index).ok()?;
+        let u = device.utilization_rates().ok()?;
+        Some(f64::from(u.gpu) / 100.0)
+    }
+
     fn sample(&self, index: u32, _load: f64) -> Option<super::GpuSample> {
         use nvml_wrapper::enum_wrappers::device::{EccCounter, MemoryError, PcieUtilCounter};
         let device = self.nvml.device_by_index(index).ok()?;

@@ -1,6 +1,7 @@
 //! Simulated GPUs, described as `8xH200` or `2xH200,1xT4`; `2xH200:mig` puts them in MIG
 //! mode (boards with a MIG geometry only), as an administrator would a real GPU.
 
+use std::collections::HashMap;
 use std::sync::Mutex;
 
 use sha2::{Digest, Sha256};
@@ -55,6 +56,11 @@ pub struct SimBackend {
     mig: Mutex<Vec<Option<Vec<MigInstance>>>>,
     events: Mutex<Vec<GpuEvent>>,
     fault_dir: Option<PathBuf>,
+    /// Where the fake CUDA driver keeps each simulated GPU's shared state, so jobs on one
+    /// GPU contend for it (`ALLOT_FAKE_CUDA_SHARED_DIR`, see docs/shim.md).
+    state_dir: Option<PathBuf>,
+    /// Per GPU index, the fake driver's busy count and when it was read last (`busy`).
+    busy_seen: Mutex<HashMap<u32, (u64, std::time::Instant)>>,
     /// Corrected ECC errors per GPU index: they rise while a GPU is degraded.
     ecc: Mutex<Vec<u64>>,
 }
@@ -115,6 +121,8 @@ impl SimBackend {
             mig: Mutex::new(mig),
             events: Mutex::new(Vec::new()),
             fault_dir: None,
+            state_dir: None,
+            busy_seen: Mutex::new(HashMap::new()),
             ecc: Mutex::new(Vec::new()),
         })
     }
@@ -122,6 +130,13 @@ impl SimBackend {
     /// Reads injected faults from `dir` too (see [`XID_FILE_PREFIX`]).
     pub fn with_fault_dir(mut self, dir: PathBuf) -> Self {
         self.fault_dir = Some(dir);
+        self
+    }
+
+    /// Jobs are told to share the simulated GPUs through state in `dir`: the fake driver
+    /// they load then time-slices each GPU between them as a GPU without MPS does.
+    pub fn with_state_dir(mut self, dir: PathBuf) -> Self {
+        self.state_dir = Some(dir);
         self
     }
 
@@ -280,6 +295,36 @@ impl GpuBackend for SimBackend {
         "simulated"
     }
 
+    /// From the fake driver's own count of the GPU's busy time (its state file), since the
+    /// last call; unknown before a job has used the GPU through it.
+    fn busy(&self, index: u32) -> Option<f64> {
+        let dir = self.state_dir.as_ref()?;
+        let uuid = self.gpu(index).ok()?.uuid;
+        let page = std::fs::read(dir.join(format!("{uuid}.gpu"))).ok()?;
+        let busy_ns = u64::from_ne_bytes(page.get(16..24)?.try_into().ok()?);
+        let now = std::time::Instant::now();
+        let mut seen = self.busy_seen.lock().unwrap_or_else(|e| e.into_inner());
+        let last = seen.insert(index, (busy_ns, now));
+        let (before, at) = last?;
+        let elapsed = now.duration_since(at).as_nanos() as f64;
+        (elapsed > 0.0).then(|| (busy_ns.saturating_sub(before) as f64 / elapsed).clamp(0.0, 1.0))
+    }
+
+    /// The fake driver's device 0, 1, … are the job's GPUs, which it shares with the other
+    /// jobs on them through the state directory.
+    fn job_env(&self, gpu_uuids: &[String]) -> Vec<(String, String)> {
+        let Some(dir) = &self.state_dir else {
+            return Vec::new();
+        };
+        vec![
+            (
+                "ALLOT_FAKE_CUDA_SHARED_DIR".to_owned(),
+                dir.display().to_string(),
+            ),
+            ("ALLOT_FAKE_CUDA_UUIDS".to_owned(), gpu_uuids.join(",")),
+        ]
+    }
+
     fn inventory(&self) -> Result<Vec<GpuInfo>, BackendError> {
         Ok(self.gpus.lock().unwrap_or_else(|e| e.into_inner()).clone())
     }
@@ -378,6 +423,41 @@ mod tests {
         assert_eq!(inv[2].model, "T4");
         assert_eq!(inv[2].index, 2);
         assert!(inv[0].uuid.starts_with("GPU-") && inv[0].uuid.len() == 40);
+    }
+
+    #[test]
+    fn jobs_share_simulated_gpus_through_the_state_dir_whose_busy_time_is_read_back() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let plain = SimBackend::from_spec("1xH200", "n").expect("spec");
+        assert!(plain.job_env(&["GPU-x".into()]).is_empty());
+        assert_eq!(plain.busy(0), None);
+        let b = SimBackend::from_spec("1xH200", "n")
+            .expect("spec")
+            .with_state_dir(dir.path().to_owned());
+        let uuid = b.inventory().expect("inventory")[0].uuid.clone();
+        let env: HashMap<String, String> =
+            b.job_env(std::slice::from_ref(&uuid)).into_iter().collect();
+        assert_eq!(env["ALLOT_FAKE_CUDA_UUIDS"], uuid);
+        assert_eq!(
+            env["ALLOT_FAKE_CUDA_SHARED_DIR"],
+            dir.path().display().to_string()
+        );
+        // The fake driver's page: busy nanoseconds at byte 16.
+        let page = |busy: u64| {
+            let mut p = vec![0u8; 4096];
+            p[16..24].copy_from_slice(&busy.to_ne_bytes());
+            std::fs::write(dir.path().join(format!("{uuid}.gpu")), p).expect("write");
+        };
+        assert_eq!(b.busy(0), None, "no job has used the GPU yet");
+        page(0);
+        assert_eq!(b.busy(0), None, "the first reading is the baseline");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        page(50_000_000);
+        let busy = b.busy(0).expect("a reading");
+        assert!(
+            (0.2..=0.55).contains(&busy),
+            "50 ms busy in about 100: {busy}"
+        );
     }
 
     #[test]

@@ -173,8 +173,12 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         let name = format!("dev-node-{i}");
         let node_dir = args.data_dir.join("nodes").join(&name);
         // `touch <node dir>/sim-faults/xid-<gpu>-<code>` injects an XID.
+        // Jobs loading the fake CUDA driver share each simulated GPU through `sim-gpus/`.
+        let state = node_dir.join("sim-gpus");
+        std::fs::create_dir_all(&state)?;
         let backend = SimBackend::from_spec(&args.sim_gpus, &name)?
-            .with_fault_dir(node_dir.join("sim-faults"));
+            .with_fault_dir(node_dir.join("sim-faults"))
+            .with_state_dir(state);
         // Each embedded agent joins as an operator's would: with a one-time token the first
         // time, with the certificate it then keeps in its directory after that.
         let bootstrap_token = if allot_agent::identity::load(&node_dir, &name)?.is_some() {

@@ -154,6 +154,8 @@ pub(super) struct Agents {
     pub(super) runtime: crate::cmd::agent::RuntimeKindArg,
     /// The loopback registry the `oci` runtime pulls from.
     pub(super) registry: Option<String>,
+    /// More `allot agent` arguments (say, the shim to preload into shared jobs).
+    pub(super) extra_args: Vec<String>,
 }
 
 impl Agents {
@@ -195,7 +197,8 @@ impl Agents {
                 self.registry
                     .iter()
                     .flat_map(|r| ["--insecure-registry".to_owned(), r.clone()]),
-            );
+            )
+            .args(&self.extra_args);
         super::spawn_logged(&mut cmd, &data_dir.with_extension("log"))
     }
 }
@@ -306,6 +309,48 @@ pub(super) async fn all_jobs(client: &Client) -> anyhow::Result<Vec<Value>> {
     }
 }
 
+/// Waits (up to a minute) until `count` nodes are ready, and returns them.
+pub(super) async fn ready_nodes(client: &Client, count: usize) -> anyhow::Result<Vec<Value>> {
+    let started = Instant::now();
+    loop {
+        let list: Vec<Value> = client.get("/api/v1/nodes", &[]).await?;
+        let ready: Vec<Value> = list
+            .into_iter()
+            .filter(|n| n["status"] == "ready")
+            .collect();
+        if ready.len() == count {
+            return Ok(ready);
+        }
+        if started.elapsed() > Duration::from_secs(60) {
+            bail!(
+                "only {} of {count} agents registered within 60 s",
+                ready.len()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A one-time bootstrap token for the node `name`, good for an hour (issued straight into
+/// the store of a control plane running in this process).
+pub(super) async fn bootstrap_token(
+    server: &allot_server::RunningServer,
+    name: &str,
+) -> anyhow::Result<String> {
+    let (token, _) = allot_api::issue_bootstrap_token(
+        &server.store,
+        &allot_domain::AuditContext::system("bench"),
+        name,
+        allot_api::TokenFor {
+            node_name: name,
+            replace: false,
+        },
+        Duration::from_secs(3600),
+    )
+    .await?;
+    Ok(token)
+}
+
 /// Asks a child process (an agent, or `allot bench crash`'s server) to stop: SIGTERM.
 pub(super) fn terminate(child: &mut tokio::process::Child) {
     if let Some(pid) = child.id().and_then(|p| i32::try_from(p).ok()) {
@@ -370,23 +415,14 @@ pub async fn run(args: &ChaosBench) -> anyhow::Result<()> {
         sim_gpus: args.sim_gpus.clone(),
         runtime: args.runtime,
         registry: registry.as_ref().map(|r| r.addr.clone()),
+        extra_args: Vec::new(),
     };
     let mut nodes = Vec::with_capacity(args.nodes);
     for i in 1..=args.nodes {
         let name = format!("chaos-{i:03}");
         let data_dir = root.join(&name);
         std::fs::create_dir_all(&data_dir)?;
-        let (bootstrap_token, _) = allot_api::issue_bootstrap_token(
-            &server.store,
-            &allot_domain::AuditContext::system("chaos"),
-            &name,
-            allot_api::TokenFor {
-                node_name: &name,
-                replace: false,
-            },
-            Duration::from_secs(3600),
-        )
-        .await?;
+        let bootstrap_token = bootstrap_token(&server, &name).await?;
         let mut node = Node {
             name,
             data_dir,
@@ -398,26 +434,11 @@ pub async fn run(args: &ChaosBench) -> anyhow::Result<()> {
         nodes.push(Arc::new(Mutex::new(node)));
     }
     // Wait for every node, and learn their ids.
-    let started = Instant::now();
-    let ids: HashMap<String, String> = loop {
-        let list: Vec<Value> = client.get("/api/v1/nodes", &[]).await?;
-        let ready: HashMap<String, String> = list
-            .iter()
-            .filter(|n| n["status"] == "ready")
-            .filter_map(|n| Some((n["name"].as_str()?.to_owned(), n["id"].as_str()?.to_owned())))
-            .collect();
-        if ready.len() == args.nodes {
-            break ready;
-        }
-        if started.elapsed() > Duration::from_secs(60) {
-            bail!(
-                "only {} of {} agents registered within 60 s",
-                ready.len(),
-                args.nodes
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let ids: HashMap<String, String> = ready_nodes(&client, args.nodes)
+        .await?
+        .iter()
+        .filter_map(|n| Some((n["name"].as_str()?.to_owned(), n["id"].as_str()?.to_owned())))
+        .collect();
 
     // Watch for doubles from the side, from before the first job starts: two live
     // attempts of one job at any moment.

@@ -507,6 +507,7 @@ pub async fn run(args: &CrashBench) -> anyhow::Result<()> {
         sim_gpus: args.sim_gpus.clone(),
         runtime: crate::cmd::agent::RuntimeKindArg::Process,
         registry: None,
+        extra_args: Vec::new(),
     };
     let mut children = Vec::new();
     let mut node_dirs = Vec::new();

@@ -3,7 +3,7 @@
 mod audit;
 mod chaos;
 mod crash;
-mod elastic;
+mod efficiency;
 mod launch;
 mod openb;
 mod postgres;
@@ -25,9 +25,10 @@ pub enum BenchCmd {
     /// time; then every acknowledged submit, every job's history, every run and every audit
     /// log is checked.
     Crash(crash::CrashBench),
-    /// A simulated fleet with a diurnal, bursty inference load and a training backlog, run
-    /// three ways: exclusive whole GPUs, static sharing, elastic sharing with forecasting.
-    Elastic(elastic::ElasticBench),
+    /// GPU utilization, services per GPU, request latency and training work on the real
+    /// system (control plane, agents, shim, contending simulated GPUs, workload programs,
+    /// an open-loop load): exclusive, static and elastic sharing side by side.
+    Efficiency(efficiency::EfficiencyBench),
     /// From an assignment's arrival to the job's process running: the process runtime
     /// against the oci runtime (runc, the image cached), median and p99 side by side.
     Launch(launch::LaunchBench),
@@ -47,7 +48,7 @@ pub async fn run(cmd: BenchCmd) -> anyhow::Result<()> {
         BenchCmd::Audit(args) => audit::run(args).await,
         BenchCmd::Chaos(args) => chaos::run(&args).await,
         BenchCmd::Crash(args) => crash::run(&args).await,
-        BenchCmd::Elastic(args) => elastic::run(&args),
+        BenchCmd::Efficiency(args) => efficiency::run(&args).await,
         BenchCmd::Launch(args) => launch::run(&args).await,
         BenchCmd::Openb(args) => openb::run(&args),
         BenchCmd::Scheduler(args) => scheduler::run(&args),
