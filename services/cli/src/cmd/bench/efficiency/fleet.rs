@@ -18,6 +18,9 @@ use crate::client::Client;
 /// The control plane's `--max-jobs-per-shared-gpu` in these runs.
 pub const MAX_JOBS_PER_GPU: u32 = 16;
 
+/// The volume training loops checkpoint into.
+const CHECKPOINT_VOLUME: &str = "checkpoints";
+
 /// The programs a run needs, found beside this executable.
 pub struct Kit {
     pub workload: PathBuf,
@@ -69,7 +72,8 @@ pub struct Fleet {
     /// Where services write their ports and training loops their progress.
     pub ports: PathBuf,
     pub progress: PathBuf,
-    pub checkpoints: PathBuf,
+    /// The research tenant's directory of the checkpoint volume, on this machine.
+    checkpoints: PathBuf,
     /// Every GPU of the fleet, by UUID.
     pub gpus: Vec<String>,
     kit_env: Value,
@@ -119,6 +123,19 @@ impl Fleet {
                 )
                 .await?;
         }
+        // Training checkpoints go where an operator would put them: a volume every node
+        // sees (here, this machine's directory), told to each loop as ALLOT_CHECKPOINT_DIR.
+        let volume = dir.join("volume");
+        std::fs::create_dir_all(&volume)?;
+        let _: Value = client
+            .call(
+                Method::PUT,
+                &format!("/api/v1/volumes/{CHECKPOINT_VOLUME}"),
+                Some(
+                    &json!({ "host_path": volume.display().to_string(), "tenants": ["research"] }),
+                ),
+            )
+            .await?;
         let ca_cert = dir.join("node-ca.pem");
         std::fs::write(&ca_cert, &server.node_ca_pem)?;
         let agents = super::super::chaos::Agents {
@@ -153,12 +170,12 @@ impl Fleet {
             .flat_map(|n| n["gpus"].as_array().cloned().unwrap_or_default())
             .filter_map(|g| g["uuid"].as_str().map(str::to_owned))
             .collect();
-        let (ports, progress, checkpoints) = (
-            dir.join("ports"),
-            dir.join("progress"),
-            dir.join("checkpoints"),
-        );
-        for d in [&ports, &progress, &checkpoints] {
+        let (ports, progress) = (dir.join("ports"), dir.join("progress"));
+        let checkpoints = PathBuf::from(allot_domain::volume::tenant_dir(
+            &volume.display().to_string(),
+            "research",
+        ));
+        for d in [&ports, &progress] {
             std::fs::create_dir_all(d)?;
         }
         // The agent tells each job which simulated GPUs are its and where they are shared.
@@ -224,13 +241,13 @@ impl Fleet {
             "train".to_owned(),
             "--progress-dir".to_owned(),
             self.progress.display().to_string(),
-            "--checkpoint-dir".to_owned(),
-            self.checkpoints.join(key).display().to_string(),
         ];
         args.extend(train.iter().cloned());
         let mut body = json!({
             "tenant": "research", "name": key, "gpus": 1, "class": "training",
             "isolation": "shared", "preemptible": true, "max_retries": 3,
+            "volumes": [{ "volume": CHECKPOINT_VOLUME, "path": "/ckpt" }],
+            "checkpoint_dir": format!("/ckpt/{key}"),
             "cpu_milli": 20, "memory_bytes": 64u64 << 20,
             "command": self.command(&args), "env": self.kit_env,
         });

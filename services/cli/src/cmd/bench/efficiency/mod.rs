@@ -110,6 +110,11 @@ pub struct EfficiencyBench {
     /// Elastic sharing: each service's elastic share of a GPU (milli).
     #[arg(long, default_value_t = 160)]
     elastic_milli: u32,
+    /// Day-night: the share (milli) of every replica and training loop. Smaller than a
+    /// fifth of a GPU, replicas leave room beside them for training loops, which then run
+    /// in the replicas' idle time.
+    #[arg(long, default_value_t = 160, value_parser = clap::value_parser!(u32).range(50..=1000))]
+    day_night_milli: u32,
     /// The latency objective (milliseconds) requests are counted against.
     #[arg(long, default_value_t = 100.0)]
     slo_ms: f64,
@@ -149,7 +154,8 @@ impl EfficiencyBench {
             mean_rps: self.service_load / self.request_cost_s(),
             swing: self.swing,
             peak_at,
-            bursts_per_service: 1.0,
+            // One burst per service every three minutes of load, on average.
+            bursts_per_service: duration.as_secs_f64() / 180.0,
             burst_factor: (1.5, 2.5),
             burst_secs: (5.0, 20.0),
         }
@@ -348,7 +354,7 @@ fn work_between(before: &HashMap<String, f64>, after: &HashMap<String, f64>) -> 
     after
         .iter()
         .map(|(k, w)| w - before.get(k).copied().unwrap_or(0.0))
-        .sum()
+        .fold(0.0, |a, b| a + b)
 }
 
 /// Attempts of training jobs that a preemption (or any requeue) ended.
@@ -550,17 +556,20 @@ fn day_night_policy(dawn: chrono::DateTime<chrono::Utc>, half: u64) -> String {
 const DAY_REPLICAS: usize = 4;
 
 /// The day-night scenario: one compressed day of the elastic mode. Every job is a share of
-/// the size that lets one replica per service fill inference's night share; training loops
-/// fill the rest of the fleet. At dawn the policy's day window gives inference 80% and the
+/// `--day-night-milli`; training loops fill what one replica per service leaves of the
+/// fleet. At dawn the policy's day window gives inference 80% and the
 /// services scale out to four replicas each, which the control plane places by stopping
 /// training loops (they checkpoint in the grace period and wait); at dusk they scale back
 /// in and the loops resume from their checkpoints.
 async fn day_night(args: &EfficiencyBench, kit: &Kit, dir: &Path) -> anyhow::Result<Value> {
     let gpus = args.fleet_gpus();
     let services = args.services();
-    let milli = (200 * gpus / services) as u32;
-    if !(50..=1000).contains(&milli) {
-        bail!("day-night needs from 1 to 4 services per GPU ({services} on {gpus} GPUs)");
+    let milli = args.day_night_milli;
+    // By day the replicas must fit in inference's 80%.
+    if services * DAY_REPLICAS * milli as usize > gpus * 800 {
+        bail!(
+            "--day-night-milli {milli}: {services} services of {DAY_REPLICAS} replicas do not fit in 80% of {gpus} GPUs"
+        );
     }
     let slots = gpus * (1000 / milli) as usize;
     let loops = slots.saturating_sub(services);
