@@ -21,8 +21,7 @@ use std::collections::HashMap;
 use allot_domain::PendingReason;
 use rand::rngs::StdRng;
 
-use crate::openb::cluster::NodeState;
-use crate::openb::{Choice, Cluster, OpenbPolicy, Request};
+use crate::placement::{Choice, Cluster, NodeState, PlacementPolicy, Request};
 use crate::quota::{Amounts, QuotaTree, Resource, Usage};
 
 mod isolation;
@@ -203,7 +202,7 @@ fn holds_on(n: &NodeState, r: &Request, gpus: &[u8]) -> Result<(), Option<u8>> {
 pub fn schedule(
     world: World<'_>,
     pending: &[Job],
-    policy: &mut dyn OpenbPolicy,
+    policy: &mut dyn PlacementPolicy,
     rng: &mut StdRng,
 ) -> Result<Vec<Decision>, EngineError> {
     let World {
@@ -451,7 +450,7 @@ impl<'a> Pass<'a> {
     fn decide(
         &mut self,
         job: &Job,
-        policy: &mut dyn OpenbPolicy,
+        policy: &mut dyn PlacementPolicy,
         rng: &mut StdRng,
         decisions: &mut Vec<Decision>,
     ) -> bool {
@@ -535,7 +534,7 @@ impl<'a> Pass<'a> {
         job: &Job,
         q: usize,
         level: Isolation,
-        policy: &mut dyn OpenbPolicy,
+        policy: &mut dyn PlacementPolicy,
         rng: &mut StdRng,
     ) -> Option<Vec<Choice>> {
         let limits = self.config.gpu_limits;
@@ -632,7 +631,7 @@ impl<'a> Pass<'a> {
         job: &Job,
         q: usize,
         level: Isolation,
-        policy: &mut dyn OpenbPolicy,
+        policy: &mut dyn PlacementPolicy,
     ) -> Option<(Vec<Victim>, Vec<Choice>)> {
         // Most attempts find nothing to take: find out before copying the pass's state. (The
         // first replica's room is the one found here: nothing has changed yet.)

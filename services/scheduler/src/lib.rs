@@ -2,10 +2,11 @@
 //! wait.
 //!
 //! Pure functions over snapshots; no IO, no clock. `quota` holds the hierarchical quota
-//! arithmetic, `engine` the pass that decides quotas and placement together, `openb` the
-//! cluster model, the placement policies (Allot's own and the published baselines) and the
-//! openb benchmark, and `live` the control plane's pass over the store's nodes, tenants and
-//! jobs.
+//! arithmetic, `placement` the cluster model (nodes, requests) and the placement policies
+//! (Allot's own and the published baselines), `engine` the pass that decides quotas and
+//! placement together, `live` the control plane's pass over the store's nodes, tenants and
+//! jobs, and `openb` the benchmark harness that replays the openb trace through the same
+//! model and policies.
 
 pub mod admission;
 pub mod engine;
@@ -13,6 +14,7 @@ pub mod estimate;
 pub mod live;
 pub mod mig;
 pub mod openb;
+pub mod placement;
 pub mod quota;
 pub mod resize;
 #[cfg(test)]

@@ -30,15 +30,14 @@ use rand::rngs::StdRng;
 
 use crate::admission::model_key;
 use crate::engine::{self, Config, Decision, EngineError, Job, Running, World};
-use crate::openb::cluster::NodeState;
-use crate::openb::{self, Choice, Cluster, OpenbPolicy, Request};
+use crate::placement::{self, Choice, Cluster, NodeState, PlacementPolicy, Request};
 use crate::quota::{Amounts, Limits, QueueSpec, QuotaError, QuotaTree};
 
 const MIB: u64 = 1 << 20;
 
-/// Policies the control plane can run: every openb policy. `fgd` is given the requests of
+/// Policies the control plane can run: every placement policy. `fgd` is given the requests of
 /// the jobs in each pass as its target workload; the others are given nothing.
-pub const LIVE_POLICIES: [&str; 7] = openb::POLICIES;
+pub const LIVE_POLICIES: [&str; 7] = placement::POLICIES;
 
 /// What the control plane should do.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -193,7 +192,7 @@ pub enum LiveError {
 pub struct LiveScheduler {
     name: String,
     /// `None` for `fgd`, which is built per pass from that pass's jobs.
-    policy: Option<Box<dyn OpenbPolicy>>,
+    policy: Option<Box<dyn PlacementPolicy>>,
     rng: StdRng,
     config: Config,
     /// A node silent this long (no heartbeat) gets no new work, though its lease (and so
@@ -566,14 +565,14 @@ impl LiveScheduler {
             return Err(LiveError::UnknownPolicy(policy.to_owned()));
         }
         let empty = Cluster::new(&[]);
-        let built: Option<Box<dyn OpenbPolicy>> = match policy {
+        let built: Option<Box<dyn PlacementPolicy>> = match policy {
             "fgd" => None,
             "allot" => Some(Box::new(
-                openb::allot::Allot::new(&empty).fading(LIVE_MIX_HALF_LIFE),
+                placement::allot::Allot::new(&empty).fading(LIVE_MIX_HALF_LIFE),
             )),
             other => Some(
-                openb::policy(other, &empty, &[])
-                    .map_err(|_| LiveError::UnknownPolicy(other.to_owned()))?,
+                placement::policy(other, &empty, &[])
+                    .ok_or_else(|| LiveError::UnknownPolicy(other.to_owned()))?,
             ),
         };
         Ok(Self {
@@ -587,7 +586,7 @@ impl LiveScheduler {
     }
 
     /// The workload mix the policy has learned (empty for policies that learn none).
-    pub fn learned_mix(&self) -> Vec<openb::policies::PodClass> {
+    pub fn learned_mix(&self) -> Vec<placement::policies::RequestClass> {
         self.policy
             .as_ref()
             .map(|p| p.learned_mix())
@@ -783,7 +782,7 @@ impl LiveScheduler {
         }
 
         let mut fgd;
-        let policy: &mut dyn OpenbPolicy = match self.policy.as_mut() {
+        let policy: &mut dyn PlacementPolicy = match self.policy.as_mut() {
             Some(p) => {
                 p.reset(&mapped.cluster);
                 // Each pending job arrives once (each replica of a gang is a request).
@@ -799,20 +798,12 @@ impl LiveScheduler {
                 p.as_mut()
             }
             None => {
-                let pods: Vec<openb::Pod> = pending
+                let requests: Vec<Request> = pending
                     .iter()
-                    .map(|j| &j.request)
-                    .chain(running.iter().map(|r| &r.job.request))
-                    .map(|r| openb::Pod {
-                        name: String::new(),
-                        cpu_milli: r.cpu_milli,
-                        memory_mib: r.memory_mib,
-                        num_gpu: r.num_gpu,
-                        gpu_milli: r.gpu_milli,
-                        gpu_spec: Vec::new(),
-                    })
+                    .map(|j| j.request)
+                    .chain(running.iter().map(|r| r.job.request))
                     .collect();
-                fgd = openb::policies::Fgd::new(&mapped.cluster, &pods);
+                fgd = placement::policies::Fgd::new(&mapped.cluster, &requests);
                 &mut fgd
             }
         };

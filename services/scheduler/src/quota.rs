@@ -123,7 +123,7 @@ pub struct QueueSpec {
     /// Share of spare capacity relative to other queues (dominant-resource fair).
     pub weight: u32,
     /// The least isolation its jobs (and its children's) run at.
-    pub min_isolation: crate::engine::Isolation,
+    pub min_isolation: allot_domain::Isolation,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -401,7 +401,7 @@ pub(crate) fn gpu_queue(
         guaranteed: Amounts::new(guaranteed_gpus * 1000, 0, 0),
         limit: Limits([limit_gpus.map(|g| g * 1000), None, None, None]),
         weight: 1,
-        min_isolation: crate::engine::Isolation::Shared,
+        min_isolation: allot_domain::Isolation::Shared,
     }
 }
 

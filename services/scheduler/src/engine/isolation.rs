@@ -13,7 +13,7 @@
 
 use std::collections::HashMap;
 
-use crate::openb::cluster::{GPU_MILLI, NodeState, Request};
+use crate::placement::{GPU_MILLI, NodeState, Request};
 
 pub use allot_domain::{Isolation, WorkloadClass};
 

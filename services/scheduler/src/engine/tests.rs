@@ -4,7 +4,7 @@ use proptest::prelude::*;
 use rand::SeedableRng;
 
 use super::*;
-use crate::openb::{self, Node};
+use crate::placement::{self, Node};
 use crate::quota::gpu_queue as queue;
 
 const GIB: u32 = 1024;
@@ -62,7 +62,7 @@ fn pass(
     pending: &[Job],
     now: i64,
 ) -> Vec<Decision> {
-    let mut policy = openb::policy("allot", cluster, &[]).expect("policy");
+    let mut policy = placement::policy("allot", cluster, &[]).expect("policy");
     for j in pending {
         for _ in 0..j.replicas {
             policy.arrived(cluster, &j.request);
@@ -313,7 +313,7 @@ fn running_jobs_that_cannot_be_are_refused() {
         placements: vec![Choice { node, gpus }],
         started_at: 0,
     };
-    let mut policy = openb::policy("allot", &cluster, &[]).expect("policy");
+    let mut policy = placement::policy("allot", &cluster, &[]).expect("policy");
     let mut rng = StdRng::seed_from_u64(1);
     for (running, want) in [
         (

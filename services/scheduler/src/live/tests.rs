@@ -68,7 +68,7 @@ fn waits(d: &[LiveDecision], id: &str) -> Option<PendingReason> {
 }
 
 /// The learned mix as (class, weight) pairs, to compare.
-fn mix_of(s: &LiveScheduler) -> Vec<(openb::Request, f64)> {
+fn mix_of(s: &LiveScheduler) -> Vec<(crate::placement::Request, f64)> {
     s.learned_mix()
         .into_iter()
         .map(|c| (c.request, c.weight))

@@ -1,27 +1,15 @@
 //! The openb benchmark: Alibaba's GPU-sharing trace (ATC'23, "Beware of Fragmentation")
-//! replayed under the published evaluation protocol, with ports of the published baseline
-//! policies. Pure: trace text in, placements and allocation figures out.
+//! replayed under the published evaluation protocol through the scheduler's own model and
+//! placement policies (`crate::placement`, where the ports of the published baselines
+//! live). Pure: trace text in, placements and allocation figures out.
 
-pub mod allot;
-pub mod cluster;
-pub mod policies;
 pub mod run;
 pub mod synthetic;
 pub mod trace;
 
-pub use cluster::{Cluster, Request};
-pub use policies::{BASELINES, Choice, OpenbPolicy};
+pub use crate::placement::{BASELINES, Choice, Cluster, PlacementPolicy, Request};
 
-/// Every policy by its command-line name: Allot's own, then the published baselines.
-pub const POLICIES: [&str; 7] = [
-    "allot",
-    BASELINES[0],
-    BASELINES[1],
-    BASELINES[2],
-    BASELINES[3],
-    BASELINES[4],
-    BASELINES[5],
-];
+pub use crate::placement::POLICIES;
 /// The generator policies draw from (re-exported so callers need no `rand` of their own).
 pub use rand::rngs::StdRng;
 pub use run::{RunOutcome, arrival_stream, run_seed, simulate};
@@ -40,15 +28,8 @@ pub fn policy(
     name: &str,
     cluster: &Cluster,
     pods: &[Pod],
-) -> Result<Box<dyn OpenbPolicy>, OpenbError> {
-    Ok(match name {
-        "random" => Box::new(policies::Random),
-        "dotprod" => Box::new(policies::DotProd),
-        "bestfit" => Box::new(policies::BestFit),
-        "gpu-packing" => Box::new(policies::GpuPacking),
-        "gpu-clustering" => Box::new(policies::GpuClustering),
-        "fgd" => Box::new(policies::Fgd::new(cluster, pods)),
-        "allot" => Box::new(allot::Allot::new(cluster)),
-        other => return Err(OpenbError::UnknownPolicy(other.to_owned())),
-    })
+) -> Result<Box<dyn PlacementPolicy>, OpenbError> {
+    let requests: Vec<Request> = pods.iter().map(|p| p.request(cluster)).collect();
+    crate::placement::policy(name, cluster, &requests)
+        .ok_or_else(|| OpenbError::UnknownPolicy(name.to_owned()))
 }

@@ -8,9 +8,9 @@ use rand::SeedableRng;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 
-use super::cluster::Cluster;
-use super::policies::{Choice, OpenbPolicy};
 use super::trace::Pod;
+use crate::placement::Cluster;
+use crate::placement::{Choice, PlacementPolicy};
 
 /// Sorts by name, shuffles with `rng`, then inflates with random clones until the GPU
 /// demand reaches `tune` × capacity (stopping at the first clone that would pass it), or
@@ -64,7 +64,7 @@ impl RunOutcome {
 pub fn simulate(
     cluster: &mut Cluster,
     stream: &[Pod],
-    policy: &mut dyn OpenbPolicy,
+    policy: &mut dyn PlacementPolicy,
     rng: &mut StdRng,
 ) -> RunOutcome {
     let capacity = cluster.capacity.max(1) as f64;
@@ -73,7 +73,7 @@ pub fn simulate(
     let mut placements = Vec::with_capacity(stream.len());
     let mut placed = 0;
     for pod in stream {
-        let r = cluster.request(pod);
+        let r = pod.request(cluster);
         arrived += r.gpu_total();
         policy.arrived(cluster, &r);
         let choice = policy.choose(cluster, &r, rng);
@@ -106,7 +106,7 @@ pub fn run_seed(
     pods: &[Pod],
     tune: f64,
     seed: u64,
-    policy: &mut dyn OpenbPolicy,
+    policy: &mut dyn PlacementPolicy,
 ) -> (Vec<Pod>, RunOutcome) {
     let mut rng = StdRng::seed_from_u64(seed);
     let stream = arrival_stream(pods, cluster.capacity, tune, &mut rng);

@@ -5,8 +5,8 @@
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use super::cluster::Cluster;
 use super::trace::{Node, Pod};
+use crate::placement::Cluster;
 
 /// The benchmark's setup from `seed`: the cluster (nodes in a seeded order that breaks ties),
 /// the backlog, and the generator the policy draws from.

@@ -1,19 +1,10 @@
 //! The openb trace files: GPU nodes and pods, as CSV (no quoting: no field holds a comma).
 
 use super::OpenbError;
-
-/// A GPU node of the trace.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Node {
-    pub name: String,
-    pub cpu_milli: u32,
-    pub memory_mib: u32,
-    pub gpus: u8,
-    /// The GPU model (`T4`, `V100M32`, or an undisclosed code such as `G2`).
-    pub model: String,
-    /// Memory of each GPU; 0 when unknown (the openb trace does not say).
-    pub gpu_memory_mib: u32,
-}
+/// A GPU node of the trace is a node of the model (GPU memory unknown: the trace does not
+/// say).
+pub use crate::placement::Node;
+use crate::placement::{Cluster, Request};
 
 /// A pod (task) of the trace.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,6 +28,17 @@ impl Pod {
 
     pub fn accepts(&self, model: &str) -> bool {
         self.gpu_spec.is_empty() || self.gpu_spec.iter().any(|m| m == model)
+    }
+
+    /// The pod as a request on `cluster` (its models resolved to the cluster's).
+    pub fn request(&self, cluster: &Cluster) -> Request {
+        Request {
+            cpu_milli: self.cpu_milli,
+            memory_mib: self.memory_mib,
+            num_gpu: self.num_gpu,
+            gpu_milli: self.gpu_milli,
+            models: cluster.model_mask(self.gpu_spec.is_empty(), |m| self.accepts(m)),
+        }
     }
 }
 

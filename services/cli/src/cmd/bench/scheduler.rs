@@ -53,7 +53,7 @@ pub fn run(args: &SchedulerBench) -> anyhow::Result<()> {
     let started = Instant::now();
     for job in &jobs {
         let t = Instant::now();
-        let r = cluster.request(job);
+        let r = job.request(&cluster);
         policy.arrived(&cluster, &r);
         if let Some(choice) = policy.choose(&cluster, &r, &mut rng) {
             cluster.nodes[choice.node].place(&r, &choice.gpus);
@@ -117,7 +117,7 @@ fn engine_pass(
         .map(|(i, pod)| Job {
             id: pod.name.clone(),
             queue: format!("team-{}", i as u64 % u64::from(teams)),
-            request: cluster.request(pod),
+            request: pod.request(cluster),
             replicas: 1,
             priority: 0,
             preemptible: true,

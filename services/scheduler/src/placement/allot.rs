@@ -26,8 +26,8 @@ use rand::rngs::StdRng;
 
 use super::cluster::{Cluster, GPU_MILLI, NodeState, Request};
 use super::policies::{
-    Choice, FragMemo, OpenbPolicy, PodClass, best, class_of, classes_from_counts, fragmentation,
-    scored_option,
+    Choice, FragMemo, PlacementPolicy, RequestClass, best, class_of, classes_from_counts,
+    fragmentation, scored_option,
 };
 
 /// The share of requests the typical classes cover (as FGD).
@@ -47,7 +47,7 @@ const REFRESH_EVERY: u64 = 512;
 /// of the classes' sizes (in proportion to their frequency, conditioned on fitting) keep
 /// landing on it until none fits. Sizes with less than `rare` of the GPU requests are left
 /// out.
-pub fn waste_table(classes: &[PodClass], rare: f64) -> Vec<f64> {
+pub fn waste_table(classes: &[RequestClass], rare: f64) -> Vec<f64> {
     let mut by_size: HashMap<usize, f64> = HashMap::new();
     for c in classes.iter().filter(|c| c.request.num_gpu > 0) {
         *by_size.entry(c.request.gpu_milli as usize).or_default() +=
@@ -84,7 +84,7 @@ struct Mix {
     unit: f64,
     /// Arrivals after which one weighs half as much as a new one; `None`: never fades.
     half_life: Option<f64>,
-    classes: Vec<PodClass>,
+    classes: Vec<RequestClass>,
     waste: Vec<f64>,
     /// CPU milli and memory MiB per GPU milli of the GPU classes; `None` before any GPU
     /// request.
@@ -299,7 +299,7 @@ impl Allot {
     }
 }
 
-impl OpenbPolicy for Allot {
+impl PlacementPolicy for Allot {
     fn name(&self) -> &'static str {
         "allot"
     }
@@ -314,7 +314,7 @@ impl OpenbPolicy for Allot {
         }
     }
 
-    fn learned_mix(&self) -> Vec<PodClass> {
+    fn learned_mix(&self) -> Vec<RequestClass> {
         self.mix.classes.clone()
     }
 
@@ -355,8 +355,8 @@ impl OpenbPolicy for Allot {
 mod tests {
     use super::*;
 
-    fn class(num_gpu: u8, gpu_milli: u32, weight: f64) -> PodClass {
-        PodClass {
+    fn class(num_gpu: u8, gpu_milli: u32, weight: f64) -> RequestClass {
+        RequestClass {
             request: Request {
                 cpu_milli: 1000,
                 memory_mib: 0,

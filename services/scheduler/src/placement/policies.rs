@@ -9,7 +9,6 @@ use rand::Rng;
 use rand::rngs::StdRng;
 
 use super::cluster::{Cluster, GPU_MILLI, NodeState, Request};
-use super::trace::Pod;
 
 /// Where a pod goes: a node and the indices of its GPUs there.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -19,7 +18,7 @@ pub struct Choice {
 }
 
 /// A placement policy of the openb simulation.
-pub trait OpenbPolicy: Send {
+pub trait PlacementPolicy: Send {
     fn name(&self) -> &'static str;
     /// What the policy was told beyond each request and the cluster's state.
     fn given(&self) -> &'static str {
@@ -27,13 +26,13 @@ pub trait OpenbPolicy: Send {
     }
     /// Told once of each request as it arrives, before it is first chosen for: a request
     /// that waits is chosen for again on every pass, but it arrived once. Policies that
-    /// learn the workload count it here, never in [`OpenbPolicy::choose`].
+    /// learn the workload count it here, never in [`PlacementPolicy::choose`].
     fn arrived(&mut self, _cluster: &Cluster, _r: &Request) {}
     /// Picks a node and GPUs for `r`, or `None` when it fits nowhere.
     fn choose(&mut self, cluster: &Cluster, r: &Request, rng: &mut StdRng) -> Option<Choice>;
     /// The workload mix the policy has learned from arrivals, most frequent first (empty
     /// for a policy that learns none).
-    fn learned_mix(&self) -> Vec<PodClass> {
+    fn learned_mix(&self) -> Vec<RequestClass> {
         Vec::new()
     }
     /// Told after every change to a node's state, a placement or a release (policies that
@@ -93,7 +92,7 @@ fn by_score(cluster: &Cluster, r: &Request, score: impl Fn(&NodeState) -> i64) -
 
 pub struct Random;
 
-impl OpenbPolicy for Random {
+impl PlacementPolicy for Random {
     fn name(&self) -> &'static str {
         "random"
     }
@@ -123,7 +122,7 @@ const GPU_NORM: f64 = 8_000.0;
 
 pub struct DotProd;
 
-impl OpenbPolicy for DotProd {
+impl PlacementPolicy for DotProd {
     fn name(&self) -> &'static str {
         "dotprod"
     }
@@ -140,7 +139,7 @@ impl OpenbPolicy for DotProd {
 
 pub struct BestFit;
 
-impl OpenbPolicy for BestFit {
+impl PlacementPolicy for BestFit {
     fn name(&self) -> &'static str {
         "bestfit"
     }
@@ -210,7 +209,7 @@ fn packing_score(n: &NodeState, r: &Request) -> i64 {
     }
 }
 
-impl OpenbPolicy for GpuPacking {
+impl PlacementPolicy for GpuPacking {
     fn name(&self) -> &'static str {
         "gpu-packing"
     }
@@ -243,7 +242,7 @@ fn clustering_score(n: &NodeState, r: &Request) -> i64 {
     fullness + band
 }
 
-impl OpenbPolicy for GpuClustering {
+impl PlacementPolicy for GpuClustering {
     fn name(&self) -> &'static str {
         "gpu-clustering"
     }
@@ -253,19 +252,19 @@ impl OpenbPolicy for GpuClustering {
     }
 }
 
-/// A typical pod class and its share of the original workload.
+/// A typical request class and its share of the workload.
 #[derive(Debug, Clone, Copy)]
-pub struct PodClass {
+pub struct RequestClass {
     pub request: Request,
     pub weight: f64,
 }
 
-/// The most frequent pod shapes covering `coverage` of `pods` (by count), each with its
-/// frequency among them.
-pub fn typical_classes(cluster: &Cluster, pods: &[Pod], coverage: f64) -> Vec<PodClass> {
+/// The most frequent request shapes covering `coverage` of `requests` (by count), each
+/// with its frequency among them.
+pub fn typical_classes(requests: &[Request], coverage: f64) -> Vec<RequestClass> {
     let mut counts: HashMap<Request, f64> = HashMap::new();
-    for p in pods {
-        *counts.entry(class_of(&cluster.request(p))).or_default() += 1.0;
+    for r in requests {
+        *counts.entry(class_of(r)).or_default() += 1.0;
     }
     classes_from_counts(&counts, coverage)
 }
@@ -281,7 +280,10 @@ pub(crate) fn class_of(r: &Request) -> Request {
 /// The most frequent classes in `counts` (each class's count, or its weight when old
 /// arrivals fade) covering `coverage` of them, with their frequencies renormalised (as the
 /// authors' simulator does) to sum to one.
-pub(crate) fn classes_from_counts(counts: &HashMap<Request, f64>, coverage: f64) -> Vec<PodClass> {
+pub(crate) fn classes_from_counts(
+    counts: &HashMap<Request, f64>,
+    coverage: f64,
+) -> Vec<RequestClass> {
     let mut classes: Vec<(Request, f64)> = counts.iter().map(|(r, n)| (*r, *n)).collect();
     classes.sort_by(|a, b| {
         b.1.total_cmp(&a.1).then_with(|| {
@@ -302,7 +304,7 @@ pub(crate) fn classes_from_counts(counts: &HashMap<Request, f64>, coverage: f64)
             break;
         }
         covered += count;
-        out.push(PodClass {
+        out.push(RequestClass {
             request,
             weight: count / total,
         });
@@ -323,7 +325,7 @@ fn class_fragment(n: &NodeState, free_total: u32, m: &Request) -> u32 {
 }
 
 /// The expected fragment of a node under a workload of `classes`.
-pub fn fragmentation(n: &NodeState, classes: &[PodClass]) -> f64 {
+pub fn fragmentation(n: &NodeState, classes: &[RequestClass]) -> f64 {
     let free = n.gpu_free_total();
     classes
         .iter()
@@ -334,7 +336,7 @@ pub fn fragmentation(n: &NodeState, classes: &[PodClass]) -> f64 {
 /// Fragmentation Gradient Descent (Weng et al., ATC'23): the placement that grows the
 /// expected fragment of the cluster the least.
 pub struct Fgd {
-    classes: Vec<PodClass>,
+    classes: Vec<RequestClass>,
     /// Each node's fragmentation now, refreshed after every placement on it.
     current: Vec<f64>,
     memo: FragMemo,
@@ -363,7 +365,7 @@ impl FragMemo {
         n: &NodeState,
         r: &Request,
         gpus: &[u8],
-        classes: &[PodClass],
+        classes: &[RequestClass],
     ) -> f64 {
         let after = || {
             let mut a = n.clone();
@@ -396,9 +398,9 @@ impl FragMemo {
 }
 
 impl Fgd {
-    /// With the typical classes of `pods` (the original trace, before inflation).
-    pub fn new(cluster: &Cluster, pods: &[Pod]) -> Self {
-        let classes = typical_classes(cluster, pods, 0.95);
+    /// With the typical classes of `requests` (the original workload, before inflation).
+    pub fn new(cluster: &Cluster, requests: &[Request]) -> Self {
+        let classes = typical_classes(requests, 0.95);
         let current = cluster
             .nodes
             .iter()
@@ -450,7 +452,7 @@ pub(crate) fn gpu_options(n: &NodeState, r: &Request) -> Vec<Vec<u8>> {
     out
 }
 
-impl OpenbPolicy for Fgd {
+impl PlacementPolicy for Fgd {
     fn name(&self) -> &'static str {
         "fgd"
     }

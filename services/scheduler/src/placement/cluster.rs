@@ -1,6 +1,5 @@
-//! The simulated cluster: each node's free CPU, memory and per-GPU milli.
-
-use super::trace::{Node, Pod};
+//! The cluster model: each node's free CPU, memory and per-GPU milli, and what a request
+//! asks of them.
 
 /// A GPU has this many milli.
 pub const GPU_MILLI: u32 = 1000;
@@ -34,6 +33,19 @@ impl Request {
             (k, false) => 1 + k,
         }
     }
+}
+
+/// A node as the model is given it: its capacity and GPU model.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Node {
+    pub name: String,
+    pub cpu_milli: u32,
+    pub memory_mib: u32,
+    pub gpus: u8,
+    /// The GPU model (`H200`, `T4`, or an undisclosed code such as `G2`).
+    pub model: String,
+    /// Memory of each GPU; 0 when unknown.
+    pub gpu_memory_mib: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -170,22 +182,16 @@ impl Cluster {
         }
     }
 
-    pub fn request(&self, p: &Pod) -> Request {
-        let models = if p.gpu_spec.is_empty() {
-            u64::MAX
-        } else {
-            self.models
-                .iter()
-                .enumerate()
-                .filter(|(_, m)| p.accepts(m))
-                .fold(0u64, |acc, (i, _)| acc | (1 << i.min(63)))
-        };
-        Request {
-            cpu_milli: p.cpu_milli,
-            memory_mib: p.memory_mib,
-            num_gpu: p.num_gpu,
-            gpu_milli: p.gpu_milli,
-            models,
+    /// The mask of the cluster's models that `accepts` accepts (all of them when no model
+    /// is named).
+    pub fn model_mask(&self, any: bool, accepts: impl Fn(&str) -> bool) -> u64 {
+        if any {
+            return u64::MAX;
         }
+        self.models
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| accepts(m))
+            .fold(0u64, |acc, (i, _)| acc | (1 << i.min(63)))
     }
 }
