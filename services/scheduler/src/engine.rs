@@ -156,6 +156,8 @@ struct Pass<'a> {
     capacity: Amounts,
     now: i64,
     config: Config,
+    /// Each queue's share of the fleet's decayed past use.
+    past_share: Vec<f64>,
 }
 
 /// What a pass decides against.
@@ -168,6 +170,9 @@ pub struct World<'a> {
     /// Unix seconds.
     pub now: i64,
     pub config: Config,
+    /// Each queue's decayed past GPU use (`crate::fair_share`), when fair share over time
+    /// is on: a queue's share of it adds to its fair-share key.
+    pub past_usage: Option<&'a HashMap<String, f64>>,
 }
 
 /// What makes a pass impossible: the running jobs do not describe a possible state.
@@ -211,7 +216,21 @@ pub fn schedule(
         running,
         now,
         config,
+        past_usage,
     } = world;
+    // Each queue's share of the fleet's decayed past use (0 without history).
+    let past_share: Vec<f64> = {
+        let total: f64 = past_usage.map_or(0.0, |p| p.values().sum());
+        (0..tree.len())
+            .map(|q| {
+                let used = past_usage
+                    .and_then(|p| p.get(&tree.spec(q).id))
+                    .copied()
+                    .unwrap_or(0.0);
+                if total > 0.0 { used / total } else { 0.0 }
+            })
+            .collect()
+    };
     let cluster = empty.clone();
     let usage = Usage::new(tree);
     let mut capacity = Amounts::default();
@@ -238,6 +257,7 @@ pub fn schedule(
         capacity,
         now,
         config,
+        past_share,
     };
     for r in running {
         let q = tree.find(&r.job.queue);
@@ -421,6 +441,14 @@ impl<'a> Pass<'a> {
         }
     }
 
+    /// Queue `q`'s fair-share key: its dominant share above its guarantee now, plus (with
+    /// fair share over time) its share of the fleet's decayed past use, over its weight.
+    fn share_key(&self, q: usize) -> f64 {
+        let past = self.past_share.get(q).copied().unwrap_or(0.0)
+            / f64::from(self.tree.spec(q).weight.max(1));
+        self.usage.fair_share_key(self.tree, q, &self.capacity) + past
+    }
+
     /// The next job: among each queue's head, guaranteed first, then priority, then the
     /// queue furthest below its fair share, then the oldest.
     fn next<'j>(&self, queues: &mut [Vec<&'j Job>]) -> Option<&'j Job> {
@@ -428,9 +456,7 @@ impl<'a> Pass<'a> {
             let q = self.tree.find(&job.queue);
             let within =
                 q.is_some_and(|q| self.usage.within_guarantee(self.tree, q, &job.amounts()));
-            let share = q.map_or(f64::INFINITY, |q| {
-                self.usage.fair_share_key(self.tree, q, &self.capacity)
-            });
+            let share = q.map_or(f64::INFINITY, |q| self.share_key(q));
             (within, job.priority, share, job.seq)
         };
         let best = queues
@@ -739,7 +765,7 @@ impl<'a> Pass<'a> {
             let (Some(ra), Some(rb)) = (self.live[a], self.live[b]) else {
                 return Ordering::Equal;
             };
-            let share = |vq| self.usage.fair_share_key(self.tree, vq, &self.capacity);
+            let share = |vq| self.share_key(vq);
             ra.job
                 .priority
                 .cmp(&rb.job.priority)

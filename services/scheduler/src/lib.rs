@@ -11,6 +11,7 @@
 pub mod admission;
 pub mod engine;
 pub mod estimate;
+pub mod fair_share;
 pub mod live;
 pub mod mig;
 pub mod openb;

@@ -30,6 +30,7 @@ use rand::rngs::StdRng;
 
 use crate::admission::model_key;
 use crate::engine::{self, Config, Decision, EngineError, Job, Running, World};
+use crate::fair_share::PastUsage;
 use crate::placement::{self, Choice, Cluster, NodeState, PlacementPolicy, Request};
 use crate::quota::{Amounts, Limits, QueueSpec, QuotaError, QuotaTree};
 
@@ -202,6 +203,8 @@ pub struct LiveScheduler {
     /// many passes is one arrival); a job is forgotten once it is no longer pending, so a
     /// requeued attempt arrives again.
     arrived: HashSet<String>,
+    /// Tenants' decayed past GPU use, when fair share over time is on.
+    past: Option<PastUsage>,
 }
 
 /// On the live path the learned workload mix fades: an arrival this many arrivals old
@@ -560,6 +563,14 @@ pub fn quota_tree(tenants: &[Tenant]) -> Result<QuotaTree, QuotaError> {
 }
 
 impl LiveScheduler {
+    /// Orders tenants for spare capacity by their decayed past GPU use too (half-life
+    /// `half_life`), beside what they hold now. The history is kept in memory from the
+    /// first pass on (a restarted control plane starts it afresh).
+    pub fn with_fair_share_half_life(mut self, half_life: std::time::Duration) -> Self {
+        self.past = Some(PastUsage::new(half_life));
+        self
+    }
+
     pub fn new(policy: &str, seed: u64, config: Config) -> Result<Self, LiveError> {
         if !LIVE_POLICIES.contains(&policy) {
             return Err(LiveError::UnknownPolicy(policy.to_owned()));
@@ -582,6 +593,7 @@ impl LiveScheduler {
             config,
             suspect_after: None,
             arrived: HashSet::new(),
+            past: None,
         })
     }
 
@@ -605,6 +617,16 @@ impl LiveScheduler {
 
     /// One pass over `snap`.
     pub fn decide(&mut self, snap: &Snapshot<'_>) -> Result<Vec<LiveDecision>, LiveError> {
+        // Every pass counts what is held, whether or not anything waits.
+        if let Some(past) = &mut self.past {
+            past.record(
+                snap.now.timestamp_millis() as f64 / 1e3,
+                snap.holding.iter().map(|j| {
+                    let milli = f64::from(j.spec.gpus) * f64::from(held_milli(j));
+                    (j.tenant_id.as_str(), milli / f64::from(GPU_MILLI))
+                }),
+            );
+        }
         if snap.pending.is_empty() {
             return Ok(Vec::new());
         }
@@ -813,6 +835,7 @@ impl LiveScheduler {
             running: &running,
             now: snap.now.timestamp(),
             config: self.config,
+            past_usage: self.past.as_ref().map(PastUsage::by_queue),
         };
         let engine_decisions = engine::schedule(world, &pending, policy, &mut self.rng)?;
 

@@ -59,6 +59,9 @@ pub struct ServerConfig {
     pub min_runtime: Duration,
     /// Per-GPU limits on shared GPUs: most jobs on one, and the GPU memory kept free.
     pub gpu_limits: GpuLimits,
+    /// Fair share over time: tenants are ordered for spare capacity by their past GPU use
+    /// too, decayed with this half-life. `None`: by what they hold now only.
+    pub fair_share_half_life: Option<Duration>,
     pub body_limit: usize,
     /// The audit signing keys, one `PRIVATE+KEY+… [not-before=…] [not-after=…]` per line
     /// (see `allot_audit::keys`), kept outside the database. Empty: a throwaway key.
@@ -122,6 +125,7 @@ impl ServerConfig {
             placement_policy: "allot".to_owned(),
             scheduler_seed: 42,
             min_runtime: Duration::from_secs(60),
+            fair_share_half_life: None,
             gpu_limits: GpuLimits::default(),
             body_limit: allot_api::extract::DEFAULT_BODY_LIMIT,
             audit_key: String::new(),
@@ -488,6 +492,10 @@ pub async fn start(
     )?
     // Two missed heartbeats and a half: probably gone, though the lease still stands.
     .with_suspect_after(config.heartbeat_interval.mul_f64(2.5));
+    let scheduler = match config.fair_share_half_life {
+        Some(h) => scheduler.with_fair_share_half_life(h),
+        None => scheduler,
+    };
     let mut store = Store::connect(&config.database_url, clock.clone()).await?;
     if !config.secrets_key.trim().is_empty() {
         store = store.with_secret_keys(allot_store::SecretKeys::parse(&config.secrets_key)?);

@@ -71,6 +71,22 @@ pub fn parse_milli(s: &str) -> Result<u64, String> {
 /// Milli of a unit as a decimal: 7500 is `7.5`, 250 is `0.25`.
 pub use allot_domain::format_milli as show_milli;
 
+/// Seconds from `90s`, `15m`, `12h`, `30d` or a bare number of seconds.
+pub(crate) fn parse_duration(s: &str) -> Result<u64, String> {
+    let (num, mult) = match s.char_indices().last() {
+        Some((i, 's')) => (&s[..i], 1),
+        Some((i, 'm')) => (&s[..i], 60),
+        Some((i, 'h')) => (&s[..i], 3600),
+        Some((i, 'd')) => (&s[..i], 86_400),
+        _ => (s, 1),
+    };
+    num.parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(mult))
+        .filter(|n| *n > 0)
+        .ok_or_else(|| format!("`{s}` is not a duration such as 90m, 12h or 30d"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -244,6 +244,10 @@ pub struct SchedulerArgs {
     #[arg(long, env = "ALLOT_MAX_JOBS_PER_SHARED_GPU", default_value_t = 4,
         value_parser = clap::value_parser!(u32).range(1..=64))]
     max_jobs_per_shared_gpu: u32,
+    /// Order tenants for spare capacity by their past GPU use too, decayed with this
+    /// half-life (e.g. 7d), as Slurm's fair-tree does; absent: by what they hold now only.
+    #[arg(long, env = "ALLOT_FAIR_SHARE_HALF_LIFE", value_parser = crate::cmd::parse_duration)]
+    fair_share_half_life: Option<u64>,
     /// Percent of a shared GPU's memory kept free of jobs' memory.
     #[arg(long, env = "ALLOT_SHARED_GPU_MEMORY_RESERVE_PCT", default_value_t = 10,
         value_parser = clap::value_parser!(u32).range(0..=90))]
@@ -254,6 +258,9 @@ impl SchedulerArgs {
     pub fn apply(&self, config: &mut ServerConfig) {
         config.placement_policy = self.placement_policy.clone();
         config.min_runtime = std::time::Duration::from_secs(self.min_runtime_secs);
+        config.fair_share_half_life = self
+            .fair_share_half_life
+            .map(std::time::Duration::from_secs);
         config.gpu_limits = allot_scheduler::engine::GpuLimits {
             max_jobs_per_shared_gpu: self.max_jobs_per_shared_gpu,
             shared_memory_reserve_pct: self.shared_gpu_memory_reserve_pct,

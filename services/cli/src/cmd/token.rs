@@ -20,7 +20,7 @@ pub enum TokenCmd {
         #[arg(long)]
         tenant: Option<String>,
         /// Lifetime, e.g. 3600s, 90m, 12h, 30d.
-        #[arg(long, value_parser = parse_duration)]
+        #[arg(long, value_parser = crate::cmd::parse_duration)]
         expires_in: Option<u64>,
         #[arg(short, long, value_enum, default_value_t)]
         output: Format,
@@ -36,22 +36,6 @@ pub enum TokenCmd {
         #[arg(short, long, value_enum, default_value_t)]
         output: Format,
     },
-}
-
-/// Seconds from `90s`, `15m`, `12h`, `30d` or a bare number of seconds.
-fn parse_duration(s: &str) -> Result<u64, String> {
-    let (num, mult) = match s.char_indices().last() {
-        Some((i, 's')) => (&s[..i], 1),
-        Some((i, 'm')) => (&s[..i], 60),
-        Some((i, 'h')) => (&s[..i], 3600),
-        Some((i, 'd')) => (&s[..i], 86_400),
-        _ => (s, 1),
-    };
-    num.parse::<u64>()
-        .ok()
-        .and_then(|n| n.checked_mul(mult))
-        .filter(|n| *n > 0)
-        .ok_or_else(|| format!("`{s}` is not a duration such as 90m, 12h or 30d"))
 }
 
 pub async fn run(client: &Client, cmd: TokenCmd) -> anyhow::Result<()> {
@@ -131,10 +115,10 @@ pub async fn run(client: &Client, cmd: TokenCmd) -> anyhow::Result<()> {
 mod tests {
     #[test]
     fn durations() {
-        assert_eq!(super::parse_duration("90m"), Ok(5400));
-        assert_eq!(super::parse_duration("2d"), Ok(172_800));
-        assert_eq!(super::parse_duration("15"), Ok(15));
-        assert!(super::parse_duration("0s").is_err());
-        assert!(super::parse_duration("soon").is_err());
+        assert_eq!(crate::cmd::parse_duration("90m"), Ok(5400));
+        assert_eq!(crate::cmd::parse_duration("2d"), Ok(172_800));
+        assert_eq!(crate::cmd::parse_duration("15"), Ok(15));
+        assert!(crate::cmd::parse_duration("0s").is_err());
+        assert!(crate::cmd::parse_duration("soon").is_err());
     }
 }

@@ -74,6 +74,7 @@ fn pass(
         running,
         now,
         config: CONFIG,
+        past_usage: None,
     };
     let mut rng = StdRng::seed_from_u64(7);
     schedule(world, pending, policy.as_mut(), &mut rng).expect("a possible state")
@@ -335,6 +336,7 @@ fn running_jobs_that_cannot_be_are_refused() {
             running: &running,
             now: 0,
             config: CONFIG,
+            past_usage: None,
         };
         let err = schedule(world, &[], policy.as_mut(), &mut rng).expect_err(want);
         assert_eq!(err.to_string(), want);

@@ -482,3 +482,59 @@ fn a_tenants_queue_is_taken_by_priority_then_age_with_interrupted_work_first() {
     assert_eq!(place("new"), (4, 4));
     assert_eq!(place("other"), (1, 1), "each tenant has its own queue");
 }
+
+#[test]
+fn with_fair_share_over_time_a_tenant_that_used_the_fleet_yields_to_one_that_did_not() {
+    let nodes = [node("n1", &["H200"])];
+    let tenants = [tenant("a", 0), tenant("b", 0)];
+    let pass =
+        |s: &mut LiveScheduler, at: DateTime<Utc>, holding: &[StoredJob], pending: &[StoredJob]| {
+            s.decide(&Snapshot {
+                nodes: &nodes,
+                tenants: &tenants,
+                holding,
+                pending,
+                now: at,
+                reachable: None,
+            })
+            .expect("a possible state")
+        };
+    // Both hold nothing now; a's job has waited longer.
+    let mut a_next = job("a-next", "a", 1, None);
+    a_next.created_at = now() - chrono::Duration::hours(2);
+    let b_first = job("b-first", "b", 1, None);
+    let held = [running_on(job("a-long", "a", 1, None), "n1", &[0])];
+    let first_placed = |half_life: Option<std::time::Duration>| {
+        let mut s = scheduler();
+        if let Some(h) = half_life {
+            s = s.with_fair_share_half_life(h);
+        }
+        // Over the last day a held the one GPU, passes ten minutes apart.
+        for k in 0..144 {
+            let at = now() - chrono::Duration::hours(24) + chrono::Duration::minutes(10 * k);
+            pass(&mut s, at, &held, &[]);
+        }
+        let d = pass(&mut s, now(), &[], &[a_next.clone(), b_first.clone()]);
+        let first = ["a-next", "b-first"]
+            .into_iter()
+            .find(|id| placed(&d, id).is_some())
+            .expect("one of them runs");
+        let other = if first == "a-next" {
+            "b-first"
+        } else {
+            "a-next"
+        };
+        assert!(waits(&d, other).is_some(), "{d:?}");
+        first
+    };
+    assert_eq!(
+        first_placed(None),
+        "a-next",
+        "by what they hold now, they tie, and the older job goes first"
+    );
+    assert_eq!(
+        first_placed(Some(std::time::Duration::from_secs(7 * 86_400))),
+        "b-first",
+        "a used the fleet all day: b goes first"
+    );
+}

@@ -138,6 +138,7 @@ fn engine_pass(
             min_runtime_secs: 0,
             gpu_limits: GpuLimits::default(),
         },
+        past_usage: None,
     };
     let started = Instant::now();
     // Each job arrives once, as the live path tells the policy before its pass.

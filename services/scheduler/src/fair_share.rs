@@ -1,0 +1,81 @@
+//! Fair share over time: each tenant's past GPU use, decayed with a half-life, as Slurm's
+//! fair-tree and Kueue's admission fair sharing keep it. With it on, a tenant that used the
+//! fleet all week yields spare capacity to one that did not, beside what each holds now.
+//! Pure: the pass records what was held and when; no clock of its own.
+
+use std::collections::HashMap;
+
+/// Decayed GPU-seconds per quota queue (tenant id).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PastUsage {
+    half_life_secs: f64,
+    by_queue: HashMap<String, f64>,
+    /// When the last record was made (Unix seconds).
+    at: Option<f64>,
+}
+
+impl PastUsage {
+    /// `half_life`: after it, past use counts half as much.
+    pub fn new(half_life: std::time::Duration) -> Self {
+        Self {
+            half_life_secs: half_life.as_secs_f64().max(1.0),
+            by_queue: HashMap::new(),
+            at: None,
+        }
+    }
+
+    /// Decays what was recorded to `now` and adds what `holding` (queue, GPUs held) held
+    /// since the last record, as if held throughout (passes are seconds apart). A clock
+    /// that went back records nothing.
+    pub fn record<'a>(&mut self, now: f64, holding: impl IntoIterator<Item = (&'a str, f64)>) {
+        let Some(at) = self.at.replace(now) else {
+            return;
+        };
+        let dt = now - at;
+        if dt <= 0.0 {
+            return;
+        }
+        let decay = (-dt / self.half_life_secs).exp2();
+        for used in self.by_queue.values_mut() {
+            *used *= decay;
+        }
+        // What was held over the interval, decayed from its middle.
+        let mid_decay = (-dt / 2.0 / self.half_life_secs).exp2();
+        for (queue, gpus) in holding {
+            *self.by_queue.entry(queue.to_owned()).or_default() += gpus * dt * mid_decay;
+        }
+        self.by_queue.retain(|_, u| *u > 1e-6);
+    }
+
+    /// Decayed GPU-seconds by queue.
+    pub fn by_queue(&self) -> &HashMap<String, f64> {
+        &self.by_queue
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn past_use_halves_each_half_life_and_holding_adds_to_it() {
+        let mut p = PastUsage::new(std::time::Duration::from_secs(100));
+        p.record(0.0, [("a", 2.0)]);
+        assert!(
+            p.by_queue().is_empty(),
+            "the first record only sets the clock"
+        );
+        p.record(10.0, [("a", 2.0)]);
+        let a = p.by_queue()["a"];
+        assert!((a - 20.0 * (-0.05f64).exp2()).abs() < 1e-9, "{a}");
+        p.record(110.0, []);
+        assert!(
+            (p.by_queue()["a"] - a / 2.0).abs() < 1e-9,
+            "halved after one half-life"
+        );
+        // A clock that went back changes nothing.
+        let before = p.clone();
+        p.record(50.0, [("a", 100.0)]);
+        assert_eq!(p.by_queue(), before.by_queue());
+    }
+}
