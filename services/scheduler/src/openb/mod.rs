@@ -6,6 +6,7 @@
 pub mod run;
 pub mod synthetic;
 pub mod trace;
+pub mod variants;
 
 pub use crate::placement::{BASELINES, Choice, Cluster, PlacementPolicy, Request};
 

@@ -35,6 +35,9 @@ pub enum BenchCmd {
     /// Replay the openb GPU-sharing trace under the published protocol with one placement
     /// policy, and report GPU allocation against arrival.
     Openb(openb::OpenbBench),
+    /// Writes a variant of the openb trace family (chosen shares of CPU-only, shared,
+    /// multi-GPU and model-constrained pods, drawn from a base trace's pods) as a pod list.
+    OpenbVariant(openb::OpenbVariant),
     /// Placement throughput and decision latency on a large synthetic cluster with a deep
     /// backlog (one decision per pending job, in order).
     Scheduler(scheduler::SchedulerBench),
@@ -51,6 +54,7 @@ pub async fn run(cmd: BenchCmd) -> anyhow::Result<()> {
         BenchCmd::Efficiency(args) => efficiency::run(&args).await,
         BenchCmd::Launch(args) => launch::run(&args).await,
         BenchCmd::Openb(args) => openb::run(&args),
+        BenchCmd::OpenbVariant(args) => openb::variant(&args),
         BenchCmd::Scheduler(args) => scheduler::run(&args),
         BenchCmd::Shim(args) => shim::run(&args),
     }

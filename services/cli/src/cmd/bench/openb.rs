@@ -172,3 +172,53 @@ pub fn run(args: &OpenbBench) -> anyhow::Result<()> {
     super::print(&out, args.json)?;
     Ok(())
 }
+
+#[derive(Debug, Args)]
+pub struct OpenbVariant {
+    /// The pod list whose pods of each kind the variant draws from, e.g.
+    /// ../shared/openb/openb_pod_list_default.csv.
+    #[arg(long)]
+    base: PathBuf,
+    /// The node list (models for constraints when the base has none).
+    #[arg(long)]
+    nodes: PathBuf,
+    /// Pods in the variant.
+    #[arg(long, default_value_t = 8152)]
+    pods: usize,
+    /// Share of all pods that are CPU-only.
+    #[arg(long, default_value_t = 0.1)]
+    cpu_only: f64,
+    /// Share of GPU pods on a shared GPU.
+    #[arg(long, default_value_t = 0.5)]
+    shared: f64,
+    /// Share of whole-GPU pods asking for several GPUs.
+    #[arg(long, default_value_t = 0.1)]
+    multi_gpu: f64,
+    /// Share of GPU pods constrained to GPU models.
+    #[arg(long, default_value_t = 0.1)]
+    gpu_spec: f64,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+}
+
+/// `allot bench openb-variant`: writes a generated pod list to stdout.
+pub fn variant(args: &OpenbVariant) -> anyhow::Result<()> {
+    let read = |p: &PathBuf| {
+        std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))
+    };
+    let base = openb::parse_pods(&read(&args.base)?)?;
+    let nodes = openb::parse_nodes(&read(&args.nodes)?)?;
+    let spec = openb::variants::VariantSpec {
+        pods: args.pods,
+        cpu_only: args.cpu_only,
+        shared: args.shared,
+        multi_gpu: args.multi_gpu,
+        gpu_spec: args.gpu_spec,
+    };
+    let pods = openb::variants::generate(&base, &nodes, &spec, args.seed)?;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(openb::variants::to_csv(&pods).as_bytes()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => other.context("writing the pod list"),
+    }
+}
