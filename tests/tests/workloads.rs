@@ -71,8 +71,9 @@ fn gpu_busy_ns(dir: &std::path::Path) -> u64 {
         return 0;
     }
     assert_eq!(entries.len(), 1, "one GPU's state: {entries:?}");
-    let page = std::fs::read(entries[0].path()).expect("state file");
-    u64::from_ne_bytes(page[16..24].try_into().expect("8 bytes"))
+    let name = entries[0].file_name().to_string_lossy().into_owned();
+    let uuid = name.strip_suffix(".gpu").expect("a GPU's state file");
+    allot_agent::gpu::fake_gpu_busy_ns(&dir.join("sim-gpus"), uuid).expect("a busy count")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

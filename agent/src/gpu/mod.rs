@@ -9,7 +9,9 @@ mod sim;
 
 pub use nvml::{GpuReport, MachineReport, NvmlBackend};
 pub use nvml_raw::{GiProfile, RemappedRows};
-pub use sim::{PROCESS_MEMORY_FILE_PREFIX, SimBackend, SimSpecError, XID_FILE_PREFIX};
+pub use sim::{
+    PROCESS_MEMORY_FILE_PREFIX, SimBackend, SimSpecError, XID_FILE_PREFIX, fake_gpu_busy_ns,
+};
 
 use serde::{Deserialize, Serialize};
 

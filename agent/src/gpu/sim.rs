@@ -290,6 +290,14 @@ fn uuid_like(prefix: &str, seed: &str) -> String {
     )
 }
 
+/// The time (ns) the fake CUDA driver has counted the simulated GPU `uuid` busy, from its
+/// state in `dir` (the `<uuid>.gpu` page: `busy_ns`, a native-endian u64 at byte 16; see
+/// `agent/shim/fake-cuda`); `None` before a job has used the GPU through it.
+pub fn fake_gpu_busy_ns(dir: &std::path::Path, uuid: &str) -> Option<u64> {
+    let page = std::fs::read(dir.join(format!("{uuid}.gpu"))).ok()?;
+    Some(u64::from_ne_bytes(page.get(16..24)?.try_into().ok()?))
+}
+
 impl GpuBackend for SimBackend {
     fn kind(&self) -> &'static str {
         "simulated"
@@ -299,9 +307,7 @@ impl GpuBackend for SimBackend {
     /// last call; unknown before a job has used the GPU through it.
     fn busy(&self, index: u32) -> Option<f64> {
         let dir = self.state_dir.as_ref()?;
-        let uuid = self.gpu(index).ok()?.uuid;
-        let page = std::fs::read(dir.join(format!("{uuid}.gpu"))).ok()?;
-        let busy_ns = u64::from_ne_bytes(page.get(16..24)?.try_into().ok()?);
+        let busy_ns = fake_gpu_busy_ns(dir, &self.gpu(index).ok()?.uuid)?;
         let now = std::time::Instant::now();
         let mut seen = self.busy_seen.lock().unwrap_or_else(|e| e.into_inner());
         let last = seen.insert(index, (busy_ns, now));

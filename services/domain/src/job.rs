@@ -534,6 +534,11 @@ impl Job {
         }
     }
 
+    /// The GPUs it holds (or asks for), a share counting as its fraction of each GPU.
+    pub fn gpu_equivalents(&self) -> f64 {
+        f64::from(self.spec.gpus) * f64::from(self.share().gpu_milli) / f64::from(GPU_MILLI)
+    }
+
     /// How much of each GPU it is placed on the job holds, in milli: its share, or for a
     /// MIG instance the instance's memory slices of the GPU's eight.
     pub fn held_milli_on_each_gpu(&self) -> u64 {

@@ -621,10 +621,9 @@ impl LiveScheduler {
         if let Some(past) = &mut self.past {
             past.record(
                 snap.now.timestamp_millis() as f64 / 1e3,
-                snap.holding.iter().map(|j| {
-                    let milli = f64::from(j.spec.gpus) * f64::from(held_milli(j));
-                    (j.tenant_id.as_str(), milli / f64::from(GPU_MILLI))
-                }),
+                snap.holding
+                    .iter()
+                    .map(|j| (j.tenant_id.as_str(), j.gpu_equivalents())),
             );
         }
         if snap.pending.is_empty() {

@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
-use allot_domain::{GPU_MILLI, Job, JobState, Node, NodeStatus};
+use allot_domain::{Job, JobState, Node, NodeStatus};
 use allot_elastic::ElasticPolicy;
 use allot_elastic::live::{BurstState, ClassLoad, DemandHistory, Plan, Victim, plan};
 use chrono::{DateTime, Utc};
@@ -25,11 +25,6 @@ struct State {
     last_recorded: Option<DateTime<Utc>>,
     /// The last pass's plan and forecast error, for the metrics.
     last: Option<(Plan, BTreeMap<String, f64>)>,
-}
-
-/// GPUs a job holds or asks for (a share counts as its fraction).
-fn gpus_of(j: &Job) -> f64 {
-    f64::from(j.spec.gpus) * f64::from(j.share().gpu_milli) / f64::from(GPU_MILLI)
 }
 
 /// GPUs that take work: whole GPUs (not in MIG mode) on ready nodes, healthy and not
@@ -73,7 +68,7 @@ impl ElasticShares {
                 continue;
             };
             let load = classes.entry(class.as_str().to_owned()).or_default();
-            let gpus = gpus_of(j);
+            let gpus = j.gpu_equivalents();
             if j.preempt_reason.is_some() {
                 load.leaving += gpus;
                 continue;
@@ -93,7 +88,7 @@ impl ElasticShares {
                 continue;
             };
             let load = classes.entry(class.as_str().to_owned()).or_default();
-            load.pending += gpus_of(j);
+            load.pending += j.gpu_equivalents();
             load.oldest_pending_since = Some(
                 load.oldest_pending_since
                     .map_or(j.created_at, |t| t.min(j.created_at)),

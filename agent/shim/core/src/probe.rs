@@ -24,15 +24,24 @@ fn replace_with_symlink(target: &Path, link: &Path) -> std::io::Result<()> {
     std::fs::rename(&tmp, link)
 }
 
+/// Makes `dir` hold `driver` (the fake driver, or a real `libcuda.so`) under the names
+/// programs load it by (`libcuda.so.1`, `libcuda.so`, `libnvidia-ml.so.1`): the directory to
+/// put on `LD_LIBRARY_PATH`. Safe to run from several processes at once.
+pub fn link_driver(driver: &Path, dir: &Path) -> Result<(), String> {
+    let io = |what: &str, e: std::io::Error| format!("{what}: {e}");
+    std::fs::create_dir_all(dir).map_err(|e| io("creating the driver directory", e))?;
+    for name in ["libcuda.so.1", "libcuda.so", "libnvidia-ml.so.1"] {
+        replace_with_symlink(driver, &dir.join(name)).map_err(|e| io("linking the driver", e))?;
+    }
+    Ok(())
+}
+
 /// Builds the probe in `dir` against `driver` (the fake driver, or a real `libcuda.so`).
 /// Safe to run from several processes at once: every file is written under a temporary
 /// name and renamed into place.
 pub fn build(driver: &Path, dir: &Path) -> Result<Probe, String> {
     let io = |what: &str, e: std::io::Error| format!("{what}: {e}");
-    std::fs::create_dir_all(dir).map_err(|e| io("creating the probe directory", e))?;
-    for name in ["libcuda.so.1", "libcuda.so", "libnvidia-ml.so.1"] {
-        replace_with_symlink(driver, &dir.join(name)).map_err(|e| io("linking the driver", e))?;
-    }
+    link_driver(driver, dir)?;
     let tag = std::process::id();
     let source = dir.join(format!("probe.{tag}.c"));
     std::fs::write(&source, SOURCE).map_err(|e| io("writing probe.c", e))?;

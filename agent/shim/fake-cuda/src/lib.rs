@@ -172,9 +172,9 @@ fn now_ns() -> u64 {
 }
 
 /// What processes sharing a simulated GPU agree on, in its state file.
-/// The state file's first page. The simulated node backend (`agent/src/gpu/sim.rs`) and
-/// `allot bench efficiency` read `busy_ns` from byte 16 as a native-endian u64: keep the
-/// layout.
+/// The state file's first page. The simulated node backend reads `busy_ns` from byte 16 as
+/// a native-endian u64 (`allot_agent::gpu::fake_gpu_busy_ns`, which the efficiency
+/// benchmark and tests use too): keep the layout.
 #[repr(C)]
 struct SharedPage {
     /// Processes waiting for the GPU.

@@ -13,8 +13,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use allot_agent::gpu::XID_FILE_PREFIX;
+use allot_domain::classify_xid;
 use allot_domain::xid::{XIDS, XidClass};
-use allot_domain::{SystemClock, classify_xid};
 use allot_scheduler::openb::StdRng;
 use allot_server::ServerConfig;
 use anyhow::{Context, bail};
@@ -375,12 +375,7 @@ pub async fn run(args: &ChaosBench) -> anyhow::Result<()> {
     config.heartbeat_interval = lease / 5;
     config.schedule_interval = Duration::from_millis(100);
     config.min_runtime = Duration::ZERO;
-    let server = allot_server::start(config, Arc::new(SystemClock)).await?;
-    let token = server
-        .bootstrap_admin_token
-        .clone()
-        .context("a fresh database gives a bootstrap token")?;
-    let client = Client::new(&server.http_url(), Some(token), None)?;
+    let (server, client) = super::in_process_server(config).await?;
     let _: Value = client
         .call(
             Method::POST,

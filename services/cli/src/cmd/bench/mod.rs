@@ -96,6 +96,22 @@ fn work_dir(
     Ok((dir, root))
 }
 
+/// Starts a control plane in this process on a fresh database, and a client holding the
+/// admin token its first start made.
+async fn in_process_server(
+    config: allot_server::ServerConfig,
+) -> anyhow::Result<(allot_server::RunningServer, crate::client::Client)> {
+    use anyhow::Context as _;
+    let server =
+        allot_server::start(config, std::sync::Arc::new(allot_domain::SystemClock)).await?;
+    let token = server
+        .bootstrap_admin_token
+        .clone()
+        .context("a fresh database gives a bootstrap token")?;
+    let client = crate::client::Client::new(&server.http_url(), Some(token), None)?;
+    Ok((server, client))
+}
+
 /// Starts one of a benchmark's `allot` child processes quietly (warnings only), its output
 /// appended to `log`, killed if the benchmark drops it.
 fn spawn_logged(

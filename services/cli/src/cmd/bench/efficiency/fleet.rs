@@ -4,10 +4,8 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use allot_domain::SystemClock;
 use allot_server::{RunningServer, ServerConfig};
 use anyhow::{Context, bail};
 use reqwest::Method;
@@ -25,7 +23,7 @@ const CHECKPOINT_VOLUME: &str = "checkpoints";
 pub struct Kit {
     pub workload: PathBuf,
     pub shim: PathBuf,
-    /// A directory holding the fake driver as `libcuda.so.1` and `libnvidia-ml.so.1`.
+    /// A directory holding the fake driver under the names programs load it by.
     pub driver_dir: PathBuf,
 }
 
@@ -44,15 +42,9 @@ impl Kit {
                 )
             }
         };
-        let fake = beside("liballot_fake_cuda.so")?;
         let driver_dir = root.join("driver");
-        std::fs::create_dir_all(&driver_dir)?;
-        for name in ["libcuda.so.1", "libnvidia-ml.so.1"] {
-            let link = driver_dir.join(name);
-            if !link.exists() {
-                std::os::unix::fs::symlink(&fake, &link)?;
-            }
-        }
+        allot_shim_core::probe::link_driver(&beside("liballot_fake_cuda.so")?, &driver_dir)
+            .map_err(anyhow::Error::msg)?;
         Ok(Kit {
             workload: beside("allot-workload")?,
             shim: beside("liballot_shim.so")?,
@@ -108,12 +100,7 @@ impl Fleet {
         config.gpu_limits.max_jobs_per_shared_gpu = MAX_JOBS_PER_GPU;
         config.elastic = policy.is_some();
         config.elastic_policy = policy;
-        let server = allot_server::start(config, Arc::new(SystemClock)).await?;
-        let token = server
-            .bootstrap_admin_token
-            .clone()
-            .context("a fresh database gives a bootstrap token")?;
-        let client = Client::new(&server.http_url(), Some(token), None)?;
+        let (server, client) = super::super::in_process_server(config).await?;
         for tenant in ["serving", "research"] {
             let _: Value = client
                 .call(
@@ -289,10 +276,8 @@ impl Fleet {
                 let busy = self
                     .gpu_state
                     .iter()
-                    .find_map(|d| std::fs::read(d.join(format!("{g}.gpu"))).ok())
-                    .and_then(|b| b.get(16..24).map(|s| s.to_vec()))
-                    .and_then(|s| <[u8; 8]>::try_from(s).ok())
-                    .map_or(0, u64::from_ne_bytes);
+                    .find_map(|d| allot_agent::gpu::fake_gpu_busy_ns(d, g))
+                    .unwrap_or(0);
                 (g.clone(), busy)
             })
             .collect()

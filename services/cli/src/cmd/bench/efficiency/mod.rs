@@ -384,28 +384,51 @@ async fn stop_training(fleet: &Fleet, training: &[(String, String)]) -> anyhow::
     Ok((executed, retained))
 }
 
-/// Connects to each replica (`(service, key, port)`) and starts sending the seeded load at
-/// `start`; returns the bursts, the router and answers (for replicas joining later) and the
-/// sender, whose outcome comes when the load and its drain are over.
+/// A load being sent: its bursts, where its requests go and where their answers come back.
+struct Load {
+    bursts: Vec<load::Burst>,
+    router: load::Router,
+    answers: load::Answers,
+    /// Replicas' answers are read until then.
+    until: tokio::time::Instant,
+    /// Its outcome, once the load and its drain are over.
+    sender: tokio::task::JoinHandle<load::Outcome>,
+}
+
+impl Load {
+    /// Puts the replica `key` of `service`, listening on loopback `port`, in the rotation.
+    async fn join(&self, service: usize, key: &str, port: u16) -> std::io::Result<()> {
+        connect(&self.router, &self.answers, self.until, service, key, port).await
+    }
+}
+
+async fn connect(
+    router: &load::Router,
+    answers: &load::Answers,
+    until: tokio::time::Instant,
+    service: usize,
+    key: &str,
+    port: u16,
+) -> std::io::Result<()> {
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    router.add(service, key, addr, answers, until).await
+}
+
+/// Connects to the first replica of each service (service `i` is `keys[i]`, listening on
+/// `ports[keys[i]]`) and starts sending the seeded load at `start`.
 async fn start_load(
     args: &EfficiencyBench,
     shape: &load::Shape,
-    replicas: &[(usize, String, u16)],
+    keys: &[String],
+    ports: &HashMap<String, u16>,
     start: tokio::time::Instant,
-) -> anyhow::Result<(
-    Vec<load::Burst>,
-    load::Router,
-    load::Answers,
-    tokio::task::JoinHandle<load::Outcome>,
-)> {
+) -> anyhow::Result<Load> {
     let (bursts, requests) = load::schedule(shape, args.services(), args.seed);
     let router = load::Router::default();
     let answers: load::Answers = Arc::default();
     let until = start + shape.duration + Duration::from_secs(10);
-    for (i, key, port) in replicas {
-        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], *port));
-        router
-            .add(*i, key, addr, &answers, until)
+    for (i, key) in keys.iter().enumerate() {
+        connect(&router, &answers, until, i, key, ports[key])
             .await
             .with_context(|| format!("connecting to service {key}"))?;
     }
@@ -415,7 +438,13 @@ async fn start_load(
             load::run(&router, &answers, &requests, start, Duration::from_secs(5)).await
         })
     };
-    Ok((bursts, router, answers, sender))
+    Ok(Load {
+        bursts,
+        router,
+        answers,
+        until,
+        sender,
+    })
 }
 
 async fn run_mode(
@@ -486,17 +515,12 @@ async fn drive_mode(args: &EfficiencyBench, fleet: &Fleet, mode: Mode) -> anyhow
 
     let shape = args.shape(Duration::from_secs(args.secs), 0.5);
     let start = tokio::time::Instant::now() + Duration::from_secs(1);
-    let replicas: Vec<(usize, String, u16)> = keys
-        .iter()
-        .enumerate()
-        .map(|(i, k)| (i, k.clone(), ports[k]))
-        .collect();
-    let (bursts, _, _, sender) = start_load(args, &shape, &replicas, start).await?;
+    let load = start_load(args, &shape, &keys, &ports, start).await?;
     tokio::time::sleep_until(start).await;
     let (busy0, work0) = (fleet.busy_ns(), fleet.training_work());
     tokio::time::sleep_until(start + shape.duration).await;
     let (busy1, work1) = (fleet.busy_ns(), fleet.training_work());
-    let outcome = sender.await.context("the load generator")?;
+    let outcome = load.sender.await.context("the load generator")?;
 
     let window_s = shape.duration.as_secs_f64();
     let (busy_s, per_gpu) = busy_total(&busy0, &busy1);
@@ -532,7 +556,7 @@ async fn drive_mode(args: &EfficiencyBench, fleet: &Fleet, mode: Mode) -> anyhow
         "training_preemptions": preempted,
         "training_executed_kernel_s": executed,
         "training_lost_kernel_s": (executed - retained).max(0.0),
-        "bursts": bursts.len(),
+        "bursts": load.bursts.len(),
     }))
 }
 
@@ -620,13 +644,7 @@ async fn drive_day_night(
     let end = start + day;
 
     let shape = args.shape(day, 0.25);
-    let replicas: Vec<(usize, String, u16)> = night_keys
-        .iter()
-        .enumerate()
-        .map(|(i, k)| (i, k.clone(), ports[k]))
-        .collect();
-    let (bursts, router, answers, sender) = start_load(args, &shape, &replicas, start).await?;
-    let until = end + Duration::from_secs(10);
+    let load = start_load(args, &shape, &night_keys, &ports, start).await?;
     tokio::time::sleep_until(start).await;
     let (busy0, work0) = (fleet.busy_ns(), fleet.training_work());
 
@@ -651,11 +669,10 @@ async fn drive_day_night(
             if joined.contains(key) {
                 continue;
             }
-            if let Some(port) = fleet.port(key) {
-                let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
-                if router.add(*i, key, addr, &answers, until).await.is_ok() {
-                    joined.insert(key.clone());
-                }
+            if let Some(port) = fleet.port(key)
+                && load.join(*i, key, port).await.is_ok()
+            {
+                joined.insert(key.clone());
             }
         }
         if joined.len() == day_keys.len() {
@@ -668,13 +685,13 @@ async fn drive_day_night(
     let (busy_dusk, work_dusk) = (fleet.busy_ns(), fleet.training_work());
     // Dusk: scale in, the replicas out of the rotation before they stop.
     for (_, key) in &day_keys {
-        router.remove(key);
+        load.router.remove(key);
     }
     tokio::time::sleep(Duration::from_secs(1)).await;
     fleet.cancel_all(&day_ids).await?;
     tokio::time::sleep_until(end).await;
     let (busy1, work1) = (fleet.busy_ns(), fleet.training_work());
-    let outcome = sender.await.context("the load generator")?;
+    let outcome = load.sender.await.context("the load generator")?;
 
     let g = fleet.gpus.len() as f64;
     let half_s = day.as_secs_f64() / 2.0;
@@ -723,6 +740,6 @@ async fn drive_day_night(
         "training_preemptions": preempted,
         "training_executed_kernel_s": executed,
         "training_lost_kernel_s": (executed - retained).max(0.0),
-        "bursts": bursts.len(),
+        "bursts": load.bursts.len(),
     }))
 }
