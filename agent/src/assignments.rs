@@ -164,6 +164,18 @@ impl Agent {
                     env.extend(extra);
                 }
                 env.extend(self.backend.job_env(&l.gpu_uuids));
+                if let Some(g) = &l.gang {
+                    env.extend(allot_domain::gang::launcher_env(
+                        &allot_domain::gang::Place {
+                            gang_id: &g.gang_id,
+                            rank: g.rank,
+                            size: g.size,
+                            master_addr: &g.master_addr,
+                            master_port: u16::try_from(g.master_port).unwrap_or(0),
+                            gpus: u32::try_from(l.gpu_uuids.len()).unwrap_or(u32::MAX),
+                        },
+                    ));
+                }
                 env
             },
             workdir: (!l.workdir.is_empty()).then_some(l.workdir),

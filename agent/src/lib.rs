@@ -78,6 +78,43 @@ pub struct AgentConfig {
     pub sharing: sharing::SharingConfig,
     /// What runs jobs here.
     pub runtime: RuntimeChoice,
+    /// Where other nodes reach this one (an IP address or DNS name): where a gang whose
+    /// first replica runs here meets. Empty: this machine's address on its route to the
+    /// control plane.
+    pub address: String,
+}
+
+/// This machine's address on its route to `server` (a URL): the source address the kernel
+/// picks to reach it (nothing is sent). Empty when that cannot be told.
+pub fn route_address(server: &str) -> String {
+    use std::net::{ToSocketAddrs, UdpSocket};
+    let Ok(uri) = server.parse::<tonic::codegen::http::Uri>() else {
+        return String::new();
+    };
+    let Some(host) = uri.host() else {
+        return String::new();
+    };
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let port = uri.port_u16().unwrap_or(443);
+    let Some(target) = (host, port)
+        .to_socket_addrs()
+        .ok()
+        .and_then(|mut a| a.next())
+    else {
+        return String::new();
+    };
+    let local = if target.is_ipv4() {
+        "0.0.0.0:0"
+    } else {
+        "[::]:0"
+    };
+    UdpSocket::bind(local)
+        .and_then(|s| {
+            s.connect(target)?;
+            s.local_addr()
+        })
+        .map(|a| a.ip().to_string())
+        .unwrap_or_default()
 }
 
 /// The runtime an agent runs its jobs with (see [`runtime`]).

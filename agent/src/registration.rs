@@ -59,6 +59,11 @@ impl Agent {
                 cpu_milli: self.cfg.offer.cpu_milli,
                 memory_bytes: self.cfg.offer.memory_bytes,
                 runtime: self.runtime.kind().as_str().to_owned(),
+                address: if self.cfg.address.is_empty() {
+                    crate::route_address(&self.cfg.server)
+                } else {
+                    self.cfg.address.clone()
+                },
             };
             let sent = Instant::now();
             match NodeServiceClient::new(channel).register(req).await {

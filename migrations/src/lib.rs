@@ -31,6 +31,7 @@ mod m20261208_000001_job_logs;
 mod m20261209_000001_tenant_deletion;
 mod m20261209_000002_job_time_limits;
 mod m20261209_000003_sign_ins;
+mod m20261210_000001_gangs;
 mod roles;
 
 pub use roles::{APPEND_ONLY_TABLES, BadRoleName, postgres_app_role_grants};
@@ -69,6 +70,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261209_000001_tenant_deletion::Migration),
             Box::new(m20261209_000002_job_time_limits::Migration),
             Box::new(m20261209_000003_sign_ins::Migration),
+            Box::new(m20261210_000001_gangs::Migration),
         ]
     }
 }

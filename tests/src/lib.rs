@@ -175,6 +175,7 @@ pub async fn agent_config(
         metrics_listen: None,
         sharing: allot_agent::sharing::SharingConfig::default(),
         runtime: allot_agent::RuntimeChoice::Process,
+        address: String::new(),
     }
 }
 

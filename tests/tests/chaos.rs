@@ -1,13 +1,14 @@
 //! Fault injection against real agent processes (`allot bench chaos`, small): agents killed
 //! with SIGKILL and restarted, partitions longer than a lease, short blips and XIDs. No job is
 //! lost, none is ever seen running twice, and faults really moved jobs: with jobs as
-//! processes, and with jobs as runc containers.
+//! processes (a quarter of them gangs of two replicas, none ever seen running two attempts
+//! at once), and with jobs as runc containers.
 
 use std::process::Command;
 
 use allot_system_tests::allot_bin;
 
-fn chaos(runtime: &str) {
+fn chaos(runtime: &str, gangs: bool) {
     let out = Command::new(allot_bin())
         .args([
             "bench",
@@ -28,6 +29,7 @@ fn chaos(runtime: &str) {
             runtime,
             "--json",
         ])
+        .args(gangs.then_some("--gangs"))
         .env("ALLOT_LOG", "error")
         .output()
         .expect("allot bench chaos runs");
@@ -37,6 +39,8 @@ fn chaos(runtime: &str) {
     assert_eq!(r["runtime"], runtime, "{r}");
     assert_eq!(r["lost"], 0, "{r}");
     assert_eq!(r["double_running"], 0, "{r}");
+    assert_eq!(r["gang_attempts_side_by_side"], 0, "{r}");
+    assert_eq!(r["gangs"], if gangs { 6 } else { 0 }, "{r}");
     assert_eq!(r["succeeded"], 24, "{r}");
     // The observer that looks for doubles saw the jobs (it is not looking elsewhere).
     assert_eq!(r["jobs_seen_running_by_the_observer"], 24, "{r}");
@@ -58,7 +62,7 @@ fn chaos(runtime: &str) {
 
 #[test]
 fn no_job_is_lost_or_doubled_under_faults() {
-    chaos("process");
+    chaos("process", true);
 }
 
 #[test]
@@ -66,5 +70,5 @@ fn no_container_is_lost_or_doubled_under_faults() {
     if !allot_system_tests::oci::require_container_support() {
         return;
     }
-    chaos("oci");
+    chaos("oci", false);
 }

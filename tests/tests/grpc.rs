@@ -37,6 +37,7 @@ fn register_req(token: &str, name: &str, csr_pem: &str) -> RegisterRequest {
         memory_bytes: 64 << 30,
         csr_pem: csr_pem.to_owned(),
         runtime: "process".into(),
+        address: String::new(),
     }
 }
 
@@ -119,6 +120,29 @@ async fn node_identity_comes_from_its_certificate() {
         .await
         .expect_err("bad CSR");
     assert_eq!(err.code(), Code::InvalidArgument);
+    // The address other nodes' jobs are sent to (a gang's MASTER_ADDR) is an address or a
+    // name, never something more.
+    for address in [
+        "10.0.0.1:80",
+        "evil.example/x",
+        "a b",
+        "-lead.example",
+        "$(id)",
+    ] {
+        let err = anonymous
+            .register(RegisterRequest {
+                address: address.into(),
+                ..register_req(&token, "n1", &csr)
+            })
+            .await
+            .expect_err("bad address");
+        assert_eq!(err.code(), Code::InvalidArgument, "{address}");
+        assert!(
+            err.message().contains("address"),
+            "{address}: {}",
+            err.message()
+        );
+    }
 
     // The token was not spent by the refused attempts; it is by the first registration.
     let a = enroll(&c, &token, "node-a").await.expect("register a");

@@ -331,6 +331,7 @@ impl Fixture {
                     memory_bytes: 0,
                     gpus: vec![],
                     lease_expires_at: now,
+                    address: String::new(),
                 },
             )
             .await

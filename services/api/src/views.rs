@@ -534,6 +534,33 @@ pub struct SubmitJob {
     /// scheduler estimate when the jobs behind this one start.
     #[schema(minimum = 1, maximum = 31_622_400)]
     pub time_limit_secs: Option<u64>,
+    /// Replicas of a multi-node job (a gang), each asking for all of the above on a node:
+    /// placed all at once or not at all, and requeued, retried, preempted and cancelled
+    /// together. Each is told `WORLD_SIZE`, `RANK`, `NODE_RANK`, `LOCAL_WORLD_SIZE`,
+    /// `MASTER_ADDR` and `MASTER_PORT` (and the `PET_*` variables `torchrun` reads).
+    #[serde(default = "one_replica")]
+    #[schema(minimum = 1, maximum = 256, default = 1)]
+    pub replicas: u32,
+}
+
+fn one_replica() -> u32 {
+    1
+}
+
+/// One replica of a gang, as its gang's record shows it.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct ReplicaView {
+    pub rank: u32,
+    /// The replica's own job id (its log is read by it).
+    pub id: String,
+    pub state: String,
+    pub attempt: u32,
+    pub node_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_name: Option<String>,
+    pub gpu_uuids: Vec<String>,
+    pub exit_code: Option<i32>,
+    pub message: Option<String>,
 }
 
 /// A new share for a running job (at least one of the two).
@@ -626,6 +653,20 @@ pub struct JobView {
     pub gpu_resizable: bool,
     /// The longest an attempt may run, in seconds.
     pub time_limit_secs: Option<u64>,
+    /// Its replicas: more than 1 for a multi-node job (a gang).
+    pub replicas: u32,
+    /// On a replica of a gang other than its first: the gang's id (its first replica's
+    /// job id, the gang's record).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gang_id: Option<String>,
+    /// Which replica of its gang this record is (0: the gang's own record).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rank: Option<u32>,
+    /// On a gang's record: every replica, in rank order. The record's `state` and
+    /// `failures` are then the gang's: failed if a replica failed, cancelled if one was,
+    /// succeeded when all did, else the furthest along of running, scheduled and pending.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gang: Option<Vec<ReplicaView>>,
     /// For a pending job: when it is estimated to start (RFC 3339), if every job it waits
     /// behind has a time limit. The estimate assumes running jobs end at their limits and
     /// the jobs ahead of it start as soon as GPUs free; guarantees, quotas, fair share and
@@ -706,6 +747,14 @@ impl From<Job> for JobView {
             gpu_compute: j.spec.gpu_compute,
             gpu_resizable: j.spec.gpu_resizable,
             time_limit_secs: j.spec.time_limit_secs,
+            replicas: j.spec.replicas,
+            gang_id: j
+                .replica
+                .as_ref()
+                .filter(|r| r.rank > 0)
+                .map(|r| r.gang_id.clone()),
+            rank: j.replica.as_ref().map(|r| r.rank),
+            gang: None,
             estimated_start: None,
             image: j.spec.image,
             image_digest: j.image_digest,

@@ -33,6 +33,8 @@ pub const MAX_RETRIES: u32 = 100;
 pub const MAX_GPU_MODELS: usize = 16;
 /// A whole GPU, in milli.
 pub const GPU_MILLI: u32 = 1000;
+/// Most replicas a multi-node job (a gang) may have.
+pub const MAX_REPLICAS: u32 = 256;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -198,6 +200,18 @@ pub struct JobSpec {
     /// running then is stopped, and the job ends cancelled saying so. None: no limit (and
     /// no estimate of when the jobs behind it start).
     pub time_limit_secs: Option<u64>,
+    /// Replicas of a multi-node job (a gang, see [`crate::gang`]): each asks for all of the
+    /// above on a node of its own choosing; all are placed at once or none, and they are
+    /// requeued, retried, preempted and cancelled together. 1: a job on one node.
+    pub replicas: u32,
+}
+
+/// A job that is one replica of a gang: the gang's id (its first replica's job id) and
+/// which replica it is (0 is the gang's own record, what its submitter sees).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Replica {
+    pub gang_id: String,
+    pub rank: u32,
 }
 
 /// A job's network.
@@ -253,6 +267,23 @@ impl JobSpec {
                 (1..=MAX_TIME_LIMIT_SECS).contains(&limit),
                 "time_limit_secs",
                 "must be from 1 second to 366 days",
+            );
+        }
+        v.check(
+            (1..=MAX_REPLICAS).contains(&self.replicas),
+            "replicas",
+            format!("must be from 1 to {MAX_REPLICAS}"),
+        );
+        if self.replicas > 1 {
+            v.check(
+                self.mig_profile.is_none(),
+                "replicas",
+                "a MIG job runs on one instance: a gang asks for GPUs or shares of them",
+            );
+            v.check(
+                !self.gpu_resizable,
+                "gpu_resizable",
+                "a gang's replicas hold one share each: resizing applies to a job of one replica",
             );
         }
         v.check(!self.name.trim().is_empty(), "name", "must not be empty");
@@ -498,6 +529,8 @@ pub struct Job {
     /// The manifest digest its image's tag resolved to at its first pull: every later
     /// attempt runs exactly that.
     pub image_digest: Option<String>,
+    /// For a replica of a gang: which gang, which replica.
+    pub replica: Option<Replica>,
 }
 
 /// Anti-affinity after a fault: a job requeued for a device fault avoids the GPUs it held,
@@ -639,7 +672,89 @@ pub(crate) mod tests {
             time_limit_secs: None,
             image: None,
             network: JobNetwork::Host,
+            replicas: 1,
         }
+    }
+
+    /// A stored job of [`spec`] in `state`, at its first attempt.
+    pub(crate) fn stored(id: &str, state: JobState) -> Job {
+        let at = DateTime::<Utc>::from_timestamp(1_790_000_000, 0).expect("time");
+        Job {
+            id: id.into(),
+            tenant_id: "t".into(),
+            spec: spec(),
+            state,
+            pending_reason: None,
+            node_id: None,
+            gpu_uuids: Vec::new(),
+            held_gpu_milli: None,
+            borrowing: false,
+            attempt: 1,
+            cancel_requested: false,
+            preempt_reason: None,
+            failures: 0,
+            retry_at: None,
+            pid: None,
+            exit_code: None,
+            message: None,
+            log_tail: None,
+            created_at: at,
+            updated_at: at,
+            scheduled_at: None,
+            started_at: None,
+            finished_at: None,
+            traceparent: None,
+            avoid: None,
+            image_digest: None,
+            replica: None,
+        }
+    }
+
+    #[test]
+    fn a_gang_has_from_one_to_the_most_replicas_and_no_mig_or_resizing() {
+        let fields = |s: JobSpec| {
+            s.validate()
+                .err()
+                .map(|e| e.0.into_iter().map(|f| f.field).collect::<Vec<_>>())
+        };
+        assert_eq!(
+            fields(JobSpec {
+                replicas: 4,
+                ..spec()
+            }),
+            None
+        );
+        assert_eq!(
+            fields(JobSpec {
+                replicas: 0,
+                ..spec()
+            }),
+            Some(vec!["replicas".to_owned()])
+        );
+        assert_eq!(
+            fields(JobSpec {
+                replicas: MAX_REPLICAS + 1,
+                ..spec()
+            }),
+            Some(vec!["replicas".to_owned()])
+        );
+        assert_eq!(
+            fields(JobSpec {
+                replicas: 2,
+                mig_profile: Some("1g.18gb".into()),
+                ..spec()
+            }),
+            Some(vec!["replicas".to_owned()])
+        );
+        assert_eq!(
+            fields(JobSpec {
+                replicas: 2,
+                gpu_milli: Some(500),
+                gpu_resizable: true,
+                ..spec()
+            }),
+            Some(vec!["gpu_resizable".to_owned()])
+        );
     }
 
     #[test]

@@ -8,6 +8,7 @@ pub mod accounting;
 pub mod audit;
 pub mod clock;
 pub mod error;
+pub mod gang;
 pub mod identity;
 pub mod image;
 pub mod isolation;
@@ -33,8 +34,8 @@ pub use isolation::{
     GpuCompute, Isolation, PRIORITY_CLASSES, PRIORITY_RANGE, WorkloadClass, parse_priority,
 };
 pub use job::{
-    AVOID_FOR_SECS, Avoid, GPU_MILLI, Job, JobEvent, JobNetwork, JobSpec, JobState, PendingReason,
-    Share, TransitionError,
+    AVOID_FOR_SECS, Avoid, GPU_MILLI, Job, JobEvent, JobNetwork, JobSpec, JobState, MAX_REPLICAS,
+    PendingReason, Replica, Share, TransitionError,
 };
 pub use node::{GpuDevice, MemoryEnforcement, MigSlot, Node, NodeStatus};
 pub use quantity::{format_bytes, format_duration, format_milli, parse_bytes, parse_memory};

@@ -306,6 +306,9 @@ pub struct Node {
     pub cordoned: bool,
     /// GPUs an operator drained: they take no new work until returned to service.
     pub drained_gpus: Vec<String>,
+    /// The address other nodes reach it at (a gang's rendezvous on its first replica);
+    /// empty when its agent did not say.
+    pub address: String,
 }
 
 impl Node {

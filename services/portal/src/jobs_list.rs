@@ -167,6 +167,8 @@ pub(crate) async fn jobs_page(
     };
     let filter = JobFilter {
         states,
+        // A gang shows once (by node, each replica there).
+        gangs_whole: node_id.is_none(),
         node_id,
         name_contains: (!name.is_empty()).then(|| name.clone()),
         ..JobFilter::new(scope)

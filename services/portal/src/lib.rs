@@ -376,13 +376,17 @@ async fn dashboard_page(
         .store
         .list_jobs(JobFilter {
             limit: Some(DASHBOARD_JOBS),
+            gangs_whole: true,
             ..JobFilter::new(scope.clone())
         })
         .await?
         .jobs;
     let all_jobs = state
         .store
-        .count_jobs(JobFilter::new(scope.clone()))
+        .count_jobs(JobFilter {
+            gangs_whole: true,
+            ..JobFilter::new(scope.clone())
+        })
         .await?;
     let (holding, waiting) = allot_api::unfinished(&state, scope.clone()).await?;
     let quota_rows = tenants

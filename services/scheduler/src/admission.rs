@@ -309,8 +309,10 @@ fn quota(spec: &JobSpec, tenant_id: &str, tenants: &[Tenant], v: &mut Violations
     } else {
         spec.gpu_milli.unwrap_or(GPU_MILLI)
     };
-    let gpus = u64::from(spec.gpus) * u64::from(share);
-    let gpu_memory = u64::from(spec.gpus) * spec.gpu_memory_bytes.map_or(0, mib_up);
+    // A gang holds what it asks for once per replica.
+    let n = u64::from(spec.replicas.max(1));
+    let gpus = n * u64::from(spec.gpus) * u64::from(share);
+    let gpu_memory = n * u64::from(spec.gpus) * spec.gpu_memory_bytes.map_or(0, mib_up);
     for t in &chain {
         let l = &t.quota.limit;
         let over = |asked: u64, limit: Option<u64>| asked > 0 && limit.is_some_and(|l| asked > l);
@@ -332,7 +334,7 @@ fn quota(spec: &JobSpec, tenant_id: &str, tenants: &[Tenant], v: &mut Violations
                 ),
             );
         }
-        if over(u64::from(spec.cpu_milli), l.cpu_milli) {
+        if over(n * u64::from(spec.cpu_milli), l.cpu_milli) {
             v.check(
                 false,
                 "cpu_milli",
@@ -343,7 +345,7 @@ fn quota(spec: &JobSpec, tenant_id: &str, tenants: &[Tenant], v: &mut Violations
                 ),
             );
         }
-        if over(mib_up(spec.memory_bytes), l.memory_bytes.map(mib_down)) {
+        if over(n * mib_up(spec.memory_bytes), l.memory_bytes.map(mib_down)) {
             v.check(
                 false,
                 "memory_bytes",

@@ -51,6 +51,13 @@ pub enum LiveDecision {
         held_gpu_milli: u32,
         borrowing: bool,
     },
+    /// Place every replica of a gang (in rank order), all in one go.
+    PlaceGang {
+        gang_id: String,
+        replicas: Vec<ReplicaPlacement>,
+        held_gpu_milli: u32,
+        borrowing: bool,
+    },
     /// Stop the job (it runs on `node_id`) and requeue it.
     Preempt {
         job_id: String,
@@ -67,6 +74,21 @@ pub enum LiveDecision {
         gpu_uuid: String,
         layout: Vec<(u32, u8)>,
     },
+}
+
+/// Where one replica of a gang goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplicaPlacement {
+    pub job_id: String,
+    pub node_id: String,
+    pub gpu_uuids: Vec<String>,
+}
+
+/// The engine's id for a stored job: a gang's replicas are one engine job, the gang.
+fn engine_id(j: &StoredJob) -> &str {
+    j.replica
+        .as_ref()
+        .map_or(j.id.as_str(), |r| r.gang_id.as_str())
 }
 
 /// Whether a node takes new work: ready, heard from lately, reachable, not cordoned.
@@ -447,6 +469,15 @@ impl Mapped {
         Some(Choice { node, gpus })
     }
 
+    /// The UUIDs of a placement's GPUs.
+    fn uuids(&self, c: &Choice) -> Vec<String> {
+        let uuids = &self.nodes[c.node].2;
+        c.gpus
+            .iter()
+            .filter_map(|&g| uuids.get(usize::from(g)).cloned())
+            .collect()
+    }
+
     /// Whether every GPU of the placement offers capacity (a running job there may be
     /// reclaimed without handing out room that is not there).
     fn all_usable(&self, c: &Choice) -> bool {
@@ -482,7 +513,11 @@ pub struct QueuePlace {
 /// priority and fair share, so this is a place in one queue, not in the fleet's.
 pub fn queue_places(pending: &[StoredJob]) -> HashMap<String, QueuePlace> {
     let mut queues: HashMap<&str, Vec<&StoredJob>> = HashMap::new();
-    for j in pending {
+    // A gang waits as one job: its replica 0.
+    for j in pending
+        .iter()
+        .filter(|j| j.replica.as_ref().is_none_or(|r| r.rank == 0))
+    {
         queues.entry(j.tenant_id.as_str()).or_default().push(j);
     }
     let mut places = HashMap::with_capacity(pending.len());
@@ -668,23 +703,53 @@ impl LiveScheduler {
             .collect();
         let seq_of = |j: &StoredJob| seq.get(j.id.as_str()).copied().unwrap_or(u64::MAX);
 
-        // Leaving: jobs reclaim is already stopping, and what they hold.
+        // Leaving: jobs reclaim is already stopping, and what they hold. A gang being
+        // stopped leaves whole.
+        let stopping_gangs: HashSet<&str> = snap
+            .holding
+            .iter()
+            .filter(|j| j.replica.is_some() && j.preempt_reason.is_some())
+            .map(engine_id)
+            .collect();
         let mut leaving: Vec<(&StoredJob, Request, Choice)> = Vec::new();
-        let mut running = Vec::new();
-        for j in snap.holding {
+        let mut running: Vec<Running> = Vec::new();
+        // Each engine job's replicas as stored jobs (one for a job of one replica), in rank
+        // order, with their nodes: how a preemption maps back.
+        let mut members: HashMap<String, Vec<(&StoredJob, usize)>> = HashMap::new();
+        let mut gang_at: HashMap<&str, usize> = HashMap::new();
+        let mut by_rank: Vec<&StoredJob> = snap.holding.iter().collect();
+        by_rank.sort_by_key(|j| j.replica.as_ref().map_or(0, |r| r.rank));
+        for j in by_rank {
             let Ok(request) = mapped.request(j, held_milli(j)) else {
                 continue;
             };
             let Some(choice) = mapped.choice(j) else {
                 continue;
             };
-            if j.preempt_reason.is_some() {
+            let id = engine_id(j);
+            if j.preempt_reason.is_some() || stopping_gangs.contains(id) {
                 leaving.push((j, request, choice));
                 continue;
             }
-            let mut job = engine_job(j, request, seq_of(j));
+            members
+                .entry(id.to_owned())
+                .or_default()
+                .push((j, choice.node));
             // Capacity that is not really there is not reclaimed.
-            job.preemptible &= mapped.all_usable(&choice);
+            let usable = mapped.all_usable(&choice);
+            if j.replica.is_some() {
+                if let Some(&i) = gang_at.get(id) {
+                    let r: &mut Running = &mut running[i];
+                    r.job.replicas += 1;
+                    r.job.preemptible &= usable;
+                    r.placements.push(choice);
+                    continue;
+                }
+                gang_at.insert(id, running.len());
+            }
+            let mut job = engine_job(j, request, seq_of(j));
+            job.id = id.to_owned();
+            job.preemptible &= usable;
             let started = j.started_at.or(j.scheduled_at).unwrap_or(j.created_at);
             running.push(Running {
                 job,
@@ -706,8 +771,45 @@ impl LiveScheduler {
             .iter()
             .filter(|n| n.confines_jobs() && n.status(snap.now) == allot_domain::NodeStatus::Ready)
             .collect();
+        // A gang's pending replicas, in rank order: placed as one job (its replica 0's
+        // record speaks for it), and only once every replica waits at the same attempt.
+        let mut gangs: HashMap<&str, Vec<&StoredJob>> = HashMap::new();
+        for j in snap.pending.iter().filter(|j| j.replica.is_some()) {
+            gangs.entry(engine_id(j)).or_default().push(j);
+        }
+        for g in gangs.values_mut() {
+            g.sort_by_key(|j| j.replica.as_ref().map_or(0, |r| r.rank));
+        }
         for j in snap.pending {
-            if let Some(at) = j.retry_at.filter(|at| *at > snap.now) {
+            let gang = gangs.get(engine_id(j)).filter(|_| j.replica.is_some());
+            let mut retry_at = j.retry_at;
+            if let Some(g) = gang {
+                if g[0].id != j.id {
+                    continue;
+                }
+                let size = j.spec.replicas as usize;
+                let whole = g.len() == size
+                    && g.iter().all(|m| m.attempt == j.attempt)
+                    && !members.contains_key(engine_id(j))
+                    && !stopping_gangs.contains(engine_id(j));
+                if !whole {
+                    decisions.push(LiveDecision::Wait {
+                        job_id: j.id.clone(),
+                        reason: PendingReason {
+                            code: "GangStopping".into(),
+                            message: format!(
+                                "waiting for {} of the gang's {size} replicas to stop before \
+                                 attempt {} starts",
+                                size.saturating_sub(g.len()).max(1),
+                                j.attempt
+                            ),
+                        },
+                    });
+                    continue;
+                }
+                retry_at = g.iter().filter_map(|m| m.retry_at).max();
+            }
+            if let Some(at) = retry_at.filter(|at| *at > snap.now) {
                 decisions.push(LiveDecision::Wait {
                     job_id: j.id.clone(),
                     reason: PendingReason {
@@ -760,6 +862,15 @@ impl LiveScheduler {
                 Ok(r) => {
                     let mut job = engine_job(j, r, seq_of(j));
                     job.avoid = mapped.avoidance(j, snap.now);
+                    if let Some(g) = gang {
+                        job.id = engine_id(j).to_owned();
+                        job.replicas = j.spec.replicas;
+                        for m in &g[1..] {
+                            let more = mapped.avoidance(m, snap.now);
+                            job.avoid.nodes.extend(more.nodes);
+                            job.avoid.gpus.extend(more.gpus);
+                        }
+                    }
                     // A job that asks for nothing fits anywhere, even on a node that offers
                     // nothing new (cordoned, not ready): keep it to the ones that offer.
                     if j.spec.gpus == 0 && j.spec.cpu_milli == 0 && j.spec.memory_bytes == 0 {
@@ -799,7 +910,7 @@ impl LiveScheduler {
                     message: "no node is ready (none registered, or all leases expired)".into(),
                 },
             }));
-            return Ok(decisions);
+            return Ok(whole_gangs(decisions, &gangs));
         }
 
         let mut fgd;
@@ -864,6 +975,60 @@ impl LiveScheduler {
                     request,
                     placements,
                     borrowing,
+                } if gangs.contains_key(job_id.as_str()) => {
+                    let g = &gangs[job_id.as_str()];
+                    // Every replica where it was put, on top of what is really held; else
+                    // the gang waits whole for the preempted jobs to stop.
+                    let before: Vec<NodeState> =
+                        placements.iter().map(|c| actual[c.node].clone()).collect();
+                    let mut fits = placements.len() == g.len();
+                    for c in &placements {
+                        fits = fits && fits_exactly(&actual[c.node], &request, &c.gpus);
+                        if !fits {
+                            break;
+                        }
+                        actual[c.node].place(&request, &c.gpus);
+                    }
+                    if !fits {
+                        for (c, b) in placements.iter().zip(before).rev() {
+                            actual[c.node] = b;
+                        }
+                        let waiting_on = placements
+                            .iter()
+                            .filter(|c| stopping.contains(&c.node))
+                            .count();
+                        decisions.push(LiveDecision::Wait {
+                            job_id,
+                            reason: PendingReason {
+                                code: "AwaitingPreemption".into(),
+                                message: format!(
+                                    "reclaiming room for the gang: waiting for preempted jobs \
+                                     to stop on {waiting_on} of its nodes"
+                                ),
+                            },
+                        });
+                        continue;
+                    }
+                    decisions.push(LiveDecision::PlaceGang {
+                        gang_id: job_id,
+                        replicas: g
+                            .iter()
+                            .zip(&placements)
+                            .map(|(m, c)| ReplicaPlacement {
+                                job_id: m.id.clone(),
+                                node_id: mapped.nodes[c.node].0.clone(),
+                                gpu_uuids: mapped.uuids(c),
+                            })
+                            .collect(),
+                        held_gpu_milli: request.gpu_milli,
+                        borrowing,
+                    });
+                }
+                Decision::Place {
+                    job_id,
+                    request,
+                    placements,
+                    borrowing,
                 } => {
                     let Some(c) = placements.into_iter().next() else {
                         continue;
@@ -886,18 +1051,26 @@ impl LiveScheduler {
                         continue;
                     }
                     node.place(&request, &c.gpus);
-                    let uuids = &mapped.nodes[c.node].2;
                     decisions.push(LiveDecision::Place {
                         job_id,
                         node_id: mapped.nodes[c.node].0.clone(),
-                        gpu_uuids: c
-                            .gpus
-                            .iter()
-                            .filter_map(|&g| uuids.get(usize::from(g)).cloned())
-                            .collect(),
+                        gpu_uuids: mapped.uuids(&c),
                         held_gpu_milli: request.gpu_milli,
                         borrowing,
                     });
+                }
+                Decision::Preempt { job_id, reason, .. }
+                    if members
+                        .get(&job_id)
+                        .is_some_and(|m| m[0].0.replica.is_some()) =>
+                {
+                    for (m, node) in &members[&job_id] {
+                        decisions.push(LiveDecision::Preempt {
+                            job_id: m.id.clone(),
+                            node_id: mapped.nodes[*node].0.clone(),
+                            reason: reason.clone(),
+                        });
+                    }
                 }
                 Decision::Preempt { job_id, reason, .. } => {
                     let node_id = running
@@ -917,8 +1090,36 @@ impl LiveScheduler {
                 }
             }
         }
-        Ok(decisions)
+        Ok(whole_gangs(decisions, &gangs))
     }
+}
+
+/// Decisions with each wait of a gang's replica 0 said of every replica waiting.
+fn whole_gangs(
+    decisions: Vec<LiveDecision>,
+    gangs: &HashMap<&str, Vec<&StoredJob>>,
+) -> Vec<LiveDecision> {
+    let mut out = Vec::with_capacity(decisions.len());
+    for d in decisions {
+        match d {
+            LiveDecision::Wait { job_id, reason } => {
+                let rest = gangs
+                    .get(job_id.as_str())
+                    .filter(|g| g[0].id == job_id)
+                    .map(|g| &g[1..])
+                    .unwrap_or_default();
+                for m in rest {
+                    out.push(LiveDecision::Wait {
+                        job_id: m.id.clone(),
+                        reason: reason.clone(),
+                    });
+                }
+                out.push(LiveDecision::Wait { job_id, reason });
+            }
+            other => out.push(other),
+        }
+    }
+    out
 }
 
 /// Whether `r` fits on exactly `gpus` of `n`, CPU and memory included.

@@ -25,6 +25,7 @@ pub(crate) fn node(id: &str, models: &[&str]) -> Node {
         memory_bytes: 512 << 30,
         cordoned: false,
         drained_gpus: Vec::new(),
+        address: String::new(),
         gpus: models
             .iter()
             .enumerate()
@@ -86,6 +87,7 @@ pub(crate) fn spec(name: &str, tenant: &str, gpus: u32, share: Option<u32>) -> J
         gpu_compute: None,
         gpu_resizable: false,
         time_limit_secs: None,
+        replicas: 1,
         image: None,
         network: Default::default(),
     }
@@ -120,5 +122,6 @@ pub(crate) fn pending_job(id: &str, tenant: &str, gpus: u32, share: Option<u32>)
         traceparent: None,
         avoid: None,
         image_digest: None,
+        replica: None,
     }
 }

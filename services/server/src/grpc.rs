@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use allot_api::secret;
-use allot_domain::{Actor, ActorKind, AuditContext, GpuDevice, JobState, MigSlot, Node};
+use allot_domain::{Actor, ActorKind, AuditContext, GpuDevice, JobState, MigSlot, Node, gang};
 use allot_pki::{Authority, Issued, NodeCert};
 use allot_proto::v1::{
     Assignment, Gpu, HeartbeatRequest, HeartbeatResponse, JobLogs, JobLogsAck, JobPhase,
@@ -184,6 +184,29 @@ fn retry_backoff(failures: u32) -> Duration {
     Duration::from_secs(1u64 << failures.min(9)).min(Duration::from_secs(300))
 }
 
+/// A node's address as it says it: empty, an IP address, or a DNS name (what other nodes'
+/// jobs are told to connect to, so nothing else: no ports, paths or spaces).
+fn valid_address(address: &str) -> Result<String, Status> {
+    let dns = |a: &str| {
+        a.len() <= 253
+            && a.split('.').all(|label| {
+                (1..=63).contains(&label.len())
+                    && label
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                    && !label.starts_with('-')
+                    && !label.ends_with('-')
+            })
+    };
+    if address.is_empty() || address.parse::<std::net::IpAddr>().is_ok() || dns(address) {
+        Ok(address.to_owned())
+    } else {
+        Err(Status::invalid_argument(
+            "address: must be an IP address or a DNS name",
+        ))
+    }
+}
+
 fn valid_node_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 253
@@ -332,6 +355,7 @@ impl NodeSvc {
                         issued_at: issued.not_before,
                         expires_at: issued.not_after,
                     },
+                    address: valid_address(&r.address)?,
                     agent_version: r.agent_version.chars().take(64).collect(),
                     gpu_backend: r.gpu_backend.chars().take(32).collect(),
                     runtime: match r.runtime.as_str() {
@@ -944,8 +968,30 @@ impl allot_proto::NodeService for NodeSvc {
             JobState::Cancelled | JobState::Failed | JobState::Pending
         );
         let now = self.store.clock().now();
+        // A replica of a gang: the gang's failures, and whether its attempt already ended
+        // through another replica (then this end is part of that, and counts for nothing).
+        let gang = match &job.replica {
+            Some(r) if stopped => Some(self.store.gang(&r.gang_id).await.map_err(status)?),
+            _ => None,
+        };
+        let failures = gang.as_deref().map_or(job.failures, gang::failures);
+        let may_retry = match gang.as_deref() {
+            Some(members) => gang::may_retry(members, job.spec.max_retries),
+            None => job.failures < job.spec.max_retries,
+        };
+        let gang_over = gang
+            .as_deref()
+            .filter(|m| gang::attempt_over(&job, m))
+            .map(gang::state);
         let requeue = match (&job.preempt_reason, phase) {
             _ if !stopped || job.cancel_requested => None,
+            // The gang ended without this replica: it ends too, below.
+            _ if matches!(gang_over, Some(JobState::Failed | JobState::Cancelled)) => None,
+            _ if gang_over.is_some() && job.preempt_reason.is_none() => Some((
+                "GangRequeued",
+                "stopped with its gang, which was requeued; requeued".to_owned(),
+                None,
+            )),
             (_, JobPhase::Lost) => Some((
                 "NodeLost",
                 format!(
@@ -967,8 +1013,8 @@ impl allot_proto::NodeService for NodeSvc {
             )),
             (Some(reason), _) => Some(("Preempted", format!("preempted: {reason}"), None)),
             // Failed on its own, with retries left: again, after a backoff.
-            (None, JobPhase::Failed) if job.failures < job.spec.max_retries => {
-                let wait = retry_backoff(job.failures);
+            (None, JobPhase::Failed) if may_retry => {
+                let wait = retry_backoff(failures);
                 let retry_at = now + chrono::Duration::from_std(wait).unwrap_or_default();
                 Some((
                     "RetryBackoff",
@@ -979,7 +1025,7 @@ impl allot_proto::NodeService for NodeSvc {
                         } else {
                             r.message.as_str()
                         },
-                        job.failures + 1,
+                        failures + 1,
                         job.spec.max_retries,
                         wait.as_secs()
                     ),
@@ -1013,7 +1059,7 @@ impl allot_proto::NodeService for NodeSvc {
             let _ = self.job_logs.send(job.id);
             return Ok(Response::new(JobStatusAck {}));
         }
-        // Lost while being cancelled: it is stopped, as asked.
+        // Lost while being cancelled (or while its gang ended): it is stopped, as asked.
         let to = if to == JobState::Pending {
             JobState::Cancelled
         } else {

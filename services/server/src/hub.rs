@@ -226,6 +226,8 @@ pub struct LaunchExtras {
     pub credentials: Option<allot_domain::PullSecret>,
     pub volumes: Vec<allot_proto::v1::VolumeMount>,
     pub secrets: Vec<allot_proto::v1::JobSecret>,
+    /// For a replica of a gang: its place, and where the gang meets.
+    pub gang: Option<allot_proto::v1::Gang>,
 }
 
 /// The launch of `job`, carrying the trace context of the current span (the scheduling
@@ -264,6 +266,7 @@ pub fn launch(job: &Job, extras: LaunchExtras) -> Assignment {
             checkpoint_dir: job.spec.checkpoint_dir.clone().unwrap_or_default(),
             traceparent: allot_telemetry::traceparent(&tracing::Span::current())
                 .unwrap_or_default(),
+            gang: extras.gang,
         })),
     }
 }

@@ -3,8 +3,8 @@
 //! registry, where its volumes are, and the values of the secrets it uses.
 
 use allot_domain::{ImageRef, Job};
-use allot_proto::v1::{Assignment, JobSecret, VolumeMount};
-use allot_store::{CredentialRepo, SecretRepo, Store, TenantRepo, VolumeRepo};
+use allot_proto::v1::{Assignment, Gang, JobSecret, VolumeMount};
+use allot_store::{CredentialRepo, JobRepo, NodeRepo, SecretRepo, Store, TenantRepo, VolumeRepo};
 
 use crate::hub::{self, LaunchExtras};
 
@@ -73,6 +73,10 @@ pub async fn launch(store: &Store, job: &Job) -> Assignment {
             value,
         });
     }
+    let gang = match &job.replica {
+        Some(r) => Some(gang(store, job, r).await),
+        None => None,
+    };
     hub::launch(
         job,
         LaunchExtras {
@@ -80,6 +84,38 @@ pub async fn launch(store: &Store, job: &Job) -> Assignment {
             credentials,
             volumes,
             secrets,
+            gang,
         },
     )
+}
+
+/// Where `job`, replica `r` of its gang, stands, and where the gang meets: replica 0's
+/// node, at the gang's port for this attempt. Replica 0's node address unknown (an older
+/// agent, or the store unreadable): its name, which a fleet's DNS usually resolves.
+async fn gang(store: &Store, job: &Job, r: &allot_domain::Replica) -> Gang {
+    let first_node = match store.gang(&r.gang_id).await {
+        Ok(members) => members.into_iter().next().and_then(|m| m.node_id),
+        Err(e) => {
+            tracing::warn!(job = %job.id, error = %e, "cannot read the gang");
+            None
+        }
+    };
+    let master_addr = match first_node {
+        Some(id) => match store.node(&id).await {
+            Ok(n) if !n.address.is_empty() => n.address,
+            Ok(n) => n.name,
+            Err(e) => {
+                tracing::warn!(job = %job.id, error = %e, "cannot read the gang's first node");
+                String::new()
+            }
+        },
+        None => String::new(),
+    };
+    Gang {
+        gang_id: r.gang_id.clone(),
+        rank: r.rank,
+        size: job.spec.replicas,
+        master_addr,
+        master_port: u32::from(allot_domain::gang::master_port(&r.gang_id, job.attempt)),
+    }
 }

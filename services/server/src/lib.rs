@@ -4,6 +4,7 @@
 pub mod budgets;
 pub mod checkpoints;
 pub mod elastic;
+pub mod gangs;
 pub mod grpc;
 pub mod hub;
 pub mod launches;

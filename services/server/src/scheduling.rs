@@ -117,6 +117,29 @@ async fn apply_elastic(
     Ok(left)
 }
 
+/// The span of placing job `job_id` (on `node_id`): it joins the trace of the request that
+/// submitted the job, and the launch it sends carries it on to the agent.
+fn schedule_span(
+    job_id: &str,
+    node_id: Option<&str>,
+    traces: &HashMap<String, String>,
+) -> tracing::Span {
+    let span = tracing::info_span!(
+        "job.schedule",
+        otel.name = "job.schedule",
+        job.id = %job_id,
+        node.id = node_id.unwrap_or_default(),
+        trace_id = tracing::field::Empty,
+    );
+    if let Some(tp) = traces.get(job_id) {
+        allot_telemetry::set_parent(&span, tp);
+    }
+    if let Some(id) = allot_telemetry::trace_id(&span) {
+        span.record("trace_id", id);
+    }
+    span
+}
+
 /// One pass. Public so tests can drive scheduling step by step.
 pub async fn pass(
     store: &Store,
@@ -127,6 +150,7 @@ pub async fn pass(
     let mut nodes = store.list_nodes().await?;
     crate::leases::requeue_from_lapsed_nodes(store, &nodes).await?;
     crate::time_limits::stop_overdue(store, hub).await?;
+    crate::gangs::keep_whole(store, hub).await?;
     // GPUs of jobs whose end is not yet confirmed by their node, or that a node runs
     // against the record, are not handed out.
     for n in &mut nodes {
@@ -206,21 +230,7 @@ pub async fn pass(
                 held_gpu_milli,
                 borrowing,
             } => {
-                // The decision joins the trace of the request that submitted the job, and
-                // the launch it sends carries it on to the agent.
-                let span = tracing::info_span!(
-                    "job.schedule",
-                    otel.name = "job.schedule",
-                    job.id = %job_id,
-                    node.id = %node_id,
-                    trace_id = tracing::field::Empty,
-                );
-                if let Some(tp) = traces.get(&job_id) {
-                    allot_telemetry::set_parent(&span, tp);
-                }
-                if let Some(id) = allot_telemetry::trace_id(&span) {
-                    span.record("trace_id", id);
-                }
+                let span = schedule_span(&job_id, Some(&node_id), &traces);
                 let update = JobUpdate {
                     node_id: Some(node_id.clone()),
                     gpu_uuids: Some(gpu_uuids),
@@ -254,6 +264,54 @@ pub async fn pass(
                     }
                     // Cancelled while we decided: its capacity simply stays free.
                     Err(StoreError::Conflict(msg)) => tracing::debug!(%msg, "placement skipped"),
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            LiveDecision::PlaceGang {
+                gang_id,
+                replicas,
+                held_gpu_milli,
+                borrowing,
+            } => {
+                let span = schedule_span(&gang_id, None, &traces);
+                let updates = replicas
+                    .iter()
+                    .map(|r| {
+                        (
+                            r.job_id.clone(),
+                            JobUpdate {
+                                node_id: Some(r.node_id.clone()),
+                                gpu_uuids: Some(r.gpu_uuids.clone()),
+                                held_gpu_milli: Some(held_gpu_milli),
+                                borrowing: Some(borrowing),
+                                ..Default::default()
+                            },
+                        )
+                    })
+                    .collect();
+                // All replicas, or (cancelled meanwhile) none.
+                match store
+                    .place_together(&ctx, updates)
+                    .instrument(span.clone())
+                    .await
+                {
+                    Ok(placed) => {
+                        span.in_scope(|| {
+                            tracing::info!(gang = %gang_id, replicas = placed.len(),
+                                gpu_milli = held_gpu_milli, borrowing, "gang scheduled");
+                        });
+                        for job in &placed {
+                            let launch = crate::launches::launch(store, job)
+                                .instrument(span.clone())
+                                .await;
+                            if let Some(node) = &job.node_id {
+                                hub.launch(node, job, launch);
+                            }
+                        }
+                    }
+                    Err(StoreError::Conflict(msg)) => {
+                        tracing::debug!(%msg, "gang placement skipped")
+                    }
                     Err(e) => return Err(e.into()),
                 }
             }

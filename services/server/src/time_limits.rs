@@ -6,7 +6,7 @@ use allot_domain::{AuditContext, Job, JobState};
 use allot_store::{JobFilter, JobRepo, Store, StoreError, TenantScope};
 use chrono::{DateTime, Utc};
 
-use crate::hub::{self, Hub};
+use crate::hub::Hub;
 
 /// When `job`'s attempt reaches its time limit, if it has one and has started.
 pub fn deadline(job: &Job) -> Option<DateTime<Utc>> {
@@ -36,11 +36,8 @@ pub async fn stop_overdue(store: &Store, hub: &Hub) -> Result<(), StoreError> {
         if job.cancel_requested || deadline(&job).is_none_or(|d| d > now) {
             continue;
         }
-        let job = store.request_cancel(&ctx, &job.id).await?;
-        if let Some(node) = &job.node_id {
-            tracing::info!(job = %job.id, node = %node, "stopping a job at its time limit");
-            hub.send(node, hub::cancel(&job));
-        }
+        tracing::info!(job = %job.id, node = ?job.node_id, "stopping a job at its time limit");
+        crate::gangs::cancel(store, hub, &ctx, &job.id).await?;
     }
     Ok(())
 }

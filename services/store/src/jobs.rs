@@ -45,6 +45,9 @@ pub struct JobFilter {
     pub after: Option<String>,
     /// Oldest first (else newest first); a page's `next` goes on in the same order.
     pub oldest_first: bool,
+    /// Jobs as their submitters see them: of a gang, only its replica 0 (the gang's
+    /// record).
+    pub gangs_whole: bool,
     pub limit: Option<u64>,
 }
 
@@ -61,6 +64,7 @@ impl JobFilter {
             before: None,
             after: None,
             oldest_first: false,
+            gangs_whole: false,
             limit: None,
         }
     }
@@ -127,7 +131,8 @@ pub trait JobRepo {
         reason: Option<PendingReason>,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
     /// Cancels a pending job at once; marks a scheduled or running one for the agent to stop.
-    /// Idempotent, and a no-op on a finished job.
+    /// Idempotent, and a no-op on a finished job. A replica of a gang cancels the whole
+    /// gang, in one transaction; the job returned is the one named.
     fn request_cancel(
         &self,
         ctx: &AuditContext,
@@ -137,6 +142,28 @@ pub trait JobRepo {
         &self,
         id: &str,
     ) -> impl Future<Output = Result<Vec<JobEvent>, StoreError>> + Send;
+    /// The replicas of gang `gang_id`, in rank order (empty for no such gang).
+    fn gang(&self, gang_id: &str) -> impl Future<Output = Result<Vec<Job>, StoreError>> + Send;
+    /// A replica of a gang that finished (`attempt`, succeeded) while its gang's attempt did
+    /// not, back to Pending as the gang's next attempt, saying `reason`: the one way out of
+    /// a terminal state, and only for a gang's replica (`Conflict` otherwise, or when it
+    /// moved meanwhile).
+    fn rerun_replica(
+        &self,
+        ctx: &AuditContext,
+        id: &str,
+        attempt: u32,
+        reason: &str,
+    ) -> impl Future<Output = Result<Job, StoreError>> + Send;
+    /// Every gang with a replica not yet finished, each in rank order.
+    fn unfinished_gangs(&self) -> impl Future<Output = Result<Vec<Vec<Job>>, StoreError>> + Send;
+    /// Places pending jobs (a gang's replicas) in one transaction: every one moves from
+    /// Pending to Scheduled with its update, or none does (`Conflict`).
+    fn place_together(
+        &self,
+        ctx: &AuditContext,
+        placements: Vec<(String, JobUpdate)>,
+    ) -> impl Future<Output = Result<Vec<Job>, StoreError>> + Send;
     /// Jobs in `scope` that ran at some time since `since` (started, and not finished
     /// before it), each with its state history: what usage accounting reads.
     fn jobs_run_since(
@@ -243,6 +270,14 @@ fn to_domain(m: jobs::Model, tenant: &str) -> Result<Job, StoreError> {
                 .time_limit_secs
                 .map(|s| to_u64("time_limit_secs", s))
                 .transpose()?,
+            replicas: to_u32("replicas", m.replicas.into())?,
+        },
+        replica: match m.gang_id {
+            Some(gang_id) => Some(allot_domain::Replica {
+                gang_id,
+                rank: to_u32("replica_rank", m.replica_rank.into())?,
+            }),
+            None => None,
         },
         image_digest: m.image_digest,
         state: parse("state", &m.state)?,
@@ -301,6 +336,33 @@ async fn tenant_names<C: ConnectionTrait>(db: &C) -> Result<HashMap<String, Stri
         .into_iter()
         .map(|t| (t.id, t.name))
         .collect())
+}
+
+/// The rows of gang `gang_id`, in rank order.
+async fn gang_rows<C: ConnectionTrait>(
+    db: &C,
+    gang_id: &str,
+) -> Result<Vec<jobs::Model>, StoreError> {
+    Ok(jobs::Entity::find()
+        .filter(jobs::Column::GangId.eq(gang_id))
+        .order_by_asc(jobs::Column::ReplicaRank)
+        .all(db)
+        .await?)
+}
+
+/// Rows as jobs, their tenants' names looked up in `names`.
+fn with_tenants(
+    rows: Vec<jobs::Model>,
+    names: &HashMap<String, String>,
+) -> Result<Vec<Job>, StoreError> {
+    rows.into_iter()
+        .map(|m| {
+            let tenant = names
+                .get(&m.tenant_id)
+                .ok_or_else(|| StoreError::Corrupt(format!("job {} has no tenant", m.id)))?;
+            to_domain(m, tenant)
+        })
+        .collect()
 }
 
 async fn load<C: ConnectionTrait>(db: &C, id: &str) -> Result<Job, StoreError> {
@@ -483,91 +545,153 @@ impl Store {
         record(db, self, ctx, event).await?;
         Ok(job)
     }
+    /// `request_cancel` of one job, inside the caller's transaction.
+    async fn cancel_in<C: ConnectionTrait>(
+        &self,
+        txn: &C,
+        ctx: &AuditContext,
+        id: &str,
+    ) -> Result<(), StoreError> {
+        let job = load(txn, id).await?;
+        if job.cancel_requested {
+            return Ok(());
+        }
+        match job.state {
+            s if s.is_terminal() => {}
+            JobState::Pending => {
+                self.transition_in(
+                    txn,
+                    ctx,
+                    id,
+                    JobState::Pending,
+                    JobState::Cancelled,
+                    JobUpdate {
+                        message: Some("cancelled before it was scheduled".into()),
+                        ..Default::default()
+                    },
+                )
+                .await?;
+            }
+            _ => {
+                jobs::Entity::update(jobs::ActiveModel {
+                    id: Set(id.to_owned()),
+                    cancel_requested: Set(true),
+                    updated_at: Set(self.clock.now()),
+                    ..Default::default()
+                })
+                .exec(txn)
+                .await?;
+                let event = AuditEvent::success(
+                    job.tenant_id.clone(),
+                    "job.cancel.request",
+                    format!("job/{id}"),
+                )
+                .before(serde_json::json!({ "state": job.state, "cancel_requested": false }))
+                .after(serde_json::json!({ "state": job.state, "cancel_requested": true }));
+                record(txn, self, ctx, event).await?;
+            }
+        }
+        Ok(())
+    }
 }
 
 impl JobRepo for Store {
     async fn create_job(&self, ctx: &AuditContext, new: NewJob) -> Result<Job, StoreError> {
         let now = self.clock.now();
-        let id = new_id(self.clock.as_ref());
         let spec = &new.spec;
         let txn = self.db.begin().await?;
-        jobs::Entity::insert(jobs::ActiveModel {
-            id: Set(id.clone()),
-            tenant_id: Set(new.tenant_id),
-            name: Set(spec.name.clone()),
-            state: Set(JobState::Pending.as_str().to_owned()),
-            gpus: Set(i32_of(spec.gpus)?),
-            cpu_milli: Set(i32_of(spec.cpu_milli)?),
-            memory_bytes: Set(to_i64("memory_bytes", spec.memory_bytes)?),
-            gpu_milli: Set(spec.gpu_milli.map(i32_of).transpose()?),
-            gpu_models: Set(to_json("gpu_models", &spec.gpu_models)?),
-            priority: Set(spec.priority),
-            preemptible: Set(spec.preemptible),
-            isolation: Set(spec.isolation.map(|i| i.as_str().to_owned())),
-            workload_class: Set(spec.class.map(|c| c.as_str().to_owned())),
-            held_gpu_milli: Set(None),
-            borrowing: Set(false),
-            attempt: Set(1),
-            preempt_reason: Set(None),
-            max_retries: Set(i32_of(spec.max_retries)?),
-            failures: Set(0),
-            retry_at: Set(None),
-            checkpoint_dir: Set(spec.checkpoint_dir.clone()),
-            volumes: Set(to_json("volumes", &spec.volumes)?),
-            secrets: Set(to_json("secrets", &spec.secrets)?),
-            mig_profile: Set(spec.mig_profile.clone()),
-            gpu_compute: Set(spec.gpu_compute.map(|c| c.as_str().to_owned())),
-            gpu_resizable: Set(spec.gpu_resizable),
-            image: Set(spec.image.clone()),
-            image_digest: Set(None),
-            network: Set(spec.network.as_str().to_owned()),
-            traceparent: Set(new.traceparent.clone()),
-            avoid_node_id: Set(None),
-            avoid_gpus: Set(None),
-            avoid_until: Set(None),
-            time_limit_secs: Set(spec
-                .time_limit_secs
-                .map(|s| to_i64("time_limit_secs", s))
-                .transpose()?),
-            gpu_memory_bytes: Set(spec
-                .gpu_memory_bytes
-                .map(|b| to_i64("gpu_memory_bytes", b))
-                .transpose()?),
-            command: Set(to_json("command", &spec.command)?),
-            env: Set(to_json("env", &spec.env)?),
-            workdir: Set(spec.workdir.clone()),
-            pending_code: Set(None),
-            pending_message: Set(None),
-            node_id: Set(None),
-            gpu_uuids: Set("[]".to_owned()),
-            cancel_requested: Set(false),
-            pid: Set(None),
-            exit_code: Set(None),
-            message: Set(None),
-            log_tail: Set(None),
-            created_at: Set(now),
-            updated_at: Set(now),
-            scheduled_at: Set(None),
-            started_at: Set(None),
-            finished_at: Set(None),
-        })
-        .exec(&txn)
-        .await?;
-        job_events::Entity::insert(job_events::ActiveModel {
-            job_id: Set(id.clone()),
-            from_state: Set(None),
-            to_state: Set(JobState::Pending.as_str().to_owned()),
-            at: Set(now),
-            message: Set(None),
-            ..Default::default()
-        })
-        .exec(&txn)
-        .await?;
-        let job = load(&txn, &id).await?;
-        // Names of `env`, never its values: the entry commits to them instead.
-        let event = AuditEvent::success(job.tenant_id.clone(), "job.submit", format!("job/{id}"))
-            .after(allot_domain::secret::audited_spec(&id, &job.spec));
-        record(&txn, self, ctx, event).await?;
+        // A gang's replicas are created together; replica 0's id is the gang's.
+        let first = new_id(self.clock.as_ref());
+        let gang = (spec.replicas > 1).then(|| first.clone());
+        for rank in 0..std::cmp::max(spec.replicas, 1) {
+            let id = if rank == 0 {
+                first.clone()
+            } else {
+                new_id(self.clock.as_ref())
+            };
+            jobs::Entity::insert(jobs::ActiveModel {
+                replicas: Set(i32_of(std::cmp::max(spec.replicas, 1))?),
+                gang_id: Set(gang.clone()),
+                replica_rank: Set(i32_of(rank)?),
+                id: Set(id.clone()),
+                tenant_id: Set(new.tenant_id.clone()),
+                name: Set(spec.name.clone()),
+                state: Set(JobState::Pending.as_str().to_owned()),
+                gpus: Set(i32_of(spec.gpus)?),
+                cpu_milli: Set(i32_of(spec.cpu_milli)?),
+                memory_bytes: Set(to_i64("memory_bytes", spec.memory_bytes)?),
+                gpu_milli: Set(spec.gpu_milli.map(i32_of).transpose()?),
+                gpu_models: Set(to_json("gpu_models", &spec.gpu_models)?),
+                priority: Set(spec.priority),
+                preemptible: Set(spec.preemptible),
+                isolation: Set(spec.isolation.map(|i| i.as_str().to_owned())),
+                workload_class: Set(spec.class.map(|c| c.as_str().to_owned())),
+                held_gpu_milli: Set(None),
+                borrowing: Set(false),
+                attempt: Set(1),
+                preempt_reason: Set(None),
+                max_retries: Set(i32_of(spec.max_retries)?),
+                failures: Set(0),
+                retry_at: Set(None),
+                checkpoint_dir: Set(spec.checkpoint_dir.clone()),
+                volumes: Set(to_json("volumes", &spec.volumes)?),
+                secrets: Set(to_json("secrets", &spec.secrets)?),
+                mig_profile: Set(spec.mig_profile.clone()),
+                gpu_compute: Set(spec.gpu_compute.map(|c| c.as_str().to_owned())),
+                gpu_resizable: Set(spec.gpu_resizable),
+                image: Set(spec.image.clone()),
+                image_digest: Set(None),
+                network: Set(spec.network.as_str().to_owned()),
+                traceparent: Set(new.traceparent.clone()),
+                avoid_node_id: Set(None),
+                avoid_gpus: Set(None),
+                avoid_until: Set(None),
+                time_limit_secs: Set(spec
+                    .time_limit_secs
+                    .map(|s| to_i64("time_limit_secs", s))
+                    .transpose()?),
+                gpu_memory_bytes: Set(spec
+                    .gpu_memory_bytes
+                    .map(|b| to_i64("gpu_memory_bytes", b))
+                    .transpose()?),
+                command: Set(to_json("command", &spec.command)?),
+                env: Set(to_json("env", &spec.env)?),
+                workdir: Set(spec.workdir.clone()),
+                pending_code: Set(None),
+                pending_message: Set(None),
+                node_id: Set(None),
+                gpu_uuids: Set("[]".to_owned()),
+                cancel_requested: Set(false),
+                pid: Set(None),
+                exit_code: Set(None),
+                message: Set(None),
+                log_tail: Set(None),
+                created_at: Set(now),
+                updated_at: Set(now),
+                scheduled_at: Set(None),
+                started_at: Set(None),
+                finished_at: Set(None),
+            })
+            .exec(&txn)
+            .await?;
+            job_events::Entity::insert(job_events::ActiveModel {
+                job_id: Set(id.clone()),
+                from_state: Set(None),
+                to_state: Set(JobState::Pending.as_str().to_owned()),
+                at: Set(now),
+                message: Set(None),
+                ..Default::default()
+            })
+            .exec(&txn)
+            .await?;
+            let job = load(&txn, &id).await?;
+            // Names of `env`, never its values: the entry commits to them instead.
+            let event =
+                AuditEvent::success(job.tenant_id.clone(), "job.submit", format!("job/{id}"))
+                    .after(allot_domain::secret::audited_spec(&id, &job.spec));
+            record(&txn, self, ctx, event).await?;
+        }
+        let job = load(&txn, &first).await?;
         txn.commit().await?;
         Ok(job)
     }
@@ -611,15 +735,7 @@ impl JobRepo for Store {
             _ => None,
         };
         let names = tenant_names(&self.db).await?;
-        let jobs = rows
-            .into_iter()
-            .map(|m| {
-                let tenant = names
-                    .get(&m.tenant_id)
-                    .ok_or_else(|| StoreError::Corrupt(format!("job {} has no tenant", m.id)))?;
-                to_domain(m, tenant)
-            })
-            .collect::<Result<_, _>>()?;
+        let jobs = with_tenants(rows, &names)?;
         Ok(JobPage { jobs, next })
     }
 
@@ -669,45 +785,158 @@ impl JobRepo for Store {
 
     async fn request_cancel(&self, ctx: &AuditContext, id: &str) -> Result<Job, StoreError> {
         let txn = self.db.begin().await?;
-        let job = load(&txn, id).await?;
-        match job.state {
-            s if s.is_terminal() => {}
-            JobState::Pending => {
-                self.transition_in(
-                    &txn,
-                    ctx,
-                    id,
-                    JobState::Pending,
-                    JobState::Cancelled,
-                    JobUpdate {
-                        message: Some("cancelled before it was scheduled".into()),
-                        ..Default::default()
-                    },
-                )
-                .await?;
-            }
-            _ => {
-                jobs::Entity::update(jobs::ActiveModel {
-                    id: Set(id.to_owned()),
-                    cancel_requested: Set(true),
-                    updated_at: Set(self.clock.now()),
-                    ..Default::default()
-                })
-                .exec(&txn)
-                .await?;
-                let event = AuditEvent::success(
-                    job.tenant_id.clone(),
-                    "job.cancel.request",
-                    format!("job/{id}"),
-                )
-                .before(serde_json::json!({ "state": job.state, "cancel_requested": false }))
-                .after(serde_json::json!({ "state": job.state, "cancel_requested": true }));
-                record(&txn, self, ctx, event).await?;
-            }
+        let named = load(&txn, id).await?;
+        let ids = match &named.replica {
+            Some(r) => gang_rows(&txn, &r.gang_id)
+                .await?
+                .into_iter()
+                .map(|m| m.id)
+                .collect(),
+            None => vec![id.to_owned()],
+        };
+        for id in &ids {
+            self.cancel_in(&txn, ctx, id).await?;
         }
         let job = load(&txn, id).await?;
         txn.commit().await?;
         Ok(job)
+    }
+
+    async fn rerun_replica(
+        &self,
+        ctx: &AuditContext,
+        id: &str,
+        attempt: u32,
+        reason: &str,
+    ) -> Result<Job, StoreError> {
+        let now = self.clock.now();
+        let txn = self.db.begin().await?;
+        let res = jobs::Entity::update_many()
+            .set(jobs::ActiveModel {
+                state: Set(JobState::Pending.as_str().to_owned()),
+                updated_at: Set(now),
+                node_id: Set(None),
+                gpu_uuids: Set("[]".to_owned()),
+                pid: Set(None),
+                held_gpu_milli: Set(None),
+                borrowing: Set(false),
+                preempt_reason: Set(None),
+                scheduled_at: Set(None),
+                started_at: Set(None),
+                finished_at: Set(None),
+                pending_code: Set(Some("GangRequeued".to_owned())),
+                pending_message: Set(Some(reason.to_owned())),
+                message: Set(Some(reason.to_owned())),
+                ..Default::default()
+            })
+            .col_expr(
+                jobs::Column::Attempt,
+                Expr::col(jobs::Column::Attempt).add(1),
+            )
+            .filter(jobs::Column::Id.eq(id))
+            .filter(jobs::Column::State.eq(JobState::Succeeded.as_str()))
+            .filter(jobs::Column::Attempt.eq(i32_of(attempt)?))
+            .filter(jobs::Column::GangId.is_not_null())
+            .exec(&txn)
+            .await?;
+        if res.rows_affected == 0 {
+            return Err(StoreError::Conflict(format!(
+                "job {id} is not a finished replica of a gang at attempt {attempt}"
+            )));
+        }
+        job_events::Entity::insert(job_events::ActiveModel {
+            job_id: Set(id.to_owned()),
+            from_state: Set(Some(JobState::Succeeded.as_str().to_owned())),
+            to_state: Set(JobState::Pending.as_str().to_owned()),
+            at: Set(now),
+            message: Set(Some(reason.to_owned())),
+            ..Default::default()
+        })
+        .exec(&txn)
+        .await?;
+        let job = load(&txn, id).await?;
+        let event =
+            AuditEvent::success(job.tenant_id.clone(), "job.transition", format!("job/{id}"))
+                .before(serde_json::json!({ "state": JobState::Succeeded, "attempt": attempt }))
+                .after(serde_json::json!({
+                    "state": JobState::Pending,
+                    "attempt": job.attempt,
+                    "message": reason,
+                }));
+        record(&txn, self, ctx, event).await?;
+        txn.commit().await?;
+        Ok(job)
+    }
+
+    async fn gang(&self, gang_id: &str) -> Result<Vec<Job>, StoreError> {
+        let names = tenant_names(&self.db).await?;
+        with_tenants(gang_rows(&self.db, gang_id).await?, &names)
+    }
+
+    async fn unfinished_gangs(&self) -> Result<Vec<Vec<Job>>, StoreError> {
+        let unfinished = [
+            JobState::Pending.as_str(),
+            JobState::Scheduled.as_str(),
+            JobState::Running.as_str(),
+        ];
+        let ids: Vec<String> = jobs::Entity::find()
+            .select_only()
+            .column(jobs::Column::GangId)
+            .distinct()
+            .filter(jobs::Column::GangId.is_not_null())
+            .filter(jobs::Column::State.is_in(unfinished))
+            .into_tuple::<Option<String>>()
+            .all(&self.db)
+            .await?
+            .into_iter()
+            .flatten()
+            .collect();
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let names = tenant_names(&self.db).await?;
+        let rows = jobs::Entity::find()
+            .filter(jobs::Column::GangId.is_in(ids))
+            .order_by_asc(jobs::Column::GangId)
+            .order_by_asc(jobs::Column::ReplicaRank)
+            .all(&self.db)
+            .await?;
+        let mut gangs: Vec<Vec<Job>> = Vec::new();
+        for job in with_tenants(rows, &names)? {
+            let gang_of = |j: &Job| j.replica.as_ref().map(|r| r.gang_id.clone());
+            let same = gangs
+                .last()
+                .is_some_and(|g| gang_of(&g[0]) == gang_of(&job));
+            match gangs.last_mut() {
+                Some(g) if same => g.push(job),
+                _ => gangs.push(vec![job]),
+            }
+        }
+        Ok(gangs)
+    }
+
+    async fn place_together(
+        &self,
+        ctx: &AuditContext,
+        placements: Vec<(String, JobUpdate)>,
+    ) -> Result<Vec<Job>, StoreError> {
+        let txn = self.db.begin().await?;
+        let mut placed = Vec::with_capacity(placements.len());
+        for (id, update) in placements {
+            placed.push(
+                self.transition_in(
+                    &txn,
+                    ctx,
+                    &id,
+                    JobState::Pending,
+                    JobState::Scheduled,
+                    update,
+                )
+                .await?,
+            );
+        }
+        txn.commit().await?;
+        Ok(placed)
     }
 
     async fn request_preemption(
@@ -871,6 +1100,9 @@ fn filtered(f: &JobFilter) -> Option<sea_orm::Select<jobs::Entity>> {
     }
     if let Some(n) = &f.node_id {
         q = q.filter(jobs::Column::NodeId.eq(n.as_str()));
+    }
+    if f.gangs_whole {
+        q = q.filter(jobs::Column::ReplicaRank.eq(0));
     }
     if let Some(name) = &f.name {
         q = q.filter(jobs::Column::Name.eq(name.as_str()));

@@ -54,6 +54,8 @@ pub struct NodeRegistration {
     pub memory_bytes: u64,
     pub gpus: Vec<GpuDevice>,
     pub lease_expires_at: DateTime<Utc>,
+    /// Where other nodes reach it (empty: not said).
+    pub address: String,
 }
 
 pub trait NodeRepo {
@@ -121,6 +123,7 @@ fn to_domain(m: nodes::Model, gpus: Vec<GpuDevice>) -> Node {
         // Written by `set_node_admin` only; unreadable reads as nothing drained, and the
         // GPUs' own health still applies.
         drained_gpus: serde_json::from_str(&m.drained_gpus).unwrap_or_default(),
+        address: m.address,
     }
 }
 
@@ -276,6 +279,7 @@ impl NodeRepo for Store {
                     lease_expires_at: Set(r.lease_expires_at),
                     cpu_milli: Set(cpu_milli),
                     memory_bytes: Set(memory_bytes),
+                    address: Set(r.address),
                     ..Default::default()
                 })
                 .exec(&txn)
@@ -296,6 +300,7 @@ impl NodeRepo for Store {
                     memory_bytes: Set(memory_bytes),
                     cordoned: Set(false),
                     drained_gpus: Set("[]".to_owned()),
+                    address: Set(r.address),
                 })
                 .exec_with_returning(&txn)
                 .await?

@@ -96,6 +96,7 @@ fn spec(tenant: &str, gpus: u32) -> JobSpec {
         gpu_compute: None,
         gpu_resizable: false,
         time_limit_secs: None,
+        replicas: 1,
         image: None,
         network: Default::default(),
     }
@@ -707,6 +708,7 @@ both_backends!(nodes_register_and_heartbeat, |store, clock| {
             runtime: "process".into(),
             gpus,
             lease_expires_at: clock.now() + Duration::seconds(15),
+            address: String::new(),
         }
     };
     let by_token = |hash: &str| Admission::BootstrapToken {

@@ -11,7 +11,7 @@ use allot_store::{
 use crate::auth::Principal;
 use crate::extract::{Json, Query};
 use crate::problem::Problem;
-use crate::views::{JobList, JobQuery, JobView, SubmitJob};
+use crate::views::{JobList, JobQuery, JobView, ReplicaView, SubmitJob};
 use crate::{ApiError, AppState, json};
 
 const DEFAULT_PAGE: u32 = 50;
@@ -132,6 +132,7 @@ pub async fn submit(
         image: body.image,
         network,
         time_limit_secs: body.time_limit_secs,
+        replicas: body.replicas,
     };
     spec.validate()?;
     // What no node and no limit could ever give is refused now, not left to wait forever.
@@ -214,6 +215,8 @@ pub async fn list(
         .store
         .list_jobs(JobFilter {
             states,
+            // A gang lists as one job (its replicas by node are listed by node).
+            gangs_whole: q.node.is_none(),
             node_id: q.node,
             name: q.name,
             before: q.page_token,
@@ -287,6 +290,28 @@ pub async fn read_views(
         }
         view.node_name = view.node_id.as_ref().and_then(|n| nodes.get(n).cloned());
         view.estimated_start = starts.get(&view.id).copied();
+        if view.rank == Some(0) {
+            // A gang's record speaks for the gang.
+            let members = state.store.gang(&view.id).await?;
+            view.state = allot_domain::gang::state(&members).to_string();
+            view.failures = allot_domain::gang::failures(&members);
+            view.gang = Some(
+                members
+                    .into_iter()
+                    .map(|m| ReplicaView {
+                        rank: m.replica.as_ref().map_or(0, |r| r.rank),
+                        node_name: m.node_id.as_ref().and_then(|n| nodes.get(n).cloned()),
+                        id: m.id,
+                        state: m.state.to_string(),
+                        attempt: m.attempt,
+                        node_id: m.node_id,
+                        gpu_uuids: m.gpu_uuids,
+                        exit_code: m.exit_code,
+                        message: m.message,
+                    })
+                    .collect(),
+            );
+        }
         views.push(view);
     }
     Ok(views)
@@ -329,6 +354,7 @@ async fn by_name_or_prefix(
         JobFilter {
             name: Some(key.to_owned()),
             limit: Some(SHOWN),
+            gangs_whole: true,
             ..JobFilter::new(scope.clone())
         },
         JobFilter {
@@ -443,12 +469,16 @@ pub async fn cancel(
 ) -> Result<HttpResponse, ApiError> {
     let job = visible_job(&state, &who, &id, Action::JobCancel).await?;
     let job = state.store.request_cancel(&who.audit(), &job.id).await?;
-    let status = if job.state.holds_resources() {
-        state.events.job_cancel_requested(&job);
-        StatusCode::ACCEPTED
-    } else {
-        StatusCode::OK
+    // A replica of a gang cancels the gang: every replica running is told.
+    let replicas = match &job.replica {
+        Some(r) => state.store.gang(&r.gang_id).await?,
+        None => vec![job.clone()],
     };
+    let mut status = StatusCode::OK;
+    for j in replicas.iter().filter(|j| j.state.holds_resources()) {
+        state.events.job_cancel_requested(j);
+        status = StatusCode::ACCEPTED;
+    }
     Ok(json(status, &JobView::from(job)))
 }
 

@@ -27,6 +27,11 @@ pub struct AgentArgs {
     /// Node name; the host name when absent.
     #[arg(long, env = "ALLOT_NODE_NAME")]
     name: Option<String>,
+    /// Where other nodes reach this one (an IP address or DNS name): where the replicas of
+    /// a multi-node job whose first replica runs here meet (their MASTER_ADDR). Default:
+    /// this machine's address on its route to the control plane.
+    #[arg(long, env = "ALLOT_ADVERTISE_ADDRESS")]
+    advertise_address: Option<String>,
     /// Where GPUs come from: `nvml` (this machine's, through the NVIDIA driver), `sim`
     /// (simulated, see --sim-gpus), or `auto` (NVML when the driver loads, else simulated).
     #[arg(long, env = "ALLOT_GPU_BACKEND", value_enum, default_value_t = BackendChoice::Auto)]
@@ -217,6 +222,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     let runtime = args.runtime.choice(&args.server)?;
     let config = AgentConfig {
         runtime,
+        address: args.advertise_address.unwrap_or_default(),
         server: args.server,
         ca_cert_pem,
         bootstrap_token: args.bootstrap_token.filter(|t| !t.trim().is_empty()),

@@ -212,6 +212,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
                 ..Default::default()
             },
             runtime: runtime.clone(),
+            address: String::new(),
         };
         agents.push(tokio::spawn(allot_agent::run(
             cfg,

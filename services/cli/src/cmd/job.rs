@@ -104,6 +104,13 @@ pub enum JobCmd {
         /// behind it get an estimated start.
         #[arg(long, value_parser = parse_time_limit)]
         time_limit: Option<u64>,
+        /// Run a multi-node job: this many replicas, each asking for all of the above on a
+        /// node, placed all at once or not at all, and requeued, retried, preempted and
+        /// cancelled together. Each is told WORLD_SIZE, RANK, NODE_RANK, LOCAL_WORLD_SIZE,
+        /// MASTER_ADDR and MASTER_PORT (and torchrun's PET_* defaults), so `torchrun
+        /// train.py` runs unchanged.
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=i64::from(allot_domain::MAX_REPLICAS)))]
+        replicas: u32,
         /// Wait for the job to finish, print its output, and exit with its status.
         #[arg(long)]
         wait: bool,
@@ -191,6 +198,9 @@ pub enum JobCmd {
         /// Which attempt's output (default: the latest).
         #[arg(long)]
         attempt: Option<u32>,
+        /// Of a multi-node job, which replica's output (default: replica 0's).
+        #[arg(long)]
+        replica: Option<u32>,
         /// Print the bytes as the job wrote them.
         #[arg(long)]
         raw: bool,
@@ -316,6 +326,13 @@ fn describe(j: &JobView) -> String {
                 .map(|s| format_duration(i64::try_from(s).unwrap_or(i64::MAX)))),
         ),
         ("GPUs", gpus_of(j)),
+        (
+            "Replicas",
+            match (&j.gang_id, j.rank) {
+                (Some(g), Some(r)) => format!("replica {r} of {} of job {g}", j.replicas),
+                _ => j.replicas.to_string(),
+            },
+        ),
         ("GPU memory", opt(j.gpu_memory_bytes.map(format_bytes))),
         (
             "GPU models",
@@ -363,6 +380,27 @@ fn describe(j: &JobView) -> String {
         ("Started", short(j.started_at)),
         ("Finished", short(j.finished_at)),
     ]);
+    if let Some(gang) = &j.gang {
+        let rows: Vec<_> = gang
+            .iter()
+            .map(|r| {
+                vec![
+                    r.rank.to_string(),
+                    r.id.clone(),
+                    r.state.clone(),
+                    r.attempt.to_string(),
+                    opt(r.node_name.clone().or(r.node_id.clone())),
+                    opt(r.exit_code),
+                    opt(r.message.clone()),
+                ]
+            })
+            .collect();
+        out.push_str("\n\nReplicas:\n");
+        out.push_str(&table(
+            &["RANK", "ID", "STATE", "ATTEMPT", "NODE", "EXIT", "MESSAGE"],
+            &rows,
+        ));
+    }
     if let Some(events) = &j.events {
         let rows: Vec<_> = events
             .iter()
@@ -578,7 +616,7 @@ fn resubmission(j: &JobView, name: Option<String>) -> serde_json::Value {
         "checkpoint_dir": j.checkpoint_dir, "volumes": j.volumes, "secrets": j.secrets,
         "mig_profile": j.mig_profile, "gpu_compute": j.gpu_compute,
         "gpu_resizable": j.gpu_resizable, "image": j.image, "network": j.network,
-        "time_limit_secs": j.time_limit_secs,
+        "time_limit_secs": j.time_limit_secs, "replicas": j.replicas,
     })
 }
 
@@ -689,6 +727,7 @@ pub async fn run(client: &Client, cmd: JobCmd) -> anyhow::Result<i32> {
             volumes,
             secrets,
             time_limit,
+            replicas,
             wait,
             output,
             command,
@@ -706,6 +745,7 @@ pub async fn run(client: &Client, cmd: JobCmd) -> anyhow::Result<i32> {
                 "mig_profile": mig_profile,
                 "gpu_compute": gpu_compute, "gpu_resizable": gpu_resizable,
                 "image": image, "network": network, "time_limit_secs": time_limit,
+                "replicas": replicas,
             });
             let job: JobView = client
                 .call(Method::POST, "/api/v1/jobs", Some(&body))
@@ -889,9 +929,29 @@ pub async fn run(client: &Client, cmd: JobCmd) -> anyhow::Result<i32> {
             id,
             follow,
             attempt,
+            replica,
             raw,
             output,
         } => {
+            // A replica's output is its own record's.
+            let id = match replica {
+                None => id,
+                Some(rank) => {
+                    let gang: JobView = client.get(&format!("/api/v1/jobs/{id}"), &[]).await?;
+                    let replicas = gang.gang.unwrap_or_default();
+                    match replicas.iter().find(|r| r.rank == rank) {
+                        Some(r) => r.id.clone(),
+                        None if replicas.is_empty() => {
+                            anyhow::bail!("--replica: job {} is not a multi-node job", gang.id)
+                        }
+                        None => anyhow::bail!(
+                            "--replica: job {} has replicas 0 to {}",
+                            gang.id,
+                            replicas.len() - 1
+                        ),
+                    }
+                }
+            };
             if follow {
                 let mode = match (output.is_document(), raw) {
                     (true, _) => LogMode::Json,

@@ -538,3 +538,125 @@ fn with_fair_share_over_time_a_tenant_that_used_the_fleet_yields_to_one_that_did
         "a used the fleet all day: b goes first"
     );
 }
+
+/// A gang of `n` replicas of `gpus` GPUs each, pending, ids `{id}`, `{id}-r1`, …
+fn gang(id: &str, tenant: &str, n: u32, gpus: u32) -> Vec<StoredJob> {
+    (0..n)
+        .map(|rank| {
+            let rid = if rank == 0 {
+                id.to_owned()
+            } else {
+                format!("{id}-r{rank}")
+            };
+            let mut j = job(&rid, tenant, gpus, None);
+            j.spec.replicas = n;
+            j.replica = Some(allot_domain::Replica {
+                gang_id: id.into(),
+                rank,
+            });
+            j
+        })
+        .collect()
+}
+
+fn gang_placed(d: &[LiveDecision], id: &str) -> Option<Vec<(String, String)>> {
+    d.iter().find_map(|d| match d {
+        LiveDecision::PlaceGang {
+            gang_id, replicas, ..
+        } if gang_id == id => Some(
+            replicas
+                .iter()
+                .map(|r| (r.job_id.clone(), r.node_id.clone()))
+                .collect(),
+        ),
+        _ => None,
+    })
+}
+
+#[test]
+fn a_gang_is_placed_whole_or_waits_whole() {
+    let eight = ["H200"; 8];
+    let nodes = [node("n1", &eight), node("n2", &eight)];
+    let tenants = [tenant("t", 16)];
+
+    // Two replicas of 8 GPUs: one on each node, in one decision.
+    let two = gang("g", "t", 2, 8);
+    let d = decide(&nodes, &tenants, &[], &two);
+    let placed = gang_placed(&d, "g").expect("placed");
+    assert_eq!(placed.len(), 2);
+    assert_eq!(placed[0].0, "g");
+    assert_eq!(placed[1].0, "g-r1");
+    assert_ne!(placed[0].1, placed[1].1, "8 GPUs each: two nodes");
+    assert!(placed_single(&d).is_empty(), "no replica placed alone");
+
+    // Three replicas of 8 fit nowhere: every replica waits, with the same reason.
+    let three = gang("h", "t", 3, 8);
+    let d = decide(&nodes, &tenants, &[], &three);
+    assert!(gang_placed(&d, "h").is_none());
+    for r in &three {
+        assert_eq!(
+            waits(&d, &r.id).map(|r| r.code),
+            Some("NoRoom".into()),
+            "{}",
+            r.id
+        );
+    }
+
+    // A replica of the last attempt still running: the next attempt waits for it.
+    let mut requeued = gang("g", "t", 2, 8);
+    requeued[0].attempt = 2;
+    let old = running_on(
+        {
+            let mut r = requeued[1].clone();
+            r.preempt_reason = Some("replica 0 of its gang was requeued".into());
+            r
+        },
+        "n2",
+        &[0, 1, 2, 3, 4, 5, 6, 7],
+    );
+    let d = decide(&nodes, &tenants, std::slice::from_ref(&old), &requeued[..1]);
+    assert!(gang_placed(&d, "g").is_none());
+    assert_eq!(waits(&d, "g").map(|r| r.code), Some("GangStopping".into()));
+}
+
+fn placed_single(d: &[LiveDecision]) -> Vec<String> {
+    d.iter()
+        .filter_map(|d| match d {
+            LiveDecision::Place { job_id, .. } => Some(job_id.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn reclaim_preempts_a_borrowing_gang_whole() {
+    let four = ["H200"; 4];
+    let nodes = [node("n1", &four), node("n2", &four)];
+    let tenants = [tenant("owner", 4), tenant("borrower", 0)];
+    let all = [0, 1, 2, 3];
+    let running: Vec<StoredJob> = gang("b", "borrower", 2, 4)
+        .into_iter()
+        .zip(["n1", "n2"])
+        .map(|(j, n)| running_on(j, n, &all))
+        .collect();
+    let claim = job("o1", "owner", 4, None);
+    let d = decide(&nodes, &tenants, &running, std::slice::from_ref(&claim));
+    let mut victims: Vec<(String, String)> = d
+        .iter()
+        .filter_map(|d| match d {
+            LiveDecision::Preempt {
+                job_id, node_id, ..
+            } => Some((job_id.clone(), node_id.clone())),
+            _ => None,
+        })
+        .collect();
+    victims.sort();
+    assert_eq!(
+        victims,
+        [
+            ("b".to_owned(), "n1".to_owned()),
+            ("b-r1".to_owned(), "n2".to_owned())
+        ],
+        "the whole gang, each replica on its node"
+    );
+}

@@ -78,6 +78,11 @@ pub struct Model {
     pub avoid_until: Option<DateTimeUtc>,
     /// The longest an attempt may run, in seconds.
     pub time_limit_secs: Option<i64>,
+    /// How many replicas the job (a gang when more than 1) has.
+    pub replicas: i32,
+    /// For a replica of a gang: the gang's id (its replica 0's job id).
+    pub gang_id: Option<String>,
+    pub replica_rank: i32,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

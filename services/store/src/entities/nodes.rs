@@ -23,6 +23,8 @@ pub struct Model {
     /// JSON array of GPU UUIDs.
     #[sea_orm(column_type = "Text")]
     pub drained_gpus: String,
+    /// Where other nodes reach it (empty: not said).
+    pub address: String,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

@@ -64,6 +64,11 @@ pub struct ChaosBench {
     /// runc, tini, docker-registry and busybox-static).
     #[arg(long, value_enum, default_value_t = crate::cmd::agent::RuntimeKindArg::Process)]
     runtime: crate::cmd::agent::RuntimeKindArg,
+    /// Make every fourth job a multi-node job: a gang of two replicas of one GPU each,
+    /// which faults requeue whole (counted lost unless every replica succeeds; a gang whose
+    /// replicas run two attempts at once is counted in `gang_attempts_side_by_side`).
+    #[arg(long)]
+    gangs: bool,
     /// One line of JSON.
     #[arg(long)]
     json: bool,
@@ -445,7 +450,9 @@ pub async fn run(args: &ChaosBench) -> anyhow::Result<()> {
     let watching = Arc::new(AtomicBool::new(true));
     // This run's jobs, as their submissions are answered: another run on the machine has
     // jobs of the same names.
-    let submitted: Arc<std::sync::Mutex<HashSet<String>>> = Arc::default();
+    // Each job's replicas (one, the job itself, for a job on one node): what the
+    // observer sees, by process, is a replica.
+    let submitted: Arc<std::sync::Mutex<HashMap<String, String>>> = Arc::default();
     let observer = {
         let watching = watching.clone();
         let submitted = submitted.clone();
@@ -453,24 +460,35 @@ pub async fn run(args: &ChaosBench) -> anyhow::Result<()> {
             let mut doubled = HashSet::new();
             // Every job the observer saw running: it sees what it checks.
             let mut observed = HashSet::new();
+            let mut mixed = HashSet::new();
             let mut foreign = HashSet::new();
             let mut scans = 0u64;
             while watching.load(Ordering::Relaxed) {
                 scans += 1;
                 let live = live_job_processes(&marker, &mut foreign);
                 let ours = submitted.lock().unwrap_or_else(|e| e.into_inner()).clone();
-                for (job, attempts) in live {
-                    if !ours.contains(&job) {
+                let mut gang_attempts: HashMap<&str, HashSet<String>> = HashMap::new();
+                for (replica, attempts) in live {
+                    let Some(job) = ours.get(&replica) else {
                         continue;
-                    }
+                    };
                     if attempts.len() > 1 {
                         doubled.insert(job.clone());
                     }
-                    observed.insert(job);
+                    gang_attempts
+                        .entry(job.as_str())
+                        .or_default()
+                        .extend(attempts.into_iter().map(|(_, attempt)| attempt));
+                    observed.insert(job.clone());
+                }
+                for (job, attempts) in gang_attempts {
+                    if attempts.len() > 1 {
+                        mixed.insert(job.to_owned());
+                    }
                 }
                 std::thread::sleep(Duration::from_millis(20));
             }
-            (doubled, observed, scans)
+            (doubled, observed, mixed, scans)
         })
     };
 
@@ -482,6 +500,7 @@ pub async fn run(args: &ChaosBench) -> anyhow::Result<()> {
             json!({
                 "tenant": "chaos", "name": format!("job-{i}"), "gpus": 1, "max_retries": 5,
                 "command": ["sleep", secs.to_string()], "image": image,
+                "replicas": if args.gangs && i % 4 == 0 { 2 } else { 1 },
             })
         })
         .collect();
@@ -495,11 +514,25 @@ pub async fn run(args: &ChaosBench) -> anyhow::Result<()> {
         )
         .await;
         for a in answers {
-            if let Some(id) = a?["id"].as_str() {
-                submitted
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .insert(id.to_owned());
+            let a = a?;
+            let Some(id) = a["id"].as_str() else {
+                continue;
+            };
+            let mut replicas = vec![id.to_owned()];
+            if a["replicas"].as_u64().unwrap_or(1) > 1 {
+                let gang: Value = client.get(&format!("/api/v1/jobs/{id}"), &[]).await?;
+                replicas = gang["gang"]
+                    .as_array()
+                    .map(|g| {
+                        g.iter()
+                            .filter_map(|r| r["id"].as_str().map(str::to_owned))
+                            .collect()
+                    })
+                    .unwrap_or(replicas);
+            }
+            let mut ours = submitted.lock().unwrap_or_else(|e| e.into_inner());
+            for r in replicas {
+                ours.insert(r, id.to_owned());
             }
         }
     }
@@ -651,7 +684,7 @@ pub async fn run(args: &ChaosBench) -> anyhow::Result<()> {
         let _ = h.await;
     }
     watching.store(false, Ordering::Relaxed);
-    let (doubled, observed, scans) = observer.await.context("the process observer")?;
+    let (doubled, observed, mixed, scans) = observer.await.context("the process observer")?;
 
     let succeeded = jobs.iter().filter(|j| j["state"] == "succeeded").count();
     let node_list: Vec<Value> = client.get("/api/v1/nodes", &[]).await?;
@@ -739,6 +772,8 @@ pub async fn run(args: &ChaosBench) -> anyhow::Result<()> {
         "succeeded": succeeded,
         "lost": args.jobs - succeeded,
         "double_running": doubled.len(),
+        "gangs": if args.gangs { args.jobs.div_ceil(4) } else { 0 },
+        "gang_attempts_side_by_side": mixed.len(),
         "runtime": match args.runtime {
             crate::cmd::agent::RuntimeKindArg::Process => "process",
             crate::cmd::agent::RuntimeKindArg::Oci => "oci",
