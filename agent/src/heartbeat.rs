@@ -58,6 +58,7 @@ impl Agent {
                 healthy: g.healthy && !drained.contains(&g.uuid),
                 degraded: g.degraded || degraded.contains(&g.uuid),
                 mig_enabled: mig.is_some(),
+                nvlink_domain: g.nvlink_domain,
                 mig_instances: mig
                     .unwrap_or_default()
                     .into_iter()

@@ -336,6 +336,7 @@ mod tests {
             memory_bytes: memory,
             healthy: true,
             degraded: false,
+            nvlink_domain: None,
         }
     }
 

@@ -32,6 +32,7 @@ mod m20261209_000001_tenant_deletion;
 mod m20261209_000002_job_time_limits;
 mod m20261209_000003_sign_ins;
 mod m20261210_000001_gangs;
+mod m20261210_000002_topology;
 mod roles;
 
 pub use roles::{APPEND_ONLY_TABLES, BadRoleName, postgres_app_role_grants};
@@ -71,6 +72,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261209_000002_job_time_limits::Migration),
             Box::new(m20261209_000003_sign_ins::Migration),
             Box::new(m20261210_000001_gangs::Migration),
+            Box::new(m20261210_000002_topology::Migration),
         ]
     }
 }

@@ -25,6 +25,8 @@ pub struct GpuInfo {
     pub healthy: bool,
     /// Suspect but working (e.g. ECC counters rising): keeps its jobs, takes no new work.
     pub degraded: bool,
+    /// Its NVLink domain (GPUs of one talk over NVLink or NVSwitch); None: no NVLink.
+    pub nvlink_domain: Option<u32>,
 }
 
 #[derive(Debug, thiserror::Error)]

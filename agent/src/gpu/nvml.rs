@@ -137,6 +137,78 @@ impl NvmlBackend {
     }
 
     /// (healthy, degraded) of a GPU from its counters.
+    /// Each GPU's NVLink domain: GPUs joined by active NVLinks, directly or through an
+    /// NVSwitch (a link whose far end is no GPU of this node joins every GPU linked to
+    /// it), numbered in order of their first GPU. A GPU with no active link has none.
+    fn nvlink_domains(&self, count: u32) -> Vec<Option<u32>> {
+        // NVML_NVLINK_MAX_LINKS.
+        const MAX_LINKS: u32 = 18;
+        let bus = |i: u32| {
+            self.device(i)
+                .ok()
+                .and_then(|d| d.pci_info().ok())
+                .map(|p| p.bus_id.to_ascii_lowercase())
+        };
+        let buses: Vec<Option<String>> = (0..count).map(bus).collect();
+        // Union-find over GPUs, and one node per switch (by its bus id).
+        let mut parent: Vec<usize> = (0..count as usize).collect();
+        let mut switches: HashMap<String, usize> = HashMap::new();
+        let mut linked = vec![false; count as usize];
+        fn root(parent: &mut [usize], mut i: usize) -> usize {
+            while parent[i] != i {
+                parent[i] = parent[parent[i]];
+                i = parent[i];
+            }
+            i
+        }
+        let mut edges = Vec::new();
+        for i in 0..count {
+            let Ok(device) = self.device(i) else {
+                continue;
+            };
+            for link in 0..MAX_LINKS {
+                let l = device.link_wrapper_for(link);
+                if !l.is_active().unwrap_or(false) {
+                    continue;
+                }
+                let Ok(remote) = l.remote_pci_info() else {
+                    continue;
+                };
+                let remote = remote.bus_id.to_ascii_lowercase();
+                linked[i as usize] = true;
+                match buses
+                    .iter()
+                    .position(|b| b.as_deref() == Some(remote.as_str()))
+                {
+                    Some(j) => edges.push((i as usize, j)),
+                    None => {
+                        let next = parent.len() + switches.len();
+                        let s = *switches.entry(remote).or_insert(next);
+                        edges.push((i as usize, s));
+                    }
+                }
+            }
+        }
+        parent.extend(count as usize..count as usize + switches.len());
+        for (a, b) in edges {
+            let (ra, rb) = (root(&mut parent, a), root(&mut parent, b));
+            if ra != rb {
+                parent[ra.max(rb)] = ra.min(rb);
+            }
+        }
+        let mut ids: HashMap<usize, u32> = HashMap::new();
+        (0..count as usize)
+            .map(|i| {
+                if !linked[i] {
+                    return None;
+                }
+                let r = root(&mut parent, i);
+                let next = u32::try_from(ids.len()).unwrap_or(u32::MAX);
+                Some(*ids.entry(r).or_insert(next))
+            })
+            .collect()
+    }
+
     fn health(&self, index: u32, device: &Device<'_>) -> (bool, bool) {
         let remapped = nvml_raw::remapped_rows(&self.nvml, device).ok();
         if remapped.is_some_and(|r| r.failed) {
@@ -377,6 +449,7 @@ impl GpuBackend for NvmlBackend {
                         memory_bytes: memory.total,
                         healthy,
                         degraded,
+                        nvlink_domain: None,
                     });
                 }
                 // Fallen off the bus: still listed (its jobs must move), never healthy.
@@ -387,9 +460,14 @@ impl GpuBackend for NvmlBackend {
                     memory_bytes: 0,
                     healthy: false,
                     degraded: true,
+                    nvlink_domain: None,
                 }),
                 Err(e) => return Err(failed("memory", e)),
             }
+        }
+        let domains = self.nvlink_domains(count);
+        for g in &mut out {
+            g.nvlink_domain = domains.get(g.index as usize).copied().flatten();
         }
         Ok(out)
     }

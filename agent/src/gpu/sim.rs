@@ -1,5 +1,9 @@
 //! Simulated GPUs, described as `8xH200` or `2xH200,1xT4`; `2xH200:mig` puts them in MIG
 //! mode (boards with a MIG geometry only), as an administrator would a real GPU.
+//!
+//! NVLink: the SXM boards (A100, H100, H200) of one part share one NVSwitch domain, as on an
+//! HGX board; `8xH200:nvlink=4` makes domains of four GPUs instead (NVLink islands),
+//! `:nvlink=0` none; PCIe boards (L40S, L4, T4) have none.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -35,6 +39,8 @@ pub enum SimSpecError {
     Count(String),
     #[error("`{0}`: only A100, H100 and H200 boards have MIG")]
     NoMig(String),
+    #[error("`{0}`: a part's flags are `mig` and `nvlink=N` (GPUs per NVLink domain)")]
+    Flag(String),
 }
 
 /// Files named `xid-<gpu index>-<code>` in the fault directory inject an XID (each is
@@ -71,6 +77,7 @@ impl SimBackend {
     pub fn from_spec(spec: &str, node_name: &str) -> Result<Self, SimSpecError> {
         let mut gpus = Vec::new();
         let mut mig_modes = Vec::new();
+        let mut next_domain = 0u32;
         for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
             let (count, model) = part
                 .split_once(['x', 'X'])
@@ -82,11 +89,21 @@ impl SimBackend {
             if count > 64 {
                 return Err(SimSpecError::Count(part.to_owned()));
             }
-            let (model, mig_mode) = match model.trim().split_once(':') {
-                Some((m, flag)) if flag.eq_ignore_ascii_case("mig") => (m.trim(), true),
-                Some(_) => return Err(SimSpecError::Shape(part.to_owned())),
-                None => (model.trim(), false),
-            };
+            let mut flags = model.trim().split(':');
+            let model = flags.next().unwrap_or_default().trim();
+            let (mut mig_mode, mut per_domain) = (false, None);
+            for flag in flags.map(str::trim) {
+                if flag.eq_ignore_ascii_case("mig") {
+                    mig_mode = true;
+                } else if let Some(n) = flag.strip_prefix("nvlink=") {
+                    per_domain = Some(
+                        n.parse::<u32>()
+                            .map_err(|_| SimSpecError::Flag(part.to_owned()))?,
+                    );
+                } else {
+                    return Err(SimSpecError::Flag(part.to_owned()));
+                }
+            }
             let &(name, memory) = MODELS
                 .iter()
                 .find(|(m, _)| m.eq_ignore_ascii_case(model))
@@ -94,7 +111,10 @@ impl SimBackend {
                     model: model.to_owned(),
                     known: MODELS.iter().map(|m| m.0).collect::<Vec<_>>().join(", "),
                 })?;
-            for _ in 0..count {
+            let sxm = ["A100", "H100", "H200"].iter().any(|b| name.starts_with(b));
+            // GPUs per domain in this part (0: no NVLink).
+            let per_domain = per_domain.unwrap_or(if sxm { count } else { 0 });
+            for i in 0..count {
                 let index = u32::try_from(gpus.len()).unwrap_or(u32::MAX);
                 mig_modes.push(mig_mode);
                 gpus.push(GpuInfo {
@@ -104,7 +124,11 @@ impl SimBackend {
                     memory_bytes: memory,
                     healthy: true,
                     degraded: false,
+                    nvlink_domain: (per_domain > 0).then(|| next_domain + i / per_domain),
                 });
+            }
+            if per_domain > 0 {
+                next_domain += count.div_ceil(per_domain);
             }
         }
         let mig = gpus

@@ -199,6 +199,7 @@ fn routes<R: Routes>(r: &mut R) {
         nodes::samples,
     );
     r.add(M::POST, "/api/v1/nodes/{id}/cordon", nodes::cordon);
+    r.add(M::PATCH, "/api/v1/nodes/{id}/labels", nodes::label);
     r.add(M::POST, "/api/v1/nodes/{id}/uncordon", nodes::uncordon);
     r.add(M::POST, "/api/v1/nodes/{id}/drain", nodes::drain);
     r.add(

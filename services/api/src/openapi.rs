@@ -33,7 +33,7 @@ impl Modify for BearerAuth {
         tenants::list_secrets, tenants::set_secret, tenants::delete_secret,
         volumes::list, volumes::put, volumes::delete,
         jobs::submit, jobs::list, jobs::get, jobs::cancel, job_logs::log, jobs::samples, jobs::resize, usage::usage,
-        nodes::list, nodes::get, nodes::cordon, nodes::uncordon, nodes::drain, nodes::drain_gpu,
+        nodes::list, nodes::get, nodes::label, nodes::cordon, nodes::uncordon, nodes::drain, nodes::drain_gpu,
         nodes::return_gpu, nodes::samples, enrollment::revoke_node, enrollment::create, enrollment::list,
         enrollment::delete,
         tokens::create, tokens::list, tokens::get, tokens::revoke,

@@ -541,6 +541,50 @@ pub struct SubmitJob {
     #[serde(default = "one_replica")]
     #[schema(minimum = 1, maximum = 256, default = 1)]
     pub replicas: u32,
+    /// For a multi-node job: keep every replica on nodes sharing one value of this node
+    /// label (`allot node label`), e.g. `rack`.
+    pub pack: Option<PackBody>,
+}
+
+/// A gang packed within one value of a node label.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PackBody {
+    /// The node label, e.g. `rack`.
+    pub label: String,
+    /// A requirement (the default: it waits until one value has room for every replica)
+    /// or, when false, a preference (else anywhere).
+    #[serde(default = "yes")]
+    pub required: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl From<PackBody> for allot_domain::Pack {
+    fn from(p: PackBody) -> Self {
+        Self {
+            label: p.label,
+            required: p.required,
+        }
+    }
+}
+
+impl From<allot_domain::Pack> for PackBody {
+    fn from(p: allot_domain::Pack) -> Self {
+        Self {
+            label: p.label,
+            required: p.required,
+        }
+    }
+}
+
+/// Node label changes: a value sets the label, `null` removes it.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NodeLabels {
+    pub labels: BTreeMap<String, Option<String>>,
 }
 
 fn one_replica() -> u32 {
@@ -655,6 +699,9 @@ pub struct JobView {
     pub time_limit_secs: Option<u64>,
     /// Its replicas: more than 1 for a multi-node job (a gang).
     pub replicas: u32,
+    /// The node label its replicas share a value of.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pack: Option<PackBody>,
     /// On a replica of a gang other than its first: the gang's id (its first replica's
     /// job id, the gang's record).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -694,6 +741,10 @@ pub struct JobView {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_name: Option<String>,
     pub gpu_uuids: Vec<String>,
+    /// The NVLink domains its GPUs are in (on reads; one for a multi-GPU job whose GPUs
+    /// all talk over NVLink; empty: no NVLink, or not placed).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nvlink_domains: Vec<u32>,
     /// The share of each GPU the placement holds (a dedicated job holds whole GPUs).
     pub held_gpu_milli: Option<u32>,
     /// Placed on capacity above the tenant's guarantee, which reclaim may take back.
@@ -748,6 +799,7 @@ impl From<Job> for JobView {
             gpu_resizable: j.spec.gpu_resizable,
             time_limit_secs: j.spec.time_limit_secs,
             replicas: j.spec.replicas,
+            pack: j.spec.pack.map(Into::into),
             gang_id: j
                 .replica
                 .as_ref()
@@ -765,6 +817,7 @@ impl From<Job> for JobView {
             node_id: j.node_id,
             node_name: None,
             gpu_uuids: j.gpu_uuids,
+            nvlink_domains: Vec::new(),
             held_gpu_milli: j.held_gpu_milli,
             borrowing: j.borrowing,
             attempt: j.attempt,
@@ -849,6 +902,10 @@ pub struct GpuView {
     /// hardware).
     #[serde(default)]
     pub memory_enforcement: String,
+    /// Its NVLink domain on the node: GPUs of one domain talk over NVLink or NVSwitch
+    /// (absent: no NVLink).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nvlink_domain: Option<u32>,
     /// Its MIG instances when the GPU is in MIG mode (absent when it is not).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mig_instances: Option<Vec<MigInstanceView>>,
@@ -893,6 +950,7 @@ impl From<GpuDevice> for GpuView {
         });
         Self {
             mig_instances,
+            nvlink_domain: g.nvlink_domain,
             uuid: g.uuid,
             index: g.index,
             model: g.model,
@@ -927,6 +985,12 @@ pub struct NodeView {
     pub gpus: Vec<GpuView>,
     /// An operator cordoned it: no new work.
     pub cordoned: bool,
+    /// Its operator's labels (`allot node label`), e.g. `rack: r12`.
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    /// Where other nodes reach it, as its agent says (empty: not said).
+    #[serde(default)]
+    pub address: String,
     /// Its GPUs that could take a whole-GPU job now: healthy, nothing held, and the node
     /// ready and not cordoned (with `telemetry.read` only, as what is held).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -964,6 +1028,8 @@ impl NodeView {
                 })
                 .collect(),
             cordoned: n.cordoned,
+            labels: n.labels,
+            address: n.address,
             gpus_free: None,
         }
     }

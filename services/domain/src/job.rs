@@ -204,6 +204,16 @@ pub struct JobSpec {
     /// above on a node of its own choosing; all are placed at once or none, and they are
     /// requeued, retried, preempted and cancelled together. 1: a job on one node.
     pub replicas: u32,
+    /// For a gang: keep every replica on nodes sharing one value of this node label.
+    pub pack: Option<Pack>,
+}
+
+/// A gang packed within one value of a node label (`rack`, `spine`): as a requirement (it
+/// waits until one value has room for every replica), or as a preference.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Pack {
+    pub label: String,
+    pub required: bool,
 }
 
 /// A job that is one replica of a gang: the gang's id (its first replica's job id) and
@@ -274,6 +284,16 @@ impl JobSpec {
             "replicas",
             format!("must be from 1 to {MAX_REPLICAS}"),
         );
+        if let Some(p) = &self.pack {
+            v.check(
+                self.replicas > 1,
+                "pack",
+                "applies to a multi-node job: set replicas above 1",
+            );
+            if let Err(why) = crate::node::check_label_name(&p.label) {
+                v.push("pack.label", why);
+            }
+        }
         if self.replicas > 1 {
             v.check(
                 self.mig_profile.is_none(),
@@ -673,6 +693,7 @@ pub(crate) mod tests {
             image: None,
             network: JobNetwork::Host,
             replicas: 1,
+            pack: None,
         }
     }
 

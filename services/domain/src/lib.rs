@@ -35,7 +35,7 @@ pub use isolation::{
 };
 pub use job::{
     AVOID_FOR_SECS, Avoid, GPU_MILLI, Job, JobEvent, JobNetwork, JobSpec, JobState, MAX_REPLICAS,
-    PendingReason, Replica, Share, TransitionError,
+    Pack, PendingReason, Replica, Share, TransitionError,
 };
 pub use node::{GpuDevice, MemoryEnforcement, MigSlot, Node, NodeStatus};
 pub use quantity::{format_bytes, format_duration, format_milli, parse_bytes, parse_memory};

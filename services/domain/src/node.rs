@@ -54,6 +54,9 @@ pub struct GpuDevice {
     pub mig: Option<Vec<MigSlot>>,
     /// How its node holds each job on it to its GPU memory, as the node reports.
     pub memory_enforcement: MemoryEnforcement,
+    /// Its NVLink domain on its node: GPUs of one domain talk over NVLink (or NVSwitch),
+    /// others over PCIe. None: no NVLink.
+    pub nvlink_domain: Option<u32>,
 }
 
 /// Checks a bootstrap token's node name or pattern: a node name's characters (letters,
@@ -126,6 +129,68 @@ pub fn natural_order(a: &str, b: &str) -> std::cmp::Ordering {
         }
     }
     ra.len().cmp(&rb.len()).then_with(|| a.cmp(b))
+}
+
+/// Most labels a node may carry.
+pub const MAX_NODE_LABELS: usize = 64;
+
+/// A label's name: 1 to 63 letters, digits, `.`, `_`, `-` and `/`, starting and ending with
+/// a letter or digit (as Kubernetes writes `topology.kubernetes.io/zone`).
+pub fn check_label_name(name: &str) -> Result<(), String> {
+    let ok = (1..=63).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-' | b'/'))
+        && name
+            .bytes()
+            .next()
+            .is_some_and(|b| b.is_ascii_alphanumeric())
+        && name
+            .bytes()
+            .last()
+            .is_some_and(|b| b.is_ascii_alphanumeric());
+    if ok {
+        Ok(())
+    } else {
+        Err("must be 1 to 63 letters, digits, `.`, `_`, `-` or `/`, starting and ending with a letter or digit".into())
+    }
+}
+
+/// Label changes as an operator asks them (a value sets, `None` removes), every name and
+/// value checked, and the labels the node would then carry counted.
+pub fn check_label_changes(
+    current: &std::collections::BTreeMap<String, String>,
+    changes: &std::collections::BTreeMap<String, Option<String>>,
+) -> Result<(), crate::ValidationError> {
+    let mut v = crate::error::Violations::default();
+    let mut after = current.clone();
+    for (k, value) in changes {
+        if let Err(why) = check_label_name(k) {
+            v.push(format!("labels.{k}"), why);
+        }
+        match value {
+            Some(value) => {
+                v.check(
+                    value.len() <= 63
+                        && value
+                            .bytes()
+                            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-')),
+                    format!("labels.{k}"),
+                    "a value is at most 63 letters, digits, `.`, `_` or `-`",
+                );
+                after.insert(k.clone(), value.clone());
+            }
+            None => {
+                after.remove(k);
+            }
+        }
+    }
+    v.check(
+        after.len() <= MAX_NODE_LABELS,
+        "labels",
+        format!("a node carries at most {MAX_NODE_LABELS} labels"),
+    );
+    v.into_result()
 }
 
 /// Most GPUs one node reports (the largest boards carry 16).
@@ -309,6 +374,9 @@ pub struct Node {
     /// The address other nodes reach it at (a gang's rendezvous on its first replica);
     /// empty when its agent did not say.
     pub address: String,
+    /// An operator's labels (`rack=r12`, `spine=s3`), as Kubernetes topology labels: what a
+    /// gang may ask to be packed within.
+    pub labels: std::collections::BTreeMap<String, String>,
 }
 
 impl Node {
@@ -341,6 +409,7 @@ mod tests {
             degraded,
             mig: None,
             memory_enforcement: MemoryEnforcement::Shim,
+            nvlink_domain: None,
         };
         assert_eq!(gpu(true, false).health(false), "healthy");
         assert_eq!(gpu(true, true).health(false), "degraded");
@@ -363,6 +432,7 @@ mod inventory_tests {
             degraded: false,
             mig: None,
             memory_enforcement: MemoryEnforcement::Shim,
+            nvlink_domain: None,
         }
     }
 

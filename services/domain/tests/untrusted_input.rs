@@ -23,6 +23,7 @@ fn gpu() -> impl Strategy<Value = GpuDevice> {
                 degraded,
                 mig: None,
                 memory_enforcement: MemoryEnforcement::default(),
+                nvlink_domain: None,
             },
         )
 }

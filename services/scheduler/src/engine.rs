@@ -51,6 +51,20 @@ pub struct Job {
     pub class: Option<WorkloadClass>,
     /// Nodes and GPUs it must not be placed on now (anti-affinity after a fault there).
     pub avoid: Avoidance,
+    /// For a gang: the node label whose one value all its replicas share.
+    pub pack: Option<std::sync::Arc<Pack>>,
+}
+
+/// A gang packed within one value of a node label (`rack`, `spine`): every replica on
+/// nodes of one value, as a requirement, or as a preference (else anywhere).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pack {
+    /// The label's name, as the reasons say it.
+    pub label: String,
+    /// Each node's value, as an index into `values` (None: unlabeled).
+    pub of_node: Vec<Option<u32>>,
+    pub values: Vec<String>,
+    pub required: bool,
 }
 
 /// Where a job must not go: whole nodes, or single GPUs (node, GPU index).
@@ -527,7 +541,13 @@ impl<'a> Pass<'a> {
             });
             return true;
         }
-        if within && let Some((victims, placements)) = self.reclaim(job, q, level, policy) {
+        // A gang that must be packed is not placed by preemption (reclaim takes the room
+        // it frees wherever it is).
+        let packed = job.pack.as_ref().is_some_and(|p| p.required) && job.replicas > 1;
+        if within
+            && !packed
+            && let Some((victims, placements)) = self.reclaim(job, q, level, policy)
+        {
             for (victim, reason) in victims {
                 decisions.push(Decision::Preempt {
                     job_id: victim,
@@ -543,7 +563,25 @@ impl<'a> Pass<'a> {
             });
             return true;
         }
-        decisions.push(wait("NoRoom", self.no_room(job, q, level, within)));
+        let mut why = self.no_room(job, q, level, within);
+        if packed && let Some(pack) = job.pack.clone() {
+            let room = self.pack_room(job, q, level, &pack);
+            let each: Vec<String> = room
+                .iter()
+                .map(|(v, n)| format!("{}={v} has room for {n}", pack.label))
+                .collect();
+            why = format!(
+                "no {} has room for all {} replicas ({}); {why}",
+                pack.label,
+                job.replicas,
+                if each.is_empty() {
+                    format!("no node is labeled {}", pack.label)
+                } else {
+                    each.join(", ")
+                }
+            );
+        }
+        decisions.push(wait("NoRoom", why));
         false
     }
 
@@ -563,11 +601,48 @@ impl<'a> Pass<'a> {
         policy: &mut dyn PlacementPolicy,
         rng: &mut StdRng,
     ) -> Option<Vec<Choice>> {
+        if job.replicas > 1
+            && let Some(pack) = job.pack.clone()
+        {
+            // Each value in turn, the one with the least free GPU room first (packing
+            // tightly keeps the roomier ones whole).
+            let mut values: Vec<(u64, u32)> = (0..u32::try_from(pack.values.len()).unwrap_or(0))
+                .map(|v| {
+                    let room = (0..self.cluster.nodes.len())
+                        .filter(|&i| pack.of_node.get(i).copied().flatten() == Some(v))
+                        .map(|i| u64::from(self.cluster.nodes[i].gpu_free_total()))
+                        .sum();
+                    (room, v)
+                })
+                .collect();
+            values.sort_unstable();
+            for (_, v) in values {
+                if let Some(p) = self.place_replicas(job, q, level, policy, rng, Some((&pack, v))) {
+                    return Some(p);
+                }
+            }
+            if pack.required {
+                return None;
+            }
+        }
+        self.place_replicas(job, q, level, policy, rng, None)
+    }
+
+    /// [`Self::place_gang`]'s replicas, each on a node of label value `within` if given.
+    fn place_replicas(
+        &mut self,
+        job: &Job,
+        q: usize,
+        level: Isolation,
+        policy: &mut dyn PlacementPolicy,
+        rng: &mut StdRng,
+        within: Option<(&Pack, u32)>,
+    ) -> Option<Vec<Choice>> {
         let limits = self.config.gpu_limits;
         let mut placed: Vec<Choice> = Vec::new();
         for _ in 0..job.replicas.max(1) {
             let choice = if job.replicas > 1 {
-                self.tightest(job, q, level)
+                self.tightest(job, q, level, within)
             } else {
                 policy
                     .choose(&self.cluster, &job.request, rng)
@@ -583,7 +658,7 @@ impl<'a> Pass<'a> {
                                 limits,
                             )
                     })
-                    .or_else(|| self.tightest(job, q, level))
+                    .or_else(|| self.tightest(job, q, level, None))
             };
             match choice {
                 Some(c) => {
@@ -603,13 +678,48 @@ impl<'a> Pass<'a> {
         Some(placed)
     }
 
+    /// How many of `job`'s replicas would fit on the nodes of each value of its pack label:
+    /// what a packed gang's reason says.
+    fn pack_room(
+        &mut self,
+        job: &Job,
+        q: usize,
+        level: Isolation,
+        pack: &Pack,
+    ) -> Vec<(String, u32)> {
+        let mut out = Vec::with_capacity(pack.values.len());
+        for (v, name) in pack.values.iter().enumerate() {
+            let v = u32::try_from(v).unwrap_or(u32::MAX);
+            let mut held = Vec::new();
+            while u32::try_from(held.len()).unwrap_or(u32::MAX) < job.replicas {
+                let Some(c) = self.tightest(job, q, level, Some((pack, v))) else {
+                    break;
+                };
+                self.hold(c.node, &c.gpus, job, q, level);
+                held.push(c);
+            }
+            out.push((name.clone(), u32::try_from(held.len()).unwrap_or(u32::MAX)));
+            for c in held {
+                self.unhold(c.node, &c.gpus, job, q, level);
+            }
+        }
+        out
+    }
+
     /// The allowed fitting node with the least room left (GPU milli, then CPU, then node
     /// order).
-    fn tightest(&self, job: &Job, q: usize, level: Isolation) -> Option<Choice> {
+    fn tightest(
+        &self,
+        job: &Job,
+        q: usize,
+        level: Isolation,
+        within: Option<(&Pack, u32)>,
+    ) -> Option<Choice> {
         let c = &self.cluster;
         let limits = self.config.gpu_limits;
         (0..c.nodes.len())
             .filter(|&i| self.occupancy.node_allows(i, q, level) && !job.avoid.nodes.contains(&i))
+            .filter(|&i| within.is_none_or(|(p, v)| p.of_node.get(i).copied().flatten() == Some(v)))
             .filter_map(|i| {
                 let memory = self.memory_need(job, i);
                 // Avoided GPUs look full to this job.

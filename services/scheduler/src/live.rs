@@ -264,6 +264,8 @@ struct Mapped {
     offers: Vec<bool>,
     /// Per (node, GPU): whether it offers capacity.
     usable: HashMap<(usize, u8), bool>,
+    /// Per node, each GPU's NVLink domain.
+    nvlink: Vec<Vec<Option<u32>>>,
 }
 
 impl Mapped {
@@ -288,6 +290,7 @@ impl Mapped {
         let mut ids = Vec::with_capacity(nodes.len());
         let mut offers = Vec::with_capacity(nodes.len());
         let mut usable = HashMap::new();
+        let mut nvlink = Vec::with_capacity(nodes.len());
         // What the jobs already hold on each node: CPU, memory, and milli per GPU UUID.
         let mut held: HashMap<&str, (u64, u64, HashMap<&str, u64>)> = HashMap::new();
         for j in holding {
@@ -364,6 +367,7 @@ impl Mapped {
                 gpus.iter().map(|g| g.uuid.clone()).collect(),
             ));
             offers.push(ready);
+            nvlink.push(gpus.iter().map(|g| g.nvlink_domain).collect());
         }
         let capacity = states.iter().map(|s| u64::from(s.gpu_free_total())).sum();
         let by_node = ids
@@ -384,7 +388,71 @@ impl Mapped {
             by_node,
             offers,
             usable,
+            nvlink,
         }
+    }
+
+    /// The engine's choice `c` for `r` in the node's real GPU indices (`perm`: engine index
+    /// to real index, per node), moved into one NVLink domain when it asks for several
+    /// whole GPUs, spans domains, and some domain has that many free (the one with the
+    /// fewest free that fits, keeping larger free domains whole). `perm` then swaps the
+    /// GPUs exchanged, so what the engine still thinks free is free.
+    fn within_nvlink(
+        &self,
+        perm: &mut [Vec<u8>],
+        actual: &[NodeState],
+        c: Choice,
+        r: &Request,
+    ) -> Choice {
+        let n = c.node;
+        let taken: Vec<u8> = c
+            .gpus
+            .iter()
+            .map(|&g| perm[n].get(usize::from(g)).copied().unwrap_or(g))
+            .collect();
+        let domains = &self.nvlink[n];
+        let domain_of = |g: u8| domains.get(usize::from(g)).copied().flatten();
+        let one = taken
+            .first()
+            .and_then(|&g| domain_of(g))
+            .is_some_and(|d| taken.iter().all(|&g| domain_of(g) == Some(d)));
+        if taken.len() < 2 || r.gpu_milli < GPU_MILLI || one {
+            return Choice {
+                node: n,
+                gpus: taken,
+            };
+        }
+        // Wholly free, offered GPUs by domain.
+        let mut free: HashMap<u32, Vec<u8>> = HashMap::new();
+        for (i, &f) in actual[n].gpu_free.iter().enumerate() {
+            let Ok(g) = u8::try_from(i) else { break };
+            if f >= GPU_MILLI
+                && self.usable.get(&(n, g)).copied().unwrap_or(false)
+                && let Some(d) = domain_of(g)
+            {
+                free.entry(d).or_default().push(g);
+            }
+        }
+        let Some(gpus) = free
+            .into_iter()
+            .filter(|(_, g)| g.len() >= taken.len())
+            .min_by_key(|(d, g)| (g.len(), *d))
+            .map(|(_, g)| g[..taken.len()].to_vec())
+        else {
+            return Choice {
+                node: n,
+                gpus: taken,
+            };
+        };
+        for (&e, &target) in c.gpus.iter().zip(&gpus) {
+            let (e, p) = (usize::from(e), &mut perm[n]);
+            if let Some(f) = p.iter().position(|&x| x == target)
+                && e < p.len()
+            {
+                p.swap(e, f);
+            }
+        }
+        Choice { node: n, gpus }
     }
 
     /// The engine's request for what `job` asks (its held share once placed), or why it can
@@ -563,6 +631,7 @@ fn engine_job(j: &StoredJob, request: Request, seq: u64) -> Job {
         isolation: j.spec.isolation,
         class: j.spec.class,
         avoid: Default::default(),
+        pack: None,
     }
 }
 
@@ -780,6 +849,9 @@ impl LiveScheduler {
         for g in gangs.values_mut() {
             g.sort_by_key(|j| j.replica.as_ref().map_or(0, |r| r.rank));
         }
+        // Node labels as the engine sees them, once per label a gang packs by.
+        let mut packs: HashMap<(String, bool), std::sync::Arc<crate::engine::Pack>> =
+            HashMap::new();
         for j in snap.pending {
             let gang = gangs.get(engine_id(j)).filter(|_| j.replica.is_some());
             let mut retry_at = j.retry_at;
@@ -865,6 +937,14 @@ impl LiveScheduler {
                     if let Some(g) = gang {
                         job.id = engine_id(j).to_owned();
                         job.replicas = j.spec.replicas;
+                        job.pack = j.spec.pack.as_ref().map(|p| {
+                            packs
+                                .entry((p.label.clone(), p.required))
+                                .or_insert_with(|| {
+                                    std::sync::Arc::new(pack_of(snap.nodes, &mapped, p))
+                                })
+                                .clone()
+                        });
                         for m in &g[1..] {
                             let more = mapped.avoidance(m, snap.now);
                             job.avoid.nodes.extend(more.nodes);
@@ -960,6 +1040,16 @@ impl LiveScheduler {
         for (_, request, c) in &leaving {
             actual[c.node].place(request, &c.gpus);
         }
+        // Engine GPU index to real one, per node: identity until a placement is moved into
+        // one NVLink domain.
+        let mut perm: Vec<Vec<u8>> = actual
+            .iter()
+            .map(|n| {
+                (0..n.gpu_free.len())
+                    .map(|g| u8::try_from(g).unwrap_or(u8::MAX))
+                    .collect()
+            })
+            .collect();
         let mut stopping: Vec<usize> = leaving.iter().map(|(_, _, c)| c.node).collect();
         for d in &engine_decisions {
             if let Decision::Preempt { job_id, .. } = d
@@ -977,26 +1067,29 @@ impl LiveScheduler {
                     borrowing,
                 } if gangs.contains_key(job_id.as_str()) => {
                     let g = &gangs[job_id.as_str()];
-                    // Every replica where it was put, on top of what is really held; else
-                    // the gang waits whole for the preempted jobs to stop.
-                    let before: Vec<NodeState> =
-                        placements.iter().map(|c| actual[c.node].clone()).collect();
+                    // Every replica where it was put (in one NVLink domain where it can
+                    // be), on top of what is really held; else the gang waits whole for the
+                    // preempted jobs to stop.
+                    let nodes: Vec<usize> = placements.iter().map(|c| c.node).collect();
+                    let before: Vec<NodeState> = nodes.iter().map(|&n| actual[n].clone()).collect();
                     let mut fits = placements.len() == g.len();
-                    for c in &placements {
-                        fits = fits && fits_exactly(&actual[c.node], &request, &c.gpus);
+                    let mut placed: Vec<Choice> = Vec::with_capacity(placements.len());
+                    for c in placements {
                         if !fits {
                             break;
                         }
-                        actual[c.node].place(&request, &c.gpus);
+                        let c = mapped.within_nvlink(&mut perm, &actual, c, &request);
+                        fits = fits_exactly(&actual[c.node], &request, &c.gpus);
+                        if fits {
+                            actual[c.node].place(&request, &c.gpus);
+                            placed.push(c);
+                        }
                     }
                     if !fits {
-                        for (c, b) in placements.iter().zip(before).rev() {
-                            actual[c.node] = b;
+                        for (&n, b) in nodes.iter().zip(before).rev() {
+                            actual[n] = b;
                         }
-                        let waiting_on = placements
-                            .iter()
-                            .filter(|c| stopping.contains(&c.node))
-                            .count();
+                        let waiting_on = nodes.iter().filter(|n| stopping.contains(n)).count();
                         decisions.push(LiveDecision::Wait {
                             job_id,
                             reason: PendingReason {
@@ -1013,7 +1106,7 @@ impl LiveScheduler {
                         gang_id: job_id,
                         replicas: g
                             .iter()
-                            .zip(&placements)
+                            .zip(&placed)
                             .map(|(m, c)| ReplicaPlacement {
                                 job_id: m.id.clone(),
                                 node_id: mapped.nodes[c.node].0.clone(),
@@ -1033,6 +1126,7 @@ impl LiveScheduler {
                     let Some(c) = placements.into_iter().next() else {
                         continue;
                     };
+                    let c = mapped.within_nvlink(&mut perm, &actual, c, &request);
                     let node = &mut actual[c.node];
                     if !fits_exactly(node, &request, &c.gpus) {
                         let waiting_on = stopping.iter().filter(|&&n| n == c.node).count();
@@ -1120,6 +1214,28 @@ fn whole_gangs(
         }
     }
     out
+}
+
+/// The engine's view of label `p.label`: each mapped node's value.
+fn pack_of(nodes: &[Node], mapped: &Mapped, p: &allot_domain::Pack) -> crate::engine::Pack {
+    let mut values: Vec<String> = Vec::new();
+    let mut of_node = vec![None; mapped.nodes.len()];
+    for n in nodes {
+        let (Some(&i), Some(v)) = (mapped.by_node.get(&n.id), n.labels.get(&p.label)) else {
+            continue;
+        };
+        let at = values.iter().position(|x| x == v).unwrap_or_else(|| {
+            values.push(v.clone());
+            values.len() - 1
+        });
+        of_node[i] = u32::try_from(at).ok();
+    }
+    crate::engine::Pack {
+        label: p.label.clone(),
+        of_node,
+        values,
+        required: p.required,
+    }
 }
 
 /// Whether `r` fits on exactly `gpus` of `n`, CPU and memory included.

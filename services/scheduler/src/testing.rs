@@ -26,6 +26,7 @@ pub(crate) fn node(id: &str, models: &[&str]) -> Node {
         cordoned: false,
         drained_gpus: Vec::new(),
         address: String::new(),
+        labels: Default::default(),
         gpus: models
             .iter()
             .enumerate()
@@ -38,6 +39,8 @@ pub(crate) fn node(id: &str, models: &[&str]) -> Node {
                 degraded: false,
                 memory_enforcement: Default::default(),
                 mig: None,
+                // One NVSwitch domain, as on an HGX board.
+                nvlink_domain: Some(0),
             })
             .collect(),
     }
@@ -88,6 +91,7 @@ pub(crate) fn spec(name: &str, tenant: &str, gpus: u32, share: Option<u32>) -> J
         gpu_resizable: false,
         time_limit_secs: None,
         replicas: 1,
+        pack: None,
         image: None,
         network: Default::default(),
     }

@@ -172,6 +172,15 @@ fn gpus_from_proto(gpus: Vec<Gpu>) -> Result<Vec<GpuDevice>, Status> {
                 memory_enforcement: g.memory_enforcement.parse().map_err(|e: String| {
                     Status::invalid_argument(format!("gpus[{i}].memory_enforcement: {e}"))
                 })?,
+                nvlink_domain: match g.nvlink_domain {
+                    Some(d) if d as usize >= allot_domain::node::MAX_NODE_GPUS => {
+                        return Err(Status::invalid_argument(format!(
+                            "gpus[{i}].nvlink_domain must be below {}",
+                            allot_domain::node::MAX_NODE_GPUS
+                        )));
+                    }
+                    d => d,
+                },
             })
         })
         .collect::<Result<Vec<_>, Status>>()?;

@@ -271,6 +271,7 @@ fn to_domain(m: jobs::Model, tenant: &str) -> Result<Job, StoreError> {
                 .map(|s| to_u64("time_limit_secs", s))
                 .transpose()?,
             replicas: to_u32("replicas", m.replicas.into())?,
+            pack: m.pack.as_deref().map(|p| json("pack", p)).transpose()?,
         },
         replica: match m.gang_id {
             Some(gang_id) => Some(allot_domain::Replica {
@@ -613,6 +614,7 @@ impl JobRepo for Store {
                 replicas: Set(i32_of(std::cmp::max(spec.replicas, 1))?),
                 gang_id: Set(gang.clone()),
                 replica_rank: Set(i32_of(rank)?),
+                pack: Set(spec.pack.as_ref().map(|p| to_json("pack", p)).transpose()?),
                 id: Set(id.clone()),
                 tenant_id: Set(new.tenant_id.clone()),
                 name: Set(spec.name.clone()),

@@ -24,6 +24,8 @@ pub enum NodeAdmin {
     Uncordon,
     DrainGpu(String),
     ReturnGpu(String),
+    /// Set labels (`Some`) and remove them (`None`).
+    Label(std::collections::BTreeMap<String, Option<String>>),
 }
 
 impl NodeAdmin {
@@ -33,6 +35,7 @@ impl NodeAdmin {
             NodeAdmin::Uncordon => "node.uncordon",
             NodeAdmin::DrainGpu(_) => "node.gpu.drain",
             NodeAdmin::ReturnGpu(_) => "node.gpu.return",
+            NodeAdmin::Label(_) => "node.label",
         }
     }
 }
@@ -95,6 +98,10 @@ fn gpu_to_domain(m: gpus::Model) -> Result<GpuDevice, StoreError> {
         healthy: m.healthy,
         degraded: m.degraded,
         memory_enforcement: crate::convert::parse("memory_enforcement", &m.memory_enforcement)?,
+        nvlink_domain: m
+            .nvlink_domain
+            .map(|d| to_u32("nvlink_domain", d.into()))
+            .transpose()?,
         mig: m
             .mig_layout
             .as_deref()
@@ -124,6 +131,8 @@ fn to_domain(m: nodes::Model, gpus: Vec<GpuDevice>) -> Node {
         // GPUs' own health still applies.
         drained_gpus: serde_json::from_str(&m.drained_gpus).unwrap_or_default(),
         address: m.address,
+        // Written by `set_node_admin` only; unreadable reads as no labels.
+        labels: serde_json::from_str(&m.labels).unwrap_or_default(),
     }
 }
 
@@ -165,6 +174,13 @@ async fn replace_gpus<C: ConnectionTrait>(
                 healthy: Set(g.healthy),
                 degraded: Set(g.degraded),
                 memory_enforcement: Set(g.memory_enforcement.as_str().to_owned()),
+                nvlink_domain: Set(g
+                    .nvlink_domain
+                    .map(|d| {
+                        i32::try_from(d)
+                            .map_err(|_| StoreError::Corrupt("nvlink domain exceeds i32".into()))
+                    })
+                    .transpose()?),
                 mig_layout: Set(g
                     .mig
                     .as_ref()
@@ -300,6 +316,7 @@ impl NodeRepo for Store {
                     memory_bytes: Set(memory_bytes),
                     cordoned: Set(false),
                     drained_gpus: Set("[]".to_owned()),
+                    labels: Set("{}".to_owned()),
                     address: Set(r.address),
                 })
                 .exec_with_returning(&txn)
@@ -364,7 +381,16 @@ impl NodeRepo for Store {
         let before = self.node(id).await?;
         let mut cordoned = before.cordoned;
         let mut drained = before.drained_gpus.clone();
+        let mut labels = before.labels.clone();
         match &change {
+            NodeAdmin::Label(changes) => {
+                for (k, v) in changes {
+                    match v {
+                        Some(v) => labels.insert(k.clone(), v.clone()),
+                        None => labels.remove(k),
+                    };
+                }
+            }
             NodeAdmin::Cordon => cordoned = true,
             NodeAdmin::Uncordon => cordoned = false,
             NodeAdmin::DrainGpu(uuid) | NodeAdmin::ReturnGpu(uuid)
@@ -388,13 +414,15 @@ impl NodeRepo for Store {
             cordoned: Set(cordoned),
             drained_gpus: Set(serde_json::to_string(&drained)
                 .map_err(|e| StoreError::Corrupt(format!("drained_gpus: {e}")))?),
+            labels: Set(serde_json::to_string(&labels)
+                .map_err(|e| StoreError::Corrupt(format!("labels: {e}")))?),
             ..Default::default()
         })
         .exec(&txn)
         .await?;
         let event = AuditEvent::success(SYSTEM_LOG, change.action(), format!("node/{}", before.id))
-            .before(serde_json::json!({ "cordoned": before.cordoned, "drained_gpus": before.drained_gpus }))
-            .after(serde_json::json!({ "cordoned": cordoned, "drained_gpus": drained }));
+            .before(serde_json::json!({ "cordoned": before.cordoned, "drained_gpus": before.drained_gpus, "labels": before.labels }))
+            .after(serde_json::json!({ "cordoned": cordoned, "drained_gpus": drained, "labels": labels }));
         record(&txn, self, ctx, event).await?;
         txn.commit().await?;
         Ok(to_domain(row, before.gpus))

@@ -97,6 +97,7 @@ fn spec(tenant: &str, gpus: u32) -> JobSpec {
         gpu_resizable: false,
         time_limit_secs: None,
         replicas: 1,
+        pack: None,
         image: None,
         network: Default::default(),
     }
@@ -676,6 +677,7 @@ both_backends!(nodes_register_and_heartbeat, |store, clock| {
         healthy: true,
         degraded: false,
         memory_enforcement: Default::default(),
+        nvlink_domain: Some(0),
         mig: (i == 1).then(|| {
             vec![allot_domain::MigSlot {
                 profile: 19,

@@ -133,6 +133,7 @@ pub async fn submit(
         network,
         time_limit_secs: body.time_limit_secs,
         replicas: body.replicas,
+        pack: body.pack.map(Into::into),
     };
     spec.validate()?;
     // What no node and no limit could ever give is refused now, not left to wait forever.
@@ -280,7 +281,25 @@ pub async fn read_views(
     } else {
         (HashMap::new(), HashMap::new())
     };
-    let nodes: HashMap<String, String> = fleet.into_iter().map(|n| (n.id, n.name)).collect();
+    // Each placed GPU's NVLink domain.
+    let nvlink: HashMap<&str, u32> = fleet
+        .iter()
+        .flat_map(|n| &n.gpus)
+        .filter_map(|g| Some((g.uuid.as_str(), g.nvlink_domain?)))
+        .collect();
+    let domains_of = |uuids: &[String]| {
+        let mut d: Vec<u32> = uuids
+            .iter()
+            .filter_map(|u| nvlink.get(u.as_str()).copied())
+            .collect();
+        d.sort_unstable();
+        d.dedup();
+        d
+    };
+    let nodes: HashMap<String, String> = fleet
+        .iter()
+        .map(|n| (n.id.clone(), n.name.clone()))
+        .collect();
     let mut views = Vec::with_capacity(jobs.len());
     for j in jobs {
         let mut view = job_view(who, j)?;
@@ -289,6 +308,7 @@ pub async fn read_views(
             view.queue_length = Some(p.length);
         }
         view.node_name = view.node_id.as_ref().and_then(|n| nodes.get(n).cloned());
+        view.nvlink_domains = domains_of(&view.gpu_uuids);
         view.estimated_start = starts.get(&view.id).copied();
         if view.rank == Some(0) {
             // A gang's record speaks for the gang.

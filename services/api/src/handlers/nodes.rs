@@ -4,8 +4,9 @@ use allot_domain::JobState;
 use allot_store::{JobFilter, JobRepo, NodeAdmin, NodeRepo, TenantScope};
 
 use crate::auth::Principal;
+use crate::extract::Json;
 use crate::problem::Problem;
-use crate::views::NodeView;
+use crate::views::{NodeLabels, NodeView};
 use crate::{ApiError, AppState, json};
 use allot_authz::{Action, Resource};
 
@@ -152,6 +153,29 @@ async fn admin(
     // Capacity may have come back: decide again.
     state.events.job_submitted();
     Ok(json(StatusCode::OK, &view(state, who, node).await?))
+}
+
+/// Label a node (platform admins): a value sets a label, `null` removes it. Gangs may ask
+/// to be packed within one value of a label (`pack`).
+#[utoipa::path(patch, path = "/api/v1/nodes/{id}/labels", tag = "nodes",
+    security(("bearer" = [])), params(("id" = String, Path, description = "node id or name")),
+    request_body = NodeLabels,
+    responses((status = 200, body = NodeView), (status = 403, body = Problem),
+        (status = 404, body = Problem), (status = 422, body = Problem)))]
+pub async fn label(
+    state: web::Data<AppState>,
+    who: Principal,
+    id: web::Path<String>,
+    Json(body): Json<NodeLabels>,
+) -> Result<HttpResponse, ApiError> {
+    who.authorize(
+        Action::NodeOperate,
+        Resource::Node(&id),
+        &format!("node `{id}`"),
+    )?;
+    let node = find(&state, &id).await?;
+    allot_domain::node::check_label_changes(&node.labels, &body.labels)?;
+    admin(&state, &who, &id, NodeAdmin::Label(body.labels)).await
 }
 
 /// Cordon a node (platform admins): it takes no new work; what runs there stays.

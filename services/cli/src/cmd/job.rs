@@ -111,6 +111,11 @@ pub enum JobCmd {
         /// train.py` runs unchanged.
         #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=i64::from(allot_domain::MAX_REPLICAS)))]
         replicas: u32,
+        /// Of a multi-node job: keep every replica on nodes sharing one value of this node
+        /// label (`allot node label`), e.g. `rack`: it waits until one value has room for
+        /// all of them; `rack:preferred` packs when it can and places anywhere otherwise.
+        #[arg(long, value_parser = parse_pack)]
+        pack: Option<serde_json::Value>,
         /// Wait for the job to finish, print its output, and exit with its status.
         #[arg(long)]
         wait: bool,
@@ -366,6 +371,28 @@ fn describe(j: &JobView) -> String {
             },
         ),
         (
+            "NVLink domains",
+            if j.nvlink_domains.is_empty() {
+                "-".into()
+            } else {
+                j.nvlink_domains
+                    .iter()
+                    .map(u32::to_string)
+                    .collect::<Vec<_>>()
+                    .join(",")
+            },
+        ),
+        (
+            "Pack",
+            j.pack.as_ref().map_or("-".into(), |p| {
+                format!(
+                    "within one {} ({})",
+                    p.label,
+                    if p.required { "required" } else { "preferred" }
+                )
+            }),
+        ),
+        (
             "GPU UUIDs",
             if j.gpu_uuids.is_empty() {
                 "-".into()
@@ -443,6 +470,18 @@ fn start_of(j: &JobView) -> String {
         }
         None => "-".into(),
     }
+}
+
+/// `--pack`: `rack` (required) or `rack:preferred`.
+fn parse_pack(s: &str) -> Result<serde_json::Value, String> {
+    let (label, required) = match s.split_once(':') {
+        None => (s, true),
+        Some((l, "preferred")) => (l, false),
+        Some((l, "required")) => (l, true),
+        Some(_) => return Err("expected LABEL, LABEL:required or LABEL:preferred".into()),
+    };
+    allot_domain::node::check_label_name(label)?;
+    Ok(json!({ "label": label, "required": required }))
 }
 
 /// `--time-limit`: `90m`, `2h`, `1d12h`, `45s`, or Slurm's `[D-]HH:MM:SS`, as seconds.
@@ -616,7 +655,7 @@ fn resubmission(j: &JobView, name: Option<String>) -> serde_json::Value {
         "checkpoint_dir": j.checkpoint_dir, "volumes": j.volumes, "secrets": j.secrets,
         "mig_profile": j.mig_profile, "gpu_compute": j.gpu_compute,
         "gpu_resizable": j.gpu_resizable, "image": j.image, "network": j.network,
-        "time_limit_secs": j.time_limit_secs, "replicas": j.replicas,
+        "time_limit_secs": j.time_limit_secs, "replicas": j.replicas, "pack": j.pack,
     })
 }
 
@@ -728,6 +767,7 @@ pub async fn run(client: &Client, cmd: JobCmd) -> anyhow::Result<i32> {
             secrets,
             time_limit,
             replicas,
+            pack,
             wait,
             output,
             command,
@@ -745,7 +785,7 @@ pub async fn run(client: &Client, cmd: JobCmd) -> anyhow::Result<i32> {
                 "mig_profile": mig_profile,
                 "gpu_compute": gpu_compute, "gpu_resizable": gpu_resizable,
                 "image": image, "network": network, "time_limit_secs": time_limit,
-                "replicas": replicas,
+                "replicas": replicas, "pack": pack,
             });
             let job: JobView = client
                 .call(Method::POST, "/api/v1/jobs", Some(&body))

@@ -22,6 +22,18 @@ pub enum NodeCmd {
         #[arg(short, long, value_enum, default_value_t)]
         output: Format,
     },
+    /// Set or remove a node's labels, as `kubectl label`: `rack=r12` sets, `rack-` removes.
+    /// Gangs may ask to be packed within one value of a label (`job submit --pack rack`).
+    /// Platform admins.
+    Label {
+        /// Node id or name.
+        node: String,
+        /// NAME=VALUE to set, NAME- to remove.
+        #[arg(required = true, value_parser = parse_label_change)]
+        changes: Vec<(String, Option<String>)>,
+        #[arg(short, long, value_enum, default_value_t)]
+        output: Format,
+    },
     /// Take no new work on a node (what runs there stays). Platform admins.
     Cordon {
         /// Node id or name.
@@ -147,8 +159,40 @@ fn health(g: &allot_api::views::GpuView) -> &str {
     &g.health
 }
 
+/// `rack=r12` (set) or `rack-` (remove).
+fn parse_label_change(s: &str) -> Result<(String, Option<String>), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_owned(), Some(v.to_owned()))),
+        None if s.len() > 1 && s.ends_with('-') => Ok((s[..s.len() - 1].to_owned(), None)),
+        _ => Err("expected NAME=VALUE (set) or NAME- (remove)".into()),
+    }
+}
+
 pub async fn run(client: &Client, cmd: NodeCmd) -> anyhow::Result<()> {
     match cmd {
+        NodeCmd::Label {
+            node,
+            changes,
+            output,
+        } => {
+            let labels: serde_json::Map<String, serde_json::Value> = changes
+                .into_iter()
+                .map(|(k, v)| {
+                    (
+                        k,
+                        v.map_or(serde_json::Value::Null, serde_json::Value::String),
+                    )
+                })
+                .collect();
+            let n: NodeView = client
+                .call(
+                    reqwest::Method::PATCH,
+                    &format!("/api/v1/nodes/{node}/labels"),
+                    Some(&serde_json::json!({ "labels": labels })),
+                )
+                .await?;
+            print(output, &n, |n| format!("node {}: {}", n.name, labels_of(n)))
+        }
         NodeCmd::List { output, watch } => {
             let columns = node_columns();
             output.columns(&columns)?;
@@ -172,6 +216,15 @@ pub async fn run(client: &Client, cmd: NodeCmd) -> anyhow::Result<()> {
                             format!("{} (cordoned)", n.status)
                         } else {
                             n.status.clone()
+                        },
+                    ),
+                    ("Labels", labels_of(n)),
+                    (
+                        "Address",
+                        if n.address.is_empty() {
+                            "-".into()
+                        } else {
+                            n.address.clone()
                         },
                     ),
                     ("Agent", n.agent_version.clone()),
@@ -205,6 +258,7 @@ pub async fn run(client: &Client, cmd: NodeCmd) -> anyhow::Result<()> {
                                 _ => "-".into(),
                             },
                             g.memory_enforcement.clone(),
+                            g.nvlink_domain.map_or("-".into(), |d| d.to_string()),
                         ]
                     })
                     .collect();
@@ -217,6 +271,7 @@ pub async fn run(client: &Client, cmd: NodeCmd) -> anyhow::Result<()> {
                         "HEALTH",
                         "HELD",
                         "MEMORY LIMITS",
+                        "NVLINK",
                     ],
                     &rows,
                 );
@@ -357,4 +412,16 @@ async fn admin(client: &Client, path: &str, output: Format) -> anyhow::Result<()
         }
     );
     print(output, &n, |_| line)
+}
+
+/// `rack=r12, spine=s3`, or `-`.
+fn labels_of(n: &NodeView) -> String {
+    if n.labels.is_empty() {
+        return "-".into();
+    }
+    n.labels
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }

@@ -44,6 +44,7 @@ fn job(id: &str, queue: &str, gpus: u8, gpu_milli: u32, seq: u64) -> Job {
         isolation: None,
         class: None,
         avoid: Default::default(),
+        pack: None,
     }
 }
 
@@ -583,6 +584,7 @@ fn make_jobs(specs: &[JobSpec], first_seq: u64) -> Vec<Job> {
                     isolation,
                     class: None,
                     avoid: Default::default(),
+                    pack: None,
                 }
             },
         )

@@ -660,3 +660,54 @@ fn reclaim_preempts_a_borrowing_gang_whole() {
         "the whole gang, each replica on its node"
     );
 }
+
+/// A node of 8 H200s in two NVLink domains of four (0–3, 4–7).
+fn two_islands(id: &str) -> Node {
+    let mut n = node(id, &["H200"; 8]);
+    for g in &mut n.gpus {
+        g.nvlink_domain = Some(g.index / 4);
+    }
+    n
+}
+
+#[test]
+fn a_multi_gpu_job_gets_one_nvlink_domain_when_one_is_free() {
+    let nodes = [two_islands("n1")];
+    let tenants = [tenant("t", 8)];
+    // GPUs 0 and 1 are held: a 4-GPU job fits only in domain 1 (GPUs 4–7), and gets it
+    // whatever the policy chose.
+    let held = running_on(job("small", "t", 2, None), "n1", &[0, 1]);
+    for policy in ["allot", "fgd", "bestfit", "gpu-packing", "dotprod"] {
+        let mut s = LiveScheduler::new(
+            policy,
+            7,
+            Config {
+                min_runtime_secs: 60,
+                gpu_limits: GpuLimits::default(),
+            },
+        )
+        .expect("known policy");
+        let d = s
+            .decide(&Snapshot {
+                nodes: &nodes,
+                tenants: &tenants,
+                holding: std::slice::from_ref(&held),
+                pending: &[job("four", "t", 4, None), job("two", "t", 2, None)],
+                now: now(),
+                reachable: None,
+            })
+            .expect("decides");
+        let (_, four, _) = placed(&d, "four").expect("placed");
+        let mut four = four;
+        four.sort();
+        assert_eq!(
+            four,
+            ["n1-gpu4", "n1-gpu5", "n1-gpu6", "n1-gpu7"],
+            "{policy}: one domain"
+        );
+        // What is left of domain 0 goes to the 2-GPU job, never a GPU already taken.
+        let (_, mut two, _) = placed(&d, "two").expect("placed");
+        two.sort();
+        assert_eq!(two, ["n1-gpu2", "n1-gpu3"], "{policy}");
+    }
+}

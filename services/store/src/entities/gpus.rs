@@ -16,6 +16,8 @@ pub struct Model {
     pub mig_layout: Option<String>,
     /// `check`, `shim` or `mig` (`allot_domain::MemoryEnforcement`).
     pub memory_enforcement: String,
+    /// Its NVLink domain on its node; NULL: no NVLink.
+    pub nvlink_domain: Option<i32>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

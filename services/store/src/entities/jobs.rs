@@ -83,6 +83,9 @@ pub struct Model {
     /// For a replica of a gang: the gang's id (its replica 0's job id).
     pub gang_id: Option<String>,
     pub replica_rank: i32,
+    /// JSON `allot_domain::Pack`; NULL: none.
+    #[sea_orm(column_type = "Text", nullable)]
+    pub pack: Option<String>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

@@ -25,6 +25,9 @@ pub struct Model {
     pub drained_gpus: String,
     /// Where other nodes reach it (empty: not said).
     pub address: String,
+    /// JSON object of label names to values.
+    #[sea_orm(column_type = "Text")]
+    pub labels: String,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

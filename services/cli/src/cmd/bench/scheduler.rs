@@ -126,6 +126,7 @@ fn engine_pass(
             isolation: None,
             class: None,
             avoid: Default::default(),
+            pack: None,
         })
         .collect();
     let mut policy = openb::policy(&args.policy, cluster, pods)?;
