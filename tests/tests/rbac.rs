@@ -127,6 +127,7 @@ const EXPECTED: &[(&str, &str)] = &[
     ("GET /api/v1/nodes", "OCX - OCX OCX OCX"),
     ("GET /api/v1/nodes/{id}", "OCX - OCX OCX OCX"),
     ("GET /api/v1/nodes/{id}/gpus/{uuid}/samples", "OCX - - - -"),
+    ("PATCH /api/v1/nodes/{id}/labels", "OCX - - - -"),
     ("POST /api/v1/nodes/{id}/cordon", "OCX - - - -"),
     ("POST /api/v1/nodes/{id}/uncordon", "OCX - - - -"),
     ("POST /api/v1/nodes/{id}/drain", "OCX - - - -"),
@@ -433,6 +434,10 @@ impl Fixture {
                 (String::new(), Some(json!({ "gpu_hour_budget": 0 })))
             }
             "PATCH /api/v1/tenants/{name}/quota" => (String::new(), Some(json!({ "weight": 2 }))),
+            "PATCH /api/v1/nodes/{id}/labels" => (
+                String::new(),
+                Some(json!({ "labels": { "rack": "matrix" } })),
+            ),
             "PUT /api/v1/tenants/{name}/policy" => (String::new(), Some(json!({}))),
             "PUT /api/v1/tenants/{name}/registry-credentials/{registry}" => (
                 String::new(),

@@ -511,7 +511,39 @@ mod tests {
         ));
         assert!(matches!(
             SimBackend::from_spec("1xH200:turbo", "n"),
-            Err(SimSpecError::Shape(_))
+            Err(SimSpecError::Flag(_))
+        ));
+    }
+
+    #[test]
+    fn sxm_boards_share_one_nvlink_domain_unless_split_and_pcie_boards_have_none() {
+        let domains = |spec: &str| -> Vec<Option<u32>> {
+            SimBackend::from_spec(spec, "n")
+                .expect("valid")
+                .inventory()
+                .expect("inventory")
+                .into_iter()
+                .map(|g| g.nvlink_domain)
+                .collect()
+        };
+        assert_eq!(domains("4xH200"), [Some(0); 4]);
+        assert_eq!(
+            domains("4xH100:nvlink=2,2xT4,2xA100-80GB"),
+            [
+                Some(0),
+                Some(0),
+                Some(1),
+                Some(1),
+                None,
+                None,
+                Some(2),
+                Some(2)
+            ]
+        );
+        assert_eq!(domains("2xH200:nvlink=0"), [None, None]);
+        assert!(matches!(
+            SimBackend::from_spec("2xH200:nvlink=x", "n"),
+            Err(SimSpecError::Flag(_))
         ));
     }
 

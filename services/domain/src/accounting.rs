@@ -87,7 +87,8 @@ impl<'a> JobUsage<'a> {
         by_share
             .into_iter()
             .map(|(share, running)| JobUsage {
-                job_id: &job.id,
+                // A gang's replicas count as the gang, the job its submitter sees.
+                job_id: job.replica.as_ref().map_or(&job.id, |r| &r.gang_id),
                 tenant,
                 gpus: job.spec.gpus,
                 gpu_milli: share.gpu_milli,

@@ -202,6 +202,23 @@ fn fleet(spec: &JobSpec, nodes: &[Node], v: &mut Violations) {
             );
             return;
         }
+        // A gang of whole GPUs: every replica somewhere at once.
+        if spec.replicas > 1 && spec.gpu_milli.is_none_or(|m| m >= 1000) {
+            let fit: u64 = nodes.iter().map(|n| u64::from(on(n) / spec.gpus)).sum();
+            if u64::from(spec.replicas) > fit {
+                v.check(
+                    false,
+                    "replicas",
+                    format!(
+                        "the fleet holds at most {fit} replica{} of {} GPUs{of_models} at once \
+                         (all of a gang run together)",
+                        if fit == 1 { "" } else { "s" },
+                        spec.gpus
+                    ),
+                );
+                return;
+            }
+        }
         nodes.iter().filter(|n| on(n) >= spec.gpus).collect()
     } else {
         nodes.iter().collect()

@@ -676,10 +676,16 @@ fn gpus_cell(j: &JobView) -> String {
         return profile.clone();
     }
     let share = j.held_gpu_milli.or(j.gpu_milli).unwrap_or(1000);
-    if j.gpus == 1 && share < 1000 {
+    let each = if j.gpus == 1 && share < 1000 {
         show_milli(u64::from(share))
     } else {
         j.gpus.to_string()
+    };
+    // A gang: replicas × what each asks for.
+    if j.replicas > 1 {
+        format!("{}x{each}", j.replicas)
+    } else {
+        each
     }
 }
 

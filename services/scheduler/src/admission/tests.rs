@@ -239,3 +239,24 @@ fn a_mig_limit_of_zero_refuses_the_profile() {
         "may hold no 1G.18GB instance",
     );
 }
+
+#[test]
+fn a_gang_the_whole_fleet_cannot_hold_at_once_is_refused() {
+    // 8 + 4 H200s: three replicas of 4 GPUs fit (two on n1), four do not.
+    let t = [tenant("team-a", 2)];
+    let gang = |replicas, gpus| JobSpec {
+        replicas,
+        ..spec("j", "team-a", gpus, None)
+    };
+    assert_eq!(fields(&gang(3, 4), &t, &h200s()), Vec::new());
+    only(
+        &fields(&gang(4, 4), &t, &h200s()),
+        "replicas",
+        "the fleet holds at most 3 replicas of 4 GPUs",
+    );
+    only(
+        &fields(&gang(2, 8), &t, &h200s()),
+        "replicas",
+        "at most 1 replica of 8 GPUs",
+    );
+}
