@@ -33,6 +33,7 @@ mod m20261209_000002_job_time_limits;
 mod m20261209_000003_sign_ins;
 mod m20261210_000001_gangs;
 mod m20261210_000002_topology;
+mod m20261210_000003_auth_failures;
 mod roles;
 
 pub use roles::{APPEND_ONLY_TABLES, BadRoleName, postgres_app_role_grants};
@@ -73,6 +74,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261209_000003_sign_ins::Migration),
             Box::new(m20261210_000001_gangs::Migration),
             Box::new(m20261210_000002_topology::Migration),
+            Box::new(m20261210_000003_auth_failures::Migration),
         ]
     }
 }

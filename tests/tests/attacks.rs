@@ -445,3 +445,52 @@ async fn audit_names_are_told_only_to_who_may_know_them() {
     assert_eq!(named, 2, "an auditor is told every name: {as_auditor}");
     c.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clients_failures_count_on_every_replica() {
+    // Two replicas on one database (as behind a load balancer that sends each request
+    // elsewhere): a guesser spreading its attempts over both is limited as on one.
+    let mut shared = None;
+    let a = spawn_cluster_with(Backend::Postgres, 0, "", |cfg| {
+        cfg.auth_max_failures = 3;
+        cfg.secrets_key = allot_store::SecretKeys::generate_line("replicas").expect("key");
+        shared = Some(cfg.clone());
+    })
+    .await;
+    let mut config = shared.expect("A's configuration");
+    config.http_listen = "127.0.0.1:0".parse().expect("address");
+    config.grpc_listen = "127.0.0.1:0".parse().expect("address");
+    let checkpoints = tempfile::tempdir().expect("temp dir");
+    config.checkpoint_dir = Some(checkpoints.path().to_owned());
+    let b = allot_server::start(config, std::sync::Arc::new(allot_domain::SystemClock))
+        .await
+        .expect("replica B starts");
+    let guess = |url: String| {
+        let http = a.http.clone();
+        async move {
+            http.get(url)
+                .bearer_auth("allot_guess")
+                .send()
+                .await
+                .expect("sent")
+                .status()
+        }
+    };
+    let mut answers = Vec::new();
+    for i in 0..5 {
+        let url = if i % 2 == 0 {
+            a.url("/api/v1/jobs")
+        } else {
+            format!("{}/api/v1/jobs", b.http_url())
+        };
+        answers.push(guess(url).await);
+    }
+    assert_eq!(answers[..3], [StatusCode::UNAUTHORIZED; 3], "{answers:?}");
+    assert_eq!(
+        answers[3..],
+        [StatusCode::TOO_MANY_REQUESTS; 2],
+        "counted across replicas: {answers:?}"
+    );
+    b.shutdown().await;
+    a.shutdown().await;
+}

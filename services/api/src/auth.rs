@@ -264,7 +264,7 @@ impl FromRequest for Principal {
                 (Some(v), _) => v,
                 (None, Some(session)) => {
                     let result = caller.session(&session).await;
-                    return finish(&state, &http_req, &from, result);
+                    return finish(&state, &http_req, &from, result).await;
                 }
                 // Not an attempt at all: not counted.
                 (None, None) => {
@@ -292,14 +292,14 @@ impl FromRequest for Principal {
                     Some(token) => caller.jwt(token).await,
                 },
             };
-            finish(&state, &http_req, &from, result)
+            finish(&state, &http_req, &from, result).await
         })
     }
 }
 
 /// Remembers the principal for the denial audit (which runs after the handler), and counts
 /// a failed authentication against its client (429 past the limit).
-fn finish(
+async fn finish(
     state: &AppState,
     req: &HttpRequest,
     from: &str,
@@ -310,7 +310,7 @@ fn finish(
             req.extensions_mut().insert(principal.clone());
             Ok(principal)
         }
-        Err(e @ ApiError::Unauthenticated(_)) => match state.auth_failures.failed(from) {
+        Err(e @ ApiError::Unauthenticated(_)) => match state.auth_failures.failed(from).await {
             Some(retry_after_secs) => Err(ApiError::TooManyAttempts { retry_after_secs }),
             None => Err(e),
         },

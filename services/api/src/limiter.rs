@@ -8,85 +8,55 @@
 //! the others, and a blocked client gains nothing from it: API tokens carry 256 random
 //! bits, so there is no guessing them, and what the limit buys is that a probe is loud (the
 //! refusals are audited) and its answers carry no detail. Successful requests are not
-//! counted; the clock is injected.
+//! counted. The counts are the database's (`AuthFailureRepo`), so every replica of the
+//! control plane counts a client's failures together, by the store's injected clock.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use allot_domain::Clock;
-use chrono::{DateTime, Utc};
+use allot_store::{AuthFailureRepo, Store};
 
-/// Sources tracked before stale ones are swept.
-const SWEEP_ABOVE: usize = 10_000;
+/// Every this many new windows, ended ones are swept from the database.
+const SWEEP_EVERY: u64 = 256;
 
 pub struct FailureLimiter {
     max_failures: u32,
     window: Duration,
-    clock: Arc<dyn Clock>,
-    /// Source → (start of its window, failures in it).
-    failures: Mutex<HashMap<String, (DateTime<Utc>, u32)>>,
+    store: Store,
+    new_windows: AtomicU64,
 }
 
 impl FailureLimiter {
-    pub fn new(max_failures: u32, window: Duration, clock: Arc<dyn Clock>) -> Self {
+    pub fn new(max_failures: u32, window: Duration, store: Store) -> Self {
         Self {
             max_failures,
             window,
-            clock,
-            failures: Mutex::new(HashMap::new()),
+            store,
+            new_windows: AtomicU64::new(0),
         }
-    }
-
-    fn window_end(&self, start: DateTime<Utc>) -> DateTime<Utc> {
-        start + chrono::Duration::from_std(self.window).unwrap_or(chrono::Duration::MAX)
     }
 
     /// Counts a failed attempt from `source`: `Some(seconds to wait)` when it is past the
-    /// limit (answer it 429), `None` while within it (answer the failure itself).
-    pub fn failed(&self, source: &str) -> Option<u64> {
-        let now = self.clock.now();
-        let mut failures = self.failures.lock().unwrap_or_else(|e| e.into_inner());
-        if failures.len() > SWEEP_ABOVE {
-            failures.retain(|_, (start, _)| now < self.window_end(*start));
+    /// limit (answer it 429), `None` while within it (answer the failure itself). A count
+    /// the database cannot take is logged and answered as within the limit: the attempt
+    /// fails either way.
+    pub async fn failed(&self, source: &str) -> Option<u64> {
+        let (start, failures) = match self.store.count_auth_failure(source, self.window).await {
+            Ok(counted) => counted,
+            Err(e) => {
+                tracing::warn!(error = %e, "could not count a failed authentication");
+                return None;
+            }
+        };
+        if failures == 1
+            && self.new_windows.fetch_add(1, Ordering::Relaxed) % SWEEP_EVERY == SWEEP_EVERY - 1
+            && let Err(e) = self.store.sweep_auth_failures(self.window).await
+        {
+            tracing::warn!(error = %e, "could not sweep ended authentication-failure windows");
         }
-        let entry = failures.entry(source.to_owned()).or_insert((now, 0));
-        if now >= self.window_end(entry.0) {
-            *entry = (now, 0);
-        }
-        entry.1 = entry.1.saturating_add(1);
-        let end = self.window_end(entry.0);
-        (entry.1 > self.max_failures)
+        let end = start + chrono::Duration::from_std(self.window).unwrap_or(chrono::Duration::MAX);
+        let now = self.store.clock().now();
+        (failures > self.max_failures)
             .then(|| u64::try_from((end - now).num_seconds()).unwrap_or(0).max(1))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use allot_domain::FixedClock;
-
-    use super::*;
-
-    #[test]
-    fn failures_past_the_limit_are_refused_until_the_window_ends() {
-        let clock = Arc::new(FixedClock::new(Utc::now()));
-        let limiter = FailureLimiter::new(3, Duration::from_secs(60), clock.clone());
-        for _ in 0..3 {
-            assert_eq!(limiter.failed("10.0.0.1"), None);
-        }
-        assert_eq!(limiter.failed("10.0.0.1"), Some(60));
-        assert_eq!(
-            limiter.failed("10.0.0.2"),
-            None,
-            "other sources are not affected"
-        );
-        clock.advance(chrono::Duration::seconds(45));
-        assert_eq!(limiter.failed("10.0.0.1"), Some(15));
-        clock.advance(chrono::Duration::seconds(15));
-        assert_eq!(
-            limiter.failed("10.0.0.1"),
-            None,
-            "the window has passed: a new one counts from one"
-        );
     }
 }

@@ -333,20 +333,16 @@ pub async fn callback(
     let signin = web_sign_in(&state)?;
     let source = crate::client::address(&req);
     let from = source.clone().unwrap_or_else(|| "unknown".to_owned());
-    let failed = |why: String| match state.auth_failures.failed(&from) {
-        Some(retry_after_secs) => ApiError::TooManyAttempts { retry_after_secs },
-        None => ApiError::Unauthenticated(format!("sign-in failed: {why}")),
-    };
     if let Some(e) = &q.error {
-        return Err(failed(format!(
+        let why = format!(
             "the provider answered `{}`",
             e.chars().take(64).collect::<String>()
-        )));
+        );
+        return Err(sign_in_failed(&state, &from, why).await);
     }
     let (Some(code), Some(returned_state)) = (q.code.clone(), q.state.as_deref()) else {
-        return Err(failed(
-            "the provider's answer lacks `code` or `state`".into(),
-        ));
+        let why = "the provider's answer lacks `code` or `state`".to_owned();
+        return Err(sign_in_failed(&state, &from, why).await);
     };
     // The state must be the one this browser was given: nobody else's sign-in completes here.
     if req
@@ -355,18 +351,26 @@ pub async fn callback(
         .as_deref()
         != Some(returned_state)
     {
-        return Err(failed("this browser did not start this sign-in".into()));
+        return Err(sign_in_failed(
+            &state,
+            &from,
+            "this browser did not start this sign-in".into(),
+        )
+        .await);
     }
-    let (subject, claims, return_to) = signin
-        .finish(&state.store, returned_state, code)
-        .await
-        .map_err(failed)?;
+    let (subject, claims, return_to) = match signin.finish(&state.store, returned_state, code).await
+    {
+        Ok(done) => done,
+        Err(why) => return Err(sign_in_failed(&state, &from, why).await),
+    };
     let user = state
         .store
         .sign_in(crate::jwt::sign_in(&signin.config.issuer, subject, &claims))
         .await?;
     if user.deleted_at.is_some() {
-        return Err(failed("the user has been removed from Allot".into()));
+        return Err(
+            sign_in_failed(&state, &from, "the user has been removed from Allot".into()).await,
+        );
     }
     start_session(&state, user, claims, source, "oidc-code-flow", &return_to).await
 }
@@ -688,5 +692,13 @@ mod tests {
             escape(r#"<a href="x">Tom & 'Jerry'</a>"#),
             "&lt;a href=&quot;x&quot;&gt;Tom &amp; &#39;Jerry&#39;&lt;/a&gt;"
         );
+    }
+}
+
+/// A failed sign-in, counted against its client: 429 past the limit, else 401 saying why.
+async fn sign_in_failed(state: &AppState, from: &str, why: String) -> ApiError {
+    match state.auth_failures.failed(from).await {
+        Some(retry_after_secs) => ApiError::TooManyAttempts { retry_after_secs },
+        None => ApiError::Unauthenticated(format!("sign-in failed: {why}")),
     }
 }

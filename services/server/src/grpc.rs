@@ -289,7 +289,7 @@ impl NodeSvc {
             .source
             .clone()
             .unwrap_or_else(|| "unknown".to_owned());
-        let (action, answer) = match self.auth_failures.failed(&from) {
+        let (action, answer) = match self.auth_failures.failed(&from).await {
             Some(retry) => (
                 "node.rate_limited",
                 Status::resource_exhausted(format!(

@@ -570,7 +570,7 @@ pub async fn start(
         auth_failures: Arc::new(allot_api::limiter::FailureLimiter::new(
             config.auth_max_failures,
             config.auth_failure_window,
-            clock.clone(),
+            store.clone(),
         )),
         trusted_proxies: config.trusted_proxies.clone(),
         store: store.clone(),
@@ -636,7 +636,7 @@ pub async fn start(
         auth_failures: Arc::new(allot_api::limiter::FailureLimiter::new(
             config.auth_max_failures,
             config.auth_failure_window,
-            clock.clone(),
+            store.clone(),
         )),
         audit: grpc_audit,
         job_logs,

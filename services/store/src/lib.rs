@@ -6,6 +6,7 @@
 //! so nothing above this crate sees sea-orm.
 
 mod audit;
+mod auth_failures;
 mod convert;
 mod credentials;
 mod enrollment;
@@ -35,6 +36,7 @@ use allot_migrations::{Migrator, MigratorTrait};
 use sea_orm::{ConnectOptions, ConnectionTrait, Database, DatabaseConnection, DbBackend};
 
 pub use audit::{AuditBatcher, AuditRepo, AuditSearch, LogHead, StoredCheckpoint, StoredEntry};
+pub use auth_failures::AuthFailureRepo;
 pub use credentials::CredentialRepo;
 pub use enrollment::{
     Admission, BootstrapToken, EnrollmentRepo, NewBootstrapToken, NewNodeCertificate,

@@ -8,9 +8,9 @@ use allot_domain::{
 };
 use allot_store::testing::{Backend, TestDb};
 use allot_store::{
-    Admission, AuditRepo, EnrollmentRepo, IdentityRepo, JobFilter, JobRepo, JobUpdate, NewBinding,
-    NewBootstrapToken, NewJob, NewNodeCertificate, NewToken, NodeRegistration, NodeRepo, SignIn,
-    Store, StoreError, TenantRepo, TenantScope, TokenRepo,
+    Admission, AuditRepo, AuthFailureRepo, EnrollmentRepo, IdentityRepo, JobFilter, JobRepo,
+    JobUpdate, NewBinding, NewBootstrapToken, NewJob, NewNodeCertificate, NewToken,
+    NodeRegistration, NodeRepo, SignIn, Store, StoreError, TenantRepo, TenantScope, TokenRepo,
 };
 use chrono::{Duration, TimeZone, Utc};
 
@@ -1748,3 +1748,69 @@ both_backends!(sign_ins_in_progress_are_taken_once, |store, clock| {
         .await
         .expect("room again once the old ones expired");
 });
+
+both_backends!(
+    failed_authentications_count_per_source_and_window_across_replicas,
+    |store, clock| {
+        // Two replicas of the control plane on one database count one client together.
+        let other = store.clone();
+        let window = std::time::Duration::from_secs(60);
+        let start = clock.now();
+        assert_eq!(
+            store
+                .count_auth_failure("10.0.0.1", window)
+                .await
+                .expect("count"),
+            (start, 1)
+        );
+        assert_eq!(
+            other
+                .count_auth_failure("10.0.0.1", window)
+                .await
+                .expect("count"),
+            (start, 2)
+        );
+        assert_eq!(
+            store
+                .count_auth_failure("10.0.0.2", window)
+                .await
+                .expect("count"),
+            (start, 1)
+        );
+        clock.advance(chrono::Duration::seconds(59));
+        assert_eq!(
+            other
+                .count_auth_failure("10.0.0.1", window)
+                .await
+                .expect("count"),
+            (start, 3)
+        );
+        // The window has ended: a new one counts from one.
+        clock.advance(chrono::Duration::seconds(1));
+        let later = clock.now();
+        assert_eq!(
+            store
+                .count_auth_failure("10.0.0.1", window)
+                .await
+                .expect("count"),
+            (later, 1)
+        );
+        // Concurrent failures are each counted once.
+        let mut counting = tokio::task::JoinSet::new();
+        for _ in 0..8 {
+            let s = store.clone();
+            counting.spawn(async move { s.count_auth_failure("10.0.0.3", window).await });
+        }
+        let mut seen: Vec<u32> = counting
+            .join_all()
+            .await
+            .into_iter()
+            .map(|c| c.expect("count").1)
+            .collect();
+        seen.sort_unstable();
+        assert_eq!(seen, (1..=8).collect::<Vec<_>>());
+        // Ended windows are swept; current ones stay.
+        clock.advance(chrono::Duration::seconds(61));
+        assert_eq!(store.sweep_auth_failures(window).await.expect("sweep"), 3);
+    }
+);

@@ -5,6 +5,7 @@ pub mod audit_checkpoints;
 pub mod audit_entries;
 pub mod audit_holds;
 pub mod audit_logs;
+pub mod auth_failures;
 pub mod bootstrap_tokens;
 pub mod gpu_samples;
 pub mod gpus;
