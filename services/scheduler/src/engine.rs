@@ -172,6 +172,12 @@ struct Pass<'a> {
     config: Config,
     /// Each queue's share of the fleet's decayed past use.
     past_share: Vec<f64>,
+    /// Whether a gang waiting for room has had free capacity set aside this pass.
+    reserved: bool,
+    /// What is set aside for it: (node, GPUs, request) held in `cluster`, placed nowhere.
+    /// A job within its guarantee that finds no other room gets it back before it would
+    /// reclaim: a reservation never makes anyone preempt.
+    reservation: Vec<(usize, Vec<u8>, Request)>,
 }
 
 /// What a pass decides against.
@@ -272,6 +278,8 @@ pub fn schedule(
         now,
         config,
         past_share,
+        reserved: false,
+        reservation: Vec::new(),
     };
     for r in running {
         let q = tree.find(&r.job.queue);
@@ -530,7 +538,15 @@ impl<'a> Pass<'a> {
             return false;
         }
         let within = self.usage.within_guarantee(self.tree, q, &total);
-        if let Some(placements) = self.place_gang(job, q, level, policy, rng) {
+        let mut placed = self.place_gang(job, q, level, policy, rng);
+        if placed.is_none() && within && !self.reservation.is_empty() {
+            for (node, gpus, request) in std::mem::take(&mut self.reservation) {
+                self.cluster.nodes[node].release(&request, &gpus);
+                policy.node_changed(&self.cluster, node);
+            }
+            placed = self.place_gang(job, q, level, policy, rng);
+        }
+        if let Some(placements) = placed {
             self.usage.take(self.tree, q, &total);
             let borrowing = self.usage.borrowing(self.tree, q, &total);
             decisions.push(Decision::Place {
@@ -564,6 +580,23 @@ impl<'a> Pass<'a> {
             return true;
         }
         let mut why = self.no_room(job, q, level, within);
+        // The first gang in order that waits for room has what is free of what it needs set
+        // aside for the rest of the pass, so that jobs behind it do not take each GPU as it
+        // frees and keep it waiting for ever (Slurm reserves for its top job likewise).
+        if job.replicas > 1 && !packed && !self.reserved {
+            self.reserved = true;
+            let touched = self.reserve(job, q, level);
+            for &node in &touched {
+                policy.node_changed(&self.cluster, node);
+            }
+            let set_aside = touched.len();
+            if set_aside > 0 {
+                why = format!(
+                    "{why}; room for {set_aside} of its {} replicas is held for it",
+                    job.replicas
+                );
+            }
+        }
         if packed && let Some(pack) = job.pack.clone() {
             let room = self.pack_room(job, q, level, &pack);
             let each: Vec<String> = room
@@ -676,6 +709,42 @@ impl<'a> Pass<'a> {
             }
         }
         Some(placed)
+    }
+
+    /// Sets aside room for as many of `job`'s replicas as fit now (up to one fewer than all:
+    /// all would have been placed), on the nodes with the most free room first, for the
+    /// rest of the pass: held in the pass's cluster, placed nowhere. Returns the node of
+    /// each replica set aside.
+    fn reserve(&mut self, job: &Job, q: usize, level: Isolation) -> Vec<usize> {
+        let mut set_aside = Vec::new();
+        while u32::try_from(set_aside.len() + 1).unwrap_or(u32::MAX) < job.replicas {
+            let limits = self.config.gpu_limits;
+            let roomiest = (0..self.cluster.nodes.len())
+                .filter(|&i| {
+                    self.occupancy.node_allows(i, q, level) && !job.avoid.nodes.contains(&i)
+                })
+                .filter_map(|i| {
+                    let memory = self.memory_need(job, i);
+                    let node = &self.cluster.nodes[i];
+                    let gpus = self
+                        .occupancy
+                        .gpus_for(i, node, &job.request, memory, limits)?;
+                    Some((
+                        node.gpu_free_total(),
+                        std::cmp::Reverse(self.cluster.rank[i]),
+                        i,
+                        gpus,
+                    ))
+                })
+                .max_by_key(|(free, rank, _, _)| (*free, *rank));
+            let Some((_, _, node, gpus)) = roomiest else {
+                break;
+            };
+            self.cluster.nodes[node].place(&job.request, &gpus);
+            self.reservation.push((node, gpus, job.request));
+            set_aside.push(node);
+        }
+        set_aside
     }
 
     /// How many of `job`'s replicas would fit on the nodes of each value of its pack label:

@@ -813,9 +813,15 @@ impl allot_proto::NodeService for NodeSvc {
                         && job.attempt == attempt
                         && job.node_id.as_deref() == Some(node.id.as_str()) =>
                 {
+                    // Being stopped meanwhile: what it needs now is the stop (the agent then
+                    // never starts it), not the launch.
+                    let again = if job.cancel_requested || job.preempt_reason.is_some() {
+                        hub::cancel(&job)
+                    } else {
+                        crate::launches::launch(&self.store, &job).await
+                    };
                     tracing::info!(job = %job.id, node = %node.name, "launch not confirmed; sending it again");
-                    let launch = crate::launches::launch(&self.store, &job).await;
-                    self.hub.send(&node.id, launch);
+                    self.hub.send(&node.id, again);
                 }
                 _ => self.hub.confirmed(&node.id, &job_id),
             }

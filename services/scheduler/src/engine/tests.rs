@@ -686,3 +686,46 @@ fn a_job_keeps_clear_of_where_it_faulted() {
     let d = pass(&cluster(&[(1, 64, 256)]), &tree, &[], &[j], 0);
     assert!(placement(&d).is_none(), "{d:?}");
 }
+
+#[test]
+fn a_waiting_gang_has_free_room_held_for_it_rather_than_starve() {
+    let tree = QuotaTree::new(vec![queue("t", None, 0, None)]).expect("tree");
+    // Two nodes of four GPUs; two of node 0's are busy.
+    let two = cluster(&[(4, 64, 256), (4, 64, 256)]);
+    let busy = Running {
+        job: job("busy", "t", 2, 1000, 0),
+        placements: vec![Choice {
+            node: 0,
+            gpus: vec![0, 1],
+        }],
+        started_at: 0,
+    };
+    // A gang of two replicas of four GPUs, older than three jobs of one GPU.
+    let mut gang = job("gang", "t", 4, 1000, 1);
+    gang.replicas = 2;
+    let singles: Vec<Job> = (2..5)
+        .map(|i| job(&format!("s{i}"), "t", 1, 1000, i))
+        .collect();
+    let mut pending = vec![gang];
+    pending.extend(singles);
+    let d = pass(&two, &tree, std::slice::from_ref(&busy), &pending, 100);
+    // Node 1 (all four free) is held for the gang: the singles take node 0's two free GPUs
+    // only, and the third waits.
+    let mut placed_now = placed(&d);
+    placed_now.sort_unstable();
+    assert_eq!(placed_now.len(), 2, "{d:#?}");
+    let on_node_one = d.iter().any(|d| {
+        matches!(d, Decision::Place { placements, .. } if placements.iter().any(|c| c.node == 1))
+    });
+    assert!(!on_node_one, "node 1 is held for the gang: {d:#?}");
+    let gang_wait = reason(&d, "gang");
+    assert!(
+        gang_wait
+            .message
+            .contains("room for 1 of its 2 replicas is held for it"),
+        "{gang_wait:?}"
+    );
+    // Once the busy job ends, the gang runs whole.
+    let d = pass(&two, &tree, &[], &pending[..1], 200);
+    assert_eq!(placed(&d), ["gang"]);
+}

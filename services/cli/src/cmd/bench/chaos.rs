@@ -472,8 +472,11 @@ pub async fn run(args: &ChaosBench) -> anyhow::Result<()> {
                     let Some(job) = ours.get(&replica) else {
                         continue;
                     };
-                    if attempts.len() > 1 {
-                        doubled.insert(job.clone());
+                    if attempts.len() > 1 && doubled.insert(job.clone()) {
+                        // What was seen, for whoever looks into it.
+                        eprintln!(
+                            "chaos: job {job} (replica {replica}) seen running as {attempts:?}"
+                        );
                     }
                     gang_attempts
                         .entry(job.as_str())
@@ -482,8 +485,8 @@ pub async fn run(args: &ChaosBench) -> anyhow::Result<()> {
                     observed.insert(job.clone());
                 }
                 for (job, attempts) in gang_attempts {
-                    if attempts.len() > 1 {
-                        mixed.insert(job.to_owned());
+                    if attempts.len() > 1 && mixed.insert(job.to_owned()) {
+                        eprintln!("chaos: gang {job} seen running attempts {attempts:?} at once");
                     }
                 }
                 std::thread::sleep(Duration::from_millis(20));
