@@ -662,6 +662,14 @@ pub async fn dev_sign_in(
     start_session(&state, user, Map::new(), source, "dev-sign-in", "/").await
 }
 
+/// A failed sign-in, counted against its client: 429 past the limit, else 401 saying why.
+async fn sign_in_failed(state: &AppState, from: &str, why: String) -> ApiError {
+    match state.auth_failures.failed(from).await {
+        Some(retry_after_secs) => ApiError::TooManyAttempts { retry_after_secs },
+        None => ApiError::Unauthenticated(format!("sign-in failed: {why}")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::{escape, local_path};
@@ -692,13 +700,5 @@ mod tests {
             escape(r#"<a href="x">Tom & 'Jerry'</a>"#),
             "&lt;a href=&quot;x&quot;&gt;Tom &amp; &#39;Jerry&#39;&lt;/a&gt;"
         );
-    }
-}
-
-/// A failed sign-in, counted against its client: 429 past the limit, else 401 saying why.
-async fn sign_in_failed(state: &AppState, from: &str, why: String) -> ApiError {
-    match state.auth_failures.failed(from).await {
-        Some(retry_after_secs) => ApiError::TooManyAttempts { retry_after_secs },
-        None => ApiError::Unauthenticated(format!("sign-in failed: {why}")),
     }
 }
