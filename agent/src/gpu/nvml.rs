@@ -47,6 +47,9 @@ pub struct NvmlBackend {
     /// NVLink data counters (KiB, all links) per GPU index when last read: rates come from
     /// their differences.
     nvlink: Mutex<HashMap<u32, (std::time::Instant, u64, u64)>>,
+    /// Each GPU's NVLink domain, read from the links once: the wiring does not change
+    /// while the driver is loaded, and the inventory is read on every heartbeat.
+    nvlink_domains: std::sync::OnceLock<Vec<Option<u32>>>,
     events: Arc<Mutex<Vec<GpuEvent>>>,
     stop: Arc<AtomicBool>,
 }
@@ -82,6 +85,7 @@ impl NvmlBackend {
             nvml,
             counters: Mutex::new(Counters::default()),
             nvlink: Mutex::new(HashMap::new()),
+            nvlink_domains: std::sync::OnceLock::new(),
             events,
             stop,
         })
@@ -140,7 +144,7 @@ impl NvmlBackend {
     /// Each GPU's NVLink domain: GPUs joined by active NVLinks, directly or through an
     /// NVSwitch (a link whose far end is no GPU of this node joins every GPU linked to
     /// it), numbered in order of their first GPU. A GPU with no active link has none.
-    fn nvlink_domains(&self, count: u32) -> Vec<Option<u32>> {
+    fn read_nvlink_domains(&self, count: u32) -> Vec<Option<u32>> {
         // NVML_NVLINK_MAX_LINKS.
         const MAX_LINKS: u32 = 18;
         let bus = |i: u32| {
@@ -465,7 +469,9 @@ impl GpuBackend for NvmlBackend {
                 Err(e) => return Err(failed("memory", e)),
             }
         }
-        let domains = self.nvlink_domains(count);
+        let domains = self
+            .nvlink_domains
+            .get_or_init(|| self.read_nvlink_domains(count));
         for g in &mut out {
             g.nvlink_domain = domains.get(g.index as usize).copied().flatten();
         }

@@ -718,26 +718,11 @@ impl<'a> Pass<'a> {
     fn reserve(&mut self, job: &Job, q: usize, level: Isolation) -> Vec<usize> {
         let mut set_aside = Vec::new();
         while u32::try_from(set_aside.len() + 1).unwrap_or(u32::MAX) < job.replicas {
-            let limits = self.config.gpu_limits;
-            let roomiest = (0..self.cluster.nodes.len())
-                .filter(|&i| {
-                    self.occupancy.node_allows(i, q, level) && !job.avoid.nodes.contains(&i)
-                })
-                .filter_map(|i| {
-                    let memory = self.memory_need(job, i);
-                    let node = &self.cluster.nodes[i];
-                    let gpus = self
-                        .occupancy
-                        .gpus_for(i, node, &job.request, memory, limits)?;
-                    Some((
-                        node.gpu_free_total(),
-                        std::cmp::Reverse(self.cluster.rank[i]),
-                        i,
-                        gpus,
-                    ))
-                })
-                .max_by_key(|(free, rank, _, _)| (*free, *rank));
-            let Some((_, _, node, gpus)) = roomiest else {
+            let c = &self.cluster;
+            let roomiest = self
+                .fitting(job, q, level, None)
+                .max_by_key(|(i, _)| (c.nodes[*i].gpu_free_total(), std::cmp::Reverse(c.rank[*i])));
+            let Some((node, gpus)) = roomiest else {
                 break;
             };
             self.cluster.nodes[node].place(&job.request, &gpus);
@@ -785,11 +770,36 @@ impl<'a> Pass<'a> {
         within: Option<(&Pack, u32)>,
     ) -> Option<Choice> {
         let c = &self.cluster;
+        self.fitting(job, q, level, within)
+            .min_by_key(|(i, _)| {
+                (
+                    c.nodes[*i].gpu_free_total(),
+                    c.nodes[*i].cpu_free,
+                    c.rank[*i],
+                )
+            })
+            .map(|(node, gpus)| Choice { node, gpus })
+    }
+
+    /// Every allowed node one replica of `job` fits on now (of label value `within`, if
+    /// given), with the GPUs it would take there.
+    fn fitting<'s>(
+        &'s self,
+        job: &'s Job,
+        q: usize,
+        level: Isolation,
+        within: Option<(&'s Pack, u32)>,
+    ) -> impl Iterator<Item = (usize, Vec<u8>)> + 's {
+        let c = &self.cluster;
         let limits = self.config.gpu_limits;
         (0..c.nodes.len())
-            .filter(|&i| self.occupancy.node_allows(i, q, level) && !job.avoid.nodes.contains(&i))
-            .filter(|&i| within.is_none_or(|(p, v)| p.of_node.get(i).copied().flatten() == Some(v)))
-            .filter_map(|i| {
+            .filter(move |&i| {
+                self.occupancy.node_allows(i, q, level) && !job.avoid.nodes.contains(&i)
+            })
+            .filter(move |&i| {
+                within.is_none_or(|(p, v)| p.of_node.get(i).copied().flatten() == Some(v))
+            })
+            .filter_map(move |i| {
                 let memory = self.memory_need(job, i);
                 // Avoided GPUs look full to this job.
                 let mut node = c.nodes[i].clone();
@@ -805,14 +815,6 @@ impl<'a> Pass<'a> {
                     .gpus_for(i, &node, &job.request, memory, limits)?;
                 Some((i, gpus))
             })
-            .min_by_key(|(i, _)| {
-                (
-                    c.nodes[*i].gpu_free_total(),
-                    c.nodes[*i].cpu_free,
-                    c.rank[*i],
-                )
-            })
-            .map(|(node, gpus)| Choice { node, gpus })
     }
 
     /// Whether running job `r` may be preempted now, on what the pass has taken so far

@@ -782,9 +782,9 @@ impl LiveScheduler {
             .collect();
         let mut leaving: Vec<(&StoredJob, Request, Choice)> = Vec::new();
         let mut running: Vec<Running> = Vec::new();
-        // Each engine job's replicas as stored jobs (one for a job of one replica), in rank
-        // order, with their nodes: how a preemption maps back.
-        let mut members: HashMap<String, Vec<(&StoredJob, usize)>> = HashMap::new();
+        // Each holding gang's replicas, in rank order, with their nodes (how a preemption
+        // maps back), and where in `running` the gang is.
+        let mut members: HashMap<&str, Vec<(&StoredJob, usize)>> = HashMap::new();
         let mut gang_at: HashMap<&str, usize> = HashMap::new();
         let mut by_rank: Vec<&StoredJob> = snap.holding.iter().collect();
         by_rank.sort_by_key(|j| j.replica.as_ref().map_or(0, |r| r.rank));
@@ -800,13 +800,10 @@ impl LiveScheduler {
                 leaving.push((j, request, choice));
                 continue;
             }
-            members
-                .entry(id.to_owned())
-                .or_default()
-                .push((j, choice.node));
             // Capacity that is not really there is not reclaimed.
             let usable = mapped.all_usable(&choice);
             if j.replica.is_some() {
+                members.entry(id).or_default().push((j, choice.node));
                 if let Some(&i) = gang_at.get(id) {
                     let r: &mut Running = &mut running[i];
                     r.job.replicas += 1;
@@ -1154,11 +1151,9 @@ impl LiveScheduler {
                     });
                 }
                 Decision::Preempt { job_id, reason, .. }
-                    if members
-                        .get(&job_id)
-                        .is_some_and(|m| m[0].0.replica.is_some()) =>
+                    if members.contains_key(job_id.as_str()) =>
                 {
-                    for (m, node) in &members[&job_id] {
+                    for (m, node) in &members[job_id.as_str()] {
                         decisions.push(LiveDecision::Preempt {
                             job_id: m.id.clone(),
                             node_id: mapped.nodes[*node].0.clone(),

@@ -18,7 +18,7 @@ pub async fn cancel(
     id: &str,
 ) -> Result<Job, StoreError> {
     let job = store.request_cancel(ctx, id).await?;
-    for j in replicas_of(store, &job).await? {
+    for j in store.replicas_of(&job).await? {
         if j.state.holds_resources()
             && let Some(node) = &j.node_id
         {
@@ -26,14 +26,6 @@ pub async fn cancel(
         }
     }
     Ok(job)
-}
-
-/// `job`'s gang's replicas, or `job` alone.
-pub async fn replicas_of(store: &Store, job: &Job) -> Result<Vec<Job>, StoreError> {
-    match &job.replica {
-        Some(r) => store.gang(&r.gang_id).await,
-        None => Ok(vec![job.clone()]),
-    }
 }
 
 /// One round over every unfinished gang. Returns how many replicas it stopped or

@@ -4,7 +4,9 @@
 
 use allot_domain::{ImageRef, Job};
 use allot_proto::v1::{Assignment, Gang, JobSecret, VolumeMount};
-use allot_store::{CredentialRepo, JobRepo, NodeRepo, SecretRepo, Store, TenantRepo, VolumeRepo};
+use allot_store::{
+    CredentialRepo, JobRepo, NodeRepo, SecretRepo, Store, TenantRepo, TenantScope, VolumeRepo,
+};
 
 use crate::hub::{self, LaunchExtras};
 
@@ -93,8 +95,9 @@ pub async fn launch(store: &Store, job: &Job) -> Assignment {
 /// node, at the gang's port for this attempt. Replica 0's node address unknown (an older
 /// agent, or the store unreadable): its name, which a fleet's DNS usually resolves.
 async fn gang(store: &Store, job: &Job, r: &allot_domain::Replica) -> Gang {
-    let first_node = match store.gang(&r.gang_id).await {
-        Ok(members) => members.into_iter().next().and_then(|m| m.node_id),
+    // Replica 0's record is the gang's.
+    let first_node = match store.job(&TenantScope::All, &r.gang_id).await {
+        Ok(first) => first.node_id,
         Err(e) => {
             tracing::warn!(job = %job.id, error = %e, "cannot read the gang");
             None

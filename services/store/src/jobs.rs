@@ -144,6 +144,8 @@ pub trait JobRepo {
     ) -> impl Future<Output = Result<Vec<JobEvent>, StoreError>> + Send;
     /// The replicas of gang `gang_id`, in rank order (empty for no such gang).
     fn gang(&self, gang_id: &str) -> impl Future<Output = Result<Vec<Job>, StoreError>> + Send;
+    /// `job`'s gang's replicas, in rank order, or `job` alone.
+    fn replicas_of(&self, job: &Job) -> impl Future<Output = Result<Vec<Job>, StoreError>> + Send;
     /// A replica of a gang that finished (`attempt`, succeeded) while its gang's attempt did
     /// not, back to Pending as the gang's next attempt, saying `reason`: the one way out of
     /// a terminal state, and only for a gang's replica (`Conflict` otherwise, or when it
@@ -339,6 +341,18 @@ async fn tenant_names<C: ConnectionTrait>(db: &C) -> Result<HashMap<String, Stri
         .collect())
 }
 
+/// What a job back in the queue no longer has: its placement and its run.
+fn clear_placement(row: &mut jobs::ActiveModel) {
+    row.node_id = Set(None);
+    row.gpu_uuids = Set("[]".to_owned());
+    row.pid = Set(None);
+    row.held_gpu_milli = Set(None);
+    row.borrowing = Set(false);
+    row.preempt_reason = Set(None);
+    row.scheduled_at = Set(None);
+    row.started_at = Set(None);
+}
+
 /// The rows of gang `gang_id`, in rank order.
 async fn gang_rows<C: ConnectionTrait>(
     db: &C,
@@ -408,14 +422,7 @@ impl Store {
                 // Requeued after a preemption: the placement is gone, the next run is a
                 // new attempt, and the reason it waits is the preemption until the
                 // scheduler says otherwise.
-                row.node_id = Set(None);
-                row.gpu_uuids = Set("[]".to_owned());
-                row.pid = Set(None);
-                row.held_gpu_milli = Set(None);
-                row.borrowing = Set(false);
-                row.preempt_reason = Set(None);
-                row.scheduled_at = Set(None);
-                row.started_at = Set(None);
+                clear_placement(&mut row);
                 row.pending_code = Set(Some(
                     update
                         .requeue_code
@@ -813,24 +820,18 @@ impl JobRepo for Store {
     ) -> Result<Job, StoreError> {
         let now = self.clock.now();
         let txn = self.db.begin().await?;
+        let mut row = jobs::ActiveModel {
+            state: Set(JobState::Pending.as_str().to_owned()),
+            updated_at: Set(now),
+            finished_at: Set(None),
+            pending_code: Set(Some("GangRequeued".to_owned())),
+            pending_message: Set(Some(reason.to_owned())),
+            message: Set(Some(reason.to_owned())),
+            ..Default::default()
+        };
+        clear_placement(&mut row);
         let res = jobs::Entity::update_many()
-            .set(jobs::ActiveModel {
-                state: Set(JobState::Pending.as_str().to_owned()),
-                updated_at: Set(now),
-                node_id: Set(None),
-                gpu_uuids: Set("[]".to_owned()),
-                pid: Set(None),
-                held_gpu_milli: Set(None),
-                borrowing: Set(false),
-                preempt_reason: Set(None),
-                scheduled_at: Set(None),
-                started_at: Set(None),
-                finished_at: Set(None),
-                pending_code: Set(Some("GangRequeued".to_owned())),
-                pending_message: Set(Some(reason.to_owned())),
-                message: Set(Some(reason.to_owned())),
-                ..Default::default()
-            })
+            .set(row)
             .col_expr(
                 jobs::Column::Attempt,
                 Expr::col(jobs::Column::Attempt).add(1),
@@ -873,6 +874,13 @@ impl JobRepo for Store {
     async fn gang(&self, gang_id: &str) -> Result<Vec<Job>, StoreError> {
         let names = tenant_names(&self.db).await?;
         with_tenants(gang_rows(&self.db, gang_id).await?, &names)
+    }
+
+    async fn replicas_of(&self, job: &Job) -> Result<Vec<Job>, StoreError> {
+        match &job.replica {
+            Some(r) => self.gang(&r.gang_id).await,
+            None => Ok(vec![job.clone()]),
+        }
     }
 
     async fn unfinished_gangs(&self) -> Result<Vec<Vec<Job>>, StoreError> {

@@ -490,12 +490,14 @@ pub async fn cancel(
     let job = visible_job(&state, &who, &id, Action::JobCancel).await?;
     let job = state.store.request_cancel(&who.audit(), &job.id).await?;
     // A replica of a gang cancels the gang: every replica running is told.
-    let replicas = match &job.replica {
-        Some(r) => state.store.gang(&r.gang_id).await?,
-        None => vec![job.clone()],
-    };
     let mut status = StatusCode::OK;
-    for j in replicas.iter().filter(|j| j.state.holds_resources()) {
+    for j in state
+        .store
+        .replicas_of(&job)
+        .await?
+        .iter()
+        .filter(|j| j.state.holds_resources())
+    {
         state.events.job_cancel_requested(j);
         status = StatusCode::ACCEPTED;
     }

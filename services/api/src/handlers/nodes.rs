@@ -146,6 +146,9 @@ async fn admin(
         &format!("node `{key}`"),
     )?;
     let node = find(state, key).await?;
+    if let NodeAdmin::Label(changes) = &change {
+        allot_domain::node::check_label_changes(&node.labels, changes)?;
+    }
     let node = state
         .store
         .set_node_admin(&who.audit(), &node.id, change)
@@ -168,13 +171,6 @@ pub async fn label(
     id: web::Path<String>,
     Json(body): Json<NodeLabels>,
 ) -> Result<HttpResponse, ApiError> {
-    who.authorize(
-        Action::NodeOperate,
-        Resource::Node(&id),
-        &format!("node `{id}`"),
-    )?;
-    let node = find(&state, &id).await?;
-    allot_domain::node::check_label_changes(&node.labels, &body.labels)?;
     admin(&state, &who, &id, NodeAdmin::Label(body.labels)).await
 }
 
