@@ -573,3 +573,49 @@ async fn a_time_limit_stops_a_job_and_tells_the_next_when_it_starts() {
     c.wait_for_state(&next, "succeeded").await;
     c.shutdown().await;
 }
+
+/// `allot bench scheduler` at several fleet sizes in one run, gangs in the mix: each size
+/// reported, gangs placed whole (a gang's replicas counted with it), nothing placed twice.
+#[test]
+fn the_scale_benchmark_runs_several_sizes_with_gangs() {
+    let out = std::process::Command::new(allot_system_tests::allot_bin())
+        .args(["bench", "scheduler", "--nodes", "40,120", "--gangs", "0.5"])
+        .args(["--gpus-per-node", "8", "--json"])
+        .output()
+        .expect("allot runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    let runs = v["runs"].as_array().expect("a run per size");
+    assert_eq!(runs.len(), 2, "{v}");
+    for (run, nodes) in runs.iter().zip([40, 120]) {
+        assert_eq!(run["nodes"], nodes, "{run}");
+        assert_eq!(
+            run["pending"],
+            nodes * 10,
+            "ten jobs per node by default: {run}"
+        );
+        let n = |k: &str| run[k].as_u64().unwrap_or_else(|| panic!("{k}: {run}"));
+        assert!(n("gangs_pending") > 0 && n("gangs_placed") > 0, "{run}");
+        assert!(
+            n("replicas_placed") >= n("placed") + n("gangs_placed"),
+            "{run}"
+        );
+        assert!(
+            n("placed") < n("pending"),
+            "a backlog deeper than the fleet: {run}"
+        );
+        let alloc = run["gpu_alloc_pct"].as_f64().unwrap_or_default();
+        assert!(alloc > 50.0 && alloc <= 100.0, "{run}");
+        assert!(run["p99_decision_ms"].as_f64().is_some(), "{run}");
+    }
+    let bad = std::process::Command::new(allot_system_tests::allot_bin())
+        .args(["bench", "scheduler", "--nodes", "10", "--gangs", "1.5"])
+        .output()
+        .expect("allot runs");
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("--gangs"));
+}

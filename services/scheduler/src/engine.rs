@@ -230,6 +230,18 @@ pub fn schedule(
     policy: &mut dyn PlacementPolicy,
     rng: &mut StdRng,
 ) -> Result<Vec<Decision>, EngineError> {
+    schedule_observed(world, pending, policy, rng, &mut |_| {})
+}
+
+/// [`schedule`], telling `decided` after each decision on a job (whether it was placed): a
+/// benchmark times decisions with it; the pass itself reads no clock.
+pub fn schedule_observed(
+    world: World<'_>,
+    pending: &[Job],
+    policy: &mut dyn PlacementPolicy,
+    rng: &mut StdRng,
+    decided: &mut dyn FnMut(bool),
+) -> Result<Vec<Decision>, EngineError> {
     let World {
         cluster: empty,
         tree,
@@ -302,7 +314,9 @@ pub fn schedule(
     let mut waiting = Vec::new();
     let mut queues = by_queue(pending);
     while let Some(job) = pass.next(&mut queues) {
-        if !pass.decide(job, policy, rng, &mut decisions) {
+        let placed = pass.decide(job, policy, rng, &mut decisions);
+        decided(placed);
+        if !placed {
             waiting.push(job);
         }
     }
@@ -314,7 +328,9 @@ pub fn schedule(
         let mut still = Vec::new();
         for job in &waiting {
             let mut retry = Vec::new();
-            if pass.decide(job, policy, rng, &mut retry) {
+            let placed = pass.decide(job, policy, rng, &mut retry);
+            decided(placed);
+            if placed {
                 decisions
                     .retain(|d| !matches!(d, Decision::Wait { job_id, .. } if *job_id == job.id));
                 decisions.extend(retry);
@@ -677,21 +693,27 @@ impl<'a> Pass<'a> {
             let choice = if job.replicas > 1 {
                 self.tightest(job, q, level, within)
             } else {
+                // Where the policy finds no node that fits, none fits: the tightest allowed
+                // node (a subset of those) is only sought for a choice that breaks a rule.
                 policy
                     .choose(&self.cluster, &job.request, rng)
-                    .filter(|c| job.avoid.allows(c))
-                    .filter(|c| {
+                    .and_then(|c| {
                         let memory = self.memory_need(job, c.node);
-                        self.occupancy.node_allows(c.node, q, level)
+                        let allowed = job.avoid.allows(&c)
+                            && self.occupancy.node_allows(c.node, q, level)
                             && self.occupancy.gpus_allow(
                                 c.node,
                                 &c.gpus,
                                 &job.request,
                                 memory,
                                 limits,
-                            )
+                            );
+                        if allowed {
+                            Some(c)
+                        } else {
+                            self.tightest(job, q, level, None)
+                        }
                     })
-                    .or_else(|| self.tightest(job, q, level, None))
             };
             match choice {
                 Some(c) => {
@@ -801,12 +823,21 @@ impl<'a> Pass<'a> {
             })
             .filter_map(move |i| {
                 let memory = self.memory_need(job, i);
+                let node = &c.nodes[i];
+                if !node.fits(&job.request) {
+                    return None;
+                }
                 // Avoided GPUs look full to this job.
-                let mut node = c.nodes[i].clone();
-                for &(n, g) in &job.avoid.gpus {
-                    if n == i
-                        && let Some(free) = node.gpu_free.get_mut(usize::from(g))
-                    {
+                let avoided = job.avoid.gpus.iter().filter(|&&(n, _)| n == i);
+                if avoided.clone().next().is_none() {
+                    return self
+                        .occupancy
+                        .gpus_for(i, node, &job.request, memory, limits)
+                        .map(|gpus| (i, gpus));
+                }
+                let mut node = node.clone();
+                for &(_, g) in avoided {
+                    if let Some(free) = node.gpu_free.get_mut(usize::from(g)) {
                         *free = 0;
                     }
                 }

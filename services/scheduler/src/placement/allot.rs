@@ -11,7 +11,12 @@
 //!   holes they fit,
 //! - the GPU milli stranded because the node's CPU (or memory) would run out first at the
 //!   workload's CPU (memory) per GPU milli: it keeps CPU-hungry pods, CPU-only ones above
-//!   all, off nodes whose GPUs still need that CPU.
+//!   all, off nodes whose GPUs still need that CPU,
+//! - the scarcity of the node's GPU model ([`Scarcity`]): a milli of a model that
+//!   model-constrained requests need is worth more than a milli any request can use, in
+//!   proportion to how much of the constrained demand falls on that model's free capacity
+//!   beyond the average; so work that can run anywhere goes where constrained work cannot,
+//!   and constrained work goes to the model of its set that others need least.
 //!
 //! The workload mix behind all three is learned from the requests that arrived (each counted
 //! once, however often it is chosen for while it waits), refreshed as more arrive: nothing
@@ -23,6 +28,7 @@
 use std::collections::{BTreeSet, HashMap};
 
 use rand::rngs::StdRng;
+use rustc_hash::FxHashMap;
 
 use super::cluster::{Cluster, GPU_MILLI, NodeState, Request};
 use super::policies::{
@@ -40,6 +46,17 @@ const WASTE_WEIGHT: f64 = 1.5;
 const CPU_STRANDED_WEIGHT: f64 = 3.0;
 /// How much GPU milli stranded for want of memory weighs against the fragment.
 const MEMORY_STRANDED_WEIGHT: f64 = 0.5;
+/// How much a milli of a scarce model weighs beyond a milli of an average one, per unit of
+/// excess pressure ([`Scarcity`]). Not tuned: one, from the units. Excess pressure `x` on a
+/// model says that `x` of each of its free milli is owed to constrained demand beyond what
+/// an average milli is; taking it leaves that much constrained work without a GPU, which
+/// is GPU milli unusable exactly as a fragment is. (Tuned on the shared traces with model
+/// constraints, `gpuspec10` and `gpuspec20`, 0.1 does 0.03 and 0.15 points better there and
+/// up to 5 points worse on heavier constraints: see docs/benchmarks.md.)
+const SCARCITY_WEIGHT: f64 = 1.0;
+/// Excess pressure counts up to one milli per milli taken: a milli cannot leave more than
+/// a milli of constrained work without a GPU.
+const SCARCITY_CAP: f64 = 1.0;
 /// The learned mix is refreshed after 1, 2, 4, ... requests, then every this many.
 const REFRESH_EVERY: u64 = 512;
 
@@ -90,6 +107,10 @@ struct Mix {
     /// request.
     cpu_per_milli: Option<f64>,
     memory_per_milli: Option<f64>,
+    /// Each set of acceptable models (a mask) with its share of the GPU milli requested,
+    /// over every arrival (not only the typical classes: a rare constraint still needs its
+    /// model).
+    demand_by_models: Vec<(u64, f64)>,
 }
 
 impl Default for Mix {
@@ -103,6 +124,7 @@ impl Default for Mix {
             waste: Vec::new(),
             cpu_per_milli: None,
             memory_per_milli: None,
+            demand_by_models: Vec::new(),
         }
     }
 }
@@ -154,6 +176,17 @@ impl Mix {
         }
         self.cpu_per_milli = (gpu > 0.0 && cpu > 0.0).then(|| cpu / gpu);
         self.memory_per_milli = (gpu > 0.0 && memory > 0.0).then(|| memory / gpu);
+        let mut by_models: HashMap<u64, f64> = HashMap::new();
+        for (r, (n, _)) in self.counts.iter().filter(|(r, _)| r.num_gpu > 0) {
+            *by_models.entry(r.models).or_default() += n * r.gpu_total() as f64;
+        }
+        let total: f64 = by_models.values().sum();
+        self.demand_by_models = by_models
+            .into_iter()
+            .filter(|_| total > 0.0)
+            .map(|(models, milli)| (models, milli / total))
+            .collect();
+        self.demand_by_models.sort_by_key(|d| d.0);
     }
 
     /// GPU milli of a node with these free amounts that its CPU or memory could not serve,
@@ -167,8 +200,16 @@ impl Mix {
     }
 
     /// How much placing `r` on `gpus` of `n` lowers the node's expected unusable milli
-    /// (higher is better), given its fragment now (`before`) and after (`after`).
-    fn gain(&self, n: &NodeState, r: &Request, gpus: &[u8], before: f64, after: f64) -> f64 {
+    /// (higher is better), given its fragment now (`before`) and after (`after`), and the
+    /// excess pressure on the node's model (`scarce`, per milli).
+    fn gain(
+        &self,
+        n: &NodeState,
+        r: &Request,
+        gpus: &[u8],
+        (before, after): (f64, f64),
+        scarce: f64,
+    ) -> f64 {
         let (gpu_free, cpu_free, memory_free) = (
             f64::from(n.gpu_free_total()),
             f64::from(n.cpu_free),
@@ -188,6 +229,83 @@ impl Mix {
             })
             .sum();
         (before - after) + stranded + WASTE_WEIGHT * waste
+            - SCARCITY_WEIGHT * scarce * r.gpu_total() as f64
+    }
+}
+
+/// How scarce each GPU model's free capacity is for the model-constrained demand.
+///
+/// A set `c` of acceptable models with share `s_c` of the GPU demand puts pressure
+/// `s_c / F_c` on each free milli of its models (`F_c`: the free milli of the models in
+/// `c`), so model `m` carries `π_m = F · Σ_{c ∋ m} s_c / F_c` (`F`: all free milli), the
+/// share of the demand that must land on it per share of the free capacity it is. Averaged
+/// over the free milli, `π` is the constrained share `S = Σ s_c`; a milli of model `m` costs
+/// `π_m − S` more than an average one (capped at [`SCARCITY_CAP`]). Sets covering every
+/// model, and unconstrained requests, put no pressure on any. Free milli per model is kept
+/// as nodes change; the pressure is recomputed for each decision (a few models, a few sets).
+#[derive(Debug, Default)]
+struct Scarcity {
+    /// Free GPU milli of each node, as last seen.
+    node_free: Vec<u64>,
+    /// Free GPU milli by model index.
+    free: Vec<f64>,
+    /// Excess pressure per milli, by model index.
+    excess: Vec<f64>,
+}
+
+impl Scarcity {
+    fn new(cluster: &Cluster) -> Self {
+        let mut s = Self {
+            node_free: vec![0; cluster.nodes.len()],
+            free: vec![0.0; cluster.models.len().clamp(1, 64)],
+            excess: vec![0.0; cluster.models.len().clamp(1, 64)],
+        };
+        for node in 0..cluster.nodes.len() {
+            s.node_changed(cluster, node);
+        }
+        s
+    }
+
+    fn node_changed(&mut self, cluster: &Cluster, node: usize) {
+        let n = &cluster.nodes[node];
+        let now = u64::from(n.gpu_free_total());
+        let model = usize::from(n.model).min(self.free.len() - 1);
+        self.free[model] += now as f64 - self.node_free[node] as f64;
+        self.node_free[node] = now;
+    }
+
+    /// Recomputes the excess pressure from the demand by sets of models.
+    fn refresh(&mut self, demand_by_models: &[(u64, f64)]) {
+        let all = if self.free.len() >= 64 {
+            u64::MAX
+        } else {
+            (1u64 << self.free.len()) - 1
+        };
+        let total: f64 = self.free.iter().sum();
+        let mut pressure = vec![0.0; self.free.len()];
+        let mut constrained = 0.0;
+        for &(models, share) in demand_by_models {
+            let models = models & all;
+            if models == all || models == 0 {
+                continue;
+            }
+            constrained += share;
+            let members = || (0..self.free.len()).filter(move |m| (models >> m) & 1 == 1);
+            let free: f64 = members().map(|m| self.free[m]).sum();
+            for m in members() {
+                pressure[m] += if free > 0.0 { share / free } else { 0.0 };
+            }
+        }
+        for (excess, p) in self.excess.iter_mut().zip(pressure) {
+            *excess = (total * p - constrained).clamp(-SCARCITY_CAP, SCARCITY_CAP);
+        }
+    }
+
+    fn of(&self, n: &NodeState) -> f64 {
+        self.excess
+            .get(usize::from(n.model))
+            .copied()
+            .unwrap_or_default()
     }
 }
 
@@ -220,7 +338,7 @@ impl StateKey {
 /// rather than with the nodes.
 #[derive(Debug, Default)]
 struct Groups {
-    by_state: HashMap<StateKey, BTreeSet<(u32, usize)>>,
+    by_state: FxHashMap<StateKey, BTreeSet<(u32, usize)>>,
     state_of: Vec<StateKey>,
 }
 
@@ -270,6 +388,7 @@ pub struct Allot {
     memo: FragMemo,
     /// Built on the first decision (the run's node order is set by then).
     groups: Option<Groups>,
+    scarcity: Scarcity,
 }
 
 impl Allot {
@@ -281,6 +400,7 @@ impl Allot {
             mix,
             memo: FragMemo::default(),
             groups: None,
+            scarcity: Scarcity::new(cluster),
         }
     }
 
@@ -291,10 +411,27 @@ impl Allot {
         self
     }
 
+    /// Each node's fragment under the mix just learnt: once per distinct state when the
+    /// nodes are grouped (nodes of a state share it), else node by node.
     fn relearn(&mut self, cluster: &Cluster) {
         self.memo = FragMemo::default();
-        for (current, n) in self.current.iter_mut().zip(&cluster.nodes) {
-            *current = fragmentation(n, &self.mix.classes);
+        match &self.groups {
+            Some(groups) => {
+                for group in groups.by_state.values() {
+                    let Some(&(_, first)) = group.first() else {
+                        continue;
+                    };
+                    let f = fragmentation(&cluster.nodes[first], &self.mix.classes);
+                    for &(_, node) in group {
+                        self.current[node] = f;
+                    }
+                }
+            }
+            None => {
+                for (current, n) in self.current.iter_mut().zip(&cluster.nodes) {
+                    *current = fragmentation(n, &self.mix.classes);
+                }
+            }
         }
     }
 }
@@ -320,15 +457,17 @@ impl PlacementPolicy for Allot {
 
     fn choose(&mut self, cluster: &Cluster, r: &Request, _rng: &mut StdRng) -> Option<Choice> {
         let groups = self.groups.get_or_insert_with(|| Groups::new(cluster));
+        self.scarcity.refresh(&self.mix.demand_by_models);
         let mut candidates = Vec::new();
         for i in groups.representatives() {
             let n = &cluster.nodes[i];
             if !n.fits(r) {
                 continue;
             }
+            let scarce = self.scarcity.of(n);
             let gain = |gpus: &[u8]| {
                 let after = self.memo.after(n, r, gpus, &self.mix.classes);
-                self.mix.gain(n, r, gpus, self.current[i], after)
+                self.mix.gain(n, r, gpus, (self.current[i], after), scarce)
             };
             if let Some((score, gpus)) = scored_option(n, r, gain) {
                 candidates.push((score, i, gpus));
@@ -342,11 +481,13 @@ impl PlacementPolicy for Allot {
         if let Some(groups) = &mut self.groups {
             groups.update(cluster, node);
         }
+        self.scarcity.node_changed(cluster, node);
     }
 
     fn reset(&mut self, cluster: &Cluster) {
         self.current = vec![0.0; cluster.nodes.len()];
         self.groups = None;
+        self.scarcity = Scarcity::new(cluster);
         self.relearn(cluster);
     }
 }
@@ -354,6 +495,7 @@ impl PlacementPolicy for Allot {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::placement::Node;
 
     fn class(num_gpu: u8, gpu_milli: u32, weight: f64) -> RequestClass {
         RequestClass {
@@ -444,5 +586,73 @@ mod tests {
         // back to scale on the way, and the last arrival still weighs all the others.
         let steep = weight_of_b(Some(1.0), 60, 1);
         assert!((steep - 0.5).abs() < 1e-6, "{steep}");
+    }
+
+    fn node(name: &str, model: &str) -> Node {
+        Node {
+            name: name.into(),
+            cpu_milli: 64_000,
+            memory_mib: 256_000,
+            gpus: 2,
+            model: model.into(),
+            gpu_memory_mib: 0,
+        }
+    }
+
+    /// Two nodes of model A and two of model B; a quarter of the demand is tied to A.
+    fn cluster_with_a_needed() -> (Cluster, Request, Request) {
+        let cluster = Cluster::new(&[
+            node("a0", "A"),
+            node("a1", "A"),
+            node("b0", "B"),
+            node("b1", "B"),
+        ]);
+        let any = class(1, 1000, 1.0).request;
+        let only_a = Request {
+            models: cluster.model_mask(false, |m| m == "A"),
+            ..any
+        };
+        (cluster, any, only_a)
+    }
+
+    #[test]
+    fn a_model_constrained_demand_needs_is_scarce_for_the_rest() {
+        let (mut cluster, any, only_a) = cluster_with_a_needed();
+        let mut s = Scarcity::new(&cluster);
+        assert_eq!(s.free, vec![4000.0, 4000.0]);
+        // A quarter of the demand can only use A, half of the free milli: pressure on A is
+        // 8000 × 0.25 / 4000 = 0.5, on B none; the average is the constrained share, 0.25.
+        s.refresh(&[(only_a.models, 0.25), (any.models, 0.75)]);
+        assert_eq!(s.excess, vec![0.25, -0.25]);
+        // Unconstrained demand, or a set covering every model, puts no pressure anywhere.
+        s.refresh(&[(any.models, 1.0), (0b11, 0.5)]);
+        assert_eq!(s.excess, vec![0.0, 0.0]);
+        // As A fills up, what is left of it grows scarcer, up to the cap.
+        cluster.nodes[0].place(&any, &[0, 1]);
+        cluster.nodes[1].place(&any, &[0]);
+        s.node_changed(&cluster, 0);
+        s.node_changed(&cluster, 1);
+        assert_eq!(s.free, vec![1000.0, 4000.0]);
+        s.refresh(&[(only_a.models, 0.25), (any.models, 0.75)]);
+        assert_eq!(s.excess, vec![SCARCITY_CAP, -0.25]);
+    }
+
+    #[test]
+    fn work_that_runs_anywhere_leaves_a_needed_model_to_the_work_that_needs_it() {
+        let (cluster, any, only_a) = cluster_with_a_needed();
+        let choose = |arrivals: &[Request]| {
+            let mut policy = Allot::new(&cluster);
+            for r in arrivals {
+                policy.arrived(&cluster, r);
+            }
+            let mut rng = rand::SeedableRng::seed_from_u64(1);
+            let choice = policy.choose(&cluster, &any, &mut rng).map(|c| c.node);
+            choice.map(|n| cluster.models[usize::from(cluster.nodes[n].model)].clone())
+        };
+        // Without constrained arrivals the tie goes to the first node in the order (A).
+        // (The mix is relearnt after 1, 2, 4, ... arrivals.)
+        assert_eq!(choose(&[any, any, any, any]).as_deref(), Some("A"));
+        // With a share of the demand tied to A, the unconstrained job goes to B.
+        assert_eq!(choose(&[any, any, any, only_a]).as_deref(), Some("B"));
     }
 }

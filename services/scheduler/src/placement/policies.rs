@@ -355,7 +355,7 @@ pub(crate) struct FragKey {
 /// Fragmentation by node state: the same few states recur across nodes and decisions.
 #[derive(Debug, Default)]
 pub(crate) struct FragMemo {
-    known: HashMap<FragKey, f64>,
+    known: rustc_hash::FxHashMap<FragKey, f64>,
 }
 
 impl FragMemo {
