@@ -76,6 +76,32 @@ impl Agent {
         self.refresh_simulated_cdi();
     }
 
+    /// Asks the control plane whether attempt `attempt` of `job_id` is still this node's to
+    /// start (see `JOB_PHASE_STARTING`): `Err` with its answer when it is not. A stop that
+    /// comes while asking ends the wait (the start then reports the stop).
+    async fn may_start(&self, job_id: &str, attempt: u32, stop: &StopSignal) -> Result<(), String> {
+        let report = JobStatusReport {
+            job_id: job_id.to_owned(),
+            phase: JobPhase::Starting.into(),
+            attempt,
+            ..Default::default()
+        };
+        let asked = until_answered(&self.link, |mut c| {
+            let r = report.clone();
+            async move { c.report_job_status(r).await }
+        });
+        tokio::select! {
+            answer = asked => match answer {
+                Ok(_) => Ok(()),
+                // A control plane from before the check does not know the phase.
+                Err(s) if s.code() == tonic::Code::InvalidArgument
+                    && s.message().starts_with("unknown phase") => Ok(()),
+                Err(s) => Err(s.message().to_owned()),
+            },
+            () = stop.stopped() => Ok(()),
+        }
+    }
+
     pub(crate) fn report(&self, r: JobStatusReport) {
         // The reporter outlives every sender but the agent's own, so this cannot fail
         // while jobs run.
@@ -241,6 +267,20 @@ impl Agent {
             async move {
                 let job_id = spec.job_id.clone();
                 let log_path = runtime::joblog::path(&agent.cfg.data_dir, &job_id, attempt);
+                // A launch that reached the node late (held in a cut link while the attempt
+                // was requeued elsewhere) must not start: asked first.
+                if let Err(why) = agent.may_start(&job_id, attempt, &signal).await {
+                    tracing::warn!(job = %job_id, attempt, %why, "launch no longer current; not started");
+                    let mut jobs = agent.lock_jobs();
+                    if jobs
+                        .running
+                        .get(&job_id)
+                        .is_some_and(|j| j.attempt == attempt)
+                    {
+                        jobs.running.remove(&job_id);
+                    }
+                    return;
+                }
                 tracing::info!(job = %job_id, image = ?spec.image, runtime = agent.runtime.kind().as_str(), "launching");
                 let finished = runtime::supervise(
                     agent.runtime.as_ref(),

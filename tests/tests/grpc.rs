@@ -258,6 +258,33 @@ async fn node_identity_comes_from_its_certificate() {
         .await
         .expect_err("another node's job");
     assert_eq!(err.code(), Code::PermissionDenied);
+    // Before it starts an attempt the node asks whether the attempt is still its own: a
+    // launch that arrived late (the attempt moved on, or went to another node) is refused,
+    // and asking changes nothing.
+    let mut late = report(JobPhase::Starting);
+    late.attempt = 2;
+    let err = owner
+        .client
+        .clone()
+        .report_job_status(late)
+        .await
+        .expect_err("a later attempt is not this one");
+    assert_eq!(err.code(), Code::FailedPrecondition);
+    let err = other
+        .client
+        .clone()
+        .report_job_status(report(JobPhase::Starting))
+        .await
+        .expect_err("another node's attempt");
+    assert_eq!(err.code(), Code::PermissionDenied);
+    owner
+        .client
+        .clone()
+        .report_job_status(report(JobPhase::Starting))
+        .await
+        .expect("the owner may start its attempt");
+    let (_, still) = c.get(&format!("/api/v1/jobs/{id}")).await;
+    assert_eq!(still["state"], "scheduled", "asking changes nothing");
     owner
         .client
         .clone()
@@ -343,6 +370,13 @@ async fn node_identity_comes_from_its_certificate() {
         .expect("owner reports success");
     let (_, job) = c.get(&format!("/api/v1/jobs/{id}")).await;
     assert_eq!(job["state"], "succeeded");
+    let err = owner
+        .client
+        .clone()
+        .report_job_status(report(JobPhase::Starting))
+        .await
+        .expect_err("an attempt that ended does not start again");
+    assert_eq!(err.code(), Code::FailedPrecondition);
 
     // Registering again with its certificate is for the key it holds: a new key is refused.
     let err = a

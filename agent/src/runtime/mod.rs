@@ -138,6 +138,11 @@ pub struct StopSignal {
 }
 
 impl StopSignal {
+    /// Resolves once a stop is asked for.
+    pub async fn stopped(&self) {
+        self.token.cancelled().await;
+    }
+
     pub fn stop(&self, reason: StopReason) {
         let mut r = self.reason.lock().unwrap_or_else(|e| e.into_inner());
         r.get_or_insert(reason);

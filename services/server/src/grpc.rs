@@ -936,6 +936,24 @@ impl allot_proto::NodeService for NodeSvc {
         }
         let phase = JobPhase::try_from(r.phase)
             .map_err(|_| Status::invalid_argument(format!("unknown phase {}", r.phase)))?;
+        if phase == JobPhase::Starting {
+            // Whether this node may start the attempt now. Once it is told yes, the attempt
+            // can only be requeued elsewhere after this node's lease lapses, and the agent
+            // stops its jobs before that.
+            if !matches!(job.state, JobState::Scheduled | JobState::Running) {
+                return Err(Status::failed_precondition(format!(
+                    "job {} is {}: attempt {} is not to start",
+                    job.id, job.state, r.attempt
+                )));
+            }
+            if self.store.clock().now() >= node.lease_expires_at {
+                return Err(Status::failed_precondition(format!(
+                    "the lease of node {} has lapsed: it starts nothing until it renews it",
+                    node.name
+                )));
+            }
+            return Ok(Response::new(JobStatusAck {}));
+        }
         // The digest the job's image resolved to: only for a job with an image, only a
         // sha256 digest, and only the one its reference names if it names one.
         let image_digest = if r.image_digest.is_empty() {
@@ -973,6 +991,7 @@ impl allot_proto::NodeService for NodeSvc {
             // below.
             JobPhase::Lost | JobPhase::DeviceFault | JobPhase::AgentShutdown => JobState::Pending,
             JobPhase::Unspecified => return Err(Status::invalid_argument("phase is required")),
+            JobPhase::Starting => return Ok(Response::new(JobStatusAck {})),
         };
         if job.state == to || job.state.is_terminal() {
             // A retried report that already landed.
