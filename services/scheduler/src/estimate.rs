@@ -4,7 +4,9 @@
 //! their own limit, within their tenant's and its parents' GPU limits, reserving both. GPUs
 //! and GPU limits only: guarantees, fair share between tenants and preemption can move a
 //! start either way; a job behind one without a time limit gets no estimate (nobody knows
-//! when it ends), nor does one held back by a spent budget or an elastic share. Pure: the
+//! when it ends), nor does one held back by a spent budget or an elastic share. A gang's
+//! pending replicas are estimated together: one start for all, when every replica has room
+//! at once (as the engine places them, all or none). Pure: the
 //! store's nodes, tenants and jobs in, times out.
 
 use std::collections::HashMap;
@@ -136,8 +138,24 @@ pub fn start_estimates(
             .then_with(|| a.created_at.cmp(&b.created_at))
             .then_with(|| a.id.cmp(&b.id))
     });
-    let mut out = HashMap::new();
+    // A gang's pending replicas start together: one unit, where its first replica stands.
+    let mut units: Vec<Vec<&Job>> = Vec::new();
+    let mut gang_unit: HashMap<&str, usize> = HashMap::new();
     for job in order.into_iter().take(MAX_ESTIMATED) {
+        match &job.replica {
+            Some(r) => match gang_unit.get(r.gang_id.as_str()) {
+                Some(&u) => units[u].push(job),
+                None => {
+                    gang_unit.insert(r.gang_id.as_str(), units.len());
+                    units.push(vec![job]);
+                }
+            },
+            None => units.push(vec![job]),
+        }
+    }
+    let mut out = HashMap::new();
+    for unit in units {
+        let job = unit[0];
         let held_back = job
             .pending_reason
             .as_ref()
@@ -147,7 +165,7 @@ pub fn start_estimates(
         }
         let need = job.spec.gpus as usize;
         let share = u64::from(job.share().gpu_milli);
-        let total = need as u64 * share;
+        let total = need as u64 * share * unit.len() as u64;
         let limits = chain(&job.tenant_id);
         let wanted: Vec<String> = job.spec.gpu_models.iter().map(|m| model_key(m)).collect();
         let runs = limit(job);
@@ -166,31 +184,47 @@ pub fn start_estimates(
             if !within {
                 return None;
             }
-            fleet.iter().enumerate().find_map(|(n, (_, gpus))| {
-                let fits: Vec<usize> = gpus
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, (_, g))| wanted.is_empty() || wanted.contains(&g.model))
-                    .filter(|(_, (_, g))| g.held.peak(t, until) + share <= u64::from(GPU_MILLI))
-                    .map(|(i, _)| i)
-                    .take(need)
-                    .collect();
-                (fits.len() == need).then_some((t, until, n, fits))
-            })
+            // Every replica on some node at once, each seeing what the ones before took.
+            let mut placed: Vec<(usize, Vec<usize>)> = Vec::with_capacity(unit.len());
+            for _ in &unit {
+                let room = fleet.iter().enumerate().find_map(|(n, (_, gpus))| {
+                    let fits: Vec<usize> = gpus
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, (_, g))| wanted.is_empty() || wanted.contains(&g.model))
+                        .filter(|(i, (_, g))| {
+                            let taken = placed
+                                .iter()
+                                .filter(|(pn, pg)| *pn == n && pg.contains(i))
+                                .count() as u64;
+                            g.held.peak(t, until) + (taken + 1) * share <= u64::from(GPU_MILLI)
+                        })
+                        .map(|(i, _)| i)
+                        .take(need)
+                        .collect();
+                    (fits.len() == need).then_some((n, fits))
+                });
+                placed.push(room?);
+            }
+            Some((t, until, placed))
         });
-        let Some((t, until, n, fits)) = found else {
+        let Some((t, until, placed)) = found else {
             // Nothing frees in time that anyone knows of: it and whoever it would block
             // are not estimated; those behind may still fit elsewhere.
             continue;
         };
-        for i in fits {
-            fleet[n].1[i].1.held.0.push((t, until, share));
+        for (n, fits) in placed {
+            for i in fits {
+                fleet[n].1[i].1.held.0.push((t, until, share));
+            }
         }
         for &i in &limits {
             quota[i].0.push((t, until, total));
         }
         ends.extend(until);
-        out.insert(job.id.clone(), t);
+        for replica in unit {
+            out.insert(replica.id.clone(), t);
+        }
     }
     out
 }
@@ -273,5 +307,34 @@ mod tests {
             now() + Duration::minutes(20),
             "free GPUs, but not within t's limit until a ends"
         );
+    }
+
+    #[test]
+    fn a_gangs_replicas_start_together_when_all_have_room() {
+        let (a, b) = (node("a", &["H200"]), node("b", &["H200"]));
+        // a's GPU frees in 10 minutes, b's in 40.
+        let holding = [
+            running(job("x", 1, Some(20 * 60), 90), &a, &[0], 10),
+            running(job("y", 1, Some(50 * 60), 90), &b, &[0], 10),
+        ];
+        let replica = |id: &str, rank: u32| {
+            let mut j = job(id, 1, Some(600), 30);
+            j.replica = Some(allot_domain::Replica {
+                gang_id: "g".into(),
+                rank,
+            });
+            j
+        };
+        let pending = [
+            replica("g", 0),
+            replica("g-1", 1),
+            job("solo", 1, Some(600), 5),
+        ];
+        let est = start_estimates(&[a, b], &[], &holding, &pending, now());
+        // Alone, replica 0 would start on a in 10 minutes; the gang needs both GPUs.
+        assert_eq!(est["g"], now() + Duration::minutes(40));
+        assert_eq!(est["g-1"], now() + Duration::minutes(40));
+        // The single job behind it fits on a before the gang needs it.
+        assert_eq!(est["solo"], now() + Duration::minutes(10), "backfilled");
     }
 }
