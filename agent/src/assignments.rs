@@ -270,7 +270,7 @@ impl Agent {
                 // A launch that reached the node late (held in a cut link while the attempt
                 // was requeued elsewhere) must not start: asked first.
                 if let Err(why) = agent.may_start(&job_id, attempt, &signal).await {
-                    tracing::warn!(job = %job_id, attempt, %why, "launch no longer current; not started");
+                    tracing::warn!(job = %job_id, attempt, %why, "launch not confirmed; not started");
                     let mut jobs = agent.lock_jobs();
                     if jobs
                         .running
@@ -279,6 +279,10 @@ impl Agent {
                     {
                         jobs.running.remove(&job_id);
                     }
+                    // Not seen after all: a refusal for a lease that lapsed while the node
+                    // was away passes once it renews, and the control plane sends the launch
+                    // again while the attempt is still this node's (it sends no other).
+                    jobs.seen.remove(&(job_id.clone(), attempt));
                     return;
                 }
                 tracing::info!(job = %job_id, image = ?spec.image, runtime = agent.runtime.kind().as_str(), "launching");

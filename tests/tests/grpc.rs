@@ -858,8 +858,14 @@ async fn guessing_bootstrap_tokens_is_rate_limited_and_recorded() {
     c.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_job_a_node_still_runs_is_stopped_there_and_its_gpu_is_not_handed_out() {
+/// A cluster on SQLite with one raw node listening for assignments, and the launch of a
+/// job (`sleep 300`, attempt 1) it has just received.
+async fn a_node_with_a_launch() -> (
+    TestCluster,
+    RawNode,
+    tonic::Streaming<allot_proto::v1::Assignment>,
+    String,
+) {
     let c = spawn_cluster(Backend::Sqlite, 0, "").await;
     let node = enroll(&c, &bootstrap_token(&c.server).await, "gpu-1")
         .await
@@ -872,9 +878,15 @@ async fn a_job_a_node_still_runs_is_stopped_there_and_its_gpu_is_not_handed_out(
         .expect("watch")
         .into_inner();
     c.create_tenant("t", None).await;
-    let first = c.submit("t", 1, &["sleep", "300"]).await;
+    let id = c.submit("t", 1, &["sleep", "300"]).await;
     let launch = stream.message().await.expect("stream").expect("assignment");
-    assert!(matches!(launch.kind, Some(Kind::Launch(ref l)) if l.job_id == first));
+    assert!(matches!(launch.kind, Some(Kind::Launch(ref l)) if l.job_id == id && l.attempt == 1));
+    (c, node, stream, id)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_a_node_still_runs_is_stopped_there_and_its_gpu_is_not_handed_out() {
+    let (c, node, mut stream, first) = a_node_with_a_launch().await;
     let report = |id: &str, phase: JobPhase| JobStatusReport {
         job_id: id.to_owned(),
         phase: phase.into(),
@@ -973,6 +985,55 @@ async fn a_job_a_node_still_runs_is_stopped_there_and_its_gpu_is_not_handed_out(
         (job["state"] == "scheduled").then_some(())
     })
     .await;
+    c.shutdown().await;
+}
+
+/// A node asks before it starts an attempt; a refused start is not taken for a delivered
+/// launch: the control plane sends the launch again while the attempt is still the node's,
+/// and the node may start it once asked again (a refusal can pass, as a lapsed lease does
+/// once renewed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_start_leaves_the_launch_to_be_sent_again() {
+    let (c, node, mut stream, id) = a_node_with_a_launch().await;
+    let starting = |attempt: u32| JobStatusReport {
+        job_id: id.clone(),
+        phase: JobPhase::Starting.into(),
+        attempt,
+        ..Default::default()
+    };
+    let mut n = node.client.clone();
+    let err = n
+        .report_job_status(starting(2))
+        .await
+        .expect_err("not the current attempt");
+    assert_eq!(err.code(), Code::FailedPrecondition);
+    // Its heartbeats show nothing running: the launch is sent again.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let mut again = false;
+    while !again && std::time::Instant::now() < deadline {
+        n.heartbeat(node.heartbeat()).await.expect("heartbeat");
+        if let Ok(Ok(Some(a))) =
+            tokio::time::timeout(Duration::from_millis(200), stream.message()).await
+        {
+            again = matches!(a.kind, Some(Kind::Launch(l)) if l.job_id == id && l.attempt == 1);
+        }
+    }
+    assert!(again, "the launch is sent again after a refused start");
+    n.report_job_status(starting(1))
+        .await
+        .expect("the current attempt may start");
+    // Once asked and answered yes, the launch counts as delivered: not sent again.
+    for _ in 0..5 {
+        n.heartbeat(node.heartbeat()).await.expect("heartbeat");
+        if let Ok(Ok(Some(a))) =
+            tokio::time::timeout(Duration::from_millis(200), stream.message()).await
+        {
+            assert!(
+                !matches!(a.kind, Some(Kind::Launch(_))),
+                "sent again after the start was confirmed: {a:?}"
+            );
+        }
+    }
     c.shutdown().await;
 }
 

@@ -919,7 +919,12 @@ impl allot_proto::NodeService for NodeSvc {
             .job(&TenantScope::All, &r.job_id)
             .await
             .map_err(status)?;
-        self.hub.confirmed(&node.id, &job.id);
+        // A launch is confirmed by any report on its job but a refused start (then it is
+        // sent again while it is current, and asked about again).
+        let starting = r.phase == i32::from(JobPhase::Starting);
+        if !starting {
+            self.hub.confirmed(&node.id, &job.id);
+        }
         // The attempt is the report's fencing token: a report about an attempt that was
         // requeued (the node lost its lease, or was preempted) changes nothing.
         if r.attempt != job.attempt {
@@ -952,6 +957,7 @@ impl allot_proto::NodeService for NodeSvc {
                     node.name
                 )));
             }
+            self.hub.confirmed(&node.id, &job.id);
             return Ok(Response::new(JobStatusAck {}));
         }
         // The digest the job's image resolved to: only for a job with an image, only a
