@@ -34,6 +34,7 @@ mod m20261209_000003_sign_ins;
 mod m20261210_000001_gangs;
 mod m20261210_000002_topology;
 mod m20261210_000003_auth_failures;
+mod m20261210_000004_fair_share;
 mod roles;
 
 pub use roles::{APPEND_ONLY_TABLES, BadRoleName, postgres_app_role_grants};
@@ -75,6 +76,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261210_000001_gangs::Migration),
             Box::new(m20261210_000002_topology::Migration),
             Box::new(m20261210_000003_auth_failures::Migration),
+            Box::new(m20261210_000004_fair_share::Migration),
         ]
     }
 }

@@ -619,3 +619,68 @@ fn the_scale_benchmark_runs_several_sizes_with_gangs() {
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("--gangs"));
 }
+
+/// With fair share over time, each tenant's decayed past GPU use outlives the control
+/// plane: saved by the scheduling loop, taken up by the next server on the database (a
+/// restart, or another replica), not started afresh.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fair_share_history_outlives_the_server() {
+    use allot_store::FairShareRepo;
+    let mut shared = None;
+    let c = spawn_cluster_with(Backend::Sqlite, 1, "2xH200", |cfg| {
+        cfg.fair_share_half_life = Some(Duration::from_secs(3600));
+        shared = Some(cfg.clone());
+    })
+    .await;
+    // One GPU at a time: the second job waits while the first runs, so passes record.
+    c.create_tenant("t", Some(1)).await;
+    let first = c.submit("t", 1, &["sleep", "2"]).await;
+    let second = c.submit("t", 1, &["true"]).await;
+    for id in [&first, &second] {
+        c.eventually("the jobs succeed", || async {
+            let (_, job) = c.get(&format!("/api/v1/jobs/{id}")).await;
+            (job["state"] == "succeeded").then_some(())
+        })
+        .await;
+    }
+    let (_, tenant) = c.get("/api/v1/tenants/t").await;
+    let tenant_id = tenant["id"].as_str().expect("tenant id").to_owned();
+    let store =
+        allot_store::Store::connect(&c.db_url, std::sync::Arc::new(allot_domain::SystemClock))
+            .await
+            .expect("store");
+    let token = c.admin_token.clone();
+    // The first server stops (saving the history); its database stays.
+    let TestCluster { server, .. } = c;
+    server.shutdown().await;
+    let saved = store.fair_share_history().await.expect("read");
+    let used = saved.by_tenant.get(&tenant_id).copied().unwrap_or_default();
+    assert!(used >= 1.0, "about two GPU-seconds recorded: {saved:?}");
+
+    // The next server on the database takes it up. Its node is gone (the agent spoke to
+    // the first server), so a new job waits, and passes record again: a history started
+    // afresh would have nothing of t's, and saving it would forget what was saved.
+    let mut config = shared.expect("configuration");
+    config.http_listen = "127.0.0.1:0".parse().expect("address");
+    config.grpc_listen = "127.0.0.1:0".parse().expect("address");
+    let next = allot_server::start(config, std::sync::Arc::new(allot_domain::SystemClock))
+        .await
+        .expect("the next server starts");
+    let http = reqwest::Client::new();
+    let answer = http
+        .post(format!("{}/api/v1/jobs", next.http_url()))
+        .bearer_auth(&token)
+        .json(&json!({ "tenant": "t", "gpus": 1, "command": ["true"] }))
+        .send()
+        .await
+        .expect("submit");
+    assert!(answer.status().is_success(), "{:?}", answer.text().await);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    next.shutdown().await;
+    let again = store.fair_share_history().await.expect("read");
+    let kept = again.by_tenant.get(&tenant_id).copied().unwrap_or_default();
+    assert!(
+        kept > 0.9 * used && kept <= used,
+        "taken up, decayed a little: {used} then {kept}"
+    );
+}

@@ -51,6 +51,25 @@ impl PastUsage {
     pub fn by_queue(&self) -> &HashMap<String, f64> {
         &self.by_queue
     }
+
+    /// When the last record was made (Unix seconds), if any.
+    pub fn recorded_at(&self) -> Option<f64> {
+        self.at
+    }
+
+    /// Takes up a history saved at `recorded_at` (Unix seconds), decayed to `now`; the
+    /// time in between counts as no use (nobody recorded it), and the next record adds
+    /// what is held from `now` on.
+    pub fn restore(&mut self, by_queue: HashMap<String, f64>, recorded_at: f64, now: f64) {
+        let decay = (-(now - recorded_at).max(0.0) / self.half_life_secs).exp2();
+        self.by_queue = by_queue
+            .into_iter()
+            .filter(|(_, u)| u.is_finite() && *u > 0.0)
+            .map(|(q, u)| (q, u * decay))
+            .filter(|(_, u)| *u > 1e-6)
+            .collect();
+        self.at = Some(now);
+    }
 }
 
 #[cfg(test)]
@@ -77,5 +96,23 @@ mod tests {
         let before = p.clone();
         p.record(50.0, [("a", 100.0)]);
         assert_eq!(p.by_queue(), before.by_queue());
+    }
+
+    #[test]
+    fn a_saved_history_is_taken_up_decayed_and_the_gap_counts_as_no_use() {
+        let mut p = PastUsage::new(std::time::Duration::from_secs(100));
+        p.restore(
+            HashMap::from([("a".to_owned(), 80.0), ("b".into(), -1.0)]),
+            0.0,
+            200.0,
+        );
+        assert_eq!(p.by_queue().len(), 1, "nonsense left out");
+        assert!((p.by_queue()["a"] - 20.0).abs() < 1e-9, "two half-lives");
+        assert_eq!(p.recorded_at(), Some(200.0));
+        p.record(210.0, [("a", 1.0)]);
+        assert!(
+            p.by_queue()["a"] > 20.0 * (-0.1f64).exp2(),
+            "held from the restore on"
+        );
     }
 }

@@ -668,11 +668,30 @@ pub fn quota_tree(tenants: &[Tenant]) -> Result<QuotaTree, QuotaError> {
 
 impl LiveScheduler {
     /// Orders tenants for spare capacity by their decayed past GPU use too (half-life
-    /// `half_life`), beside what they hold now. The history is kept in memory from the
-    /// first pass on (a restarted control plane starts it afresh).
+    /// `half_life`), beside what they hold now. The history is recorded by every pass; the
+    /// server saves it ([`Self::past_usage`]) and takes it up again when it starts
+    /// ([`Self::restore_past_usage`]).
     pub fn with_fair_share_half_life(mut self, half_life: std::time::Duration) -> Self {
         self.past = Some(PastUsage::new(half_life));
         self
+    }
+
+    /// The decayed past use recorded so far, when fair share over time is on.
+    pub fn past_usage(&self) -> Option<&PastUsage> {
+        self.past.as_ref()
+    }
+
+    /// Takes up a saved history (see [`PastUsage::restore`]); nothing without fair share
+    /// over time.
+    pub fn restore_past_usage(
+        &mut self,
+        by_queue: std::collections::HashMap<String, f64>,
+        recorded_at: f64,
+        now: f64,
+    ) {
+        if let Some(past) = &mut self.past {
+            past.restore(by_queue, recorded_at, now);
+        }
     }
 
     pub fn new(policy: &str, seed: u64, config: Config) -> Result<Self, LiveError> {

@@ -8,7 +8,8 @@ use std::time::Duration;
 use allot_domain::{AuditContext, AuditEvent, JobState, SYSTEM_LOG};
 use allot_scheduler::{LiveDecision, LiveError, LiveScheduler, Snapshot};
 use allot_store::{
-    AuditRepo, JobFilter, JobRepo, JobUpdate, NodeRepo, Store, StoreError, TenantRepo, TenantScope,
+    AuditRepo, FairShareRepo, JobFilter, JobRepo, JobUpdate, NodeRepo, Store, StoreError,
+    TenantRepo, TenantScope,
 };
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -39,9 +40,15 @@ pub async fn run(
     metrics: Arc<crate::metrics::Metrics>,
     stop: CancellationToken,
 ) {
+    restore_fair_share(&store, &mut scheduler).await;
+    let mut saved_at: Option<f64> = None;
     loop {
         tokio::select! {
-            () = stop.cancelled() => return,
+            () = stop.cancelled() => {
+                let due = fair_share_due(&scheduler, saved_at, Duration::ZERO);
+                save_fair_share(&store, due, &mut saved_at).await;
+                return;
+            }
             () = notify.notified() => {}
             () = tokio::time::sleep(interval) => {}
         }
@@ -58,6 +65,66 @@ pub async fn run(
         if let Err(e) = result {
             tracing::warn!(error = %e, "scheduling pass failed; retrying on the next tick");
         }
+        let due = fair_share_due(&scheduler, saved_at, FAIR_SHARE_SAVE_EVERY);
+        save_fair_share(&store, due, &mut saved_at).await;
+    }
+}
+
+/// The fair-share history is saved at most this often (and when the loop stops): a control
+/// plane killed outright loses at most this much of it.
+const FAIR_SHARE_SAVE_EVERY: Duration = Duration::from_secs(10);
+
+/// Takes up the saved fair-share history, when fair share over time is on.
+async fn restore_fair_share(store: &Store, scheduler: &mut LiveScheduler) {
+    if scheduler.past_usage().is_none() {
+        return;
+    }
+    let saved = store.fair_share_history().await;
+    match saved {
+        Ok(h) => {
+            if let Some(at) = h.recorded_at {
+                let secs = |t: chrono::DateTime<chrono::Utc>| t.timestamp_millis() as f64 / 1e3;
+                let tenants = h.by_tenant.len();
+                scheduler.restore_past_usage(h.by_tenant, secs(at), secs(store.clock().now()));
+                tracing::info!(tenants, recorded_at = %at, "fair-share history taken up");
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, "fair-share history not read; starting afresh"),
+    }
+}
+
+/// The fair-share history to save, if it was recorded since it was last saved (`saved_at`)
+/// `every` ago or more.
+fn fair_share_due(
+    scheduler: &LiveScheduler,
+    saved_at: Option<f64>,
+    every: Duration,
+) -> Option<(f64, allot_store::FairShareHistory)> {
+    let past = scheduler.past_usage()?;
+    let at = past.recorded_at()?;
+    if saved_at.is_some_and(|s| at - s < every.as_secs_f64()) {
+        return None;
+    }
+    Some((
+        at,
+        allot_store::FairShareHistory {
+            by_tenant: past.by_queue().clone(),
+            recorded_at: chrono::DateTime::from_timestamp_millis((at * 1e3) as i64),
+        },
+    ))
+}
+
+async fn save_fair_share(
+    store: &Store,
+    due: Option<(f64, allot_store::FairShareHistory)>,
+    saved_at: &mut Option<f64>,
+) {
+    let Some((at, history)) = due else {
+        return;
+    };
+    match store.save_fair_share_history(&history).await {
+        Ok(()) => *saved_at = Some(at),
+        Err(e) => tracing::warn!(error = %e, "fair-share history not saved"),
     }
 }
 

@@ -12,6 +12,7 @@ mod credentials;
 mod enrollment;
 pub mod entities;
 mod error;
+mod fair_share;
 mod identity;
 mod jobs;
 mod logs;
@@ -43,6 +44,7 @@ pub use enrollment::{
     NodeCertificate,
 };
 pub use error::StoreError;
+pub use fair_share::{FairShareHistory, FairShareRepo};
 pub use identity::{IdentityRepo, NewBinding, SignIn};
 pub use jobs::{JobFilter, JobPage, JobRepo, JobUpdate, NewJob};
 pub use logs::LogRepo;

@@ -1814,3 +1814,38 @@ both_backends!(
         assert_eq!(store.sweep_auth_failures(window).await.expect("sweep"), 3);
     }
 );
+
+both_backends!(
+    fair_share_history_is_saved_whole_and_read_back,
+    |store, clock| {
+        use allot_store::{FairShareHistory, FairShareRepo};
+        assert_eq!(
+            store.fair_share_history().await.expect("read"),
+            FairShareHistory::default(),
+            "nothing saved yet"
+        );
+        let at = clock.now();
+        let first = FairShareHistory {
+            by_tenant: [("t1".to_owned(), 3600.5), ("t2".to_owned(), 12.0)].into(),
+            recorded_at: Some(at),
+        };
+        store.save_fair_share_history(&first).await.expect("save");
+        assert_eq!(store.fair_share_history().await.expect("read"), first);
+        // A later save replaces it whole: a tenant absent from it is forgotten, nonsense is
+        // not kept.
+        clock.advance(Duration::seconds(10));
+        let second = FairShareHistory {
+            by_tenant: [
+                ("t2".to_owned(), 20.0),
+                ("t3".to_owned(), f64::NAN),
+                ("t4".to_owned(), -1.0),
+            ]
+            .into(),
+            recorded_at: Some(clock.now()),
+        };
+        store.save_fair_share_history(&second).await.expect("save");
+        let read = store.fair_share_history().await.expect("read");
+        assert_eq!(read.by_tenant, [("t2".to_owned(), 20.0)].into());
+        assert_eq!(read.recorded_at, Some(clock.now()));
+    }
+);

@@ -7,6 +7,7 @@ pub mod audit_holds;
 pub mod audit_logs;
 pub mod auth_failures;
 pub mod bootstrap_tokens;
+pub mod fair_share_usage;
 pub mod gpu_samples;
 pub mod gpus;
 pub mod job_events;
