@@ -272,13 +272,7 @@ impl Agent {
                 if let Err(why) = agent.may_start(&job_id, attempt, &signal).await {
                     tracing::warn!(job = %job_id, attempt, %why, "launch not confirmed; not started");
                     let mut jobs = agent.lock_jobs();
-                    if jobs
-                        .running
-                        .get(&job_id)
-                        .is_some_and(|j| j.attempt == attempt)
-                    {
-                        jobs.running.remove(&job_id);
-                    }
+                    jobs.stop_tracking(&job_id, attempt);
                     // Not seen after all: a refusal for a lease that lapsed while the node
                     // was away passes once it renews, and the control plane sends the launch
                     // again while the attempt is still this node's (it sends no other).
@@ -323,16 +317,7 @@ impl Agent {
                 agent.flush_log(&log);
                 // Its processes are gone: no heartbeat from now on shows it, then the end
                 // is reported (the control plane frees its GPUs once a heartbeat agrees).
-                {
-                    let mut jobs = agent.lock_jobs();
-                    if jobs
-                        .running
-                        .get(&job_id)
-                        .is_some_and(|j| j.attempt == attempt)
-                    {
-                        jobs.running.remove(&job_id);
-                    }
-                }
+                agent.lock_jobs().stop_tracking(&job_id, attempt);
                 agent.report(JobStatusReport {
                     job_id: job_id.clone(),
                     phase: phase.into(),

@@ -221,6 +221,20 @@ struct Jobs {
     seen: HashSet<(String, u32)>,
 }
 
+impl Jobs {
+    /// No longer running here: `job_id`'s entry, if it is still of `attempt` (a later
+    /// attempt's launch may have replaced it).
+    fn stop_tracking(&mut self, job_id: &str, attempt: u32) {
+        if self
+            .running
+            .get(job_id)
+            .is_some_and(|j| j.attempt == attempt)
+        {
+            self.running.remove(job_id);
+        }
+    }
+}
+
 struct Agent {
     cfg: AgentConfig,
     backend: Arc<dyn GpuBackend>,

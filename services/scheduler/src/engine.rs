@@ -823,21 +823,10 @@ impl<'a> Pass<'a> {
             })
             .filter_map(move |i| {
                 let memory = self.memory_need(job, i);
-                let node = &c.nodes[i];
-                if !node.fits(&job.request) {
-                    return None;
-                }
-                // Avoided GPUs look full to this job.
-                let avoided = job.avoid.gpus.iter().filter(|&&(n, _)| n == i);
-                if avoided.clone().next().is_none() {
-                    return self
-                        .occupancy
-                        .gpus_for(i, node, &job.request, memory, limits)
-                        .map(|gpus| (i, gpus));
-                }
-                let mut node = node.clone();
-                for &(_, g) in avoided {
-                    if let Some(free) = node.gpu_free.get_mut(usize::from(g)) {
+                // Avoided GPUs look full to this job (the node copied only when it has any).
+                let mut node = std::borrow::Cow::Borrowed(&c.nodes[i]);
+                for &(_, g) in job.avoid.gpus.iter().filter(|&&(n, _)| n == i) {
+                    if let Some(free) = node.to_mut().gpu_free.get_mut(usize::from(g)) {
                         *free = 0;
                     }
                 }
