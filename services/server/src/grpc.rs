@@ -521,6 +521,32 @@ impl NodeSvc {
     /// a grace of two heartbeats, for a heartbeat that crossed the report), is stopped on
     /// the node, its GPUs held back meanwhile, and the discrepancy recorded once.
     /// `assigned` is what the record places on the node, scheduled or running.
+    /// Answers a node asking whether it may start `attempt` of `job` (`JOB_PHASE_STARTING`;
+    /// attempt and node already checked): yes while the job is scheduled or running and the
+    /// node's lease holds. Once it is told yes, the attempt can only be requeued elsewhere
+    /// after this node's lease lapses, and the agent stops its jobs before that.
+    fn may_start(
+        &self,
+        job: &allot_domain::Job,
+        node: &Node,
+        attempt: u32,
+    ) -> Result<Response<JobStatusAck>, Status> {
+        if !matches!(job.state, JobState::Scheduled | JobState::Running) {
+            return Err(Status::failed_precondition(format!(
+                "job {} is {}: attempt {attempt} is not to start",
+                job.id, job.state
+            )));
+        }
+        if self.store.clock().now() >= node.lease_expires_at {
+            return Err(Status::failed_precondition(format!(
+                "the lease of node {} has lapsed: it starts nothing until it renews it",
+                node.name
+            )));
+        }
+        self.hub.confirmed(&node.id, &job.id);
+        Ok(Response::new(JobStatusAck {}))
+    }
+
     async fn reconcile_running(
         &self,
         node: &Node,
@@ -813,15 +839,11 @@ impl allot_proto::NodeService for NodeSvc {
                         && job.attempt == attempt
                         && job.node_id.as_deref() == Some(node.id.as_str()) =>
                 {
-                    // Being stopped meanwhile: what it needs now is the stop (the agent then
-                    // never starts it), not the launch.
-                    let again = if job.cancel_requested || job.preempt_reason.is_some() {
-                        hub::cancel(&job)
-                    } else {
-                        crate::launches::launch(&self.store, &job).await
-                    };
-                    tracing::info!(job = %job.id, node = %node.name, "launch not confirmed; sending it again");
-                    self.hub.send(&node.id, again);
+                    // Being stopped meanwhile: what it needs now is the stop, not the launch.
+                    if let Some(again) = crate::launches::resend(&self.store, &job).await {
+                        tracing::info!(job = %job.id, node = %node.name, "launch not confirmed; sending it again");
+                        self.hub.send(&node.id, again);
+                    }
                 }
                 _ => self.hub.confirmed(&node.id, &job_id),
             }
@@ -845,11 +867,7 @@ impl allot_proto::NodeService for NodeSvc {
             .jobs_on(&node.id, &[JobState::Scheduled, JobState::Running])
             .await?;
         for job in held.iter().rev() {
-            let assignment = if job.cancel_requested || job.preempt_reason.is_some() {
-                hub::cancel(job)
-            } else if job.state == JobState::Scheduled {
-                crate::launches::launch(&self.store, job).await
-            } else {
+            let Some(assignment) = crate::launches::resend(&self.store, job).await else {
                 continue;
             };
             // The receiver is ours and alive until returned below.
@@ -941,25 +959,18 @@ impl allot_proto::NodeService for NodeSvc {
         }
         let phase = JobPhase::try_from(r.phase)
             .map_err(|_| Status::invalid_argument(format!("unknown phase {}", r.phase)))?;
-        if phase == JobPhase::Starting {
-            // Whether this node may start the attempt now. Once it is told yes, the attempt
-            // can only be requeued elsewhere after this node's lease lapses, and the agent
-            // stops its jobs before that.
-            if !matches!(job.state, JobState::Scheduled | JobState::Running) {
-                return Err(Status::failed_precondition(format!(
-                    "job {} is {}: attempt {} is not to start",
-                    job.id, job.state, r.attempt
-                )));
-            }
-            if self.store.clock().now() >= node.lease_expires_at {
-                return Err(Status::failed_precondition(format!(
-                    "the lease of node {} has lapsed: it starts nothing until it renews it",
-                    node.name
-                )));
-            }
-            self.hub.confirmed(&node.id, &job.id);
-            return Ok(Response::new(JobStatusAck {}));
-        }
+        let to = match phase {
+            JobPhase::Running => JobState::Running,
+            JobPhase::Succeeded => JobState::Succeeded,
+            JobPhase::Failed => JobState::Failed,
+            JobPhase::Cancelled => JobState::Cancelled,
+            // Killed by its own agent for want of a lease, or for a faulted GPU: requeued
+            // below.
+            JobPhase::Lost | JobPhase::DeviceFault | JobPhase::AgentShutdown => JobState::Pending,
+            JobPhase::Unspecified => return Err(Status::invalid_argument("phase is required")),
+            // Whether this node may start the attempt now; changes nothing.
+            JobPhase::Starting => return self.may_start(&job, &node, r.attempt),
+        };
         // The digest the job's image resolved to: only for a job with an image, only a
         // sha256 digest, and only the one its reference names if it names one.
         let image_digest = if r.image_digest.is_empty() {
@@ -987,17 +998,6 @@ impl allot_proto::NodeService for NodeSvc {
                     ));
                 }
             }
-        };
-        let to = match phase {
-            JobPhase::Running => JobState::Running,
-            JobPhase::Succeeded => JobState::Succeeded,
-            JobPhase::Failed => JobState::Failed,
-            JobPhase::Cancelled => JobState::Cancelled,
-            // Killed by its own agent for want of a lease, or for a faulted GPU: requeued
-            // below.
-            JobPhase::Lost | JobPhase::DeviceFault | JobPhase::AgentShutdown => JobState::Pending,
-            JobPhase::Unspecified => return Err(Status::invalid_argument("phase is required")),
-            JobPhase::Starting => return Ok(Response::new(JobStatusAck {})),
         };
         if job.state == to || job.state.is_terminal() {
             // A retried report that already landed.

@@ -10,6 +10,19 @@ use allot_store::{
 
 use crate::hub::{self, LaunchExtras};
 
+/// What the node holding `job` (scheduled or running there) is sent when its assignments
+/// are sent again: the stop while it is being stopped (the agent then never starts it),
+/// else its launch if it has not started; nothing for a running job.
+pub async fn resend(store: &Store, job: &Job) -> Option<Assignment> {
+    if job.cancel_requested || job.preempt_reason.is_some() {
+        Some(hub::cancel(job))
+    } else if job.state == allot_domain::JobState::Scheduled {
+        Some(launch(store, job).await)
+    } else {
+        None
+    }
+}
+
 /// The launch of `job`. What cannot be looked up is left out and said in the log: the
 /// node then fails the attempt with the reason (no uid range, a refused pull, a missing
 /// volume), rather than a scheduling pass failing for every job.
