@@ -35,6 +35,7 @@ mod m20261210_000001_gangs;
 mod m20261210_000002_topology;
 mod m20261210_000003_auth_failures;
 mod m20261210_000004_fair_share;
+mod m20261211_000001_leader_lease;
 mod roles;
 
 pub use roles::{APPEND_ONLY_TABLES, BadRoleName, postgres_app_role_grants};
@@ -77,6 +78,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261210_000002_topology::Migration),
             Box::new(m20261210_000003_auth_failures::Migration),
             Box::new(m20261210_000004_fair_share::Migration),
+            Box::new(m20261211_000001_leader_lease::Migration),
         ]
     }
 }

@@ -175,7 +175,8 @@ impl From<StoreError> for ApiError {
             e @ (StoreError::Corrupt(_)
             | StoreError::Db(_)
             | StoreError::Batch(_)
-            | StoreError::Migrate(_)) => ApiError::Internal(e.to_string()),
+            | StoreError::Migrate(_)
+            | StoreError::Fenced(_)) => ApiError::Internal(e.to_string()),
         }
     }
 }

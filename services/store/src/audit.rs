@@ -12,7 +12,7 @@ use sea_orm::sea_query::OnConflict;
 use sea_orm::sea_query::{Expr, LikeExpr};
 use sea_orm::{
     ActiveValue::Set, ColumnTrait, Condition, ConnectionTrait, EntityTrait, Order, QueryFilter,
-    QueryOrder, QuerySelect, TransactionTrait,
+    QueryOrder, QuerySelect,
 };
 
 use crate::convert::{to_i64, to_u64};
@@ -313,9 +313,9 @@ impl AuditBatcher {
                         .map(|(ctx, event, done)| ((ctx, event), done))
                         .unzip();
                     let result = async {
-                        let txn = store.db.begin().await?;
+                        let txn = store.begin().await?;
                         let first = record_batch(&txn, &store, &log, items).await?;
-                        txn.commit().await?;
+                        store.commit(txn).await?;
                         Ok::<u64, StoreError>(first)
                     }
                     .await;
@@ -437,9 +437,9 @@ fn checkpoint_of(m: audit_checkpoints::Model) -> Result<StoredCheckpoint, StoreE
 
 impl AuditRepo for Store {
     async fn record_event(&self, ctx: &AuditContext, event: AuditEvent) -> Result<u64, StoreError> {
-        let txn = self.db.begin().await?;
+        let txn = self.begin().await?;
         let seq = record(&txn, self, ctx, event).await?;
-        txn.commit().await?;
+        self.commit(txn).await?;
         Ok(seq)
     }
 
@@ -449,10 +449,10 @@ impl AuditRepo for Store {
         log: &str,
         events: Vec<AuditEvent>,
     ) -> Result<u64, StoreError> {
-        let txn = self.db.begin().await?;
+        let txn = self.begin().await?;
         let items = events.into_iter().map(|e| (ctx.clone(), e)).collect();
         let first = record_batch(&txn, self, log, items).await?;
-        txn.commit().await?;
+        self.commit(txn).await?;
         Ok(first)
     }
 
@@ -476,6 +476,7 @@ impl AuditRepo for Store {
     }
 
     async fn insert_checkpoint(&self, cp: StoredCheckpoint) -> Result<(), StoreError> {
+        let txn = self.begin().await?;
         audit_checkpoints::Entity::insert(audit_checkpoints::ActiveModel {
             log_id: Set(cp.log),
             size: Set(to_i64("size", cp.size)?),
@@ -483,9 +484,9 @@ impl AuditRepo for Store {
             note: Set(cp.note),
             created_at: Set(self.clock.now()),
         })
-        .exec_without_returning(&self.db)
+        .exec_without_returning(&txn)
         .await?;
-        Ok(())
+        self.commit(txn).await
     }
 
     async fn checkpointed_sizes(
@@ -580,7 +581,7 @@ impl AuditRepo for Store {
         before: DateTime<Utc>,
     ) -> Result<u64, StoreError> {
         use audit_entries::Column as C;
-        let txn = self.db.begin().await?;
+        let txn = self.begin().await?;
         if let Some(hold) = audit_holds::Entity::find_by_id(log.to_owned())
             .one(&txn)
             .await?
@@ -610,7 +611,7 @@ impl AuditRepo for Store {
                 "pruned": pruned,
             }));
         record(&txn, self, ctx, event).await?;
-        txn.commit().await?;
+        self.commit(txn).await?;
         Ok(pruned)
     }
 
@@ -620,7 +621,7 @@ impl AuditRepo for Store {
         log: &str,
         reason: &str,
     ) -> Result<LegalHold, StoreError> {
-        let txn = self.db.begin().await?;
+        let txn = self.begin().await?;
         let hold = LegalHold {
             log: log.to_owned(),
             reason: reason.to_owned(),
@@ -644,7 +645,7 @@ impl AuditRepo for Store {
         let event = AuditEvent::success(SYSTEM_LOG, "audit.hold.set", format!("audit-log/{log}"))
             .after(serde_json::json!({ "reason": reason }));
         record(&txn, self, ctx, event).await?;
-        txn.commit().await?;
+        self.commit(txn).await?;
         Ok(hold)
     }
 
@@ -653,7 +654,7 @@ impl AuditRepo for Store {
         ctx: &AuditContext,
         log: &str,
     ) -> Result<LegalHold, StoreError> {
-        let txn = self.db.begin().await?;
+        let txn = self.begin().await?;
         let hold = audit_holds::Entity::find_by_id(log.to_owned())
             .one(&txn)
             .await?
@@ -670,7 +671,7 @@ impl AuditRepo for Store {
                     "set_at": AuditEntry::format_time(hold.set_at),
                 }));
         record(&txn, self, ctx, event).await?;
-        txn.commit().await?;
+        self.commit(txn).await?;
         Ok(hold)
     }
 

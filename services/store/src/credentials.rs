@@ -4,8 +4,8 @@
 //! they were set. Only [`CredentialRepo::pull_secret`] opens them, for a launch.
 
 use allot_domain::{AuditContext, AuditEvent, PullSecret, RegistryCredential};
+use sea_orm::sea_query::OnConflict;
 use sea_orm::{ActiveValue::Set, ColumnTrait, EntityTrait, QueryFilter, QueryOrder};
-use sea_orm::{TransactionTrait, sea_query::OnConflict};
 
 use crate::TenantRepo;
 use crate::audit::record;
@@ -75,7 +75,7 @@ impl CredentialRepo for Store {
             sealed: Set(sealed),
             updated_at: Set(now),
         };
-        let txn = self.db.begin().await?;
+        let txn = self.begin().await?;
         creds::Entity::insert(row)
             .on_conflict(
                 OnConflict::columns([creds::Column::TenantId, creds::Column::Registry])
@@ -95,7 +95,7 @@ impl CredentialRepo for Store {
         )
         .after(&shown);
         record(&txn, self, ctx, event).await?;
-        txn.commit().await?;
+        self.commit(txn).await?;
         Ok(shown)
     }
 
@@ -106,7 +106,7 @@ impl CredentialRepo for Store {
         registry: &str,
     ) -> Result<(), StoreError> {
         let tenant = self.tenant_by_name(tenant).await?;
-        let txn = self.db.begin().await?;
+        let txn = self.begin().await?;
         let gone = creds::Entity::delete_by_id((tenant.id.clone(), registry.to_owned()))
             .exec(&txn)
             .await?;
@@ -122,7 +122,7 @@ impl CredentialRepo for Store {
             format!("tenant/{}/registry/{registry}", tenant.id),
         );
         record(&txn, self, ctx, event).await?;
-        txn.commit().await?;
+        self.commit(txn).await?;
         Ok(())
     }
 

@@ -7,7 +7,6 @@ use chrono::{DateTime, Utc};
 use sea_orm::sea_query::Expr;
 use sea_orm::{
     ActiveValue::Set, ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QueryOrder,
-    TransactionTrait,
 };
 use serde::Serialize;
 
@@ -227,7 +226,7 @@ impl EnrollmentRepo for Store {
         ctx: &AuditContext,
         t: NewBootstrapToken,
     ) -> Result<BootstrapToken, StoreError> {
-        let txn = self.db.begin().await?;
+        let txn = self.begin().await?;
         let row = bootstrap_tokens::Entity::insert(bootstrap_tokens::ActiveModel {
             id: Set(new_id(self.clock.as_ref())),
             secret_hash: Set(t.secret_hash),
@@ -250,7 +249,7 @@ impl EnrollmentRepo for Store {
         )
         .after(&token);
         record(&txn, self, ctx, event).await?;
-        txn.commit().await?;
+        self.commit(txn).await?;
         Ok(token)
     }
 
@@ -269,7 +268,7 @@ impl EnrollmentRepo for Store {
         ctx: &AuditContext,
         id: &str,
     ) -> Result<BootstrapToken, StoreError> {
-        let txn = self.db.begin().await?;
+        let txn = self.begin().await?;
         let row = bootstrap_tokens::Entity::find_by_id(id.to_owned())
             .one(&txn)
             .await?
@@ -284,7 +283,7 @@ impl EnrollmentRepo for Store {
         )
         .before(token_to_domain(row.clone()));
         record(&txn, self, ctx, event).await?;
-        txn.commit().await?;
+        self.commit(txn).await?;
         Ok(token_to_domain(row))
     }
 
@@ -301,7 +300,7 @@ impl EnrollmentRepo for Store {
         node_id: &str,
         cert: NewNodeCertificate,
     ) -> Result<NodeCertificate, StoreError> {
-        let txn = self.db.begin().await?;
+        let txn = self.begin().await?;
         let cert = insert_certificate(&txn, node_id, cert).await?;
         crate::nodes::set_latest_serial(&txn, node_id, &cert.serial).await?;
         let event = AuditEvent::success(
@@ -311,12 +310,12 @@ impl EnrollmentRepo for Store {
         )
         .after(&cert);
         record(&txn, self, ctx, event).await?;
-        txn.commit().await?;
+        self.commit(txn).await?;
         Ok(cert)
     }
 
     async fn revoke_node(&self, ctx: &AuditContext, node_id: &str) -> Result<u64, StoreError> {
-        let txn = self.db.begin().await?;
+        let txn = self.begin().await?;
         if crate::entities::nodes::Entity::find_by_id(node_id.to_owned())
             .one(&txn)
             .await?
@@ -328,7 +327,7 @@ impl EnrollmentRepo for Store {
         let event = AuditEvent::success(SYSTEM_LOG, "node.revoke", format!("node/{node_id}"))
             .after(serde_json::json!({ "certificates_revoked": revoked }));
         record(&txn, self, ctx, event).await?;
-        txn.commit().await?;
+        self.commit(txn).await?;
         Ok(revoked)
     }
 }

@@ -19,6 +19,10 @@ pub enum StoreError {
     /// A batched audit append failed (the message of the underlying error).
     #[error("audit batch failed: {0}")]
     Batch(String),
+    /// A leader's write after its leadership ended (another replica leads now, or its
+    /// lease expired unrenewed): refused, written nowhere.
+    #[error("fenced: {0}")]
+    Fenced(String),
     /// The schema is behind and could not be brought up to date.
     #[error("database schema: {0}")]
     Migrate(String),

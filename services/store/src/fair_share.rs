@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
-use sea_orm::{ActiveValue::Set, EntityTrait, TransactionTrait};
+use sea_orm::{ActiveValue::Set, EntityTrait};
 
 use crate::entities::fair_share_usage;
 use crate::{Store, StoreError};
@@ -45,7 +45,7 @@ impl FairShareRepo for Store {
 
     async fn save_fair_share_history(&self, history: &FairShareHistory) -> Result<(), StoreError> {
         let at = history.recorded_at.unwrap_or_else(|| self.clock.now());
-        let txn = self.db.begin().await?;
+        let txn = self.begin().await?;
         fair_share_usage::Entity::delete_many().exec(&txn).await?;
         let rows: Vec<_> = history
             .by_tenant
@@ -62,7 +62,7 @@ impl FairShareRepo for Store {
                 .exec_without_returning(&txn)
                 .await?;
         }
-        txn.commit().await?;
+        self.commit(txn).await?;
         Ok(())
     }
 }

@@ -6,10 +6,7 @@ use allot_domain::{
 };
 use chrono::Duration;
 use sea_orm::sea_query::Expr;
-use sea_orm::{
-    ActiveValue::Set, ColumnTrait, Condition, EntityTrait, QueryFilter, QueryOrder,
-    TransactionTrait,
-};
+use sea_orm::{ActiveValue::Set, ColumnTrait, Condition, EntityTrait, QueryFilter, QueryOrder};
 
 use crate::audit::record;
 use crate::convert::parse;
@@ -162,7 +159,7 @@ impl IdentityRepo for Store {
             last_seen_at: Set(now),
             deleted_at: Set(None),
         };
-        let txn = self.db.begin().await?;
+        let txn = self.begin().await?;
         let user = match users::Entity::insert(row).exec_with_returning(&txn).await {
             Ok(m) => user_of(m),
             Err(e) => {
@@ -190,7 +187,7 @@ impl IdentityRepo for Store {
         let event = AuditEvent::success(SYSTEM_LOG, "user.create", format!("user/{}", user.id))
             .after(&user);
         record(&txn, self, &ctx, event).await?;
-        txn.commit().await?;
+        self.commit(txn).await?;
         Ok(user)
     }
 
@@ -218,7 +215,7 @@ impl IdentityRepo for Store {
             return Ok(before);
         }
         let now = self.clock.now();
-        let txn = self.db.begin().await?;
+        let txn = self.begin().await?;
         users::Entity::update(users::ActiveModel {
             id: Set(id.to_owned()),
             deleted_at: Set(Some(now)),
@@ -240,7 +237,7 @@ impl IdentityRepo for Store {
             .before(&before)
             .after(&after);
         record(&txn, self, ctx, event).await?;
-        txn.commit().await?;
+        self.commit(txn).await?;
         Ok(after)
     }
 
@@ -263,7 +260,7 @@ impl IdentityRepo for Store {
             created_at: Set(self.clock.now()),
             revoked_at: Set(None),
         };
-        let txn = self.db.begin().await?;
+        let txn = self.begin().await?;
         let binding = binding_of(
             role_bindings::Entity::insert(row)
                 .exec_with_returning(&txn)
@@ -276,7 +273,7 @@ impl IdentityRepo for Store {
         )
         .after(&binding);
         record(&txn, self, ctx, event).await?;
-        txn.commit().await?;
+        self.commit(txn).await?;
         Ok(binding)
     }
 
@@ -315,7 +312,7 @@ impl IdentityRepo for Store {
             return Ok(before);
         }
         let now = self.clock.now();
-        let txn = self.db.begin().await?;
+        let txn = self.begin().await?;
         role_bindings::Entity::update(role_bindings::ActiveModel {
             id: Set(id.to_owned()),
             revoked_at: Set(Some(now)),
@@ -335,7 +332,7 @@ impl IdentityRepo for Store {
         .before(&before)
         .after(&after);
         record(&txn, self, ctx, event).await?;
-        txn.commit().await?;
+        self.commit(txn).await?;
         Ok(after)
     }
 

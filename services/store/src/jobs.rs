@@ -9,7 +9,7 @@ use chrono::{DateTime, Utc};
 use sea_orm::sea_query::{Expr, ExprTrait, Func};
 use sea_orm::{
     ActiveValue::Set, ColumnTrait, Condition, ConnectionTrait, EntityTrait, QueryFilter,
-    QueryOrder, QuerySelect, TransactionTrait,
+    QueryOrder, QuerySelect,
 };
 
 use crate::audit::record;
@@ -607,7 +607,7 @@ impl JobRepo for Store {
     async fn create_job(&self, ctx: &AuditContext, new: NewJob) -> Result<Job, StoreError> {
         let now = self.clock.now();
         let spec = &new.spec;
-        let txn = self.db.begin().await?;
+        let txn = self.begin().await?;
         // A gang's replicas are created together; replica 0's id is the gang's.
         let first = new_id(self.clock.as_ref());
         let gang = (spec.replicas > 1).then(|| first.clone());
@@ -701,7 +701,7 @@ impl JobRepo for Store {
             record(&txn, self, ctx, event).await?;
         }
         let job = load(&txn, &first).await?;
-        txn.commit().await?;
+        self.commit(txn).await?;
         Ok(job)
     }
 
@@ -764,9 +764,9 @@ impl JobRepo for Store {
         to: JobState,
         update: JobUpdate,
     ) -> Result<Job, StoreError> {
-        let txn = self.db.begin().await?;
+        let txn = self.begin().await?;
         let job = self.transition_in(&txn, ctx, id, from, to, update).await?;
-        txn.commit().await?;
+        self.commit(txn).await?;
         Ok(job)
     }
 
@@ -779,6 +779,7 @@ impl JobRepo for Store {
             Some(r) => (Some(r.code), Some(r.message)),
             None => (None, None),
         };
+        let txn = self.begin().await?;
         jobs::Entity::update_many()
             .set(jobs::ActiveModel {
                 pending_code: Set(code),
@@ -787,13 +788,14 @@ impl JobRepo for Store {
             })
             .filter(jobs::Column::Id.eq(id))
             .filter(jobs::Column::State.eq(JobState::Pending.as_str()))
-            .exec(&self.db)
+            .exec(&txn)
             .await?;
-        Ok(())
+        // The scheduler writes this as leader: committed through the fence.
+        self.commit(txn).await
     }
 
     async fn request_cancel(&self, ctx: &AuditContext, id: &str) -> Result<Job, StoreError> {
-        let txn = self.db.begin().await?;
+        let txn = self.begin().await?;
         let named = load(&txn, id).await?;
         let ids = match &named.replica {
             Some(r) => gang_rows(&txn, &r.gang_id)
@@ -807,7 +809,7 @@ impl JobRepo for Store {
             self.cancel_in(&txn, ctx, id).await?;
         }
         let job = load(&txn, id).await?;
-        txn.commit().await?;
+        self.commit(txn).await?;
         Ok(job)
     }
 
@@ -819,7 +821,7 @@ impl JobRepo for Store {
         reason: &str,
     ) -> Result<Job, StoreError> {
         let now = self.clock.now();
-        let txn = self.db.begin().await?;
+        let txn = self.begin().await?;
         let mut row = jobs::ActiveModel {
             state: Set(JobState::Pending.as_str().to_owned()),
             updated_at: Set(now),
@@ -867,7 +869,7 @@ impl JobRepo for Store {
                     "message": reason,
                 }));
         record(&txn, self, ctx, event).await?;
-        txn.commit().await?;
+        self.commit(txn).await?;
         Ok(job)
     }
 
@@ -930,7 +932,7 @@ impl JobRepo for Store {
         ctx: &AuditContext,
         placements: Vec<(String, JobUpdate)>,
     ) -> Result<Vec<Job>, StoreError> {
-        let txn = self.db.begin().await?;
+        let txn = self.begin().await?;
         let mut placed = Vec::with_capacity(placements.len());
         for (id, update) in placements {
             placed.push(
@@ -945,7 +947,7 @@ impl JobRepo for Store {
                 .await?,
             );
         }
-        txn.commit().await?;
+        self.commit(txn).await?;
         Ok(placed)
     }
 
@@ -955,7 +957,7 @@ impl JobRepo for Store {
         id: &str,
         reason: &str,
     ) -> Result<Job, StoreError> {
-        let txn = self.db.begin().await?;
+        let txn = self.begin().await?;
         let res = jobs::Entity::update_many()
             .set(jobs::ActiveModel {
                 preempt_reason: Set(Some(reason.to_owned())),
@@ -978,7 +980,7 @@ impl JobRepo for Store {
             .before(serde_json::json!({ "state": job.state, "preempt_reason": null }))
             .after(serde_json::json!({ "state": job.state, "preempt_reason": reason }));
         record(&txn, self, ctx, event).await?;
-        txn.commit().await?;
+        self.commit(txn).await?;
         Ok(job)
     }
 
@@ -988,7 +990,7 @@ impl JobRepo for Store {
         id: &str,
         share: Share,
     ) -> Result<Job, StoreError> {
-        let txn = self.db.begin().await?;
+        let txn = self.begin().await?;
         let before = load(&txn, id).await?;
         let memory = (share.gpu_memory_bytes > 0)
             .then(|| to_i64("gpu_memory_bytes", share.gpu_memory_bytes))
@@ -1045,7 +1047,7 @@ impl JobRepo for Store {
                 "gpu_memory_bytes": job.spec.gpu_memory_bytes,
             }));
         record(&txn, self, ctx, event).await?;
-        txn.commit().await?;
+        self.commit(txn).await?;
         Ok(job)
     }
 

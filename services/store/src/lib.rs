@@ -15,6 +15,7 @@ mod error;
 mod fair_share;
 mod identity;
 mod jobs;
+mod leadership;
 mod logs;
 mod nodes;
 mod samples;
@@ -47,6 +48,7 @@ pub use error::StoreError;
 pub use fair_share::{FairShareHistory, FairShareRepo};
 pub use identity::{IdentityRepo, NewBinding, SignIn};
 pub use jobs::{JobFilter, JobPage, JobRepo, JobUpdate, NewJob};
+pub use leadership::{Leader, LeadershipRepo, Term};
 pub use logs::LogRepo;
 pub use nodes::{NodeAdmin, NodeRegistration, NodeRepo};
 pub use samples::{JobSample, JobSamplePoint, RESOLUTIONS, Sample, SamplePoint, SampleRepo};
@@ -66,6 +68,9 @@ pub struct Store {
     clock: Arc<dyn Clock>,
     /// Seals the secrets kept in the database (see [`SecretKeys`]).
     secrets: Arc<SecretKeys>,
+    /// Set on a leader's handle ([`Store::fenced`]): its transactions commit only while
+    /// the leader's term holds.
+    fence: Option<Arc<leadership::Fence>>,
 }
 
 impl Store {
@@ -90,7 +95,12 @@ impl Store {
         migrate(&db).await?;
         let secrets =
             Arc::new(SecretKeys::ephemeral().map_err(|e| StoreError::Refused(e.to_string()))?);
-        Ok(Self { db, clock, secrets })
+        Ok(Self {
+            db,
+            clock,
+            secrets,
+            fence: None,
+        })
     }
 
     /// Seals and opens stored secrets with `keys` instead of a key that lives only as long

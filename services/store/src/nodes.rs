@@ -6,7 +6,6 @@ use allot_domain::{AuditContext, AuditEvent, GpuDevice, Node, SYSTEM_LOG};
 use chrono::{DateTime, Utc};
 use sea_orm::{
     ActiveValue::Set, ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QueryOrder,
-    TransactionTrait,
 };
 
 use crate::audit::record;
@@ -236,7 +235,7 @@ impl NodeRepo for Store {
         let now = self.clock.now();
         let cpu_milli = to_i64("cpu_milli", r.cpu_milli)?;
         let memory_bytes = to_i64("memory_bytes", r.memory_bytes)?;
-        let txn = self.db.begin().await?;
+        let txn = self.begin().await?;
         let existing = nodes::Entity::find()
             .filter(nodes::Column::Name.eq(&r.name))
             .one(&txn)
@@ -329,7 +328,7 @@ impl NodeRepo for Store {
         let event = AuditEvent::success(SYSTEM_LOG, "node.register", format!("node/{}", node.id))
             .after(&node);
         record(&txn, self, ctx, event).await?;
-        txn.commit().await?;
+        self.commit(txn).await?;
         Ok(node)
     }
 
@@ -339,7 +338,7 @@ impl NodeRepo for Store {
         gpus: Option<Vec<GpuDevice>>,
         lease_expires_at: DateTime<Utc>,
     ) -> Result<Node, StoreError> {
-        let txn = self.db.begin().await?;
+        let txn = self.begin().await?;
         let row = nodes::Entity::update(nodes::ActiveModel {
             id: Set(node_id.to_owned()),
             last_heartbeat_at: Set(self.clock.now()),
@@ -355,7 +354,7 @@ impl NodeRepo for Store {
         if let Some(gpus) = &gpus {
             replace_gpus(&txn, node_id, gpus).await?;
         }
-        txn.commit().await?;
+        self.commit(txn).await?;
         let gpus = match gpus {
             Some(g) => g,
             None => self.gpus_of(node_id).await?,
@@ -408,7 +407,7 @@ impl NodeRepo for Store {
             }
             NodeAdmin::ReturnGpu(uuid) => drained.retain(|g| g != uuid),
         }
-        let txn = self.db.begin().await?;
+        let txn = self.begin().await?;
         let row = nodes::Entity::update(nodes::ActiveModel {
             id: Set(before.id.clone()),
             cordoned: Set(cordoned),
@@ -424,7 +423,7 @@ impl NodeRepo for Store {
             .before(serde_json::json!({ "cordoned": before.cordoned, "drained_gpus": before.drained_gpus, "labels": before.labels }))
             .after(serde_json::json!({ "cordoned": cordoned, "drained_gpus": drained, "labels": labels }));
         record(&txn, self, ctx, event).await?;
-        txn.commit().await?;
+        self.commit(txn).await?;
         Ok(to_domain(row, before.gpus))
     }
 

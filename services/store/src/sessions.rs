@@ -3,7 +3,7 @@
 
 use allot_domain::{AuditContext, AuditEvent, SYSTEM_LOG, Session};
 use chrono::{DateTime, Duration, Utc};
-use sea_orm::{ActiveValue::Set, EntityTrait, TransactionTrait};
+use sea_orm::{ActiveValue::Set, EntityTrait};
 
 use crate::audit::record;
 use crate::entities::sessions;
@@ -88,7 +88,7 @@ impl SessionRepo for Store {
             expires_at: Set(s.expires_at),
             ended_at: Set(None),
         };
-        let txn = self.db.begin().await?;
+        let txn = self.begin().await?;
         let session = session_of(
             sessions::Entity::insert(row)
                 .exec_with_returning(&txn)
@@ -100,7 +100,7 @@ impl SessionRepo for Store {
             }),
         );
         record(&txn, self, ctx, event).await?;
-        txn.commit().await?;
+        self.commit(txn).await?;
         Ok(session)
     }
 
@@ -140,7 +140,7 @@ impl SessionRepo for Store {
         if s.ended_at.is_some() {
             return Ok(());
         }
-        let txn = self.db.begin().await?;
+        let txn = self.begin().await?;
         sessions::Entity::update(sessions::ActiveModel {
             id_hash: Set(id_hash.to_owned()),
             ended_at: Set(Some(self.clock.now())),
@@ -151,7 +151,7 @@ impl SessionRepo for Store {
         let event = AuditEvent::success(SYSTEM_LOG, "session.end", target(id_hash))
             .after(serde_json::json!({ "user": s.user_id }));
         record(&txn, self, ctx, event).await?;
-        txn.commit().await?;
+        self.commit(txn).await?;
         Ok(())
     }
 }

@@ -5,9 +5,7 @@
 //! taken once: of two callbacks with one state, on one replica or two, one gets it.
 
 use chrono::Duration;
-use sea_orm::{
-    ActiveValue::Set, ColumnTrait, EntityTrait, PaginatorTrait, QueryFilter, TransactionTrait,
-};
+use sea_orm::{ActiveValue::Set, ColumnTrait, EntityTrait, PaginatorTrait, QueryFilter};
 use serde::{Deserialize, Serialize};
 
 use crate::entities::sign_ins;
@@ -63,7 +61,7 @@ impl SignInRepo for Store {
             .secrets
             .seal(&context(state_hash), &plain)
             .map_err(|e| StoreError::Refused(e.to_string()))?;
-        let txn = self.db.begin().await?;
+        let txn = self.begin().await?;
         sign_ins::Entity::delete_many()
             .filter(sign_ins::Column::StartedAt.lt(now - ttl))
             .exec(&txn)
@@ -78,7 +76,7 @@ impl SignInRepo for Store {
         })
         .exec(&txn)
         .await?;
-        txn.commit().await?;
+        self.commit(txn).await?;
         Ok(())
     }
 

@@ -3,8 +3,8 @@
 //! set; only [`SecretRepo::open_secret`] opens one, for a launch.
 
 use allot_domain::{AuditContext, AuditEvent, JobState, SecretValue, TenantSecret};
+use sea_orm::sea_query::OnConflict;
 use sea_orm::{ActiveValue::Set, ColumnTrait, EntityTrait, QueryFilter, QueryOrder, QuerySelect};
-use sea_orm::{TransactionTrait, sea_query::OnConflict};
 
 use crate::TenantRepo;
 use crate::audit::record;
@@ -61,7 +61,7 @@ impl SecretRepo for Store {
             .seal(&context(&tenant.id, name), value)
             .map_err(|e| StoreError::Refused(e.to_string()))?;
         let now = self.clock.now();
-        let txn = self.db.begin().await?;
+        let txn = self.begin().await?;
         secrets::Entity::insert(secrets::ActiveModel {
             tenant_id: Set(tenant.id.clone()),
             name: Set(name.to_owned()),
@@ -86,7 +86,7 @@ impl SecretRepo for Store {
         )
         .after(&shown);
         record(&txn, self, ctx, event).await?;
-        txn.commit().await?;
+        self.commit(txn).await?;
         Ok(shown)
     }
 
@@ -97,7 +97,7 @@ impl SecretRepo for Store {
         name: &str,
     ) -> Result<(), StoreError> {
         let tenant = self.tenant_by_name(tenant).await?;
-        let txn = self.db.begin().await?;
+        let txn = self.begin().await?;
         // Names are `[a-z0-9-]`: nothing in them is special to LIKE.
         let users: Vec<(String, String)> = jobs::Entity::find()
             .select_only()
@@ -134,7 +134,7 @@ impl SecretRepo for Store {
             format!("tenant/{}/secret/{name}", tenant.id),
         );
         record(&txn, self, ctx, event).await?;
-        txn.commit().await?;
+        self.commit(txn).await?;
         Ok(())
     }
 

@@ -4,10 +4,7 @@ use allot_domain::{
     AuditContext, AuditEvent, Quota, ResourceLimits, Resources, SYSTEM_LOG, Tenant, TenantName,
     TenantPolicy,
 };
-use sea_orm::{
-    ActiveValue::Set, ColumnTrait, EntityTrait, QueryFilter, QueryOrder, QuerySelect,
-    TransactionTrait,
-};
+use sea_orm::{ActiveValue::Set, ColumnTrait, EntityTrait, QueryFilter, QueryOrder, QuerySelect};
 
 use crate::audit::record;
 use crate::convert::{json, parse, to_i64, to_json, to_u32, to_u64};
@@ -231,7 +228,7 @@ impl TenantRepo for Store {
             ..Default::default()
         };
         set_quota_columns(&mut row, &quota)?;
-        let txn = self.db.begin().await?;
+        let txn = self.begin().await?;
         let updated = to_domain(tenants::Entity::update(row).exec(&txn).await?)?;
         let event = AuditEvent::success(
             updated.id.clone(),
@@ -241,7 +238,7 @@ impl TenantRepo for Store {
         .before(before)
         .after(&updated.quota);
         record(&txn, self, ctx, event).await?;
-        txn.commit().await?;
+        self.commit(txn).await?;
         Ok(updated)
     }
 
@@ -255,7 +252,7 @@ impl TenantRepo for Store {
         };
         use allot_domain::JobState;
         use sea_orm::PaginatorTrait;
-        let txn = self.db.begin().await?;
+        let txn = self.begin().await?;
         // The row locked first: a job inserted for it meanwhile (its foreign key shares the
         // lock) is counted below, or waits for the deletion to be decided.
         let row = tenants::Entity::find()
@@ -363,7 +360,7 @@ impl TenantRepo for Store {
                     "credentials_removed": credentials_removed,
                 }));
         record(&txn, self, ctx, event).await?;
-        txn.commit().await?;
+        self.commit(txn).await?;
         Ok(TenantDeletion {
             tenant,
             tokens_revoked,
@@ -387,7 +384,7 @@ impl TenantRepo for Store {
             require_confinement: Set(policy.require_confinement),
             ..Default::default()
         };
-        let txn = self.db.begin().await?;
+        let txn = self.begin().await?;
         let updated = to_domain(tenants::Entity::update(row).exec(&txn).await?)?;
         let event = AuditEvent::success(
             updated.id.clone(),
@@ -397,7 +394,7 @@ impl TenantRepo for Store {
         .before(before)
         .after(&updated.policy);
         record(&txn, self, ctx, event).await?;
-        txn.commit().await?;
+        self.commit(txn).await?;
         Ok(updated)
     }
 }
@@ -420,7 +417,7 @@ impl Store {
             ..Default::default()
         };
         set_quota_columns(&mut row, quota)?;
-        let txn = self.db.begin().await?;
+        let txn = self.begin().await?;
         let highest: Option<Option<i32>> = tenants::Entity::find()
             .select_only()
             .column_as(tenants::Column::UidSlot.max(), "highest")
@@ -454,7 +451,7 @@ impl Store {
             AuditEvent::success(SYSTEM_LOG, "tenant.create", format!("tenant/{}", tenant.id))
                 .after(&tenant);
         record(&txn, self, ctx, event).await?;
-        txn.commit().await?;
+        self.commit(txn).await?;
         Ok(tenant)
     }
 }

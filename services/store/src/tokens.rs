@@ -4,7 +4,6 @@ use allot_domain::{ApiToken, AuditContext, AuditEvent, Role, SYSTEM_LOG};
 use chrono::{DateTime, Utc};
 use sea_orm::{
     ActiveValue::Set, ColumnTrait, EntityTrait, PaginatorTrait, QueryFilter, QueryOrder,
-    TransactionTrait,
 };
 
 use crate::audit::record;
@@ -82,7 +81,7 @@ impl TokenRepo for Store {
             revoked_at: Set(None),
             last_used_at: Set(None),
         };
-        let txn = self.db.begin().await?;
+        let txn = self.begin().await?;
         let token = to_domain(
             api_tokens::Entity::insert(row)
                 .exec_with_returning(&txn)
@@ -95,7 +94,7 @@ impl TokenRepo for Store {
         )
         .after(&token);
         record(&txn, self, ctx, event).await?;
-        txn.commit().await?;
+        self.commit(txn).await?;
         Ok(token)
     }
 
@@ -155,7 +154,7 @@ impl TokenRepo for Store {
         if token.revoked_at.is_some() {
             return Ok(token);
         }
-        let txn = self.db.begin().await?;
+        let txn = self.begin().await?;
         let revoked = to_domain(
             api_tokens::Entity::update(api_tokens::ActiveModel {
                 id: Set(token.id.clone()),
@@ -173,7 +172,7 @@ impl TokenRepo for Store {
         .before(&token)
         .after(&revoked);
         record(&txn, self, ctx, event).await?;
-        txn.commit().await?;
+        self.commit(txn).await?;
         Ok(revoked)
     }
 

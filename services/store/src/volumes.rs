@@ -2,8 +2,8 @@
 //! by name.
 
 use allot_domain::{AuditContext, AuditEvent, JobState, SYSTEM_LOG, TenantName, Volume};
+use sea_orm::sea_query::OnConflict;
 use sea_orm::{ActiveValue::Set, ColumnTrait, EntityTrait, QueryFilter, QueryOrder, QuerySelect};
-use sea_orm::{TransactionTrait, sea_query::OnConflict};
 
 use crate::audit::record;
 use crate::convert::{json, to_json};
@@ -83,7 +83,7 @@ impl Store {
 impl VolumeRepo for Store {
     async fn put_volume(&self, ctx: &AuditContext, volume: Volume) -> Result<Volume, StoreError> {
         let names: Vec<&str> = volume.tenants.iter().map(TenantName::as_str).collect();
-        let txn = self.db.begin().await?;
+        let txn = self.begin().await?;
         let before = volumes::Entity::find_by_id(volume.name.clone())
             .one(&txn)
             .await?
@@ -134,12 +134,12 @@ impl VolumeRepo for Store {
             event = event.before(b);
         }
         record(&txn, self, ctx, event).await?;
-        txn.commit().await?;
+        self.commit(txn).await?;
         Ok(after)
     }
 
     async fn delete_volume(&self, ctx: &AuditContext, name: &str) -> Result<(), StoreError> {
-        let txn = self.db.begin().await?;
+        let txn = self.begin().await?;
         let Some(before) = volumes::Entity::find_by_id(name.to_owned())
             .one(&txn)
             .await?
@@ -159,7 +159,7 @@ impl VolumeRepo for Store {
         let event = AuditEvent::success(SYSTEM_LOG, "volume.delete", format!("volume/{name}"))
             .before(before);
         record(&txn, self, ctx, event).await?;
-        txn.commit().await?;
+        self.commit(txn).await?;
         Ok(())
     }
 

@@ -1849,3 +1849,87 @@ both_backends!(
         assert_eq!(read.recorded_at, Some(clock.now()));
     }
 );
+
+both_backends!(a_leaders_writes_are_fenced_by_its_term, |store, clock| {
+    use allot_store::{FairShareHistory, FairShareRepo, LeadershipRepo, StoreError};
+    let ttl = Duration::seconds(5);
+    let history = |s: f64| FairShareHistory {
+        by_tenant: [("t1".to_owned(), s)].into(),
+        recorded_at: Some(clock.now()),
+    };
+    let first = store
+        .acquire("a", "https://a:7070", ttl)
+        .await
+        .expect("acquire")
+        .expect("the lease was never held: a takes it");
+    assert_eq!(first.epoch, 1);
+    assert!(
+        store
+            .acquire("b", "https://b:7070", ttl)
+            .await
+            .expect("acquire")
+            .is_none(),
+        "held and unexpired: b waits"
+    );
+    let a = store.fenced(&first);
+    a.save_fair_share_history(&history(1.0))
+        .await
+        .expect("a leads");
+    clock.advance(Duration::seconds(3));
+    let first = store
+        .renew(&first, ttl)
+        .await
+        .expect("renew")
+        .expect("still a's");
+    let leader = store.leader().await.expect("read");
+    assert_eq!(
+        (leader.holder.as_str(), leader.address.as_str()),
+        ("a", "https://a:7070")
+    );
+    assert!(leader.holds_at(clock.now()));
+
+    // a stalls past its lease: before anyone takes over, its own expiry fences it.
+    clock.advance(Duration::seconds(6));
+    let refused = a.save_fair_share_history(&history(2.0)).await;
+    assert!(matches!(refused, Err(StoreError::Fenced(_))), "{refused:?}");
+    let second = store
+        .acquire("b", "https://b:7070", ttl)
+        .await
+        .expect("acquire")
+        .expect("expired: b takes over");
+    assert_eq!(second.epoch, 2);
+    // a wakes: it can neither renew nor write, whatever its clock says now.
+    assert!(store.renew(&first, ttl).await.expect("renew").is_none());
+    let b = store.fenced(&second);
+    for refused in [
+        a.save_fair_share_history(&history(3.0)).await,
+        a.set_pending_reason("no-such-job", None).await,
+    ] {
+        assert!(matches!(refused, Err(StoreError::Fenced(_))), "{refused:?}");
+    }
+    b.save_fair_share_history(&history(4.0))
+        .await
+        .expect("b leads");
+    assert_eq!(
+        store.fair_share_history().await.expect("read").by_tenant,
+        [("t1".to_owned(), 4.0)].into(),
+        "only the leader's writes landed"
+    );
+    // The negative control: the same write without the fence lands.
+    store
+        .save_fair_share_history(&history(5.0))
+        .await
+        .expect("unfenced");
+    // A clean stop hands over at once.
+    store.resign(&second).await.expect("resign");
+    let third = store
+        .acquire("a", "https://a:7070", ttl)
+        .await
+        .expect("acquire")
+        .expect("resigned: a takes it back");
+    assert_eq!(third.epoch, 3);
+    assert!(matches!(
+        b.save_fair_share_history(&history(6.0)).await,
+        Err(StoreError::Fenced(_))
+    ));
+});

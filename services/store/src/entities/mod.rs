@@ -14,6 +14,7 @@ pub mod job_events;
 pub mod job_logs;
 pub mod job_samples;
 pub mod jobs;
+pub mod leader_lease;
 pub mod node_certificates;
 pub mod nodes;
 pub mod registry_credentials;

@@ -1,0 +1,221 @@
+//! Leadership among control-plane replicas sharing one database: a lease in one row
+//! (`leader_lease`: holder, epoch, expiry). A replica takes the lease over only once it has
+//! expired, and each takeover increments the epoch. What the leader writes as leader it
+//! writes through [`Store::fenced`]: every transaction of that handle checks, last thing
+//! before it commits, that the row still names its holder and epoch unexpired, holding a
+//! share lock on the row (PostgreSQL) so a takeover waits for the commit. A leader that was
+//! paused (SIGSTOP, a stall, a partition from the database) past its lease therefore writes
+//! nothing once it wakes: its epoch is gone, or its lease has expired by its own clock.
+
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+use sea_orm::sea_query::{Expr, ExprTrait};
+use sea_orm::{
+    ActiveValue::Set, ColumnTrait, ConnectionTrait, DatabaseTransaction, DbBackend, EntityTrait,
+    QueryFilter, QuerySelect, TransactionTrait,
+};
+
+use crate::entities::leader_lease::{self, Column};
+use crate::{Store, StoreError};
+
+/// The lease's row.
+const LEASE: &str = "control-plane";
+
+/// Who leads, as the database says now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Leader {
+    /// The replica that took the lease last (empty before anyone did).
+    pub holder: String,
+    /// Where that replica's agents' endpoint is reached.
+    pub address: String,
+    pub epoch: i64,
+    pub expires_at: DateTime<Utc>,
+    pub acquired_at: DateTime<Utc>,
+}
+
+impl Leader {
+    /// Whether the lease still stands at `now`.
+    pub fn holds_at(&self, now: DateTime<Utc>) -> bool {
+        !self.holder.is_empty() && now < self.expires_at
+    }
+}
+
+/// A lease this replica holds: the fencing token of what it writes as leader.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Term {
+    pub holder: String,
+    pub epoch: i64,
+    pub expires_at: DateTime<Utc>,
+}
+
+pub trait LeadershipRepo {
+    /// The lease as it stands.
+    fn leader(&self) -> impl Future<Output = Result<Leader, StoreError>> + Send;
+    /// Takes the lease for `holder` (reached at `address`) for `ttl`, if it has expired: the
+    /// new term, with the next epoch; `None` while another holds it.
+    fn acquire(
+        &self,
+        holder: &str,
+        address: &str,
+        ttl: chrono::Duration,
+    ) -> impl Future<Output = Result<Option<Term>, StoreError>> + Send;
+    /// Extends `term` by `ttl` from now, if it still holds: the renewed term, or `None` when
+    /// it expired or was taken over (the holder is no longer the leader).
+    fn renew(
+        &self,
+        term: &Term,
+        ttl: chrono::Duration,
+    ) -> impl Future<Output = Result<Option<Term>, StoreError>> + Send;
+    /// Gives the lease up now (a clean stop), so another replica takes over at once.
+    fn resign(&self, term: &Term) -> impl Future<Output = Result<(), StoreError>> + Send;
+}
+
+impl LeadershipRepo for Store {
+    async fn leader(&self) -> Result<Leader, StoreError> {
+        let row = leader_lease::Entity::find_by_id(LEASE)
+            .one(&self.db)
+            .await?
+            .ok_or_else(|| StoreError::Corrupt("the leader lease row is missing".into()))?;
+        Ok(Leader {
+            holder: row.holder,
+            address: row.address,
+            epoch: row.epoch,
+            expires_at: row.expires_at,
+            acquired_at: row.acquired_at,
+        })
+    }
+
+    async fn acquire(
+        &self,
+        holder: &str,
+        address: &str,
+        ttl: chrono::Duration,
+    ) -> Result<Option<Term>, StoreError> {
+        let now = self.clock.now();
+        let txn = self.db.begin().await?;
+        let taken = leader_lease::Entity::update_many()
+            .col_expr(Column::Epoch, Expr::col(Column::Epoch).add(1))
+            .set(leader_lease::ActiveModel {
+                holder: Set(holder.to_owned()),
+                address: Set(address.to_owned()),
+                expires_at: Set(now + ttl),
+                acquired_at: Set(now),
+                ..Default::default()
+            })
+            .filter(Column::Name.eq(LEASE))
+            .filter(Column::ExpiresAt.lte(now))
+            .exec(&txn)
+            .await?;
+        if taken.rows_affected == 0 {
+            txn.rollback().await?;
+            return Ok(None);
+        }
+        let row = leader_lease::Entity::find_by_id(LEASE)
+            .one(&txn)
+            .await?
+            .ok_or_else(|| StoreError::Corrupt("the leader lease row is missing".into()))?;
+        txn.commit().await?;
+        Ok(Some(Term {
+            holder: row.holder,
+            epoch: row.epoch,
+            expires_at: row.expires_at,
+        }))
+    }
+
+    async fn renew(&self, term: &Term, ttl: chrono::Duration) -> Result<Option<Term>, StoreError> {
+        let now = self.clock.now();
+        let until = now + ttl;
+        let renewed = leader_lease::Entity::update_many()
+            .set(leader_lease::ActiveModel {
+                expires_at: Set(until),
+                ..Default::default()
+            })
+            .filter(Column::Name.eq(LEASE))
+            .filter(Column::Holder.eq(&term.holder))
+            .filter(Column::Epoch.eq(term.epoch))
+            .filter(Column::ExpiresAt.gt(now))
+            .exec(&self.db)
+            .await?;
+        Ok((renewed.rows_affected == 1).then(|| Term {
+            expires_at: until,
+            ..term.clone()
+        }))
+    }
+
+    async fn resign(&self, term: &Term) -> Result<(), StoreError> {
+        leader_lease::Entity::update_many()
+            .set(leader_lease::ActiveModel {
+                expires_at: Set(self.clock.now()),
+                ..Default::default()
+            })
+            .filter(Column::Name.eq(LEASE))
+            .filter(Column::Holder.eq(&term.holder))
+            .filter(Column::Epoch.eq(term.epoch))
+            .exec(&self.db)
+            .await?;
+        Ok(())
+    }
+}
+
+/// What a fenced handle's transactions check before they commit.
+#[derive(Debug)]
+pub(crate) struct Fence {
+    holder: String,
+    epoch: i64,
+}
+
+impl Fence {
+    /// Fails unless the lease still names this holder and epoch, unexpired at `now`; on
+    /// PostgreSQL the row stays share-locked until `txn` ends, so no takeover commits between
+    /// this check and the caller's commit.
+    async fn hold(&self, txn: &DatabaseTransaction, now: DateTime<Utc>) -> Result<(), StoreError> {
+        let mut query = leader_lease::Entity::find_by_id(LEASE)
+            .filter(Column::Holder.eq(&self.holder))
+            .filter(Column::Epoch.eq(self.epoch))
+            .filter(Column::ExpiresAt.gt(now));
+        if txn.get_database_backend() == DbBackend::Postgres {
+            query = query.lock_shared();
+        }
+        match query.one(txn).await? {
+            Some(_) => Ok(()),
+            None => Err(StoreError::Fenced(format!(
+                "this replica's leadership (epoch {}) has ended",
+                self.epoch
+            ))),
+        }
+    }
+}
+
+impl Store {
+    /// A handle whose every transaction commits only while `term` still holds: what a leader
+    /// writes as leader (scheduling, lease lapses, checkpoints, retention) goes through it.
+    pub fn fenced(&self, term: &Term) -> Store {
+        Store {
+            fence: Some(Arc::new(Fence {
+                holder: term.holder.clone(),
+                epoch: term.epoch,
+            })),
+            ..self.clone()
+        }
+    }
+
+    /// Whether writes through this handle are fenced by a leader's term.
+    pub fn is_fenced(&self) -> bool {
+        self.fence.is_some()
+    }
+
+    /// Begins a transaction (the one way this crate does).
+    pub(crate) async fn begin(&self) -> Result<DatabaseTransaction, StoreError> {
+        Ok(self.db.begin().await?)
+    }
+
+    /// Commits `txn`, after checking the fence when this handle has one.
+    pub(crate) async fn commit(&self, txn: DatabaseTransaction) -> Result<(), StoreError> {
+        if let Some(fence) = &self.fence {
+            fence.hold(&txn, self.clock.now()).await?;
+        }
+        txn.commit().await?;
+        Ok(())
+    }
+}
