@@ -442,10 +442,14 @@ where
 {
     let mut attempt = 0;
     loop {
+        let seen = link.moved();
         match call(client(link)).await {
             Err(s) if transient(&s) => {
-                attempt += 1;
-                tokio::time::sleep(backoff(attempt).min(Duration::from_millis(300))).await;
+                if !link.failed(seen, &s) {
+                    attempt += 1;
+                    let wait = backoff(attempt).min(Duration::from_millis(300));
+                    tokio::time::sleep(link.jitter(wait)).await;
+                }
             }
             answered => return answered,
         }

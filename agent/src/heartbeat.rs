@@ -190,13 +190,25 @@ impl Agent {
     }
 
     pub(crate) async fn heartbeats(self: Arc<Self>, every: Duration, stop: CancellationToken) {
+        let mut failures = 0;
         loop {
+            // A failed heartbeat is tried again soon (on the next replica, when the link
+            // moved): the lease runs on meanwhile.
+            let wait = if failures == 0 {
+                every
+            } else {
+                self.link.jitter(backoff(failures)).min(every)
+            };
             tokio::select! {
                 () = stop.cancelled() => return,
-                () = tokio::time::sleep(every) => {}
+                () = tokio::time::sleep(wait) => {}
                 () = self.heartbeat_now.notified() => {}
             }
-            self.heartbeat(every).await;
+            failures = if self.heartbeat(every).await {
+                0
+            } else {
+                failures + 1
+            };
             let renew_at = self.lock_creds().as_ref().map(|c| c.cert.renew_at());
             if renew_at.is_some_and(|at| chrono::Utc::now() >= at) {
                 self.renew().await;
@@ -205,16 +217,17 @@ impl Agent {
     }
 
     /// One heartbeat: renews the lease (on success, from when it was sent) and reports the
-    /// inventory and the running jobs.
-    pub(crate) async fn heartbeat(&self, every: Duration) {
+    /// inventory and the running jobs. Returns whether it was accepted.
+    pub(crate) async fn heartbeat(&self, every: Duration) -> bool {
         let gpus = match self.gpus() {
             Ok(g) => g,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot read GPU inventory");
-                return;
+                return false;
             }
         };
         let job_samples = self.job_samples(&gpus);
+        let seen = self.link.moved();
         let mut client = client(&self.link);
         let mut req = Request::new(HeartbeatRequest {
             gpus,
@@ -223,16 +236,26 @@ impl Agent {
             job_samples,
         });
         // A slow answer still renews the lease from when the call was sent, so wait for
-        // one up to half a lease (a loaded control plane is not a lost one).
+        // one up to half a lease (a loaded control plane is not a lost one); with other
+        // replicas to try, a heartbeat interval (a stalled leader is not waited out).
         let half_lease = self.lock_lease().duration / 2;
-        req.set_timeout(half_lease.max(every));
+        req.set_timeout(if self.link.has_replicas() {
+            every.min(half_lease)
+        } else {
+            half_lease.max(every)
+        });
         let sent = Instant::now();
         match client.heartbeat(req).await {
             Ok(_) => {
                 let mut lease = self.lock_lease();
                 lease.valid_until = Some(sent + lease.duration);
+                true
             }
-            Err(s) => tracing::warn!(error = %s.message(), "heartbeat failed"),
+            Err(s) => {
+                tracing::warn!(error = %s.message(), "heartbeat failed");
+                self.link.failed(seen, &s);
+                false
+            }
         }
     }
 

@@ -3,11 +3,16 @@
 //! channels to the control plane that trust that CA and present that certificate.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, RwLock};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use allot_pki::NodeCert;
-use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use tokio::sync::watch;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
+use tonic::{Code, Status};
 
 use crate::AgentError;
 
@@ -64,75 +69,197 @@ pub fn save(data_dir: &Path, creds: &Credentials) -> Result<(), AgentError> {
     Ok(())
 }
 
-/// The connections to the control plane: one that presents the node certificate, swapped
-/// when the certificate is renewed, and one that presents none (to register with a
-/// bootstrap token).
+/// The connections to the control plane's replicas, one at a time: each replica's channel
+/// that presents the node certificate (swapped when the certificate is renewed) and one that
+/// presents none (to register with a bootstrap token). Calls go to the current replica;
+/// one that cannot be reached, or that answers it does not lead, moves the link on: to the
+/// leader it names when that is one of the configured endpoints, else to the next.
 pub struct Link {
-    endpoint: Endpoint,
+    servers: Vec<Endpoint>,
     ca: Certificate,
+    current: AtomicUsize,
+    /// Bumped at every move: what was opened on the replica before (the assignment
+    /// stream) re-opens on the current one.
+    moves: watch::Sender<u64>,
+    /// Spreads retries (backoff jitter): seeded once from the OS.
+    rng: Mutex<StdRng>,
+}
+
+/// One replica's endpoint and channels.
+struct Endpoint {
+    url: String,
+    endpoint: tonic::transport::Endpoint,
     node: RwLock<Option<Channel>>,
     anonymous: Channel,
 }
 
+/// The metadata key in which a follower names the leader's endpoint.
+pub const LEADER_METADATA: &str = "allot-leader";
+
 impl Link {
-    pub fn new(server: &str, ca_pem: &str) -> Result<Arc<Self>, AgentError> {
-        let endpoint = Endpoint::from_shared(server.to_owned())
-            .map_err(|e| AgentError::Endpoint(server.to_owned(), e.to_string()))?
-            .connect_timeout(Duration::from_secs(5))
-            .tcp_nodelay(true);
-        if !server.starts_with("https://") {
+    /// A link to the replicas at `servers` (`https://` URLs; at least one).
+    pub fn new(servers: &[String], ca_pem: &str) -> Result<Arc<Self>, AgentError> {
+        let ca = Certificate::from_pem(ca_pem);
+        let mut endpoints = Vec::with_capacity(servers.len());
+        for server in servers {
+            let server = server.trim().trim_end_matches('/');
+            if !server.starts_with("https://") {
+                return Err(AgentError::Endpoint(
+                    server.to_owned(),
+                    "agents speak to the control plane over TLS: use https://".into(),
+                ));
+            }
+            let endpoint = tonic::transport::Endpoint::from_shared(server.to_owned())
+                .map_err(|e| AgentError::Endpoint(server.to_owned(), e.to_string()))?
+                .connect_timeout(Duration::from_secs(3))
+                .tcp_nodelay(true);
+            let anonymous = endpoint
+                .clone()
+                .tls_config(ClientTlsConfig::new().ca_certificate(ca.clone()))
+                .map_err(|e| AgentError::Endpoint(server.to_owned(), e.to_string()))?
+                .connect_lazy();
+            endpoints.push(Endpoint {
+                url: server.to_owned(),
+                endpoint,
+                node: RwLock::new(None),
+                anonymous,
+            });
+        }
+        if endpoints.is_empty() {
             return Err(AgentError::Endpoint(
-                server.to_owned(),
-                "agents speak to the control plane over TLS: use https://".into(),
+                String::new(),
+                "no control-plane endpoint given".into(),
             ));
         }
-        let ca = Certificate::from_pem(ca_pem);
-        let anonymous = endpoint
-            .clone()
-            .tls_config(ClientTlsConfig::new().ca_certificate(ca.clone()))
-            .map_err(|e| AgentError::Endpoint(server.to_owned(), e.to_string()))?
-            .connect_lazy();
         Ok(Arc::new(Self {
-            endpoint,
+            servers: endpoints,
             ca,
-            node: RwLock::new(None),
-            anonymous,
+            current: AtomicUsize::new(0),
+            moves: watch::Sender::new(0),
+            rng: Mutex::new(StdRng::from_os_rng()),
         }))
+    }
+
+    fn now(&self) -> &Endpoint {
+        let i = self.current.load(Ordering::Acquire) % self.servers.len();
+        &self.servers[i]
+    }
+
+    /// The URL of the replica calls go to now.
+    pub fn server(&self) -> &str {
+        &self.now().url
     }
 
     /// From now on, calls present these credentials (new connections; calls in flight finish
     /// on the old one).
     pub fn present(&self, creds: &Credentials) -> Result<(), AgentError> {
-        let tls = ClientTlsConfig::new()
-            .ca_certificate(self.ca.clone())
-            .identity(Identity::from_pem(&creds.cert_pem, &creds.key_pem));
-        let channel = self
-            .endpoint
-            .clone()
-            .tls_config(tls)
-            .map_err(|e| AgentError::Credentials(e.to_string()))?
-            .connect_lazy();
-        *self.node.write().unwrap_or_else(|e| e.into_inner()) = Some(channel);
+        for server in &self.servers {
+            let tls = ClientTlsConfig::new()
+                .ca_certificate(self.ca.clone())
+                .identity(Identity::from_pem(&creds.cert_pem, &creds.key_pem));
+            let channel = server
+                .endpoint
+                .clone()
+                .tls_config(tls)
+                .map_err(|e| AgentError::Credentials(e.to_string()))?
+                .connect_lazy();
+            *server.node.write().unwrap_or_else(|e| e.into_inner()) = Some(channel);
+        }
         Ok(())
     }
 
     /// Stops presenting the node certificate (the control plane refused it).
     pub fn forget(&self) {
-        *self.node.write().unwrap_or_else(|e| e.into_inner()) = None;
+        for server in &self.servers {
+            *server.node.write().unwrap_or_else(|e| e.into_inner()) = None;
+        }
     }
 
     /// The channel that presents the node certificate, if there is one yet.
     pub fn node(&self) -> Option<Channel> {
-        self.node.read().unwrap_or_else(|e| e.into_inner()).clone()
+        self.now()
+            .node
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// [`Link::node`], or the anonymous channel (whose calls the control plane refuses, as
     /// it should, until the node has registered).
     pub fn channel(&self) -> Channel {
-        self.node().unwrap_or_else(|| self.anonymous.clone())
+        self.node().unwrap_or_else(|| self.anonymous())
     }
 
     pub fn anonymous(&self) -> Channel {
-        self.anonymous.clone()
+        self.now().anonymous.clone()
     }
+
+    /// How many times the link has moved: pass it to [`Link::failed`] with the answer of a
+    /// call made on the replica current then.
+    pub fn moved(&self) -> u64 {
+        *self.moves.borrow()
+    }
+
+    /// Follows the link's moves.
+    pub fn moves(&self) -> watch::Receiver<u64> {
+        self.moves.subscribe()
+    }
+
+    /// A call made when the link had moved `seen` times failed with `status`: when the
+    /// replica could not be reached, or said it does not lead, calls move on (unless another
+    /// call moved them already): to the leader it names, when that is one of ours, else
+    /// to the next replica. Returns whether the link moved.
+    pub fn failed(&self, seen: u64, status: &Status) -> bool {
+        if self.servers.len() < 2 || !moves_on(status) {
+            return false;
+        }
+        let named = status
+            .metadata()
+            .get(LEADER_METADATA)
+            .and_then(|v| v.to_str().ok())
+            .map(|v| v.trim_end_matches('/'));
+        let mut moved = false;
+        self.moves.send_if_modified(|count| {
+            if *count != seen {
+                return false;
+            }
+            let at = self.current.load(Ordering::Acquire) % self.servers.len();
+            let next = named
+                .and_then(|url| self.servers.iter().position(|s| s.url == url))
+                .filter(|i| *i != at)
+                .unwrap_or((at + 1) % self.servers.len());
+            self.current.store(next, Ordering::Release);
+            *count += 1;
+            moved = true;
+            true
+        });
+        if moved {
+            tracing::info!(to = %self.server(), why = %status.message(), "moving to another control-plane replica");
+        }
+        moved
+    }
+
+    /// Whether there is another replica to move to.
+    pub fn has_replicas(&self) -> bool {
+        self.servers.len() > 1
+    }
+
+    /// `d` spread by ±50%, so agents that lost the same replica do not come back at once.
+    pub fn jitter(&self, d: Duration) -> Duration {
+        let factor = self
+            .rng
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .random_range(0.5..1.5);
+        d.mul_f64(factor)
+    }
+}
+
+/// Answers after which calls move to another replica: it cannot be reached, timed out, or
+/// does not lead.
+pub fn moves_on(status: &Status) -> bool {
+    matches!(
+        status.code(),
+        Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled | Code::Unknown
+    )
 }

@@ -56,8 +56,9 @@ pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
 #[derive(Debug, Clone)]
 pub struct AgentConfig {
-    /// The control plane's gRPC endpoint, e.g. `https://cp.example:7070`.
-    pub server: String,
+    /// The control plane's gRPC endpoints, e.g. `https://cp.example:7070`: one, or each
+    /// replica's (the agent follows the leader among them).
+    pub servers: Vec<String>,
     /// The control plane's node CA (PEM): the agent trusts the server certificate it signed.
     pub ca_cert_pem: String,
     /// A one-time bootstrap token, needed to register when the node has no certificate yet
@@ -286,7 +287,7 @@ pub async fn run(
     backend: Arc<dyn GpuBackend>,
     shutdown: CancellationToken,
 ) -> Result<(), AgentError> {
-    let link = Link::new(&cfg.server, &cfg.ca_cert_pem)?;
+    let link = Link::new(&cfg.servers, &cfg.ca_cert_pem)?;
     let runtime = prepare_runtime(&cfg, backend.as_ref())?;
     let creds = identity::load(&cfg.data_dir, &cfg.node_name)?;
     match &creds {
@@ -390,7 +391,9 @@ pub async fn run(
                 StreamEnd::Unreachable => failures + 1,
             };
             // Heartbeats may already say the node is back: re-open the stream promptly.
-            let wait = backoff(failures).min(Duration::from_secs(1));
+            let wait = agent
+                .link
+                .jitter(backoff(failures).min(Duration::from_secs(1)));
             tokio::select! {
                 () = shutdown.cancelled() => break 'register,
                 () = tokio::time::sleep(wait) => {}

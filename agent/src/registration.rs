@@ -26,6 +26,7 @@ impl Agent {
     ) -> Result<Option<Duration>, AgentError> {
         let mut attempt = 0;
         loop {
+            let seen = self.link.moved();
             let (channel, bootstrap_token) = match self.link.node() {
                 Some(channel) => (channel, String::new()),
                 None => match &self.cfg.bootstrap_token {
@@ -60,7 +61,7 @@ impl Agent {
                 memory_bytes: self.cfg.offer.memory_bytes,
                 runtime: self.runtime.kind().as_str().to_owned(),
                 address: if self.cfg.address.is_empty() {
-                    crate::route_address(&self.cfg.server)
+                    crate::route_address(self.link.server())
                 } else {
                     self.cfg.address.clone()
                 },
@@ -91,10 +92,16 @@ impl Agent {
                 }
                 Err(s) => {
                     tracing::warn!(node = %self.cfg.node_name, error = %s.message(), "registration failed; retrying");
-                    attempt += 1;
+                    let wait = if self.link.failed(seen, &s) {
+                        // Another replica: try it at once.
+                        Duration::from_millis(50)
+                    } else {
+                        attempt += 1;
+                        self.link.jitter(backoff(attempt))
+                    };
                     tokio::select! {
                         () = stop.cancelled() => return Ok(None),
-                        () = tokio::time::sleep(backoff(attempt)) => {}
+                        () = tokio::time::sleep(wait) => {}
                     }
                 }
             }
@@ -118,6 +125,7 @@ impl Agent {
         let req = RenewCertificateRequest {
             csr_pem: request.csr_pem,
         };
+        let seen = self.link.moved();
         match client(&self.link).renew_certificate(req).await {
             Ok(res) => match self.adopt(request.key_pem, res.into_inner().certificate_pem) {
                 Ok(()) => {
@@ -126,7 +134,10 @@ impl Agent {
                 }
                 Err(e) => tracing::warn!(error = %e, "renewed node certificate not taken"),
             },
-            Err(s) => tracing::warn!(error = %s.message(), "renewing the node certificate failed"),
+            Err(s) => {
+                self.link.failed(seen, &s);
+                tracing::warn!(error = %s.message(), "renewing the node certificate failed");
+            }
         }
     }
 }

@@ -21,6 +21,8 @@ impl Agent {
         stop: &CancellationToken,
         tasks: &mut JoinSet<()>,
     ) -> StreamEnd {
+        let seen = self.link.moved();
+        let mut moves = self.link.moves();
         let mut stream = match client(&self.link)
             .watch_assignments(WatchAssignmentsRequest {})
             .await
@@ -28,6 +30,7 @@ impl Agent {
             Ok(s) => s.into_inner(),
             Err(s) => {
                 tracing::warn!(error = %s.message(), "cannot watch assignments");
+                self.link.failed(seen, &s);
                 return if s.code() == Code::Unauthenticated {
                     StreamEnd::Unauthenticated
                 } else {
@@ -39,6 +42,11 @@ impl Agent {
             let msg = tokio::select! {
                 () = stop.cancelled() => return StreamEnd::Stopped,
                 Some(_) = tasks.join_next(), if !tasks.is_empty() => continue,
+                // Calls moved to another replica: the stream follows them.
+                Ok(()) = moves.changed() => {
+                    tracing::info!(to = %self.link.server(), "assignment stream moving to another replica");
+                    return StreamEnd::Broke;
+                }
                 msg = stream.message() => msg,
             };
             match msg {
@@ -55,6 +63,7 @@ impl Agent {
                 }
                 Err(s) => {
                     tracing::warn!(error = %s.message(), "assignment stream broke");
+                    self.link.failed(seen, &s);
                     return StreamEnd::Broke;
                 }
             }

@@ -165,7 +165,7 @@ pub async fn agent_config(
     data_dir: std::path::PathBuf,
 ) -> AgentConfig {
     AgentConfig {
-        server: server.grpc_url(),
+        servers: vec![server.grpc_url()],
         ca_cert_pem: server.node_ca_pem.clone(),
         bootstrap_token: Some(bootstrap_token(server).await),
         node_name: name.to_owned(),

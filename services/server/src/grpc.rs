@@ -26,6 +26,8 @@ use tonic::{Request, Response, Status};
 use crate::hub::{self, Hub};
 
 pub struct NodeSvc {
+    /// Agents are served by the leading replica only; the others point them there.
+    pub leadership: Arc<crate::leadership::Leadership>,
     pub store: Store,
     pub hub: Arc<Hub>,
     pub notify: Arc<Notify>,
@@ -273,7 +275,28 @@ fn presented<T>(req: &Request<T>) -> Result<Option<NodeCert>, Status> {
         .map_err(|e| Status::unauthenticated(format!("client certificate: {e}")))
 }
 
+/// The metadata key naming the leader's gRPC endpoint on a follower's refusal.
+pub const LEADER_METADATA: &str = "allot-leader";
+
 impl NodeSvc {
+    /// Refuses the call unless this replica leads: `UNAVAILABLE`, naming the leader's
+    /// endpoint (in `allot-leader`) when it is known, so the agent goes there.
+    fn leading(&self) -> Result<(), Status> {
+        match self.leadership.role() {
+            crate::leadership::Role::Leader { .. } => Ok(()),
+            crate::leadership::Role::Follower { leader } => {
+                let mut status = Status::unavailable(match &leader {
+                    Some(at) => format!("this replica does not lead; the leader is at {at}"),
+                    None => "this replica does not lead, and no replica leads yet".to_owned(),
+                });
+                if let Some(value) = leader.and_then(|l| l.parse().ok()) {
+                    status.metadata_mut().insert(LEADER_METADATA, value);
+                }
+                Err(status)
+            }
+        }
+    }
+
     /// A call refused for who made it (a bad token, a revoked certificate, a certificate of
     /// another node): counted against its address, past the limit answered
     /// `RESOURCE_EXHAUSTED`, and recorded in the system audit log either way.
@@ -695,6 +718,7 @@ impl allot_proto::NodeService for NodeSvc {
         &self,
         req: Request<RegisterRequest>,
     ) -> Result<Response<RegisterResponse>, Status> {
+        self.leading()?;
         let claimed: String = req.get_ref().node_name.chars().take(253).collect();
         let ctx = node_ctx(&req, &claimed);
         match self.register_node(req).await {
@@ -707,6 +731,7 @@ impl allot_proto::NodeService for NodeSvc {
         &self,
         req: Request<RenewCertificateRequest>,
     ) -> Result<Response<RenewCertificateResponse>, Status> {
+        self.leading()?;
         let node = self.node(&req, "RenewCertificate").await?;
         let ctx = node_ctx(&req, &node.id);
         let cert = presented(&req)?
@@ -735,6 +760,7 @@ impl allot_proto::NodeService for NodeSvc {
         &self,
         req: Request<HeartbeatRequest>,
     ) -> Result<Response<HeartbeatResponse>, Status> {
+        self.leading()?;
         let node = self.node(&req, "Heartbeat").await?;
         let ctx = node_ctx(&req, &node.id);
         let was_ready = self.store.clock().now() < node.lease_expires_at;
@@ -826,6 +852,23 @@ impl allot_proto::NodeService for NodeSvc {
             ctx,
         )
         .await?;
+        // Jobs it runs that are being stopped: the stop may have been asked through another
+        // replica, whose message reached no stream. Sent again now and then (agents act on
+        // the first stop of an attempt only).
+        let stopping: Vec<(String, u32)> = on_node
+            .iter()
+            .filter(|j| j.cancel_requested || j.preempt_reason.is_some())
+            .filter(|j| r.running_job_ids.contains(&j.id))
+            .map(|j| (j.id.clone(), j.attempt))
+            .collect();
+        for id in self
+            .hub
+            .stops_due(&node.id, &stopping, self.heartbeat_interval * 2)
+        {
+            if let Some(job) = on_node.iter().find(|j| j.id == id) {
+                self.hub.send(&node.id, hub::cancel(job));
+            }
+        }
         // Launches the agent should be running by now but is not: the stream that carried
         // them may have died unnoticed. Send again those still current (agents launch each
         // attempt once, so a duplicate is harmless).
@@ -859,6 +902,7 @@ impl allot_proto::NodeService for NodeSvc {
         &self,
         req: Request<WatchAssignmentsRequest>,
     ) -> Result<Response<Self::WatchAssignmentsStream>, Status> {
+        self.leading()?;
         let node = self.node(&req, "WatchAssignments").await?;
         // Subscribe first, then replay what the node holds: a job scheduled in between is
         // sent twice, which agents ignore, rather than not at all.
@@ -879,6 +923,7 @@ impl allot_proto::NodeService for NodeSvc {
     }
 
     async fn append_job_logs(&self, req: Request<JobLogs>) -> Result<Response<JobLogsAck>, Status> {
+        self.leading()?;
         let node = self.node(&req, "AppendJobLogs").await?;
         let chunks = req.into_inner().chunks;
         let mut refused = 0u32;
@@ -929,6 +974,7 @@ impl allot_proto::NodeService for NodeSvc {
         &self,
         req: Request<JobStatusReport>,
     ) -> Result<Response<JobStatusAck>, Status> {
+        self.leading()?;
         let node = self.node(&req, "ReportJobStatus").await?;
         let ctx = node_ctx(&req, &node.id);
         let r = req.into_inner();

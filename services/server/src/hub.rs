@@ -21,6 +21,10 @@ pub struct Hub {
     unconfirmed: Mutex<HashMap<String, Unconfirmed>>,
     /// The MIG layout last sent for each GPU, and when.
     partitions: Mutex<HashMap<String, SentLayout>>,
+    /// Per node, the stops sent on its heartbeats for jobs it still runs while they are
+    /// being stopped, and when: a cancel or drain asked through another replica reaches the
+    /// node this way.
+    stops: Mutex<HashMap<String, Unconfirmed>>,
     /// Per node, jobs that ended (or that the control plane never gave it) whose GPUs are
     /// held back from placement until the node's heartbeat no longer shows the job: a
     /// job's capacity ends when its node has seen its processes gone.
@@ -117,6 +121,33 @@ impl Hub {
             .collect()
     }
 
+    /// Of `stopping`, jobs (id, attempt) the node still runs although they are being
+    /// stopped, those whose stop to send now: not sent yet, or last sent `every` ago. What is
+    /// no longer among them is forgotten.
+    pub fn stops_due(
+        &self,
+        node_id: &str,
+        stopping: &[(String, u32)],
+        every: Duration,
+    ) -> Vec<String> {
+        let mut map = lock(&self.stops);
+        let sent = map.entry(node_id.to_owned()).or_default();
+        sent.retain(|id, (attempt, _)| stopping.iter().any(|(j, a)| j == id && a == attempt));
+        let now = Instant::now();
+        let mut due = Vec::new();
+        for (id, attempt) in stopping {
+            let last = sent.get(id).map(|(_, at)| *at);
+            if last.is_none_or(|at| now.duration_since(at) >= every) {
+                sent.insert(id.clone(), (*attempt, now));
+                due.push(id.clone());
+            }
+        }
+        if sent.is_empty() {
+            map.remove(node_id);
+        }
+        due
+    }
+
     /// Whether to send `layout` to `gpu` now: not when the same was sent less than
     /// [`PARTITION_RESEND`] ago (the node is applying it). Remembers it as sent.
     pub fn partition_due(&self, gpu: &str, layout: &[(u32, u8)]) -> bool {
@@ -208,6 +239,15 @@ impl Hub {
     /// Ends every open stream, so that connected agents see the control plane go away.
     pub fn close_all(&self) {
         self.lock().clear();
+    }
+
+    /// Forgets what was sent and held back (a new term starts from what the database and
+    /// the nodes' next heartbeats say).
+    pub fn reset(&self) {
+        lock(&self.unconfirmed).clear();
+        lock(&self.partitions).clear();
+        lock(&self.withheld).clear();
+        lock(&self.stops).clear();
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, AssignmentTx>> {

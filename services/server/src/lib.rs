@@ -8,6 +8,7 @@ pub mod gangs;
 pub mod grpc;
 pub mod hub;
 pub mod launches;
+pub mod leadership;
 mod leases;
 pub mod metrics;
 pub mod pki;
@@ -52,6 +53,17 @@ pub struct ServerConfig {
     pub heartbeat_interval: Duration,
     /// Scheduling passes run at least this often.
     pub schedule_interval: Duration,
+    /// This replica's name, the holder of the leader lease when it leads. Unique among the
+    /// replicas sharing a database; a replica started again under its name takes its lease
+    /// back at once.
+    pub replica_name: String,
+    /// Where agents reach this replica's gRPC endpoint (followers point agents there when it
+    /// leads). `None`: `https://` and the bound address.
+    pub grpc_advertise: Option<String>,
+    /// How long the leader lease lasts unrenewed (renewed every third of it): about the
+    /// longest a failed leader leaves the control plane without one. Keep it well inside
+    /// the node `lease`, so agents find the next leader before their jobs' lease runs out.
+    pub leader_lease: Duration,
     /// The placement policy (`allot_scheduler::LIVE_POLICIES`); `allot` by default.
     pub placement_policy: String,
     /// Seeds the policy's tie-breaks, so a given history places the same way.
@@ -123,6 +135,9 @@ impl ServerConfig {
             lease: Duration::from_secs(15),
             heartbeat_interval: Duration::from_secs(3),
             schedule_interval: Duration::from_secs(2),
+            replica_name: format!("replica-{}", uuid::Uuid::new_v4().simple()),
+            grpc_advertise: None,
+            leader_lease: Duration::from_secs(5),
             placement_policy: "allot".to_owned(),
             scheduler_seed: 42,
             min_runtime: Duration::from_secs(60),
@@ -196,6 +211,7 @@ pub enum ServerError {
 
 /// Routes API events into the scheduling loop and the agents' streams.
 struct Events {
+    leadership: Arc<leadership::Leadership>,
     notify: Arc<Notify>,
     hub: Arc<Hub>,
     store: Store,
@@ -236,6 +252,14 @@ impl ControlEvents for Events {
         use allot_api::ApiError;
         use allot_store::{JobFilter, JobRepo, NodeRepo, TenantRepo, TenantScope};
         Box::pin(async move {
+            // Checked against placements under the scheduling passes' lock, which only the
+            // leader holds: another replica sends the client there.
+            if !self.leadership.leads() {
+                return Err(ApiError::Unavailable(
+                    "resizes are decided by the leading replica; retry (through the load                      balancer) until it answers"
+                        .into(),
+                ));
+            }
             let _turn = self.turn.lock().await;
             let holding = self
                 .store
@@ -282,6 +306,8 @@ pub struct RunningServer {
     pub store: Store,
     /// Set when this start created the first admin token; shown once.
     pub bootstrap_admin_token: Option<String>,
+    /// Whether this replica leads.
+    pub leadership: Arc<leadership::Leadership>,
     stop: CancellationToken,
     hub: Arc<Hub>,
     http: actix_web::dev::ServerHandle,
@@ -483,26 +509,32 @@ pub async fn start(
     });
     // Refuse to start without a key in force, rather than fail every checkpoint later.
     keys.active(clock.now())?;
-    let scheduler = LiveScheduler::new(
-        &config.placement_policy,
-        config.scheduler_seed,
-        EngineConfig {
+    // Each term of leadership schedules with a scheduler of its own, which takes up the
+    // fair-share history the last leader saved; one is built now to refuse a bad policy.
+    let make_scheduler = {
+        let policy = config.placement_policy.clone();
+        let seed = config.scheduler_seed;
+        let engine = EngineConfig {
             min_runtime_secs: i64::try_from(config.min_runtime.as_secs()).unwrap_or(i64::MAX),
             gpu_limits: config.gpu_limits,
-        },
-    )?
-    // Two missed heartbeats and a half: probably gone, though the lease still stands.
-    .with_suspect_after(config.heartbeat_interval.mul_f64(2.5));
-    let scheduler = match config.fair_share_half_life {
-        Some(h) => scheduler.with_fair_share_half_life(h),
-        None => scheduler,
+        };
+        // Two missed heartbeats and a half: probably gone, though the lease still stands.
+        let suspect_after = config.heartbeat_interval.mul_f64(2.5);
+        let half_life = config.fair_share_half_life;
+        move || -> Result<LiveScheduler, allot_scheduler::LiveError> {
+            let scheduler =
+                LiveScheduler::new(&policy, seed, engine)?.with_suspect_after(suspect_after);
+            Ok(match half_life {
+                Some(h) => scheduler.with_fair_share_half_life(h),
+                None => scheduler,
+            })
+        }
     };
+    make_scheduler()?;
     let mut store = Store::connect(&config.database_url, clock.clone()).await?;
     if !config.secrets_key.trim().is_empty() {
         store = store.with_secret_keys(allot_store::SecretKeys::parse(&config.secrets_key)?);
     }
-    let bootstrap_admin_token = bootstrap_admin(&store).await?;
-
     let http_listener =
         std::net::TcpListener::bind(config.http_listen).map_err(|source| ServerError::Bind {
             what: "HTTP API",
@@ -540,6 +572,7 @@ pub async fn start(
     let notify = Arc::new(Notify::new());
     let turn = Arc::new(tokio::sync::Mutex::new(()));
     let hub = Arc::new(Hub::default());
+    let leadership = Arc::new(leadership::Leadership::default());
     let (audit_batcher, batcher_task) = allot_store::AuditBatcher::start(store.clone(), 512);
     let (job_logs, _) = tokio::sync::broadcast::channel(1024);
     let state = AppState {
@@ -575,6 +608,7 @@ pub async fn start(
         trusted_proxies: config.trusted_proxies.clone(),
         store: store.clone(),
         events: Arc::new(Events {
+            leadership: leadership.clone(),
             notify: notify.clone(),
             hub: hub.clone(),
             store: store.clone(),
@@ -625,6 +659,7 @@ pub async fn start(
     ]);
 
     let svc = grpc::NodeSvc {
+        leadership: leadership.clone(),
         store: store.clone(),
         hub: hub.clone(),
         notify: notify.clone(),
@@ -656,38 +691,72 @@ pub async fn start(
         }
     }));
 
-    tasks.push(tokio::spawn(scheduling::run(
-        store.clone(),
-        hub.clone(),
-        scheduler,
-        elastic,
-        turn,
-        notify,
-        config.schedule_interval,
-        metrics.clone(),
-        stop.clone(),
-    )));
-
-    let checkpointer = checkpoints::Checkpointer {
-        store: store.clone(),
-        keys,
-        origin: config.audit_origin.clone(),
-        sink: config.checkpoint_dir.clone().map(|dir| {
+    let leader_work: leadership::LeaderWork = {
+        let hub = hub.clone();
+        let metrics = metrics.clone();
+        let schedule_interval = config.schedule_interval;
+        let checkpoint_interval = config.checkpoint_interval;
+        let origin = config.audit_origin.clone();
+        let sink = config.checkpoint_dir.clone().map(|dir| {
             Arc::new(checkpoints::DirSink { dir }) as Arc<dyn checkpoints::CheckpointSink>
-        }),
-    };
-    let retention = config
-        .audit_retention
-        .and_then(|d| chrono::Duration::from_std(d).ok())
-        .map(|keep| checkpoints::Retention {
-            store: store.clone(),
-            keep,
         });
-    tasks.push(tokio::spawn(checkpointer.run(
-        config.checkpoint_interval,
-        retention,
-        stop.clone(),
-    )));
+        let keep = config
+            .audit_retention
+            .and_then(|d| chrono::Duration::from_std(d).ok());
+        Box::new(move |store: Store, stop: CancellationToken| {
+            let mut tasks = Vec::new();
+            match make_scheduler() {
+                Ok(scheduler) => tasks.push(tokio::spawn(scheduling::run(
+                    store.clone(),
+                    hub.clone(),
+                    scheduler,
+                    elastic.clone(),
+                    turn.clone(),
+                    notify.clone(),
+                    schedule_interval,
+                    metrics.clone(),
+                    stop.clone(),
+                ))),
+                Err(e) => tracing::error!(error = %e, "no scheduler; nothing is scheduled"),
+            }
+            let checkpointer = checkpoints::Checkpointer {
+                store: store.clone(),
+                keys: keys.clone(),
+                origin: origin.clone(),
+                sink: sink.clone(),
+            };
+            let retention = keep.map(|keep| checkpoints::Retention {
+                store: store.clone(),
+                keep,
+            });
+            tasks.push(tokio::spawn(checkpointer.run(
+                checkpoint_interval,
+                retention,
+                stop,
+            )));
+            tasks
+        })
+    };
+    let campaign = leadership::Campaign {
+        store: store.clone(),
+        replica: config.replica_name.clone(),
+        address: config
+            .grpc_advertise
+            .clone()
+            .unwrap_or_else(|| format!("https://{grpc_addr}")),
+        ttl: config.leader_lease,
+        hub: hub.clone(),
+        leadership: leadership.clone(),
+        work: leader_work,
+        grace: SHUTDOWN_GRACE / 2,
+    };
+    // A replica that leads from the start bootstraps a first start, before it serves.
+    let first_term = campaign.try_acquire().await;
+    let bootstrap_admin_token = match &first_term {
+        Some(term) => bootstrap_admin(&store.fenced(term)).await?,
+        None => None,
+    };
+    tasks.push(tokio::spawn(campaign.run(first_term, stop.clone())));
 
     tracing::info!(%http_addr, %grpc_addr, backend = store.backend_name(), "control plane started");
     Ok(RunningServer {
@@ -698,6 +767,7 @@ pub async fn start(
         node_ca_pem: ca.cert_pem().to_owned(),
         store,
         bootstrap_admin_token,
+        leadership,
         stop,
         hub,
         http: http_handle,

@@ -12,8 +12,8 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 use sea_orm::sea_query::{Expr, ExprTrait};
 use sea_orm::{
-    ActiveValue::Set, ColumnTrait, ConnectionTrait, DatabaseTransaction, DbBackend, EntityTrait,
-    QueryFilter, QuerySelect, TransactionTrait,
+    ActiveValue::Set, ColumnTrait, Condition, ConnectionTrait, DatabaseTransaction, DbBackend,
+    EntityTrait, QueryFilter, QuerySelect, TransactionTrait,
 };
 
 use crate::entities::leader_lease::{self, Column};
@@ -52,8 +52,10 @@ pub struct Term {
 pub trait LeadershipRepo {
     /// The lease as it stands.
     fn leader(&self) -> impl Future<Output = Result<Leader, StoreError>> + Send;
-    /// Takes the lease for `holder` (reached at `address`) for `ttl`, if it has expired: the
-    /// new term, with the next epoch; `None` while another holds it.
+    /// Takes the lease for `holder` (reached at `address`) for `ttl`, if it has expired or
+    /// `holder` held it last (a replica started again under its name: whatever is left of
+    /// its earlier run is fenced off by the new epoch): the new term, with the next epoch;
+    /// `None` while another holds it.
     fn acquire(
         &self,
         holder: &str,
@@ -104,7 +106,11 @@ impl LeadershipRepo for Store {
                 ..Default::default()
             })
             .filter(Column::Name.eq(LEASE))
-            .filter(Column::ExpiresAt.lte(now))
+            .filter(
+                Condition::any()
+                    .add(Column::ExpiresAt.lte(now))
+                    .add(Column::Holder.eq(holder)),
+            )
             .exec(&txn)
             .await?;
         if taken.rows_affected == 0 {

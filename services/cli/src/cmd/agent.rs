@@ -10,7 +10,8 @@ use tokio_util::sync::CancellationToken;
 
 #[derive(Debug, Args)]
 pub struct AgentArgs {
-    /// The control plane's gRPC endpoint (mutual TLS).
+    /// The control plane's gRPC endpoint (mutual TLS): one, or each replica's,
+    /// comma-separated (the agent follows the leader among them).
     #[arg(
         long,
         env = "ALLOT_AGENT_SERVER",
@@ -115,12 +116,14 @@ pub enum RuntimeKindArg {
 impl RuntimeArgs {
     /// The runtime to configure, refusing unconfined jobs on a node that is not
     /// loopback-only unless the operator said so twice.
-    pub fn choice(&self, server: &str) -> anyhow::Result<allot_agent::RuntimeChoice> {
+    pub fn choice(&self, servers: &[String]) -> anyhow::Result<allot_agent::RuntimeChoice> {
         match self.kind {
             RuntimeKindArg::Process => {
-                let loopback = server.contains("://127.")
-                    || server.contains("://localhost")
-                    || server.contains("://[::1]");
+                let loopback = servers.iter().all(|server| {
+                    server.contains("://127.")
+                        || server.contains("://localhost")
+                        || server.contains("://[::1]")
+                });
                 if !loopback && !self.allow_unconfined_jobs {
                     anyhow::bail!(
                         "--runtime process runs every job unconfined, as this agent's user: on a \
@@ -219,11 +222,20 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     let stop = CancellationToken::new();
     let ca_cert_pem = std::fs::read_to_string(&args.ca_cert)
         .with_context(|| format!("--ca-cert: reading {}", args.ca_cert.display()))?;
-    let runtime = args.runtime.choice(&args.server)?;
+    let servers: Vec<String> = args
+        .server
+        .split(',')
+        .map(|s| s.trim().to_owned())
+        .filter(|s| !s.is_empty())
+        .collect();
+    if servers.is_empty() {
+        anyhow::bail!("--server: at least one https:// URL");
+    }
+    let runtime = args.runtime.choice(&servers)?;
     let config = AgentConfig {
         runtime,
         address: args.advertise_address.unwrap_or_default(),
-        server: args.server,
+        servers,
         ca_cert_pem,
         bootstrap_token: args.bootstrap_token.filter(|t| !t.trim().is_empty()),
         node_name: name,

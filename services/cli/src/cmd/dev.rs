@@ -155,7 +155,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         tmp_size: 1 << 30,
         pids_limit: 4096,
     }
-    .choice(&server.grpc_url())?;
+    .choice(&[server.grpc_url()])?;
     if matches!(runtime, allot_agent::RuntimeChoice::Oci(_)) {
         // The containers' user namespaces pass through the data dir to their images; what
         // is secret in it keeps its own mode.
@@ -199,7 +199,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
             Some(token)
         };
         let cfg = AgentConfig {
-            server: server.grpc_url(),
+            servers: vec![server.grpc_url()],
             ca_cert_pem: server.node_ca_pem.clone(),
             bootstrap_token,
             node_name: name.clone(),

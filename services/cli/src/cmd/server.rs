@@ -29,6 +29,8 @@ pub struct ServerArgs {
     metrics_listen: SocketAddr,
     #[command(flatten)]
     agents: AgentTlsArgs,
+    #[command(flatten)]
+    replica: ReplicaArgs,
     /// A directory with `allot.cedarschema` and `*.cedar` policies that replace the shipped
     /// authorization policies (they must validate, or the server does not start).
     #[arg(long, env = "ALLOT_POLICY_DIR")]
@@ -93,6 +95,50 @@ impl AgentTlsArgs {
             config.grpc_names.push(host);
         }
         config.node_cert_ttl = std::time::Duration::from_secs(self.node_cert_hours * 3600);
+    }
+}
+
+/// Several replicas on one PostgreSQL database: one leads (schedules, serves the agents),
+/// all serve the API. See docs/operations.md.
+#[derive(Debug, clap::Args)]
+pub struct ReplicaArgs {
+    /// This replica's name, unique among the replicas of one database (default: the host
+    /// name). A replica started again under its name takes its leader lease back at once.
+    #[arg(long, env = "ALLOT_REPLICA_NAME")]
+    replica_name: Option<String>,
+    /// Where agents reach this replica's gRPC port, as `https://host:port` (default: the
+    /// --grpc-listen address). Followers send agents to the leader's.
+    #[arg(long, env = "ALLOT_GRPC_ADVERTISE")]
+    grpc_advertise: Option<String>,
+    /// Seconds the leader lease lasts unrenewed (renewed every third of it): about how long
+    /// a failed leader leaves the control plane without one. Keep it well under the node
+    /// lease (15 s).
+    #[arg(long, env = "ALLOT_LEADER_LEASE_SECS", default_value_t = 5,
+        value_parser = clap::value_parser!(u64).range(1..=600))]
+    leader_lease_secs: u64,
+}
+
+impl ReplicaArgs {
+    pub fn apply(&self, config: &mut ServerConfig) -> anyhow::Result<()> {
+        config.replica_name = match &self.replica_name {
+            Some(name) if name.trim().is_empty() || name.len() > 200 => {
+                anyhow::bail!("--replica-name: 1 to 200 characters")
+            }
+            Some(name) => name.clone(),
+            None => nix::unistd::gethostname()
+                .ok()
+                .and_then(|h| h.into_string().ok())
+                .filter(|h| !h.is_empty())
+                .unwrap_or_else(|| "allot".to_owned()),
+        };
+        if let Some(url) = &self.grpc_advertise {
+            if !url.starts_with("https://") || reqwest::Url::parse(url).is_err() {
+                anyhow::bail!("--grpc-advertise: an https:// URL, e.g. https://cp1.example:7070");
+            }
+            config.grpc_advertise = Some(url.clone());
+        }
+        config.leader_lease = std::time::Duration::from_secs(self.leader_lease_secs);
+        Ok(())
     }
 }
 
@@ -373,6 +419,7 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
     };
     let mut config = ServerConfig::new(database_url);
     args.agents.apply(&args.data_dir, &mut config);
+    args.replica.apply(&mut config)?;
     config.http_listen = args.listen;
     config.grpc_listen = args.grpc_listen;
     config.metrics_listen = Some(args.metrics_listen);

@@ -1,0 +1,206 @@
+//! Which replica leads. Every replica serves the API and the portal; exactly one, the
+//! leader, runs what must run once (the scheduling loop with its lease lapses, requeues,
+//! time limits, gangs, elastic plan and budgets; the audit checkpointer and retention) and
+//! serves the agents, whose assignment streams it alone feeds. Leadership is the lease in
+//! the database (`allot_store::LeadershipRepo`): taken once it has expired, renewed every
+//! third of it, given up on a clean stop. What the leader writes as leader goes through a
+//! store handle fenced by its term, so a leader that was paused past its lease writes
+//! nothing after it wakes; it then stops its leader work, closes its agents' streams and
+//! follows.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use allot_store::{LeadershipRepo, Store, Term};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::hub::Hub;
+
+/// This replica's part.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Role {
+    /// Another replica leads, reached by agents at `leader` when that is known.
+    Follower { leader: Option<String> },
+    /// This replica leads under `epoch`.
+    Leader { epoch: i64 },
+}
+
+/// This replica's part as it stands, for the gRPC service and the API.
+#[derive(Debug)]
+pub struct Leadership {
+    role: watch::Sender<Role>,
+}
+
+impl Default for Leadership {
+    fn default() -> Self {
+        Self {
+            role: watch::Sender::new(Role::Follower { leader: None }),
+        }
+    }
+}
+
+impl Leadership {
+    pub fn role(&self) -> Role {
+        self.role.borrow().clone()
+    }
+
+    pub fn leads(&self) -> bool {
+        matches!(*self.role.borrow(), Role::Leader { .. })
+    }
+
+    /// Follows changes of part (tests wait on it).
+    pub fn watch(&self) -> watch::Receiver<Role> {
+        self.role.subscribe()
+    }
+
+    fn set(&self, role: Role) {
+        self.role.send_if_modified(|r| {
+            let changed = *r != role;
+            *r = role;
+            changed
+        });
+    }
+}
+
+/// What runs while this replica leads: started with the term's fenced store, it ends when
+/// the token is cancelled.
+pub type LeaderWork = Box<dyn Fn(Store, CancellationToken) -> Vec<JoinHandle<()>> + Send + Sync>;
+
+/// The replica's campaign for the lease, and its leader work while it holds it.
+pub struct Campaign {
+    pub store: Store,
+    /// This replica's name (the lease's holder).
+    pub replica: String,
+    /// Where agents reach this replica's gRPC endpoint.
+    pub address: String,
+    /// How long a lease lasts unrenewed.
+    pub ttl: Duration,
+    pub hub: Arc<Hub>,
+    pub leadership: Arc<Leadership>,
+    pub work: LeaderWork,
+    /// How long stopping leader work may take before its tasks are aborted.
+    pub grace: Duration,
+}
+
+/// Leader work running under a term.
+struct Running {
+    stop: CancellationToken,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Campaign {
+    fn ttl(&self) -> chrono::Duration {
+        chrono::Duration::from_std(self.ttl).unwrap_or(chrono::Duration::seconds(5))
+    }
+
+    /// Tries to take the lease once: the term, if taken.
+    pub async fn try_acquire(&self) -> Option<Term> {
+        match self
+            .store
+            .acquire(&self.replica, &self.address, self.ttl())
+            .await
+        {
+            Ok(term) => term,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot campaign for the leader lease");
+                None
+            }
+        }
+    }
+
+    /// Campaigns until `stop`, leading whenever it holds the lease; `first` is a term taken
+    /// already (at start-up). On `stop` a leader stops its work and gives the lease up.
+    pub async fn run(self, first: Option<Term>, stop: CancellationToken) {
+        let mut term = None;
+        let mut running = None;
+        if let Some(t) = first {
+            running = Some(self.lead(&t));
+            term = Some(t);
+        }
+        loop {
+            let wait = if term.is_some() {
+                self.ttl / 3
+            } else {
+                self.ttl / 5
+            };
+            tokio::select! {
+                () = stop.cancelled() => break,
+                () = tokio::time::sleep(wait) => {}
+            }
+            match term.take() {
+                Some(t) => match self.store.renew(&t, self.ttl()).await {
+                    Ok(Some(renewed)) => term = Some(renewed),
+                    Ok(None) => {
+                        tracing::warn!(
+                            epoch = t.epoch,
+                            "leadership lost: the lease expired or was taken over"
+                        );
+                        self.follow(running.take()).await;
+                    }
+                    Err(e) if self.store.clock().now() < t.expires_at => {
+                        tracing::warn!(error = %e, epoch = t.epoch, "leader lease not renewed; retrying");
+                        term = Some(t);
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, epoch = t.epoch, "leader lease expired unrenewed; following");
+                        self.follow(running.take()).await;
+                    }
+                },
+                None => match self.try_acquire().await {
+                    Some(t) => {
+                        running = Some(self.lead(&t));
+                        term = Some(t);
+                    }
+                    None => self.note_leader().await,
+                },
+            }
+        }
+        if let Some(t) = term {
+            self.follow(running.take()).await;
+            if let Err(e) = self.store.resign(&t).await {
+                tracing::warn!(error = %e, "leader lease not given up; it lapses instead");
+            }
+        }
+    }
+
+    /// Starts leader work under `term`.
+    fn lead(&self, term: &Term) -> Running {
+        tracing::info!(replica = %self.replica, epoch = term.epoch, "leading the control plane");
+        // Nothing of an earlier term (launches awaiting confirmation, GPUs held back) holds.
+        self.hub.reset();
+        let stop = CancellationToken::new();
+        let tasks = (self.work)(self.store.fenced(term), stop.clone());
+        self.leadership.set(Role::Leader { epoch: term.epoch });
+        Running { stop, tasks }
+    }
+
+    /// Stops leader work, closes the agents' streams (they find the new leader), follows.
+    async fn follow(&self, running: Option<Running>) {
+        self.leadership.set(Role::Follower { leader: None });
+        if let Some(Running { stop, tasks }) = running {
+            stop.cancel();
+            for mut t in tasks {
+                if tokio::time::timeout(self.grace, &mut t).await.is_err() {
+                    tracing::warn!("leader work did not stop in time; aborting it");
+                    t.abort();
+                }
+            }
+        }
+        self.hub.close_all();
+        self.hub.reset();
+    }
+
+    /// Records where the leader is, for agents that reach this follower.
+    async fn note_leader(&self) {
+        match self.store.leader().await {
+            Ok(l) => {
+                let now = self.store.clock().now();
+                let leader = l.holds_at(now).then_some(l.address);
+                self.leadership.set(Role::Follower { leader });
+            }
+            Err(e) => tracing::debug!(error = %e, "leader lease unreadable"),
+        }
+    }
+}
