@@ -79,6 +79,7 @@ pub struct Campaign {
     pub ttl: Duration,
     pub hub: Arc<Hub>,
     pub leadership: Arc<Leadership>,
+    pub metrics: Arc<crate::metrics::Metrics>,
     pub work: LeaderWork,
     /// How long stopping leader work may take before its tasks are aborted.
     pub grace: Duration,
@@ -173,12 +174,14 @@ impl Campaign {
         let stop = CancellationToken::new();
         let tasks = (self.work)(self.store.fenced(term), stop.clone());
         self.leadership.set(Role::Leader { epoch: term.epoch });
+        self.metrics.leading(Some(term.epoch));
         Running { stop, tasks }
     }
 
     /// Stops leader work, closes the agents' streams (they find the new leader), follows.
     async fn follow(&self, running: Option<Running>) {
         self.leadership.set(Role::Follower { leader: None });
+        self.metrics.leading(None);
         if let Some(Running { stop, tasks }) = running {
             stop.cancel();
             for mut t in tasks {

@@ -747,6 +747,7 @@ pub async fn start(
         ttl: config.leader_lease,
         hub: hub.clone(),
         leadership: leadership.clone(),
+        metrics: metrics.clone(),
         work: leader_work,
         grace: SHUTDOWN_GRACE / 2,
     };

@@ -133,6 +133,11 @@ impl Metrics {
         self.elastic_burst.set(i64::from(plan.burst_active));
     }
 
+    /// This replica leads under `epoch`, or (`None`) follows.
+    pub fn leading(&self, epoch: Option<i64>) {
+        self.leader_epoch.set(epoch.unwrap_or(0));
+    }
+
     /// A GPU's traffic, throttle reasons and ECC counts from its latest sample.
     fn set_signals(&self, node: &str, gpu: &str, p: &allot_store::SamplePoint) {
         for (link, direction, rate) in [
@@ -182,6 +187,7 @@ pub struct Metrics {
     elastic_entitlement: Family<TenantClassLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
     elastic_forecast_mape: Family<TenantClassLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
     elastic_burst: Gauge,
+    leader_epoch: Gauge,
     job_utilization: Family<RunningJobLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
     job_memory: Family<RunningJobLabels, Gauge>,
     mig_instances: Family<MigLabels, Gauge>,
@@ -270,6 +276,12 @@ impl Metrics {
             "1 while the burst class borrows beyond its share",
             elastic_burst.clone(),
         );
+        let leader_epoch = Gauge::default();
+        registry.register(
+            "leader_epoch",
+            "The epoch of the leader lease this replica holds; 0 while it follows",
+            leader_epoch.clone(),
+        );
         let job_utilization =
             Family::<RunningJobLabels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
         registry.register(
@@ -336,6 +348,7 @@ impl Metrics {
             elastic_entitlement,
             elastic_forecast_mape,
             elastic_burst,
+            leader_epoch,
             job_utilization,
             job_memory,
             mig_instances,

@@ -1,0 +1,297 @@
+//! Several `allot server` replicas on one PostgreSQL database: one leads (schedules, serves
+//! the agents), the others serve the API and point agents at the leader. The leader is
+//! frozen with SIGSTOP for longer than its lease: another replica takes over under the next
+//! epoch, the agent follows it without losing or restarting its job, work submitted
+//! meanwhile runs, and the frozen replica, once resumed, writes nothing as leader and
+//! follows.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use allot_store::testing::{Backend, TestDb};
+use allot_store::{LeadershipRepo, Store};
+use allot_system_tests::allot_bin;
+use serde_json::{Value, json};
+
+struct Replica {
+    name: &'static str,
+    http: String,
+    grpc: String,
+    metrics: String,
+    child: Child,
+}
+
+fn port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+fn spawn_replica(name: &'static str, url: &str, dir: &Path) -> Replica {
+    let (http, grpc, metrics) = (port(), port(), port());
+    let log = std::fs::File::create(dir.join(format!("{name}.log"))).expect("log file");
+    let child = Command::new(allot_bin())
+        .args(["server", "--database-url", url, "--data-dir"])
+        .arg(dir.join("server"))
+        .args(["--listen", &format!("127.0.0.1:{http}")])
+        .args(["--grpc-listen", &format!("127.0.0.1:{grpc}")])
+        .args(["--metrics-listen", &format!("127.0.0.1:{metrics}")])
+        .args(["--replica-name", name, "--leader-lease-secs", "2"])
+        .env("ALLOT_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(log.try_clone().expect("log"))
+        .spawn()
+        .expect("allot server starts");
+    Replica {
+        name,
+        http: format!("http://127.0.0.1:{http}"),
+        grpc: format!("https://127.0.0.1:{grpc}"),
+        metrics: format!("http://127.0.0.1:{metrics}/metrics"),
+        child,
+    }
+}
+
+fn signal(child: &Child, sig: &str) {
+    let ok = Command::new("kill")
+        .args([sig, &child.id().to_string()])
+        .status()
+        .expect("kill runs")
+        .success();
+    assert!(ok, "kill {sig}");
+}
+
+async fn eventually<T>(
+    what: &str,
+    within: Duration,
+    mut check: impl AsyncFnMut() -> Option<T>,
+) -> T {
+    let start = Instant::now();
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(start.elapsed() < within, "{what}: not within {within:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The leader epoch `replica`'s metrics show (0: it follows), if it answers.
+async fn epoch(http: &reqwest::Client, replica: &Replica) -> Option<i64> {
+    let text = http
+        .get(&replica.metrics)
+        .send()
+        .await
+        .ok()?
+        .text()
+        .await
+        .ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("allot_leader_epoch "))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+struct Api<'a> {
+    http: &'a reqwest::Client,
+    token: String,
+}
+
+impl Api<'_> {
+    async fn call(
+        &self,
+        base: &str,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> (u16, Value) {
+        let mut req = self
+            .http
+            .request(method, format!("{base}{path}"))
+            .bearer_auth(&self.token);
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let res = req.send().await.expect("the API answers");
+        let status = res.status().as_u16();
+        (status, res.json().await.unwrap_or(Value::Null))
+    }
+
+    async fn job(&self, base: &str, id: &str) -> Value {
+        self.call(
+            base,
+            reqwest::Method::GET,
+            &format!("/api/v1/jobs/{id}"),
+            None,
+        )
+        .await
+        .1
+    }
+
+    async fn submit(&self, base: &str, name: &str) -> String {
+        let (status, job) = self
+            .call(
+                base,
+                reqwest::Method::POST,
+                "/api/v1/jobs",
+                Some(json!({
+                    "tenant": "replicas",
+                    "name": name,
+                    "gpus": 1,
+                    "command": ["sleep", "600"],
+                })),
+            )
+            .await;
+        assert_eq!(status, 201, "{job}");
+        job["id"].as_str().expect("job id").to_owned()
+    }
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .trim()
+        .to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_leader_is_replaced_and_writes_nothing_when_it_wakes() {
+    let db = TestDb::new(Backend::Postgres).await.expect("PostgreSQL");
+    let url = db.url.clone();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root: PathBuf = dir.path().to_owned();
+    let http = allot_system_tests::http_client()
+        .timeout(Duration::from_secs(5))
+        .build()
+        .expect("client");
+    let mut a = spawn_replica("a", &url, &root);
+    eventually("replica a leads", Duration::from_secs(120), async || {
+        (epoch(&http, &a).await == Some(1)).then_some(())
+    })
+    .await;
+    // b shares a's data directory: the node CA, the audit and secrets keys.
+    let mut b = spawn_replica("b", &url, &root);
+    eventually("replica b follows", Duration::from_secs(120), async || {
+        (epoch(&http, &b).await == Some(0)).then_some(())
+    })
+    .await;
+    let api = Api {
+        http: &http,
+        token: read(&root.join("server/admin.token")),
+    };
+    let (status, t) = api
+        .call(
+            &b.http,
+            reqwest::Method::POST,
+            "/api/v1/tenants",
+            Some(json!({ "name": "replicas" })),
+        )
+        .await;
+    assert_eq!(status, 201, "a follower serves the API: {t}");
+    let (status, token) = api
+        .call(
+            &b.http,
+            reqwest::Method::POST,
+            "/api/v1/bootstrap-tokens",
+            Some(json!({ "node_name": "n1" })),
+        )
+        .await;
+    assert_eq!(status, 201, "{token}");
+    // The agent is given the follower first: it is sent on to the leader.
+    let agent_log = std::fs::File::create(root.join("agent.log")).expect("log");
+    let mut agent = Command::new(allot_bin())
+        .args(["agent", "--server", &format!("{},{}", b.grpc, a.grpc)])
+        .arg("--ca-cert")
+        .arg(root.join("server/pki/ca.pem"))
+        .args([
+            "--bootstrap-token",
+            token["secret"].as_str().expect("secret"),
+        ])
+        .args([
+            "--name",
+            "n1",
+            "--sim-gpus",
+            "2xH100",
+            "--runtime",
+            "process",
+        ])
+        .arg("--data-dir")
+        .arg(root.join("n1"))
+        .env("ALLOT_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(agent_log)
+        .spawn()
+        .expect("allot agent starts");
+    let first = api.submit(&b.http, "before").await;
+    eventually("the first job runs", Duration::from_secs(60), async || {
+        (api.job(&b.http, &first).await["state"] == "running").then_some(())
+    })
+    .await;
+
+    // Freeze the leader for several of its leases.
+    signal(&a.child, "-STOP");
+    let frozen = Instant::now();
+    eventually("b takes over", Duration::from_secs(30), async || {
+        (epoch(&http, &b).await == Some(2)).then_some(())
+    })
+    .await;
+    let takeover = frozen.elapsed();
+    let second = api.submit(&b.http, "during").await;
+    eventually(
+        "work submitted meanwhile runs",
+        Duration::from_secs(30),
+        async || (api.job(&b.http, &second).await["state"] == "running").then_some(()),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    signal(&a.child, "-CONT");
+    eventually(
+        "the woken replica follows",
+        Duration::from_secs(30),
+        async || (epoch(&http, &a).await == Some(0)).then_some(()),
+    )
+    .await;
+    // Settle: the woken replica's timers have all fired.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+
+    let store = Store::connect(&url, std::sync::Arc::new(allot_domain::SystemClock))
+        .await
+        .expect("store");
+    let leader = store.leader().await.expect("lease");
+    assert_eq!(
+        (leader.holder.as_str(), leader.epoch),
+        ("b", 2),
+        "{leader:?}"
+    );
+    assert_eq!(epoch(&http, &b).await, Some(2));
+    // The job that ran through the failover was neither failed nor requeued: one attempt,
+    // running all along.
+    let j = api.job(&a.http, &first).await;
+    assert_eq!(
+        (j["state"].as_str(), j["attempt"].as_u64()),
+        (Some("running"), Some(1)),
+        "{j}"
+    );
+    let history = &j["events"];
+    let states: Vec<&str> = history
+        .as_array()
+        .map(|h| h.iter().filter_map(|e| e["to"].as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(states, ["pending", "scheduled", "running"], "{history}");
+    let j = api.job(&a.http, &second).await;
+    assert_eq!(
+        (j["state"].as_str(), j["attempt"].as_u64()),
+        (Some("running"), Some(1)),
+        "{j}"
+    );
+    // The woken replica points agents at the leader.
+    let log = read(&root.join("a.log"));
+    assert!(log.contains("leadership lost"), "{log}");
+    eprintln!("takeover after a freeze: {takeover:?}");
+
+    for child in [&mut agent, &mut a.child, &mut b.child] {
+        let _ = Command::new("kill").arg(child.id().to_string()).status();
+        let _ = child.wait();
+    }
+    let _ = (a.name, b.name);
+}
