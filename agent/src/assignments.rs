@@ -432,6 +432,9 @@ pub(crate) async fn deliver_reports(
     }
 }
 
+/// How long a call waits for a replica's answer when there are others to try.
+const REPLICA_CALL_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// `call`'s answer, retried while the control plane is unreachable, or the error it
 /// refused with (not sent again). Retried often: a message stuck behind a partition holds
 /// up every later one (a job's start included).
@@ -443,13 +446,20 @@ where
     let mut attempt = 0;
     loop {
         let seen = link.moved();
-        match call(client(link)).await {
+        // With other replicas to go to, a stalled one (frozen, cut off) is not waited out:
+        // the queue behind this call would wait with it.
+        match link.within(REPLICA_CALL_TIMEOUT, call(client(link))).await {
             Err(s) if transient(&s) => {
-                if !link.failed(seen, &s) {
-                    attempt += 1;
-                    let wait = backoff(attempt).min(Duration::from_millis(300));
-                    tokio::time::sleep(link.jitter(wait)).await;
-                }
+                // Moved on (a follower names the leader) or not, pause a little: a hint can
+                // name a leader that has just gone.
+                let moved = link.failed(seen, &s);
+                attempt += 1;
+                let wait = if moved {
+                    Duration::from_millis(50)
+                } else {
+                    backoff(attempt).min(Duration::from_millis(300))
+                };
+                tokio::time::sleep(link.jitter(wait)).await;
             }
             answered => return answered,
         }

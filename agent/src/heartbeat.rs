@@ -239,13 +239,14 @@ impl Agent {
         // one up to half a lease (a loaded control plane is not a lost one); with other
         // replicas to try, a heartbeat interval (a stalled leader is not waited out).
         let half_lease = self.lock_lease().duration / 2;
-        req.set_timeout(if self.link.has_replicas() {
+        let limit = if self.link.has_replicas() {
             every.min(half_lease)
         } else {
             half_lease.max(every)
-        });
+        };
+        req.set_timeout(limit);
         let sent = Instant::now();
-        match client.heartbeat(req).await {
+        match self.link.within(limit, client.heartbeat(req)).await {
             Ok(_) => {
                 let mut lease = self.lock_lease();
                 lease.valid_until = Some(sent + lease.duration);

@@ -83,7 +83,14 @@ pub struct Link {
     moves: watch::Sender<u64>,
     /// Spreads retries (backoff jitter): seeded once from the OS.
     rng: Mutex<StdRng>,
+    /// When each replica last could not be reached or did not answer: a follower's hint
+    /// naming one that has just failed is not taken (a leader that died holds its lease a
+    /// while yet).
+    unreachable_at: Mutex<Vec<Option<std::time::Instant>>>,
 }
+
+/// How long a replica that could not be reached is passed over for hints.
+const PASS_OVER: Duration = Duration::from_secs(2);
 
 /// One replica's endpoint and channels.
 struct Endpoint {
@@ -112,7 +119,13 @@ impl Link {
             let endpoint = tonic::transport::Endpoint::from_shared(server.to_owned())
                 .map_err(|e| AgentError::Endpoint(server.to_owned(), e.to_string()))?
                 .connect_timeout(Duration::from_secs(3))
-                .tcp_nodelay(true);
+                .tcp_nodelay(true)
+                // A replica that stops answering (frozen, cut off) has its connection closed
+                // within seconds, failing what waits on it, rather than holding every call
+                // queued behind it until TCP gives up.
+                .http2_keep_alive_interval(Duration::from_secs(1))
+                .keep_alive_timeout(Duration::from_secs(2))
+                .keep_alive_while_idle(true);
             let anonymous = endpoint
                 .clone()
                 .tls_config(ClientTlsConfig::new().ca_certificate(ca.clone()))
@@ -132,6 +145,7 @@ impl Link {
             ));
         }
         Ok(Arc::new(Self {
+            unreachable_at: Mutex::new(vec![None; endpoints.len()]),
             servers: endpoints,
             ca,
             current: AtomicUsize::new(0),
@@ -219,15 +233,28 @@ impl Link {
             .and_then(|v| v.to_str().ok())
             .map(|v| v.trim_end_matches('/'));
         let mut moved = false;
+        let now = std::time::Instant::now();
+        let mut unreachable = self
+            .unreachable_at
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         self.moves.send_if_modified(|count| {
             if *count != seen {
                 return false;
             }
-            let at = self.current.load(Ordering::Acquire) % self.servers.len();
+            let n = self.servers.len();
+            let at = self.current.load(Ordering::Acquire) % n;
+            if status.code() != Code::Unavailable || named.is_none() {
+                // Not a follower's answer: it did not answer at all.
+                unreachable[at] = Some(now);
+            }
+            let passed_over =
+                |i: usize| unreachable[i].is_some_and(|t| now.duration_since(t) < PASS_OVER);
             let next = named
                 .and_then(|url| self.servers.iter().position(|s| s.url == url))
-                .filter(|i| *i != at)
-                .unwrap_or((at + 1) % self.servers.len());
+                .filter(|i| *i != at && !passed_over(*i))
+                .or_else(|| (1..n).map(|k| (at + k) % n).find(|i| !passed_over(*i)))
+                .unwrap_or((at + 1) % n);
             self.current.store(next, Ordering::Release);
             *count += 1;
             moved = true;
@@ -237,6 +264,24 @@ impl Link {
             tracing::info!(to = %self.server(), why = %status.message(), "moving to another control-plane replica");
         }
         moved
+    }
+
+    /// `call`, given up after `limit` where there is another replica to go to: a request
+    /// still waiting for its connection (a stalled replica completes no handshake) is
+    /// beyond the request's own deadline.
+    pub async fn within<T>(
+        &self,
+        limit: Duration,
+        call: impl Future<Output = Result<T, Status>>,
+    ) -> Result<T, Status> {
+        if !self.has_replicas() {
+            return call.await;
+        }
+        tokio::time::timeout(limit, call).await.unwrap_or_else(|_| {
+            Err(Status::deadline_exceeded(
+                "no answer from this control-plane replica",
+            ))
+        })
     }
 
     /// Whether there is another replica to move to.

@@ -67,7 +67,12 @@ impl Agent {
                 },
             };
             let sent = Instant::now();
-            match NodeServiceClient::new(channel).register(req).await {
+            let mut rpc = NodeServiceClient::new(channel);
+            match self
+                .link
+                .within(Duration::from_secs(5), rpc.register(req))
+                .await
+            {
                 Ok(res) => {
                     let res = res.into_inner();
                     self.adopt(request.key_pem, res.certificate_pem)?;
@@ -126,7 +131,12 @@ impl Agent {
             csr_pem: request.csr_pem,
         };
         let seen = self.link.moved();
-        match client(&self.link).renew_certificate(req).await {
+        let mut rpc = client(&self.link);
+        match self
+            .link
+            .within(Duration::from_secs(5), rpc.renew_certificate(req))
+            .await
+        {
             Ok(res) => match self.adopt(request.key_pem, res.into_inner().certificate_pem) {
                 Ok(()) => {
                     let until = self.lock_creds().as_ref().map(|c| c.cert.not_after);

@@ -23,10 +23,13 @@ impl Agent {
     ) -> StreamEnd {
         let seen = self.link.moved();
         let mut moves = self.link.moves();
-        let mut stream = match client(&self.link)
-            .watch_assignments(WatchAssignmentsRequest {})
-            .await
-        {
+        // Opening it, not following it: a stalled replica is not waited out.
+        let mut rpc = client(&self.link);
+        let opened = self.link.within(
+            Duration::from_secs(5),
+            rpc.watch_assignments(WatchAssignmentsRequest {}),
+        );
+        let mut stream = match opened.await {
             Ok(s) => s.into_inner(),
             Err(s) => {
                 tracing::warn!(error = %s.message(), "cannot watch assignments");

@@ -8,6 +8,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+#[derive(Clone)]
 pub struct Client {
     http: reqwest::Client,
     base: String,

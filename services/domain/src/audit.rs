@@ -35,7 +35,9 @@ pub struct Actor {
     pub tenant_id: Option<String>,
     /// `api-token`, `node-secret`, `bootstrap-token`, `internal`.
     pub auth_method: String,
-    /// The client's address, when the action came over the network.
+    /// The client's address, when the action came over the network; for the control
+    /// plane's own changes made as leader, `leader <replica> epoch <n>` (the term they were
+    /// made under).
     pub source: Option<String>,
 }
 

@@ -83,6 +83,9 @@ pub struct Campaign {
     pub work: LeaderWork,
     /// How long stopping leader work may take before its tasks are aborted.
     pub grace: Duration,
+    /// Whether leader work writes through the fence (always, but in the failover
+    /// benchmark's negative control).
+    pub fencing: bool,
 }
 
 /// Leader work running under a term.
@@ -172,7 +175,13 @@ impl Campaign {
         // Nothing of an earlier term (launches awaiting confirmation, GPUs held back) holds.
         self.hub.reset();
         let stop = CancellationToken::new();
-        let tasks = (self.work)(self.store.fenced(term), stop.clone());
+        let store = if self.fencing {
+            self.store.fenced(term)
+        } else {
+            tracing::error!("leader writes are NOT fenced (a test of what fencing prevents)");
+            self.store.unfenced_for_testing(term)
+        };
+        let tasks = (self.work)(store, stop.clone());
         self.leadership.set(Role::Leader { epoch: term.epoch });
         self.metrics.leading(Some(term.epoch));
         Running { stop, tasks }

@@ -64,6 +64,9 @@ pub struct ServerConfig {
     /// longest a failed leader leaves the control plane without one. Keep it well inside
     /// the node `lease`, so agents find the next leader before their jobs' lease runs out.
     pub leader_lease: Duration,
+    /// Leader work writes through the fence of its term. Off only to show what fencing
+    /// prevents (`allot bench failover --unfenced`); never in service.
+    pub fencing: bool,
     /// The placement policy (`allot_scheduler::LIVE_POLICIES`); `allot` by default.
     pub placement_policy: String,
     /// Seeds the policy's tie-breaks, so a given history places the same way.
@@ -138,6 +141,7 @@ impl ServerConfig {
             replica_name: format!("replica-{}", uuid::Uuid::new_v4().simple()),
             grpc_advertise: None,
             leader_lease: Duration::from_secs(5),
+            fencing: true,
             placement_policy: "allot".to_owned(),
             scheduler_seed: 42,
             min_runtime: Duration::from_secs(60),
@@ -750,6 +754,7 @@ pub async fn start(
         metrics: metrics.clone(),
         work: leader_work,
         grace: SHUTDOWN_GRACE / 2,
+        fencing: config.fencing,
     };
     // A replica that leads from the start bootstraps a first start, before it serves.
     let first_term = campaign.try_acquire().await;

@@ -225,12 +225,18 @@ pub(crate) async fn record_batch<C: ConnectionTrait>(
                 event.log
             )));
         }
+        let mut actor = ctx.actor.clone();
+        if let Some(fence) = &store.fence
+            && actor.source.is_none()
+        {
+            actor.source = Some(fence.source());
+        }
         let entry = AuditEntry {
             log: event.log,
             seq: range.size(),
             time: time.clone(),
             prev_root: base64::engine::general_purpose::STANDARD.encode(range.root()),
-            actor: ctx.actor.clone(),
+            actor,
             action: event.action,
             target: event.target,
             outcome: event.outcome,

@@ -164,11 +164,21 @@ impl LeadershipRepo for Store {
     }
 }
 
-/// What a fenced handle's transactions check before they commit.
+/// What a leader's handle's transactions check before they commit, and the term its audit
+/// entries name.
 #[derive(Debug)]
 pub(crate) struct Fence {
     holder: String,
     epoch: i64,
+    /// Whether commits are checked (off only for the fencing test's negative control).
+    enforce: bool,
+}
+
+impl Fence {
+    /// What the audit entries written under this term name as their source.
+    pub(crate) fn source(&self) -> String {
+        format!("leader {} epoch {}", self.holder, self.epoch)
+    }
 }
 
 impl Fence {
@@ -196,19 +206,32 @@ impl Fence {
 impl Store {
     /// A handle whose every transaction commits only while `term` still holds: what a leader
     /// writes as leader (scheduling, lease lapses, checkpoints, retention) goes through it.
+    /// Audit entries written through it name the term as their source.
     pub fn fenced(&self, term: &Term) -> Store {
+        self.leader_handle(term, true)
+    }
+
+    /// [`Store::fenced`] without the check: its entries name the term, and it writes
+    /// whether or not the term holds. Only for showing what fencing prevents (the failover
+    /// benchmark's negative control); never what a leader writes through.
+    pub fn unfenced_for_testing(&self, term: &Term) -> Store {
+        self.leader_handle(term, false)
+    }
+
+    fn leader_handle(&self, term: &Term, enforce: bool) -> Store {
         Store {
             fence: Some(Arc::new(Fence {
                 holder: term.holder.clone(),
                 epoch: term.epoch,
+                enforce,
             })),
             ..self.clone()
         }
     }
 
-    /// Whether writes through this handle are fenced by a leader's term.
+    /// Whether writes through this handle are checked against a leader's term.
     pub fn is_fenced(&self) -> bool {
-        self.fence.is_some()
+        self.fence.as_ref().is_some_and(|f| f.enforce)
     }
 
     /// Begins a transaction (the one way this crate does).
@@ -218,7 +241,7 @@ impl Store {
 
     /// Commits `txn`, after checking the fence when this handle has one.
     pub(crate) async fn commit(&self, txn: DatabaseTransaction) -> Result<(), StoreError> {
-        if let Some(fence) = &self.fence {
+        if let Some(fence) = self.fence.as_ref().filter(|f| f.enforce) {
             fence.hold(&txn, self.clock.now()).await?;
         }
         txn.commit().await?;

@@ -61,6 +61,9 @@ pub use tenants::{TenantDeletion, TenantRepo};
 pub use tokens::{NewToken, TokenRepo};
 pub use volumes::VolumeRepo;
 
+/// How long PostgreSQL lets a transaction sit idle before it ends the session.
+pub const IDLE_TRANSACTION_TIMEOUT: &str = "5s";
+
 /// The database handle shared by the API, the gRPC service and the scheduler loop.
 #[derive(Clone, Debug)]
 pub struct Store {
@@ -86,6 +89,16 @@ impl Store {
             opts.max_connections(1).min_connections(1);
         } else {
             opts.max_connections(16);
+            // A transaction left idle (its process frozen, stalled or cut off mid-commit)
+            // is ended by the server, releasing its row locks: otherwise a leader frozen
+            // while it holds the lease row, or a job's or an audit log's row, would stall
+            // every replica waiting on them, a takeover included.
+            opts.map_sqlx_postgres_opts(|o| {
+                o.options([(
+                    "idle_in_transaction_session_timeout",
+                    IDLE_TRANSACTION_TIMEOUT,
+                )])
+            });
         }
         let db = Database::connect(opts).await?;
         if db.get_database_backend() == DbBackend::Sqlite {

@@ -1917,9 +1917,26 @@ both_backends!(a_leaders_writes_are_fenced_by_its_term, |store, clock| {
     );
     // The negative control: the same write without the fence lands.
     store
+        .unfenced_for_testing(&first)
         .save_fair_share_history(&history(5.0))
         .await
         .expect("unfenced");
+    // What the leader audits names its term.
+    use allot_store::AuditRepo;
+    let seq = b
+        .record_event(
+            &AuditContext::system("scheduler"),
+            allot_domain::AuditEvent::success(allot_domain::SYSTEM_LOG, "test.leader", "x"),
+        )
+        .await
+        .expect("audited");
+    let entries = store
+        .audit_entries(allot_domain::SYSTEM_LOG, seq, 1)
+        .await
+        .expect("entries");
+    let body: serde_json::Value =
+        serde_json::from_str(entries[0].body.as_deref().unwrap_or("null")).expect("JSON");
+    assert_eq!(body["actor"]["source"], "leader b epoch 2", "{body}");
     // A clean stop hands over at once.
     store.resign(&second).await.expect("resign");
     let third = store

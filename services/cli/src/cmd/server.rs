@@ -116,6 +116,10 @@ pub struct ReplicaArgs {
     #[arg(long, env = "ALLOT_LEADER_LEASE_SECS", default_value_t = 5,
         value_parser = clap::value_parser!(u64).range(1..=600))]
     leader_lease_secs: u64,
+    /// Leader work writes without the fence: only to show what fencing prevents (the
+    /// failover benchmark's negative control). Never in service.
+    #[arg(long, hide = true)]
+    unfenced_leader_for_testing: bool,
 }
 
 impl ReplicaArgs {
@@ -138,6 +142,7 @@ impl ReplicaArgs {
             config.grpc_advertise = Some(url.clone());
         }
         config.leader_lease = std::time::Duration::from_secs(self.leader_lease_secs);
+        config.fencing = !self.unfenced_leader_for_testing;
         Ok(())
     }
 }

@@ -169,22 +169,24 @@ impl Agents {
             &node.name,
             &node.data_dir,
             &node.bootstrap_token,
-            node.link.addr,
+            &[node.link.addr],
         )
     }
 
     /// Starts the agent `name` keeping its state in `data_dir` (its log beside it, as
-    /// `<data_dir>.log`), reaching the control plane's gRPC port at `server`.
+    /// `<data_dir>.log`), reaching the control plane's gRPC ports at `servers` (each
+    /// replica's).
     pub(super) fn spawn_at(
         &self,
         name: &str,
         data_dir: &std::path::Path,
         bootstrap_token: &str,
-        server: SocketAddr,
+        servers: &[SocketAddr],
     ) -> anyhow::Result<tokio::process::Child> {
+        let servers: Vec<String> = servers.iter().map(|s| format!("https://{s}")).collect();
         let mut cmd = tokio::process::Command::new(&self.exe);
         cmd.arg("agent")
-            .args(["--server", &format!("https://{server}")])
+            .args(["--server", &servers.join(",")])
             .arg("--ca-cert")
             .arg(&self.ca_cert)
             // Used by the first start only: later ones present the saved certificate.

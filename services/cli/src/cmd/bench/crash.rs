@@ -43,7 +43,7 @@ use crate::client::Client;
 const TENANT: &str = "crash";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-enum Database {
+pub(super) enum Database {
     /// PostgreSQL: a throwaway cluster, or --database-url.
     Postgres,
     /// The embedded SQLite database of `allot dev`, in the run's directory.
@@ -65,37 +65,78 @@ pub struct CrashBench {
     /// Agent processes (simulated GPU nodes).
     #[arg(long, default_value_t = 4)]
     nodes: usize,
-    /// Simulated GPUs of each node.
-    #[arg(long, default_value = "4xH200")]
-    sim_gpus: String,
-    /// Submits per second, sent on schedule whether or not the server is up.
-    #[arg(long, default_value_t = 5.0)]
-    rate: f64,
-    /// Share of acknowledged submits the benchmark cancels, 0–4 s after the answer.
-    #[arg(long, default_value_t = 0.2)]
-    cancel_share: f64,
-    /// Each job sleeps a whole number of seconds drawn from this range.
-    #[arg(long, default_value = "1-3", value_parser = parse_range)]
-    job_secs: (u64, u64),
     /// Milliseconds from the server being ready to the next kill, drawn from this range.
     #[arg(long, default_value = "500-6000", value_parser = parse_range)]
     up_ms: (u64, u64),
     /// Milliseconds the server stays dead before it is started again, drawn from this range.
     #[arg(long, default_value = "1-1500", value_parser = parse_range)]
     down_ms: (u64, u64),
+    #[command(flatten)]
+    load: LoadArgs,
+}
+
+/// The load and the run's keeping, as `bench crash` and `bench failover` take them.
+#[derive(Debug, Clone, clap::Args)]
+pub(super) struct LoadArgs {
+    /// Simulated GPUs of each node.
+    #[arg(long, default_value = "4xH200")]
+    sim_gpus: String,
+    /// Submits per second, sent on schedule whatever became of the others.
+    #[arg(long, default_value_t = 5.0)]
+    pub(super) rate: f64,
+    /// Share of acknowledged submits the benchmark cancels, 0–4 s after the answer.
+    #[arg(long, default_value_t = 0.2)]
+    cancel_share: f64,
+    /// Each job sleeps a whole number of seconds drawn from this range.
+    #[arg(long, default_value = "1-3", value_parser = parse_range)]
+    job_secs: (u64, u64),
     #[arg(long, default_value_t = 42)]
     seed: u64,
-    /// After the last restart and the load's end, how long the jobs may take to finish
-    /// before what has not is counted as lost.
+    /// After the faults and the load's end, how long the jobs may take to finish before
+    /// what has not is counted as lost.
     #[arg(long, default_value_t = 300)]
     settle_secs: u64,
-    /// Keep the server's data directory, logs and the agents' directories here instead of a
-    /// temporary directory that is removed afterwards.
+    /// Keep the servers' data directory, logs and the agents' directories here instead of
+    /// a temporary directory that is removed afterwards.
     #[arg(long)]
     keep_dir: Option<PathBuf>,
     /// One line of JSON.
     #[arg(long)]
     json: bool,
+}
+
+/// What a run does to the control plane.
+pub(super) enum Faults {
+    /// The one server SIGKILLed `kills` times, and started again each time.
+    Restarts { kills: usize },
+    /// The leader among the replicas SIGKILLed (and started again) or frozen with SIGSTOP
+    /// for longer than its lease (and resumed): `count` times, and on until the load has
+    /// been sent; `stop_share` of them frozen. After each, a probe job measures when
+    /// scheduling resumed.
+    Leader {
+        count: usize,
+        stop_share: f64,
+        lease_secs: u64,
+        /// The replicas' leader work writes without the fence (the negative control).
+        unfenced: bool,
+    },
+}
+
+/// One run: the control plane, its load and its faults.
+pub(super) struct Scenario {
+    pub database: Database,
+    pub database_url: Option<String>,
+    /// `allot server` replicas on the one database.
+    pub replicas: usize,
+    pub nodes: usize,
+    /// Submits sent in all; `None`: on until the faults are over.
+    pub jobs: Option<u64>,
+    pub up_ms: (u64, u64),
+    pub down_ms: (u64, u64),
+    pub load: LoadArgs,
+    pub faults: Faults,
+    /// What the run is called in its report.
+    pub bench: &'static str,
 }
 
 /// A free loopback port (bound and released: the server binds it again at each start).
@@ -109,10 +150,33 @@ struct Server {
     args: Vec<String>,
     log: PathBuf,
     http: SocketAddr,
+    grpc: SocketAddr,
+    metrics: SocketAddr,
     child: Option<tokio::process::Child>,
 }
 
 impl Server {
+    /// Sends `signal` (SIGSTOP, SIGCONT) to the running process.
+    fn signal(&self, signal: nix::sys::signal::Signal) {
+        if let Some(pid) = self
+            .child
+            .as_ref()
+            .and_then(tokio::process::Child::id)
+            .and_then(|p| i32::try_from(p).ok())
+        {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), signal);
+        }
+    }
+
+    /// The leader epoch its metrics show (0 while it follows), if it answers.
+    async fn epoch(&self, http: &reqwest::Client) -> Option<i64> {
+        let url = format!("http://{}/metrics", self.metrics);
+        let text = http.get(url).send().await.ok()?.text().await.ok()?;
+        text.lines()
+            .find_map(|l| l.strip_prefix("allot_leader_epoch "))
+            .and_then(|v| v.trim().parse().ok())
+    }
+
     fn spawn(&mut self) -> anyhow::Result<()> {
         let child = super::spawn_logged(
             tokio::process::Command::new(&self.exe).args(&self.args),
@@ -189,6 +253,10 @@ struct Ledger {
     submits: Vec<(String, Answer, Instant)>,
     /// Jobs the benchmark asked to cancel, and whether the ask was acknowledged.
     cancels: HashMap<String, Answer>,
+    /// Requests the load made (submits, cancels, probes), and those answered 2xx (after
+    /// trying the other replicas, where there are several).
+    requests: u64,
+    answered_2xx: u64,
 }
 
 /// What the benchmark saw while the server was up.
@@ -207,7 +275,11 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 struct Load {
     http: reqwest::Client,
-    base: String,
+    /// Each replica's API: a request no replica answers (or that one answers 502–504) goes
+    /// to the next, as through a load balancer that retries.
+    bases: Vec<String>,
+    /// Where the next request starts.
+    next: std::sync::atomic::AtomicUsize,
     token: String,
     runs: PathBuf,
     seed: u64,
@@ -218,14 +290,9 @@ struct Load {
 }
 
 impl Load {
-    /// Sends submit `i`, and its cancel if drawn; records both answers.
-    async fn one(self: Arc<Self>, i: u64) {
-        let mut rng = StdRng::seed_from_u64(self.seed.wrapping_add(i.wrapping_mul(0x9e37_79b9)));
-        let secs = rng.random_range(self.job_secs.0..=self.job_secs.1);
-        let cancel_after = rng
-            .random_bool(self.cancel_share.clamp(0.0, 1.0))
-            .then(|| Duration::from_millis(rng.random_range(0..4000)));
-        let name = format!("crash-{i}");
+    /// Submits job `name`, sleeping `secs`, through any replica but `avoid`; records and
+    /// returns the answer.
+    async fn submit(&self, name: String, secs: u64, avoid: Option<usize>) -> Answer {
         let sent = Instant::now();
         // The run leaves a line only when its sleep completed: a stopped job leaves none.
         let script = format!(
@@ -236,7 +303,9 @@ impl Load {
             "tenant": TENANT, "name": name, "gpus": 1, "max_retries": 5,
             "command": ["sh", "-c", script],
         });
-        let answer = self.send(Method::POST, "/api/v1/jobs", Some(&body)).await;
+        let answer = self
+            .send_avoiding(Method::POST, "/api/v1/jobs", Some(&body), avoid)
+            .await;
         let answer = match answer {
             Some((status, body)) if (200..300).contains(&status) => match body["id"].as_str() {
                 Some(id) => Answer::Acked(id.to_owned()),
@@ -248,6 +317,17 @@ impl Load {
         lock(&self.ledger)
             .submits
             .push((name, answer.clone(), sent));
+        answer
+    }
+
+    /// Sends submit `i`, and its cancel if drawn; records both answers.
+    async fn one(self: Arc<Self>, i: u64) {
+        let mut rng = StdRng::seed_from_u64(self.seed.wrapping_add(i.wrapping_mul(0x9e37_79b9)));
+        let secs = rng.random_range(self.job_secs.0..=self.job_secs.1);
+        let cancel_after = rng
+            .random_bool(self.cancel_share.clamp(0.0, 1.0))
+            .then(|| Duration::from_millis(rng.random_range(0..4000)));
+        let answer = self.submit(format!("crash-{i}"), secs, None).await;
         let (Answer::Acked(id), Some(after)) = (answer, cancel_after) else {
             return;
         };
@@ -263,10 +343,64 @@ impl Load {
         lock(&self.ledger).cancels.insert(id, cancel);
     }
 
+    /// Sends a request (to the next replica, and on to the others while none answers), and
+    /// counts it.
     async fn send(&self, method: Method, path: &str, body: Option<&Value>) -> Option<(u16, Value)> {
+        self.send_avoiding(method, path, body, None).await
+    }
+
+    /// [`Load::send`], never to replica `avoid` (where there is another).
+    async fn send_avoiding(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+        avoid: Option<usize>,
+    ) -> Option<(u16, Value)> {
+        let n = self.bases.len();
+        let tries = if n > 1 { 3 * n } else { 1 };
+        let first = self.next.fetch_add(1, Ordering::Relaxed);
+        let mut answer = None;
+        for t in 0..tries {
+            if t > 0 && t % n == 0 {
+                // Every replica tried: give a takeover a moment.
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
+            let at = (first + t) % n;
+            if n > 1 && avoid == Some(at) {
+                continue;
+            }
+            answer = self
+                .send_to(&self.bases[at], method.clone(), path, body)
+                .await;
+            if answer
+                .as_ref()
+                .is_some_and(|(status, _)| !(502..=504).contains(status))
+            {
+                break;
+            }
+        }
+        let mut ledger = lock(&self.ledger);
+        ledger.requests += 1;
+        if answer
+            .as_ref()
+            .is_some_and(|(status, _)| (200..300).contains(status))
+        {
+            ledger.answered_2xx += 1;
+        }
+        answer
+    }
+
+    async fn send_to(
+        &self,
+        base: &str,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Option<(u16, Value)> {
         let mut req = self
             .http
-            .request(method, format!("{}{path}", self.base))
+            .request(method, format!("{base}{path}"))
             .bearer_auth(&self.token);
         if let Some(b) = body {
             req = req.json(b);
@@ -279,10 +413,20 @@ impl Load {
     }
 }
 
-/// One poll of every job's state and every log's checkpoint; `None` while the server is down.
-async fn poll(client: &Client, seen: &Mutex<Seen>) -> Option<()> {
-    let jobs = all_jobs(client).await.ok()?;
-    let logs: Vec<Value> = client.get("/api/v1/audit/logs", &[]).await.ok()?;
+/// One poll of every job's state and every log's checkpoint, from the first replica that
+/// answers; `None` while none does.
+async fn poll(clients: &[Client], seen: &Mutex<Seen>) -> Option<()> {
+    let mut answer = None;
+    for client in clients {
+        if let (Ok(jobs), Ok(logs)) = (
+            all_jobs(client).await,
+            client.get::<Vec<Value>>("/api/v1/audit/logs", &[]).await,
+        ) {
+            answer = Some((jobs, logs));
+            break;
+        }
+    }
+    let (jobs, logs) = answer?;
     let mut seen = lock(seen);
     seen.polls += 1;
     for j in &jobs {
@@ -358,6 +502,9 @@ struct Verified {
     checkpoints_verified: usize,
     external: usize,
     problems: Vec<String>,
+    /// Entries a leader wrote (its term named as their source) after an entry of a later
+    /// term: written by a deposed leader, and accepted.
+    deposed: u64,
     /// `job.submit` targets and `job.transition` (from, to) steps, by job id.
     submits: HashSet<String>,
     transitions: HashMap<String, Vec<(String, String)>>,
@@ -390,10 +537,23 @@ async fn verify_log(
     let report = verify(&bundle, Some(trusted), &external);
     let mut submits = HashSet::new();
     let mut transitions: HashMap<String, Vec<(String, String)>> = HashMap::new();
+    let (mut latest_epoch, mut deposed) = (0u64, 0);
     for line in bundle.entries_jsonl.lines() {
         let Ok(e) = serde_json::from_str::<Value>(line) else {
             continue;
         };
+        // In log order, which is commit order: a term's entries never follow a later one's.
+        if let Some(epoch) = e["actor"]["source"]
+            .as_str()
+            .filter(|s| s.starts_with("leader "))
+            .and_then(|s| s.rsplit(' ').next())
+            .and_then(|n| n.parse::<u64>().ok())
+        {
+            if epoch < latest_epoch {
+                deposed += 1;
+            }
+            latest_epoch = latest_epoch.max(epoch);
+        }
         let Some(job) = e["target"].as_str().and_then(|t| t.strip_prefix("job/")) else {
             continue;
         };
@@ -414,6 +574,7 @@ async fn verify_log(
         checkpoints_verified: report.checkpoints_verified,
         external: external.len(),
         problems: report.problems.iter().map(ToString::to_string).collect(),
+        deposed,
         submits,
         transitions,
     })
@@ -433,11 +594,130 @@ fn completed_runs(runs: &Path) -> HashMap<String, usize> {
         .collect()
 }
 
+/// One failover: what was done to the leader, and how the others took over.
+struct Failover {
+    frozen: bool,
+    /// From the fault to another replica leading.
+    takeover: Option<Duration>,
+    /// From the fault to the probe job, submitted through another replica just after it,
+    /// being placed (its `scheduled_at`).
+    resumed: Option<f64>,
+}
+
+/// Which replica leads, and under which epoch, as their metrics say.
+async fn leader(servers: &[Server], http: &reqwest::Client) -> Option<(usize, i64)> {
+    let mut found = None;
+    for (i, s) in servers.iter().enumerate() {
+        if let Some(e) = s.epoch(http).await.filter(|e| *e > 0)
+            && found.is_none_or(|(_, best)| e > best)
+        {
+            found = Some((i, e));
+        }
+    }
+    found
+}
+
+/// Kills (`frozen`: stops) the leader, submits a probe through another replica, waits for
+/// another replica to lead and the probe to be placed, then starts the old leader again
+/// after `down_for` (resumes it `frozen_for` after the fault).
+async fn fail_leader(
+    servers: &mut [Server],
+    http: &reqwest::Client,
+    load: &Load,
+    n: usize,
+    frozen: bool,
+    frozen_for: Duration,
+    down_for: Duration,
+) -> anyhow::Result<Failover> {
+    let looking = Instant::now();
+    let (at, epoch) = loop {
+        if let Some(l) = leader(servers, http).await {
+            break l;
+        }
+        if looking.elapsed() > Duration::from_secs(60) {
+            bail!("no replica led for 60 s");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let fault_at = chrono::Utc::now();
+    let t0 = Instant::now();
+    if frozen {
+        servers[at].signal(nix::sys::signal::Signal::SIGSTOP);
+    } else {
+        servers[at].kill().await;
+    }
+    let probe = load.submit(format!("probe-{n}"), 1, Some(at)).await;
+    let (mut takeover, mut resumed) = (None, None);
+    while t0.elapsed() < Duration::from_secs(60) {
+        if takeover.is_none() {
+            for (i, s) in servers.iter().enumerate() {
+                if i != at && s.epoch(http).await.is_some_and(|e| e > epoch) {
+                    takeover = Some(t0.elapsed());
+                }
+            }
+        }
+        if resumed.is_none()
+            && let Answer::Acked(id) = &probe
+        {
+            for (i, base) in load.bases.iter().enumerate() {
+                if i == at {
+                    continue;
+                }
+                let got = load
+                    .send_to(base, Method::GET, &format!("/api/v1/jobs/{id}"), None)
+                    .await;
+                if let Some((200, job)) = got {
+                    resumed = job["scheduled_at"]
+                        .as_str()
+                        .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+                        .map(|t| (t.to_utc() - fault_at).as_seconds_f64());
+                    break;
+                }
+            }
+        }
+        if takeover.is_some() && (resumed.is_some() || !matches!(probe, Answer::Acked(_))) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    if frozen {
+        tokio::time::sleep_until((t0 + frozen_for).into()).await;
+        servers[at].signal(nix::sys::signal::Signal::SIGCONT);
+    } else {
+        tokio::time::sleep(down_for).await;
+        let respawned = Instant::now();
+        servers[at].spawn()?;
+        servers[at].ready(http, respawned).await?;
+    }
+    Ok(Failover {
+        frozen,
+        takeover,
+        resumed,
+    })
+}
+
 pub async fn run(args: &CrashBench) -> anyhow::Result<()> {
-    if args.kills == 0 || args.nodes == 0 || !(args.rate > 0.0 && args.rate <= 1000.0) {
+    if args.kills == 0 || args.nodes == 0 || !(args.load.rate > 0.0 && args.load.rate <= 1000.0) {
         bail!("--kills and --nodes must be at least 1, and --rate in (0, 1000]");
     }
-    let (dir, root) = super::work_dir(args.keep_dir.as_deref())?;
+    run_scenario(&Scenario {
+        database: args.database,
+        database_url: args.database_url.clone(),
+        replicas: 1,
+        nodes: args.nodes,
+        jobs: None,
+        up_ms: args.up_ms,
+        down_ms: args.down_ms,
+        load: args.load.clone(),
+        faults: Faults::Restarts { kills: args.kills },
+        bench: "crash",
+    })
+    .await
+}
+
+/// Runs `args`: the control plane, agents and load, its faults, then the checks.
+pub(super) async fn run_scenario(args: &Scenario) -> anyhow::Result<()> {
+    let (dir, root) = super::work_dir(args.load.keep_dir.as_deref())?;
     let data_dir = root.join("server");
     let runs = root.join("runs");
     std::fs::create_dir_all(&data_dir)?;
@@ -455,40 +735,79 @@ pub async fn run(args: &CrashBench) -> anyhow::Result<()> {
         }
     };
     let exe = std::env::current_exe().context("locating the allot binary")?;
-    let (http_addr, grpc_addr, metrics_addr) = (free_port()?, free_port()?, free_port()?);
-    let mut server_args: Vec<String> = vec![
-        "server".into(),
-        "--data-dir".into(),
-        data_dir.display().to_string(),
-        "--listen".into(),
-        http_addr.to_string(),
-        "--grpc-listen".into(),
-        grpc_addr.to_string(),
-        "--metrics-listen".into(),
-        metrics_addr.to_string(),
-        "--min-runtime-secs".into(),
-        "0".into(),
-    ];
-    if let Some(url) = &database_url {
-        server_args.extend(["--database-url".into(), url.clone()]);
+    // The replicas share the data directory: the node CA, the keys, the checkpoint copies.
+    let mut servers = Vec::with_capacity(args.replicas);
+    for r in 1..=args.replicas.max(1) {
+        let (http_addr, grpc_addr, metrics_addr) = (free_port()?, free_port()?, free_port()?);
+        let mut server_args: Vec<String> = vec![
+            "server".into(),
+            "--data-dir".into(),
+            data_dir.display().to_string(),
+            "--listen".into(),
+            http_addr.to_string(),
+            "--grpc-listen".into(),
+            grpc_addr.to_string(),
+            "--metrics-listen".into(),
+            metrics_addr.to_string(),
+            "--min-runtime-secs".into(),
+            "0".into(),
+        ];
+        if let Some(url) = &database_url {
+            server_args.extend(["--database-url".into(), url.clone()]);
+        }
+        if let Faults::Leader {
+            lease_secs,
+            unfenced,
+            ..
+        } = &args.faults
+        {
+            server_args.extend([
+                "--replica-name".into(),
+                format!("r{r}"),
+                "--leader-lease-secs".into(),
+                lease_secs.to_string(),
+            ]);
+            if *unfenced {
+                server_args.push("--unfenced-leader-for-testing".into());
+            }
+        }
+        servers.push(Server {
+            exe: exe.clone(),
+            args: server_args,
+            log: if args.replicas > 1 {
+                root.join(format!("server-r{r}.log"))
+            } else {
+                root.join("server.log")
+            },
+            http: http_addr,
+            grpc: grpc_addr,
+            metrics: metrics_addr,
+            child: None,
+        });
     }
-    let mut server = Server {
-        exe: exe.clone(),
-        args: server_args,
-        log: root.join("server.log"),
-        http: http_addr,
-        child: None,
-    };
     let http = reqwest::Client::builder()
-        .timeout(Duration::from_secs(10))
+        .timeout(Duration::from_secs(if args.replicas > 1 { 3 } else { 10 }))
         .build()?;
-    let first = Instant::now();
-    server.spawn()?;
-    server.ready(&http, first).await?;
+    // The first creates what they share; the others start once it has.
+    for (i, server) in servers.iter_mut().enumerate() {
+        let first = Instant::now();
+        server.spawn()?;
+        server.ready(&http, first).await?;
+        if i == 0 && args.replicas > 1 {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
     let token = crate::cmd::read_secret(&data_dir.join("admin.token"))
         .context("the server wrote no bootstrap admin token")?;
-    let base = format!("http://{http_addr}");
-    let client = Client::new(&base, Some(token.clone()), None)?;
+    let bases: Vec<String> = servers
+        .iter()
+        .map(|s| format!("http://{}", s.http))
+        .collect();
+    let clients = bases
+        .iter()
+        .map(|b| Client::new(b, Some(token.clone()), None))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let client = clients[0].clone();
     let _: Value = client
         .call(
             Method::POST,
@@ -504,7 +823,7 @@ pub async fn run(args: &CrashBench) -> anyhow::Result<()> {
     let agents = Agents {
         exe,
         ca_cert: data_dir.join("pki").join("ca.pem"),
-        sim_gpus: args.sim_gpus.clone(),
+        sim_gpus: args.load.sim_gpus.clone(),
         runtime: crate::cmd::agent::RuntimeKindArg::Process,
         registry: None,
         extra_args: Vec::new(),
@@ -525,7 +844,8 @@ pub async fn run(args: &CrashBench) -> anyhow::Result<()> {
         let secret = created["secret"]
             .as_str()
             .context("a bootstrap token's secret")?;
-        children.push(agents.spawn_at(&name, &node_dir, secret, grpc_addr)?);
+        let grpc: Vec<SocketAddr> = servers.iter().map(|s| s.grpc).collect();
+        children.push(agents.spawn_at(&name, &node_dir, secret, &grpc)?);
         node_dirs.push(node_dir);
     }
     let started = Instant::now();
@@ -561,10 +881,10 @@ pub async fn run(args: &CrashBench) -> anyhow::Result<()> {
     let seen: Arc<Mutex<Seen>> = Arc::default();
     let poller = {
         let (watching, seen) = (watching.clone(), seen.clone());
-        let client = Client::new(&base, Some(token.clone()), None)?;
+        let clients = clients.clone();
         tokio::spawn(async move {
             while watching.load(Ordering::Relaxed) {
-                let _ = poll(&client, &seen).await;
+                let _ = poll(&clients, &seen).await;
                 tokio::time::sleep(Duration::from_millis(250)).await;
             }
         })
@@ -575,23 +895,25 @@ pub async fn run(args: &CrashBench) -> anyhow::Result<()> {
     let loading = Arc::new(AtomicBool::new(true));
     let load = Arc::new(Load {
         http: http.clone(),
-        base: base.clone(),
+        bases: bases.clone(),
+        next: std::sync::atomic::AtomicUsize::new(0),
         token: token.clone(),
         runs: runs.clone(),
-        seed: args.seed,
-        rate: args.rate,
-        cancel_share: args.cancel_share,
-        job_secs: args.job_secs,
+        seed: args.load.seed,
+        rate: args.load.rate,
+        cancel_share: args.load.cancel_share,
+        job_secs: args.load.job_secs,
         ledger: ledger.clone(),
     });
     let loader = {
         let loading = loading.clone();
         let load = load.clone();
+        let jobs = args.jobs;
         tokio::spawn(async move {
             let start = Instant::now();
             let mut sent = tokio::task::JoinSet::new();
             let mut i = 0u64;
-            while loading.load(Ordering::Relaxed) {
+            while loading.load(Ordering::Relaxed) && jobs.is_none_or(|n| i < n) {
                 let at = start + Duration::from_secs_f64(i as f64 / load.rate);
                 tokio::time::sleep_until(at.into()).await;
                 sent.spawn(load.clone().one(i));
@@ -602,34 +924,63 @@ pub async fn run(args: &CrashBench) -> anyhow::Result<()> {
         })
     };
 
-    // The kills.
-    let mut rng = StdRng::seed_from_u64(args.seed);
+    let mut rng = StdRng::seed_from_u64(args.load.seed);
     let begin = Instant::now();
-    let mut restarts = Vec::with_capacity(args.kills);
-    for _ in 0..args.kills {
-        tokio::time::sleep(Duration::from_millis(
-            rng.random_range(args.up_ms.0..=args.up_ms.1),
-        ))
-        .await;
-        server.kill().await;
-        let killed = Instant::now();
-        tokio::time::sleep(Duration::from_millis(
-            rng.random_range(args.down_ms.0..=args.down_ms.1),
-        ))
-        .await;
-        let respawned = Instant::now();
-        server.spawn()?;
-        server.ready(&http, respawned).await?;
-        restarts.push((killed, respawned, Instant::now()));
+    let mut restarts = Vec::new();
+    let mut failovers = Vec::new();
+    match &args.faults {
+        Faults::Restarts { kills } => {
+            let server = &mut servers[0];
+            for _ in 0..*kills {
+                tokio::time::sleep(Duration::from_millis(
+                    rng.random_range(args.up_ms.0..=args.up_ms.1),
+                ))
+                .await;
+                server.kill().await;
+                let killed = Instant::now();
+                tokio::time::sleep(Duration::from_millis(
+                    rng.random_range(args.down_ms.0..=args.down_ms.1),
+                ))
+                .await;
+                let respawned = Instant::now();
+                server.spawn()?;
+                server.ready(&http, respawned).await?;
+                restarts.push((killed, respawned, Instant::now()));
+            }
+            // A last stretch of load on the last start, then it ends.
+            tokio::time::sleep(Duration::from_millis(args.up_ms.1)).await;
+        }
+        Faults::Leader {
+            count,
+            stop_share,
+            lease_secs,
+            ..
+        } => {
+            let lease = Duration::from_secs(*lease_secs);
+            while failovers.len() < *count || !loader.is_finished() {
+                tokio::time::sleep(Duration::from_millis(
+                    rng.random_range(args.up_ms.0..=args.up_ms.1),
+                ))
+                .await;
+                let frozen = rng.random_bool(stop_share.clamp(0.0, 1.0));
+                let (frozen_for, down_for) = (
+                    lease.mul_f64(rng.random_range(1.5..3.0)),
+                    Duration::from_millis(rng.random_range(args.down_ms.0..=args.down_ms.1)),
+                );
+                let n = failovers.len();
+                failovers.push(
+                    fail_leader(&mut servers, &http, &load, n, frozen, frozen_for, down_for)
+                        .await?,
+                );
+            }
+        }
     }
-    // A last stretch of load on the last start, then it ends.
-    tokio::time::sleep(Duration::from_millis(args.up_ms.1)).await;
     loading.store(false, Ordering::Relaxed);
     loader.await.context("the load")?;
     let load_wall = begin.elapsed();
 
     // Everything finishes.
-    let settle_by = Instant::now() + Duration::from_secs(args.settle_secs);
+    let settle_by = Instant::now() + Duration::from_secs(args.load.settle_secs);
     let mut jobs = loop {
         let jobs = all_jobs(&client).await?;
         let done = jobs.iter().all(|j| {
@@ -645,7 +996,7 @@ pub async fn run(args: &CrashBench) -> anyhow::Result<()> {
     };
     // Once more, so that the latest states are seen and a checkpoint covers the end.
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let _ = poll(&client, &seen).await;
+    let _ = poll(&clients, &seen).await;
     watching.store(false, Ordering::Relaxed);
     let doubled_live = observer.await.context("the process observer")?;
     let _ = poller.await;
@@ -685,7 +1036,9 @@ pub async fn run(args: &CrashBench) -> anyhow::Result<()> {
     for d in &node_dirs {
         allot_agent::runtime::process::kill_orphans(&d.join("jobs"));
     }
-    server.stop().await;
+    for server in &mut servers {
+        server.stop().await;
+    }
     drop(pg);
 
     // The checks.
@@ -816,6 +1169,7 @@ pub async fn run(args: &CrashBench) -> anyhow::Result<()> {
         }
     }
     let audit_ok = audited.iter().all(|v| v.problems.is_empty());
+    let deposed: u64 = audited.iter().map(|v| v.deposed).sum();
     let mut back: Vec<f64> = restarts
         .iter()
         .map(|(killed, _, ready)| ready.duration_since(*killed).as_secs_f64())
@@ -831,9 +1185,10 @@ pub async fn run(args: &CrashBench) -> anyhow::Result<()> {
         .values()
         .filter(|a| matches!(a, Answer::Acked(_)))
         .count();
-    let out = json!({
+    let mut out = json!({
+        "bench": args.bench,
         "database": match args.database { Database::Postgres => "postgres", Database::Sqlite => "sqlite" },
-        "seed": args.seed,
+        "seed": args.load.seed,
         "nodes": args.nodes,
         "kills": restarts.len(),
         "start_to_ready_p50_s": percentile(&start, 0.5),
@@ -872,10 +1227,101 @@ pub async fn run(args: &CrashBench) -> anyhow::Result<()> {
         "load_wall_s": load_wall.as_secs_f64(),
         "examples": examples,
     });
-    super::print(&out, args.json)?;
+    let mut failover_ok = true;
+    if let Faults::Leader {
+        lease_secs,
+        unfenced,
+        ..
+    } = &args.faults
+    {
+        let seconds = |d: &[Option<f64>]| {
+            let mut v: Vec<f64> = d.iter().flatten().copied().collect();
+            v.sort_by(f64::total_cmp);
+            v
+        };
+        let takeover = seconds(
+            &failovers
+                .iter()
+                .map(|f| f.takeover.map(|d| d.as_secs_f64()))
+                .collect::<Vec<_>>(),
+        );
+        let resumed = seconds(&failovers.iter().map(|f| f.resumed).collect::<Vec<_>>());
+        let unresolved = failovers
+            .iter()
+            .filter(|f| f.takeover.is_none() || f.resumed.is_none())
+            .count();
+        let share = if ledger.requests == 0 {
+            0.0
+        } else {
+            ledger.answered_2xx as f64 / ledger.requests as f64
+        };
+        let resume_p99 = percentile(&resumed, 0.99);
+        failover_ok = deposed == 0
+            && unresolved == 0
+            && requeued == 0
+            && failed == 0
+            && share >= 0.999
+            && resume_p99 <= 2.0 * *lease_secs as f64;
+        if let Some(o) = out.as_object_mut() {
+            for (k, v) in [
+                ("replicas", json!(args.replicas)),
+                ("fencing", json!(!unfenced)),
+                ("leader_lease_s", json!(lease_secs)),
+                ("faults", json!(failovers.len())),
+                (
+                    "faults_killed",
+                    json!(failovers.iter().filter(|f| !f.frozen).count()),
+                ),
+                (
+                    "faults_frozen",
+                    json!(failovers.iter().filter(|f| f.frozen).count()),
+                ),
+                ("takeover_p50_s", json!(percentile(&takeover, 0.5))),
+                ("takeover_p99_s", json!(percentile(&takeover, 0.99))),
+                (
+                    "takeover_max_s",
+                    json!(takeover.last().copied().unwrap_or(0.0)),
+                ),
+                ("scheduling_resumed_p50_s", json!(percentile(&resumed, 0.5))),
+                ("scheduling_resumed_p99_s", json!(resume_p99)),
+                (
+                    "scheduling_resumed_max_s",
+                    json!(resumed.last().copied().unwrap_or(0.0)),
+                ),
+                ("failovers_unresolved", json!(unresolved)),
+                ("deposed_writes_accepted", json!(deposed)),
+                ("requests", json!(ledger.requests)),
+                ("requests_2xx", json!(ledger.answered_2xx)),
+                ("requests_2xx_share", json!(share)),
+                (
+                    "failovers",
+                    json!(
+                        failovers
+                            .iter()
+                            .map(|f| json!({
+                                "frozen": f.frozen,
+                                "takeover_s": f.takeover.map(|d| d.as_secs_f64()),
+                                "scheduling_resumed_s": f.resumed,
+                            }))
+                            .collect::<Vec<_>>()
+                    ),
+                ),
+            ] {
+                o.insert(k.to_owned(), v);
+            }
+        }
+    }
+    super::print(&out, args.load.json)?;
     drop(dir);
     if missing + unaudited + lost + doubled + forged + backwards + audit_mismatch > 0 || !audit_ok {
         bail!("crash consistency does not hold (see the figures above)");
+    }
+    if !failover_ok {
+        bail!(
+            "failover does not hold: a deposed leader's write, a failed or requeued job, \
+               scheduling not resumed within two leases, or under 99.9% of requests \
+               answered 2xx (see the figures above)"
+        );
     }
     Ok(())
 }

@@ -4,6 +4,7 @@ mod audit;
 mod chaos;
 mod crash;
 mod efficiency;
+mod failover;
 mod launch;
 mod openb;
 mod postgres;
@@ -29,6 +30,11 @@ pub enum BenchCmd {
     /// system (control plane, agents, shim, contending simulated GPUs, workload programs,
     /// an open-loop load): exclusive, static and elastic sharing side by side.
     Efficiency(efficiency::EfficiencyBench),
+    /// Control-plane failover: replicas on PostgreSQL whose leader is SIGKILLed or frozen
+    /// with SIGSTOP past its lease at random moments under load; counts writes by a deposed
+    /// leader, jobs lost, run twice, failed or requeued, takeover and scheduling-resume
+    /// times, and requests answered 2xx by a client that retries on another replica.
+    Failover(failover::FailoverBench),
     /// From an assignment's arrival to the job's process running: the process runtime
     /// against the oci runtime (runc, the image cached), median and p99 side by side.
     Launch(launch::LaunchBench),
@@ -52,6 +58,7 @@ pub async fn run(cmd: BenchCmd) -> anyhow::Result<()> {
         BenchCmd::Chaos(args) => chaos::run(&args).await,
         BenchCmd::Crash(args) => crash::run(&args).await,
         BenchCmd::Efficiency(args) => efficiency::run(&args).await,
+        BenchCmd::Failover(args) => failover::run(&args).await,
         BenchCmd::Launch(args) => launch::run(&args).await,
         BenchCmd::Openb(args) => openb::run(&args),
         BenchCmd::OpenbVariant(args) => openb::variant(&args),
@@ -124,7 +131,9 @@ fn spawn_logged(
         .append(true)
         .open(log)
         .with_context(|| format!("opening {}", log.display()))?;
-    cmd.env("ALLOT_LOG", "warn")
+    // Warnings only, unless `ALLOT_BENCH_LOG` says otherwise (to look into a run).
+    let level = std::env::var("ALLOT_BENCH_LOG").unwrap_or_else(|_| "warn".to_owned());
+    cmd.env("ALLOT_LOG", level)
         .stdin(std::process::Stdio::null())
         .stdout(out.try_clone()?)
         .stderr(out)

@@ -149,7 +149,7 @@ impl Fleet {
             gpu_state.push(data_dir.join("sim-gpus"));
             std::fs::create_dir_all(&data_dir)?;
             let bootstrap = super::super::chaos::bootstrap_token(&server, &name).await?;
-            children.push(agents.spawn_at(&name, &data_dir, &bootstrap, server.grpc_addr)?);
+            children.push(agents.spawn_at(&name, &data_dir, &bootstrap, &[server.grpc_addr])?);
         }
         let gpus: Vec<String> = super::super::chaos::ready_nodes(&client, spec.nodes)
             .await?
