@@ -433,7 +433,7 @@ pub(crate) async fn deliver_reports(
 }
 
 /// How long a call waits for a replica's answer when there are others to try.
-const REPLICA_CALL_TIMEOUT: Duration = Duration::from_secs(5);
+const REPLICA_CALL_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// `call`'s answer, retried while the control plane is unreachable, or the error it
 /// refused with (not sent again). Retried often: a message stuck behind a partition holds

@@ -191,11 +191,14 @@ impl Agent {
 
     pub(crate) async fn heartbeats(self: Arc<Self>, every: Duration, stop: CancellationToken) {
         let mut failures = 0;
+        let mut moved = false;
         loop {
-            // A failed heartbeat is tried again soon (on the next replica, when the link
-            // moved): the lease runs on meanwhile.
+            // A failed heartbeat is tried again soon, at once on the replica the link moved
+            // to: the lease runs on meanwhile.
             let wait = if failures == 0 {
                 every
+            } else if moved {
+                self.link.jitter(Duration::from_millis(100))
             } else {
                 self.link.jitter(backoff(failures)).min(every)
             };
@@ -204,11 +207,13 @@ impl Agent {
                 () = tokio::time::sleep(wait) => {}
                 () = self.heartbeat_now.notified() => {}
             }
+            let seen = self.link.moved();
             failures = if self.heartbeat(every).await {
                 0
             } else {
                 failures + 1
             };
+            moved = self.link.moved() != seen;
             let renew_at = self.lock_creds().as_ref().map(|c| c.cert.renew_at());
             if renew_at.is_some_and(|at| chrono::Utc::now() >= at) {
                 self.renew().await;
@@ -247,7 +252,13 @@ impl Agent {
         req.set_timeout(limit);
         let sent = Instant::now();
         match self.link.within(limit, client.heartbeat(req)).await {
-            Ok(_) => {
+            Ok(answer) => {
+                let epoch = answer
+                    .metadata()
+                    .get(crate::identity::LEADER_EPOCH_METADATA)
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| v.parse().ok());
+                self.link.answered_by_leader(seen, epoch);
                 let mut lease = self.lock_lease();
                 lease.valid_until = Some(sent + lease.duration);
                 true

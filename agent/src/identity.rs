@@ -87,6 +87,13 @@ pub struct Link {
     /// naming one that has just failed is not taken (a leader that died holds its lease a
     /// while yet).
     unreachable_at: Mutex<Vec<Option<std::time::Instant>>>,
+    /// Per replica, the leader epoch of the hint that last sent calls there, and the epoch
+    /// it had when it then failed: a hint naming that same term again is stale (a leader
+    /// that stopped answering keeps its lease a while), one naming a later term is not.
+    epochs: Mutex<Vec<(Option<i64>, Option<i64>)>>,
+    /// The replica calls went to after each of the last moves (move count, index): a call's
+    /// failure is held against the replica it was made on, even after another call moved on.
+    history: Mutex<std::collections::VecDeque<(u64, usize)>>,
 }
 
 /// How long a replica that could not be reached is passed over for hints.
@@ -102,6 +109,8 @@ struct Endpoint {
 
 /// The metadata key in which a follower names the leader's endpoint.
 pub const LEADER_METADATA: &str = "allot-leader";
+/// The metadata key in which a follower names the epoch of that leader's lease.
+pub const LEADER_EPOCH_METADATA: &str = "allot-leader-epoch";
 
 impl Link {
     /// A link to the replicas at `servers` (`https://` URLs; at least one).
@@ -146,6 +155,8 @@ impl Link {
         }
         Ok(Arc::new(Self {
             unreachable_at: Mutex::new(vec![None; endpoints.len()]),
+            epochs: Mutex::new(vec![(None, None); endpoints.len()]),
+            history: Mutex::new(std::collections::VecDeque::from([(0, 0)])),
             servers: endpoints,
             ca,
             current: AtomicUsize::new(0),
@@ -232,31 +243,59 @@ impl Link {
             .get(LEADER_METADATA)
             .and_then(|v| v.to_str().ok())
             .map(|v| v.trim_end_matches('/'));
+        let named_epoch = status
+            .metadata()
+            .get(LEADER_EPOCH_METADATA)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<i64>().ok());
+        let mut epochs = self.epochs.lock().unwrap_or_else(|e| e.into_inner());
         let mut moved = false;
         let now = std::time::Instant::now();
         let mut unreachable = self
             .unreachable_at
             .lock()
             .unwrap_or_else(|e| e.into_inner());
+        let mut history = self.history.lock().unwrap_or_else(|e| e.into_inner());
+        let n = self.servers.len();
+        // The replica the failed call went to.
+        let called = history
+            .iter()
+            .rev()
+            .find(|(count, _)| *count <= seen)
+            .map(|(_, i)| *i);
+        if let Some(i) = called
+            && (status.code() != Code::Unavailable || named.is_none())
+        {
+            // Not a follower's answer: it did not answer at all.
+            unreachable[i] = Some(now);
+            epochs[i].1 = epochs[i].0;
+        }
         self.moves.send_if_modified(|count| {
             if *count != seen {
                 return false;
             }
-            let n = self.servers.len();
             let at = self.current.load(Ordering::Acquire) % n;
-            if status.code() != Code::Unavailable || named.is_none() {
-                // Not a follower's answer: it did not answer at all.
-                unreachable[at] = Some(now);
-            }
             let passed_over =
                 |i: usize| unreachable[i].is_some_and(|t| now.duration_since(t) < PASS_OVER);
-            let next = named
+            // A hint naming the term that already failed here is stale.
+            let stale = |i: usize| {
+                matches!((epochs[i].1, named_epoch), (Some(failed), Some(e)) if e <= failed)
+            };
+            let hinted = named
                 .and_then(|url| self.servers.iter().position(|s| s.url == url))
-                .filter(|i| *i != at && !passed_over(*i))
+                .filter(|i| *i != at && !passed_over(*i) && !stale(*i));
+            if let Some(i) = hinted {
+                epochs[i].0 = named_epoch;
+            }
+            let next = hinted
                 .or_else(|| (1..n).map(|k| (at + k) % n).find(|i| !passed_over(*i)))
                 .unwrap_or((at + 1) % n);
             self.current.store(next, Ordering::Release);
             *count += 1;
+            history.push_back((*count, next));
+            if history.len() > 64 {
+                history.pop_front();
+            }
             moved = true;
             true
         });
@@ -284,6 +323,19 @@ impl Link {
         })
     }
 
+    /// A call made when the link had moved `seen` times was answered by a leader serving
+    /// under `epoch` (its heartbeat answers say).
+    pub fn answered_by_leader(&self, seen: u64, epoch: Option<i64>) {
+        let Some(epoch) = epoch else {
+            return;
+        };
+        if self.moved() != seen {
+            return;
+        }
+        let at = self.current.load(Ordering::Acquire) % self.servers.len();
+        self.epochs.lock().unwrap_or_else(|e| e.into_inner())[at].0 = Some(epoch);
+    }
+
     /// Whether there is another replica to move to.
     pub fn has_replicas(&self) -> bool {
         self.servers.len() > 1
@@ -307,4 +359,61 @@ pub fn moves_on(status: &Status) -> bool {
         status.code(),
         Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled | Code::Unknown
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(leader: Option<(&str, i64)>) -> Status {
+        let mut s = Status::unavailable("this replica does not lead");
+        if let Some((url, epoch)) = leader {
+            s.metadata_mut()
+                .insert(LEADER_METADATA, url.parse().expect("metadata"));
+            s.metadata_mut().insert(
+                LEADER_EPOCH_METADATA,
+                epoch.to_string().parse().expect("metadata"),
+            );
+        }
+        s
+    }
+
+    #[tokio::test]
+    async fn calls_follow_the_leader_and_pass_over_a_stale_hint() {
+        let urls = ["https://a:7070", "https://b:7070", "https://c:7070"].map(String::from);
+        let link = Link::new(&urls, "not checked until a connection is made").expect("link");
+        assert_eq!(link.server(), "https://a:7070");
+        // a is a follower naming c, epoch 4: calls go to c.
+        assert!(link.failed(link.moved(), &refused(Some(("https://c:7070", 4)))));
+        assert_eq!(link.server(), "https://c:7070");
+        // c stops answering: on to the next, a.
+        assert!(link.failed(link.moved(), &Status::deadline_exceeded("no answer")));
+        assert_eq!(link.server(), "https://a:7070");
+        // a still names c under epoch 4 (its lease has not run out): stale, so b.
+        assert!(link.failed(link.moved(), &refused(Some(("https://c:7070", 4)))));
+        assert_eq!(link.server(), "https://b:7070");
+        // b names a later term of c (started again): taken, once the pass-over is over.
+        std::thread::sleep(PASS_OVER);
+        assert!(link.failed(link.moved(), &refused(Some(("https://c:7070", 5)))));
+        assert_eq!(link.server(), "https://c:7070");
+        // Errors that are answers do not move calls.
+        assert!(!link.failed(link.moved(), &Status::permission_denied("no")));
+        assert_eq!(link.server(), "https://c:7070");
+        // A call made on b before the last move fails late: calls stay on c, but b is
+        // passed over a while (c's next failure sends calls to a, not b).
+        let on_b = link.moved() - 1;
+        assert!(!link.failed(on_b, &Status::unavailable("late")));
+        assert_eq!(link.server(), "https://c:7070");
+        assert!(link.failed(link.moved(), &Status::deadline_exceeded("no answer")));
+        assert_eq!(link.server(), "https://a:7070");
+    }
+
+    #[tokio::test]
+    async fn one_endpoint_never_moves() {
+        let link = Link::new(&["https://a:7070".to_owned()], "pem").expect("link");
+        assert!(!link.failed(link.moved(), &Status::unavailable("gone")));
+        assert_eq!(link.moved(), 0);
+        assert!(Link::new(&[], "pem").is_err());
+        assert!(Link::new(&["http://a:7070".to_owned()], "pem").is_err());
+    }
 }

@@ -26,7 +26,7 @@ impl Agent {
         // Opening it, not following it: a stalled replica is not waited out.
         let mut rpc = client(&self.link);
         let opened = self.link.within(
-            Duration::from_secs(5),
+            Duration::from_secs(2),
             rpc.watch_assignments(WatchAssignmentsRequest {}),
         );
         let mut stream = match opened.await {

@@ -667,3 +667,53 @@ async fn the_portal_holds_up_at_fifty_nodes_and_five_hundred_jobs() {
     );
     b.quit().await;
 }
+
+/// Two replicas behind what a load balancer would do: the sign-in starts on replica B,
+/// the provider sends the browser back to replica A's callback, which completes it; the
+/// session then works on both, since sign-ins in progress and sessions are in the database.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sign_in_started_on_one_replica_completes_on_another_in_the_browser() {
+    let idp = start_provider();
+    let mut shared = None;
+    let a = spawn_cluster_with(Backend::Sqlite, 0, "", |c| {
+        let hour = Duration::from_secs(3600);
+        idp.configure(c, &["email=root@example.com:platform-admin"], hour, hour);
+        // Replicas share the secrets key, as they share the database.
+        c.secrets_key = allot_store::SecretKeys::generate_line("replicas").expect("key");
+        shared = Some(c.clone());
+    })
+    .await;
+    let mut config = shared.expect("A's configuration");
+    config.http_listen = "127.0.0.1:0".parse().expect("address");
+    config.grpc_listen = "127.0.0.1:0".parse().expect("address");
+    config.replica_name = "b".into();
+    let checkpoints = tempfile::tempdir().expect("temp dir");
+    config.checkpoint_dir = Some(checkpoints.path().to_owned());
+    if let Some(w) = config.web_sign_in.as_mut() {
+        w.redirect_url = Some(a.url("/auth/callback"));
+    }
+    let b_server = allot_server::start(config, std::sync::Arc::new(allot_domain::SystemClock))
+        .await
+        .expect("replica B starts");
+    assert!(!b_server.leadership.leads(), "A leads; B follows");
+    let b_url = b_server.http_url();
+
+    let b = Browser::start("replicas").await;
+    b.goto(&format!("{b_url}/portal")).await;
+    b.click("a[href^='/auth/login']").await;
+    b.fill("input[name=login]", "root").await;
+    b.fill("input[name=password]", "anything").await;
+    b.click("button[type=submit]").await;
+    b.wait_for("input[name=prompt][value=consent]").await;
+    b.click("button[type=submit]").await;
+    // A's callback completed it: the portal, signed in, on A.
+    b.wait_for("button[data-post='/auth/logout']").await;
+    let at = b.url().await;
+    assert!(at.starts_with(&a.url("/portal")), "{at}");
+    // The same session on B.
+    b.goto(&format!("{b_url}/portal")).await;
+    b.wait_for("button[data-post='/auth/logout']").await;
+    b.screenshot("replica-b-signed-in").await;
+    b_server.shutdown().await;
+    a.shutdown().await;
+}

@@ -277,6 +277,8 @@ fn presented<T>(req: &Request<T>) -> Result<Option<NodeCert>, Status> {
 
 /// The metadata key naming the leader's gRPC endpoint on a follower's refusal.
 pub const LEADER_METADATA: &str = "allot-leader";
+/// The metadata key naming the epoch under which that leader holds its lease.
+pub const LEADER_EPOCH_METADATA: &str = "allot-leader-epoch";
 
 impl NodeSvc {
     /// Refuses the call unless this replica leads: `UNAVAILABLE`, naming the leader's
@@ -286,11 +288,14 @@ impl NodeSvc {
             crate::leadership::Role::Leader { .. } => Ok(()),
             crate::leadership::Role::Follower { leader } => {
                 let mut status = Status::unavailable(match &leader {
-                    Some(at) => format!("this replica does not lead; the leader is at {at}"),
+                    Some((at, _)) => format!("this replica does not lead; the leader is at {at}"),
                     None => "this replica does not lead, and no replica leads yet".to_owned(),
                 });
-                if let Some(value) = leader.and_then(|l| l.parse().ok()) {
-                    status.metadata_mut().insert(LEADER_METADATA, value);
+                if let Some((at, epoch)) = leader
+                    && let (Ok(at), Ok(epoch)) = (at.parse(), epoch.to_string().parse())
+                {
+                    status.metadata_mut().insert(LEADER_METADATA, at);
+                    status.metadata_mut().insert(LEADER_EPOCH_METADATA, epoch);
                 }
                 Err(status)
             }
@@ -891,9 +896,17 @@ impl allot_proto::NodeService for NodeSvc {
                 _ => self.hub.confirmed(&node.id, &job_id),
             }
         }
-        Ok(Response::new(HeartbeatResponse {
+        let mut answer = Response::new(HeartbeatResponse {
             lease_expires_at_ms: until.timestamp_millis(),
-        }))
+        });
+        // The term this leader serves under: the agent knows a hint naming it, once this
+        // replica stops answering, for the stale hint it is.
+        if let crate::leadership::Role::Leader { epoch } = self.leadership.role()
+            && let Ok(value) = epoch.to_string().parse()
+        {
+            answer.metadata_mut().insert(LEADER_EPOCH_METADATA, value);
+        }
+        Ok(answer)
     }
 
     type WatchAssignmentsStream = AssignmentStream;

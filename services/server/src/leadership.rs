@@ -21,8 +21,8 @@ use crate::hub::Hub;
 /// This replica's part.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Role {
-    /// Another replica leads, reached by agents at `leader` when that is known.
-    Follower { leader: Option<String> },
+    /// Another replica leads, reached by agents at `leader` under that epoch, when known.
+    Follower { leader: Option<(String, i64)> },
     /// This replica leads under `epoch`.
     Leader { epoch: i64 },
 }
@@ -209,7 +209,7 @@ impl Campaign {
         match self.store.leader().await {
             Ok(l) => {
                 let now = self.store.clock().now();
-                let leader = l.holds_at(now).then_some(l.address);
+                let leader = l.holds_at(now).then_some((l.address, l.epoch));
                 self.leadership.set(Role::Follower { leader });
             }
             Err(e) => tracing::debug!(error = %e, "leader lease unreadable"),

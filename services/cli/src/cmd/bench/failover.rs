@@ -10,7 +10,8 @@
 //! offline): writes by a deposed leader accepted (an entry a leader wrote under an epoch
 //! after an entry of a later epoch in the same log: log order is commit order), jobs
 //! failed or requeued, the time to another replica leading and to the probe being placed
-//! (p99 within two leases), and the share of the load's requests answered 2xx.
+//! (p99 within two leases), and the share of the load's requests answered (2xx, or 409 to
+//! a cancel of a job that had ended meanwhile; at least 99.9%).
 //! `--unfenced` runs the replicas with their leader writes unfenced: the negative control,
 //! which should fail the run.
 

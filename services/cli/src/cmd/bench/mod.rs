@@ -33,7 +33,7 @@ pub enum BenchCmd {
     /// Control-plane failover: replicas on PostgreSQL whose leader is SIGKILLed or frozen
     /// with SIGSTOP past its lease at random moments under load; counts writes by a deposed
     /// leader, jobs lost, run twice, failed or requeued, takeover and scheduling-resume
-    /// times, and requests answered 2xx by a client that retries on another replica.
+    /// times, and requests answered by a client that retries on another replica.
     Failover(failover::FailoverBench),
     /// From an assignment's arrival to the job's process running: the process runtime
     /// against the oci runtime (runc, the image cached), median and p99 side by side.
