@@ -64,6 +64,19 @@ impl Leadership {
     }
 }
 
+/// Tries once to take the lease for `replica` (reached by agents at `address`) for `ttl`:
+/// the term, if taken.
+pub async fn acquire(store: &Store, replica: &str, address: &str, ttl: Duration) -> Option<Term> {
+    let ttl = chrono::Duration::from_std(ttl).unwrap_or(chrono::Duration::seconds(5));
+    match store.acquire(replica, address, ttl).await {
+        Ok(term) => term,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot campaign for the leader lease");
+            None
+        }
+    }
+}
+
 /// What runs while this replica leads: started with the term's fenced store, it ends when
 /// the token is cancelled.
 pub type LeaderWork = Box<dyn Fn(Store, CancellationToken) -> Vec<JoinHandle<()>> + Send + Sync>;
@@ -99,19 +112,8 @@ impl Campaign {
         chrono::Duration::from_std(self.ttl).unwrap_or(chrono::Duration::seconds(5))
     }
 
-    /// Tries to take the lease once: the term, if taken.
-    pub async fn try_acquire(&self) -> Option<Term> {
-        match self
-            .store
-            .acquire(&self.replica, &self.address, self.ttl())
-            .await
-        {
-            Ok(term) => term,
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot campaign for the leader lease");
-                None
-            }
-        }
+    async fn try_acquire(&self) -> Option<Term> {
+        acquire(&self.store, &self.replica, &self.address, self.ttl).await
     }
 
     /// Campaigns until `stop`, leading whenever it holds the lease; `first` is a term taken

@@ -572,6 +572,24 @@ pub async fn start(
     grpc_names.dedup();
     let grpc_tls = pki::grpc_tls(&ca, &grpc_names, clock.now())?;
 
+    // A replica that leads from the start bootstraps a first start, before it serves
+    // (`/readyz` answering means the admin token of a first start exists).
+    let grpc_advertise = config
+        .grpc_advertise
+        .clone()
+        .unwrap_or_else(|| format!("https://{grpc_addr}"));
+    let first_term = leadership::acquire(
+        &store,
+        &config.replica_name,
+        &grpc_advertise,
+        config.leader_lease,
+    )
+    .await;
+    let bootstrap_admin_token = match &first_term {
+        Some(term) => bootstrap_admin(&store.fenced(term)).await?,
+        None => None,
+    };
+
     let stop = CancellationToken::new();
     let notify = Arc::new(Notify::new());
     let turn = Arc::new(tokio::sync::Mutex::new(()));
@@ -744,10 +762,7 @@ pub async fn start(
     let campaign = leadership::Campaign {
         store: store.clone(),
         replica: config.replica_name.clone(),
-        address: config
-            .grpc_advertise
-            .clone()
-            .unwrap_or_else(|| format!("https://{grpc_addr}")),
+        address: grpc_advertise,
         ttl: config.leader_lease,
         hub: hub.clone(),
         leadership: leadership.clone(),
@@ -755,12 +770,6 @@ pub async fn start(
         work: leader_work,
         grace: SHUTDOWN_GRACE / 2,
         fencing: config.fencing,
-    };
-    // A replica that leads from the start bootstraps a first start, before it serves.
-    let first_term = campaign.try_acquire().await;
-    let bootstrap_admin_token = match &first_term {
-        Some(term) => bootstrap_admin(&store.fenced(term)).await?,
-        None => None,
     };
     tasks.push(tokio::spawn(campaign.run(first_term, stop.clone())));
 
