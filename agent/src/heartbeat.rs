@@ -253,11 +253,7 @@ impl Agent {
         let sent = Instant::now();
         match self.link.within(limit, client.heartbeat(req)).await {
             Ok(answer) => {
-                let epoch = answer
-                    .metadata()
-                    .get(crate::identity::LEADER_EPOCH_METADATA)
-                    .and_then(|v| v.to_str().ok())
-                    .and_then(|v| v.parse().ok());
+                let epoch = allot_proto::leader::epoch(answer.metadata());
                 self.link.answered_by_leader(seen, epoch);
                 let mut lease = self.lock_lease();
                 lease.valid_until = Some(sent + lease.duration);

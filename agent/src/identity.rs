@@ -83,17 +83,31 @@ pub struct Link {
     moves: watch::Sender<u64>,
     /// Spreads retries (backoff jitter): seeded once from the OS.
     rng: Mutex<StdRng>,
-    /// When each replica last could not be reached or did not answer: a follower's hint
-    /// naming one that has just failed is not taken (a leader that died holds its lease a
-    /// while yet).
-    unreachable_at: Mutex<Vec<Option<std::time::Instant>>>,
-    /// Per replica, the leader epoch of the hint that last sent calls there, and the epoch
-    /// it had when it then failed: a hint naming that same term again is stale (a leader
-    /// that stopped answering keeps its lease a while), one naming a later term is not.
-    epochs: Mutex<Vec<(Option<i64>, Option<i64>)>>,
+    /// What the link knows of each replica, and where its last moves went.
+    known: Mutex<Known>,
+}
+
+/// What a link knows of its replicas.
+struct Known {
+    replicas: Vec<Replica>,
     /// The replica calls went to after each of the last moves (move count, index): a call's
     /// failure is held against the replica it was made on, even after another call moved on.
-    history: Mutex<std::collections::VecDeque<(u64, usize)>>,
+    history: std::collections::VecDeque<(u64, usize)>,
+}
+
+/// What a link knows of one replica.
+#[derive(Clone, Default)]
+struct Replica {
+    /// When it last could not be reached or did not answer: a follower's hint naming one
+    /// that has just failed is not taken (a leader that died holds its lease a while yet).
+    unreachable_at: Option<std::time::Instant>,
+    /// The leader epoch it was last known to serve under (a hint that sent calls there, or
+    /// its heartbeat answers).
+    epoch: Option<i64>,
+    /// The epoch it had when it then failed: a hint naming that same term again is stale
+    /// (a leader that stopped answering keeps its lease a while), one naming a later term
+    /// is not.
+    failed_epoch: Option<i64>,
 }
 
 /// How long a replica that could not be reached is passed over for hints.
@@ -106,11 +120,6 @@ struct Endpoint {
     node: RwLock<Option<Channel>>,
     anonymous: Channel,
 }
-
-/// The metadata key in which a follower names the leader's endpoint.
-pub const LEADER_METADATA: &str = "allot-leader";
-/// The metadata key in which a follower names the epoch of that leader's lease.
-pub const LEADER_EPOCH_METADATA: &str = "allot-leader-epoch";
 
 impl Link {
     /// A link to the replicas at `servers` (`https://` URLs; at least one).
@@ -154,9 +163,10 @@ impl Link {
             ));
         }
         Ok(Arc::new(Self {
-            unreachable_at: Mutex::new(vec![None; endpoints.len()]),
-            epochs: Mutex::new(vec![(None, None); endpoints.len()]),
-            history: Mutex::new(std::collections::VecDeque::from([(0, 0)])),
+            known: Mutex::new(Known {
+                replicas: vec![Replica::default(); endpoints.len()],
+                history: std::collections::VecDeque::from([(0, 0)]),
+            }),
             servers: endpoints,
             ca,
             current: AtomicUsize::new(0),
@@ -238,24 +248,12 @@ impl Link {
         if self.servers.len() < 2 || !moves_on(status) {
             return false;
         }
-        let named = status
-            .metadata()
-            .get(LEADER_METADATA)
-            .and_then(|v| v.to_str().ok())
-            .map(|v| v.trim_end_matches('/'));
-        let named_epoch = status
-            .metadata()
-            .get(LEADER_EPOCH_METADATA)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse::<i64>().ok());
-        let mut epochs = self.epochs.lock().unwrap_or_else(|e| e.into_inner());
+        let named = allot_proto::leader::endpoint(status.metadata());
+        let named_epoch = allot_proto::leader::epoch(status.metadata());
         let mut moved = false;
         let now = std::time::Instant::now();
-        let mut unreachable = self
-            .unreachable_at
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        let mut history = self.history.lock().unwrap_or_else(|e| e.into_inner());
+        let mut known = self.known.lock().unwrap_or_else(|e| e.into_inner());
+        let Known { replicas, history } = &mut *known;
         let n = self.servers.len();
         // The replica the failed call went to.
         let called = history
@@ -263,33 +261,36 @@ impl Link {
             .rev()
             .find(|(count, _)| *count <= seen)
             .map(|(_, i)| *i);
-        if let Some(i) = called
+        if let Some(r) = called.and_then(|i| replicas.get_mut(i))
             && (status.code() != Code::Unavailable || named.is_none())
         {
             // Not a follower's answer: it did not answer at all.
-            unreachable[i] = Some(now);
-            epochs[i].1 = epochs[i].0;
+            r.unreachable_at = Some(now);
+            r.failed_epoch = r.epoch;
         }
         self.moves.send_if_modified(|count| {
             if *count != seen {
                 return false;
             }
             let at = self.current.load(Ordering::Acquire) % n;
-            let passed_over =
-                |i: usize| unreachable[i].is_some_and(|t| now.duration_since(t) < PASS_OVER);
+            let passed_over = |i: usize| {
+                replicas[i]
+                    .unreachable_at
+                    .is_some_and(|t| now.duration_since(t) < PASS_OVER)
+            };
             // A hint naming the term that already failed here is stale.
             let stale = |i: usize| {
-                matches!((epochs[i].1, named_epoch), (Some(failed), Some(e)) if e <= failed)
+                matches!((replicas[i].failed_epoch, named_epoch), (Some(failed), Some(e)) if e <= failed)
             };
             let hinted = named
                 .and_then(|url| self.servers.iter().position(|s| s.url == url))
                 .filter(|i| *i != at && !passed_over(*i) && !stale(*i));
-            if let Some(i) = hinted {
-                epochs[i].0 = named_epoch;
-            }
             let next = hinted
                 .or_else(|| (1..n).map(|k| (at + k) % n).find(|i| !passed_over(*i)))
                 .unwrap_or((at + 1) % n);
+            if let Some(i) = hinted {
+                replicas[i].epoch = named_epoch;
+            }
             self.current.store(next, Ordering::Release);
             *count += 1;
             history.push_back((*count, next));
@@ -333,7 +334,15 @@ impl Link {
             return;
         }
         let at = self.current.load(Ordering::Acquire) % self.servers.len();
-        self.epochs.lock().unwrap_or_else(|e| e.into_inner())[at].0 = Some(epoch);
+        if let Some(r) = self
+            .known
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .replicas
+            .get_mut(at)
+        {
+            r.epoch = Some(epoch);
+        }
     }
 
     /// Whether there is another replica to move to.
@@ -368,12 +377,7 @@ mod tests {
     fn refused(leader: Option<(&str, i64)>) -> Status {
         let mut s = Status::unavailable("this replica does not lead");
         if let Some((url, epoch)) = leader {
-            s.metadata_mut()
-                .insert(LEADER_METADATA, url.parse().expect("metadata"));
-            s.metadata_mut().insert(
-                LEADER_EPOCH_METADATA,
-                epoch.to_string().parse().expect("metadata"),
-            );
+            allot_proto::leader::set(s.metadata_mut(), url, epoch);
         }
         s
     }

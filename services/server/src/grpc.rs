@@ -275,14 +275,9 @@ fn presented<T>(req: &Request<T>) -> Result<Option<NodeCert>, Status> {
         .map_err(|e| Status::unauthenticated(format!("client certificate: {e}")))
 }
 
-/// The metadata key naming the leader's gRPC endpoint on a follower's refusal.
-pub const LEADER_METADATA: &str = "allot-leader";
-/// The metadata key naming the epoch under which that leader holds its lease.
-pub const LEADER_EPOCH_METADATA: &str = "allot-leader-epoch";
-
 impl NodeSvc {
     /// Refuses the call unless this replica leads: `UNAVAILABLE`, naming the leader's
-    /// endpoint (in `allot-leader`) when it is known, so the agent goes there.
+    /// endpoint and epoch (`allot_proto::leader`) when they are known, so the agent goes there.
     fn leading(&self) -> Result<(), Status> {
         match self.leadership.role() {
             crate::leadership::Role::Leader { .. } => Ok(()),
@@ -291,11 +286,8 @@ impl NodeSvc {
                     Some((at, _)) => format!("this replica does not lead; the leader is at {at}"),
                     None => "this replica does not lead, and no replica leads yet".to_owned(),
                 });
-                if let Some((at, epoch)) = leader
-                    && let (Ok(at), Ok(epoch)) = (at.parse(), epoch.to_string().parse())
-                {
-                    status.metadata_mut().insert(LEADER_METADATA, at);
-                    status.metadata_mut().insert(LEADER_EPOCH_METADATA, epoch);
+                if let Some((at, epoch)) = leader {
+                    allot_proto::leader::set(status.metadata_mut(), &at, epoch);
                 }
                 Err(status)
             }
@@ -543,12 +535,6 @@ impl NodeSvc {
         self.store.record_job_samples(now, &samples).await
     }
 
-    /// What the heartbeat's list of running jobs says against the record. GPUs held back
-    /// for a job whose end was reported are released once the node no longer runs it. A
-    /// job the node runs that the control plane holds ended, or never gave this node (past
-    /// a grace of two heartbeats, for a heartbeat that crossed the report), is stopped on
-    /// the node, its GPUs held back meanwhile, and the discrepancy recorded once.
-    /// `assigned` is what the record places on the node, scheduled or running.
     /// Answers a node asking whether it may start `attempt` of `job` (`JOB_PHASE_STARTING`;
     /// attempt and node already checked): yes while the job is scheduled or running and the
     /// node's lease holds. Once it is told yes, the attempt can only be requeued elsewhere
@@ -575,6 +561,12 @@ impl NodeSvc {
         Ok(Response::new(JobStatusAck {}))
     }
 
+    /// What the heartbeat's list of running jobs says against the record. GPUs held back
+    /// for a job whose end was reported are released once the node no longer runs it. A
+    /// job the node runs that the control plane holds ended, or never gave this node (past
+    /// a grace of two heartbeats, for a heartbeat that crossed the report), is stopped on
+    /// the node, its GPUs held back meanwhile, and the discrepancy recorded once.
+    /// `assigned` is what the record places on the node, scheduled or running.
     async fn reconcile_running(
         &self,
         node: &Node,
@@ -624,21 +616,24 @@ impl NodeSvc {
                 Ok(j) if j.node_id.as_deref() != Some(node.id.as_str()) => (
                     j.state.to_string(),
                     format!(
-                        "node {} runs job {id}, which the control plane holds {} and not on                          this node; stopping it there",
+                        "node {} runs job {id}, which the control plane holds {} and not on \
+                         this node; stopping it there",
                         node.name, j.state
                     ),
                 ),
                 Ok(j) => (
                     j.state.to_string(),
                     format!(
-                        "node {} runs job {id}, which the control plane holds {}; stopping                          it there, its GPUs held back until it is gone",
+                        "node {} runs job {id}, which the control plane holds {}; stopping \
+                         it there, its GPUs held back until it is gone",
                         node.name, j.state
                     ),
                 ),
                 Err(_) => (
                     "unknown".to_owned(),
                     format!(
-                        "node {} runs job {id}, which the control plane does not know;                          stopping it there",
+                        "node {} runs job {id}, which the control plane does not know; \
+                         stopping it there",
                         node.name
                     ),
                 ),
@@ -901,10 +896,8 @@ impl allot_proto::NodeService for NodeSvc {
         });
         // The term this leader serves under: the agent knows a hint naming it, once this
         // replica stops answering, for the stale hint it is.
-        if let crate::leadership::Role::Leader { epoch } = self.leadership.role()
-            && let Ok(value) = epoch.to_string().parse()
-        {
-            answer.metadata_mut().insert(LEADER_EPOCH_METADATA, value);
+        if let crate::leadership::Role::Leader { epoch } = self.leadership.role() {
+            allot_proto::leader::set_epoch(answer.metadata_mut(), epoch);
         }
         Ok(answer)
     }

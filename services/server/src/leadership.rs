@@ -50,11 +50,6 @@ impl Leadership {
         matches!(*self.role.borrow(), Role::Leader { .. })
     }
 
-    /// Follows changes of part (tests wait on it).
-    pub fn watch(&self) -> watch::Receiver<Role> {
-        self.role.subscribe()
-    }
-
     fn set(&self, role: Role) {
         self.role.send_if_modified(|r| {
             let changed = *r != role;
@@ -67,14 +62,18 @@ impl Leadership {
 /// Tries once to take the lease for `replica` (reached by agents at `address`) for `ttl`:
 /// the term, if taken.
 pub async fn acquire(store: &Store, replica: &str, address: &str, ttl: Duration) -> Option<Term> {
-    let ttl = chrono::Duration::from_std(ttl).unwrap_or(chrono::Duration::seconds(5));
-    match store.acquire(replica, address, ttl).await {
+    match store.acquire(replica, address, lease_ttl(ttl)).await {
         Ok(term) => term,
         Err(e) => {
             tracing::warn!(error = %e, "cannot campaign for the leader lease");
             None
         }
     }
+}
+
+/// `ttl` as the store takes it (a lease too long for it is five seconds).
+fn lease_ttl(ttl: Duration) -> chrono::Duration {
+    chrono::Duration::from_std(ttl).unwrap_or(chrono::Duration::seconds(5))
 }
 
 /// What runs while this replica leads: started with the term's fenced store, it ends when
@@ -108,10 +107,6 @@ struct Running {
 }
 
 impl Campaign {
-    fn ttl(&self) -> chrono::Duration {
-        chrono::Duration::from_std(self.ttl).unwrap_or(chrono::Duration::seconds(5))
-    }
-
     async fn try_acquire(&self) -> Option<Term> {
         acquire(&self.store, &self.replica, &self.address, self.ttl).await
     }
@@ -136,7 +131,7 @@ impl Campaign {
                 () = tokio::time::sleep(wait) => {}
             }
             match term.take() {
-                Some(t) => match self.store.renew(&t, self.ttl()).await {
+                Some(t) => match self.store.renew(&t, lease_ttl(self.ttl)).await {
                     Ok(Some(renewed)) => term = Some(renewed),
                     Ok(None) => {
                         tracing::warn!(
@@ -190,6 +185,7 @@ impl Campaign {
     }
 
     /// Stops leader work, closes the agents' streams (they find the new leader), follows.
+    /// What the hub remembers of the term is forgotten when the next one starts (`lead`).
     async fn follow(&self, running: Option<Running>) {
         self.leadership.set(Role::Follower { leader: None });
         self.metrics.leading(None);
@@ -203,7 +199,6 @@ impl Campaign {
             }
         }
         self.hub.close_all();
-        self.hub.reset();
     }
 
     /// Records where the leader is, for agents that reach this follower.

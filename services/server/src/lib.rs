@@ -260,7 +260,8 @@ impl ControlEvents for Events {
             // leader holds: another replica sends the client there.
             if !self.leadership.leads() {
                 return Err(ApiError::Unavailable(
-                    "resizes are decided by the leading replica; retry (through the load                      balancer) until it answers"
+                    "resizes are decided by the leading replica; retry (through the load \
+                     balancer) until it answers"
                         .into(),
                 ));
             }

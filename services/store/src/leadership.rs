@@ -229,11 +229,6 @@ impl Store {
         }
     }
 
-    /// Whether writes through this handle are checked against a leader's term.
-    pub fn is_fenced(&self) -> bool {
-        self.fence.as_ref().is_some_and(|f| f.enforce)
-    }
-
     /// Begins a transaction (the one way this crate does).
     pub(crate) async fn begin(&self) -> Result<DatabaseTransaction, StoreError> {
         Ok(self.db.begin().await?)
