@@ -15,7 +15,6 @@ use allot_system_tests::allot_bin;
 use serde_json::{Value, json};
 
 struct Replica {
-    name: &'static str,
     http: String,
     grpc: String,
     metrics: String,
@@ -29,7 +28,7 @@ fn port() -> u16 {
         .port()
 }
 
-fn spawn_replica(name: &'static str, url: &str, dir: &Path) -> Replica {
+fn spawn_replica(name: &str, url: &str, dir: &Path) -> Replica {
     let (http, grpc, metrics) = (port(), port(), port());
     let log = std::fs::File::create(dir.join(format!("{name}.log"))).expect("log file");
     let child = Command::new(allot_bin())
@@ -45,7 +44,6 @@ fn spawn_replica(name: &'static str, url: &str, dir: &Path) -> Replica {
         .spawn()
         .expect("allot server starts");
     Replica {
-        name,
         http: format!("http://127.0.0.1:{http}"),
         grpc: format!("https://127.0.0.1:{grpc}"),
         metrics: format!("http://127.0.0.1:{metrics}/metrics"),
@@ -293,7 +291,6 @@ async fn a_frozen_leader_is_replaced_and_writes_nothing_when_it_wakes() {
         let _ = Command::new("kill").arg(child.id().to_string()).status();
         let _ = child.wait();
     }
-    let _ = (a.name, b.name);
 }
 
 /// `allot bench failover`, small, on the test's PostgreSQL: its JSON report and whether it
