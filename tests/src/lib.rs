@@ -4,6 +4,7 @@
 pub mod browser;
 pub mod oci;
 pub mod oidc;
+pub mod replica;
 pub mod shim;
 
 use std::sync::Arc;

@@ -12,44 +12,8 @@ use std::time::{Duration, Instant};
 use allot_store::testing::{Backend, TestDb};
 use allot_store::{LeadershipRepo, Store};
 use allot_system_tests::allot_bin;
+use allot_system_tests::replica::{eventually, spawn_replica};
 use serde_json::{Value, json};
-
-struct Replica {
-    http: String,
-    grpc: String,
-    metrics: String,
-    child: Child,
-}
-
-fn port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
-}
-
-fn spawn_replica(name: &str, url: &str, dir: &Path) -> Replica {
-    let (http, grpc, metrics) = (port(), port(), port());
-    let log = std::fs::File::create(dir.join(format!("{name}.log"))).expect("log file");
-    let child = Command::new(allot_bin())
-        .args(["server", "--database-url", url, "--data-dir"])
-        .arg(dir.join("server"))
-        .args(["--listen", &format!("127.0.0.1:{http}")])
-        .args(["--grpc-listen", &format!("127.0.0.1:{grpc}")])
-        .args(["--metrics-listen", &format!("127.0.0.1:{metrics}")])
-        .args(["--replica-name", name, "--leader-lease-secs", "2"])
-        .env("ALLOT_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(log.try_clone().expect("log"))
-        .spawn()
-        .expect("allot server starts");
-    Replica {
-        http: format!("http://127.0.0.1:{http}"),
-        grpc: format!("https://127.0.0.1:{grpc}"),
-        metrics: format!("http://127.0.0.1:{metrics}/metrics"),
-        child,
-    }
-}
 
 fn signal(child: &Child, sig: &str) {
     let ok = Command::new("kill")
@@ -58,36 +22,6 @@ fn signal(child: &Child, sig: &str) {
         .expect("kill runs")
         .success();
     assert!(ok, "kill {sig}");
-}
-
-async fn eventually<T>(
-    what: &str,
-    within: Duration,
-    mut check: impl AsyncFnMut() -> Option<T>,
-) -> T {
-    let start = Instant::now();
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        assert!(start.elapsed() < within, "{what}: not within {within:?}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-/// The leader epoch `replica`'s metrics show (0: it follows), if it answers.
-async fn epoch(http: &reqwest::Client, replica: &Replica) -> Option<i64> {
-    let text = http
-        .get(&replica.metrics)
-        .send()
-        .await
-        .ok()?
-        .text()
-        .await
-        .ok()?;
-    text.lines()
-        .find_map(|l| l.strip_prefix("allot_leader_epoch "))
-        .and_then(|v| v.trim().parse().ok())
 }
 
 struct Api<'a> {
@@ -162,15 +96,15 @@ async fn a_frozen_leader_is_replaced_and_writes_nothing_when_it_wakes() {
         .timeout(Duration::from_secs(5))
         .build()
         .expect("client");
-    let mut a = spawn_replica("a", &url, &root);
+    let mut a = spawn_replica("a", &url, &root, 2);
     eventually("replica a leads", Duration::from_secs(120), async || {
-        (epoch(&http, &a).await == Some(1)).then_some(())
+        (a.epoch(&http).await == Some(1)).then_some(())
     })
     .await;
     // b shares a's data directory: the node CA, the audit and secrets keys.
-    let mut b = spawn_replica("b", &url, &root);
+    let mut b = spawn_replica("b", &url, &root, 2);
     eventually("replica b follows", Duration::from_secs(120), async || {
-        (epoch(&http, &b).await == Some(0)).then_some(())
+        (b.epoch(&http).await == Some(0)).then_some(())
     })
     .await;
     let api = Api {
@@ -230,7 +164,7 @@ async fn a_frozen_leader_is_replaced_and_writes_nothing_when_it_wakes() {
     signal(&a.child, "-STOP");
     let frozen = Instant::now();
     eventually("b takes over", Duration::from_secs(30), async || {
-        (epoch(&http, &b).await == Some(2)).then_some(())
+        (b.epoch(&http).await == Some(2)).then_some(())
     })
     .await;
     let takeover = frozen.elapsed();
@@ -246,7 +180,7 @@ async fn a_frozen_leader_is_replaced_and_writes_nothing_when_it_wakes() {
     eventually(
         "the woken replica follows",
         Duration::from_secs(30),
-        async || (epoch(&http, &a).await == Some(0)).then_some(()),
+        async || (a.epoch(&http).await == Some(0)).then_some(()),
     )
     .await;
     // Settle: the woken replica's timers have all fired.
@@ -261,7 +195,7 @@ async fn a_frozen_leader_is_replaced_and_writes_nothing_when_it_wakes() {
         ("b", 2),
         "{leader:?}"
     );
-    assert_eq!(epoch(&http, &b).await, Some(2));
+    assert_eq!(b.epoch(&http).await, Some(2));
     // The job that ran through the failover was neither failed nor requeued: one attempt,
     // running all along.
     let j = api.job(&a.http, &first).await;

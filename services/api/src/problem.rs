@@ -87,6 +87,16 @@ impl ApiError {
         ApiError::Invalid(ValidationError::single(field, reason))
     }
 
+    /// `e` as itself, unless the store found nothing: then `instead` (an unknown name in a
+    /// request is a field error, or a not-found worded for the caller). A database that
+    /// could not be asked is never told as "it does not exist".
+    pub fn unless_not_found(e: StoreError, instead: impl FnOnce() -> ApiError) -> ApiError {
+        match e {
+            StoreError::NotFound(_) => instead(),
+            e => e.into(),
+        }
+    }
+
     pub fn malformed(field: impl Into<String>, reason: impl Into<String>) -> Self {
         let reason = reason.into();
         let field = field.into();
@@ -162,6 +172,9 @@ impl ResponseError for ApiError {
         if let ApiError::TooManyAttempts { retry_after_secs } = self {
             res.insert_header(("Retry-After", retry_after_secs.to_string()));
         }
+        if matches!(self, ApiError::Unavailable(_)) {
+            res.insert_header(("Retry-After", "1"));
+        }
         res.json(self.problem())
     }
 }
@@ -172,6 +185,13 @@ impl From<StoreError> for ApiError {
             StoreError::NotFound(what) => ApiError::NotFound(format!("{what} does not exist")),
             StoreError::Conflict(msg) => ApiError::Conflict(msg),
             StoreError::Refused(msg) => ApiError::Forbidden(msg),
+            // Details (addresses, server messages) go to the log only.
+            StoreError::Unavailable(detail) => {
+                tracing::warn!(%detail, "database unavailable");
+                ApiError::Unavailable(
+                    "the database is unavailable (failing over?); retry the request".into(),
+                )
+            }
             e @ (StoreError::Corrupt(_)
             | StoreError::Db(_)
             | StoreError::Batch(_)

@@ -654,7 +654,11 @@ pub async fn dev_sign_in(
         ));
     }
     let unknown = || allot_domain::ValidationError::single("user", "is not a development user");
-    let user = state.store.user(&form.user).await.map_err(|_| unknown())?;
+    let user = state
+        .store
+        .user(&form.user)
+        .await
+        .map_err(|e| ApiError::unless_not_found(e, || unknown().into()))?;
     if user.issuer != DEV_ISSUER || user.deleted_at.is_some() {
         return Err(unknown().into());
     }

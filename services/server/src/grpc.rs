@@ -88,6 +88,10 @@ fn status(e: StoreError) -> Status {
         StoreError::NotFound(what) => Status::not_found(format!("{what} does not exist")),
         StoreError::Conflict(msg) => Status::failed_precondition(msg),
         StoreError::Refused(msg) => Status::unauthenticated(msg),
+        StoreError::Unavailable(detail) => {
+            tracing::warn!(%detail, "database unavailable in gRPC call");
+            Status::unavailable("the database is unavailable; retry")
+        }
         e => {
             tracing::error!(error = %e, "store error in gRPC call");
             Status::internal("internal error")

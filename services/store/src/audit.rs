@@ -292,7 +292,7 @@ pub struct AuditBatcher {
 type Queued = (
     AuditContext,
     AuditEvent,
-    tokio::sync::oneshot::Sender<Result<u64, String>>,
+    tokio::sync::oneshot::Sender<Result<u64, StoreError>>,
 );
 
 impl AuditBatcher {
@@ -328,7 +328,7 @@ impl AuditBatcher {
                     for (i, done) in waiters.into_iter().enumerate() {
                         let _ = done.send(match &result {
                             Ok(first) => Ok(first + i as u64),
-                            Err(e) => Err(e.to_string()),
+                            Err(e) => Err(e.retold()),
                         });
                     }
                 }
@@ -345,7 +345,6 @@ impl AuditBatcher {
             .map_err(|_| StoreError::Batch("the audit batcher has stopped".into()))?;
         wait.await
             .map_err(|_| StoreError::Batch("the audit batcher has stopped".into()))?
-            .map_err(StoreError::Batch)
     }
 }
 

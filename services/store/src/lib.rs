@@ -35,7 +35,10 @@ use std::time::Duration;
 
 use allot_domain::Clock;
 use allot_migrations::{Migrator, MigratorTrait};
-use sea_orm::{ConnectOptions, ConnectionTrait, Database, DatabaseConnection, DbBackend};
+use sea_orm::{
+    ConnectOptions, ConnectionTrait, Database, DatabaseConnection, DbBackend, DbErr,
+    TransactionTrait,
+};
 
 pub use audit::{AuditBatcher, AuditRepo, AuditSearch, LogHead, StoredCheckpoint, StoredEntry};
 pub use auth_failures::AuthFailureRepo;
@@ -60,6 +63,26 @@ pub use tenant_secrets::SecretRepo;
 pub use tenants::{TenantDeletion, TenantRepo};
 pub use tokens::{NewToken, TokenRepo};
 pub use volumes::VolumeRepo;
+
+/// The newest PostgreSQL server programs installed here (`initdb`, `pg_ctl`, `postgres`), in
+/// Debian's layout (`/usr/lib/postgresql/<major>/bin`): for the throwaway clusters the
+/// benchmarks and tests start.
+pub fn postgres_server_bindir() -> Option<std::path::PathBuf> {
+    let mut dirs: Vec<std::path::PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+        .ok()?
+        .flatten()
+        .map(|e| e.path().join("bin"))
+        .filter(|d| d.join("initdb").exists())
+        .collect();
+    dirs.sort_by_key(|d| {
+        d.parent()
+            .and_then(|v| v.file_name())
+            .and_then(|v| v.to_str())
+            .and_then(|v| v.parse::<u32>().ok())
+            .unwrap_or(0)
+    });
+    dirs.pop()
+}
 
 /// How long PostgreSQL lets a transaction sit idle before it ends the session.
 pub const IDLE_TRANSACTION_TIMEOUT: &str = "5s";
@@ -150,7 +173,45 @@ impl Store {
 /// Applies pending migrations. A schema that is already current is left alone without
 /// touching DDL, so the PostgreSQL application role (which may not create or alter tables;
 /// see `allot_migrations::postgres_app_role_grants`) connects once the owner has migrated.
+///
+/// On PostgreSQL the migrations run in one transaction holding [`MIGRATION_LOCK`]: replicas
+/// started together on an empty or older database migrate one after the other, the later
+/// ones finding the work done, instead of racing to create the same tables.
 async fn migrate(db: &DatabaseConnection) -> Result<(), StoreError> {
+    if schema_current(db).await {
+        return Ok(());
+    }
+    let failed = |e: DbErr| {
+        StoreError::Migrate(format!(
+            "{e} (pending migrations need the schema owner: start once as the owner, or run `allot db migrate`)"
+        ))
+    };
+    if db.get_database_backend() != DbBackend::Postgres {
+        return Migrator::up(db, None).await.map_err(failed);
+    }
+    let txn = db.begin().await?;
+    txn.execute_unprepared(&format!("SELECT pg_advisory_xact_lock({MIGRATION_LOCK})"))
+        .await?;
+    // Another replica may have migrated while this one waited for the lock. The check
+    // runs in a savepoint: on a database never migrated it fails (no migrations table),
+    // which would otherwise abort the whole transaction.
+    let check = txn.begin().await?;
+    let current = schema_current(&check).await;
+    check.rollback().await?;
+    if !current {
+        Migrator::up(&txn, None).await.map_err(failed)?;
+    }
+    txn.commit().await?;
+    Ok(())
+}
+
+/// The PostgreSQL advisory lock key migrations are applied under (any fixed number no
+/// other application on the database uses; this one spells "allot mig" in ASCII hex,
+/// truncated to fit a bigint).
+pub const MIGRATION_LOCK: i64 = 0x616c_6c6f_746d_6967;
+
+/// Whether every migration this build knows has been applied.
+async fn schema_current(db: &impl ConnectionTrait) -> bool {
     let applied = db
         .query_all_raw(sea_orm::Statement::from_string(
             db.get_database_backend(),
@@ -162,17 +223,10 @@ async fn migrate(db: &DatabaseConnection) -> Result<(), StoreError> {
                 .map(|r| r.try_get::<String>("", "version"))
                 .collect::<Result<Vec<_>, _>>()
         });
-    if let Ok(applied) = applied
-        && Migrator::migrations()
+    applied.is_ok_and(|applied| {
+        Migrator::migrations()
             .iter()
             .all(|m| applied.iter().any(|a| a == m.name()))
-    {
-        return Ok(());
-    }
-    Migrator::up(db, None).await.map_err(|e| {
-        StoreError::Migrate(format!(
-            "{e} (pending migrations need the schema owner: start once as the owner, or run `allot db migrate`)"
-        ))
     })
 }
 

@@ -1950,3 +1950,41 @@ both_backends!(a_leaders_writes_are_fenced_by_its_term, |store, clock| {
         Err(StoreError::Fenced(_))
     ));
 });
+
+/// Replicas started together on a database never migrated: each applies what is pending
+/// under one lock, so every start succeeds and every migration is recorded once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn replicas_starting_together_on_an_empty_database_all_start() {
+    use allot_migrations::MigratorTrait;
+    use sea_orm::ConnectionTrait;
+    let db = TestDb::new(Backend::Postgres).await.expect("db");
+    let starts: Vec<_> = (0..6)
+        .map(|_| {
+            let url = db.url.clone();
+            tokio::spawn(async move {
+                Store::connect(&url, std::sync::Arc::new(allot_domain::SystemClock)).await
+            })
+        })
+        .collect();
+    for start in starts {
+        start.await.expect("task").expect("a replica starts");
+    }
+    let conn = sea_orm::Database::connect(db.url.as_str())
+        .await
+        .expect("connect");
+    let rows = conn
+        .query_all_raw(sea_orm::Statement::from_string(
+            sea_orm::DbBackend::Postgres,
+            "SELECT version, count(*) AS n FROM seaql_migrations GROUP BY version",
+        ))
+        .await
+        .expect("migrations table");
+    assert_eq!(
+        rows.len(),
+        allot_migrations::Migrator::migrations().len(),
+        "every migration applied"
+    );
+    for r in rows {
+        assert_eq!(r.try_get::<i64>("", "n").expect("count"), 1);
+    }
+}

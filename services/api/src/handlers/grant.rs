@@ -40,7 +40,7 @@ pub(super) async fn authorize(
                 .store
                 .tenant_by_name(name)
                 .await
-                .map_err(|_| unknown())?;
+                .map_err(|e| ApiError::unless_not_found(e, || unknown().into()))?;
             if !who.can_see(&t.id)? {
                 return Err(unknown().into());
             }

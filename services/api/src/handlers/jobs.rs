@@ -35,7 +35,7 @@ async fn resolve_tenant(
                 .store
                 .tenant_by_name(name)
                 .await
-                .map_err(|_| unknown())?;
+                .map_err(|e| ApiError::unless_not_found(e, || unknown().into()))?;
             if !who.can_see(&tenant.id)? {
                 return Err(unknown().into());
             }
@@ -350,11 +350,9 @@ pub(crate) async fn listing_scope(
         return who.scope(Action::JobList, what);
     };
     let what = format!("tenant `{name}`");
-    let tenant = state
-        .store
-        .tenant_by_name(name)
-        .await
-        .map_err(|_| ApiError::NotFound(format!("{what} does not exist")))?;
+    let tenant = state.store.tenant_by_name(name).await.map_err(|e| {
+        ApiError::unless_not_found(e, || ApiError::NotFound(format!("{what} does not exist")))
+    })?;
     who.authorize(Action::JobList, Resource::Tenant(&tenant.id), &what)?;
     Ok(TenantScope::tenant(tenant.id))
 }

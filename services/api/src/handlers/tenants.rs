@@ -110,11 +110,9 @@ async fn visible(
     action: Action,
 ) -> Result<allot_domain::Tenant, ApiError> {
     let what = format!("tenant `{name}`");
-    let tenant = state
-        .store
-        .tenant_by_name(name)
-        .await
-        .map_err(|_| ApiError::NotFound(format!("{what} does not exist")))?;
+    let tenant = state.store.tenant_by_name(name).await.map_err(|e| {
+        ApiError::unless_not_found(e, || ApiError::NotFound(format!("{what} does not exist")))
+    })?;
     who.authorize(action, Resource::Tenant(&tenant.id), &what)?;
     Ok(tenant)
 }

@@ -112,10 +112,17 @@ pub struct ReplicaArgs {
     grpc_advertise: Option<String>,
     /// Seconds the leader lease lasts unrenewed (renewed every third of it): about how long
     /// a failed leader leaves the control plane without one. Keep it well under the node
-    /// lease (15 s).
+    /// lease.
     #[arg(long, env = "ALLOT_LEADER_LEASE_SECS", default_value_t = 5,
         value_parser = clap::value_parser!(u64).range(1..=600))]
     leader_lease_secs: u64,
+    /// Seconds a node stays ready without an accepted heartbeat. Agents stop their jobs at
+    /// four fifths of it when the control plane does not answer (a failover of the leader
+    /// or of the database), and their jobs are requeued once it lapses: longer rides out
+    /// longer outages, shorter moves work off a dead node sooner.
+    #[arg(long, env = "ALLOT_NODE_LEASE_SECS", default_value_t = 15,
+        value_parser = clap::value_parser!(u64).range(3..=3600))]
+    node_lease_secs: u64,
     /// Leader work writes without the fence: only to show what fencing prevents (the
     /// failover benchmark's negative control). Never in service.
     #[arg(long, hide = true)]
@@ -142,6 +149,14 @@ impl ReplicaArgs {
             config.grpc_advertise = Some(url.clone());
         }
         config.leader_lease = std::time::Duration::from_secs(self.leader_lease_secs);
+        config.lease = std::time::Duration::from_secs(self.node_lease_secs);
+        if config.leader_lease * 2 >= config.lease {
+            anyhow::bail!(
+                "--leader-lease-secs ({}) must be under half of --node-lease-secs ({}): agents must find the next leader before they stop their jobs",
+                self.leader_lease_secs,
+                self.node_lease_secs
+            );
+        }
         config.fencing = !self.unfenced_leader_for_testing;
         Ok(())
     }

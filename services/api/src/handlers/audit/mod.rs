@@ -45,11 +45,9 @@ pub(super) fn log_resource(log: &str) -> Resource<'_> {
 async fn readable(state: &AppState, who: &Principal, log: &str) -> Result<(), ApiError> {
     let what = format!("audit log `{log}`");
     if log != SYSTEM_LOG {
-        state
-            .store
-            .tenant_by_id(log)
-            .await
-            .map_err(|_| ApiError::NotFound(format!("{what} does not exist")))?;
+        state.store.tenant_by_id(log).await.map_err(|e| {
+            ApiError::unless_not_found(e, || ApiError::NotFound(format!("{what} does not exist")))
+        })?;
     }
     who.authorize(Action::AuditRead, log_resource(log), &what)
 }

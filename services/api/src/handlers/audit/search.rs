@@ -5,7 +5,7 @@ use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, web};
 use allot_authz::Action;
 use allot_domain::{Outcome, SYSTEM_LOG};
-use allot_store::{AuditRepo, AuditSearch, TenantRepo};
+use allot_store::{AuditRepo, AuditSearch, StoreError, TenantRepo};
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use chrono::{DateTime, Utc};
@@ -249,12 +249,17 @@ pub(super) async fn resolve_log(state: &AppState, log: &str) -> Result<NamedLog,
     }
     let id = match state.store.tenant_by_id(log).await {
         Ok(t) => t.id,
-        Err(_) => state
+        Err(StoreError::NotFound(_)) => state
             .store
             .tenant_by_name(log)
             .await
             .map(|t| t.id)
-            .map_err(|_| ApiError::NotFound(format!("{what} does not exist")))?,
+            .map_err(|e| {
+                ApiError::unless_not_found(e, || {
+                    ApiError::NotFound(format!("{what} does not exist"))
+                })
+            })?,
+        Err(e) => return Err(e.into()),
     };
     Ok(NamedLog { id, what })
 }

@@ -13,26 +13,9 @@ pub(super) struct Throwaway {
     _dir: tempfile::TempDir,
 }
 
-fn pg_bindir() -> Option<PathBuf> {
-    let mut dirs: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
-        .ok()?
-        .flatten()
-        .map(|e| e.path().join("bin"))
-        .filter(|d| d.join("initdb").exists())
-        .collect();
-    dirs.sort_by_key(|d| {
-        d.parent()
-            .and_then(|v| v.file_name())
-            .and_then(|v| v.to_str())
-            .and_then(|v| v.parse::<u32>().ok())
-            .unwrap_or(0)
-    });
-    dirs.pop()
-}
-
 impl Throwaway {
     pub(super) fn start() -> anyhow::Result<(Self, String)> {
-        let bin = pg_bindir().context(
+        let bin = allot_store::postgres_server_bindir().context(
             "no PostgreSQL found under /usr/lib/postgresql: install the postgresql package or set DATABASE_URL",
         )?;
         let dir = tempfile::tempdir()?;
