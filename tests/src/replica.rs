@@ -25,8 +25,15 @@ pub fn free_port() -> u16 {
 }
 
 /// Starts replica `name` on `url` with its data in `dir/server` (replicas started with one
-/// `dir` share the node CA, the audit and secrets keys) and its log in `dir/<name>.log`.
-pub fn spawn_replica(name: &str, url: &str, dir: &Path, lease_secs: u64) -> Replica {
+/// `dir` share the node CA, the audit and secrets keys), its log in `dir/<name>.log`, and
+/// `extra` arguments.
+pub fn spawn_replica(
+    name: &str,
+    url: &str,
+    dir: &Path,
+    lease_secs: u64,
+    extra: &[&str],
+) -> Replica {
     let (http, grpc, metrics) = (free_port(), free_port(), free_port());
     let log = std::fs::File::create(dir.join(format!("{name}.log"))).expect("log file");
     let child = Command::new(allot_bin())
@@ -37,6 +44,7 @@ pub fn spawn_replica(name: &str, url: &str, dir: &Path, lease_secs: u64) -> Repl
         .args(["--metrics-listen", &format!("127.0.0.1:{metrics}")])
         .args(["--replica-name", name])
         .args(["--leader-lease-secs", &lease_secs.to_string()])
+        .args(extra)
         .env("ALLOT_LOG", "info")
         .stdout(Stdio::null())
         .stderr(log.try_clone().expect("log"))

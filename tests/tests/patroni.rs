@@ -426,12 +426,12 @@ async fn a_switchover_and_a_killed_primary_lose_no_acknowledged_submit() {
     );
     let allot = root.join("allot");
     std::fs::create_dir_all(&allot).expect("mkdir");
-    let mut a = spawn_replica("a", &url, &allot, 2);
+    let mut a = spawn_replica("a", &url, &allot, 2, &[]);
     eventually("replica a leads", Duration::from_secs(120), async || {
         (a.epoch(&http).await == Some(1)).then_some(())
     })
     .await;
-    let mut b = spawn_replica("b", &url, &allot, 2);
+    let mut b = spawn_replica("b", &url, &allot, 2, &[]);
     eventually("replica b follows", Duration::from_secs(120), async || {
         (b.epoch(&http).await == Some(0)).then_some(())
     })

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use allot_store::testing::{Backend, TestDb};
 use allot_store::{LeadershipRepo, Store};
 use allot_system_tests::allot_bin;
-use allot_system_tests::replica::{eventually, spawn_replica};
+use allot_system_tests::replica::{Replica, eventually, spawn_replica};
 use serde_json::{Value, json};
 
 fn signal(child: &Child, sig: &str) {
@@ -79,41 +79,12 @@ impl Api<'_> {
     }
 }
 
-fn read(path: &Path) -> String {
-    std::fs::read_to_string(path)
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-        .trim()
-        .to_owned()
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_frozen_leader_is_replaced_and_writes_nothing_when_it_wakes() {
-    let db = TestDb::new(Backend::Postgres).await.expect("PostgreSQL");
-    let url = db.url.clone();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let root: PathBuf = dir.path().to_owned();
-    let http = allot_system_tests::http_client()
-        .timeout(Duration::from_secs(5))
-        .build()
-        .expect("client");
-    let mut a = spawn_replica("a", &url, &root, 2);
-    eventually("replica a leads", Duration::from_secs(120), async || {
-        (a.epoch(&http).await == Some(1)).then_some(())
-    })
-    .await;
-    // b shares a's data directory: the node CA, the audit and secrets keys.
-    let mut b = spawn_replica("b", &url, &root, 2);
-    eventually("replica b follows", Duration::from_secs(120), async || {
-        (b.epoch(&http).await == Some(0)).then_some(())
-    })
-    .await;
-    let api = Api {
-        http: &http,
-        token: read(&root.join("server/admin.token")),
-    };
+/// Makes tenant `replicas` and node `n1` through `via`, and starts an agent for `n1`
+/// given `servers` in that order.
+async fn join_agent(api: &Api<'_>, root: &Path, via: &Replica, servers: &[&str]) -> Child {
     let (status, t) = api
         .call(
-            &b.http,
+            &via.http,
             reqwest::Method::POST,
             "/api/v1/tenants",
             Some(json!({ "name": "replicas" })),
@@ -122,17 +93,16 @@ async fn a_frozen_leader_is_replaced_and_writes_nothing_when_it_wakes() {
     assert_eq!(status, 201, "a follower serves the API: {t}");
     let (status, token) = api
         .call(
-            &b.http,
+            &via.http,
             reqwest::Method::POST,
             "/api/v1/bootstrap-tokens",
             Some(json!({ "node_name": "n1" })),
         )
         .await;
     assert_eq!(status, 201, "{token}");
-    // The agent is given the follower first: it is sent on to the leader.
     let agent_log = std::fs::File::create(root.join("agent.log")).expect("log");
-    let mut agent = Command::new(allot_bin())
-        .args(["agent", "--server", &format!("{},{}", b.grpc, a.grpc)])
+    Command::new(allot_bin())
+        .args(["agent", "--server", &servers.join(",")])
         .arg("--ca-cert")
         .arg(root.join("server/pki/ca.pem"))
         .args([
@@ -153,7 +123,43 @@ async fn a_frozen_leader_is_replaced_and_writes_nothing_when_it_wakes() {
         .stdout(Stdio::null())
         .stderr(agent_log)
         .spawn()
-        .expect("allot agent starts");
+        .expect("allot agent starts")
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .trim()
+        .to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_leader_is_replaced_and_writes_nothing_when_it_wakes() {
+    let db = TestDb::new(Backend::Postgres).await.expect("PostgreSQL");
+    let url = db.url.clone();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root: PathBuf = dir.path().to_owned();
+    let http = allot_system_tests::http_client()
+        .timeout(Duration::from_secs(5))
+        .build()
+        .expect("client");
+    let mut a = spawn_replica("a", &url, &root, 2, &[]);
+    eventually("replica a leads", Duration::from_secs(120), async || {
+        (a.epoch(&http).await == Some(1)).then_some(())
+    })
+    .await;
+    // b shares a's data directory: the node CA, the audit and secrets keys.
+    let mut b = spawn_replica("b", &url, &root, 2, &[]);
+    eventually("replica b follows", Duration::from_secs(120), async || {
+        (b.epoch(&http).await == Some(0)).then_some(())
+    })
+    .await;
+    let api = Api {
+        http: &http,
+        token: read(&root.join("server/admin.token")),
+    };
+    // The agent is given the follower first: it is sent on to the leader.
+    let mut agent = join_agent(&api, &root, &b, &[&b.grpc, &a.grpc]).await;
     let first = api.submit(&b.http, "before").await;
     eventually("the first job runs", Duration::from_secs(60), async || {
         (api.job(&b.http, &first).await["state"] == "running").then_some(())
@@ -227,6 +233,75 @@ async fn a_frozen_leader_is_replaced_and_writes_nothing_when_it_wakes() {
     }
 }
 
+/// Work taken by a follower reaches the leader at once (PostgreSQL `NOTIFY`), not at its
+/// next periodic pass: with passes a minute apart, a job submitted through the follower
+/// runs within seconds, and a cancel through the follower stops it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_submit_through_a_follower_wakes_the_leader() {
+    let db = TestDb::new(Backend::Postgres).await.expect("PostgreSQL");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root: PathBuf = dir.path().to_owned();
+    let http = allot_system_tests::http_client()
+        .timeout(Duration::from_secs(5))
+        .build()
+        .expect("client");
+    let slow = ["--schedule-interval-secs", "60"];
+    let mut a = spawn_replica("a", &db.url, &root, 2, &slow);
+    eventually("replica a leads", Duration::from_secs(120), async || {
+        (a.epoch(&http).await == Some(1)).then_some(())
+    })
+    .await;
+    let mut b = spawn_replica("b", &db.url, &root, 2, &slow);
+    eventually("replica b follows", Duration::from_secs(120), async || {
+        (b.epoch(&http).await == Some(0)).then_some(())
+    })
+    .await;
+    let api = Api {
+        http: &http,
+        token: read(&root.join("server/admin.token")),
+    };
+    let mut agent = join_agent(&api, &root, &b, &[&a.grpc, &b.grpc]).await;
+    eventually("the node is ready", Duration::from_secs(60), async || {
+        let (_, nodes) = api
+            .call(&b.http, reqwest::Method::GET, "/api/v1/nodes", None)
+            .await;
+        (nodes[0]["status"] == "ready").then_some(())
+    })
+    .await;
+    // The passes the node's arrival asked for are over.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    let submitted = Instant::now();
+    let id = api.submit(&b.http, "woken").await;
+    eventually(
+        "the job submitted through the follower runs",
+        Duration::from_secs(15),
+        async || (api.job(&b.http, &id).await["state"] == "running").then_some(()),
+    )
+    .await;
+    let placed = submitted.elapsed();
+    let (status, j) = api
+        .call(
+            &b.http,
+            reqwest::Method::POST,
+            &format!("/api/v1/jobs/{id}/cancel"),
+            None,
+        )
+        .await;
+    assert!(status < 300, "{status}: {j}");
+    eventually(
+        "the cancel through the follower stops the job",
+        Duration::from_secs(15),
+        async || (api.job(&b.http, &id).await["state"] == "cancelled").then_some(()),
+    )
+    .await;
+    eprintln!("submit through a follower to running: {placed:?}");
+    for child in [&mut agent, &mut a.child, &mut b.child] {
+        let _ = Command::new("kill").arg(child.id().to_string()).status();
+        let _ = child.wait();
+    }
+}
+
 /// `allot bench failover`, small, on the test's PostgreSQL: its JSON report and whether it
 /// passed.
 fn failover_bench(extra: &[&str]) -> (bool, serde_json::Value, String) {
@@ -292,7 +367,7 @@ fn without_fencing_a_woken_leader_writes_and_the_bench_sees_it() {
         "--stop-share",
         "1",
         "--faults",
-        "5",
+        "8",
         "--rate",
         "10",
     ]);

@@ -45,6 +45,7 @@ pub struct NodeSvc {
     pub audit: allot_store::AuditBatcher,
     /// Says which job's log grew (or which job ended), to those following it here.
     pub job_logs: tokio::sync::broadcast::Sender<String>,
+    pub metrics: Arc<crate::metrics::Metrics>,
 }
 
 /// How often GPU samples are stored per node, and old ones pruned.
@@ -280,6 +281,154 @@ fn presented<T>(req: &Request<T>) -> Result<Option<NodeCert>, Status> {
 }
 
 impl NodeSvc {
+    /// A heartbeat: the node's lease renewed, its GPUs and samples stored, what it should
+    /// stop answered.
+    async fn handle_heartbeat(
+        &self,
+        req: Request<HeartbeatRequest>,
+    ) -> Result<Response<HeartbeatResponse>, Status> {
+        self.leading()?;
+        let node = self.node(&req, "Heartbeat").await?;
+        let ctx = node_ctx(&req, &node.id);
+        let was_ready = self.store.clock().now() < node.lease_expires_at;
+        let r = req.into_inner();
+        bounded("running_job_ids", r.running_job_ids.len(), MAX_RUNNING_JOBS)?;
+        bounded(
+            "running_attempts",
+            r.running_attempts.len(),
+            MAX_RUNNING_JOBS,
+        )?;
+        let gpus = gpus_from_proto(r.gpus.clone())?;
+        let changed = gpus != node.gpus;
+        let until = self.lease_until();
+        self.store
+            .heartbeat(&node.id, changed.then(|| gpus.clone()), until)
+            .await
+            .map_err(status)?;
+        let samples: Vec<(String, allot_store::Sample)> = r
+            .gpus
+            .iter()
+            // Only this node's own GPUs, as just checked and stored: a node writes no
+            // other node's metrics.
+            .filter(|g| gpus.iter().any(|d| d.uuid == g.uuid))
+            .filter_map(|g| {
+                let s = g.sample.as_ref().filter(|s| {
+                    [s.utilization, s.power_watts, s.temperature_c]
+                        .iter()
+                        .all(|v| v.is_finite())
+                        && [
+                            s.pcie_rx_bytes_per_s,
+                            s.pcie_tx_bytes_per_s,
+                            s.nvlink_rx_bytes_per_s,
+                            s.nvlink_tx_bytes_per_s,
+                        ]
+                        .iter()
+                        .all(|v| v.is_finite())
+                })?;
+                let rate = |v: f64| v.max(0.0);
+                Some((
+                    g.uuid.clone(),
+                    allot_store::Sample {
+                        utilization: f64::from(s.utilization).clamp(0.0, 1.0),
+                        memory_used_bytes: s.memory_used_bytes,
+                        power_watts: f64::from(s.power_watts).max(0.0),
+                        temperature_c: f64::from(s.temperature_c),
+                        pcie_rx_bytes_per_s: rate(s.pcie_rx_bytes_per_s),
+                        pcie_tx_bytes_per_s: rate(s.pcie_tx_bytes_per_s),
+                        nvlink_rx_bytes_per_s: rate(s.nvlink_rx_bytes_per_s),
+                        nvlink_tx_bytes_per_s: rate(s.nvlink_tx_bytes_per_s),
+                        throttle_mask: allot_domain::node::throttle_mask(&s.throttle_reasons),
+                        ecc_corrected: s.ecc_corrected,
+                        ecc_uncorrected: s.ecc_uncorrected,
+                    },
+                ))
+            })
+            .collect();
+        // What the record places on this node, read once for the job samples and the
+        // reconciliation below (and not at all for a node that runs and reports nothing).
+        let on_node = if r.running_job_ids.is_empty() && r.job_samples.is_empty() {
+            Vec::new()
+        } else {
+            self.jobs_on(&node.id, &[JobState::Scheduled, JobState::Running])
+                .await?
+        };
+        if (!samples.is_empty() || !r.job_samples.is_empty()) && self.samples.due(&node.id) {
+            let now = self.store.clock().now();
+            if let Err(e) = self.store.record_gpu_samples(&node.id, now, &samples).await {
+                tracing::warn!(error = %e, node = %node.name, "GPU samples not stored");
+            }
+            if let Err(e) = self.record_job_samples(now, &r.job_samples, &on_node).await {
+                tracing::warn!(error = %e, node = %node.name, "job samples not stored");
+            }
+            if self.samples.prune_due() {
+                match self.store.prune_gpu_samples(now).await {
+                    Ok(n) if n > 0 => tracing::debug!(buckets = n, "old GPU samples pruned"),
+                    Ok(_) => {}
+                    Err(e) => tracing::warn!(error = %e, "GPU samples not pruned"),
+                }
+            }
+        }
+        if !was_ready || changed {
+            self.notify.notify_one();
+        }
+        self.reconcile_running(
+            &node,
+            &r.running_job_ids,
+            &r.running_attempts,
+            &on_node,
+            ctx,
+        )
+        .await?;
+        // Jobs it runs that are being stopped: the stop may have been asked through another
+        // replica, whose message reached no stream. Sent again now and then (agents act on
+        // the first stop of an attempt only).
+        let stopping: Vec<(String, u32)> = on_node
+            .iter()
+            .filter(|j| j.cancel_requested || j.preempt_reason.is_some())
+            .filter(|j| r.running_job_ids.contains(&j.id))
+            .map(|j| (j.id.clone(), j.attempt))
+            .collect();
+        for id in self
+            .hub
+            .stops_due(&node.id, &stopping, self.heartbeat_interval * 2)
+        {
+            if let Some(job) = on_node.iter().find(|j| j.id == id) {
+                self.hub.send(&node.id, hub::cancel(job));
+            }
+        }
+        // Launches the agent should be running by now but is not: the stream that carried
+        // them may have died unnoticed. Send again those still current (agents launch each
+        // attempt once, so a duplicate is harmless).
+        for (job_id, attempt) in
+            self.hub
+                .overdue(&node.id, &r.running_job_ids, self.heartbeat_interval * 2)
+        {
+            match self.store.job(&TenantScope::All, &job_id).await {
+                Ok(job)
+                    if job.state == JobState::Scheduled
+                        && job.attempt == attempt
+                        && job.node_id.as_deref() == Some(node.id.as_str()) =>
+                {
+                    // Being stopped meanwhile: what it needs now is the stop, not the launch.
+                    if let Some(again) = crate::launches::resend(&self.store, &job).await {
+                        tracing::info!(job = %job.id, node = %node.name, "launch not confirmed; sending it again");
+                        self.hub.send(&node.id, again);
+                    }
+                }
+                _ => self.hub.confirmed(&node.id, &job_id),
+            }
+        }
+        let mut answer = Response::new(HeartbeatResponse {
+            lease_expires_at_ms: until.timestamp_millis(),
+        });
+        // The term this leader serves under: the agent knows a hint naming it, once this
+        // replica stops answering, for the stale hint it is.
+        if let crate::leadership::Role::Leader { epoch } = self.leadership.role() {
+            allot_proto::leader::set_epoch(answer.metadata_mut(), epoch);
+        }
+        Ok(answer)
+    }
+
     /// Refuses the call unless this replica leads: `UNAVAILABLE`, naming the leader's
     /// endpoint and epoch (`allot_proto::leader`) when they are known, so the agent goes there.
     fn leading(&self) -> Result<(), Status> {
@@ -764,146 +913,10 @@ impl allot_proto::NodeService for NodeSvc {
         &self,
         req: Request<HeartbeatRequest>,
     ) -> Result<Response<HeartbeatResponse>, Status> {
-        self.leading()?;
-        let node = self.node(&req, "Heartbeat").await?;
-        let ctx = node_ctx(&req, &node.id);
-        let was_ready = self.store.clock().now() < node.lease_expires_at;
-        let r = req.into_inner();
-        bounded("running_job_ids", r.running_job_ids.len(), MAX_RUNNING_JOBS)?;
-        bounded(
-            "running_attempts",
-            r.running_attempts.len(),
-            MAX_RUNNING_JOBS,
-        )?;
-        let gpus = gpus_from_proto(r.gpus.clone())?;
-        let changed = gpus != node.gpus;
-        let until = self.lease_until();
-        self.store
-            .heartbeat(&node.id, changed.then(|| gpus.clone()), until)
-            .await
-            .map_err(status)?;
-        let samples: Vec<(String, allot_store::Sample)> = r
-            .gpus
-            .iter()
-            // Only this node's own GPUs, as just checked and stored: a node writes no
-            // other node's metrics.
-            .filter(|g| gpus.iter().any(|d| d.uuid == g.uuid))
-            .filter_map(|g| {
-                let s = g.sample.as_ref().filter(|s| {
-                    [s.utilization, s.power_watts, s.temperature_c]
-                        .iter()
-                        .all(|v| v.is_finite())
-                        && [
-                            s.pcie_rx_bytes_per_s,
-                            s.pcie_tx_bytes_per_s,
-                            s.nvlink_rx_bytes_per_s,
-                            s.nvlink_tx_bytes_per_s,
-                        ]
-                        .iter()
-                        .all(|v| v.is_finite())
-                })?;
-                let rate = |v: f64| v.max(0.0);
-                Some((
-                    g.uuid.clone(),
-                    allot_store::Sample {
-                        utilization: f64::from(s.utilization).clamp(0.0, 1.0),
-                        memory_used_bytes: s.memory_used_bytes,
-                        power_watts: f64::from(s.power_watts).max(0.0),
-                        temperature_c: f64::from(s.temperature_c),
-                        pcie_rx_bytes_per_s: rate(s.pcie_rx_bytes_per_s),
-                        pcie_tx_bytes_per_s: rate(s.pcie_tx_bytes_per_s),
-                        nvlink_rx_bytes_per_s: rate(s.nvlink_rx_bytes_per_s),
-                        nvlink_tx_bytes_per_s: rate(s.nvlink_tx_bytes_per_s),
-                        throttle_mask: allot_domain::node::throttle_mask(&s.throttle_reasons),
-                        ecc_corrected: s.ecc_corrected,
-                        ecc_uncorrected: s.ecc_uncorrected,
-                    },
-                ))
-            })
-            .collect();
-        // What the record places on this node, read once for the job samples and the
-        // reconciliation below (and not at all for a node that runs and reports nothing).
-        let on_node = if r.running_job_ids.is_empty() && r.job_samples.is_empty() {
-            Vec::new()
-        } else {
-            self.jobs_on(&node.id, &[JobState::Scheduled, JobState::Running])
-                .await?
-        };
-        if (!samples.is_empty() || !r.job_samples.is_empty()) && self.samples.due(&node.id) {
-            let now = self.store.clock().now();
-            if let Err(e) = self.store.record_gpu_samples(&node.id, now, &samples).await {
-                tracing::warn!(error = %e, node = %node.name, "GPU samples not stored");
-            }
-            if let Err(e) = self.record_job_samples(now, &r.job_samples, &on_node).await {
-                tracing::warn!(error = %e, node = %node.name, "job samples not stored");
-            }
-            if self.samples.prune_due() {
-                match self.store.prune_gpu_samples(now).await {
-                    Ok(n) if n > 0 => tracing::debug!(buckets = n, "old GPU samples pruned"),
-                    Ok(_) => {}
-                    Err(e) => tracing::warn!(error = %e, "GPU samples not pruned"),
-                }
-            }
-        }
-        if !was_ready || changed {
-            self.notify.notify_one();
-        }
-        self.reconcile_running(
-            &node,
-            &r.running_job_ids,
-            &r.running_attempts,
-            &on_node,
-            ctx,
-        )
-        .await?;
-        // Jobs it runs that are being stopped: the stop may have been asked through another
-        // replica, whose message reached no stream. Sent again now and then (agents act on
-        // the first stop of an attempt only).
-        let stopping: Vec<(String, u32)> = on_node
-            .iter()
-            .filter(|j| j.cancel_requested || j.preempt_reason.is_some())
-            .filter(|j| r.running_job_ids.contains(&j.id))
-            .map(|j| (j.id.clone(), j.attempt))
-            .collect();
-        for id in self
-            .hub
-            .stops_due(&node.id, &stopping, self.heartbeat_interval * 2)
-        {
-            if let Some(job) = on_node.iter().find(|j| j.id == id) {
-                self.hub.send(&node.id, hub::cancel(job));
-            }
-        }
-        // Launches the agent should be running by now but is not: the stream that carried
-        // them may have died unnoticed. Send again those still current (agents launch each
-        // attempt once, so a duplicate is harmless).
-        for (job_id, attempt) in
-            self.hub
-                .overdue(&node.id, &r.running_job_ids, self.heartbeat_interval * 2)
-        {
-            match self.store.job(&TenantScope::All, &job_id).await {
-                Ok(job)
-                    if job.state == JobState::Scheduled
-                        && job.attempt == attempt
-                        && job.node_id.as_deref() == Some(node.id.as_str()) =>
-                {
-                    // Being stopped meanwhile: what it needs now is the stop, not the launch.
-                    if let Some(again) = crate::launches::resend(&self.store, &job).await {
-                        tracing::info!(job = %job.id, node = %node.name, "launch not confirmed; sending it again");
-                        self.hub.send(&node.id, again);
-                    }
-                }
-                _ => self.hub.confirmed(&node.id, &job_id),
-            }
-        }
-        let mut answer = Response::new(HeartbeatResponse {
-            lease_expires_at_ms: until.timestamp_millis(),
-        });
-        // The term this leader serves under: the agent knows a hint naming it, once this
-        // replica stops answering, for the stale hint it is.
-        if let crate::leadership::Role::Leader { epoch } = self.leadership.role() {
-            allot_proto::leader::set_epoch(answer.metadata_mut(), epoch);
-        }
-        Ok(answer)
+        let started = std::time::Instant::now();
+        let answer = self.handle_heartbeat(req).await;
+        self.metrics.heartbeat(answer.is_ok(), started.elapsed());
+        answer
     }
 
     type WatchAssignmentsStream = AssignmentStream;

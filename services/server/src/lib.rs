@@ -15,6 +15,7 @@ pub mod pki;
 pub mod scheduling;
 pub mod time_limits;
 pub mod tls;
+mod wakeups;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -223,16 +224,32 @@ struct Events {
     turn: Arc<tokio::sync::Mutex<()>>,
     /// Says which job's log grew, or which job ended.
     job_logs: tokio::sync::broadcast::Sender<String>,
+    /// Asks for the leader's pass from a follower (`wakeups::announce_schedules`).
+    wake_leader: Arc<Notify>,
 }
 
 impl ControlEvents for Events {
     fn job_submitted(&self) {
-        self.notify.notify_one();
+        if self.leadership.leads() {
+            self.notify.notify_one();
+        } else {
+            self.wake_leader.notify_one();
+        }
     }
 
     fn job_cancel_requested(&self, job: &Job) {
-        if let Some(node) = &job.node_id {
+        let Some(node) = &job.node_id else {
+            return;
+        };
+        if self.leadership.leads() {
             self.hub.send(node, hub::cancel(job));
+        } else {
+            wakeups::announce(
+                &self.store,
+                allot_store::Wakeup::Cancel {
+                    job: job.id.clone(),
+                },
+            );
         }
     }
 
@@ -241,6 +258,14 @@ impl ControlEvents for Events {
             node_id,
             tonic::Status::unauthenticated("the node's certificates were revoked"),
         );
+        if !self.leadership.leads() {
+            wakeups::announce(
+                &self.store,
+                allot_store::Wakeup::Revoke {
+                    node: node_id.to_owned(),
+                },
+            );
+        }
     }
 
     fn job_logs(&self) -> tokio::sync::broadcast::Receiver<String> {
@@ -598,6 +623,7 @@ pub async fn start(
     let leadership = Arc::new(leadership::Leadership::default());
     let (audit_batcher, batcher_task) = allot_store::AuditBatcher::start(store.clone(), 512);
     let (job_logs, _) = tokio::sync::broadcast::channel(1024);
+    let wake_leader = Arc::new(Notify::new());
     let state = AppState {
         audit_batcher,
         audit_keys: keys.clone(),
@@ -637,6 +663,7 @@ pub async fn start(
             store: store.clone(),
             turn: turn.clone(),
             job_logs: job_logs.clone(),
+            wake_leader: wake_leader.clone(),
         }),
     };
     let body_limit = BodyLimit(config.body_limit);
@@ -698,6 +725,7 @@ pub async fn start(
         )),
         audit: grpc_audit,
         job_logs,
+        metrics: metrics.clone(),
     };
     let mut grpc_server = tonic::transport::Server::builder()
         .tls_config(grpc_tls)
@@ -716,6 +744,7 @@ pub async fn start(
 
     let leader_work: leadership::LeaderWork = {
         let hub = hub.clone();
+        let notify = notify.clone();
         let metrics = metrics.clone();
         let schedule_interval = config.schedule_interval;
         let checkpoint_interval = config.checkpoint_interval;
@@ -773,6 +802,21 @@ pub async fn start(
         fencing: config.fencing,
     };
     tasks.push(tokio::spawn(campaign.run(first_term, stop.clone())));
+    // Work taken by a follower reaches the leader at once.
+    tasks.push(tokio::spawn(wakeups::announce_schedules(
+        store.clone(),
+        wake_leader,
+        stop.clone(),
+    )));
+    tasks.push(tokio::spawn(
+        wakeups::Router {
+            store: store.clone(),
+            leadership: leadership.clone(),
+            notify: notify.clone(),
+            hub: hub.clone(),
+        }
+        .run(stop.clone()),
+    ));
 
     tracing::info!(%http_addr, %grpc_addr, backend = store.backend_name(), "control plane started");
     Ok(RunningServer {

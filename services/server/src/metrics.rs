@@ -197,6 +197,8 @@ pub struct Metrics {
     http_seconds: Family<HttpLabels, Histogram>,
     passes: Family<OutcomeLabels, Counter>,
     pass_seconds: Histogram,
+    heartbeats: Family<OutcomeLabels, Counter>,
+    heartbeat_seconds: Histogram,
     /// One scrape at a time: the gauges are refilled from the store for each.
     scrape: tokio::sync::Mutex<()>,
     /// Route patterns seen, bounded, so odd paths cannot grow the label set without end.
@@ -336,8 +338,22 @@ impl Metrics {
             "How long a scheduling pass takes, store reads and writes included",
             pass_seconds.clone(),
         );
+        let heartbeats = Family::<OutcomeLabels, Counter>::default();
+        registry.register(
+            "heartbeats",
+            "Agents' heartbeats handled, by outcome (ok, error: refused or failed)",
+            heartbeats.clone(),
+        );
+        let heartbeat_seconds = Histogram::new(seconds_buckets());
+        registry.register(
+            "heartbeat_duration_seconds",
+            "How long handling an agent's heartbeat takes, store writes included",
+            heartbeat_seconds.clone(),
+        );
         Self {
             registry,
+            heartbeats,
+            heartbeat_seconds,
             jobs,
             gpus,
             gpu_allocated_milli,
@@ -398,6 +414,17 @@ impl Metrics {
             })
             .inc();
         self.pass_seconds.observe(took.as_secs_f64());
+    }
+
+    /// Counts an agent's heartbeat and how long it took to answer.
+    pub fn heartbeat(&self, ok: bool, took: Duration) {
+        let outcome = if ok { "ok" } else { "error" };
+        self.heartbeats
+            .get_or_create(&OutcomeLabels {
+                outcome: outcome.to_owned(),
+            })
+            .inc();
+        self.heartbeat_seconds.observe(took.as_secs_f64());
     }
 
     /// The OpenMetrics text of every metric, the store's state read now.

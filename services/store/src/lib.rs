@@ -29,6 +29,7 @@ mod tenants;
 pub mod testing;
 mod tokens;
 mod volumes;
+mod wakeups;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -63,6 +64,7 @@ pub use tenant_secrets::SecretRepo;
 pub use tenants::{TenantDeletion, TenantRepo};
 pub use tokens::{NewToken, TokenRepo};
 pub use volumes::VolumeRepo;
+pub use wakeups::{WAKEUP_CHANNEL, Wakeup, WakeupListener};
 
 /// The newest PostgreSQL server programs installed here (`initdb`, `pg_ctl`, `postgres`), in
 /// Debian's layout (`/usr/lib/postgresql/<major>/bin`): for the throwaway clusters the

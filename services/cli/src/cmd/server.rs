@@ -123,6 +123,12 @@ pub struct ReplicaArgs {
     #[arg(long, env = "ALLOT_NODE_LEASE_SECS", default_value_t = 15,
         value_parser = clap::value_parser!(u64).range(3..=3600))]
     node_lease_secs: u64,
+    /// Seconds between scheduling passes when nothing asks for one sooner (submits, ends,
+    /// nodes joining, wakeups from other replicas do): the most a lapsed node lease waits
+    /// to be noticed.
+    #[arg(long, env = "ALLOT_SCHEDULE_INTERVAL_SECS", default_value_t = 2,
+        value_parser = clap::value_parser!(u64).range(1..=3600))]
+    schedule_interval_secs: u64,
     /// Leader work writes without the fence: only to show what fencing prevents (the
     /// failover benchmark's negative control). Never in service.
     #[arg(long, hide = true)]
@@ -150,6 +156,7 @@ impl ReplicaArgs {
         }
         config.leader_lease = std::time::Duration::from_secs(self.leader_lease_secs);
         config.lease = std::time::Duration::from_secs(self.node_lease_secs);
+        config.schedule_interval = std::time::Duration::from_secs(self.schedule_interval_secs);
         if config.leader_lease * 2 >= config.lease {
             anyhow::bail!(
                 "--leader-lease-secs ({}) must be under half of --node-lease-secs ({}): agents must find the next leader before they stop their jobs",

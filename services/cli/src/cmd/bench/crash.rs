@@ -145,17 +145,58 @@ fn free_port() -> anyhow::Result<SocketAddr> {
 }
 
 /// The `allot server` child process, started again on the same addresses and database.
-struct Server {
+pub(super) struct Server {
     exe: PathBuf,
     args: Vec<String>,
     log: PathBuf,
-    http: SocketAddr,
-    grpc: SocketAddr,
+    pub(super) http: SocketAddr,
+    pub(super) grpc: SocketAddr,
     metrics: SocketAddr,
     child: Option<tokio::process::Child>,
 }
 
 impl Server {
+    /// `allot server` on free loopback ports with its data in `data_dir`, logging to
+    /// `log`, given `extra` arguments too; not started yet.
+    pub(super) fn new(
+        exe: &Path,
+        data_dir: &Path,
+        log: &Path,
+        extra: &[&str],
+    ) -> anyhow::Result<Self> {
+        let (http, grpc, metrics) = (free_port()?, free_port()?, free_port()?);
+        let mut args: Vec<String> = vec![
+            "server".into(),
+            "--data-dir".into(),
+            data_dir.display().to_string(),
+            "--listen".into(),
+            http.to_string(),
+            "--grpc-listen".into(),
+            grpc.to_string(),
+            "--metrics-listen".into(),
+            metrics.to_string(),
+        ];
+        args.extend(extra.iter().map(|a| (*a).to_owned()));
+        Ok(Self {
+            exe: exe.to_owned(),
+            args,
+            log: log.to_owned(),
+            http,
+            grpc,
+            metrics,
+            child: None,
+        })
+    }
+
+    pub(super) fn metrics_url(&self) -> String {
+        format!("http://{}/metrics", self.metrics)
+    }
+
+    /// The running process's id.
+    pub(super) fn pid(&self) -> Option<u32> {
+        self.child.as_ref().and_then(tokio::process::Child::id)
+    }
+
     /// Sends `signal` (SIGSTOP, SIGCONT) to the running process.
     fn signal(&self, signal: nix::sys::signal::Signal) {
         if let Some(pid) = self
@@ -169,7 +210,7 @@ impl Server {
     }
 
     /// The leader epoch its metrics show (0 while it follows), if it answers.
-    async fn epoch(&self, http: &reqwest::Client) -> Option<i64> {
+    pub(super) async fn epoch(&self, http: &reqwest::Client) -> Option<i64> {
         let url = format!("http://{}/metrics", self.metrics);
         let text = http.get(url).send().await.ok()?.text().await.ok()?;
         text.lines()
@@ -177,7 +218,7 @@ impl Server {
             .and_then(|v| v.trim().parse().ok())
     }
 
-    fn spawn(&mut self) -> anyhow::Result<()> {
+    pub(super) fn spawn(&mut self) -> anyhow::Result<()> {
         let child = super::spawn_logged(
             tokio::process::Command::new(&self.exe).args(&self.args),
             &self.log,
@@ -187,7 +228,11 @@ impl Server {
     }
 
     /// Waits for `/readyz` to answer 200; how long since `since`.
-    async fn ready(&mut self, http: &reqwest::Client, since: Instant) -> anyhow::Result<Duration> {
+    pub(super) async fn ready(
+        &mut self,
+        http: &reqwest::Client,
+        since: Instant,
+    ) -> anyhow::Result<Duration> {
         let url = format!("http://{}/readyz", self.http);
         loop {
             if let Ok(r) = http.get(&url).send().await
@@ -221,7 +266,7 @@ impl Server {
     }
 
     /// SIGTERM, and SIGKILL if it has not stopped within 15 s.
-    async fn stop(&mut self) {
+    pub(super) async fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {
             terminate(&mut child);
             if tokio::time::timeout(Duration::from_secs(15), child.wait())
@@ -375,9 +420,12 @@ impl Load {
             answer = self
                 .send_to(&self.bases[at], method.clone(), path, body)
                 .await;
+            // 408: the replica gave up on the request before reading it (a replica
+            // resumed after a freeze times out the connections it held); nothing was done,
+            // and HTTP lets a client send it again.
             if answer
                 .as_ref()
-                .is_some_and(|(status, _)| !(502..=504).contains(status))
+                .is_some_and(|(status, _)| *status != 408 && !(502..=504).contains(status))
             {
                 break;
             }

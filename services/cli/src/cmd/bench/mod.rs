@@ -2,6 +2,7 @@
 
 mod audit;
 mod chaos;
+mod control_plane;
 mod crash;
 mod efficiency;
 mod failover;
@@ -21,6 +22,10 @@ pub enum BenchCmd {
     /// Fault injection against real agent processes: SIGKILLed and restarted agents,
     /// partitions and blips; counts jobs lost or running twice, and recovery times.
     Chaos(chaos::ChaosBench),
+    /// The replicated control plane's live path: replicas on PostgreSQL, in-process agents;
+    /// submit-to-running latency (open loop), submits per second (concurrent clients),
+    /// scheduling pass duration at large backlogs, heartbeats of thousands of nodes.
+    ControlPlane(control_plane::ControlPlaneBench),
     /// Crash consistency: `allot server` on PostgreSQL (or SQLite) SIGKILLed at random
     /// moments under a load of submits, cancels and agents' reports, and restarted each
     /// time; then every acknowledged submit, every job's history, every run and every audit
@@ -56,6 +61,7 @@ pub async fn run(cmd: BenchCmd) -> anyhow::Result<()> {
     match cmd {
         BenchCmd::Audit(args) => audit::run(args).await,
         BenchCmd::Chaos(args) => chaos::run(&args).await,
+        BenchCmd::ControlPlane(args) => control_plane::run(&args).await,
         BenchCmd::Crash(args) => crash::run(&args).await,
         BenchCmd::Efficiency(args) => efficiency::run(&args).await,
         BenchCmd::Failover(args) => failover::run(&args).await,
