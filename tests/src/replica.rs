@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use crate::allot_bin;
 
-/// One `allot server` process and where it listens.
+/// One `allot server` process and where it listens; killed when dropped if still running.
 pub struct Replica {
     pub name: String,
     pub http: String,
@@ -86,6 +86,16 @@ impl Replica {
             .arg(self.child.id().to_string())
             .status();
         let _ = self.child.wait();
+    }
+}
+
+/// A test that fails part-way leaves no server behind.
+impl Drop for Replica {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
     }
 }
 
