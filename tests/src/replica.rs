@@ -89,6 +89,29 @@ impl Replica {
     }
 }
 
+/// Starts replica `a` and waits until it leads (epoch 1), then replica `b` sharing its
+/// data directory and waits until it follows: the pair most replica tests begin with.
+pub async fn leader_and_follower(
+    http: &reqwest::Client,
+    url: &str,
+    dir: &Path,
+    lease_secs: u64,
+    extra: &[&str],
+) -> (Replica, Replica) {
+    let a = spawn_replica("a", url, dir, lease_secs, extra);
+    eventually("replica a leads", Duration::from_secs(120), async || {
+        (a.epoch(http).await == Some(1)).then_some(())
+    })
+    .await;
+    // b shares a's data directory: the node CA, the audit and secrets keys.
+    let b = spawn_replica("b", url, dir, lease_secs, extra);
+    eventually("replica b follows", Duration::from_secs(120), async || {
+        (b.epoch(http).await == Some(0)).then_some(())
+    })
+    .await;
+    (a, b)
+}
+
 /// A test that fails part-way leaves no server behind.
 impl Drop for Replica {
     fn drop(&mut self) {

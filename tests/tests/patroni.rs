@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use allot_system_tests::replica::{eventually, free_port, spawn_replica};
+use allot_system_tests::replica::{eventually, free_port, leader_and_follower};
 use serde_json::{Value, json};
 
 const SUPERUSER_PASSWORD: &str = "allot-test-superuser";
@@ -426,16 +426,7 @@ async fn a_switchover_and_a_killed_primary_lose_no_acknowledged_submit() {
     );
     let allot = root.join("allot");
     std::fs::create_dir_all(&allot).expect("mkdir");
-    let mut a = spawn_replica("a", &url, &allot, 2, &[]);
-    eventually("replica a leads", Duration::from_secs(120), async || {
-        (a.epoch(&http).await == Some(1)).then_some(())
-    })
-    .await;
-    let mut b = spawn_replica("b", &url, &allot, 2, &[]);
-    eventually("replica b follows", Duration::from_secs(120), async || {
-        (b.epoch(&http).await == Some(0)).then_some(())
-    })
-    .await;
+    let (mut a, mut b) = leader_and_follower(&http, &url, &allot, 2, &[]).await;
     let token = std::fs::read_to_string(allot.join("server/admin.token"))
         .expect("admin token")
         .trim()

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use allot_store::testing::{Backend, TestDb};
 use allot_store::{LeadershipRepo, Store};
 use allot_system_tests::allot_bin;
-use allot_system_tests::replica::{Replica, eventually, spawn_replica};
+use allot_system_tests::replica::{Replica, eventually, leader_and_follower};
 use serde_json::{Value, json};
 
 fn signal(child: &Child, sig: &str) {
@@ -143,17 +143,7 @@ async fn a_frozen_leader_is_replaced_and_writes_nothing_when_it_wakes() {
         .timeout(Duration::from_secs(5))
         .build()
         .expect("client");
-    let mut a = spawn_replica("a", &url, &root, 2, &[]);
-    eventually("replica a leads", Duration::from_secs(120), async || {
-        (a.epoch(&http).await == Some(1)).then_some(())
-    })
-    .await;
-    // b shares a's data directory: the node CA, the audit and secrets keys.
-    let mut b = spawn_replica("b", &url, &root, 2, &[]);
-    eventually("replica b follows", Duration::from_secs(120), async || {
-        (b.epoch(&http).await == Some(0)).then_some(())
-    })
-    .await;
+    let (mut a, mut b) = leader_and_follower(&http, &url, &root, 2, &[]).await;
     let api = Api {
         http: &http,
         token: read(&root.join("server/admin.token")),
@@ -246,16 +236,7 @@ async fn a_submit_through_a_follower_wakes_the_leader() {
         .build()
         .expect("client");
     let slow = ["--schedule-interval-secs", "60"];
-    let mut a = spawn_replica("a", &db.url, &root, 2, &slow);
-    eventually("replica a leads", Duration::from_secs(120), async || {
-        (a.epoch(&http).await == Some(1)).then_some(())
-    })
-    .await;
-    let mut b = spawn_replica("b", &db.url, &root, 2, &slow);
-    eventually("replica b follows", Duration::from_secs(120), async || {
-        (b.epoch(&http).await == Some(0)).then_some(())
-    })
-    .await;
+    let (mut a, mut b) = leader_and_follower(&http, &db.url, &root, 2, &slow).await;
     let api = Api {
         http: &http,
         token: read(&root.join("server/admin.token")),

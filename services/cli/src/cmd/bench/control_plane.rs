@@ -257,7 +257,7 @@ impl Plane {
         }
     }
 
-    /// Jobs of `tenant` in `state`, counted by the API (one page of ids at most `limit`).
+    /// Pending jobs, all tenants together, as the leader's `allot_jobs` gauge counts them.
     async fn pending(&self) -> anyhow::Result<u64> {
         let text = self
             .http

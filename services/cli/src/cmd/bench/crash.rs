@@ -788,22 +788,9 @@ pub(super) async fn run_scenario(args: &Scenario) -> anyhow::Result<()> {
     // The replicas share the data directory: the node CA, the keys, the checkpoint copies.
     let mut servers = Vec::with_capacity(args.replicas);
     for r in 1..=args.replicas.max(1) {
-        let (http_addr, grpc_addr, metrics_addr) = (free_port()?, free_port()?, free_port()?);
-        let mut server_args: Vec<String> = vec![
-            "server".into(),
-            "--data-dir".into(),
-            data_dir.display().to_string(),
-            "--listen".into(),
-            http_addr.to_string(),
-            "--grpc-listen".into(),
-            grpc_addr.to_string(),
-            "--metrics-listen".into(),
-            metrics_addr.to_string(),
-            "--min-runtime-secs".into(),
-            "0".into(),
-        ];
+        let mut extra: Vec<String> = vec!["--min-runtime-secs".into(), "0".into()];
         if let Some(url) = &database_url {
-            server_args.extend(["--database-url".into(), url.clone()]);
+            extra.extend(["--database-url".into(), url.clone()]);
         }
         if let Faults::Leader {
             lease_secs,
@@ -811,29 +798,23 @@ pub(super) async fn run_scenario(args: &Scenario) -> anyhow::Result<()> {
             ..
         } = &args.faults
         {
-            server_args.extend([
+            extra.extend([
                 "--replica-name".into(),
                 format!("r{r}"),
                 "--leader-lease-secs".into(),
                 lease_secs.to_string(),
             ]);
             if *unfenced {
-                server_args.push("--unfenced-leader-for-testing".into());
+                extra.push("--unfenced-leader-for-testing".into());
             }
         }
-        servers.push(Server {
-            exe: exe.clone(),
-            args: server_args,
-            log: if args.replicas > 1 {
-                root.join(format!("server-r{r}.log"))
-            } else {
-                root.join("server.log")
-            },
-            http: http_addr,
-            grpc: grpc_addr,
-            metrics: metrics_addr,
-            child: None,
-        });
+        let log = if args.replicas > 1 {
+            root.join(format!("server-r{r}.log"))
+        } else {
+            root.join("server.log")
+        };
+        let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+        servers.push(Server::new(&exe, &data_dir, &log, &extra)?);
     }
     let http = reqwest::Client::builder()
         .timeout(Duration::from_secs(if args.replicas > 1 { 3 } else { 10 }))
