@@ -36,6 +36,8 @@ mod m20261210_000002_topology;
 mod m20261210_000003_auth_failures;
 mod m20261210_000004_fair_share;
 mod m20261211_000001_leader_lease;
+mod m20261212_000001_jobs_changed;
+mod m20261212_000002_tenants_version;
 mod roles;
 
 pub use roles::{APPEND_ONLY_TABLES, BadRoleName, postgres_app_role_grants};
@@ -79,6 +81,8 @@ impl MigratorTrait for Migrator {
             Box::new(m20261210_000003_auth_failures::Migration),
             Box::new(m20261210_000004_fair_share::Migration),
             Box::new(m20261211_000001_leader_lease::Migration),
+            Box::new(m20261212_000001_jobs_changed::Migration),
+            Box::new(m20261212_000002_tenants_version::Migration),
         ]
     }
 }

@@ -22,6 +22,55 @@ use crate::secret;
 #[derive(Debug, Clone)]
 pub struct UnusableToken(pub String);
 
+/// The tenants as one read of them: the tree authorization decides in (deleted tenants
+/// too) and those that exist now.
+#[derive(Clone)]
+pub struct Tenants {
+    tree: Arc<TenantTree>,
+    live: Arc<Vec<allot_domain::Tenant>>,
+}
+
+impl Tenants {
+    fn new(all: Vec<(allot_domain::Tenant, bool)>) -> Self {
+        let tree = Arc::new(TenantTree::new(
+            &all.iter().map(|(t, _)| t.clone()).collect::<Vec<_>>(),
+        ));
+        let live = Arc::new(
+            all.into_iter()
+                .filter(|(_, deleted)| !deleted)
+                .map(|(t, _)| t)
+                .collect(),
+        );
+        Self { tree, live }
+    }
+}
+
+/// The tenants as this replica last read them, with the tenants' version they were read
+/// at. A request authenticated by an API token reads the version with the token, in the
+/// same statement, and takes the remembered tenants only when the versions are equal: a
+/// change to any tenant (made through any replica) moves the version in its own
+/// transaction, so a request never decides on tenants older than its own token read.
+#[derive(Default)]
+pub struct TenantTrees {
+    current: tokio::sync::Mutex<Option<(i64, Tenants)>>,
+}
+
+impl TenantTrees {
+    /// The tenants at `version` (or newer).
+    pub async fn at(&self, store: &allot_store::Store, version: i64) -> Result<Tenants, ApiError> {
+        let mut current = self.current.lock().await;
+        if let Some((v, tenants)) = current.as_ref()
+            && *v == version
+        {
+            return Ok(tenants.clone());
+        }
+        let (read_at, all) = store.versioned_tenant_tree().await?;
+        let tenants = Tenants::new(all);
+        *current = Some((read_at, tenants.clone()));
+        Ok(tenants)
+    }
+}
+
 /// An authenticated caller, with the tenant tree their requests are decided against.
 #[derive(Clone)]
 pub struct Principal {
@@ -38,6 +87,10 @@ pub struct Principal {
     pub request_id: String,
     policies: Arc<Policies>,
     tree: Arc<TenantTree>,
+    /// The tenants that exist, as read to authenticate this request: what the request
+    /// decides on names and limits from, one snapshot.
+    live: Arc<Vec<allot_domain::Tenant>>,
+    session: Arc<std::sync::OnceLock<Session>>,
 }
 
 impl std::fmt::Debug for Principal {
@@ -80,6 +133,11 @@ impl Principal {
 
     /// The tenant requests act in when they name none: the caller's only tenant, if it has
     /// exactly one.
+    /// The tenants that exist, as read to authenticate this request.
+    pub fn live_tenants(&self) -> &[allot_domain::Tenant] {
+        &self.live
+    }
+
     pub fn home_tenant(&self) -> Option<&str> {
         let mut tenants = self.bindings.iter().filter_map(|b| b.tenant_id.as_deref());
         let first = tenants.next()?;
@@ -104,14 +162,21 @@ impl Principal {
         }
     }
 
-    fn session(&self) -> Result<Session<'_>, ApiError> {
+    /// What every decision for this caller shares, built on the first decision of the
+    /// request and kept for the rest.
+    fn session(&self) -> Result<&Session, ApiError> {
+        if let Some(session) = self.session.get() {
+            return Ok(session);
+        }
         let subject = Subject {
             id: self.id.clone(),
             bindings: self.bindings.clone(),
         };
-        self.policies
+        let built = self
+            .policies
             .session(&subject, &self.tree)
-            .map_err(|e| ApiError::Internal(e.to_string()))
+            .map_err(|e| ApiError::Internal(e.to_string()))?;
+        Ok(self.session.get_or_init(|| built))
     }
 
     /// Whether the policies permit `action` on `resource`.
@@ -333,7 +398,7 @@ impl Caller<'_> {
         id: String,
         bindings: Vec<RoleBinding>,
         auth_method: &'static str,
-        tenants: &[allot_domain::Tenant],
+        tenants: &Tenants,
     ) -> Principal {
         Principal {
             kind,
@@ -343,7 +408,9 @@ impl Caller<'_> {
             source: self.source,
             request_id: self.request_id,
             policies: self.state.policies.clone(),
-            tree: Arc::new(TenantTree::new(tenants)),
+            tree: tenants.tree.clone(),
+            live: tenants.live.clone(),
+            session: Arc::default(),
         }
     }
 
@@ -352,15 +419,19 @@ impl Caller<'_> {
         let found = self.state.store.use_token(&secret::hash(token)).await?;
         let now = self.state.store.clock().now();
         match found {
-            Some(t) if t.is_usable(now) => {
-                let (tree, _) = self.tenants().await?;
+            Some((t, version)) if t.is_usable(now) => {
+                let tenants = self
+                    .state
+                    .tenant_trees
+                    .at(&self.state.store, version)
+                    .await?;
                 let binding = RoleBinding {
                     role: t.role,
                     tenant_id: t.tenant_id,
                 };
-                Ok(self.principal(ActorKind::Token, t.id, vec![binding], "api-token", &tree))
+                Ok(self.principal(ActorKind::Token, t.id, vec![binding], "api-token", &tenants))
             }
-            Some(t) => {
+            Some((t, _)) => {
                 // Named in the denial audit: a known token that no longer works.
                 self.req
                     .extensions_mut()
@@ -379,16 +450,8 @@ impl Caller<'_> {
     /// the API to them or to their claims.
     /// The tenant tree authorization decides in (deleted tenants too, where their jobs
     /// and logs stay), and the tenants that exist now (which claims may grant roles in).
-    async fn tenants(
-        &self,
-    ) -> Result<(Vec<allot_domain::Tenant>, Vec<allot_domain::Tenant>), ApiError> {
-        let all = self.state.store.tenant_tree().await?;
-        let live = all
-            .iter()
-            .filter(|(_, deleted)| !deleted)
-            .map(|(t, _)| t.clone())
-            .collect();
-        Ok((all.into_iter().map(|(t, _)| t).collect(), live))
+    async fn tenants(&self) -> Result<Tenants, ApiError> {
+        Ok(Tenants::new(self.state.store.tenant_tree().await?))
     }
 
     async fn user_roles(
@@ -473,9 +536,9 @@ impl Caller<'_> {
             claims: session.claims,
             method: "session",
         };
-        let (tree, live) = self.tenants().await?;
-        let bindings = self.user_roles(&user.id, &claims, &live).await?;
-        Ok(self.principal(ActorKind::User, user.id, bindings, "session", &tree))
+        let tenants = self.tenants().await?;
+        let bindings = self.user_roles(&user.id, &claims, &tenants.live).await?;
+        Ok(self.principal(ActorKind::User, user.id, bindings, "session", &tenants))
     }
 
     /// A JWT from the configured OpenID Connect provider.
@@ -505,9 +568,15 @@ impl Caller<'_> {
         if user.deleted_at.is_some() {
             return Err(unauthenticated("the user has been removed from Allot"));
         }
-        let (tree, live) = self.tenants().await?;
-        let bindings = self.user_roles(&user.id, &verified, &live).await?;
-        Ok(self.principal(ActorKind::User, user.id, bindings, verified.method, &tree))
+        let tenants = self.tenants().await?;
+        let bindings = self.user_roles(&user.id, &verified, &tenants.live).await?;
+        Ok(self.principal(
+            ActorKind::User,
+            user.id,
+            bindings,
+            verified.method,
+            &tenants,
+        ))
     }
 }
 
@@ -525,6 +594,8 @@ mod tests {
             request_id: "r1".into(),
             policies: Arc::new(Policies::builtin().expect("policies")),
             tree: Arc::new(TenantTree::from_pairs([("t1", None), ("t2", None)])),
+            live: Arc::new(Vec::new()),
+            session: Arc::default(),
         }
     }
 

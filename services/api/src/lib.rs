@@ -5,6 +5,7 @@
 //! Every error is an RFC 9457 problem (see [`problem`]); the OpenAPI document is generated
 //! from the handlers' annotations and served at `/api/v1/openapi.json`.
 
+pub mod admission;
 pub mod auth;
 pub mod client;
 pub mod crypto;
@@ -77,8 +78,14 @@ pub struct AppState {
     /// Group-commits events that change nothing else (refusals, audit reads and exports),
     /// so a burst of them costs one transaction per log, not one each.
     pub audit_batcher: allot_store::AuditBatcher,
+    /// Group-commits submits: a burst of them costs one transaction per tenant.
+    pub submits: allot_store::SubmitBatcher,
+    /// The fleet submits are admitted against, as this replica last read it.
+    pub admission: Arc<admission::Admission>,
     /// Verifies bearer JWTs from the OpenID Connect provider, when one is configured.
     pub jwt: Option<Arc<jwt::JwtVerifier>>,
+    /// The tenants as this replica last read them (see [`auth::TenantTrees`]).
+    pub tenant_trees: Arc<auth::TenantTrees>,
     /// Failed authentication per client address.
     pub auth_failures: Arc<limiter::FailureLimiter>,
     /// The reverse proxies whose `Forwarded` and `X-Forwarded-For` are believed.

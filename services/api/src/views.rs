@@ -1089,6 +1089,7 @@ pub struct TokenView {
     pub created_at: DateTime<Utc>,
     pub expires_at: Option<DateTime<Utc>>,
     pub revoked_at: Option<DateTime<Utc>>,
+    /// When the token was last used, to the minute.
     pub last_used_at: Option<DateTime<Utc>>,
 }
 

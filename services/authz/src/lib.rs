@@ -7,6 +7,7 @@
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::str::FromStr;
+use std::sync::Arc;
 
 use allot_domain::{Role, RoleBinding, Tenant};
 use cedar_policy::{
@@ -346,7 +347,11 @@ impl Policies {
     }
 
     /// Builds what every decision for `subject` within `tree` shares.
-    pub fn session(&self, subject: &Subject, tree: &TenantTree) -> Result<Session<'_>, AuthzError> {
+    pub fn session(
+        self: &Arc<Self>,
+        subject: &Subject,
+        tree: &TenantTree,
+    ) -> Result<Session, AuthzError> {
         let err = |e: &dyn std::fmt::Display| AuthzError::Request(e.to_string());
         let mut entities = Vec::with_capacity(tree.parents.len() + 1);
         for (id, parent) in &tree.parents {
@@ -380,7 +385,7 @@ impl Policies {
         let entities =
             Entities::from_entities(entities, Some(&self.schema)).map_err(|e| err(&e))?;
         Ok(Session {
-            policies: self,
+            policies: self.clone(),
             principal,
             entities,
         })
@@ -406,13 +411,13 @@ fn uid(kind: &str, id: &str) -> EntityUid {
 }
 
 /// One subject's decisions against one tenant tree.
-pub struct Session<'p> {
-    policies: &'p Policies,
+pub struct Session {
+    policies: Arc<Policies>,
     principal: EntityUid,
     entities: Entities,
 }
 
-impl Session<'_> {
+impl Session {
     /// Whether `action` on `resource` is permitted. `granted` is the role a token or
     /// binding being created would carry (for `token.create` and `binding.create`).
     pub fn allows(

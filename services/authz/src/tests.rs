@@ -22,7 +22,7 @@ fn allows_granting(
     resource: Resource<'_>,
     granted: Option<Role>,
 ) -> bool {
-    let policies = Policies::builtin().expect("the shipped policies validate");
+    let policies = std::sync::Arc::new(Policies::builtin().expect("the shipped policies validate"));
     let tree = tree();
     let session = policies.session(s, &tree).expect("session");
     session.allows(action, resource, granted).expect("decision")
@@ -31,7 +31,7 @@ fn allows_granting(
 /// Whether `action` is permitted on any resource of any kind (kinds the action does not
 /// apply to are refused as requests, which permits nothing either).
 fn allowed_anywhere(s: &Subject, action: Action) -> bool {
-    let policies = Policies::builtin().expect("the shipped policies validate");
+    let policies = std::sync::Arc::new(Policies::builtin().expect("the shipped policies validate"));
     let tree = tree();
     let session = policies.session(s, &tree).expect("session");
     [
@@ -109,7 +109,7 @@ fn nothing_is_allowed_without_a_binding_but_the_public_audit_key() {
 
 #[test]
 fn a_request_naming_a_resource_the_action_does_not_apply_to_is_an_error() {
-    let policies = Policies::builtin().expect("valid");
+    let policies = std::sync::Arc::new(Policies::builtin().expect("valid"));
     let admin = subject(vec![RoleBinding::platform(Role::Admin)]);
     let tree = tree();
     let session = policies.session(&admin, &tree).expect("session");

@@ -37,6 +37,19 @@ pub(crate) fn model_key(model: &str) -> String {
     m.to_ascii_lowercase()
 }
 
+/// A model without surrounding space or a leading vendor name, as [`model_key`] compares.
+fn bare_model(model: &str) -> &str {
+    let m = model.trim();
+    m.strip_prefix("NVIDIA ")
+        .or_else(|| m.strip_prefix("nvidia "))
+        .unwrap_or(m)
+}
+
+/// `model_key(a) == model_key(b)`, without allocating.
+fn same_model(a: &str, b: &str) -> bool {
+    bare_model(a).eq_ignore_ascii_case(bare_model(b))
+}
+
 /// Refuses what `spec` asks and no node of `nodes` or no hard limit on `tenant_id`'s chain
 /// in `tenants` could ever give it, naming the field and the most that could be given.
 pub fn check(
@@ -55,9 +68,7 @@ pub fn check(
 fn fleet_models(nodes: &[Node], in_mig_mode: bool) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
     for g in nodes.iter().flat_map(|n| &n.gpus) {
-        if g.mig.is_some() == in_mig_mode
-            && !out.iter().any(|m| model_key(m) == model_key(&g.model))
-        {
+        if g.mig.is_some() == in_mig_mode && !out.iter().any(|m| same_model(m, &g.model)) {
             out.push(g.model.clone());
         }
     }
@@ -86,8 +97,8 @@ fn fleet(spec: &JobSpec, nodes: &[Node], v: &mut Violations) {
     if nodes.is_empty() {
         return;
     }
-    let wanted: Vec<String> = spec.gpu_models.iter().map(|m| model_key(m)).collect();
-    let model_ok = |model: &str| wanted.is_empty() || wanted.contains(&model_key(model));
+    let wanted = &spec.gpu_models;
+    let model_ok = |model: &str| wanted.is_empty() || wanted.iter().any(|w| same_model(w, model));
     let of_models = if wanted.is_empty() {
         String::new()
     } else {
@@ -122,13 +133,15 @@ fn fleet(spec: &JobSpec, nodes: &[Node], v: &mut Violations) {
         }
         eligible
     } else if spec.gpus > 0 {
-        let (whole_models, mig_models) = (fleet_models(nodes, false), fleet_models(nodes, true));
+        // Named only when something is refused.
+        let models = || (fleet_models(nodes, false), fleet_models(nodes, true));
         if !wanted.is_empty()
             && !nodes
                 .iter()
                 .flat_map(|n| &n.gpus)
                 .any(|g| model_ok(&g.model))
         {
+            let (whole_models, mig_models) = models();
             let has = [whole_models, mig_models].concat();
             let has = if has.is_empty() {
                 "the nodes have no GPUs".to_owned()
@@ -150,6 +163,7 @@ fn fleet(spec: &JobSpec, nodes: &[Node], v: &mut Violations) {
             .map(|g| g.memory_bytes)
             .max();
         let Some(largest) = largest else {
+            let (whole_models, mig_models) = models();
             let message = if whole_models.is_empty() && !mig_models.is_empty() {
                 format!("every GPU{of_models} is in MIG mode: ask for a MIG profile (mig_profile)")
             } else {
@@ -173,19 +187,18 @@ fn fleet(spec: &JobSpec, nodes: &[Node], v: &mut Violations) {
         // Per node: the most GPUs of one model with the memory asked for (a job's GPUs are
         // of one model).
         let on = |n: &Node| -> u32 {
-            let fit: Vec<&allot_domain::GpuDevice> = n
+            let mut by_model: Vec<(&str, u32)> = Vec::new();
+            for g in n
                 .gpus
                 .iter()
                 .filter(|g| whole(g) && mib_down(g.memory_bytes) >= need)
-                .collect();
-            fit.iter()
-                .map(|g| {
-                    fit.iter()
-                        .filter(|o| model_key(&o.model) == model_key(&g.model))
-                        .count()
-                })
-                .max()
-                .map_or(0, |c| u32::try_from(c).unwrap_or(u32::MAX))
+            {
+                match by_model.iter_mut().find(|(m, _)| same_model(m, &g.model)) {
+                    Some((_, count)) => *count += 1,
+                    None => by_model.push((&g.model, 1)),
+                }
+            }
+            by_model.into_iter().map(|(_, c)| c).max().unwrap_or(0)
         };
         let most = nodes.iter().map(on).max().unwrap_or(0);
         if spec.gpus > most {

@@ -43,6 +43,8 @@ pub struct NodeSvc {
     pub auth_failures: Arc<allot_api::limiter::FailureLimiter>,
     /// Where refused calls are recorded.
     pub audit: allot_store::AuditBatcher,
+    /// Group-commits what heartbeats write.
+    pub beats: allot_store::BeatBatcher,
     /// Says which job's log grew (or which job ended), to those following it here.
     pub job_logs: tokio::sync::broadcast::Sender<String>,
     pub metrics: Arc<crate::metrics::Metrics>,
@@ -301,10 +303,6 @@ impl NodeSvc {
         let gpus = gpus_from_proto(r.gpus.clone())?;
         let changed = gpus != node.gpus;
         let until = self.lease_until();
-        self.store
-            .heartbeat(&node.id, changed.then(|| gpus.clone()), until)
-            .await
-            .map_err(status)?;
         let samples: Vec<(String, allot_store::Sample)> = r
             .gpus
             .iter()
@@ -352,11 +350,20 @@ impl NodeSvc {
             self.jobs_on(&node.id, &[JobState::Scheduled, JobState::Running])
                 .await?
         };
-        if (!samples.is_empty() || !r.job_samples.is_empty()) && self.samples.due(&node.id) {
-            let now = self.store.clock().now();
-            if let Err(e) = self.store.record_gpu_samples(&node.id, now, &samples).await {
-                tracing::warn!(error = %e, node = %node.name, "GPU samples not stored");
-            }
+        let sampled =
+            (!samples.is_empty() || !r.job_samples.is_empty()) && self.samples.due(&node.id);
+        let now = self.store.clock().now();
+        // The lease, a changed inventory and the GPU samples, in the next group commit.
+        self.beats
+            .write(allot_store::Beat {
+                node_id: node.id.clone(),
+                lease_expires_at: until,
+                gpus: changed.then(|| gpus.clone()),
+                samples: (sampled && !samples.is_empty()).then_some((now, samples)),
+            })
+            .await
+            .map_err(status)?;
+        if sampled {
             if let Err(e) = self.record_job_samples(now, &r.job_samples, &on_node).await {
                 tracing::warn!(error = %e, node = %node.name, "job samples not stored");
             }

@@ -622,10 +622,15 @@ pub async fn start(
     let hub = Arc::new(Hub::default());
     let leadership = Arc::new(leadership::Leadership::default());
     let (audit_batcher, batcher_task) = allot_store::AuditBatcher::start(store.clone(), 512);
+    let (submits, submits_task) = allot_store::SubmitBatcher::start(store.clone(), 256);
+    let (beats, beats_task) = allot_store::BeatBatcher::start(store.clone(), 512);
     let (job_logs, _) = tokio::sync::broadcast::channel(1024);
     let wake_leader = Arc::new(Notify::new());
     let state = AppState {
         audit_batcher,
+        submits,
+        admission: Arc::new(allot_api::admission::Admission::new(store.clone())),
+        tenant_trees: Arc::default(),
         audit_keys: keys.clone(),
         audit_origin: config.audit_origin.clone(),
         policies,
@@ -697,10 +702,11 @@ pub async fn start(
     }
     .run();
     let http_handle = http.handle();
-    // The batcher drains and ends once the HTTP server has dropped its last handle.
+    // The batchers drain and end once the HTTP server has dropped their last handles.
     let mut tasks: Vec<JoinHandle<()>> = metrics_task.into_iter().collect();
     tasks.extend([
         batcher_task,
+        submits_task,
         tokio::spawn(async move {
             if let Err(e) = http.await {
                 tracing::error!(error = %e, "HTTP server stopped");
@@ -724,6 +730,7 @@ pub async fn start(
             store.clone(),
         )),
         audit: grpc_audit,
+        beats,
         job_logs,
         metrics: metrics.clone(),
     };
@@ -817,6 +824,8 @@ pub async fn start(
         }
         .run(stop.clone()),
     ));
+    // Last: it drains and ends once the gRPC server has dropped its handle.
+    tasks.push(beats_task);
 
     tracing::info!(%http_addr, %grpc_addr, backend = store.backend_name(), "control plane started");
     Ok(RunningServer {

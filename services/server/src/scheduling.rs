@@ -1,15 +1,17 @@
 //! The scheduling loop: snapshot the store, run the scheduling engine, persist its decisions
 //! (placements, preemptions, reasons) and tell the nodes.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use allot_domain::{AuditContext, AuditEvent, JobState, SYSTEM_LOG};
+use allot_domain::{Job, PendingReason};
 use allot_scheduler::{LiveDecision, LiveError, LiveScheduler, Snapshot};
 use allot_store::{
-    AuditRepo, FairShareRepo, JobFilter, JobRepo, JobUpdate, NodeRepo, Store, StoreError,
-    TenantRepo, TenantScope,
+    AuditRepo, FairShareRepo, JobFilter, JobRepo, JobUpdate, NodeRepo, PendingJobs, Store,
+    StoreError, TenantRepo, TenantScope,
 };
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -42,23 +44,42 @@ pub async fn run(
 ) {
     restore_fair_share(&store, &mut scheduler).await;
     let mut saved_at: Option<f64> = None;
+    let mut pending = PendingJobs::default();
+    let mut last_took = Duration::ZERO;
     loop {
-        tokio::select! {
-            () = stop.cancelled() => {
-                let due = fair_share_due(&scheduler, saved_at, Duration::ZERO);
-                save_fair_share(&store, due, &mut saved_at).await;
-                return;
+        let stopping = tokio::select! {
+            () = stop.cancelled() => true,
+            () = notify.notified() => {
+                // A pass woken by work waits twice as long as the last one took: under a
+                // stream of submits, scheduling takes at most about a third of a core (the
+                // rest serves the submits), and each pass takes all that came meanwhile.
+                tokio::select! {
+                    () = stop.cancelled() => true,
+                    () = tokio::time::sleep((last_took * 2).min(MAX_PASS_GAP)) => false,
+                }
             }
-            () = notify.notified() => {}
-            () = tokio::time::sleep(interval) => {}
+            () = tokio::time::sleep(interval) => false,
+        };
+        if stopping {
+            let due = fair_share_due(&scheduler, saved_at, Duration::ZERO);
+            save_fair_share(&store, due, &mut saved_at).await;
+            return;
         }
         let started = std::time::Instant::now();
         let result = {
             // Resizes wait for the pass, and the pass for them.
             let _turn = turn.lock().await;
-            pass(&store, &hub, &mut scheduler, elastic.as_deref()).await
+            pass(
+                &store,
+                &hub,
+                &mut scheduler,
+                &mut pending,
+                elastic.as_deref(),
+            )
+            .await
         };
-        metrics.scheduling_pass(result.is_ok(), started.elapsed());
+        last_took = started.elapsed();
+        metrics.scheduling_pass(result.is_ok(), last_took);
         if let Some((plan, error)) = elastic.as_ref().and_then(|e| e.last()) {
             metrics.elastic(&plan, &error);
         }
@@ -69,6 +90,9 @@ pub async fn run(
         save_fair_share(&store, due, &mut saved_at).await;
     }
 }
+
+/// The longest a pass woken by work waits after the previous one.
+const MAX_PASS_GAP: Duration = Duration::from_millis(500);
 
 /// The fair-share history is saved at most this often (and when the loop stops): a control
 /// plane killed outright loses at most this much of it.
@@ -139,15 +163,17 @@ async fn jobs_in(store: &Store, states: &[JobState]) -> Result<Vec<allot_domain:
 }
 
 /// Makes the elastic policy's preemptions (with its grace period) and holds back the
-/// pending jobs of classes it says wait; returns the pending jobs left to place.
-async fn apply_elastic(
+/// pending jobs of classes it says wait (their reasons into `reasons`); returns the pending
+/// jobs left to place.
+async fn apply_elastic<'a>(
     store: &Store,
     hub: &Hub,
     elastic: &ElasticShares,
     nodes: &[allot_domain::Node],
-    holding: &[allot_domain::Job],
-    pending: Vec<allot_domain::Job>,
-) -> Result<Vec<allot_domain::Job>, StoreError> {
+    holding: &[Job],
+    pending: Cow<'a, [Job]>,
+    reasons: &mut Vec<(String, Option<PendingReason>)>,
+) -> Result<Cow<'a, [Job]>, StoreError> {
     let plan = elastic.plan(store.clock().now(), nodes, holding, &pending);
     let ctx = AuditContext::system("elastic");
     for (job_id, reason) in &plan.preempt {
@@ -165,23 +191,47 @@ async fn apply_elastic(
             Err(e) => return Err(e),
         }
     }
+    let held = |j: &Job| j.spec.class.and_then(|c| plan.held_back.get(c.as_str()));
+    Ok(hold_back(pending, "ElasticShare", held, reasons))
+}
+
+/// `pending` less the jobs `held` gives a message for: each of those waits with `code` and
+/// the message (into `reasons` where that is new). Borrowed still when none is held.
+fn hold_back<'a, 'm>(
+    pending: Cow<'a, [Job]>,
+    code: &str,
+    held: impl Fn(&Job) -> Option<&'m String>,
+    reasons: &mut Vec<(String, Option<PendingReason>)>,
+) -> Cow<'a, [Job]> {
+    if !pending.iter().any(|j| held(j).is_some()) {
+        return pending;
+    }
     let mut left = Vec::with_capacity(pending.len());
-    for j in pending {
-        let held = j.spec.class.and_then(|c| plan.held_back.get(c.as_str()));
-        match held {
+    for j in pending.iter() {
+        match held(j) {
             Some(message) => {
-                let reason = allot_domain::PendingReason {
-                    code: "ElasticShare".into(),
+                let reason = PendingReason {
+                    code: code.into(),
                     message: message.clone(),
                 };
                 if j.pending_reason.as_ref() != Some(&reason) {
-                    store.set_pending_reason(&j.id, Some(reason)).await?;
+                    reasons.push((j.id.clone(), Some(reason)));
                 }
             }
-            None => left.push(j),
+            None => left.push(j.clone()),
         }
     }
-    Ok(left)
+    Cow::Owned(left)
+}
+
+/// The nodes as recorded, less the GPUs of jobs whose end is not yet confirmed by their
+/// node or that a node runs against the record (not handed out).
+async fn fleet(store: &Store, hub: &Hub) -> Result<Vec<allot_domain::Node>, StoreError> {
+    let mut nodes = store.list_nodes().await?;
+    for n in &mut nodes {
+        n.drained_gpus.extend(hub.withheld_gpus(&n.id));
+    }
+    Ok(nodes)
 }
 
 /// The span of placing job `job_id` (on `node_id`): it joins the trace of the request that
@@ -207,29 +257,56 @@ fn schedule_span(
     span
 }
 
-/// One pass. Public so tests can drive scheduling step by step.
+/// One pass over `view`'s pending jobs (refreshed first). Public so tests can drive
+/// scheduling step by step.
 pub async fn pass(
     store: &Store,
     hub: &Hub,
     scheduler: &mut LiveScheduler,
+    view: &mut PendingJobs,
     elastic: Option<&ElasticShares>,
 ) -> Result<(), PassError> {
-    let mut nodes = store.list_nodes().await?;
-    crate::leases::requeue_from_lapsed_nodes(store, &nodes).await?;
-    crate::time_limits::stop_overdue(store, hub).await?;
-    crate::gangs::keep_whole(store, hub).await?;
-    // GPUs of jobs whose end is not yet confirmed by their node, or that a node runs
-    // against the record, are not handed out.
-    for n in &mut nodes {
-        n.drained_gpus.extend(hub.withheld_gpus(&n.id));
+    let mut reasons = Vec::new();
+    let result = decide_and_apply(store, hub, scheduler, view, elastic, &mut reasons).await;
+    // Why jobs wait, in one transaction, whatever else the pass got to.
+    if !reasons.is_empty() {
+        store.set_pending_reasons(reasons.clone()).await?;
+        view.reasons_written(reasons);
     }
-    let pending = jobs_in(store, &[JobState::Pending]).await?;
+    result
+}
+
+async fn decide_and_apply(
+    store: &Store,
+    hub: &Hub,
+    scheduler: &mut LiveScheduler,
+    view: &mut PendingJobs,
+    elastic: Option<&ElasticShares>,
+    reasons: &mut Vec<(String, Option<PendingReason>)>,
+) -> Result<(), PassError> {
+    // The jobs first, then the fleet they are decided on: an operator's change made before
+    // a submit (a cordon, a drain) is in what decides it.
+    view.refresh(store).await?;
+    let fleet_read_at = store.clock().now();
+    let mut nodes = fleet(store, hub).await?;
+    let requeued = crate::leases::requeue_from_lapsed_nodes(store, &nodes).await?;
+    crate::time_limits::stop_overdue(store, hub).await?;
+    let regrouped = crate::gangs::keep_whole(store, hub).await?;
+    if requeued + regrouped > 0 {
+        // What they put back in the queue is placed in this pass, on a fleet read after it
+        // (and after anything else that changed meanwhile).
+        view.refresh(store).await?;
+        if view.jobs().iter().any(|j| j.updated_at >= fleet_read_at) {
+            nodes = fleet(store, hub).await?;
+        }
+    }
+    let pending = Cow::Borrowed(view.jobs());
     if pending.is_empty() && elastic.is_none() {
         return Ok(());
     }
     let holding = jobs_in(store, &[JobState::Scheduled, JobState::Running]).await?;
     let pending = match elastic {
-        Some(e) => apply_elastic(store, hub, e, &nodes, &holding, pending).await?,
+        Some(e) => apply_elastic(store, hub, e, &nodes, &holding, pending, reasons).await?,
         None => pending,
     };
     if pending.is_empty() {
@@ -238,18 +315,12 @@ pub async fn pass(
     let tenants = store.list_tenants().await?;
     // Tenants that spent their monthly GPU-hour budget wait for the next month.
     let spent = crate::budgets::spent(store, &tenants, store.clock().now()).await?;
-    let (held_back, pending): (Vec<_>, Vec<_>) = pending
-        .into_iter()
-        .partition(|j| spent.contains_key(&j.tenant_id));
-    for j in &held_back {
-        let reason = allot_domain::PendingReason {
-            code: "BudgetExhausted".into(),
-            message: spent.get(&j.tenant_id).cloned().unwrap_or_default(),
-        };
-        if j.pending_reason.as_ref() != Some(&reason) {
-            store.set_pending_reason(&j.id, Some(reason)).await?;
-        }
-    }
+    let pending = hold_back(
+        pending,
+        "BudgetExhausted",
+        |j| spent.get(&j.tenant_id),
+        reasons,
+    );
     if pending.is_empty() {
         return Ok(());
     }
@@ -266,9 +337,9 @@ pub async fn pass(
         .iter()
         .filter_map(|j| Some((j.id.clone(), j.traceparent.clone()?)))
         .collect();
-    let current: HashMap<_, _> = pending
-        .into_iter()
-        .map(|j| (j.id.clone(), j.pending_reason))
+    let current: HashMap<&str, Option<&PendingReason>> = pending
+        .iter()
+        .map(|j| (j.id.as_str(), j.pending_reason.as_ref()))
         .collect();
     let ctx = AuditContext::system("scheduler");
     // Preemptions first: a placement that needs a victim's room waits for it anyway.
@@ -403,8 +474,8 @@ pub async fn pass(
                 hub.send(&node_id, hub::partition(&gpu_uuid, &layout));
             }
             LiveDecision::Wait { job_id, reason } => {
-                if current.get(&job_id).and_then(Option::as_ref) != Some(&reason) {
-                    store.set_pending_reason(&job_id, Some(reason)).await?;
+                if current.get(job_id.as_str()).copied().flatten() != Some(&reason) {
+                    reasons.push((job_id, Some(reason)));
                 }
             }
         }

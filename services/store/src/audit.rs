@@ -17,6 +17,7 @@ use sea_orm::{
 
 use crate::convert::{to_i64, to_u64};
 use crate::entities::{audit_checkpoints, audit_entries, audit_holds, audit_logs};
+use crate::group_commit::GroupCommit;
 use crate::{Store, StoreError};
 
 /// An entry as stored: its position, time, the hash of its bytes, and the bytes (`None`
@@ -196,24 +197,33 @@ pub(crate) async fn record_batch<C: ConnectionTrait>(
 ) -> Result<u64, StoreError> {
     // Microseconds, as entries carry and PostgreSQL keeps: search cursors compare exactly.
     let now = chrono::SubsecRound::trunc_subsecs(store.clock.now(), 6);
-    audit_logs::Entity::insert(audit_logs::ActiveModel {
-        log_id: Set(log.to_owned()),
-        size: Set(0),
-        frontier: Set(String::new()),
-        updated_at: Set(now),
-    })
-    .on_conflict(
-        OnConflict::column(audit_logs::Column::LogId)
-            .do_nothing()
-            .to_owned(),
-    )
-    .exec_without_returning(db)
-    .await?;
-    let head = audit_logs::Entity::find_by_id(log.to_owned())
-        .lock_exclusive()
-        .one(db)
-        .await?
-        .ok_or_else(|| StoreError::Corrupt(format!("audit log {log} has no head")))?;
+    let lock_head = || {
+        audit_logs::Entity::find_by_id(log.to_owned())
+            .lock_exclusive()
+            .one(db)
+    };
+    // A log's first entry makes its head (once, whoever races to it).
+    let head = match lock_head().await? {
+        Some(head) => head,
+        None => {
+            audit_logs::Entity::insert(audit_logs::ActiveModel {
+                log_id: Set(log.to_owned()),
+                size: Set(0),
+                frontier: Set(String::new()),
+                updated_at: Set(now),
+            })
+            .on_conflict(
+                OnConflict::column(audit_logs::Column::LogId)
+                    .do_nothing()
+                    .to_owned(),
+            )
+            .exec_without_returning(db)
+            .await?;
+            lock_head()
+                .await?
+                .ok_or_else(|| StoreError::Corrupt(format!("audit log {log} has no head")))?
+        }
+    };
     let mut range = range_of(&head)?;
     let first = range.size();
     let time = AuditEntry::format_time(now);
@@ -286,38 +296,19 @@ pub(crate) async fn record_batch<C: ConnectionTrait>(
 /// pays one commit per batch instead of one per event.
 #[derive(Clone)]
 pub struct AuditBatcher {
-    tx: tokio::sync::mpsc::UnboundedSender<Queued>,
+    queue: GroupCommit<(AuditContext, AuditEvent), u64>,
 }
-
-type Queued = (
-    AuditContext,
-    AuditEvent,
-    tokio::sync::oneshot::Sender<Result<u64, StoreError>>,
-);
 
 impl AuditBatcher {
     /// Starts the appending task; it ends when every clone of the batcher is dropped.
     pub fn start(store: Store, max_batch: usize) -> (Self, tokio::task::JoinHandle<()>) {
-        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Queued>();
-        let task = tokio::spawn(async move {
-            while let Some(first) = rx.recv().await {
-                let mut batch = vec![first];
-                while batch.len() < max_batch {
-                    match rx.try_recv() {
-                        Ok(q) => batch.push(q),
-                        Err(_) => break,
-                    }
-                }
-                let mut by_log: std::collections::BTreeMap<String, Vec<Queued>> =
-                    std::collections::BTreeMap::new();
-                for q in batch {
-                    by_log.entry(q.1.log.clone()).or_default().push(q);
-                }
-                for (log, queued) in by_log {
-                    let (items, waiters): (Vec<_>, Vec<_>) = queued
-                        .into_iter()
-                        .map(|(ctx, event, done)| ((ctx, event), done))
-                        .unzip();
+        let (queue, task) = GroupCommit::start(
+            max_batch,
+            |(_, event): &(AuditContext, AuditEvent)| event.log.clone(),
+            move |log, items| {
+                let store = store.clone();
+                async move {
+                    let n = items.len();
                     let result = async {
                         let txn = store.begin().await?;
                         let first = record_batch(&txn, &store, &log, items).await?;
@@ -325,26 +316,21 @@ impl AuditBatcher {
                         Ok::<u64, StoreError>(first)
                     }
                     .await;
-                    for (i, done) in waiters.into_iter().enumerate() {
-                        let _ = done.send(match &result {
+                    (0..n)
+                        .map(|i| match &result {
                             Ok(first) => Ok(first + i as u64),
                             Err(e) => Err(e.retold()),
-                        });
-                    }
+                        })
+                        .collect()
                 }
-            }
-        });
-        (Self { tx }, task)
+            },
+        );
+        (Self { queue }, task)
     }
 
     /// Queues one event and waits until it is committed; returns its sequence number.
     pub async fn record(&self, ctx: AuditContext, event: AuditEvent) -> Result<u64, StoreError> {
-        let (done, wait) = tokio::sync::oneshot::channel();
-        self.tx
-            .send((ctx, event, done))
-            .map_err(|_| StoreError::Batch("the audit batcher has stopped".into()))?;
-        wait.await
-            .map_err(|_| StoreError::Batch("the audit batcher has stopped".into()))?
+        self.queue.submit((ctx, event)).await
     }
 }
 

@@ -12,7 +12,7 @@ use sea_orm::{
     QueryOrder, QuerySelect,
 };
 
-use crate::audit::record;
+use crate::audit::{record, record_batch};
 use crate::convert::{json, parse, to_i64, to_json, to_u32, to_u64};
 use crate::entities::{job_events, jobs, tenants};
 use crate::{Store, StoreError, TenantScope, new_id};
@@ -130,6 +130,23 @@ pub trait JobRepo {
         id: &str,
         reason: Option<PendingReason>,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// [`JobRepo::set_pending_reason`] for many jobs, in one transaction (a statement per
+    /// distinct reason).
+    fn set_pending_reasons(
+        &self,
+        reasons: Vec<(String, Option<PendingReason>)>,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// The ids of jobs in any state whose record changed at or after `since`, each with
+    /// when it last changed (`updated_at`; pending reasons change no `updated_at`).
+    fn job_changes_since(
+        &self,
+        since: DateTime<Utc>,
+    ) -> impl Future<Output = Result<Vec<(String, DateTime<Utc>)>, StoreError>> + Send;
+    /// The jobs of `ids` that exist, as they are now, in no particular order.
+    fn jobs_by_id(
+        &self,
+        ids: Vec<String>,
+    ) -> impl Future<Output = Result<Vec<Job>, StoreError>> + Send;
     /// Cancels a pending job at once; marks a scheduled or running one for the agent to stop.
     /// Idempotent, and a no-op on a finished job. A replica of a gang cancels the whole
     /// gang, in one transaction; the job returned is the one named.
@@ -392,6 +409,177 @@ async fn load<C: ConnectionTrait>(db: &C, id: &str) -> Result<Job, StoreError> {
     to_domain(m, &tenant.name)
 }
 
+/// Creates the jobs of `submits` (each a job, or a gang's replicas) in `db`'s transaction:
+/// their rows and first events in a few statements, and one `job.submit` audit entry per
+/// job on its tenant's log (heads locked in log order). Returns each submit's job (a
+/// gang's replica 0), in order.
+pub(crate) async fn create_jobs_in<C: ConnectionTrait>(
+    db: &C,
+    store: &Store,
+    submits: Vec<(AuditContext, NewJob)>,
+) -> Result<Vec<Job>, StoreError> {
+    let now = store.clock.now();
+    let (mut rows, mut events, mut firsts) = (Vec::new(), Vec::new(), Vec::new());
+    let mut audited: Vec<(AuditContext, String)> = Vec::new();
+    for (ctx, new) in &submits {
+        let spec = &new.spec;
+        // A gang's replicas are created together; replica 0's id is the gang's.
+        let first = new_id(store.clock.as_ref());
+        let gang = (spec.replicas > 1).then(|| first.clone());
+        for rank in 0..std::cmp::max(spec.replicas, 1) {
+            let id = if rank == 0 {
+                first.clone()
+            } else {
+                new_id(store.clock.as_ref())
+            };
+            rows.push(jobs::ActiveModel {
+                replicas: Set(i32_of(std::cmp::max(spec.replicas, 1))?),
+                gang_id: Set(gang.clone()),
+                replica_rank: Set(i32_of(rank)?),
+                pack: Set(spec.pack.as_ref().map(|p| to_json("pack", p)).transpose()?),
+                id: Set(id.clone()),
+                tenant_id: Set(new.tenant_id.clone()),
+                name: Set(spec.name.clone()),
+                state: Set(JobState::Pending.as_str().to_owned()),
+                gpus: Set(i32_of(spec.gpus)?),
+                cpu_milli: Set(i32_of(spec.cpu_milli)?),
+                memory_bytes: Set(to_i64("memory_bytes", spec.memory_bytes)?),
+                gpu_milli: Set(spec.gpu_milli.map(i32_of).transpose()?),
+                gpu_models: Set(to_json("gpu_models", &spec.gpu_models)?),
+                priority: Set(spec.priority),
+                preemptible: Set(spec.preemptible),
+                isolation: Set(spec.isolation.map(|i| i.as_str().to_owned())),
+                workload_class: Set(spec.class.map(|c| c.as_str().to_owned())),
+                held_gpu_milli: Set(None),
+                borrowing: Set(false),
+                attempt: Set(1),
+                preempt_reason: Set(None),
+                max_retries: Set(i32_of(spec.max_retries)?),
+                failures: Set(0),
+                retry_at: Set(None),
+                checkpoint_dir: Set(spec.checkpoint_dir.clone()),
+                volumes: Set(to_json("volumes", &spec.volumes)?),
+                secrets: Set(to_json("secrets", &spec.secrets)?),
+                mig_profile: Set(spec.mig_profile.clone()),
+                gpu_compute: Set(spec.gpu_compute.map(|c| c.as_str().to_owned())),
+                gpu_resizable: Set(spec.gpu_resizable),
+                image: Set(spec.image.clone()),
+                image_digest: Set(None),
+                network: Set(spec.network.as_str().to_owned()),
+                traceparent: Set(new.traceparent.clone()),
+                avoid_node_id: Set(None),
+                avoid_gpus: Set(None),
+                avoid_until: Set(None),
+                time_limit_secs: Set(spec
+                    .time_limit_secs
+                    .map(|s| to_i64("time_limit_secs", s))
+                    .transpose()?),
+                gpu_memory_bytes: Set(spec
+                    .gpu_memory_bytes
+                    .map(|b| to_i64("gpu_memory_bytes", b))
+                    .transpose()?),
+                command: Set(to_json("command", &spec.command)?),
+                env: Set(to_json("env", &spec.env)?),
+                workdir: Set(spec.workdir.clone()),
+                pending_code: Set(None),
+                pending_message: Set(None),
+                node_id: Set(None),
+                gpu_uuids: Set("[]".to_owned()),
+                cancel_requested: Set(false),
+                pid: Set(None),
+                exit_code: Set(None),
+                message: Set(None),
+                log_tail: Set(None),
+                created_at: Set(now),
+                updated_at: Set(now),
+                scheduled_at: Set(None),
+                started_at: Set(None),
+                finished_at: Set(None),
+            });
+            events.push(job_events::ActiveModel {
+                job_id: Set(id.clone()),
+                from_state: Set(None),
+                to_state: Set(JobState::Pending.as_str().to_owned()),
+                at: Set(now),
+                message: Set(None),
+                ..Default::default()
+            });
+            audited.push((ctx.clone(), id));
+        }
+        firsts.push(first);
+    }
+    // Bounded statements: PostgreSQL takes at most 65535 bind parameters. Where the
+    // database returns inserted rows, they are the jobs as stored; elsewhere they are read.
+    let mut inserted = Vec::new();
+    let returning = db.support_returning();
+    for chunk in chunks(rows, 500) {
+        let insert = jobs::Entity::insert_many(chunk);
+        if returning {
+            inserted.extend(insert.exec_with_returning(db).await?);
+        } else {
+            insert.exec_without_returning(db).await?;
+        }
+    }
+    for chunk in chunks(events, 2000) {
+        job_events::Entity::insert_many(chunk)
+            .exec_without_returning(db)
+            .await?;
+    }
+    let names: HashMap<String, String> = submits
+        .iter()
+        .map(|(_, n)| (n.tenant_id.clone(), n.spec.tenant.as_str().to_owned()))
+        .collect();
+    let mut created: HashMap<String, Job> = HashMap::new();
+    if !returning {
+        for chunk in audited.chunks(1000) {
+            inserted.extend(
+                jobs::Entity::find()
+                    .filter(jobs::Column::Id.is_in(chunk.iter().map(|(_, id)| id.clone())))
+                    .all(db)
+                    .await?,
+            );
+        }
+    }
+    for job in with_tenants(inserted, &names)? {
+        created.insert(job.id.clone(), job);
+    }
+    // One entry per job (each replica of a gang too), on its tenant's log.
+    let mut by_log: BTreeMap<String, Vec<(AuditContext, AuditEvent)>> = BTreeMap::new();
+    for (ctx, id) in audited {
+        let job = created
+            .get(&id)
+            .ok_or_else(|| StoreError::Corrupt(format!("job {id} was not created")))?;
+        // Names of `env`, never its values: the entry commits to them instead.
+        let event = AuditEvent::success(job.tenant_id.clone(), "job.submit", format!("job/{id}"))
+            .after(allot_domain::secret::audited_spec(&id, &job.spec));
+        by_log
+            .entry(event.log.clone())
+            .or_default()
+            .push((ctx, event));
+    }
+    for (log, events) in by_log {
+        record_batch(db, store, &log, events).await?;
+    }
+    firsts
+        .into_iter()
+        .map(|id| {
+            created
+                .remove(&id)
+                .ok_or_else(|| StoreError::Corrupt(format!("job {id} was not created")))
+        })
+        .collect()
+}
+
+/// `items` in chunks of at most `n`.
+fn chunks<T>(items: Vec<T>, n: usize) -> Vec<Vec<T>> {
+    let mut out = Vec::new();
+    let mut items = items.into_iter().peekable();
+    while items.peek().is_some() {
+        out.push(items.by_ref().take(n).collect());
+    }
+    out
+}
+
 impl Store {
     async fn transition_in<C: ConnectionTrait>(
         &self,
@@ -605,104 +793,11 @@ impl Store {
 
 impl JobRepo for Store {
     async fn create_job(&self, ctx: &AuditContext, new: NewJob) -> Result<Job, StoreError> {
-        let now = self.clock.now();
-        let spec = &new.spec;
         let txn = self.begin().await?;
-        // A gang's replicas are created together; replica 0's id is the gang's.
-        let first = new_id(self.clock.as_ref());
-        let gang = (spec.replicas > 1).then(|| first.clone());
-        for rank in 0..std::cmp::max(spec.replicas, 1) {
-            let id = if rank == 0 {
-                first.clone()
-            } else {
-                new_id(self.clock.as_ref())
-            };
-            jobs::Entity::insert(jobs::ActiveModel {
-                replicas: Set(i32_of(std::cmp::max(spec.replicas, 1))?),
-                gang_id: Set(gang.clone()),
-                replica_rank: Set(i32_of(rank)?),
-                pack: Set(spec.pack.as_ref().map(|p| to_json("pack", p)).transpose()?),
-                id: Set(id.clone()),
-                tenant_id: Set(new.tenant_id.clone()),
-                name: Set(spec.name.clone()),
-                state: Set(JobState::Pending.as_str().to_owned()),
-                gpus: Set(i32_of(spec.gpus)?),
-                cpu_milli: Set(i32_of(spec.cpu_milli)?),
-                memory_bytes: Set(to_i64("memory_bytes", spec.memory_bytes)?),
-                gpu_milli: Set(spec.gpu_milli.map(i32_of).transpose()?),
-                gpu_models: Set(to_json("gpu_models", &spec.gpu_models)?),
-                priority: Set(spec.priority),
-                preemptible: Set(spec.preemptible),
-                isolation: Set(spec.isolation.map(|i| i.as_str().to_owned())),
-                workload_class: Set(spec.class.map(|c| c.as_str().to_owned())),
-                held_gpu_milli: Set(None),
-                borrowing: Set(false),
-                attempt: Set(1),
-                preempt_reason: Set(None),
-                max_retries: Set(i32_of(spec.max_retries)?),
-                failures: Set(0),
-                retry_at: Set(None),
-                checkpoint_dir: Set(spec.checkpoint_dir.clone()),
-                volumes: Set(to_json("volumes", &spec.volumes)?),
-                secrets: Set(to_json("secrets", &spec.secrets)?),
-                mig_profile: Set(spec.mig_profile.clone()),
-                gpu_compute: Set(spec.gpu_compute.map(|c| c.as_str().to_owned())),
-                gpu_resizable: Set(spec.gpu_resizable),
-                image: Set(spec.image.clone()),
-                image_digest: Set(None),
-                network: Set(spec.network.as_str().to_owned()),
-                traceparent: Set(new.traceparent.clone()),
-                avoid_node_id: Set(None),
-                avoid_gpus: Set(None),
-                avoid_until: Set(None),
-                time_limit_secs: Set(spec
-                    .time_limit_secs
-                    .map(|s| to_i64("time_limit_secs", s))
-                    .transpose()?),
-                gpu_memory_bytes: Set(spec
-                    .gpu_memory_bytes
-                    .map(|b| to_i64("gpu_memory_bytes", b))
-                    .transpose()?),
-                command: Set(to_json("command", &spec.command)?),
-                env: Set(to_json("env", &spec.env)?),
-                workdir: Set(spec.workdir.clone()),
-                pending_code: Set(None),
-                pending_message: Set(None),
-                node_id: Set(None),
-                gpu_uuids: Set("[]".to_owned()),
-                cancel_requested: Set(false),
-                pid: Set(None),
-                exit_code: Set(None),
-                message: Set(None),
-                log_tail: Set(None),
-                created_at: Set(now),
-                updated_at: Set(now),
-                scheduled_at: Set(None),
-                started_at: Set(None),
-                finished_at: Set(None),
-            })
-            .exec(&txn)
-            .await?;
-            job_events::Entity::insert(job_events::ActiveModel {
-                job_id: Set(id.clone()),
-                from_state: Set(None),
-                to_state: Set(JobState::Pending.as_str().to_owned()),
-                at: Set(now),
-                message: Set(None),
-                ..Default::default()
-            })
-            .exec(&txn)
-            .await?;
-            let job = load(&txn, &id).await?;
-            // Names of `env`, never its values: the entry commits to them instead.
-            let event =
-                AuditEvent::success(job.tenant_id.clone(), "job.submit", format!("job/{id}"))
-                    .after(allot_domain::secret::audited_spec(&id, &job.spec));
-            record(&txn, self, ctx, event).await?;
-        }
-        let job = load(&txn, &first).await?;
+        let mut jobs = create_jobs_in(&txn, self, vec![(ctx.clone(), new)]).await?;
         self.commit(txn).await?;
-        Ok(job)
+        jobs.pop()
+            .ok_or_else(|| StoreError::Corrupt("a submit created no job".into()))
     }
 
     async fn job(&self, scope: &TenantScope, id: &str) -> Result<Job, StoreError> {
@@ -775,23 +870,67 @@ impl JobRepo for Store {
         id: &str,
         reason: Option<PendingReason>,
     ) -> Result<(), StoreError> {
-        let (code, message) = match reason {
-            Some(r) => (Some(r.code), Some(r.message)),
-            None => (None, None),
-        };
+        self.set_pending_reasons(vec![(id.to_owned(), reason)])
+            .await
+    }
+
+    async fn set_pending_reasons(
+        &self,
+        reasons: Vec<(String, Option<PendingReason>)>,
+    ) -> Result<(), StoreError> {
+        let mut by_reason: BTreeMap<(Option<String>, Option<String>), Vec<String>> =
+            BTreeMap::new();
+        for (id, reason) in reasons {
+            let key = match reason {
+                Some(r) => (Some(r.code), Some(r.message)),
+                None => (None, None),
+            };
+            by_reason.entry(key).or_default().push(id);
+        }
         let txn = self.begin().await?;
-        jobs::Entity::update_many()
-            .set(jobs::ActiveModel {
-                pending_code: Set(code),
-                pending_message: Set(message),
-                ..Default::default()
-            })
-            .filter(jobs::Column::Id.eq(id))
-            .filter(jobs::Column::State.eq(JobState::Pending.as_str()))
-            .exec(&txn)
-            .await?;
+        for ((code, message), ids) in by_reason {
+            for chunk in ids.chunks(1000) {
+                jobs::Entity::update_many()
+                    .set(jobs::ActiveModel {
+                        pending_code: Set(code.clone()),
+                        pending_message: Set(message.clone()),
+                        ..Default::default()
+                    })
+                    .filter(jobs::Column::Id.is_in(chunk.iter().cloned()))
+                    .filter(jobs::Column::State.eq(JobState::Pending.as_str()))
+                    .exec(&txn)
+                    .await?;
+            }
+        }
         // The scheduler writes this as leader: committed through the fence.
         self.commit(txn).await
+    }
+
+    async fn job_changes_since(
+        &self,
+        since: DateTime<Utc>,
+    ) -> Result<Vec<(String, DateTime<Utc>)>, StoreError> {
+        Ok(jobs::Entity::find()
+            .select_only()
+            .column(jobs::Column::Id)
+            .column(jobs::Column::UpdatedAt)
+            .filter(jobs::Column::UpdatedAt.gte(since))
+            .into_tuple()
+            .all(&self.db)
+            .await?)
+    }
+
+    async fn jobs_by_id(&self, ids: Vec<String>) -> Result<Vec<Job>, StoreError> {
+        let names = tenant_names(&self.db).await?;
+        let mut out = Vec::with_capacity(ids.len());
+        for chunk in ids.chunks(1000) {
+            let rows = jobs::Entity::find()
+                .filter(jobs::Column::Id.is_in(chunk.iter().cloned()))
+                .all(&self.db)
+                .await?;
+            out.extend(with_tenants(rows, &names)?);
+        }
+        Ok(out)
     }
 
     async fn request_cancel(&self, ctx: &AuditContext, id: &str) -> Result<Job, StoreError> {

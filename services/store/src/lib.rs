@@ -7,22 +7,26 @@
 
 mod audit;
 mod auth_failures;
+mod beats;
 mod convert;
 mod credentials;
 mod enrollment;
 pub mod entities;
 mod error;
 mod fair_share;
+mod group_commit;
 mod identity;
 mod jobs;
 mod leadership;
 mod logs;
 mod nodes;
+mod pending;
 mod samples;
 mod scope;
 mod secrets;
 mod sessions;
 mod sign_ins;
+mod submits;
 mod tenant_secrets;
 mod tenants;
 #[cfg(feature = "testing")]
@@ -43,6 +47,7 @@ use sea_orm::{
 
 pub use audit::{AuditBatcher, AuditRepo, AuditSearch, LogHead, StoredCheckpoint, StoredEntry};
 pub use auth_failures::AuthFailureRepo;
+pub use beats::{Beat, BeatBatcher, GpuSamples};
 pub use credentials::CredentialRepo;
 pub use enrollment::{
     Admission, BootstrapToken, EnrollmentRepo, NewBootstrapToken, NewNodeCertificate,
@@ -55,11 +60,13 @@ pub use jobs::{JobFilter, JobPage, JobRepo, JobUpdate, NewJob};
 pub use leadership::{Leader, LeadershipRepo, Term};
 pub use logs::LogRepo;
 pub use nodes::{NodeAdmin, NodeRegistration, NodeRepo};
+pub use pending::PendingJobs;
 pub use samples::{JobSample, JobSamplePoint, RESOLUTIONS, Sample, SamplePoint, SampleRepo};
 pub use scope::TenantScope;
 pub use secrets::{SecretKeys, SecretsError};
 pub use sessions::{NewSession, SessionRepo};
 pub use sign_ins::{PendingSignIn, SignInRepo};
+pub use submits::SubmitBatcher;
 pub use tenant_secrets::SecretRepo;
 pub use tenants::{TenantDeletion, TenantRepo};
 pub use tokens::{NewToken, TokenRepo};
@@ -113,7 +120,12 @@ impl Store {
             // failing with SQLITE_BUSY when two transactions upgrade to write at once.
             opts.max_connections(1).min_connections(1);
         } else {
-            opts.max_connections(16);
+            opts.max_connections(16)
+                // A connection in use within the last second is taken as alive, not pinged
+                // first: a round trip saved on each statement outside a transaction. One
+                // that broke meanwhile (a database failover) fails its statement as
+                // unavailable, and the pool replaces it.
+                .test_before_acquire_if_idle_for(Duration::from_secs(1));
             // A transaction left idle (its process frozen, stalled or cut off mid-commit)
             // is ended by the server, releasing its row locks: otherwise a leader frozen
             // while it holds the lease row, or a job's or an audit log's row, would stall
@@ -164,6 +176,15 @@ impl Store {
 
     pub fn clock(&self) -> &Arc<dyn Clock> {
         &self.clock
+    }
+
+    /// This handle's database, pool and fence, stamping times from `clock` instead: what
+    /// another replica, whose clock is not this one's, writes.
+    pub fn with_clock(&self, clock: Arc<dyn Clock>) -> Store {
+        Store {
+            clock,
+            ..self.clone()
+        }
     }
 
     /// Closes the pool, waiting for connections to be returned.

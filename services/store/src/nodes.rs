@@ -135,7 +135,7 @@ fn to_domain(m: nodes::Model, gpus: Vec<GpuDevice>) -> Node {
     }
 }
 
-async fn replace_gpus<C: ConnectionTrait>(
+pub(crate) async fn replace_gpus<C: ConnectionTrait>(
     db: &C,
     node_id: &str,
     devices: &[GpuDevice],

@@ -75,6 +75,76 @@ fn bucket(at: DateTime<Utc>, secs: i64) -> DateTime<Utc> {
     DateTime::from_timestamp(t - t.rem_euclid(secs), 0).unwrap_or(at)
 }
 
+/// One node's GPU samples taken at one time: the node, the time, each GPU's sample.
+pub(crate) type NodeSamples<'a> = (&'a str, DateTime<Utc>, &'a [(String, Sample)]);
+
+/// Adds nodes' GPU samples (each node's, taken at its time) to their buckets, in one
+/// statement per thousand rows.
+pub(crate) async fn add_gpu_samples<C: sea_orm::ConnectionTrait>(
+    db: &C,
+    by_node: &[NodeSamples<'_>],
+) -> Result<(), StoreError> {
+    use gpu_samples::Column as C;
+    let mut rows = Vec::new();
+    for (node_id, at, samples) in by_node {
+        for (uuid, s) in *samples {
+            for (secs, _) in RESOLUTIONS {
+                rows.push(gpu_samples::ActiveModel {
+                    gpu_uuid: Set(uuid.clone()),
+                    resolution_secs: Set(resolution_column(secs)),
+                    at: Set(bucket(*at, secs)),
+                    node_id: Set((*node_id).to_owned()),
+                    utilization_sum: Set(s.utilization),
+                    memory_used_sum: Set(s.memory_used_bytes as f64),
+                    power_sum: Set(s.power_watts),
+                    temperature_sum: Set(s.temperature_c),
+                    pcie_rx_sum: Set(s.pcie_rx_bytes_per_s),
+                    pcie_tx_sum: Set(s.pcie_tx_bytes_per_s),
+                    nvlink_rx_sum: Set(s.nvlink_rx_bytes_per_s),
+                    nvlink_tx_sum: Set(s.nvlink_tx_bytes_per_s),
+                    throttle_mask: Set(i64::from(s.throttle_mask)),
+                    ecc_corrected: Set(i64::try_from(s.ecc_corrected).unwrap_or(i64::MAX)),
+                    ecc_uncorrected: Set(i64::try_from(s.ecc_uncorrected).unwrap_or(i64::MAX)),
+                    count: Set(1),
+                });
+            }
+        }
+    }
+    let add = |c: C| {
+        Expr::col((gpu_samples::Entity, c))
+            .add(Expr::col((sea_orm::sea_query::Alias::new("excluded"), c)))
+    };
+    let mut rows = rows.into_iter().peekable();
+    while rows.peek().is_some() {
+        let chunk: Vec<_> = rows.by_ref().take(1000).collect();
+        gpu_samples::Entity::insert_many(chunk)
+            .on_conflict(
+                OnConflict::columns([C::GpuUuid, C::ResolutionSecs, C::At])
+                    .value(C::UtilizationSum, add(C::UtilizationSum))
+                    .value(C::MemoryUsedSum, add(C::MemoryUsedSum))
+                    .value(C::PowerSum, add(C::PowerSum))
+                    .value(C::TemperatureSum, add(C::TemperatureSum))
+                    .value(C::PcieRxSum, add(C::PcieRxSum))
+                    .value(C::PcieTxSum, add(C::PcieTxSum))
+                    .value(C::NvlinkRxSum, add(C::NvlinkRxSum))
+                    .value(C::NvlinkTxSum, add(C::NvlinkTxSum))
+                    .value(
+                        C::ThrottleMask,
+                        Expr::col((gpu_samples::Entity, C::ThrottleMask)).bit_or(Expr::col((
+                            sea_orm::sea_query::Alias::new("excluded"),
+                            C::ThrottleMask,
+                        ))),
+                    )
+                    .update_columns([C::EccCorrected, C::EccUncorrected])
+                    .value(C::Count, add(C::Count))
+                    .to_owned(),
+            )
+            .exec_without_returning(db)
+            .await?;
+    }
+    Ok(())
+}
+
 pub trait SampleRepo {
     /// Adds a node's GPU samples taken at `at` to their buckets.
     fn record_gpu_samples(
@@ -120,60 +190,7 @@ impl SampleRepo for Store {
         at: DateTime<Utc>,
         samples: &[(String, Sample)],
     ) -> Result<(), StoreError> {
-        use gpu_samples::Column as C;
-        for (uuid, s) in samples {
-            for (secs, _) in RESOLUTIONS {
-                let add = |c: C| {
-                    Expr::col((gpu_samples::Entity, c))
-                        .add(Expr::col((sea_orm::sea_query::Alias::new("excluded"), c)))
-                };
-                let row = gpu_samples::ActiveModel {
-                    gpu_uuid: Set(uuid.clone()),
-                    resolution_secs: Set(resolution_column(secs)),
-                    at: Set(bucket(at, secs)),
-                    node_id: Set(node_id.to_owned()),
-                    utilization_sum: Set(s.utilization),
-                    memory_used_sum: Set(s.memory_used_bytes as f64),
-                    power_sum: Set(s.power_watts),
-                    temperature_sum: Set(s.temperature_c),
-                    pcie_rx_sum: Set(s.pcie_rx_bytes_per_s),
-                    pcie_tx_sum: Set(s.pcie_tx_bytes_per_s),
-                    nvlink_rx_sum: Set(s.nvlink_rx_bytes_per_s),
-                    nvlink_tx_sum: Set(s.nvlink_tx_bytes_per_s),
-                    throttle_mask: Set(i64::from(s.throttle_mask)),
-                    ecc_corrected: Set(i64::try_from(s.ecc_corrected).unwrap_or(i64::MAX)),
-                    ecc_uncorrected: Set(i64::try_from(s.ecc_uncorrected).unwrap_or(i64::MAX)),
-                    count: Set(1),
-                };
-                gpu_samples::Entity::insert(row)
-                    .on_conflict(
-                        OnConflict::columns([C::GpuUuid, C::ResolutionSecs, C::At])
-                            .value(C::UtilizationSum, add(C::UtilizationSum))
-                            .value(C::MemoryUsedSum, add(C::MemoryUsedSum))
-                            .value(C::PowerSum, add(C::PowerSum))
-                            .value(C::TemperatureSum, add(C::TemperatureSum))
-                            .value(C::PcieRxSum, add(C::PcieRxSum))
-                            .value(C::PcieTxSum, add(C::PcieTxSum))
-                            .value(C::NvlinkRxSum, add(C::NvlinkRxSum))
-                            .value(C::NvlinkTxSum, add(C::NvlinkTxSum))
-                            .value(
-                                C::ThrottleMask,
-                                Expr::col((gpu_samples::Entity, C::ThrottleMask)).bit_or(
-                                    Expr::col((
-                                        sea_orm::sea_query::Alias::new("excluded"),
-                                        C::ThrottleMask,
-                                    )),
-                                ),
-                            )
-                            .update_columns([C::EccCorrected, C::EccUncorrected])
-                            .value(C::Count, add(C::Count))
-                            .to_owned(),
-                    )
-                    .exec(&self.db)
-                    .await?;
-            }
-        }
-        Ok(())
+        add_gpu_samples(&self.db, &[(node_id, at, samples)]).await
     }
 
     async fn gpu_samples(

@@ -4,11 +4,15 @@ use allot_domain::{
     AuditContext, AuditEvent, Quota, ResourceLimits, Resources, SYSTEM_LOG, Tenant, TenantName,
     TenantPolicy,
 };
-use sea_orm::{ActiveValue::Set, ColumnTrait, EntityTrait, QueryFilter, QueryOrder, QuerySelect};
+use sea_orm::sea_query::{Expr, ExprTrait};
+use sea_orm::{
+    ActiveValue::Set, ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QueryOrder,
+    QuerySelect,
+};
 
 use crate::audit::record;
 use crate::convert::{json, parse, to_i64, to_json, to_u32, to_u64};
-use crate::entities::tenants;
+use crate::entities::{tenants, tenants_version};
 use crate::{Store, StoreError, new_id};
 
 pub trait TenantRepo {
@@ -26,6 +30,13 @@ pub trait TenantRepo {
     /// exist now.
     fn tenant_by_id(&self, id: &str) -> impl Future<Output = Result<Tenant, StoreError>> + Send;
     fn list_tenants(&self) -> impl Future<Output = Result<Vec<Tenant>, StoreError>> + Send;
+    /// [`TenantRepo::tenant_tree`] with the tenants' version ([`TokenRepo::use_token`]'s
+    /// answer carries the current one): read first, so the tree is at least that new.
+    ///
+    /// [`TokenRepo::use_token`]: crate::TokenRepo::use_token
+    fn versioned_tenant_tree(
+        &self,
+    ) -> impl Future<Output = Result<(i64, Vec<(Tenant, bool)>), StoreError>> + Send;
     /// Every tenant ever made, deleted ones too, and whether each is deleted: the tree
     /// authorization places resources in, so that a deleted tenant's jobs and audit log
     /// stay where platform-wide roles (and its parent's) reach them.
@@ -202,6 +213,11 @@ impl TenantRepo for Store {
             .collect()
     }
 
+    async fn versioned_tenant_tree(&self) -> Result<(i64, Vec<(Tenant, bool)>), StoreError> {
+        let version = tenants_version(&self.db).await?;
+        Ok((version, self.tenant_tree().await?))
+    }
+
     async fn tenant_tree(&self) -> Result<Vec<(Tenant, bool)>, StoreError> {
         tenants::Entity::find()
             .order_by_asc(tenants::Column::Name)
@@ -230,6 +246,7 @@ impl TenantRepo for Store {
         set_quota_columns(&mut row, &quota)?;
         let txn = self.begin().await?;
         let updated = to_domain(tenants::Entity::update(row).exec(&txn).await?)?;
+        tenants_changed(&txn).await?;
         let event = AuditEvent::success(
             updated.id.clone(),
             "tenant.quota.set",
@@ -320,6 +337,7 @@ impl TenantRepo for Store {
             .filter(tenants::Column::Id.eq(tenant.id.as_str()))
             .exec(&txn)
             .await?;
+        tenants_changed(&txn).await?;
         let tokens_revoked = api_tokens::Entity::update_many()
             .col_expr(
                 api_tokens::Column::RevokedAt,
@@ -386,6 +404,7 @@ impl TenantRepo for Store {
         };
         let txn = self.begin().await?;
         let updated = to_domain(tenants::Entity::update(row).exec(&txn).await?)?;
+        tenants_changed(&txn).await?;
         let event = AuditEvent::success(
             updated.id.clone(),
             "tenant.policy.set",
@@ -397,6 +416,29 @@ impl TenantRepo for Store {
         self.commit(txn).await?;
         Ok(updated)
     }
+}
+
+/// The tenants' version now.
+pub(crate) async fn tenants_version<C: ConnectionTrait>(db: &C) -> Result<i64, StoreError> {
+    tenants_version::Entity::find_by_id(1)
+        .one(db)
+        .await?
+        .map(|v| v.version)
+        .ok_or_else(|| StoreError::Corrupt("the tenants' version row is missing".into()))
+}
+
+/// Counts a change to `tenants`, in the change's transaction (every write to the table
+/// calls this): what a replica's remembered tenant tree is checked against.
+async fn tenants_changed<C: ConnectionTrait>(db: &C) -> Result<(), StoreError> {
+    tenants_version::Entity::update_many()
+        .col_expr(
+            tenants_version::Column::Version,
+            Expr::col(tenants_version::Column::Version).add(1),
+        )
+        .filter(tenants_version::Column::Id.eq(1))
+        .exec(db)
+        .await?;
+    Ok(())
 }
 
 impl Store {
@@ -447,6 +489,7 @@ impl Store {
             Ok(m) => to_domain(m)?,
             Err(e) => return Err(e),
         };
+        tenants_changed(&txn).await?;
         let event =
             AuditEvent::success(SYSTEM_LOG, "tenant.create", format!("tenant/{}", tenant.id))
                 .after(&tenant);

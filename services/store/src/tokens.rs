@@ -2,8 +2,10 @@
 
 use allot_domain::{ApiToken, AuditContext, AuditEvent, Role, SYSTEM_LOG};
 use chrono::{DateTime, Utc};
+use sea_orm::sea_query::Expr;
 use sea_orm::{
     ActiveValue::Set, ColumnTrait, EntityTrait, PaginatorTrait, QueryFilter, QueryOrder,
+    QuerySelect,
 };
 
 use crate::audit::record;
@@ -26,11 +28,13 @@ pub trait TokenRepo {
         ctx: &AuditContext,
         t: NewToken,
     ) -> impl Future<Output = Result<ApiToken, StoreError>> + Send;
-    /// The token with this secret hash, if any (usable or not), and marks it used.
+    /// The token with this secret hash, if any (usable or not), and marks it used; with
+    /// the tenants' version, read in the same statement (see
+    /// [`crate::TenantRepo::versioned_tenant_tree`]).
     fn use_token(
         &self,
         secret_hash: &str,
-    ) -> impl Future<Output = Result<Option<ApiToken>, StoreError>> + Send;
+    ) -> impl Future<Output = Result<Option<(ApiToken, i64)>, StoreError>> + Send;
     /// The token, if it exists and is in `scope` (else `NotFound`).
     fn token(
         &self,
@@ -49,6 +53,24 @@ pub trait TokenRepo {
     ) -> impl Future<Output = Result<ApiToken, StoreError>> + Send;
     fn count_admin_tokens(&self) -> impl Future<Output = Result<u64, StoreError>> + Send;
 }
+
+/// A token's row with the tenants' version beside it.
+#[derive(sea_orm::FromQueryResult)]
+struct TokenRow {
+    id: String,
+    name: String,
+    tenant_id: Option<String>,
+    role: String,
+    secret_hash: String,
+    created_at: DateTime<Utc>,
+    expires_at: Option<DateTime<Utc>>,
+    revoked_at: Option<DateTime<Utc>>,
+    last_used_at: Option<DateTime<Utc>>,
+    tenants_version: i64,
+}
+
+/// How fresh a token's `last_used_at` is kept.
+const LAST_USED_GRAIN_SECS: i64 = 60;
 
 /// The log a token's changes go to: its tenant's, or the system log for admin tokens.
 fn log_of(t: &ApiToken) -> String {
@@ -98,17 +120,39 @@ impl TokenRepo for Store {
         Ok(token)
     }
 
-    async fn use_token(&self, secret_hash: &str) -> Result<Option<ApiToken>, StoreError> {
-        let Some(m) = api_tokens::Entity::find()
+    async fn use_token(&self, secret_hash: &str) -> Result<Option<(ApiToken, i64)>, StoreError> {
+        let Some(row) = api_tokens::Entity::find()
             .filter(api_tokens::Column::SecretHash.eq(secret_hash))
+            .column_as(
+                Expr::cust("(SELECT version FROM tenants_version WHERE id = 1)"),
+                "tenants_version",
+            )
+            .into_model::<TokenRow>()
             .one(&self.db)
             .await?
         else {
             return Ok(None);
         };
+        let version = row.tenants_version;
+        let m = api_tokens::Model {
+            id: row.id,
+            name: row.name,
+            tenant_id: row.tenant_id,
+            role: row.role,
+            secret_hash: row.secret_hash,
+            created_at: row.created_at,
+            expires_at: row.expires_at,
+            revoked_at: row.revoked_at,
+            last_used_at: row.last_used_at,
+        };
         let token = to_domain(m)?;
         let now = self.clock.now();
-        if token.is_usable(now) {
+        // Recorded to the minute: a token used by many clients at once is one row, and a
+        // write of it on every request would queue them all behind its lock.
+        let stale = token
+            .last_used_at
+            .is_none_or(|at| now - at >= chrono::Duration::seconds(LAST_USED_GRAIN_SECS));
+        if token.is_usable(now) && stale {
             api_tokens::Entity::update(api_tokens::ActiveModel {
                 id: Set(token.id.clone()),
                 last_used_at: Set(Some(now)),
@@ -117,7 +161,7 @@ impl TokenRepo for Store {
             .exec(&self.db)
             .await?;
         }
-        Ok(Some(token))
+        Ok(Some((token, version)))
     }
 
     async fn token(&self, scope: &TenantScope, id: &str) -> Result<ApiToken, StoreError> {

@@ -602,12 +602,16 @@ both_backends!(tokens, |store, clock| {
     assert_eq!(store.count_admin_tokens().await.expect("count"), 1);
 
     clock.advance(Duration::minutes(1));
-    let used = store
+    let (used, version) = store
         .use_token(&"b".repeat(64))
         .await
         .expect("use")
         .expect("found");
     assert_eq!(used.id, member.id);
+    // The tenants' version comes with it, as the versioned tree reads it; a change to a
+    // tenant moves it.
+    let (tree_version, _) = store.versioned_tenant_tree().await.expect("tree");
+    assert_eq!(version, tree_version);
     assert_eq!(
         store
             .token(&TenantScope::All, &member.id)
@@ -616,6 +620,24 @@ both_backends!(tokens, |store, clock| {
             .last_used_at,
         Some(clock.now())
     );
+    // Kept to the minute: a use within a minute of the recorded one writes nothing.
+    let first_use = clock.now();
+    clock.advance(Duration::seconds(30));
+    store.use_token(&"b".repeat(64)).await.expect("use again");
+    let last = |store: &Store| {
+        let (store, id) = (store.clone(), member.id.clone());
+        async move {
+            store
+                .token(&TenantScope::All, &id)
+                .await
+                .expect("get")
+                .last_used_at
+        }
+    };
+    assert_eq!(last(&store).await, Some(first_use));
+    clock.advance(Duration::seconds(31));
+    store.use_token(&"b".repeat(64)).await.expect("a minute on");
+    assert_eq!(last(&store).await, Some(clock.now()));
     assert!(
         store
             .use_token(&"c".repeat(64))
@@ -910,6 +932,244 @@ both_backends!(nodes_register_and_heartbeat, |store, clock| {
         store.heartbeat("missing", None, clock.now()).await,
         Err(StoreError::NotFound(_))
     ));
+
+    // Heartbeats group-committed: a lease, a changed inventory and samples written with
+    // the group; a beat of a node that is gone fails alone.
+    let (beats, _task) = allot_store::BeatBatcher::start(store.clone(), 64);
+    clock.advance(Duration::seconds(5));
+    let sample = allot_store::Sample {
+        utilization: 0.5,
+        ..Default::default()
+    };
+    let until = clock.now() + Duration::seconds(15);
+    let (ours, gone) = tokio::join!(
+        beats.write(allot_store::Beat {
+            node_id: node.id.clone(),
+            lease_expires_at: until,
+            gpus: Some(vec![gpu(0)]),
+            samples: Some((clock.now(), vec![("GPU-n1-0".into(), sample)])),
+        }),
+        beats.write(allot_store::Beat {
+            node_id: "missing".into(),
+            lease_expires_at: until,
+            gpus: None,
+            samples: None,
+        }),
+    );
+    ours.expect("the node's beat");
+    assert!(matches!(gone, Err(StoreError::NotFound(_))), "{gone:?}");
+    let beaten = store.node(&node.id).await.expect("node");
+    assert_eq!(beaten.lease_expires_at, until);
+    assert_eq!(beaten.last_heartbeat_at, clock.now());
+    assert_eq!(beaten.gpus, vec![gpu(0)]);
+    use allot_store::SampleRepo;
+    let points = store
+        .gpu_samples(Some("GPU-n1-0"), 10, clock.now() - Duration::minutes(1))
+        .await
+        .expect("samples");
+    assert_eq!(points.len(), 1, "{points:?}");
+    // Samples naming one GPU twice cannot be bucketed in one statement (PostgreSQL); the
+    // lease is renewed all the same.
+    clock.advance(Duration::seconds(5));
+    let until = clock.now() + Duration::seconds(15);
+    beats
+        .write(allot_store::Beat {
+            node_id: node.id.clone(),
+            lease_expires_at: until,
+            gpus: None,
+            samples: Some((
+                clock.now(),
+                vec![("GPU-n1-0".into(), sample), ("GPU-n1-0".into(), sample)],
+            )),
+        })
+        .await
+        .expect("the lease renewed");
+    assert_eq!(
+        store.node(&node.id).await.expect("node").lease_expires_at,
+        until
+    );
+});
+
+both_backends!(
+    submits_group_commit_and_one_that_cannot_be_written_fails_alone,
+    |store, _clock| {
+        let a = store
+            .create_tenant(&ctx(), &name("a"), None, Quota::default())
+            .await
+            .expect("tenant");
+        let b = store
+            .create_tenant(&ctx(), &name("b"), None, Quota::default())
+            .await
+            .expect("tenant");
+        let (submits, _task) = allot_store::SubmitBatcher::start(store.clone(), 256);
+        let submit = |tenant: &allot_domain::Tenant, gpus: u32, replicas: u32| {
+            let (submits, tenant) = (submits.clone(), tenant.clone());
+            async move {
+                let mut spec = spec(tenant.name.as_str(), gpus);
+                spec.replicas = replicas;
+                submits
+                    .create(
+                        ctx(),
+                        NewJob {
+                            traceparent: None,
+                            tenant_id: tenant.id.clone(),
+                            spec,
+                        },
+                    )
+                    .await
+            }
+        };
+        let mut queued = Vec::new();
+        for i in 0..40u32 {
+            let tenant = if i % 2 == 0 { &a } else { &b };
+            // One job's GPUs do not fit the column: it cannot be written.
+            let gpus = if i == 7 { u32::MAX } else { 1 };
+            let replicas = if i == 10 { 3 } else { 1 };
+            queued.push(tokio::spawn(submit(tenant, gpus, replicas)));
+        }
+        let mut created = Vec::new();
+        for (i, q) in queued.into_iter().enumerate() {
+            let result = q.await.expect("task");
+            if i == 7 {
+                assert!(result.is_err(), "{result:?}");
+            } else {
+                let job = result.expect("created");
+                assert_eq!(job.state, JobState::Pending);
+                assert_eq!(
+                    job.tenant_id,
+                    if i % 2 == 0 { &a.id } else { &b.id }.clone()
+                );
+                created.push(job);
+            }
+        }
+        assert_eq!(created.len(), 39);
+        let mut ids: Vec<&str> = created.iter().map(|j| j.id.as_str()).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        assert_eq!(ids.len(), 39, "each submit its own job");
+        // Every job (each replica of the gang too) stored, each with its audit entry.
+        let stored = store
+            .list_jobs(JobFilter::new(TenantScope::All))
+            .await
+            .expect("list")
+            .jobs;
+        assert_eq!(stored.len(), 41);
+        let entries =
+            head_matches_entries(&store, &a.id).await + head_matches_entries(&store, &b.id).await;
+        let submits_logged = store
+            .search_audit(&allot_store::AuditSearch {
+                action: Some("job.submit".into()),
+                limit: 1000,
+                ..Default::default()
+            })
+            .await
+            .expect("search")
+            .len();
+        assert_eq!(submits_logged, 41);
+        assert!(entries >= 41);
+    }
+);
+
+both_backends!(the_pending_view_reads_what_changed, |store, clock| {
+    use allot_store::PendingJobs;
+    let t = store
+        .create_tenant(&ctx(), &name("t"), None, Quota::default())
+        .await
+        .expect("tenant");
+    let submit = || {
+        let (store, tenant_id) = (store.clone(), t.id.clone());
+        async move {
+            store
+                .create_job(
+                    &ctx(),
+                    NewJob {
+                        traceparent: None,
+                        tenant_id,
+                        spec: spec("t", 1),
+                    },
+                )
+                .await
+        }
+    };
+    // Ids order by their time: a second apart, they order as submitted.
+    let one = submit().await.expect("one");
+    clock.advance(Duration::seconds(1));
+    let two = submit().await.expect("two");
+    let mut view = PendingJobs::default();
+    view.refresh(&store).await.expect("full read");
+    let ids = |view: &PendingJobs| view.jobs().iter().map(|j| j.id.clone()).collect::<Vec<_>>();
+    assert_eq!(ids(&view), [two.id.clone(), one.id.clone()]);
+
+    // One placed, one submitted: the view follows.
+    clock.advance(Duration::seconds(1));
+    store
+        .transition_job(
+            &ctx(),
+            &one.id,
+            JobState::Pending,
+            JobState::Scheduled,
+            JobUpdate::default(),
+        )
+        .await
+        .expect("placed");
+    clock.advance(Duration::seconds(1));
+    let three = submit().await.expect("three");
+    clock.advance(Duration::seconds(1));
+    view.refresh(&store).await.expect("changes");
+    assert_eq!(ids(&view), [three.id.clone(), two.id.clone()]);
+
+    // Back in the queue, later than the overlap: read as a change all the same.
+    clock.advance(PendingJobs::OVERLAP * 2);
+    store
+        .transition_job(
+            &ctx(),
+            &one.id,
+            JobState::Scheduled,
+            JobState::Pending,
+            JobUpdate::default(),
+        )
+        .await
+        .expect("requeued");
+    clock.advance(Duration::seconds(1));
+    view.refresh(&store).await.expect("changes");
+    assert_eq!(
+        ids(&view),
+        [three.id.clone(), two.id.clone(), one.id.clone()]
+    );
+
+    // A reason the pass wrote is kept by the view (it changes no `updated_at`).
+    let reason = PendingReason {
+        code: "TenantLimit".into(),
+        message: "at its limit".into(),
+    };
+    store
+        .set_pending_reasons(vec![(two.id.clone(), Some(reason.clone()))])
+        .await
+        .expect("reasons");
+    view.reasons_written(vec![(two.id.clone(), Some(reason.clone()))]);
+    view.refresh(&store).await.expect("nothing new");
+    assert_eq!(view.jobs()[1].pending_reason, Some(reason.clone()));
+
+    // A change the incremental reads cannot see (stamped long before it was written, as
+    // by a clock far behind) is found by the next full read.
+    let stale = clock.now() - Duration::hours(1);
+    let behind = Arc::new(FixedClock::new(stale));
+    let late = store.with_clock(behind);
+    late.transition_job(
+        &ctx(),
+        &three.id,
+        JobState::Pending,
+        JobState::Cancelled,
+        JobUpdate::default(),
+    )
+    .await
+    .expect("cancelled");
+    clock.advance(Duration::seconds(1));
+    view.refresh(&store).await.expect("changes");
+    assert_eq!(view.jobs().len(), 3, "missed until the next full read");
+    clock.advance(PendingJobs::FULL_READ_EVERY);
+    view.refresh(&store).await.expect("full read");
+    assert_eq!(ids(&view), [two.id.clone(), one.id.clone()]);
 });
 
 async fn restart_keeps_data(backend: Backend) {
@@ -1988,3 +2248,39 @@ async fn replicas_starting_together_on_an_empty_database_all_start() {
         assert_eq!(r.try_get::<i64>("", "n").expect("count"), 1);
     }
 }
+
+both_backends!(
+    every_change_to_a_tenant_moves_the_tenants_version,
+    |store, _clock| {
+        let version = |store: &Store| {
+            let store = store.clone();
+            async move { store.versioned_tenant_tree().await.expect("tree").0 }
+        };
+        let mut last = version(&store).await;
+        let mut moved = |now: i64, what: &str| {
+            assert!(now > last, "{what}: {now} after {last}");
+            last = now;
+        };
+        store
+            .create_tenant(&ctx(), &name("t"), None, Quota::default())
+            .await
+            .expect("create");
+        moved(version(&store).await, "create");
+        store
+            .set_quota(&ctx(), "t", Quota::default())
+            .await
+            .expect("quota");
+        moved(version(&store).await, "quota");
+        store
+            .set_policy(&ctx(), "t", allot_domain::TenantPolicy::default())
+            .await
+            .expect("policy");
+        moved(version(&store).await, "policy");
+        store.delete_tenant(&ctx(), "t").await.expect("delete");
+        moved(version(&store).await, "delete");
+        // A refused change moves nothing.
+        let before = version(&store).await;
+        assert!(store.delete_tenant(&ctx(), "t").await.is_err());
+        assert_eq!(version(&store).await, before);
+    }
+);

@@ -31,18 +31,22 @@ async fn resolve_tenant(
     match name {
         Some(name) => {
             let unknown = || ValidationError::single("tenant", format!("no tenant named `{name}`"));
-            let tenant = state
-                .store
-                .tenant_by_name(name)
-                .await
-                .map_err(|e| ApiError::unless_not_found(e, || unknown().into()))?;
+            let tenant = who
+                .live_tenants()
+                .iter()
+                .find(|t| t.name.as_str() == name)
+                .cloned()
+                .ok_or_else(unknown)?;
             if !who.can_see(&tenant.id)? {
                 return Err(unknown().into());
             }
             Ok(tenant)
         }
         None => match who.home_tenant() {
-            Some(id) => Ok(state.store.tenant_by_id(id).await?),
+            Some(id) => match who.live_tenants().iter().find(|t| t.id == id) {
+                Some(t) => Ok(t.clone()),
+                None => Ok(state.store.tenant_by_id(id).await?),
+            },
             None => Err(ValidationError::single(
                 "tenant",
                 "is required: the caller acts in no single tenant",
@@ -137,11 +141,10 @@ pub async fn submit(
     };
     spec.validate()?;
     // What no node and no limit could ever give is refused now, not left to wait forever.
-    let (tenants, nodes) = (
-        state.store.list_tenants().await?,
-        state.store.list_nodes().await?,
-    );
-    allot_scheduler::admission::check(&spec, &tenant.id, &tenants, &nodes)?;
+    state
+        .admission
+        .check(&spec, &tenant.id, who.live_tenants())
+        .await?;
     if !spec.volumes.is_empty() {
         let declared = state.store.list_volumes().await?;
         allot_domain::volume::check_against(&spec.volumes, &spec.tenant, &declared)?;
@@ -159,9 +162,9 @@ pub async fn submit(
         v.into_result()?;
     }
     let job = state
-        .store
-        .create_job(
-            &who.audit(),
+        .submits
+        .create(
+            who.audit(),
             NewJob {
                 tenant_id: tenant.id,
                 spec,

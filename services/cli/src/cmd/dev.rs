@@ -70,7 +70,7 @@ async fn admin_token(
             .store
             .use_token(&allot_api::secret::hash(&existing))
             .await?;
-        if found.is_some_and(|t| t.is_usable(server.store.clock().now())) {
+        if found.is_some_and(|(t, _)| t.is_usable(server.store.clock().now())) {
             return Ok(existing);
         }
     }

@@ -260,3 +260,20 @@ fn a_gang_the_whole_fleet_cannot_hold_at_once_is_refused() {
         "at most 1 replica of 8 GPUs",
     );
 }
+
+#[test]
+fn models_compare_as_their_keys_do() {
+    for (a, b) in [
+        ("NVIDIA H200", "h200"),
+        ("nvidia A100", " A100 "),
+        ("H100", "H200"),
+        ("NVIDIA  H100", "h100"),
+        ("NVIDIA H100 80GB HBM3", "nvidia h100 80gb hbm3"),
+    ] {
+        assert_eq!(
+            super::same_model(a, b),
+            super::model_key(a) == super::model_key(b),
+            "{a} vs {b}"
+        );
+    }
+}

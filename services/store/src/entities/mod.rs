@@ -23,5 +23,6 @@ pub mod sessions;
 pub mod sign_ins;
 pub mod tenant_secrets;
 pub mod tenants;
+pub mod tenants_version;
 pub mod users;
 pub mod volumes;

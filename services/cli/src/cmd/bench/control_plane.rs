@@ -124,17 +124,28 @@ impl Plane {
         path: &str,
         body: Option<Value>,
     ) -> anyhow::Result<Value> {
-        let mut req = self
-            .http
-            .request(
-                method,
-                format!("{}{path}", self.bases[base % self.bases.len()]),
-            )
-            .bearer_auth(&self.token);
-        if let Some(b) = body {
-            req = req.json(&b);
-        }
-        let res = req.send().await?;
+        let mut tries = 0;
+        let res = loop {
+            let mut req = self
+                .http
+                .request(
+                    method.clone(),
+                    format!("{}{path}", self.bases[base % self.bases.len()]),
+                )
+                .bearer_auth(&self.token);
+            if let Some(b) = &body {
+                req = req.json(b);
+            }
+            match req.send().await {
+                Ok(res) => break res,
+                // A GET is asked again when a kept-alive connection closed under it.
+                Err(_) if method == reqwest::Method::GET && tries < 3 => {
+                    tries += 1;
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        };
         let status = res.status();
         let body: Value = res.json().await.unwrap_or(Value::Null);
         if !status.is_success() {
@@ -415,13 +426,29 @@ async fn histogram(
     leader: usize,
     name: &str,
 ) -> anyhow::Result<(f64, f64, Vec<(f64, f64)>)> {
-    let text = plane
-        .http
-        .get(plane.replicas[leader].metrics_url())
-        .send()
-        .await?
-        .text()
-        .await?;
+    // A GET, asked again when a kept-alive connection closed under it.
+    let mut tries = 0;
+    let text = loop {
+        let got = async {
+            plane
+                .http
+                .get(plane.replicas[leader].metrics_url())
+                .send()
+                .await?
+                .error_for_status()?
+                .text()
+                .await
+        }
+        .await;
+        match got {
+            Ok(text) => break text,
+            Err(_) if tries < 3 => {
+                tries += 1;
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    };
     let bucket = format!("{name}_bucket{{le=\"");
     let value = |suffix: &str| {
         let prefix = format!("{name}_{suffix} ");
