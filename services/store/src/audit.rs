@@ -15,7 +15,7 @@ use sea_orm::{
     QueryOrder, QuerySelect,
 };
 
-use crate::convert::{to_i64, to_u64};
+use crate::convert::{chunks, to_i64, to_u64};
 use crate::entities::{audit_checkpoints, audit_entries, audit_holds, audit_logs};
 use crate::group_commit::GroupCommit;
 use crate::{Store, StoreError};
@@ -273,9 +273,7 @@ pub(crate) async fn record_batch<C: ConnectionTrait>(
         range.append(leaf);
     }
     // Bounded statements: PostgreSQL takes at most 65535 bind parameters.
-    let mut rows = rows.into_iter().peekable();
-    while rows.peek().is_some() {
-        let chunk: Vec<_> = rows.by_ref().take(1000).collect();
+    for chunk in chunks(rows, 1000) {
         audit_entries::Entity::insert_many(chunk)
             .exec_without_returning(db)
             .await?;

@@ -95,7 +95,7 @@ async fn alone(store: &Store, beat: &Beat) -> Result<(), StoreError> {
 }
 
 /// The leases of `beats` renewed in one statement, then their inventories and samples.
-async fn write_in<C: ConnectionTrait>(
+pub(crate) async fn write_in<C: ConnectionTrait>(
     db: &C,
     store: &Store,
     beats: &[Beat],

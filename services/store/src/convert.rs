@@ -29,3 +29,14 @@ pub(crate) fn json<T: serde::de::DeserializeOwned>(field: &str, v: &str) -> Resu
 pub(crate) fn to_json<T: serde::Serialize>(field: &str, v: &T) -> Result<String, StoreError> {
     serde_json::to_string(v).map_err(|e| StoreError::Corrupt(format!("{field}: {e}")))
 }
+
+/// `items` in chunks of at most `n`: rows for multi-row statements, which PostgreSQL bounds
+/// at 65535 bind parameters.
+pub(crate) fn chunks<T>(items: Vec<T>, n: usize) -> Vec<Vec<T>> {
+    let mut out = Vec::new();
+    let mut items = items.into_iter().peekable();
+    while items.peek().is_some() {
+        out.push(items.by_ref().take(n).collect());
+    }
+    out
+}

@@ -13,7 +13,7 @@ use sea_orm::{
 };
 
 use crate::audit::{record, record_batch};
-use crate::convert::{json, parse, to_i64, to_json, to_u32, to_u64};
+use crate::convert::{chunks, json, parse, to_i64, to_json, to_u32, to_u64};
 use crate::entities::{job_events, jobs, tenants};
 use crate::{Store, StoreError, TenantScope, new_id};
 
@@ -568,16 +568,6 @@ pub(crate) async fn create_jobs_in<C: ConnectionTrait>(
                 .ok_or_else(|| StoreError::Corrupt(format!("job {id} was not created")))
         })
         .collect()
-}
-
-/// `items` in chunks of at most `n`.
-fn chunks<T>(items: Vec<T>, n: usize) -> Vec<Vec<T>> {
-    let mut out = Vec::new();
-    let mut items = items.into_iter().peekable();
-    while items.peek().is_some() {
-        out.push(items.by_ref().take(n).collect());
-    }
-    out
 }
 
 impl Store {

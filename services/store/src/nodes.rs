@@ -338,28 +338,16 @@ impl NodeRepo for Store {
         gpus: Option<Vec<GpuDevice>>,
         lease_expires_at: DateTime<Utc>,
     ) -> Result<Node, StoreError> {
-        let txn = self.begin().await?;
-        let row = nodes::Entity::update(nodes::ActiveModel {
-            id: Set(node_id.to_owned()),
-            last_heartbeat_at: Set(self.clock.now()),
-            lease_expires_at: Set(lease_expires_at),
-            ..Default::default()
-        })
-        .exec(&txn)
-        .await
-        .map_err(|e| match e {
-            sea_orm::DbErr::RecordNotUpdated => StoreError::NotFound(format!("node {node_id}")),
-            e => e.into(),
-        })?;
-        if let Some(gpus) = &gpus {
-            replace_gpus(&txn, node_id, gpus).await?;
-        }
-        self.commit(txn).await?;
-        let gpus = match gpus {
-            Some(g) => g,
-            None => self.gpus_of(node_id).await?,
+        let beat = crate::Beat {
+            node_id: node_id.to_owned(),
+            lease_expires_at,
+            gpus,
+            samples: None,
         };
-        Ok(to_domain(row, gpus))
+        let txn = self.begin().await?;
+        crate::beats::write_in(&txn, self, std::slice::from_ref(&beat)).await?;
+        self.commit(txn).await?;
+        self.node(node_id).await
     }
 
     async fn node(&self, id: &str) -> Result<Node, StoreError> {

@@ -5,6 +5,7 @@ use chrono::{DateTime, Duration, Utc};
 use sea_orm::sea_query::{Expr, ExprTrait, OnConflict};
 use sea_orm::{ActiveValue::Set, ColumnTrait, EntityTrait, QueryFilter, QueryOrder};
 
+use crate::convert::chunks;
 use crate::entities::{gpu_samples, job_samples};
 use crate::{Store, StoreError};
 
@@ -114,9 +115,7 @@ pub(crate) async fn add_gpu_samples<C: sea_orm::ConnectionTrait>(
         Expr::col((gpu_samples::Entity, c))
             .add(Expr::col((sea_orm::sea_query::Alias::new("excluded"), c)))
     };
-    let mut rows = rows.into_iter().peekable();
-    while rows.peek().is_some() {
-        let chunk: Vec<_> = rows.by_ref().take(1000).collect();
+    for chunk in chunks(rows, 1000) {
         gpu_samples::Entity::insert_many(chunk)
             .on_conflict(
                 OnConflict::columns([C::GpuUuid, C::ResolutionSecs, C::At])

@@ -124,28 +124,24 @@ impl Plane {
         path: &str,
         body: Option<Value>,
     ) -> anyhow::Result<Value> {
-        let mut tries = 0;
-        let res = loop {
-            let mut req = self
-                .http
-                .request(
-                    method.clone(),
-                    format!("{}{path}", self.bases[base % self.bases.len()]),
-                )
-                .bearer_auth(&self.token);
-            if let Some(b) = &body {
-                req = req.json(b);
-            }
-            match req.send().await {
-                Ok(res) => break res,
-                // A GET is asked again when a kept-alive connection closed under it.
-                Err(_) if method == reqwest::Method::GET && tries < 3 => {
-                    tries += 1;
-                    tokio::time::sleep(Duration::from_millis(200)).await;
+        let retry = method == reqwest::Method::GET;
+        let res = send(
+            || {
+                let req = self
+                    .http
+                    .request(
+                        method.clone(),
+                        format!("{}{path}", self.bases[base % self.bases.len()]),
+                    )
+                    .bearer_auth(&self.token);
+                match &body {
+                    Some(b) => req.json(b),
+                    None => req,
                 }
-                Err(e) => return Err(e.into()),
-            }
-        };
+            },
+            retry,
+        )
+        .await?;
         let status = res.status();
         let body: Value = res.json().await.unwrap_or(Value::Null);
         if !status.is_success() {
@@ -420,35 +416,38 @@ async fn flood(
     ))
 }
 
+/// Sends the request `build` makes; with `retry` (a GET), up to three times more when it
+/// fails to be answered (a kept-alive connection closed under it).
+async fn send(
+    build: impl Fn() -> reqwest::RequestBuilder,
+    retry: bool,
+) -> Result<reqwest::Response, reqwest::Error> {
+    let mut tries = 0;
+    loop {
+        match build().send().await {
+            Err(_) if retry && tries < 3 => {
+                tries += 1;
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            answered => return answered,
+        }
+    }
+}
+
 /// A histogram of the leader's: (count, sum of seconds, cumulative buckets).
 async fn histogram(
     plane: &Plane,
     leader: usize,
     name: &str,
 ) -> anyhow::Result<(f64, f64, Vec<(f64, f64)>)> {
-    // A GET, asked again when a kept-alive connection closed under it.
-    let mut tries = 0;
-    let text = loop {
-        let got = async {
-            plane
-                .http
-                .get(plane.replicas[leader].metrics_url())
-                .send()
-                .await?
-                .error_for_status()?
-                .text()
-                .await
-        }
-        .await;
-        match got {
-            Ok(text) => break text,
-            Err(_) if tries < 3 => {
-                tries += 1;
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-            Err(e) => return Err(e.into()),
-        }
-    };
+    let text = send(
+        || plane.http.get(plane.replicas[leader].metrics_url()),
+        true,
+    )
+    .await?
+    .error_for_status()?
+    .text()
+    .await?;
     let bucket = format!("{name}_bucket{{le=\"");
     let value = |suffix: &str| {
         let prefix = format!("{name}_{suffix} ");
