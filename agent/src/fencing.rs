@@ -10,9 +10,24 @@ use super::*;
 pub(crate) struct Lease {
     pub(crate) valid_until: Option<Instant>,
     pub(crate) duration: Duration,
+    /// How often to heartbeat, as the control plane last said (it paces a large fleet).
+    pub(crate) interval: Duration,
 }
 
 impl Lease {
+    /// A call sent at `sent` was accepted: the lease runs `duration` from then (as that
+    /// answer set it), and beats come every `interval` from now on. Zeros (a control plane
+    /// that did not say) keep what was said before.
+    pub(crate) fn granted(&mut self, sent: Instant, duration: Duration, interval: Duration) {
+        if !duration.is_zero() {
+            self.duration = duration;
+        }
+        if !interval.is_zero() {
+            self.interval = interval.max(Duration::from_millis(100));
+        }
+        self.valid_until = Some(sent + self.duration);
+    }
+
     /// When jobs must be gone: a fifth of the lease before it lapses, so that killing them
     /// and a late clock tick still finish before the control plane may requeue them.
     pub(crate) fn fence_at(&self) -> Option<Instant> {

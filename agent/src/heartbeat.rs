@@ -189,10 +189,12 @@ impl Agent {
             .collect()
     }
 
-    pub(crate) async fn heartbeats(self: Arc<Self>, every: Duration, stop: CancellationToken) {
+    /// Heartbeats every interval (as the control plane last said) until `stop`.
+    pub(crate) async fn heartbeats(self: Arc<Self>, stop: CancellationToken) {
         let mut failures = 0;
         let mut moved = false;
         loop {
+            let every = self.lock_lease().interval.max(Duration::from_millis(100));
             // A failed heartbeat is tried again soon, at once on the replica the link moved
             // to: the lease runs on meanwhile.
             let wait = if failures == 0 {
@@ -255,8 +257,12 @@ impl Agent {
             Ok(answer) => {
                 let epoch = allot_proto::leader::epoch(answer.metadata());
                 self.link.answered_by_leader(seen, epoch);
-                let mut lease = self.lock_lease();
-                lease.valid_until = Some(sent + lease.duration);
+                let paced = answer.get_ref();
+                self.lock_lease().granted(
+                    sent,
+                    Duration::from_millis(paced.lease_duration_ms.into()),
+                    Duration::from_millis(paced.heartbeat_interval_ms.into()),
+                );
                 true
             }
             Err(s) => {

@@ -370,9 +370,9 @@ pub async fn run(
     // exits with the reason.
     let mut refused = None;
     'register: while !shutdown.is_cancelled() {
-        let every = match agent.register(&shutdown).await {
-            Ok(Some(every)) => every,
-            Ok(None) => break,
+        match agent.register(&shutdown).await {
+            Ok(true) => {}
+            Ok(false) => break,
             Err(e) => {
                 refused = Some(e);
                 break;
@@ -381,7 +381,7 @@ pub async fn run(
         // Heartbeats go on while the stream is re-opened: a broken stream is not a lost
         // lease, and registering again is only needed when the credentials are refused.
         let session = shutdown.child_token();
-        tokio::spawn(agent.clone().heartbeats(every, session.clone()));
+        tokio::spawn(agent.clone().heartbeats(session.clone()));
         let mut failures = 0;
         loop {
             failures = match agent.follow(&shutdown, &mut tasks).await {

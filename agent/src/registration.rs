@@ -19,11 +19,9 @@ impl Agent {
 
     /// Registers, retrying until it works or the agent stops: with the node certificate when
     /// there is one, else (or when it is refused) with the bootstrap token. Each registration
-    /// gets a new certificate for a new key. Returns the heartbeat interval.
-    pub(crate) async fn register(
-        &self,
-        stop: &CancellationToken,
-    ) -> Result<Option<Duration>, AgentError> {
+    /// gets a new certificate for a new key. Returns whether it registered (false: the
+    /// agent stopped first).
+    pub(crate) async fn register(&self, stop: &CancellationToken) -> Result<bool, AgentError> {
         let mut attempt = 0;
         loop {
             let seen = self.link.moved();
@@ -76,15 +74,13 @@ impl Agent {
                 Ok(res) => {
                     let res = res.into_inner();
                     self.adopt(request.key_pem, res.certificate_pem)?;
-                    let duration = Duration::from_millis(res.lease_duration_ms.into());
-                    *self.lock_lease() = Lease {
-                        valid_until: Some(sent + duration),
-                        duration,
-                    };
+                    self.lock_lease().granted(
+                        sent,
+                        Duration::from_millis(res.lease_duration_ms.into()),
+                        Duration::from_millis(res.heartbeat_interval_ms.into()),
+                    );
                     tracing::info!(node = %self.cfg.node_name, id = %res.node_id, "registered");
-                    return Ok(Some(Duration::from_millis(
-                        res.heartbeat_interval_ms.max(100).into(),
-                    )));
+                    return Ok(true);
                 }
                 Err(s) if s.code() == Code::Unauthenticated && with_certificate => {
                     // Revoked, expired, or from an earlier CA: only a bootstrap token helps.
@@ -105,7 +101,7 @@ impl Agent {
                         self.link.jitter(backoff(attempt))
                     };
                     tokio::select! {
-                        () = stop.cancelled() => return Ok(None),
+                        () = stop.cancelled() => return Ok(false),
                         () = tokio::time::sleep(wait) => {}
                     }
                 }

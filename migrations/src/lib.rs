@@ -38,6 +38,7 @@ mod m20261210_000004_fair_share;
 mod m20261211_000001_leader_lease;
 mod m20261212_000001_jobs_changed;
 mod m20261212_000002_tenants_version;
+mod m20261213_000001_gpus_by_node;
 mod roles;
 
 pub use roles::{APPEND_ONLY_TABLES, BadRoleName, postgres_app_role_grants};
@@ -83,6 +84,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261211_000001_leader_lease::Migration),
             Box::new(m20261212_000001_jobs_changed::Migration),
             Box::new(m20261212_000002_tenants_version::Migration),
+            Box::new(m20261213_000001_gpus_by_node::Migration),
         ]
     }
 }

@@ -1099,3 +1099,93 @@ async fn an_agent_shutting_down_requeues_its_jobs_instead_of_failing_them() {
         .expect("joined")
         .expect("the agent stopped cleanly");
 }
+
+/// A fleet larger than the leader's heartbeat rate is told to heartbeat less often, under a
+/// lease stretched alike: the answers say so, the agents follow (fewer beats, every node
+/// ready throughout), and the scheduler still places work on nodes that beat that rarely.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fleet_beyond_the_heartbeat_rate_is_paced() {
+    // Every 300 ms under a 1.5 s lease as configured; four nodes at most 2 beats a second
+    // (five with the one registered by hand) make it every 2.5 s under a 12.5 s lease.
+    let c = spawn_cluster_with(Backend::Sqlite, 4, "1xH100", |config| {
+        config.lease = Duration::from_millis(1_500);
+        config.max_heartbeats_per_sec = 2.0;
+    })
+    .await;
+    let raw = enroll(&c, &bootstrap_token(&c.server).await, "by-hand")
+        .await
+        .expect("registered");
+    let paced = c
+        .eventually("heartbeats paced", || async {
+            let answer = raw
+                .client
+                .clone()
+                .heartbeat(raw.heartbeat())
+                .await
+                .expect("a heartbeat")
+                .into_inner();
+            (answer.heartbeat_interval_ms >= 2_000).then_some(answer)
+        })
+        .await;
+    assert_eq!(paced.heartbeat_interval_ms, 2_500, "{paced:?}");
+    assert_eq!(paced.lease_duration_ms, 12_500, "{paced:?}");
+    let granted = chrono::DateTime::from_timestamp_millis(paced.lease_expires_at_ms)
+        .expect("a time")
+        - chrono::Utc::now();
+    assert!(
+        granted > chrono::Duration::seconds(12),
+        "the lease runs 12.5 s from the beat: {granted}"
+    );
+
+    // The agents adopt it: their leases as recorded are the stretched one.
+    c.eventually("agents on the paced lease", || async {
+        let (_, nodes) = c.get("/api/v1/nodes").await;
+        let leases: Vec<i64> = nodes
+            .as_array()?
+            .iter()
+            .filter(|n| n["name"] != "by-hand")
+            .map(|n| {
+                let at = |f: &str| {
+                    n[f].as_str()
+                        .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+                };
+                at("lease_expires_at")
+                    .zip(at("last_heartbeat_at"))
+                    .map_or(0, |(l, h)| (l - h).num_milliseconds())
+            })
+            .collect();
+        (leases.len() == 4 && leases.iter().all(|&ms| ms > 12_000)).then_some(())
+    })
+    .await;
+    // Over 6 s: each agent beat two or three times (not twenty), and stayed ready.
+    let mut beats: std::collections::HashMap<String, std::collections::HashSet<String>> =
+        Default::default();
+    let window = std::time::Instant::now();
+    while window.elapsed() < Duration::from_secs(6) {
+        let (_, nodes) = c.get("/api/v1/nodes").await;
+        for n in nodes.as_array().expect("nodes") {
+            if n["name"] == "by-hand" {
+                continue;
+            }
+            assert_eq!(n["status"], "ready", "{n}");
+            beats
+                .entry(n["name"].as_str().unwrap_or_default().to_owned())
+                .or_default()
+                .insert(n["last_heartbeat_at"].to_string());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(beats.len(), 4);
+    for (node, seen) in &beats {
+        assert!(
+            (2..=5).contains(&seen.len()),
+            "{node}: {} heartbeats seen in 6 s",
+            seen.len()
+        );
+    }
+    // Quiet for seconds between beats, yet not taken for gone: work is placed there.
+    c.create_tenant("t", None).await;
+    let id = c.submit("t", 1, &["sleep", "30"]).await;
+    c.wait_for_state(&id, "running").await;
+    c.shutdown().await;
+}

@@ -392,6 +392,46 @@ impl Node {
             NodeStatus::NotReady
         }
     }
+
+    /// Whether it has gone quiet: no heartbeat for longer than `after`, stretched as much
+    /// as its last heartbeat's lease was stretched beyond the configured `lease` (a paced
+    /// fleet beats less often under a longer lease alike, see [`paced`]).
+    pub fn silent(
+        &self,
+        now: DateTime<Utc>,
+        after: chrono::Duration,
+        lease: chrono::Duration,
+    ) -> bool {
+        let granted = (self.lease_expires_at - self.last_heartbeat_at).num_milliseconds();
+        let stretch = match lease.num_milliseconds() {
+            ms if ms > 0 => (granted as f64 / ms as f64).max(1.0),
+            _ => 1.0,
+        };
+        let quiet = (now - self.last_heartbeat_at).num_milliseconds();
+        quiet as f64 > after.num_milliseconds() as f64 * stretch
+    }
+}
+
+/// How often agents heartbeat and how long the lease each heartbeat grants, for a fleet of
+/// `nodes` whose heartbeats the leader answers at most `max_per_sec` a second: the
+/// configured `interval` and `lease` while the fleet stays under that rate, both stretched
+/// by the same factor beyond it (as Nomad stretches its heartbeat TTL), so a larger fleet
+/// costs the leader no more heartbeats a second, and its nodes are judged lost later.
+pub fn paced(
+    nodes: usize,
+    interval: std::time::Duration,
+    lease: std::time::Duration,
+    max_per_sec: f64,
+) -> (std::time::Duration, std::time::Duration) {
+    if !(max_per_sec.is_finite() && max_per_sec > 0.0) || interval.is_zero() {
+        return (interval, lease);
+    }
+    let needed = std::time::Duration::from_secs_f64(nodes as f64 / max_per_sec);
+    if needed <= interval {
+        return (interval, lease);
+    }
+    let stretch = needed.as_secs_f64() / interval.as_secs_f64();
+    (needed, lease.mul_f64(stretch))
 }
 
 #[cfg(test)]
@@ -415,6 +455,54 @@ mod tests {
         assert_eq!(gpu(true, true).health(false), "degraded");
         assert_eq!(gpu(true, true).health(true), "draining");
         assert_eq!(gpu(false, true).health(true), "unhealthy");
+    }
+
+    #[test]
+    fn a_large_fleet_heartbeats_less_often_under_a_longer_lease() {
+        let s = std::time::Duration::from_secs;
+        // 1,500 nodes at 500 a second: every 3 s, as configured.
+        assert_eq!(paced(1_500, s(3), s(15), 500.0), (s(3), s(15)));
+        assert_eq!(paced(0, s(3), s(15), 500.0), (s(3), s(15)));
+        // 5,000: every 10 s, the lease five intervals still.
+        assert_eq!(paced(5_000, s(3), s(15), 500.0), (s(10), s(50)));
+        // No limit, or a nonsensical one: as configured.
+        assert_eq!(paced(5_000, s(3), s(15), 0.0), (s(3), s(15)));
+        assert_eq!(paced(5_000, s(3), s(15), f64::NAN), (s(3), s(15)));
+    }
+
+    #[test]
+    fn a_node_is_silent_after_missing_beats_at_the_pace_it_was_given() {
+        let at =
+            |secs| DateTime::<Utc>::from_timestamp(1_800_000_000 + secs, 0).expect("a valid time");
+        let node = |beat: i64, lease: i64| Node {
+            id: "n".into(),
+            name: "n".into(),
+            registered_at: at(0),
+            last_heartbeat_at: at(beat),
+            lease_expires_at: at(beat + lease),
+            agent_version: String::new(),
+            gpu_backend: String::new(),
+            runtime: String::new(),
+            cpu_milli: 0,
+            memory_bytes: 0,
+            gpus: Vec::new(),
+            cordoned: false,
+            drained_gpus: Vec::new(),
+            address: String::new(),
+            labels: Default::default(),
+        };
+        let (after, lease) = (
+            chrono::Duration::milliseconds(7_500),
+            chrono::Duration::seconds(15),
+        );
+        // The configured 15 s lease: quiet for 8 s is silent.
+        assert!(!node(100, 15).silent(at(107), after, lease));
+        assert!(node(100, 15).silent(at(108), after, lease));
+        // A 50 s lease (a paced fleet, heartbeats every 10 s): 8 s is one late beat, 26 s
+        // two and a half.
+        assert!(!node(100, 50).silent(at(108), after, lease));
+        assert!(!node(100, 50).silent(at(125), after, lease));
+        assert!(node(100, 50).silent(at(126), after, lease));
     }
 }
 

@@ -95,10 +95,10 @@ fn engine_id(j: &StoredJob) -> &str {
 fn node_ready(
     n: &Node,
     now: DateTime<Utc>,
-    suspect_after: Option<chrono::Duration>,
+    suspect_after: Option<(chrono::Duration, chrono::Duration)>,
     reachable: Option<&std::collections::HashSet<String>>,
 ) -> bool {
-    let silent = suspect_after.is_some_and(|s| now - n.last_heartbeat_at > s);
+    let silent = suspect_after.is_some_and(|(after, lease)| n.silent(now, after, lease));
     let unreachable = reachable.is_some_and(|r| !r.contains(&n.id));
     n.status(now) == NodeStatus::Ready && !silent && !unreachable && !n.cordoned
 }
@@ -111,7 +111,7 @@ fn gpu_offered(n: &Node, g: &allot_domain::GpuDevice) -> bool {
 /// MIG jobs' decisions: the GPUs in MIG mode, the instances held, the per-profile limits.
 fn mig_decisions(
     snap: &Snapshot<'_>,
-    suspect_after: Option<chrono::Duration>,
+    suspect_after: Option<(chrono::Duration, chrono::Duration)>,
     pending: &[crate::mig::MigJob<'_>],
 ) -> Vec<LiveDecision> {
     use crate::mig::{MigDecision, MigGpu, MigHeld, MigLimits};
@@ -220,7 +220,7 @@ pub struct LiveScheduler {
     config: Config,
     /// A node silent this long (no heartbeat) gets no new work, though its lease (and so
     /// its jobs) still stand: work placed there now would likely be disrupted again.
-    suspect_after: Option<chrono::Duration>,
+    suspect_after: Option<(chrono::Duration, chrono::Duration)>,
     /// The pending jobs the policy has been told arrived (once each: a job waiting for
     /// many passes is one arrival); a job is forgotten once it is no longer pending, so a
     /// requeued attempt arrives again.
@@ -273,7 +273,7 @@ impl Mapped {
         nodes: &[Node],
         holding: &[&StoredJob],
         now: DateTime<Utc>,
-        suspect_after: Option<chrono::Duration>,
+        suspect_after: Option<(chrono::Duration, chrono::Duration)>,
         reachable: Option<&std::collections::HashSet<String>>,
     ) -> Self {
         let mut models: Vec<String> = Vec::new();
@@ -728,9 +728,17 @@ impl LiveScheduler {
             .unwrap_or_default()
     }
 
-    /// Offers no new work on nodes that have not heartbeated for `after`.
-    pub fn with_suspect_after(mut self, after: std::time::Duration) -> Self {
-        self.suspect_after = chrono::Duration::from_std(after).ok();
+    /// Offers no new work on nodes that have not heartbeated for `after`, stretched for a
+    /// node whose last heartbeat was granted more than the configured `lease`
+    /// ([`allot_domain::Node::silent`]).
+    pub fn with_suspect_after(
+        mut self,
+        after: std::time::Duration,
+        lease: std::time::Duration,
+    ) -> Self {
+        self.suspect_after = chrono::Duration::from_std(after)
+            .ok()
+            .zip(chrono::Duration::from_std(lease).ok());
         self
     }
 

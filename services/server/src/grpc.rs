@@ -35,8 +35,8 @@ pub struct NodeSvc {
     pub ca: Arc<Authority>,
     /// How long a node certificate is valid (agents renew at two thirds).
     pub node_cert_ttl: Duration,
-    pub lease: Duration,
-    pub heartbeat_interval: Duration,
+    /// The heartbeat interval and lease handed out, stretched for a large fleet.
+    pub pacing: Arc<crate::pacing::Pacing>,
     /// When each node's GPU samples were last stored, and when old samples were last pruned.
     pub samples: SampleClock,
     /// Failed node authentication per client address, as on the HTTP side.
@@ -48,6 +48,18 @@ pub struct NodeSvc {
     /// Says which job's log grew (or which job ended), to those following it here.
     pub job_logs: tokio::sync::broadcast::Sender<String>,
     pub metrics: Arc<crate::metrics::Metrics>,
+}
+
+/// A duration in whole milliseconds, as the protocol carries it.
+fn millis(d: Duration) -> u32 {
+    u32::try_from(d.as_millis()).unwrap_or(u32::MAX)
+}
+
+/// A lease's length on the record's clock (at most a year: no pace stretches it so far).
+fn lease_span(lease: Duration) -> chrono::Duration {
+    chrono::Duration::from_std(lease)
+        .unwrap_or(chrono::Duration::MAX)
+        .min(chrono::Duration::days(365))
 }
 
 /// How often GPU samples are stored per node, and old ones pruned.
@@ -302,7 +314,8 @@ impl NodeSvc {
         )?;
         let gpus = gpus_from_proto(r.gpus.clone())?;
         let changed = gpus != node.gpus;
-        let until = self.lease_until();
+        let (interval, lease) = self.pacing.current();
+        let until = self.store.clock().now() + lease_span(lease);
         let samples: Vec<(String, allot_store::Sample)> = r
             .gpus
             .iter()
@@ -395,10 +408,7 @@ impl NodeSvc {
             .filter(|j| r.running_job_ids.contains(&j.id))
             .map(|j| (j.id.clone(), j.attempt))
             .collect();
-        for id in self
-            .hub
-            .stops_due(&node.id, &stopping, self.heartbeat_interval * 2)
-        {
+        for id in self.hub.stops_due(&node.id, &stopping, interval * 2) {
             if let Some(job) = on_node.iter().find(|j| j.id == id) {
                 self.hub.send(&node.id, hub::cancel(job));
             }
@@ -406,10 +416,7 @@ impl NodeSvc {
         // Launches the agent should be running by now but is not: the stream that carried
         // them may have died unnoticed. Send again those still current (agents launch each
         // attempt once, so a duplicate is harmless).
-        for (job_id, attempt) in
-            self.hub
-                .overdue(&node.id, &r.running_job_ids, self.heartbeat_interval * 2)
-        {
+        for (job_id, attempt) in self.hub.overdue(&node.id, &r.running_job_ids, interval * 2) {
             match self.store.job(&TenantScope::All, &job_id).await {
                 Ok(job)
                     if job.state == JobState::Scheduled
@@ -427,6 +434,8 @@ impl NodeSvc {
         }
         let mut answer = Response::new(HeartbeatResponse {
             lease_expires_at_ms: until.timestamp_millis(),
+            heartbeat_interval_ms: millis(interval),
+            lease_duration_ms: millis(lease),
         });
         // The term this leader serves under: the agent knows a hint naming it, once this
         // replica stops answering, for the stale hint it is.
@@ -532,6 +541,7 @@ impl NodeSvc {
             },
         };
         let issued = self.issue(&r.csr_pem, &r.node_name)?;
+        let (interval, lease) = self.pacing.current();
         let node = self
             .store
             .register_node(
@@ -559,7 +569,7 @@ impl NodeSvc {
                     cpu_milli: bounded("cpu_milli", r.cpu_milli, 100_000_000)?,
                     memory_bytes: bounded("memory_bytes", r.memory_bytes, 1 << 50)?,
                     gpus: gpus_from_proto(r.gpus)?,
-                    lease_expires_at: self.lease_until(),
+                    lease_expires_at: self.store.clock().now() + lease_span(lease),
                 },
             )
             .await
@@ -578,9 +588,8 @@ impl NodeSvc {
         Ok(Response::new(RegisterResponse {
             node_id: node.id,
             certificate_pem: issued.cert_pem,
-            heartbeat_interval_ms: u32::try_from(self.heartbeat_interval.as_millis())
-                .unwrap_or(u32::MAX),
-            lease_duration_ms: u32::try_from(self.lease.as_millis()).unwrap_or(u32::MAX),
+            heartbeat_interval_ms: millis(interval),
+            lease_duration_ms: millis(lease),
         }))
     }
 
@@ -604,18 +613,16 @@ impl NodeSvc {
         let cert = presented(req)?.ok_or_else(|| {
             Status::unauthenticated("connect with the node certificate (mutual TLS)")
         })?;
-        let record = self
+        let node = self
             .store
-            .node_certificate(&cert.serial)
+            .node_by_certificate(&cert.serial, self.store.clock().now())
             .await
             .map_err(status)?
-            .filter(|c| c.current(self.store.clock().now()))
             .ok_or_else(|| {
                 Status::unauthenticated(
                     "the node certificate is revoked, expired or unknown; register with a new bootstrap token",
                 )
             })?;
-        let node = self.store.node(&record.node_id).await.map_err(status)?;
         if node.name != cert.node {
             return Err(Status::unauthenticated(
                 "the certificate does not name the node it was issued to",
@@ -638,11 +645,6 @@ impl NodeSvc {
         self.ca
             .sign_node(csr_pem, node, now, now + ttl, crate::pki::random16())
             .map_err(|e| Status::invalid_argument(format!("csr_pem: {e}")))
-    }
-
-    fn lease_until(&self) -> chrono::DateTime<chrono::Utc> {
-        self.store.clock().now()
-            + chrono::Duration::from_std(self.lease).unwrap_or(chrono::Duration::seconds(15))
     }
 
     /// The jobs the record places on `node_id`, in `states`.
@@ -746,7 +748,7 @@ impl NodeSvc {
         if released {
             self.notify.notify_one();
         }
-        let grace = self.heartbeat_interval * 2;
+        let grace = self.pacing.current().0 * 2;
         for id in running {
             if assigned.iter().any(|j| &j.id == id) {
                 continue;

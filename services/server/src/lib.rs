@@ -11,6 +11,7 @@ pub mod launches;
 pub mod leadership;
 mod leases;
 pub mod metrics;
+pub mod pacing;
 pub mod pki;
 pub mod scheduling;
 pub mod time_limits;
@@ -52,6 +53,10 @@ pub struct ServerConfig {
     /// How long a node stays ready without a heartbeat.
     pub lease: Duration,
     pub heartbeat_interval: Duration,
+    /// The most heartbeats a second the leader plans to answer: beyond it (more nodes than
+    /// this many times the interval) the interval and the lease stretch alike
+    /// ([`pacing::Pacing`]). 0: never stretched.
+    pub max_heartbeats_per_sec: f64,
     /// Scheduling passes run at least this often.
     pub schedule_interval: Duration,
     /// This replica's name, the holder of the leader lease when it leads. Unique among the
@@ -138,6 +143,7 @@ impl ServerConfig {
             node_cert_ttl: Duration::from_secs(24 * 3600),
             lease: Duration::from_secs(15),
             heartbeat_interval: Duration::from_secs(3),
+            max_heartbeats_per_sec: 500.0,
             schedule_interval: Duration::from_secs(2),
             replica_name: format!("replica-{}", uuid::Uuid::new_v4().simple()),
             grpc_advertise: None,
@@ -550,10 +556,11 @@ pub async fn start(
         };
         // Two missed heartbeats and a half: probably gone, though the lease still stands.
         let suspect_after = config.heartbeat_interval.mul_f64(2.5);
+        let lease = config.lease;
         let half_life = config.fair_share_half_life;
         move || -> Result<LiveScheduler, allot_scheduler::LiveError> {
             let scheduler =
-                LiveScheduler::new(&policy, seed, engine)?.with_suspect_after(suspect_after);
+                LiveScheduler::new(&policy, seed, engine)?.with_suspect_after(suspect_after, lease);
             Ok(match half_life {
                 Some(h) => scheduler.with_fair_share_half_life(h),
                 None => scheduler,
@@ -620,6 +627,11 @@ pub async fn start(
     let notify = Arc::new(Notify::new());
     let turn = Arc::new(tokio::sync::Mutex::new(()));
     let hub = Arc::new(Hub::default());
+    let pacing = Arc::new(pacing::Pacing::new(
+        config.heartbeat_interval,
+        config.lease,
+        config.max_heartbeats_per_sec,
+    ));
     let leadership = Arc::new(leadership::Leadership::default());
     let (audit_batcher, batcher_task) = allot_store::AuditBatcher::start(store.clone(), 512);
     let (submits, submits_task) = allot_store::SubmitBatcher::start(store.clone(), 256);
@@ -721,8 +733,7 @@ pub async fn start(
         notify: notify.clone(),
         ca: ca.clone(),
         node_cert_ttl: config.node_cert_ttl,
-        lease: config.lease,
-        heartbeat_interval: config.heartbeat_interval,
+        pacing: pacing.clone(),
         samples: grpc::SampleClock::default(),
         auth_failures: Arc::new(allot_api::limiter::FailureLimiter::new(
             config.auth_max_failures,
@@ -751,6 +762,7 @@ pub async fn start(
 
     let leader_work: leadership::LeaderWork = {
         let hub = hub.clone();
+        let pacing = pacing.clone();
         let notify = notify.clone();
         let metrics = metrics.clone();
         let schedule_interval = config.schedule_interval;
@@ -763,7 +775,9 @@ pub async fn start(
             .audit_retention
             .and_then(|d| chrono::Duration::from_std(d).ok());
         Box::new(move |store: Store, stop: CancellationToken| {
-            let mut tasks = Vec::new();
+            let mut tasks = vec![tokio::spawn(
+                pacing.clone().count(store.clone(), stop.clone()),
+            )];
             match make_scheduler() {
                 Ok(scheduler) => tasks.push(tokio::spawn(scheduling::run(
                     store.clone(),

@@ -4,8 +4,10 @@ use std::collections::HashMap;
 
 use allot_domain::{AuditContext, AuditEvent, GpuDevice, Node, SYSTEM_LOG};
 use chrono::{DateTime, Utc};
+use sea_orm::sea_query::Query;
 use sea_orm::{
-    ActiveValue::Set, ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QueryOrder,
+    ActiveValue::Set, ColumnTrait, ConnectionTrait, EntityTrait, JoinType, PaginatorTrait,
+    QueryFilter, QueryOrder, QuerySelect, RelationDef,
 };
 
 use crate::audit::record;
@@ -77,6 +79,14 @@ pub trait NodeRepo {
         lease_expires_at: DateTime<Utc>,
     ) -> impl Future<Output = Result<Node, StoreError>> + Send;
     fn node(&self, id: &str) -> impl Future<Output = Result<Node, StoreError>> + Send;
+    /// The node that certificate `serial` was issued to, if the certificate is current at
+    /// `now` (known, unrevoked, unexpired): what authenticates each call of an agent, read
+    /// in one statement.
+    fn node_by_certificate(
+        &self,
+        serial: &str,
+        now: DateTime<Utc>,
+    ) -> impl Future<Output = Result<Option<Node>, StoreError>> + Send;
     /// An operator's decision about a node (audited): cordon or return it to service, and
     /// drain a GPU or return it.
     fn set_node_admin(
@@ -86,6 +96,11 @@ pub trait NodeRepo {
         change: NodeAdmin,
     ) -> impl Future<Output = Result<Node, StoreError>> + Send;
     fn list_nodes(&self) -> impl Future<Output = Result<Vec<Node>, StoreError>> + Send;
+    /// How many nodes hold a lease current at `now` (those heartbeating).
+    fn count_ready_nodes(
+        &self,
+        now: DateTime<Utc>,
+    ) -> impl Future<Output = Result<u64, StoreError>> + Send;
 }
 
 fn gpu_to_domain(m: gpus::Model) -> Result<GpuDevice, StoreError> {
@@ -359,6 +374,40 @@ impl NodeRepo for Store {
         Ok(to_domain(m, gpus))
     }
 
+    async fn node_by_certificate(
+        &self,
+        serial: &str,
+        now: DateTime<Utc>,
+    ) -> Result<Option<Node>, StoreError> {
+        let current = Query::select()
+            .column(node_certificates::Column::NodeId)
+            .from(node_certificates::Entity)
+            .and_where(node_certificates::Column::Serial.eq(serial))
+            .and_where(node_certificates::Column::RevokedAt.is_null())
+            .and_where(node_certificates::Column::ExpiresAt.gt(now))
+            .to_owned();
+        let gpus_of_node: RelationDef = gpus::Entity::belongs_to(nodes::Entity)
+            .from(gpus::Column::NodeId)
+            .to(nodes::Column::Id)
+            .into();
+        let rows = nodes::Entity::find()
+            .select_also(gpus::Entity)
+            .join_rev(JoinType::LeftJoin, gpus_of_node)
+            .filter(nodes::Column::Id.in_subquery(current))
+            .order_by_asc(gpus::Column::Idx)
+            .all(&self.db)
+            .await?;
+        let mut node = None;
+        let mut gpus = Vec::new();
+        for (n, g) in rows {
+            node.get_or_insert(n);
+            if let Some(g) = g {
+                gpus.push(gpu_to_domain(g)?);
+            }
+        }
+        Ok(node.map(|n| to_domain(n, gpus)))
+    }
+
     async fn set_node_admin(
         &self,
         ctx: &AuditContext,
@@ -439,5 +488,12 @@ impl NodeRepo for Store {
         // As people count: node-2 before node-10.
         nodes.sort_by(|a, b| allot_domain::node::natural_order(&a.name, &b.name));
         Ok(nodes)
+    }
+
+    async fn count_ready_nodes(&self, now: DateTime<Utc>) -> Result<u64, StoreError> {
+        Ok(nodes::Entity::find()
+            .filter(nodes::Column::LeaseExpiresAt.gt(now))
+            .count(&self.db)
+            .await?)
     }
 }

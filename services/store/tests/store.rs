@@ -784,6 +784,21 @@ both_backends!(nodes_register_and_heartbeat, |store, clock| {
         .expect("recorded");
     assert_eq!(cert.node_id, node.id);
     assert!(cert.current(clock.now()));
+    // What authenticates an agent's calls: the node, with its GPUs in order, while the
+    // certificate is current; nothing for an unknown or expired one.
+    let authenticated = store
+        .node_by_certificate("c1", clock.now())
+        .await
+        .expect("read")
+        .expect("current");
+    assert_eq!(
+        (authenticated.id.as_str(), authenticated.gpus),
+        (node.id.as_str(), vec![gpu(0), gpu(1)])
+    );
+    for (serial, at) in [("c0", clock.now()), ("c1", cert.expires_at)] {
+        let none = store.node_by_certificate(serial, at).await.expect("read");
+        assert!(none.is_none(), "{serial}: {none:?}");
+    }
     // The token is spent.
     let reused = store
         .register_node(&ctx(), reg(by_token("t1"), "c9", vec![], "0.1.0"))
@@ -831,6 +846,8 @@ both_backends!(nodes_register_and_heartbeat, |store, clock| {
             .expect("read")
             .expect("kept");
         assert!(!c.current(clock.now()), "{old} still current");
+        let revoked = store.node_by_certificate(old, clock.now()).await;
+        assert!(matches!(revoked, Ok(None)), "{old}: {revoked:?}");
         let refused = store
             .register_node(&ctx(), reg(by_cert(old), "c4", vec![], "0.1.1"))
             .await;
@@ -920,6 +937,15 @@ both_backends!(nodes_register_and_heartbeat, |store, clock| {
     assert_eq!(beat.last_heartbeat_at, clock.now());
     let listed = store.list_nodes().await.expect("list");
     assert_eq!(listed.len(), 1);
+    // Counted ready while its lease stands, not once it lapsed.
+    let ready = |at| store.count_ready_nodes(at);
+    assert_eq!(ready(clock.now()).await.expect("count"), 1);
+    assert_eq!(
+        ready(clock.now() + Duration::seconds(15))
+            .await
+            .expect("count"),
+        0
+    );
     assert_eq!(listed[0].gpus, vec![sick.clone(), suspect.clone()]);
     assert_eq!(listed[0].agent_version, "0.1.1");
     // A heartbeat without inventory keeps the one reported last.

@@ -282,18 +282,29 @@ fn sick_gpus_and_lapsed_nodes_offer_nothing_but_keep_their_jobs() {
     // A node that stopped heartbeating gets no new work while its lease still stands.
     let mut quiet = node("n3", &["H200"]);
     quiet.last_heartbeat_at = now() - chrono::Duration::seconds(8);
-    let d = scheduler()
-        .with_suspect_after(std::time::Duration::from_secs(5))
-        .decide(&Snapshot {
-            nodes: &[quiet],
-            tenants: &tenants,
-            holding: &[],
-            pending: &pending[..1],
-            now: now(),
-            reachable: None,
-        })
-        .expect("a possible state");
+    quiet.lease_expires_at = quiet.last_heartbeat_at + chrono::Duration::seconds(30);
+    let suspecting = |n: &Node| {
+        scheduler()
+            .with_suspect_after(
+                std::time::Duration::from_secs(5),
+                std::time::Duration::from_secs(30),
+            )
+            .decide(&Snapshot {
+                nodes: std::slice::from_ref(n),
+                tenants: &tenants,
+                holding: &[],
+                pending: &pending[..1],
+                now: now(),
+                reachable: None,
+            })
+            .expect("a possible state")
+    };
+    let d = suspecting(&quiet);
     assert_eq!(waits(&d, "j1").map(|r| r.code), Some("NoReadyNodes".into()));
+    // One told to beat twice as rarely (a paced fleet, its lease doubled) is not silent yet.
+    quiet.lease_expires_at = quiet.last_heartbeat_at + chrono::Duration::seconds(60);
+    let d = suspecting(&quiet);
+    assert!(placed(&d, "j1").is_some(), "a paced node still takes work");
 }
 
 #[test]
