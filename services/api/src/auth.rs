@@ -11,7 +11,7 @@ use actix_web::http::{Method, header};
 use actix_web::{FromRequest, HttpMessage, HttpRequest, web};
 use allot_authz::{Action, Policies, Resource, Session, Subject, TenantTree};
 use allot_domain::{Actor, ActorKind, AuditContext, Role, RoleBinding};
-use allot_store::{IdentityRepo, SessionRepo, TenantRepo, TenantScope, TokenRepo};
+use allot_store::{IdentityRepo, SessionRepo, TenantRepo, TenantScope};
 
 use crate::AppState;
 use crate::jwt::JwtError;
@@ -28,7 +28,19 @@ pub struct UnusableToken(pub String);
 pub struct Tenants {
     tree: Arc<TenantTree>,
     live: Arc<Vec<allot_domain::Tenant>>,
+    /// Decision sessions on these tenants, by caller and grants (all a session is built
+    /// from besides the tenants): built on a caller's first decision and reused by its
+    /// next requests until a tenant changes (which makes new `Tenants`; API tokens' requests
+    /// reuse `Tenants` while the version holds). At most [`MAX_SESSIONS`], then started
+    /// afresh.
+    sessions: Arc<std::sync::Mutex<HashMap<String, SessionSlot>>>,
 }
+
+/// A decision session, built by the first decision that needs it.
+type SessionSlot = Arc<std::sync::OnceLock<Session>>;
+
+/// How many tokens' sessions one `Tenants` keeps.
+const MAX_SESSIONS: usize = 4096;
 
 impl Tenants {
     fn new(all: Vec<(allot_domain::Tenant, bool)>) -> Self {
@@ -41,7 +53,27 @@ impl Tenants {
                 .map(|(t, _)| t)
                 .collect(),
         );
-        Self { tree, live }
+        Self {
+            tree,
+            live,
+            sessions: Arc::default(),
+        }
+    }
+
+    /// The session slot of caller `id` with `bindings` on these tenants.
+    fn session(&self, id: &str, bindings: &[RoleBinding]) -> SessionSlot {
+        let mut key = id.to_owned();
+        for b in bindings {
+            key.push('\n');
+            key.push_str(b.role.as_str());
+            key.push('@');
+            key.push_str(b.tenant_id.as_deref().unwrap_or_default());
+        }
+        let mut sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
+        if sessions.len() >= MAX_SESSIONS && !sessions.contains_key(&key) {
+            sessions.clear();
+        }
+        sessions.entry(key).or_default().clone()
     }
 }
 
@@ -90,7 +122,7 @@ pub struct Principal {
     /// The tenants that exist, as read to authenticate this request: what the request
     /// decides on names and limits from, one snapshot.
     live: Arc<Vec<allot_domain::Tenant>>,
-    session: Arc<std::sync::OnceLock<Session>>,
+    session: SessionSlot,
 }
 
 impl std::fmt::Debug for Principal {
@@ -400,6 +432,7 @@ impl Caller<'_> {
         auth_method: &'static str,
         tenants: &Tenants,
     ) -> Principal {
+        let session = tenants.session(&id, &bindings);
         Principal {
             kind,
             id,
@@ -410,13 +443,13 @@ impl Caller<'_> {
             policies: self.state.policies.clone(),
             tree: tenants.tree.clone(),
             live: tenants.live.clone(),
-            session: Arc::default(),
+            session,
         }
     }
 
     /// One of Allot's own API tokens.
     async fn api_token(self, token: &str) -> Result<Principal, ApiError> {
-        let found = self.state.store.use_token(&secret::hash(token)).await?;
+        let found = self.state.tokens.use_token(&secret::hash(token)).await?;
         let now = self.state.store.clock().now();
         match found {
             Some((t, version)) if t.is_usable(now) => {

@@ -635,12 +635,14 @@ pub async fn start(
     let leadership = Arc::new(leadership::Leadership::default());
     let (audit_batcher, batcher_task) = allot_store::AuditBatcher::start(store.clone(), 512);
     let (submits, submits_task) = allot_store::SubmitBatcher::start(store.clone(), 256);
+    let (tokens, tokens_task) = allot_store::TokenReader::start(store.clone(), 256);
     let (beats, beats_task) = allot_store::BeatBatcher::start(store.clone(), 512);
     let (job_logs, _) = tokio::sync::broadcast::channel(1024);
     let wake_leader = Arc::new(Notify::new());
     let state = AppState {
         audit_batcher,
         submits,
+        tokens,
         admission: Arc::new(allot_api::admission::Admission::new(store.clone())),
         tenant_trees: Arc::default(),
         audit_keys: keys.clone(),
@@ -719,6 +721,7 @@ pub async fn start(
     tasks.extend([
         batcher_task,
         submits_task,
+        tokens_task,
         tokio::spawn(async move {
             if let Err(e) = http.await {
                 tracing::error!(error = %e, "HTTP server stopped");

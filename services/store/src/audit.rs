@@ -9,10 +9,12 @@ use allot_domain::{AuditContext, AuditEntry, AuditEvent, LegalHold, Outcome, SYS
 use base64::Engine;
 use chrono::{DateTime, Utc};
 use sea_orm::sea_query::OnConflict;
-use sea_orm::sea_query::{Expr, LikeExpr};
+use sea_orm::sea_query::{
+    Alias, CommonTableExpression, Expr, LikeExpr, PostgresQueryBuilder, WithClause,
+};
 use sea_orm::{
-    ActiveValue::Set, ColumnTrait, Condition, ConnectionTrait, EntityTrait, Order, QueryFilter,
-    QueryOrder, QuerySelect,
+    ActiveValue::Set, ColumnTrait, Condition, ConnectionTrait, DbBackend, EntityTrait, Order,
+    QueryFilter, QueryOrder, QuerySelect, QueryTrait, Statement,
 };
 
 use crate::convert::{chunks, to_i64, to_u64};
@@ -272,20 +274,48 @@ pub(crate) async fn record_batch<C: ConnectionTrait>(
         });
         range.append(leaf);
     }
+    let head = audit_logs::Entity::update_many()
+        .col_expr(
+            audit_logs::Column::Size,
+            Expr::value(to_i64("size", range.size())?),
+        )
+        .col_expr(
+            audit_logs::Column::Frontier,
+            Expr::value(range.frontier().iter().map(hex::encode).collect::<String>()),
+        )
+        .col_expr(audit_logs::Column::UpdatedAt, Expr::value(now))
+        .filter(audit_logs::Column::LogId.eq(log))
+        .into_query();
     // Bounded statements: PostgreSQL takes at most 65535 bind parameters.
-    for chunk in chunks(rows, 1000) {
+    const PER_STATEMENT: usize = 1000;
+    if db.get_database_backend() == DbBackend::Postgres && rows.len() <= PER_STATEMENT {
+        // The entries and the new head in one statement: the head stays locked for one
+        // round trip fewer, and every replica appending to this log waits that much less.
+        let entries = audit_entries::Entity::insert_many(rows).into_query();
+        let appended = WithClause::new()
+            .cte(
+                CommonTableExpression::new()
+                    .query(entries)
+                    .table_name(Alias::new("appended"))
+                    .to_owned(),
+            )
+            .to_owned()
+            .query(head);
+        let (sql, values) = appended.build(PostgresQueryBuilder);
+        db.execute_raw(Statement::from_sql_and_values(
+            DbBackend::Postgres,
+            sql,
+            values,
+        ))
+        .await?;
+        return Ok(first);
+    }
+    for chunk in chunks(rows, PER_STATEMENT) {
         audit_entries::Entity::insert_many(chunk)
             .exec_without_returning(db)
             .await?;
     }
-    audit_logs::Entity::update(audit_logs::ActiveModel {
-        log_id: Set(log.to_owned()),
-        size: Set(to_i64("size", range.size())?),
-        frontier: Set(range.frontier().iter().map(hex::encode).collect()),
-        updated_at: Set(now),
-    })
-    .exec(db)
-    .await?;
+    db.execute(&head).await?;
     Ok(first)
 }
 

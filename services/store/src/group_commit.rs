@@ -1,7 +1,8 @@
 //! Group commit: callers queue writes, one task commits whatever has queued, one
 //! transaction per audit log, so a busy log pays one commit (one fsync, one lock of its
 //! head) per batch instead of one per write. Batches for different logs commit
-//! concurrently; the next batch is gathered while one commits.
+//! concurrently; the next batch is gathered while one commits. Reads that many requests
+//! make alike use the same queue (`TokenReader`: one statement per batch).
 
 use std::collections::BTreeMap;
 use std::future::Future;

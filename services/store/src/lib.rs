@@ -69,7 +69,7 @@ pub use sign_ins::{PendingSignIn, SignInRepo};
 pub use submits::SubmitBatcher;
 pub use tenant_secrets::SecretRepo;
 pub use tenants::{TenantDeletion, TenantRepo};
-pub use tokens::{NewToken, TokenRepo};
+pub use tokens::{NewToken, TokenReader, TokenRepo};
 pub use volumes::VolumeRepo;
 pub use wakeups::{WAKEUP_CHANNEL, Wakeup, WakeupListener};
 

@@ -11,6 +11,7 @@ use sea_orm::{
 use crate::audit::record;
 use crate::convert::parse;
 use crate::entities::api_tokens;
+use crate::group_commit::GroupCommit;
 use crate::{Store, StoreError, TenantScope, new_id};
 
 #[derive(Debug, Clone)]
@@ -69,6 +70,108 @@ struct TokenRow {
     tenants_version: i64,
 }
 
+/// The tokens with these secret hashes (each usable or not, `None` when unknown), in the
+/// order asked, with the tenants' version, all read in one statement; each usable one is
+/// marked used.
+async fn use_tokens(
+    store: &Store,
+    secret_hashes: Vec<String>,
+) -> Result<Vec<Option<(ApiToken, i64)>>, StoreError> {
+    let mut unique = secret_hashes.clone();
+    unique.sort_unstable();
+    unique.dedup();
+    let rows = api_tokens::Entity::find()
+        .filter(api_tokens::Column::SecretHash.is_in(unique))
+        .column_as(
+            Expr::cust("(SELECT version FROM tenants_version WHERE id = 1)"),
+            "tenants_version",
+        )
+        .into_model::<TokenRow>()
+        .all(&store.db)
+        .await?;
+    let now = store.clock.now();
+    let mut by_hash = std::collections::HashMap::with_capacity(rows.len());
+    for row in rows {
+        let version = row.tenants_version;
+        let hash = row.secret_hash.clone();
+        let token = to_domain(api_tokens::Model {
+            id: row.id,
+            name: row.name,
+            tenant_id: row.tenant_id,
+            role: row.role,
+            secret_hash: row.secret_hash,
+            created_at: row.created_at,
+            expires_at: row.expires_at,
+            revoked_at: row.revoked_at,
+            last_used_at: row.last_used_at,
+        })?;
+        // Recorded to the minute: a token used by many clients at once is one row, and a
+        // write of it on every request would queue them all behind its lock.
+        let stale = token
+            .last_used_at
+            .is_none_or(|at| now - at >= chrono::Duration::seconds(LAST_USED_GRAIN_SECS));
+        if token.is_usable(now) && stale {
+            api_tokens::Entity::update(api_tokens::ActiveModel {
+                id: Set(token.id.clone()),
+                last_used_at: Set(Some(now)),
+                ..Default::default()
+            })
+            .exec(&store.db)
+            .await?;
+        }
+        by_hash.insert(hash, (token, version));
+    }
+    Ok(secret_hashes
+        .iter()
+        .map(|h| by_hash.get(h).cloned())
+        .collect())
+}
+
+/// Token reads in groups: the requests that arrive while one read runs are authenticated
+/// together by the next, one statement for all of them, so a burst of requests costs the
+/// database a statement per group rather than per request. Each request's read starts
+/// after the request arrived: a token revoked before it is refused, as by
+/// [`TokenRepo::use_token`].
+#[derive(Clone)]
+pub struct TokenReader {
+    queue: GroupCommit<String, Option<(ApiToken, i64)>>,
+}
+
+impl TokenReader {
+    /// Starts the reading task; it ends when every clone of the reader is dropped.
+    pub fn start(store: Store, max_batch: usize) -> (Self, tokio::task::JoinHandle<()>) {
+        let (queue, task) = GroupCommit::start(
+            max_batch,
+            |_: &String| String::new(),
+            move |_, hashes: Vec<String>| {
+                let store = store.clone();
+                async move {
+                    match use_tokens(&store, hashes.clone()).await {
+                        Ok(found) => found.into_iter().map(Ok).collect(),
+                        // Each read again on its own, to answer each with its own error.
+                        Err(_) => {
+                            let mut answers = Vec::with_capacity(hashes.len());
+                            for h in &hashes {
+                                answers.push(store.use_token(h).await);
+                            }
+                            answers
+                        }
+                    }
+                }
+            },
+        );
+        (Self { queue }, task)
+    }
+
+    /// [`TokenRepo::use_token`], read with whatever other requests queued meanwhile.
+    pub async fn use_token(
+        &self,
+        secret_hash: &str,
+    ) -> Result<Option<(ApiToken, i64)>, StoreError> {
+        self.queue.submit(secret_hash.to_owned()).await
+    }
+}
+
 /// How fresh a token's `last_used_at` is kept.
 const LAST_USED_GRAIN_SECS: i64 = 60;
 
@@ -121,47 +224,8 @@ impl TokenRepo for Store {
     }
 
     async fn use_token(&self, secret_hash: &str) -> Result<Option<(ApiToken, i64)>, StoreError> {
-        let Some(row) = api_tokens::Entity::find()
-            .filter(api_tokens::Column::SecretHash.eq(secret_hash))
-            .column_as(
-                Expr::cust("(SELECT version FROM tenants_version WHERE id = 1)"),
-                "tenants_version",
-            )
-            .into_model::<TokenRow>()
-            .one(&self.db)
-            .await?
-        else {
-            return Ok(None);
-        };
-        let version = row.tenants_version;
-        let m = api_tokens::Model {
-            id: row.id,
-            name: row.name,
-            tenant_id: row.tenant_id,
-            role: row.role,
-            secret_hash: row.secret_hash,
-            created_at: row.created_at,
-            expires_at: row.expires_at,
-            revoked_at: row.revoked_at,
-            last_used_at: row.last_used_at,
-        };
-        let token = to_domain(m)?;
-        let now = self.clock.now();
-        // Recorded to the minute: a token used by many clients at once is one row, and a
-        // write of it on every request would queue them all behind its lock.
-        let stale = token
-            .last_used_at
-            .is_none_or(|at| now - at >= chrono::Duration::seconds(LAST_USED_GRAIN_SECS));
-        if token.is_usable(now) && stale {
-            api_tokens::Entity::update(api_tokens::ActiveModel {
-                id: Set(token.id.clone()),
-                last_used_at: Set(Some(now)),
-                ..Default::default()
-            })
-            .exec(&self.db)
-            .await?;
-        }
-        Ok(Some((token, version)))
+        let mut found = use_tokens(self, vec![secret_hash.to_owned()]).await?;
+        Ok(found.pop().flatten())
     }
 
     async fn token(&self, scope: &TenantScope, id: &str) -> Result<ApiToken, StoreError> {

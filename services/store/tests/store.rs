@@ -646,11 +646,36 @@ both_backends!(tokens, |store, clock| {
             .is_none()
     );
 
+    // Read in groups: concurrent requests answered each with its own token (or none),
+    // the same token asked for twice answered twice.
+    let (reader, _task) = allot_store::TokenReader::start(store.clone(), 16);
+    let [ha, hb, hc] = ["a", "b", "c"].map(|c| c.repeat(64));
+    let (a, b, b_again, unknown) = tokio::join!(
+        reader.use_token(&ha),
+        reader.use_token(&hb),
+        reader.use_token(&hb),
+        reader.use_token(&hc),
+    );
+    let id = |r: Result<Option<(allot_domain::ApiToken, i64)>, StoreError>| {
+        r.expect("read").map(|(t, _)| t.id)
+    };
+    assert_eq!(id(a), Some(admin.id.clone()));
+    assert_eq!(id(b), Some(member.id.clone()));
+    assert_eq!(id(b_again), Some(member.id.clone()));
+    assert_eq!(id(unknown), None);
+
     let revoked = store
         .revoke_token(&ctx(), &TenantScope::tenant(t.id.clone()), &member.id)
         .await
         .expect("revoke");
     assert!(!revoked.is_usable(clock.now()));
+    // A read after the revocation sees it.
+    let (after, _) = reader
+        .use_token(&"b".repeat(64))
+        .await
+        .expect("read")
+        .expect("found");
+    assert!(!after.is_usable(clock.now()));
     let of_t = TenantScope::tenant(t.id.clone());
     assert_eq!(store.list_tokens(&of_t).await.expect("list").len(), 1);
     assert_eq!(
