@@ -437,8 +437,16 @@ impl Metrics {
             .map(|t| (t.id.as_str(), t.name.as_str()))
             .collect();
         let nodes = store.list_nodes().await?;
+        // Counted by the database; only the jobs that hold GPUs are read.
+        let counts = store.count_jobs_by_state().await?;
         let jobs = store
-            .list_jobs(JobFilter::new(TenantScope::All))
+            .list_jobs(JobFilter {
+                states: JobState::ALL
+                    .into_iter()
+                    .filter(|s| s.holds_resources())
+                    .collect(),
+                ..JobFilter::new(TenantScope::All)
+            })
             .await?
             .jobs;
 
@@ -456,18 +464,25 @@ impl Metrics {
         }
         let mut held: HashMap<(String, String), i64> = HashMap::new();
         let mut tenant_milli: HashMap<String, i64> = HashMap::new();
+        for (tenant_id, state, n) in &counts {
+            let tenant = tenant_name
+                .get(tenant_id.as_str())
+                .copied()
+                .unwrap_or("unknown")
+                .to_owned();
+            self.jobs
+                .get_or_create(&JobLabels {
+                    tenant,
+                    state: state.as_str().to_owned(),
+                })
+                .inc_by(i64::try_from(*n).unwrap_or(i64::MAX));
+        }
         for j in &jobs {
             let tenant = tenant_name
                 .get(j.tenant_id.as_str())
                 .copied()
                 .unwrap_or("unknown")
                 .to_owned();
-            self.jobs
-                .get_or_create(&JobLabels {
-                    tenant: tenant.clone(),
-                    state: j.state.as_str().to_owned(),
-                })
-                .inc();
             if j.state.holds_resources() {
                 let per_gpu = i64::from(j.held_gpu_milli.unwrap_or(allot_domain::GPU_MILLI));
                 for uuid in &j.gpu_uuids {

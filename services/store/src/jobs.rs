@@ -114,6 +114,11 @@ pub trait JobRepo {
     fn list_jobs(&self, f: JobFilter) -> impl Future<Output = Result<JobPage, StoreError>> + Send;
     /// How many jobs the filter matches, its cursors and limit aside.
     fn count_jobs(&self, f: JobFilter) -> impl Future<Output = Result<u64, StoreError>> + Send;
+    /// How many jobs each tenant (by id) has in each state, counted by the database (what
+    /// the metrics report, without reading every job ever submitted).
+    fn count_jobs_by_state(
+        &self,
+    ) -> impl Future<Output = Result<Vec<(String, JobState, u64)>, StoreError>> + Send;
     /// Moves a job from `from` to `to` if it is still in `from`, recording the transition.
     /// Fails with `Conflict` when another change got there first.
     fn transition_job(
@@ -839,6 +844,35 @@ impl JobRepo for Store {
             Some(q) => Ok(q.count(&self.db).await?),
             None => Ok(0),
         }
+    }
+
+    async fn count_jobs_by_state(&self) -> Result<Vec<(String, JobState, u64)>, StoreError> {
+        #[derive(sea_orm::FromQueryResult)]
+        struct Count {
+            tenant_id: String,
+            state: String,
+            n: i64,
+        }
+        let counts = jobs::Entity::find()
+            .select_only()
+            .column(jobs::Column::TenantId)
+            .column(jobs::Column::State)
+            .column_as(jobs::Column::Id.count(), "n")
+            .group_by(jobs::Column::TenantId)
+            .group_by(jobs::Column::State)
+            .into_model::<Count>()
+            .all(&self.db)
+            .await?;
+        counts
+            .into_iter()
+            .map(|c| {
+                Ok((
+                    c.tenant_id,
+                    parse("job state", &c.state)?,
+                    to_u64("count", c.n)?,
+                ))
+            })
+            .collect()
     }
 
     async fn transition_job(

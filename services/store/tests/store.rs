@@ -220,6 +220,11 @@ both_backends!(jobs_move_through_the_state_machine, |store, clock| {
         .expect("create");
     assert_eq!(job.state, JobState::Pending);
     assert_eq!(job.spec, spec("t", 2));
+    // Counted by tenant and state, as the metrics report them.
+    assert_eq!(
+        store.count_jobs_by_state().await.expect("count"),
+        vec![(t.id.clone(), JobState::Pending, 1)]
+    );
 
     let reason = PendingReason {
         code: "X".into(),
