@@ -47,7 +47,7 @@ impl Agent {
                         // Its jobs run on; it takes no new work. Tell the control plane now.
                         tracing::warn!(%what, "GPU degraded");
                         if self.lock_degraded().insert(uuid.clone()) {
-                            let every = self.lock_lease().interval;
+                            let every = self.lock_lease().every();
                             self.heartbeat(every).await;
                         }
                         continue;
@@ -58,7 +58,7 @@ impl Agent {
                         self.lock_drained().insert(uuid.clone());
                         // Tell the control plane first, so the jobs stopped below are not
                         // placed on this GPU again.
-                        let every = self.lock_lease().interval;
+                        let every = self.lock_lease().every();
                         self.heartbeat(every).await;
                         StopReason::DeviceFault
                     }

@@ -15,6 +15,12 @@ pub(crate) struct Lease {
 }
 
 impl Lease {
+    /// How often to heartbeat: the interval last said, at least 100 ms (also before
+    /// anything was said).
+    pub(crate) fn every(&self) -> Duration {
+        self.interval.max(Duration::from_millis(100))
+    }
+
     /// A call sent at `sent` was accepted: the lease runs `duration` from then (as that
     /// answer set it), and beats come every `interval` from now on. Zeros (a control plane
     /// that did not say) keep what was said before.
@@ -23,7 +29,7 @@ impl Lease {
             self.duration = duration;
         }
         if !interval.is_zero() {
-            self.interval = interval.max(Duration::from_millis(100));
+            self.interval = interval;
         }
         self.valid_until = Some(sent + self.duration);
     }

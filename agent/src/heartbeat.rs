@@ -194,7 +194,7 @@ impl Agent {
         let mut failures = 0;
         let mut moved = false;
         loop {
-            let every = self.lock_lease().interval.max(Duration::from_millis(100));
+            let every = self.lock_lease().every();
             // A failed heartbeat is tried again soon, at once on the replica the link moved
             // to: the lease runs on meanwhile.
             let wait = if failures == 0 {

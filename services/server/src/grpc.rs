@@ -55,13 +55,6 @@ fn millis(d: Duration) -> u32 {
     u32::try_from(d.as_millis()).unwrap_or(u32::MAX)
 }
 
-/// A lease's length on the record's clock (at most a year: no pace stretches it so far).
-fn lease_span(lease: Duration) -> chrono::Duration {
-    chrono::Duration::from_std(lease)
-        .unwrap_or(chrono::Duration::MAX)
-        .min(chrono::Duration::days(365))
-}
-
 /// How often GPU samples are stored per node, and old ones pruned.
 #[derive(Debug, Default)]
 pub struct SampleClock {
@@ -315,7 +308,7 @@ impl NodeSvc {
         let gpus = gpus_from_proto(r.gpus.clone())?;
         let changed = gpus != node.gpus;
         let (interval, lease) = self.pacing.current();
-        let until = self.store.clock().now() + lease_span(lease);
+        let until = self.lease_until(lease);
         let samples: Vec<(String, allot_store::Sample)> = r
             .gpus
             .iter()
@@ -569,7 +562,7 @@ impl NodeSvc {
                     cpu_milli: bounded("cpu_milli", r.cpu_milli, 100_000_000)?,
                     memory_bytes: bounded("memory_bytes", r.memory_bytes, 1 << 50)?,
                     gpus: gpus_from_proto(r.gpus)?,
-                    lease_expires_at: self.store.clock().now() + lease_span(lease),
+                    lease_expires_at: self.lease_until(lease),
                 },
             )
             .await
@@ -645,6 +638,15 @@ impl NodeSvc {
         self.ca
             .sign_node(csr_pem, node, now, now + ttl, crate::pki::random16())
             .map_err(|e| Status::invalid_argument(format!("csr_pem: {e}")))
+    }
+
+    /// When a lease of `lease` granted now ends, on the record's clock (at most a year
+    /// ahead: no pace stretches a lease so far).
+    fn lease_until(&self, lease: Duration) -> chrono::DateTime<chrono::Utc> {
+        self.store.clock().now()
+            + chrono::Duration::from_std(lease)
+                .unwrap_or(chrono::Duration::MAX)
+                .min(chrono::Duration::days(365))
     }
 
     /// The jobs the record places on `node_id`, in `states`.

@@ -477,19 +477,18 @@ impl Metrics {
                 })
                 .inc_by(i64::try_from(*n).unwrap_or(i64::MAX));
         }
+        // `jobs` are those that hold GPUs (read so above).
         for j in &jobs {
             let tenant = tenant_name
                 .get(j.tenant_id.as_str())
                 .copied()
                 .unwrap_or("unknown")
                 .to_owned();
-            if j.state.holds_resources() {
-                let per_gpu = i64::from(j.held_gpu_milli.unwrap_or(allot_domain::GPU_MILLI));
-                for uuid in &j.gpu_uuids {
-                    let node = j.node_id.clone().unwrap_or_default();
-                    *held.entry((node, uuid.clone())).or_default() += per_gpu;
-                    *tenant_milli.entry(tenant.clone()).or_default() += per_gpu;
-                }
+            let per_gpu = i64::from(j.held_gpu_milli.unwrap_or(allot_domain::GPU_MILLI));
+            for uuid in &j.gpu_uuids {
+                let node = j.node_id.clone().unwrap_or_default();
+                *held.entry((node, uuid.clone())).or_default() += per_gpu;
+                *tenant_milli.entry(tenant.clone()).or_default() += per_gpu;
             }
         }
 
