@@ -133,34 +133,89 @@ fn read(path: &Path) -> String {
         .to_owned()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_frozen_leader_is_replaced_and_writes_nothing_when_it_wakes() {
-    let db = TestDb::new(Backend::Postgres).await.expect("PostgreSQL");
-    let url = db.url.clone();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let root: PathBuf = dir.path().to_owned();
-    let http = allot_system_tests::http_client()
+/// The tests' HTTP client: a replica that does not answer in 5 s has failed the test.
+fn client() -> reqwest::Client {
+    allot_system_tests::http_client()
         .timeout(Duration::from_secs(5))
         .build()
-        .expect("client");
-    let (mut a, mut b) = leader_and_follower(&http, &url, &root, 2, &[]).await;
+        .expect("client")
+}
+
+/// Replicas a (leading) and b on a fresh PostgreSQL database with `lease_secs` leases, the
+/// agent of node n1, and job `before` running on it.
+struct Running {
+    _db: TestDb,
+    _dir: tempfile::TempDir,
+    url: String,
+    root: PathBuf,
+    http: reqwest::Client,
+    token: String,
+    a: Replica,
+    b: Replica,
+    agent: Child,
+    first: String,
+}
+
+impl Running {
+    /// The agent is given the follower first when `via_follower` (it is sent on to the
+    /// leader), else the leader; the job is submitted through the same replica.
+    async fn start(lease_secs: u64, via_follower: bool) -> Self {
+        let db = TestDb::new(Backend::Postgres).await.expect("PostgreSQL");
+        let url = db.url.clone();
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root: PathBuf = dir.path().to_owned();
+        let http = client();
+        let (a, b) = leader_and_follower(&http, &url, &root, lease_secs, &[]).await;
+        let token = read(&root.join("server/admin.token"));
+        let api = Api {
+            http: &http,
+            token: token.clone(),
+        };
+        let (via, other) = if via_follower { (&b, &a) } else { (&a, &b) };
+        let agent = join_agent(&api, &root, via, &[&via.grpc, &other.grpc]).await;
+        let first = api.submit(&via.http, "before").await;
+        eventually("the first job runs", Duration::from_secs(60), async || {
+            (api.job(&via.http, &first).await["state"] == "running").then_some(())
+        })
+        .await;
+        Self {
+            _db: db,
+            _dir: dir,
+            url,
+            root,
+            http,
+            token,
+            a,
+            b,
+            agent,
+            first,
+        }
+    }
+
+    /// Ends the agent and whichever replicas still run.
+    fn end(mut self) {
+        for child in [&mut self.agent, &mut self.a.child, &mut self.b.child] {
+            let _ = Command::new("kill").arg(child.id().to_string()).status();
+            let _ = child.wait();
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_leader_is_replaced_and_writes_nothing_when_it_wakes() {
+    let run = Running::start(2, true).await;
+    let (http, url, root, first) = (&run.http, &run.url, &run.root, &run.first);
+    let (a, b) = (&run.a, &run.b);
     let api = Api {
-        http: &http,
-        token: read(&root.join("server/admin.token")),
+        http,
+        token: run.token.clone(),
     };
-    // The agent is given the follower first: it is sent on to the leader.
-    let mut agent = join_agent(&api, &root, &b, &[&b.grpc, &a.grpc]).await;
-    let first = api.submit(&b.http, "before").await;
-    eventually("the first job runs", Duration::from_secs(60), async || {
-        (api.job(&b.http, &first).await["state"] == "running").then_some(())
-    })
-    .await;
 
     // Freeze the leader for several of its leases.
     signal(&a.child, "-STOP");
     let frozen = Instant::now();
     eventually("b takes over", Duration::from_secs(30), async || {
-        (b.epoch(&http).await == Some(2)).then_some(())
+        (b.epoch(http).await == Some(2)).then_some(())
     })
     .await;
     let takeover = frozen.elapsed();
@@ -176,13 +231,13 @@ async fn a_frozen_leader_is_replaced_and_writes_nothing_when_it_wakes() {
     eventually(
         "the woken replica follows",
         Duration::from_secs(30),
-        async || (a.epoch(&http).await == Some(0)).then_some(()),
+        async || (a.epoch(http).await == Some(0)).then_some(()),
     )
     .await;
     // Settle: the woken replica's timers have all fired.
     tokio::time::sleep(Duration::from_secs(3)).await;
 
-    let store = Store::connect(&url, std::sync::Arc::new(allot_domain::SystemClock))
+    let store = Store::connect(url, std::sync::Arc::new(allot_domain::SystemClock))
         .await
         .expect("store");
     let leader = store.leader().await.expect("lease");
@@ -191,10 +246,10 @@ async fn a_frozen_leader_is_replaced_and_writes_nothing_when_it_wakes() {
         ("b", 2),
         "{leader:?}"
     );
-    assert_eq!(b.epoch(&http).await, Some(2));
+    assert_eq!(b.epoch(http).await, Some(2));
     // The job that ran through the failover was neither failed nor requeued: one attempt,
     // running all along.
-    let j = api.job(&a.http, &first).await;
+    let j = api.job(&a.http, first).await;
     assert_eq!(
         (j["state"].as_str(), j["attempt"].as_u64()),
         (Some("running"), Some(1)),
@@ -216,11 +271,41 @@ async fn a_frozen_leader_is_replaced_and_writes_nothing_when_it_wakes() {
     let log = read(&root.join("a.log"));
     assert!(log.contains("leadership lost"), "{log}");
     eprintln!("takeover after a freeze: {takeover:?}");
+    run.end();
+}
 
-    for child in [&mut agent, &mut a.child, &mut b.child] {
-        let _ = Command::new("kill").arg(child.id().to_string()).status();
-        let _ = child.wait();
-    }
+/// A leader stopped cleanly (SIGTERM, as in a rolling restart) gives its lease up on the
+/// way out: the lease row ends when it stopped, not a lease later, and the follower takes
+/// over at its next look instead of waiting the lease out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_stopped_cleanly_gives_its_lease_up() {
+    // The leader has served the agent and the API (through its HTTP workers) before it
+    // stops.
+    let mut run = Running::start(6, false).await;
+    signal(&run.a.child, "-TERM");
+    let a = &mut run.a;
+    let stopped = eventually("a exits", Duration::from_secs(30), async || {
+        a.child.try_wait().ok().flatten()
+    })
+    .await;
+    assert!(stopped.success(), "a exited with {stopped}");
+    let exited = chrono::Utc::now();
+    let store = Store::connect(&run.url, std::sync::Arc::new(allot_domain::SystemClock))
+        .await
+        .expect("store");
+    let lease = store.leader().await.expect("lease");
+    assert!(
+        lease.epoch > 1 || (lease.holder == "a" && lease.expires_at <= exited),
+        "a's lease was not given up on a clean stop: {lease:?}"
+    );
+    eventually("b takes over", Duration::from_secs(30), async || {
+        (run.b.epoch(&run.http).await == Some(2)).then_some(())
+    })
+    .await;
+    let log = read(&run.root.join("a.log"));
+    assert!(!log.contains("not given up"), "{log}");
+    assert!(!log.contains("ERROR"), "{log}");
+    run.end();
 }
 
 /// Work taken by a follower reaches the leader at once (PostgreSQL `NOTIFY`), not at its
@@ -231,10 +316,7 @@ async fn a_submit_through_a_follower_wakes_the_leader() {
     let db = TestDb::new(Backend::Postgres).await.expect("PostgreSQL");
     let dir = tempfile::tempdir().expect("tempdir");
     let root: PathBuf = dir.path().to_owned();
-    let http = allot_system_tests::http_client()
-        .timeout(Duration::from_secs(5))
-        .build()
-        .expect("client");
+    let http = client();
     let slow = ["--schedule-interval-secs", "60"];
     let (mut a, mut b) = leader_and_follower(&http, &db.url, &root, 2, &slow).await;
     let api = Api {

@@ -12,11 +12,24 @@ use allot_store::{AuditRepo, Store, StoreError, StoredCheckpoint};
 use base64::Engine;
 use tokio_util::sync::CancellationToken;
 
+/// Whether two signed checkpoint notes state the same log at the same size: the same
+/// origin, size and root (their first three lines), whenever and by whichever replica they
+/// were signed. A replica whose term ended as it signed may have put its note in the sink
+/// first; the leader's note of that size says the same and the file stands.
+fn same_statement(a: &str, b: &str) -> bool {
+    fn head(note: &str) -> Vec<&str> {
+        note.split('\n').take(3).collect()
+    }
+    let (a, b) = (head(a), head(b));
+    a.len() == 3 && a == b
+}
+
 /// Where checkpoints go besides the database. The default writes files; an object store
 /// with object lock, or a witness that cosigns, implements the same trait.
 pub trait CheckpointSink: Send + Sync {
-    /// Stores the signed note of `log` at `size`. Writing the same note twice is fine;
-    /// a different note for an existing size is an error (somebody forked the log).
+    /// Stores the signed note of `log` at `size`. Writing the same statement twice (the
+    /// same origin, size and root, signed at another time) is fine and keeps the first; a
+    /// note of an existing size with another root is an error (somebody forked the log).
     fn write(&self, log: &str, size: u64, note: &str) -> std::io::Result<()>;
 }
 
@@ -49,7 +62,7 @@ impl CheckpointSink for DirSink {
                 f.sync_all()
             }
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                if std::fs::read_to_string(&path)? == note {
+                if same_statement(&std::fs::read_to_string(&path)?, note) {
                     Ok(())
                 } else {
                     Err(std::io::Error::new(
@@ -150,8 +163,12 @@ impl Checkpointer {
                 () = stop.cancelled() => break,
                 () = tokio::time::sleep(interval) => {}
             }
-            if let Err(e) = self.tick().await {
-                tracing::error!(error = %e, "audit checkpoint failed; retrying");
+            match self.tick().await {
+                Err(CheckpointError::Store(StoreError::Fenced(e))) => {
+                    tracing::warn!(error = %e, "audit checkpoint left to the new leader");
+                }
+                Err(e) => tracing::error!(error = %e, "audit checkpoint failed; retrying"),
+                Ok(_) => {}
             }
             if let Some(r) = &retention
                 && last_retention.is_none_or(|t| t.elapsed() >= RETENTION_EVERY)
@@ -165,8 +182,12 @@ impl Checkpointer {
             }
         }
         // One last checkpoint so a clean shutdown leaves nothing unsigned.
-        if let Err(e) = self.tick().await {
-            tracing::error!(error = %e, "final audit checkpoint failed");
+        match self.tick().await {
+            Err(CheckpointError::Store(StoreError::Fenced(e))) => {
+                tracing::warn!(error = %e, "final audit checkpoint left to the new leader");
+            }
+            Err(e) => tracing::error!(error = %e, "final audit checkpoint failed"),
+            Ok(_) => {}
         }
     }
 }
@@ -195,5 +216,34 @@ impl Retention {
             }
         }
         Ok(total)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn note(root: &str, time: &str) -> String {
+        format!("allot.test/t\n7\n{root}\nallot-time {time}\n\n— allot.test sig{time}\n")
+    }
+
+    #[test]
+    fn the_sink_keeps_the_first_note_of_a_statement_and_refuses_a_fork() {
+        let dir = std::env::temp_dir().join(format!("allot-sink-{}", std::process::id()));
+        let sink = DirSink { dir: dir.clone() };
+        let first = note("cm9vdA==", "2026-12-03T00:00:00Z");
+        sink.write("t", 7, &first).expect("first write");
+        sink.write("t", 7, &first).expect("the same note again");
+        // Signed again, later (a deposed leader got there first): the same statement.
+        sink.write("t", 7, &note("cm9vdA==", "2026-12-03T00:00:05Z"))
+            .expect("the same statement signed at another time");
+        let kept = std::fs::read_to_string(sink.path("t", 7)).expect("read");
+        // Another root at the same size: a fork, refused, and the file untouched.
+        let fork = sink.write("t", 7, &note("b3RoZXI=", "2026-12-03T00:00:09Z"));
+        let after = std::fs::read_to_string(sink.path("t", 7)).expect("read");
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(kept, first);
+        assert!(fork.is_err(), "a fork was accepted");
+        assert_eq!(after, first);
     }
 }

@@ -348,7 +348,12 @@ pub struct RunningServer {
     hub: Arc<Hub>,
     http: actix_web::dev::ServerHandle,
     metrics_http: Option<actix_web::dev::ServerHandle>,
-    tasks: Vec<JoinHandle<()>>,
+    /// What ends on `stop`: the gRPC server, the campaign with its leader work, the
+    /// wake-ups, and the heartbeat batcher once the gRPC server dropped its handle.
+    loops: Vec<JoinHandle<()>>,
+    /// What ends once the HTTP servers stopped: the servers themselves and the batchers
+    /// their requests feed.
+    http_tasks: Vec<JoinHandle<()>>,
 }
 
 impl RunningServer {
@@ -362,24 +367,36 @@ impl RunningServer {
         format!("https://{}", self.grpc_addr)
     }
 
-    /// Stops accepting, finishes in-flight requests, stops the loops, closes the database.
-    /// Connected agents get their streams closed; any call still open after
-    /// [`SHUTDOWN_GRACE`] is dropped.
+    /// Stops the loops (a leader gives its lease up, signs a last checkpoint and saves its
+    /// fair-share history), then stops accepting and finishes in-flight requests, then
+    /// closes the database. Connected agents get their streams closed; any call still open
+    /// after [`SHUTDOWN_GRACE`] is dropped.
+    ///
+    /// The loops stop first, while every HTTP worker still runs: a pooled database
+    /// connection that a worker opened lives on that worker's runtime and dies with it, so
+    /// a leader stopped after its workers could not give its lease up (the next leader then
+    /// waited a whole lease).
     pub async fn shutdown(self) {
+        self.stop.cancel();
+        self.hub.close_all();
+        join_within_grace(self.loops).await;
         self.http.stop(true).await;
         if let Some(m) = &self.metrics_http {
             m.stop(true).await;
         }
-        self.stop.cancel();
-        self.hub.close_all();
-        for mut t in self.tasks {
-            if tokio::time::timeout(SHUTDOWN_GRACE, &mut t).await.is_err() {
-                tracing::warn!("a server task did not stop in time; aborting it");
-                t.abort();
-            }
-        }
+        join_within_grace(self.http_tasks).await;
         if let Err(e) = self.store.close().await {
             tracing::warn!(error = %e, "closing the database");
+        }
+    }
+}
+
+/// Waits for each task up to [`SHUTDOWN_GRACE`], aborting one that takes longer.
+async fn join_within_grace(tasks: Vec<JoinHandle<()>>) {
+    for mut t in tasks {
+        if tokio::time::timeout(SHUTDOWN_GRACE, &mut t).await.is_err() {
+            tracing::warn!("a server task did not stop in time; aborting it");
+            t.abort();
         }
     }
 }
@@ -717,8 +734,8 @@ pub async fn start(
     .run();
     let http_handle = http.handle();
     // The batchers drain and end once the HTTP server has dropped their last handles.
-    let mut tasks: Vec<JoinHandle<()>> = metrics_task.into_iter().collect();
-    tasks.extend([
+    let mut http_tasks: Vec<JoinHandle<()>> = metrics_task.into_iter().collect();
+    http_tasks.extend([
         batcher_task,
         submits_task,
         tokens_task,
@@ -752,7 +769,7 @@ pub async fn start(
         .tls_config(grpc_tls)
         .map_err(|e| ServerError::GrpcTls(e.to_string()))?;
     let grpc_stop = stop.clone();
-    tasks.push(tokio::spawn(async move {
+    let mut loops = vec![tokio::spawn(async move {
         let incoming = tokio_stream::wrappers::TcpListenerStream::new(grpc_listener);
         let result = grpc_server
             .add_service(allot_proto::NodeServiceServer::new(svc))
@@ -761,7 +778,7 @@ pub async fn start(
         if let Err(e) = result {
             tracing::error!(error = %e, "gRPC server stopped");
         }
-    }));
+    })];
 
     let leader_work: leadership::LeaderWork = {
         let hub = hub.clone();
@@ -825,14 +842,14 @@ pub async fn start(
         grace: SHUTDOWN_GRACE / 2,
         fencing: config.fencing,
     };
-    tasks.push(tokio::spawn(campaign.run(first_term, stop.clone())));
+    loops.push(tokio::spawn(campaign.run(first_term, stop.clone())));
     // Work taken by a follower reaches the leader at once.
-    tasks.push(tokio::spawn(wakeups::announce_schedules(
+    loops.push(tokio::spawn(wakeups::announce_schedules(
         store.clone(),
         wake_leader,
         stop.clone(),
     )));
-    tasks.push(tokio::spawn(
+    loops.push(tokio::spawn(
         wakeups::Router {
             store: store.clone(),
             leadership: leadership.clone(),
@@ -842,7 +859,7 @@ pub async fn start(
         .run(stop.clone()),
     ));
     // Last: it drains and ends once the gRPC server has dropped its handle.
-    tasks.push(beats_task);
+    loops.push(beats_task);
 
     tracing::info!(%http_addr, %grpc_addr, backend = store.backend_name(), "control plane started");
     Ok(RunningServer {
@@ -858,6 +875,7 @@ pub async fn start(
         hub,
         http: http_handle,
         metrics_http,
-        tasks,
+        loops,
+        http_tasks,
     })
 }

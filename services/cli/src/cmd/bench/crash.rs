@@ -669,7 +669,8 @@ async fn leader(servers: &[Server], http: &reqwest::Client) -> Option<(usize, i6
 
 /// Kills (`frozen`: stops) the leader, submits a probe through another replica, waits for
 /// another replica to lead and the probe to be placed, then starts the old leader again
-/// after `down_for` (resumes it `frozen_for` after the fault).
+/// after `down_for` (resumes it `frozen_for` after the fault, just after a submit through
+/// another replica).
 async fn fail_leader(
     servers: &mut [Server],
     http: &reqwest::Client,
@@ -732,6 +733,10 @@ async fn fail_leader(
     }
     if frozen {
         tokio::time::sleep_until((t0 + frozen_for).into()).await;
+        // The worst moment to wake: work just submitted through another replica, so the
+        // woken leader finds a pending job and an audit log grown past its last checkpoint
+        // before it learns that its term is over. A fenced leader writes none of it.
+        load.submit(format!("wake-{n}"), 1, Some(at)).await;
         servers[at].signal(nix::sys::signal::Signal::SIGCONT);
     } else {
         tokio::time::sleep(down_for).await;
