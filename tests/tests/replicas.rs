@@ -191,12 +191,16 @@ impl Running {
             first,
         }
     }
+}
 
-    /// Ends the agent and whichever replicas still run.
-    fn end(mut self) {
+/// Ends the agent and whichever replicas still run, also when a test fails part-way.
+impl Drop for Running {
+    fn drop(&mut self) {
         for child in [&mut self.agent, &mut self.a.child, &mut self.b.child] {
-            let _ = Command::new("kill").arg(child.id().to_string()).status();
-            let _ = child.wait();
+            if matches!(child.try_wait(), Ok(None)) {
+                let _ = Command::new("kill").arg(child.id().to_string()).status();
+                let _ = child.wait();
+            }
         }
     }
 }
@@ -271,7 +275,7 @@ async fn a_frozen_leader_is_replaced_and_writes_nothing_when_it_wakes() {
     let log = read(&root.join("a.log"));
     assert!(log.contains("leadership lost"), "{log}");
     eprintln!("takeover after a freeze: {takeover:?}");
-    run.end();
+    drop(run);
 }
 
 /// A leader stopped cleanly (SIGTERM, as in a rolling restart) gives its lease up on the
@@ -305,7 +309,7 @@ async fn a_leader_stopped_cleanly_gives_its_lease_up() {
     let log = read(&run.root.join("a.log"));
     assert!(!log.contains("not given up"), "{log}");
     assert!(!log.contains("ERROR"), "{log}");
-    run.end();
+    drop(run);
 }
 
 /// Work taken by a follower reaches the leader at once (PostgreSQL `NOTIFY`), not at its
