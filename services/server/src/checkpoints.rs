@@ -163,12 +163,8 @@ impl Checkpointer {
                 () = stop.cancelled() => break,
                 () = tokio::time::sleep(interval) => {}
             }
-            match self.tick().await {
-                Err(CheckpointError::Store(StoreError::Fenced(e))) => {
-                    tracing::warn!(error = %e, "audit checkpoint left to the new leader");
-                }
-                Err(e) => tracing::error!(error = %e, "audit checkpoint failed; retrying"),
-                Ok(_) => {}
+            if let Err(e) = self.tick().await {
+                log_failure(&e, "audit checkpoint", "; retrying");
             }
             if let Some(r) = &retention
                 && last_retention.is_none_or(|t| t.elapsed() >= RETENTION_EVERY)
@@ -182,13 +178,20 @@ impl Checkpointer {
             }
         }
         // One last checkpoint so a clean shutdown leaves nothing unsigned.
-        match self.tick().await {
-            Err(CheckpointError::Store(StoreError::Fenced(e))) => {
-                tracing::warn!(error = %e, "final audit checkpoint left to the new leader");
-            }
-            Err(e) => tracing::error!(error = %e, "final audit checkpoint failed"),
-            Ok(_) => {}
+        if let Err(e) = self.tick().await {
+            log_failure(&e, "final audit checkpoint", "");
         }
+    }
+}
+
+/// Logs a failed checkpoint (`what`, then `then` after "failed"): one refused by the fence
+/// (this replica's term has ended) is a warning, since the new leader signs it.
+fn log_failure(e: &CheckpointError, what: &str, then: &str) {
+    match e {
+        CheckpointError::Store(StoreError::Fenced(e)) => {
+            tracing::warn!(error = %e, "{what} left to the new leader");
+        }
+        e => tracing::error!(error = %e, "{what} failed{then}"),
     }
 }
 

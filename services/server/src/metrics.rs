@@ -462,28 +462,20 @@ impl Metrics {
                     .set(0);
             }
         }
+        let name_of = |id: &str| tenant_name.get(id).copied().unwrap_or("unknown").to_owned();
         let mut held: HashMap<(String, String), i64> = HashMap::new();
         let mut tenant_milli: HashMap<String, i64> = HashMap::new();
         for (tenant_id, state, n) in &counts {
-            let tenant = tenant_name
-                .get(tenant_id.as_str())
-                .copied()
-                .unwrap_or("unknown")
-                .to_owned();
             self.jobs
                 .get_or_create(&JobLabels {
-                    tenant,
+                    tenant: name_of(tenant_id),
                     state: state.as_str().to_owned(),
                 })
                 .inc_by(i64::try_from(*n).unwrap_or(i64::MAX));
         }
         // `jobs` are those that hold GPUs (read so above).
         for j in &jobs {
-            let tenant = tenant_name
-                .get(j.tenant_id.as_str())
-                .copied()
-                .unwrap_or("unknown")
-                .to_owned();
+            let tenant = name_of(&j.tenant_id);
             let per_gpu = i64::from(j.held_gpu_milli.unwrap_or(allot_domain::GPU_MILLI));
             for uuid in &j.gpu_uuids {
                 let node = j.node_id.clone().unwrap_or_default();

@@ -809,9 +809,8 @@ pub async fn run(args: &ControlPlaneBench) -> anyhow::Result<()> {
         }
         _ => None,
     };
-    // Every node joined and stayed ready throughout the window: the leader renewed every
-    // node's lease in time.
-    // All ready throughout a window of at least two leases.
+    // Every node joined and stayed ready throughout a window of at least two leases: the
+    // leader renewed every node's lease in time.
     let kept_up = heartbeat["error"].is_null()
         && heartbeat["least_ready"].as_u64() == heartbeat["nodes"].as_u64()
         && heartbeat["window_leases"].as_f64().unwrap_or(0.0) >= 2.0;
