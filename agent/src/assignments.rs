@@ -151,6 +151,7 @@ impl Agent {
             &l.job_id,
             l.attempt,
             runtime::joblog::path(&self.cfg.data_dir, &l.job_id, l.attempt),
+            self.cfg.job_log_tail,
         )));
         {
             let mut jobs = self.lock_jobs();
@@ -328,6 +329,9 @@ impl Agent {
                     attempt,
                     ..Default::default()
                 });
+                let _ = agent.reports.send(logship::Outbound::Shipped(
+                    runtime::joblog::path(&agent.cfg.data_dir, &job_id, attempt),
+                ));
             }
             .instrument(span),
         );
@@ -412,6 +416,11 @@ pub(crate) async fn deliver_reports(
                     }
                 }
             }
+            logship::Outbound::Shipped(path) => {
+                if let Err(e) = runtime::joblog::mark_shipped(&path) {
+                    tracing::warn!(log = %path.display(), error = %e, "job log not marked as shipped");
+                }
+            }
             logship::Outbound::Logs(logs) => {
                 match until_answered(&link, |mut c| {
                     let l = logs.clone();
@@ -438,7 +447,7 @@ const REPLICA_CALL_TIMEOUT: Duration = Duration::from_secs(3);
 /// `call`'s answer, retried while the control plane is unreachable, or the error it
 /// refused with (not sent again). Retried often: a message stuck behind a partition holds
 /// up every later one (a job's start included).
-async fn until_answered<T, F, Fut>(link: &Link, call: F) -> Result<T, Status>
+pub(crate) async fn until_answered<T, F, Fut>(link: &Link, call: F) -> Result<T, Status>
 where
     F: Fn(NodeServiceClient<Channel>) -> Fut,
     Fut: Future<Output = Result<T, Status>>,

@@ -54,6 +54,9 @@ use crate::runtime::{
 
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
+/// How long an agent starting again spends shipping the logs its last run left, at most.
+const LEFTOVER_LOGS_WITHIN: Duration = Duration::from_secs(15);
+
 #[derive(Debug, Clone)]
 pub struct AgentConfig {
     /// The control plane's gRPC endpoints, e.g. `https://cp.example:7070`: one, or each
@@ -83,7 +86,13 @@ pub struct AgentConfig {
     /// first replica runs here meets. Empty: this machine's address on its route to the
     /// control plane.
     pub address: String,
+    /// How much of the end of each attempt's log the node keeps beside its first MiB (the
+    /// middle of a longer log is freed as it grows; see [`DEFAULT_JOB_LOG_TAIL`]).
+    pub job_log_tail: u64,
 }
+
+/// How much of the end of each attempt's log a node keeps by default.
+pub const DEFAULT_JOB_LOG_TAIL: u64 = logship::DEFAULT_KEEP_TAIL;
 
 /// This machine's address on its route to `server` (a URL): the source address the kernel
 /// picks to reach it (nothing is sent). Empty when that cannot be told.
@@ -360,6 +369,16 @@ pub async fn run(
             killed,
             "removed jobs left running by an earlier run of this agent"
         );
+    }
+    // What the killed attempts wrote, shipped while the control plane still counts them as
+    // this node's (registering tells it they are gone).
+    let registered_before = agent
+        .creds
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .is_some();
+    if registered_before {
+        agent.ship_leftover_logs(LEFTOVER_LOGS_WITHIN).await;
     }
     tokio::spawn(agent.clone().fence(shutdown.clone()));
     tokio::spawn(agent.clone().watch_gpus(shutdown.clone()));

@@ -5,12 +5,15 @@
 //! process ends) reaches the control plane before its end does.
 //!
 //! The log itself stays in the agent's data dir, which no job can see (see
-//! [`runtime::joblog`]); only the agent reads it, and only as a regular file.
+//! [`runtime::joblog`]); only the agent reads it, and only as a regular file. What the node
+//! keeps of it is bounded too: past its first [`HEAD_BYTES`] and its last
+//! `keep_tail` bytes (`allot agent --job-log-tail`), the agent frees the log's blocks as it
+//! grows ([`runtime::joblog::drop_middle`]), so a job that writes without end fills no disk.
 
 use std::io::{Read, Seek, SeekFrom};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use allot_domain::joblog::{CHUNK_MAX_BYTES, KEPT_BYTES, chunks, next_range};
+use allot_domain::joblog::{CHUNK_MAX_BYTES, HEAD_BYTES, TAIL_BYTES, chunks, next_range};
 use allot_proto::v1::{JobLogChunk, JobLogs};
 
 use super::*;
@@ -19,8 +22,15 @@ use super::*;
 pub(crate) const SHIP_EVERY: Duration = Duration::from_millis(500);
 
 /// How much of one attempt's output goes in one round: a job writing faster than this
-/// falls behind, and past [`KEPT_BYTES`] behind its oldest unshipped output is skipped.
-const ROUND_BYTES: u64 = CHUNK_MAX_BYTES;
+/// falls behind, and past [`TAIL_BYTES`] behind its oldest unshipped output (after the
+/// head) is skipped.
+const ROUND_BYTES: u64 = 4 * CHUNK_MAX_BYTES;
+
+/// What is left to ship of an attempt that ended, at most: its head and its tail.
+const REST_BYTES: u64 = HEAD_BYTES + TAIL_BYTES;
+
+/// How much of the end of each attempt's log a node keeps by default (beside its head).
+pub const DEFAULT_KEEP_TAIL: u64 = 64 * 1024 * 1024;
 
 /// How much shipped output may wait for delivery (the control plane unreachable) before
 /// the shipper stops reading more: the logs stay on disk meanwhile.
@@ -29,69 +39,86 @@ const QUEUED_MAX_BYTES: u64 = 16 * 1024 * 1024;
 /// The most bytes in one message (the gRPC limit is 4 MiB).
 const MESSAGE_MAX_BYTES: u64 = 1024 * 1024;
 
-/// One attempt's log and how much of it was shipped.
+/// One attempt's log, how much of it was shipped and how much of its middle was freed.
 #[derive(Debug)]
 pub(crate) struct LogCursor {
     job_id: String,
     attempt: u32,
     path: PathBuf,
     shipped: u64,
+    /// The node keeps the log's head and this much of its end.
+    keep_tail: u64,
+    /// Where the freed middle of the log ends (0: nothing freed).
+    freed_to: u64,
 }
 
 impl LogCursor {
-    pub(crate) fn new(job_id: &str, attempt: u32, path: PathBuf) -> Self {
+    pub(crate) fn new(job_id: &str, attempt: u32, path: PathBuf, keep_tail: u64) -> Self {
         Self {
             job_id: job_id.to_owned(),
             attempt,
             path,
             shipped: 0,
+            keep_tail: keep_tail.max(TAIL_BYTES),
+            freed_to: 0,
         }
     }
 
-    /// What was written since the last call, at most `budget` bytes, in chunks; a log not
-    /// yet created (the attempt is still being set up) has nothing.
-    fn take(&mut self, budget: u64) -> Vec<JobLogChunk> {
-        let read = || -> std::io::Result<Vec<JobLogChunk>> {
-            let mut f = match runtime::joblog::open(&self.path) {
-                Ok(f) => f,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-                Err(e) => return Err(e),
-            };
-            let len = f.metadata()?.len();
-            let Some(range) = next_range(self.shipped, len, budget) else {
-                return Ok(Vec::new());
-            };
-            let mut out = Vec::new();
-            f.seek(SeekFrom::Start(range.start))?;
-            for part in chunks(range) {
-                let mut data = Vec::new();
-                (&mut f)
-                    .take(part.end - part.start)
-                    .read_to_end(&mut data)?;
-                if data.is_empty() {
-                    break;
-                }
-                out.push(JobLogChunk {
-                    job_id: self.job_id.clone(),
-                    attempt: self.attempt,
-                    offset: part.start,
-                    data,
-                });
-            }
-            Ok(out)
-        };
-        match read() {
-            Ok(out) => {
-                if let Some(last) = out.last() {
-                    self.shipped = last.offset + last.data.len() as u64;
-                }
-                out
-            }
+    /// Frees what the node does not keep of the log (its middle, once shipped or skipped).
+    fn bound(&mut self) {
+        match runtime::joblog::drop_middle(&self.path, HEAD_BYTES, self.keep_tail, self.freed_to) {
+            Ok(to) => self.freed_to = to,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => {
-                tracing::warn!(job = %self.job_id, error = %e, "job log unreadable; not shipped");
-                Vec::new()
+                tracing::warn!(job = %self.job_id, error = %e, "job log's middle not freed");
             }
         }
+    }
+
+    /// What was written since the last call, at most `budget` bytes, in chunks (the head
+    /// first, then what is kept of the end); a log not yet created (the attempt is still
+    /// being set up) has nothing.
+    fn take(&mut self, budget: u64) -> Vec<JobLogChunk> {
+        let mut out = Vec::new();
+        let mut f = match runtime::joblog::open(&self.path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return out,
+            Err(e) => {
+                tracing::warn!(job = %self.job_id, error = %e, "job log unreadable; not shipped");
+                return out;
+            }
+        };
+        let mut read = |out: &mut Vec<JobLogChunk>| -> std::io::Result<()> {
+            let len = f.metadata()?.len();
+            let mut left = budget;
+            while let Some(range) = next_range(self.shipped, len, left) {
+                f.seek(SeekFrom::Start(range.start))?;
+                for part in chunks(range) {
+                    let mut data = Vec::new();
+                    (&mut f)
+                        .take(part.end - part.start)
+                        .read_to_end(&mut data)?;
+                    if data.is_empty() {
+                        // Shorter than it was a moment ago: nothing more to read.
+                        return Ok(());
+                    }
+                    let n = data.len() as u64;
+                    out.push(JobLogChunk {
+                        job_id: self.job_id.clone(),
+                        attempt: self.attempt,
+                        offset: part.start,
+                        data,
+                    });
+                    self.shipped = part.start + n;
+                    left = left.saturating_sub(n);
+                }
+            }
+            Ok(())
+        };
+        if let Err(e) = read(&mut out) {
+            tracing::warn!(job = %self.job_id, error = %e, "job log unreadable; not all shipped");
+        }
+        out
     }
 }
 
@@ -105,6 +132,9 @@ pub(crate) type SharedCursor = Arc<Mutex<LogCursor>>;
 pub(crate) enum Outbound {
     Status(JobStatusReport),
     Logs(JobLogs),
+    /// An attempt's log was delivered whole, and its end after it: marked so, so an agent
+    /// starting again ships only the logs of attempts it did not see to their end.
+    Shipped(PathBuf),
 }
 
 /// The bytes of log output queued and not yet delivered.
@@ -184,15 +214,56 @@ impl Agent {
                 let mut c = cursor.lock().unwrap_or_else(|e| e.into_inner());
                 let chunks = c.take(ROUND_BYTES);
                 self.queue_logs(chunks);
+                c.bound();
             }
+        }
+    }
+
+    /// Ships what is kept of the logs of attempts an earlier run of this agent did not see
+    /// to their end (it was killed, or the node lost power): what they wrote after the last
+    /// delivery, and while the agent was down, reaches the control plane, which keeps each
+    /// byte once. Done before registering, while the control plane still counts the attempts
+    /// as this node's; bounded by `within`.
+    pub(crate) async fn ship_leftover_logs(&self, within: Duration) {
+        let logs_dir = runtime::joblog::logs_dir(&self.cfg.data_dir);
+        let leftovers = runtime::joblog::unshipped(&logs_dir);
+        if leftovers.is_empty() {
+            return;
+        }
+        let ship = async {
+            for (job_id, attempt, path) in &leftovers {
+                let mut cursor =
+                    LogCursor::new(job_id, *attempt, path.clone(), self.cfg.job_log_tail);
+                for m in messages(cursor.take(REST_BYTES)) {
+                    let delivered = crate::assignments::until_answered(&self.link, |mut c| {
+                        let m = m.clone();
+                        async move { c.append_job_logs(m).await }
+                    })
+                    .await;
+                    if let Err(s) = delivered {
+                        tracing::warn!(job = %job_id, attempt, error = %s.message(), "an earlier run's job log not taken");
+                    }
+                }
+                if let Err(e) = runtime::joblog::mark_shipped(path) {
+                    tracing::warn!(job = %job_id, error = %e, "job log not marked as shipped");
+                }
+                tracing::info!(job = %job_id, attempt, "shipped the log an earlier run of this agent left");
+            }
+        };
+        if tokio::time::timeout(within, ship).await.is_err() {
+            tracing::warn!(
+                "the logs an earlier run of this agent left were not all shipped in time; \
+                 they stay on this node"
+            );
         }
     }
 
     /// Ships the rest of an attempt's log (its process ended): before its end is reported.
     pub(crate) fn flush_log(&self, cursor: &SharedCursor) {
         let mut c = cursor.lock().unwrap_or_else(|e| e.into_inner());
-        let chunks = c.take(KEPT_BYTES);
+        let chunks = c.take(REST_BYTES);
         self.queue_logs(chunks);
+        c.bound();
     }
 }
 
@@ -214,7 +285,7 @@ mod tests {
     fn a_cursor_ships_each_byte_once_in_order() {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("j.1.log");
-        let mut c = LogCursor::new("j", 1, path.clone());
+        let mut c = LogCursor::new("j", 1, path.clone(), DEFAULT_KEEP_TAIL);
         assert!(c.take(ROUND_BYTES).is_empty(), "no log yet");
         write(&path, b"one\n");
         let first = c.take(ROUND_BYTES);
@@ -235,7 +306,7 @@ mod tests {
         std::fs::write(&secret, b"private key").expect("write");
         let path = dir.path().join("j.1.log");
         std::os::unix::fs::symlink(&secret, &path).expect("symlink");
-        let mut c = LogCursor::new("j", 1, path);
+        let mut c = LogCursor::new("j", 1, path, DEFAULT_KEEP_TAIL);
         assert!(c.take(ROUND_BYTES).is_empty());
     }
 

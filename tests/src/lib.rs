@@ -177,6 +177,7 @@ pub async fn agent_config(
         sharing: allot_agent::sharing::SharingConfig::default(),
         runtime: allot_agent::RuntimeChoice::Process,
         address: String::new(),
+        job_log_tail: allot_agent::DEFAULT_JOB_LOG_TAIL,
     }
 }
 
@@ -448,6 +449,46 @@ impl TestCluster {
 }
 
 pub use allot_agent::runtime::process::process_group_alive;
+
+/// An `allot agent` process of the cluster (`--runtime process`, simulated `sim_gpus`), its
+/// files in the cluster's data dir under `name` and its output appended to `<name>.log`
+/// there; `token` for its first registration (none: it has its certificate from an earlier
+/// run). The caller ends it.
+pub fn agent_process(
+    c: &TestCluster,
+    name: &str,
+    sim_gpus: &str,
+    token: Option<&str>,
+) -> std::process::Child {
+    use std::process::{Command, Stdio};
+    let dir = c.data_dir.path().join(name);
+    std::fs::create_dir_all(&dir).expect("agent dir");
+    let ca = c.data_dir.path().join("node-ca.pem");
+    std::fs::write(&ca, &c.server.node_ca_pem).expect("CA file");
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.with_extension("log"))
+        .expect("agent log");
+    let mut cmd = Command::new(allot_bin());
+    cmd.arg("agent")
+        .args(["--server", &c.server.grpc_url()])
+        .arg("--ca-cert")
+        .arg(&ca)
+        .args(["--name", name])
+        .args(["--gpu-backend", "sim", "--sim-gpus", sim_gpus])
+        .arg("--data-dir")
+        .arg(&dir)
+        .args(["--runtime", "process", "--stop-grace-secs", "1"])
+        .env("ALLOT_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().expect("log"))
+        .stderr(log);
+    if let Some(t) = token {
+        cmd.args(["--bootstrap-token", t]);
+    }
+    cmd.spawn().expect("allot agent starts")
+}
 
 /// Builds (if needed) and locates the `allot` binary of this workspace and profile.
 pub fn allot_bin() -> std::path::PathBuf {

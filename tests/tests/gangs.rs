@@ -6,12 +6,12 @@
 //! counts against the gang's retries once.
 
 use std::collections::{BTreeSet, HashMap};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use allot_system_tests::{Backend, StatusCode, TestCluster, allot_bin, spawn_cluster_with};
+use allot_system_tests::{Backend, StatusCode, TestCluster, spawn_cluster_with};
 use serde_json::{Value, json};
 
 /// `allot agent` processes, SIGKILLed when dropped.
@@ -27,29 +27,8 @@ impl Drop for Agents {
 }
 
 async fn start_agent(c: &TestCluster, name: &str) -> Child {
-    let dir = c.data_dir.path().join(name);
-    std::fs::create_dir_all(&dir).expect("agent dir");
-    let ca = c.data_dir.path().join("node-ca.pem");
-    std::fs::write(&ca, &c.server.node_ca_pem).expect("CA file");
     let token = allot_system_tests::bootstrap_token(&c.server).await;
-    let log = std::fs::File::create(dir.with_extension("log")).expect("agent log");
-    Command::new(allot_bin())
-        .arg("agent")
-        .args(["--server", &c.server.grpc_url()])
-        .arg("--ca-cert")
-        .arg(&ca)
-        .args(["--bootstrap-token", &token])
-        .args(["--name", name])
-        .args(["--gpu-backend", "sim", "--sim-gpus", "2xH200"])
-        .arg("--data-dir")
-        .arg(&dir)
-        .args(["--runtime", "process", "--stop-grace-secs", "1"])
-        .env("ALLOT_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(log.try_clone().expect("log"))
-        .stderr(log)
-        .spawn()
-        .expect("allot agent starts")
+    allot_system_tests::agent_process(c, name, "2xH200", Some(&token))
 }
 
 /// The (job id, attempt) of every process on this machine that runs a job attempt, read

@@ -183,7 +183,7 @@ impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
         match e {
             StoreError::NotFound(what) => ApiError::NotFound(format!("{what} does not exist")),
-            StoreError::Conflict(msg) => ApiError::Conflict(msg),
+            StoreError::Conflict(msg) | StoreError::Stale(msg) => ApiError::Conflict(msg),
             StoreError::Refused(msg) => ApiError::Forbidden(msg),
             // Details (addresses, server messages) go to the log only.
             StoreError::Unavailable(detail) => {

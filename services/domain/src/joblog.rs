@@ -1,29 +1,49 @@
 //! Job logs as the control plane keeps them: each attempt's combined stdout/stderr, shipped
-//! by its node in chunks while it runs, of which the last [`KEPT_BYTES`] are kept. Offsets
-//! are byte positions in the attempt's log on its node, so a reader can resume where it
-//! stopped and see exactly what was not kept.
+//! by its node in chunks while it runs, of which the first [`HEAD_BYTES`] and the last
+//! [`TAIL_BYTES`] are kept. Offsets are byte positions in the attempt's log on its node, so a
+//! reader can resume where it stopped and see exactly what was not kept: the output between
+//! the head and the tail, said in the log where it is missing, to the byte.
 
 use std::ops::Range;
 
 use crate::format_bytes;
 
+/// How much of the start of each attempt's log the control plane keeps (where a job says
+/// what it is and how it was configured, and where it fails when it fails to start).
+pub const HEAD_BYTES: u64 = 1024 * 1024;
+
 /// How much of the end of each attempt's log the control plane keeps.
-pub const KEPT_BYTES: u64 = 4 * 1024 * 1024;
+pub const TAIL_BYTES: u64 = 4 * 1024 * 1024;
 
 /// The largest chunk a node may send.
 pub const CHUNK_MAX_BYTES: u64 = 256 * 1024;
 
+/// Where the kept tail of a log `len` bytes long starts: never inside the head.
+pub fn tail_start(len: u64) -> u64 {
+    len.saturating_sub(TAIL_BYTES).max(HEAD_BYTES)
+}
+
 /// The part of a log to ship next, given what was shipped (`shipped`, the offset after it),
 /// how long the log is now and how much may go in one round: `None` when nothing is new.
-/// Output the control plane would not keep anyway (more than [`KEPT_BYTES`] behind the end)
-/// is skipped, so a node that falls behind a fast writer catches up instead of shipping
-/// what is dropped on arrival.
+/// The head is shipped first; output the control plane would not keep anyway (between the
+/// head and the last [`TAIL_BYTES`]) is skipped, so a node that falls behind a fast writer
+/// catches up instead of shipping what is dropped on arrival.
 pub fn next_range(shipped: u64, len: u64, budget: u64) -> Option<Range<u64>> {
     if len <= shipped || budget == 0 {
         return None;
     }
-    let from = shipped.max(len.saturating_sub(KEPT_BYTES));
-    Some(from..len.min(from.saturating_add(budget)))
+    let tail = tail_start(len);
+    let from = if shipped < HEAD_BYTES {
+        shipped
+    } else {
+        shipped.max(tail)
+    };
+    let mut to = len.min(from.saturating_add(budget));
+    if from < HEAD_BYTES && tail > HEAD_BYTES {
+        // The rest of the head, not the output after it that will not be kept.
+        to = to.min(HEAD_BYTES);
+    }
+    Some(from..to)
 }
 
 /// `range` in chunks of at most [`CHUNK_MAX_BYTES`].
@@ -32,6 +52,25 @@ pub fn chunks(range: Range<u64>) -> impl Iterator<Item = Range<u64>> {
     (range.start..end)
         .step_by(usize::try_from(CHUNK_MAX_BYTES).unwrap_or(usize::MAX))
         .map(move |s| s..end.min(s + CHUNK_MAX_BYTES))
+}
+
+/// What of a chunk arriving at `offset` with `len` bytes is new, given that the attempt's
+/// kept log ends at `end` (nodes ship an attempt's output in order, so anything before the
+/// end was kept or dropped already): the offset and how many leading bytes to skip, or
+/// `None` when all of it is old (a chunk sent again after a reconnect or an agent restart).
+pub fn new_part(offset: u64, len: u64, end: u64) -> Option<(u64, u64)> {
+    let chunk_end = offset.saturating_add(len);
+    if chunk_end <= end {
+        return None;
+    }
+    let from = offset.max(end);
+    Some((from, from - offset))
+}
+
+/// Whether a stored chunk at `offset` is dropped once the attempt's log reaches `end`: it
+/// lies past the head and wholly before the kept tail.
+pub fn dropped(offset: u64, chunk_len: u64, end: u64) -> bool {
+    offset >= HEAD_BYTES && offset.saturating_add(chunk_len) <= end.saturating_sub(TAIL_BYTES)
 }
 
 /// One stored chunk.
@@ -61,16 +100,17 @@ impl LogOrigin<'_> {
     pub fn gap_note(&self, bytes: u64) -> String {
         let where_ = match self.node {
             Some(node) => format!(
-                "the whole log is on node {node}, in its agent's data directory at logs/{}.{}.log",
+                "node {node} keeps more of it, in its agent's data directory at logs/{}.{}.log",
                 self.job_id, self.attempt
             ),
-            None => "the node that ran it has the whole log".to_owned(),
+            None => "the node that ran it keeps more of it".to_owned(),
         };
         format!(
-            "\n[allot: {} of output not kept here (the control plane keeps the last {} of \
-             each attempt); {where_}]\n",
+            "\n[allot: {bytes} bytes ({}) of output not kept here: the control plane keeps the \
+             first {} and the last {} of each attempt; {where_}]\n",
             format_bytes(bytes),
-            format_bytes(KEPT_BYTES)
+            format_bytes(HEAD_BYTES),
+            format_bytes(TAIL_BYTES)
         )
     }
 }
@@ -123,12 +163,53 @@ mod tests {
     }
 
     #[test]
-    fn shipping_skips_what_would_not_be_kept() {
-        let len = KEPT_BYTES * 3;
+    fn shipping_sends_the_head_then_skips_to_the_tail() {
+        let len = HEAD_BYTES + TAIL_BYTES * 3;
+        // The head first, a round at a time, never past it.
         assert_eq!(
             next_range(0, len, CHUNK_MAX_BYTES),
-            Some(2 * KEPT_BYTES..2 * KEPT_BYTES + CHUNK_MAX_BYTES)
+            Some(0..CHUNK_MAX_BYTES)
         );
+        assert_eq!(
+            next_range(HEAD_BYTES - 10, len, CHUNK_MAX_BYTES),
+            Some(HEAD_BYTES - 10..HEAD_BYTES)
+        );
+        // Then what the control plane keeps of the end.
+        assert_eq!(
+            next_range(HEAD_BYTES, len, CHUNK_MAX_BYTES),
+            Some(len - TAIL_BYTES..len - TAIL_BYTES + CHUNK_MAX_BYTES)
+        );
+        // A log that never outgrows head and tail together is shipped whole.
+        let short = HEAD_BYTES + TAIL_BYTES;
+        assert_eq!(next_range(0, short, short), Some(0..short));
+        assert_eq!(
+            next_range(HEAD_BYTES - 1, short, 2),
+            Some(HEAD_BYTES - 1..HEAD_BYTES + 1)
+        );
+    }
+
+    #[test]
+    fn a_chunk_sent_again_keeps_only_what_is_new() {
+        assert_eq!(new_part(0, 10, 0), Some((0, 0)));
+        assert_eq!(new_part(0, 10, 10), None);
+        assert_eq!(new_part(0, 10, 4), Some((4, 4)));
+        assert_eq!(new_part(20, 10, 4), Some((20, 0)));
+    }
+
+    #[test]
+    fn the_middle_is_dropped_and_the_head_and_tail_kept() {
+        let end = HEAD_BYTES + 2 * TAIL_BYTES;
+        assert!(!dropped(0, CHUNK_MAX_BYTES, end), "the head");
+        assert!(
+            !dropped(HEAD_BYTES - 1, 2, end),
+            "a chunk across the head's end"
+        );
+        assert!(dropped(HEAD_BYTES, CHUNK_MAX_BYTES, end), "the middle");
+        assert!(
+            !dropped(end - TAIL_BYTES - 1, 2, end),
+            "a chunk into the tail"
+        );
+        assert!(!dropped(end - 5, 5, end), "the tail");
     }
 
     #[test]
@@ -159,7 +240,10 @@ mod tests {
         let (out, end) = read_from(&cs, 0, &ORIGIN);
         let text = String::from_utf8(out).expect("UTF-8");
         assert_eq!(end, 5005);
-        assert!(text.contains("4.9 KiB of output not kept here"), "{text}");
+        assert!(
+            text.contains("5000 bytes (4.9 KiB) of output not kept here"),
+            "{text}"
+        );
         assert!(text.contains("node gpu-3"), "{text}");
         assert!(text.contains("logs/j1.2.log"), "{text}");
         assert!(text.ends_with("]\ntail\n"), "{text}");

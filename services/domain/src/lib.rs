@@ -9,6 +9,7 @@ pub mod audit;
 pub mod clock;
 pub mod error;
 pub mod gang;
+pub mod holding;
 pub mod identity;
 pub mod image;
 pub mod isolation;
@@ -28,6 +29,7 @@ pub use audit::{
 };
 pub use clock::{Clock, FixedClock, SystemClock};
 pub use error::{FieldError, ValidationError};
+pub use holding::{GangSize, GpuParts, Held, TenantFigures, TenantTotals};
 pub use identity::{BindingSubject, Session, StoredBinding, User};
 pub use image::{ImageRef, PullSecret, RegistryCredential, TenantPolicy};
 pub use isolation::{

@@ -141,8 +141,9 @@ pub enum Decision {
     },
     Preempt {
         job_id: String,
-        /// The job the capacity goes to.
-        for_job: String,
+        /// The job the capacity goes to; none when the job is stopped to bring its tenant
+        /// back under a hard limit.
+        for_job: Option<String>,
         reason: String,
     },
     Wait {
@@ -307,10 +308,14 @@ pub fn schedule_observed(
             pass.usage.take(tree, q, &r.job.amounts());
         }
     }
+    let mut decisions = Vec::with_capacity(pending.len());
+    // Tenants above a hard limit (lowered by an admin, or placed past it in a race) are
+    // brought back under it first, by stopping their own work: what is left is what the
+    // pass decides on.
+    pass.shed_over_limits(&mut decisions);
     for node in 0..pass.cluster.nodes.len() {
         policy.node_changed(&pass.cluster, node);
     }
-    let mut decisions = Vec::with_capacity(pending.len());
     let mut waiting = Vec::new();
     let mut queues = by_queue(pending);
     while let Some(job) = pass.next(&mut queues) {
@@ -479,6 +484,69 @@ impl<'a> Pass<'a> {
         }
     }
 
+    /// Stops running jobs of every queue that holds more than a hard limit of its own (a
+    /// tenant's figures include its teams'), until none does: of the queue's own work and
+    /// its teams', the preemptible jobs holding the resource over the limit, lowest
+    /// priority first, then the newest; never another tenant's. Deepest queues first, so a
+    /// team's own excess is taken from the team before its parent's is looked at. A queue
+    /// whose work over the limit cannot be preempted stays over it until that work ends
+    /// (new work waits meanwhile: `TenantLimit`).
+    fn shed_over_limits(&mut self, decisions: &mut Vec<Decision>) {
+        let tree = self.tree;
+        let mut queues: Vec<usize> = (0..tree.len()).collect();
+        queues.sort_by_key(|&q| std::cmp::Reverse(tree.ancestors(q).count()));
+        for q in queues {
+            loop {
+                let spec = tree.spec(q);
+                let held = *self.usage.of(q);
+                let Some((resource, limit)) = Resource::ALL.into_iter().find_map(|r| {
+                    spec.limit
+                        .get(r)
+                        .filter(|&limit| held.get(r) > limit)
+                        .map(|limit| (r, limit))
+                }) else {
+                    break;
+                };
+                let victim = self
+                    .live
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, r)| r.map(|r| (i, r)))
+                    .filter(|(_, r)| {
+                        r.job.preemptible
+                            && r.job.amounts().get(resource) > 0
+                            && tree
+                                .find(&r.job.queue)
+                                .is_some_and(|rq| tree.ancestors(rq).any(|a| a == q))
+                    })
+                    .min_by_key(|(_, r)| (r.job.priority, std::cmp::Reverse(r.job.seq)));
+                let Some((i, r)) = victim else {
+                    break;
+                };
+                let Some(rq) = tree.find(&r.job.queue) else {
+                    break;
+                };
+                let level = level_of(tree, &r.job, rq);
+                for c in &r.placements {
+                    self.unhold(c.node, &c.gpus, &r.job, rq, level);
+                }
+                self.usage.give_back(tree, rq, &r.job.amounts());
+                self.live[i] = None;
+                decisions.push(Decision::Preempt {
+                    job_id: r.job.id.clone(),
+                    for_job: None,
+                    reason: format!(
+                        "tenant {} holds {} against its hard limit of {}: its newest \
+                         preemptible work is stopped to bring it back under",
+                        spec.name,
+                        resource.number(held.get(resource)),
+                        resource.show(limit)
+                    ),
+                });
+            }
+        }
+    }
+
     /// Queue `q`'s fair-share key: its dominant share above its guarantee now, plus (with
     /// fair share over time) its share of the fleet's decayed past use, over its weight.
     fn share_key(&self, q: usize) -> f64 {
@@ -583,7 +651,7 @@ impl<'a> Pass<'a> {
             for (victim, reason) in victims {
                 decisions.push(Decision::Preempt {
                     job_id: victim,
-                    for_job: job.id.clone(),
+                    for_job: Some(job.id.clone()),
                     reason,
                 });
             }

@@ -757,9 +757,7 @@ impl LiveScheduler {
                     .map(|j| (j.tenant_id.as_str(), j.gpu_equivalents())),
             );
         }
-        if snap.pending.is_empty() {
-            return Ok(Vec::new());
-        }
+        // Nothing waiting still decides: a tenant above a hard limit is brought back under.
         let tree = match quota_tree(snap.tenants) {
             Ok(tree) => tree,
             // Nothing can be decided fairly against quotas that do not nest: every pending

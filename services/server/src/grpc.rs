@@ -874,6 +874,24 @@ impl NodeSvc {
     }
 }
 
+/// The attempts of `job` whose log node `node_id` may write: the one it runs now, and the
+/// one before when the job was requeued because this node was lost (an agent killed and
+/// started again ships what its attempt wrote meanwhile). Anything else is refused.
+fn log_writable_attempts(job: &allot_domain::Job, node_id: &str) -> Vec<u32> {
+    let mut attempts = Vec::new();
+    if job.node_id.as_deref() == Some(node_id) {
+        attempts.push(job.attempt);
+    }
+    let lost_here = job
+        .avoid
+        .as_ref()
+        .is_some_and(|a| a.node_id.as_deref() == Some(node_id));
+    if lost_here && job.attempt > 1 {
+        attempts.push(job.attempt - 1);
+    }
+    attempts
+}
+
 type AssignmentStream = Pin<Box<dyn Stream<Item = Result<Assignment, Status>> + Send>>;
 
 #[tonic::async_trait]
@@ -962,23 +980,24 @@ impl allot_proto::NodeService for NodeSvc {
         let chunks = req.into_inner().chunks;
         let mut refused = 0u32;
         let mut grew = std::collections::BTreeSet::new();
-        // Whose attempt each chunk is about, read once per job of the message.
-        let mut current: std::collections::HashMap<String, Option<u32>> =
+        // Which attempts of each job this node may write the log of, read once per job of
+        // the message.
+        let mut writable: std::collections::HashMap<String, Vec<u32>> =
             std::collections::HashMap::new();
         for c in chunks {
-            if !current.contains_key(&c.job_id) {
-                let owner = match self.store.job(&TenantScope::All, &c.job_id).await {
-                    Ok(job) => {
-                        (job.node_id.as_deref() == Some(node.id.as_str())).then_some(job.attempt)
-                    }
-                    Err(StoreError::NotFound(_)) => None,
+            if !writable.contains_key(&c.job_id) {
+                let attempts = match self.store.job(&TenantScope::All, &c.job_id).await {
+                    Ok(job) => log_writable_attempts(&job, &node.id),
+                    Err(StoreError::NotFound(_)) => Vec::new(),
                     Err(e) => return Err(status(e)),
                 };
-                current.insert(c.job_id.clone(), owner);
+                writable.insert(c.job_id.clone(), attempts);
             }
-            // Only the node running an attempt writes its log: a node's key cannot write
-            // (or flood) the log of a job elsewhere, nor of an attempt since requeued.
-            let ours = current.get(&c.job_id).copied().flatten() == Some(c.attempt);
+            // Only the node that ran an attempt writes its log: a node's key cannot write
+            // (or flood) the log of a job elsewhere.
+            let ours = writable
+                .get(&c.job_id)
+                .is_some_and(|a| a.contains(&c.attempt));
             let well_formed = !c.data.is_empty()
                 && c.data.len() as u64 <= allot_domain::joblog::CHUNK_MAX_BYTES
                 && c.offset

@@ -44,7 +44,7 @@ pub async fn run(
 ) {
     restore_fair_share(&store, &mut scheduler).await;
     let mut saved_at: Option<f64> = None;
-    let mut pending = PendingJobs::default();
+    let mut pending = PassState::default();
     let mut last_took = Duration::ZERO;
     loop {
         let stopping = tokio::select! {
@@ -80,6 +80,10 @@ pub async fn run(
         };
         last_took = started.elapsed();
         metrics.scheduling_pass(result.is_ok(), last_took);
+        if let Ok(Passed::Stale) = result {
+            // Its placements met changed quotas: decide again on a fresh read.
+            notify.notify_one();
+        }
         if let Some((plan, error)) = elastic.as_ref().and_then(|e| e.last()) {
             metrics.elastic(&plan, &error);
         }
@@ -257,21 +261,42 @@ fn schedule_span(
     span
 }
 
-/// One pass over `view`'s pending jobs (refreshed first). Public so tests can drive
-/// scheduling step by step.
+/// How a pass ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Passed {
+    /// Every decision was applied (or had moved on: a job cancelled meanwhile).
+    Done,
+    /// A tenant changed after the pass read the quotas: the placements not yet written were
+    /// left (a placement is held to the quotas in force when it commits).
+    Stale,
+}
+
+/// What the scheduling loop keeps between passes.
+#[derive(Default)]
+pub struct PassState {
+    /// The pending jobs, brought up to date at each pass.
+    pending: PendingJobs,
+    /// The tenants' version the last pass that ran the engine decided on: a pass with
+    /// nothing pending still decides when the quotas changed since (a lowered limit is
+    /// enforced on what runs).
+    quotas_seen: Option<i64>,
+}
+
+/// One pass over the pending jobs (refreshed first). Public so tests can drive scheduling
+/// step by step.
 pub async fn pass(
     store: &Store,
     hub: &Hub,
     scheduler: &mut LiveScheduler,
-    view: &mut PendingJobs,
+    state: &mut PassState,
     elastic: Option<&ElasticShares>,
-) -> Result<(), PassError> {
+) -> Result<Passed, PassError> {
     let mut reasons = Vec::new();
-    let result = decide_and_apply(store, hub, scheduler, view, elastic, &mut reasons).await;
+    let result = decide_and_apply(store, hub, scheduler, state, elastic, &mut reasons).await;
     // Why jobs wait, in one transaction, whatever else the pass got to.
     if !reasons.is_empty() {
         store.set_pending_reasons(reasons.clone()).await?;
-        view.reasons_written(reasons);
+        state.pending.reasons_written(reasons);
     }
     result
 }
@@ -280,10 +305,11 @@ async fn decide_and_apply(
     store: &Store,
     hub: &Hub,
     scheduler: &mut LiveScheduler,
-    view: &mut PendingJobs,
+    state: &mut PassState,
     elastic: Option<&ElasticShares>,
     reasons: &mut Vec<(String, Option<PendingReason>)>,
-) -> Result<(), PassError> {
+) -> Result<Passed, PassError> {
+    let view = &mut state.pending;
     // The jobs first, then the fleet they are decided on: an operator's change made before
     // a submit (a cordon, a drain) is in what decides it.
     view.refresh(store).await?;
@@ -300,19 +326,23 @@ async fn decide_and_apply(
             nodes = fleet(store, hub).await?;
         }
     }
+    // With nothing to place, a pass still decides when the quotas changed: what runs is
+    // held to a limit lowered meanwhile.
+    let quotas_changed = state.quotas_seen != Some(store.tenants_version().await?);
     let pending = Cow::Borrowed(view.jobs());
-    if pending.is_empty() && elastic.is_none() {
-        return Ok(());
+    if pending.is_empty() && elastic.is_none() && !quotas_changed {
+        return Ok(Passed::Done);
     }
     let holding = jobs_in(store, &[JobState::Scheduled, JobState::Running]).await?;
     let pending = match elastic {
         Some(e) => apply_elastic(store, hub, e, &nodes, &holding, pending, reasons).await?,
         None => pending,
     };
-    if pending.is_empty() {
-        return Ok(());
+    if pending.is_empty() && !quotas_changed {
+        return Ok(Passed::Done);
     }
-    let tenants = store.list_tenants().await?;
+    // The version first: placements are written only while no tenant changed since.
+    let (tenants_version, tenants) = store.versioned_tenants().await?;
     // Tenants that spent their monthly GPU-hour budget wait for the next month.
     let spent = crate::budgets::spent(store, &tenants, store.clock().now()).await?;
     let pending = hold_back(
@@ -321,8 +351,8 @@ async fn decide_and_apply(
         |j| spent.get(&j.tenant_id),
         reasons,
     );
-    if pending.is_empty() {
-        return Ok(());
+    if pending.is_empty() && !quotas_changed {
+        return Ok(Passed::Done);
     }
     let reachable = hub.connected();
     let decisions = scheduler.decide(&Snapshot {
@@ -342,6 +372,9 @@ async fn decide_and_apply(
         .map(|j| (j.id.as_str(), j.pending_reason.as_ref()))
         .collect();
     let ctx = AuditContext::system("scheduler");
+    // Set once a placement meets a tenant changed since the quotas were read: the rest of
+    // the pass's placements are left for the next pass.
+    let mut stale = false;
     // Preemptions first: a placement that needs a victim's room waits for it anyway.
     let (preempts, others): (Vec<_>, Vec<_>) = decisions
         .into_iter()
@@ -369,11 +402,15 @@ async fn decide_and_apply(
                 borrowing,
             } => {
                 let span = schedule_span(&job_id, Some(&node_id), &traces);
+                if stale {
+                    continue;
+                }
                 let update = JobUpdate {
                     node_id: Some(node_id.clone()),
                     gpu_uuids: Some(gpu_uuids),
                     held_gpu_milli: Some(held_gpu_milli),
                     borrowing: Some(borrowing),
+                    tenants_version: Some(tenants_version),
                     ..Default::default()
                 };
                 let placed = store
@@ -402,6 +439,10 @@ async fn decide_and_apply(
                     }
                     // Cancelled while we decided: its capacity simply stays free.
                     Err(StoreError::Conflict(msg)) => tracing::debug!(%msg, "placement skipped"),
+                    Err(StoreError::Stale(msg)) => {
+                        tracing::info!(%msg, "quotas changed during the pass; deciding again");
+                        stale = true;
+                    }
                     Err(e) => return Err(e.into()),
                 }
             }
@@ -411,6 +452,9 @@ async fn decide_and_apply(
                 held_gpu_milli,
                 borrowing,
             } => {
+                if stale {
+                    continue;
+                }
                 let span = schedule_span(&gang_id, None, &traces);
                 let updates = replicas
                     .iter()
@@ -422,6 +466,7 @@ async fn decide_and_apply(
                                 gpu_uuids: Some(r.gpu_uuids.clone()),
                                 held_gpu_milli: Some(held_gpu_milli),
                                 borrowing: Some(borrowing),
+                                tenants_version: Some(tenants_version),
                                 ..Default::default()
                             },
                         )
@@ -449,6 +494,10 @@ async fn decide_and_apply(
                     }
                     Err(StoreError::Conflict(msg)) => {
                         tracing::debug!(%msg, "gang placement skipped")
+                    }
+                    Err(StoreError::Stale(msg)) => {
+                        tracing::info!(%msg, "quotas changed during the pass; deciding again");
+                        stale = true;
                     }
                     Err(e) => return Err(e.into()),
                 }
@@ -480,5 +529,9 @@ async fn decide_and_apply(
             }
         }
     }
-    Ok(())
+    if stale {
+        return Ok(Passed::Stale);
+    }
+    state.quotas_seen = Some(tenants_version);
+    Ok(Passed::Done)
 }

@@ -27,6 +27,10 @@ pub enum StoreError {
     /// lease expired unrenewed): refused, written nowhere.
     #[error("fenced: {0}")]
     Fenced(String),
+    /// What a decision was made on changed before it could be written (the tenants'
+    /// quotas, for a placement): nothing was written; decide again on a fresh read.
+    #[error("stale: {0}")]
+    Stale(String),
     /// The schema is behind and could not be brought up to date.
     #[error("database schema: {0}")]
     Migrate(String),

@@ -97,6 +97,12 @@ pub struct JobUpdate {
     /// The manifest digest the job's image resolved to (kept from the first report that
     /// gives one: a job's digest never changes).
     pub image_digest: Option<String>,
+    /// On placement: the tenants' version the decision read their quotas at. The placement
+    /// is written only if no tenant changed since (checked in its transaction, the version
+    /// row share-locked on PostgreSQL, so a quota change waits for it or it sees the
+    /// change), else [`StoreError::Stale`]: a placement is held to the quotas in force when
+    /// it commits.
+    pub tenants_version: Option<i64>,
 }
 
 pub trait JobRepo {
@@ -586,6 +592,9 @@ impl Store {
         update: JobUpdate,
     ) -> Result<Job, StoreError> {
         from.transition(to)?;
+        if let Some(read) = update.tenants_version {
+            crate::tenants::check_tenants_version(db, read).await?;
+        }
         let now = self.clock.now();
         let mut row = jobs::ActiveModel {
             state: Set(to.as_str().to_owned()),

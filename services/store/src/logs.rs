@@ -1,9 +1,9 @@
 //! Job logs as nodes ship them: chunks of each attempt's output by offset, of which the
-//! last [`KEPT_BYTES`] are kept.
+//! first [`HEAD_BYTES`] and the last [`TAIL_BYTES`] are kept.
 
-use allot_domain::joblog::{CHUNK_MAX_BYTES, KEPT_BYTES, LogChunk};
+use allot_domain::joblog::{self, CHUNK_MAX_BYTES, HEAD_BYTES, LogChunk, TAIL_BYTES};
 use sea_orm::sea_query::OnConflict;
-use sea_orm::{ActiveValue::Set, ColumnTrait, EntityTrait, QueryFilter, QueryOrder, QuerySelect};
+use sea_orm::{ActiveValue::Set, ColumnTrait, EntityTrait, QueryFilter, QueryOrder};
 
 use crate::entities::job_logs;
 use crate::{Store, StoreError};
@@ -18,9 +18,11 @@ fn attempt_column(attempt: u32) -> i32 {
 }
 
 pub trait LogRepo {
-    /// Keeps a chunk of an attempt's log (a chunk already kept at that offset stays as it
-    /// is), and drops the attempt's chunks that start more than [`KEPT_BYTES`] before its
-    /// end. Chunks over [`CHUNK_MAX_BYTES`] are the caller's to refuse.
+    /// Keeps what is new of a chunk of an attempt's log (what lies before the kept log's end
+    /// was kept or dropped already: a chunk sent again, after a reconnect or an agent
+    /// restart, is kept once), and drops the attempt's chunks past the first
+    /// [`HEAD_BYTES`] that lie wholly before its last [`TAIL_BYTES`]. Chunks over
+    /// [`CHUNK_MAX_BYTES`] are the caller's to refuse.
     fn append_job_log(
         &self,
         job_id: &str,
@@ -28,8 +30,8 @@ pub trait LogRepo {
         offset: u64,
         data: &[u8],
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
-    /// The kept chunks of an attempt that hold bytes at or after `from`, oldest first, at
-    /// most about `max_bytes` of them.
+    /// The kept chunks of an attempt that hold bytes at or after `from` (the one holding
+    /// `from`, if any, and those after it), oldest first, at most about `max_bytes` of them.
     fn job_log(
         &self,
         job_id: &str,
@@ -54,6 +56,13 @@ impl LogRepo for Store {
         data: &[u8],
     ) -> Result<(), StoreError> {
         use job_logs::Column as C;
+        let kept_end = self.job_log_end(job_id, attempt).await?;
+        let Some((offset, skip)) = joblog::new_part(offset, data.len() as u64, kept_end) else {
+            return Ok(());
+        };
+        let data = data
+            .get(usize::try_from(skip).unwrap_or(usize::MAX)..)
+            .unwrap_or_default();
         let row = job_logs::ActiveModel {
             job_id: Set(job_id.to_owned()),
             attempt: Set(attempt_column(attempt)),
@@ -68,13 +77,19 @@ impl LogRepo for Store {
             )
             .exec_without_returning(&self.db)
             .await?;
+        // Chunks are at most CHUNK_MAX_BYTES long, so one starting before this bound ends
+        // before the kept tail, and one starting at or after the head lies past it.
         let end = offset + data.len() as u64;
-        job_logs::Entity::delete_many()
-            .filter(C::JobId.eq(job_id))
-            .filter(C::Attempt.eq(attempt_column(attempt)))
-            .filter(C::Offset.lt(column(end.saturating_sub(KEPT_BYTES))))
-            .exec(&self.db)
-            .await?;
+        let before_tail = end.saturating_sub(TAIL_BYTES + CHUNK_MAX_BYTES);
+        if before_tail > HEAD_BYTES {
+            job_logs::Entity::delete_many()
+                .filter(C::JobId.eq(job_id))
+                .filter(C::Attempt.eq(attempt_column(attempt)))
+                .filter(C::Offset.gte(column(HEAD_BYTES)))
+                .filter(C::Offset.lt(column(before_tail)))
+                .exec(&self.db)
+                .await?;
+        }
         Ok(())
     }
 
@@ -86,22 +101,38 @@ impl LogRepo for Store {
         max_bytes: u64,
     ) -> Result<Vec<LogChunk>, StoreError> {
         use job_logs::Column as C;
-        // A chunk holding `from` starts at most a chunk's length before it.
-        let rows = job_logs::Entity::find()
+        let chunk = |m: job_logs::Model| LogChunk {
+            offset: u64::try_from(m.offset).unwrap_or_default(),
+            data: m.data,
+        };
+        // The chunk holding `from` starts at or before it: the last one that does.
+        let holding = job_logs::Entity::find()
             .filter(C::JobId.eq(job_id))
             .filter(C::Attempt.eq(attempt_column(attempt)))
-            .filter(C::Offset.gte(column(from.saturating_sub(CHUNK_MAX_BYTES - 1))))
+            .filter(C::Offset.lte(column(from)))
+            .order_by_desc(C::Offset)
+            .one(&self.db)
+            .await?
+            .map(chunk)
+            .filter(|c| c.end() > from);
+        // What is kept of an attempt is bounded (its head and tail), so reading the rest of
+        // it whole costs at most that much; the answer stops once it holds `max_bytes`.
+        let after = job_logs::Entity::find()
+            .filter(C::JobId.eq(job_id))
+            .filter(C::Attempt.eq(attempt_column(attempt)))
+            .filter(C::Offset.gt(column(from)))
             .order_by_asc(C::Offset)
-            .limit(max_bytes.div_ceil(CHUNK_MAX_BYTES).max(1) + 1)
             .all(&self.db)
             .await?;
-        Ok(rows
+        let mut bytes = 0u64;
+        Ok(holding
             .into_iter()
-            .map(|m| LogChunk {
-                offset: u64::try_from(m.offset).unwrap_or_default(),
-                data: m.data,
+            .chain(after.into_iter().map(chunk))
+            .take_while(|c| {
+                let more = bytes < max_bytes.max(1);
+                bytes += c.data.len() as u64;
+                more
             })
-            .filter(|c| c.end() > from)
             .collect())
     }
 

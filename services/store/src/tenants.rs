@@ -30,6 +30,14 @@ pub trait TenantRepo {
     /// exist now.
     fn tenant_by_id(&self, id: &str) -> impl Future<Output = Result<Tenant, StoreError>> + Send;
     fn list_tenants(&self) -> impl Future<Output = Result<Vec<Tenant>, StoreError>> + Send;
+    /// The tenants' version now: a counter every change to a tenant increments.
+    fn tenants_version(&self) -> impl Future<Output = Result<i64, StoreError>> + Send;
+    /// The live tenants and the tenants' version they are at least as new as (read first):
+    /// what a scheduling pass decides on, and checks its placements against
+    /// ([`crate::JobUpdate::tenants_version`]).
+    fn versioned_tenants(
+        &self,
+    ) -> impl Future<Output = Result<(i64, Vec<Tenant>), StoreError>> + Send;
     /// [`TenantRepo::tenant_tree`] with the tenants' version ([`TokenRepo::use_token`]'s
     /// answer carries the current one): read first, so the tree is at least that new.
     ///
@@ -211,6 +219,15 @@ impl TenantRepo for Store {
             .into_iter()
             .map(to_domain)
             .collect()
+    }
+
+    async fn tenants_version(&self) -> Result<i64, StoreError> {
+        tenants_version(&self.db).await
+    }
+
+    async fn versioned_tenants(&self) -> Result<(i64, Vec<Tenant>), StoreError> {
+        let version = tenants_version(&self.db).await?;
+        Ok((version, self.list_tenants().await?))
     }
 
     async fn versioned_tenant_tree(&self) -> Result<(i64, Vec<(Tenant, bool)>), StoreError> {
@@ -425,6 +442,33 @@ pub(crate) async fn tenants_version<C: ConnectionTrait>(db: &C) -> Result<i64, S
         .await?
         .map(|v| v.version)
         .ok_or_else(|| StoreError::Corrupt("the tenants' version row is missing".into()))
+}
+
+/// Fails with [`StoreError::Stale`] unless the tenants' version is still `read`, holding
+/// the version row share-locked for the rest of the caller's transaction on PostgreSQL (a
+/// change to any tenant waits until it ends). SQLite has one writer: nothing changes
+/// between this read and the commit.
+pub(crate) async fn check_tenants_version<C: ConnectionTrait>(
+    db: &C,
+    read: i64,
+) -> Result<(), StoreError> {
+    use sea_orm::QuerySelect;
+    let mut q = tenants_version::Entity::find_by_id(1);
+    if db.get_database_backend() == sea_orm::DatabaseBackend::Postgres {
+        q = q.lock_shared();
+    }
+    let now = q
+        .one(db)
+        .await?
+        .map(|v| v.version)
+        .ok_or_else(|| StoreError::Corrupt("the tenants' version row is missing".into()))?;
+    if now == read {
+        Ok(())
+    } else {
+        Err(StoreError::Stale(format!(
+            "the tenants changed since the decision read them (version {read}, now {now})"
+        )))
+    }
 }
 
 /// Counts a change to `tenants`, in the change's transaction (every write to the table

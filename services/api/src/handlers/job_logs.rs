@@ -30,9 +30,9 @@ pub const LOG_END_HEADER: &str = "allot-log-end";
 /// The header naming the attempt read.
 pub const LOG_ATTEMPT_HEADER: &str = "allot-log-attempt";
 
-/// A job's combined stdout and stderr as its node shipped it while it ran (the last 4 MiB of
-/// each attempt are kept; where output is missing, a note says so and where the whole log
-/// is). `follow=true` keeps the answer open and sends output as it is written, until the
+/// A job's combined stdout and stderr as its node shipped it while it ran (the first MiB and
+/// the last 4 MiB of each attempt are kept; where output is missing, a note says how much,
+/// to the byte, and where more of it is). `follow=true` keeps the answer open and sends output as it is written, until the
 /// job ends; following the latest attempt follows the next one when the job is requeued.
 #[utoipa::path(get, path = "/api/v1/jobs/{id}/log", tag = "jobs",
     params(("id" = String, Path), LogQuery), security(("bearer" = [])),
@@ -57,7 +57,11 @@ pub async fn log(
         .into());
     }
     let mut reader = Reader::new(state.into_inner(), job, q.attempt, q.offset.unwrap_or(0)).await;
-    let first = reader.read().await?;
+    let first = if q.follow == Some(true) {
+        reader.read().await?
+    } else {
+        reader.read_all().await?
+    };
     let mut res = HttpResponse::Ok();
     res.content_type("text/plain; charset=utf-8")
         .insert_header(("cache-control", "no-store"))
@@ -174,6 +178,18 @@ impl Reader {
         Ok(bytes)
     }
 
+    /// Everything shipped from the cursor on (what is kept of an attempt is bounded).
+    async fn read_all(&mut self) -> Result<Vec<u8>, ApiError> {
+        let mut all = Vec::new();
+        loop {
+            let bytes = self.read().await?;
+            if bytes.is_empty() {
+                return Ok(all);
+            }
+            all.extend_from_slice(&bytes);
+        }
+    }
+
     /// The next output of a followed log, waiting for it; `None` once the job ended and its
     /// output was read. Nodes ship an attempt's last output before they report its end, so
     /// once the end is stored, so is the output.
@@ -194,6 +210,11 @@ impl Reader {
                 self.node = node_name(&self.state, &job).await;
             }
             if !self.pinned && job.attempt > self.attempt {
+                // What the ended attempt wrote last (shipped as it was requeued) comes first.
+                let rest = self.read_all().await?;
+                if !rest.is_empty() {
+                    return Ok(Some(rest));
+                }
                 let note = format!(
                     "\n[allot: attempt {} ended; attempt {} follows]\n",
                     self.attempt, job.attempt

@@ -43,6 +43,11 @@ pub struct AgentArgs {
     /// Job directories and logs.
     #[arg(long, env = "ALLOT_AGENT_DATA_DIR", default_value = ".allot-agent")]
     data_dir: PathBuf,
+    /// How much of the end of each attempt's log this node keeps beside its first MiB, at
+    /// least 4MiB: the middle of a longer log is freed as it grows (the control plane keeps
+    /// each attempt's first MiB and last 4 MiB).
+    #[arg(long, default_value = "64MiB", value_parser = allot_domain::parse_memory)]
+    job_log_tail: u64,
     /// Seconds a stopped job gets between SIGTERM and SIGKILL.
     #[arg(long, default_value_t = 10)]
     stop_grace_secs: u64,
@@ -235,6 +240,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     let config = AgentConfig {
         runtime,
         address: args.advertise_address.unwrap_or_default(),
+        job_log_tail: args.job_log_tail,
         servers,
         ca_cert_pem,
         bootstrap_token: args.bootstrap_token.filter(|t| !t.trim().is_empty()),

@@ -213,6 +213,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
             },
             runtime: runtime.clone(),
             address: String::new(),
+            job_log_tail: allot_agent::DEFAULT_JOB_LOG_TAIL,
         };
         agents.push(tokio::spawn(allot_agent::run(
             cfg,

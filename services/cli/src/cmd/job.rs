@@ -1011,16 +1011,44 @@ pub async fn run(client: &Client, cmd: JobCmd) -> anyhow::Result<i32> {
                 .map(|a| ("attempt", a.to_string()))
                 .into_iter()
                 .collect();
-            let log = String::from_utf8_lossy(
-                &client
-                    .get_bytes(&format!("/api/v1/jobs/{id}/log"), &query)
-                    .await?,
-            )
-            .into_owned();
+            let bytes = client
+                .get_bytes(&format!("/api/v1/jobs/{id}/log"), &query)
+                .await?;
+            if bytes.is_empty() && !output.is_document() {
+                // Nothing yet: say why, rather than print nothing.
+                let j: JobView = client.get(&format!("/api/v1/jobs/{id}"), &[]).await?;
+                if attempt.is_none() && j.started_at.is_none() && !is_terminal(&j.state) {
+                    let waiting = j.pending_reason.as_ref().map_or_else(
+                        || j.state.clone(),
+                        |r| format!("{}: {}", j.state, r.message),
+                    );
+                    let earlier = if j.attempt > 1 {
+                        format!(
+                            "; `--attempt {}` shows the last attempt's output",
+                            j.attempt - 1
+                        )
+                    } else {
+                        String::new()
+                    };
+                    eprintln!(
+                        "job {} has not started yet ({waiting}); `allot job logs {} -f` waits for its output{earlier}",
+                        j.id, j.id
+                    );
+                } else {
+                    eprintln!("job {} has written no output", j.id);
+                }
+                return Ok(0);
+            }
+            if raw {
+                use std::io::Write;
+                let mut out = std::io::stdout().lock();
+                out.write_all(&bytes)?;
+                out.flush()?;
+                return Ok(0);
+            }
+            let log = String::from_utf8_lossy(&bytes).into_owned();
             if output.is_document() {
                 print(output, &json!({ "job": id, "log": log }), |_| String::new())?;
-            } else if raw {
-                print!("{log}");
             } else {
                 print!("{}", crate::output::terminal_safe(&log));
             }

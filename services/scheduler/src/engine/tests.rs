@@ -729,3 +729,80 @@ fn a_waiting_gang_has_free_room_held_for_it_rather_than_starve() {
     let d = pass(&two, &tree, &[], &pending[..1], 200);
     assert_eq!(placed(&d), ["gang"]);
 }
+
+/// A tenant above a hard limit (an admin lowered it, or a race placed past it) is brought
+/// back under it by stopping its own newest preemptible work, lowest priority first, and
+/// never another tenant's; a parent over its limit sheds from its teams.
+#[test]
+fn a_tenant_over_its_hard_limit_sheds_its_own_newest_work() {
+    let cluster = cluster(&[(8, 64, 512), (8, 64, 512)]);
+    let held = |id: &str, queue: &str, gpus: u8, seq: u64, node: usize, first: u8| Running {
+        job: job(id, queue, gpus, 1000, seq),
+        placements: vec![Choice {
+            node,
+            gpus: (first..first + gpus).collect(),
+        }],
+        started_at: 0,
+    };
+    // interns holds 6 GPUs against a limit lowered to 3; others holds 8 with no limit.
+    let tree = QuotaTree::new(vec![
+        queue("org", None, 0, None),
+        queue("interns", Some("org"), 0, Some(3)),
+        queue("others", Some("org"), 0, None),
+    ])
+    .expect("tree");
+    let mut pinned = held("i-pinned", "interns", 1, 0, 0, 0);
+    pinned.job.preemptible = false;
+    let mut important = held("i-important", "interns", 1, 5, 0, 1);
+    important.job.priority = 100;
+    let running = vec![
+        pinned,
+        held("i-old", "interns", 2, 1, 0, 2),
+        important,
+        held("i-new", "interns", 2, 6, 0, 4),
+        held("o-big", "others", 8, 7, 1, 0),
+    ];
+    let d = pass(&cluster, &tree, &running, &[], 10);
+    // 6 of 3: i-new (newest, 2 GPUs) goes first, then i-old (the important one is kept,
+    // the pinned one cannot be preempted): 2 left.
+    assert_eq!(preempted(&d), ["i-new", "i-old"], "{d:#?}");
+    let Some(Decision::Preempt {
+        reason: why,
+        for_job,
+        ..
+    }) = d.first()
+    else {
+        panic!("{d:#?}")
+    };
+    assert_eq!(*for_job, None);
+    assert!(
+        why.contains("tenant interns holds 6 against its hard limit of 3 GPUs"),
+        "{why}"
+    );
+    // Shed, a pass moves nothing more; a waiting job of the tenant stays within the limit.
+    let mut running = running;
+    let mut pending = vec![job("i-waiting", "interns", 2, 1000, 8)];
+    apply(&d, &mut running, &mut pending, 10);
+    pending.retain(|j| j.id == "i-waiting");
+    let again = pass(&cluster, &tree, &running, &pending, 20);
+    assert!(preempted(&again).is_empty(), "{again:#?}");
+    assert!(placed(&again).is_empty(), "{again:#?}");
+    assert_eq!(reason(&again, "i-waiting").code, "TenantLimit");
+
+    // A parent over its own limit sheds from its teams, the newest first.
+    let tree = QuotaTree::new(vec![
+        queue("research", None, 0, Some(4)),
+        queue("vision", Some("research"), 0, None),
+        queue("nlp", Some("research"), 0, None),
+        queue("ops", None, 0, None),
+    ])
+    .expect("tree");
+    let running = vec![
+        held("v1", "vision", 2, 0, 0, 0),
+        held("n1", "nlp", 2, 1, 0, 2),
+        held("v2", "vision", 2, 2, 0, 4),
+        held("ops1", "ops", 8, 3, 1, 0),
+    ];
+    let d = pass(&cluster, &tree, &running, &[], 10);
+    assert_eq!(preempted(&d), ["v2"], "{d:#?}");
+}

@@ -231,6 +231,7 @@ impl Plane {
             sharing: allot_agent::sharing::SharingConfig::default(),
             runtime: allot_agent::RuntimeChoice::Process,
             address: String::new(),
+            job_log_tail: allot_agent::DEFAULT_JOB_LOG_TAIL,
         };
         self.agents.push(tokio::spawn(allot_agent::run(
             cfg,
