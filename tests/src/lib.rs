@@ -277,6 +277,17 @@ impl TestCluster {
     }
 
     /// Creates a tenant with at most `max_gpus` GPUs (unlimited when `None`).
+    /// Creates tenant `name` (a team of `parent`, if given) with `quota` (the API's body).
+    pub async fn create_tenant_in(&self, name: &str, parent: Option<&str>, quota: Value) {
+        let (status, body) = self
+            .post(
+                "/api/v1/tenants",
+                serde_json::json!({ "name": name, "parent": parent, "quota": quota }),
+            )
+            .await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+    }
+
     pub async fn create_tenant(&self, name: &str, max_gpus: Option<u32>) {
         let quota =
             serde_json::json!({ "limit": { "gpu_milli": max_gpus.map(|g| u64::from(g) * 1000) } });

@@ -318,12 +318,11 @@ async fn cluster_wide_telemetry_is_a_right_not_everyones() {
     // ... but not what other tenants' jobs hold of each GPU, nor the free GPUs that follow
     // from it: that is cluster-wide telemetry too.
     for n in nodes.as_array().expect("nodes") {
-        assert!(n.get("gpus_free").is_none(), "{n}");
+        for hidden in ["gpus_free", "gpus_held", "gpus_unavailable", "gpus_idle"] {
+            assert!(n.get(hidden).is_none(), "{n}");
+        }
         for g in n["gpus"].as_array().expect("gpus") {
-            assert!(
-                g.get("held_milli").is_none() && g.get("jobs").is_none(),
-                "{g}"
-            );
+            assert!(g.get("held").is_none() && g.get("jobs").is_none(), "{g}");
         }
     }
     let (_, node_view) = c
@@ -341,9 +340,9 @@ async fn cluster_wide_telemetry_is_a_right_not_everyones() {
             .as_array()
             .expect("gpus")
             .iter()
-            .filter_map(|g| g["held_milli"].as_u64())
-            .sum::<u64>(),
-        1000,
+            .filter_map(|g| g["held"].as_f64())
+            .sum::<f64>(),
+        1.0,
         "platform admins see blue's GPU held: {nodes}"
     );
 

@@ -1223,7 +1223,7 @@ fn lists_show_what_people_ask_of_them() {
 
     // Tenants: what they hold and how many of their jobs wait and run.
     let lab = json(&["tenant", "get", "lab"]);
-    assert_eq!(lab["usage"]["gpu_milli"], 2000, "{lab}");
+    assert_eq!(lab["usage"]["gpus"], 2.0, "{lab}");
     assert_eq!(
         (lab["jobs_pending"].as_u64(), lab["jobs_running"].as_u64()),
         (Some(3), Some(2))
@@ -1247,7 +1247,7 @@ fn lists_show_what_people_ask_of_them() {
         .as_array()
         .expect("nodes")
         .iter()
-        .map(|n| n["gpus_free"].as_u64().expect("gpus_free"))
+        .map(|n| n["gpus_free"].as_f64().expect("gpus_free") as u64)
         .sum();
     let gpus: usize = nodes
         .as_array()

@@ -367,6 +367,47 @@ pub struct CreateTenant {
     pub quota: QuotaBody,
 }
 
+/// What something holds now, exactly as the parts it is made of add up: a whole GPU holds
+/// one GPU and all of its memory, a share its fraction and the GPU memory it asked for, a
+/// MIG instance its compute slices of the board's seven and its memory.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, ToSchema)]
+pub struct HeldView {
+    /// GPUs: `2`, `0.25`, `0.142857…` for one 1g MIG instance (seven of them are `1`).
+    pub gpus: f64,
+    pub cpu_milli: u64,
+    pub memory_bytes: u64,
+    pub gpu_memory_bytes: u64,
+}
+
+impl From<allot_domain::Held> for HeldView {
+    fn from(h: allot_domain::Held) -> Self {
+        Self {
+            gpus: h.gpu.gpus(),
+            cpu_milli: h.cpu_milli,
+            memory_bytes: h.memory_bytes,
+            gpu_memory_bytes: h.gpu_memory_bytes,
+        }
+    }
+}
+
+/// What a tenant's own jobs hold, and how many of them wait and run (a gang counts once).
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, ToSchema)]
+pub struct TenantFiguresView {
+    pub usage: HeldView,
+    pub jobs_pending: u64,
+    pub jobs_running: u64,
+}
+
+impl From<allot_domain::TenantFigures> for TenantFiguresView {
+    fn from(f: allot_domain::TenantFigures) -> Self {
+        Self {
+            usage: f.held.into(),
+            jobs_pending: f.jobs_pending,
+            jobs_running: f.jobs_running,
+        }
+    }
+}
+
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct TenantView {
     pub id: String,
@@ -375,43 +416,40 @@ pub struct TenantView {
     pub parent: Option<String>,
     pub quota: QuotaBody,
     pub created_at: DateTime<Utc>,
-    /// What its own jobs hold now (scheduled or running; its teams' not counted).
+    /// What its jobs and its teams' (every tenant below it) hold now, scheduled or running:
+    /// what its quota is held to.
     #[serde(default)]
-    pub usage: ResourcesBody,
-    /// Its own jobs waiting to be placed.
+    pub usage: HeldView,
+    /// Its jobs and its teams' waiting to be placed (a gang counts once).
     #[serde(default)]
     pub jobs_pending: u64,
-    /// Its own jobs placed or running.
+    /// Its jobs and its teams' placed or running (a gang counts once).
     #[serde(default)]
     pub jobs_running: u64,
+    /// The same figures of its own jobs alone.
+    #[serde(default)]
+    pub own: TenantFiguresView,
 }
 
 impl TenantView {
-    /// `all`: the tenants to find the parent's name among; `holding` and `pending`: the
-    /// jobs (any tenant's) that hold resources, and those that wait.
-    pub fn new(t: Tenant, all: &[Tenant], holding: &[Job], pending: &[Job]) -> Self {
+    /// `all`: the tenants to find the parent's name among; `totals`: every tenant's
+    /// figures ([`allot_domain::holding::tenant_totals`]).
+    pub fn new(
+        t: Tenant,
+        all: &[Tenant],
+        totals: &std::collections::HashMap<String, allot_domain::TenantTotals>,
+    ) -> Self {
         let parent = t
             .parent_id
             .as_ref()
             .and_then(|p| all.iter().find(|x| x.id == *p))
             .map(|p| p.name.to_string());
-        let mine: Vec<&Job> = holding.iter().filter(|j| j.tenant_id == t.id).collect();
-        let usage = ResourcesBody {
-            gpu_milli: mine
-                .iter()
-                .map(|j| u64::from(j.spec.gpus) * u64::from(j.share().gpu_milli))
-                .sum(),
-            cpu_milli: mine.iter().map(|j| u64::from(j.spec.cpu_milli)).sum(),
-            memory_bytes: mine.iter().map(|j| j.spec.memory_bytes).sum(),
-            gpu_memory_bytes: mine
-                .iter()
-                .map(|j| u64::from(j.spec.gpus) * j.spec.gpu_memory_bytes.unwrap_or(0))
-                .sum(),
-        };
+        let figures = totals.get(&t.id).copied().unwrap_or_default();
         Self {
-            jobs_pending: pending.iter().filter(|j| j.tenant_id == t.id).count() as u64,
-            jobs_running: mine.len() as u64,
-            usage,
+            jobs_pending: figures.total.jobs_pending,
+            jobs_running: figures.total.jobs_running,
+            usage: figures.total.held.into(),
+            own: figures.own.into(),
             id: t.id,
             name: t.name.to_string(),
             parent,
@@ -909,12 +947,12 @@ pub struct GpuView {
     /// Its MIG instances when the GPU is in MIG mode (absent when it is not).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mig_instances: Option<Vec<MigInstanceView>>,
-    /// How much of it jobs hold (scheduled or running), in milli of the GPU (1000 is all of
-    /// it); a MIG instance holds its memory slices of the GPU's eight. Every tenant's jobs
-    /// are cluster-wide telemetry: present only for callers with the `telemetry.read`
-    /// right (platform admins by default).
+    /// How much of it jobs hold (scheduled or running), in GPUs (1 is all of it): a share
+    /// its fraction, a MIG instance its compute slices of the board's seven (seven 1g
+    /// instances hold 1). Every tenant's jobs are cluster-wide telemetry: present only for
+    /// callers with the `telemetry.read` right (platform admins by default).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub held_milli: Option<u64>,
+    pub held: Option<f64>,
     /// How many jobs hold part of it (with `telemetry.read` only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub jobs: Option<u32>,
@@ -960,7 +998,7 @@ impl From<GpuDevice> for GpuView {
             degraded: g.degraded,
             drained: false,
             memory_enforcement: g.memory_enforcement.as_str().to_owned(),
-            held_milli: None,
+            held: None,
             jobs: None,
         }
     }
@@ -991,10 +1029,22 @@ pub struct NodeView {
     /// Where other nodes reach it, as its agent says (empty: not said).
     #[serde(default)]
     pub address: String,
-    /// Its GPUs that could take a whole-GPU job now: healthy, nothing held, and the node
-    /// ready and not cordoned (with `telemetry.read` only, as what is held).
+    /// What its jobs hold of its GPUs, in GPUs (the sum of each GPU's `held`; with
+    /// `telemetry.read` only, as what is held).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub gpus_free: Option<u32>,
+    pub gpus_held: Option<f64>,
+    /// What of its GPUs new work could take now, in GPUs: what is not held of its healthy
+    /// GPUs that no operator drained, the node ready and not cordoned (a free MIG instance
+    /// is its share). `gpus_held` + `gpus_free` + `gpus_unavailable` is its GPUs, exactly.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpus_free: Option<f64>,
+    /// What is neither held nor free: the rest of its unwell or drained GPUs, or all that
+    /// is not held when the node is not ready or is cordoned.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpus_unavailable: Option<f64>,
+    /// Its GPUs nothing holds that could take a whole-GPU job now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpus_idle: Option<u32>,
 }
 
 impl NodeView {
@@ -1030,37 +1080,26 @@ impl NodeView {
             cordoned: n.cordoned,
             labels: n.labels,
             address: n.address,
+            gpus_held: None,
             gpus_free: None,
+            gpus_unavailable: None,
+            gpus_idle: None,
         }
     }
 
     /// `n` with what `holding` (the jobs scheduled or running, every tenant's) holds of
     /// each GPU, and its free GPUs, for callers with the `telemetry.read` right.
     pub fn with_holding(n: Node, now: DateTime<Utc>, holding: &[Job]) -> Self {
-        let held: Vec<(u64, u32)> = n
-            .gpus
-            .iter()
-            .map(|g| {
-                let on = g.holders(holding);
-                let milli = on.iter().map(|(_, m)| m).sum::<u64>();
-                (
-                    milli.min(u64::from(allot_domain::GPU_MILLI)),
-                    u32::try_from(on.len()).unwrap_or(u32::MAX),
-                )
-            })
-            .collect();
+        let figures = allot_domain::holding::node_figures(&n, now, holding);
         let mut view = Self::new(n, now);
-        for (g, (milli, jobs)) in view.gpus.iter_mut().zip(held) {
-            g.held_milli = Some(milli);
-            g.jobs = Some(jobs);
+        for (g, f) in view.gpus.iter_mut().zip(&figures.gpus) {
+            g.held = Some(f.held.gpus());
+            g.jobs = Some(f.jobs);
         }
-        let open = view.status == "ready" && !view.cordoned;
-        let free = view
-            .gpus
-            .iter()
-            .filter(|g| open && g.health == "healthy" && g.held_milli == Some(0))
-            .count();
-        view.gpus_free = Some(u32::try_from(free).unwrap_or(u32::MAX));
+        view.gpus_held = Some(figures.held.gpus());
+        view.gpus_free = Some(figures.free.gpus());
+        view.gpus_unavailable = Some(figures.unavailable.gpus());
+        view.gpus_idle = Some(figures.idle);
         view
     }
 }

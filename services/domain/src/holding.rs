@@ -198,51 +198,60 @@ fn unplaced_share(job: &Job) -> (GpuParts, u64) {
     )
 }
 
-/// A gang's size, one definition: replicas × GPUs each = GPUs in all.
+/// A job's size, one definition for every page: replicas × GPUs each = GPUs in all (a
+/// job of one replica is just its GPUs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct GangSize {
     pub replicas: u32,
-    /// GPUs (or the share of one) each replica asks for, in parts.
+    /// GPUs each replica asks for (a share of one, or a MIG instance's slices of seven).
     pub per_replica: GpuParts,
     pub total: GpuParts,
 }
 
 impl GangSize {
-    pub fn of(spec: &crate::JobSpec) -> Self {
-        let per_gpu = match spec
-            .mig_profile
-            .as_deref()
-            .and_then(crate::mig::profile_named)
-        {
+    /// From what a job asks for: `gpus` of `gpu_milli` each (whole when absent), or one MIG
+    /// instance of `mig_profile`, on each of `replicas`.
+    pub fn new(
+        replicas: u32,
+        gpus: u32,
+        gpu_milli: Option<u32>,
+        mig_profile: Option<&str>,
+    ) -> Self {
+        let per_replica = match mig_profile.and_then(crate::mig::profile_named) {
             Some(p) => GpuParts::slices(p.compute_slices),
-            None => GpuParts::milli(u64::from(spec.gpu_milli.unwrap_or(GPU_MILLI))),
+            None => GpuParts(
+                u64::from(gpus) * GpuParts::milli(u64::from(gpu_milli.unwrap_or(GPU_MILLI))).0,
+            ),
         };
-        let gpus = if spec.mig_profile.is_some() {
-            1
-        } else {
-            u64::from(spec.gpus)
-        };
-        let per_replica = GpuParts(per_gpu.0 * gpus);
-        let replicas = spec.replicas.max(1);
+        let replicas = replicas.max(1);
         GangSize {
             replicas,
             per_replica,
             total: GpuParts(per_replica.0 * u64::from(replicas)),
         }
     }
+
+    pub fn of(spec: &crate::JobSpec) -> Self {
+        Self::new(
+            spec.replicas,
+            spec.gpus,
+            spec.gpu_milli,
+            spec.mig_profile.as_deref(),
+        )
+    }
 }
 
 impl fmt::Display for GangSize {
-    /// `4 × 8 = 32 GPUs` for a gang, `8 GPUs` for a job of one replica.
+    /// `4 × 8 = 32` for a gang, `8` for a job of one replica (in GPUs).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.replicas > 1 {
             write!(
                 f,
-                "{} × {} = {} GPUs",
+                "{} × {} = {}",
                 self.replicas, self.per_replica, self.total
             )
         } else {
-            write!(f, "{} GPUs", self.total)
+            write!(f, "{}", self.total)
         }
     }
 }
@@ -374,6 +383,52 @@ impl GpuDevice {
     }
 }
 
+/// What one GPU holds, and how many jobs hold it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GpuFigures {
+    pub held: GpuParts,
+    pub jobs: u32,
+}
+
+/// A node's GPUs as the pages show them: each one's held share, and the node's held, free
+/// and unavailable GPUs, which add up to its GPUs exactly.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NodeFigures {
+    pub gpus: Vec<GpuFigures>,
+    pub held: GpuParts,
+    /// What new work could take now: the unheld part of its healthy GPUs nobody drained,
+    /// when the node is ready and not cordoned.
+    pub free: GpuParts,
+    /// Neither held nor free.
+    pub unavailable: GpuParts,
+    /// GPUs nothing holds that a whole-GPU job could take now (not in MIG mode).
+    pub idle: u32,
+}
+
+/// `n`'s figures from the jobs that hold resources (any tenant's).
+pub fn node_figures(n: &Node, now: chrono::DateTime<chrono::Utc>, holding: &[Job]) -> NodeFigures {
+    let open = n.status(now) == crate::NodeStatus::Ready && !n.cordoned;
+    let mut out = NodeFigures::default();
+    for g in &n.gpus {
+        let h = g.holding(holding);
+        let takes_work = open && g.health(n.drained_gpus.contains(&g.uuid)) == "healthy";
+        out.gpus.push(GpuFigures {
+            held: h.held,
+            jobs: u32::try_from(h.jobs.len()).unwrap_or(u32::MAX),
+        });
+        out.held += h.held;
+        if takes_work {
+            out.free += h.free;
+            if h.held.is_zero() && g.mig.is_none() {
+                out.idle += 1;
+            }
+        } else {
+            out.unavailable += h.free;
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -394,5 +449,19 @@ mod tests {
             GpuParts::milli(3500)
         );
         assert_eq!((GpuParts::GPU - GpuParts::slices(6)).to_string(), "0.143");
+    }
+
+    #[test]
+    fn a_gangs_size_is_replicas_times_each() {
+        assert_eq!(GangSize::new(4, 8, None, None).to_string(), "4 × 8 = 32");
+        assert_eq!(GangSize::new(1, 8, None, None).to_string(), "8");
+        assert_eq!(
+            GangSize::new(2, 1, Some(250), None).to_string(),
+            "2 × 0.25 = 0.5"
+        );
+        assert_eq!(
+            GangSize::new(1, 1, None, Some("1g.18gb")).to_string(),
+            "0.143"
+        );
     }
 }

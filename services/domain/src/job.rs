@@ -591,16 +591,6 @@ impl Job {
     pub fn gpu_equivalents(&self) -> f64 {
         f64::from(self.spec.gpus) * f64::from(self.share().gpu_milli) / f64::from(GPU_MILLI)
     }
-
-    /// How much of each GPU it is placed on the job holds, in milli: its share, or for a
-    /// MIG instance the instance's memory slices of the GPU's eight.
-    pub fn held_milli_on_each_gpu(&self) -> u64 {
-        match self.spec.mig_profile.as_deref() {
-            Some(p) => crate::mig::profile_named(p)
-                .map_or(1000 / 7, |p| u64::from(p.memory_slices) * 1000 / 8),
-            None => u64::from(self.share().gpu_milli),
-        }
-    }
 }
 
 /// What a job's elapsed time measures.

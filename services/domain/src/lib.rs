@@ -40,7 +40,9 @@ pub use job::{
     Pack, PendingReason, Replica, Share, TransitionError,
 };
 pub use node::{GpuDevice, MemoryEnforcement, MigSlot, Node, NodeStatus};
-pub use quantity::{format_bytes, format_duration, format_milli, parse_bytes, parse_memory};
+pub use quantity::{
+    format_bytes, format_duration, format_gpus, format_milli, parse_bytes, parse_memory,
+};
 pub use secret::{SecretUse, SecretValue, TenantSecret};
 pub use tenant::{Quota, ResourceLimits, Resources, Tenant, TenantName};
 pub use token::{ApiToken, Role, RoleBinding};

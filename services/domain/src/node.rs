@@ -314,16 +314,6 @@ impl GpuDevice {
         self.uuid == uuid || self.mig.iter().flatten().any(|s| s.uuid == uuid)
     }
 
-    /// The jobs of `holding` placed on this GPU (or one of its MIG instances), and how much
-    /// of it each holds, in milli.
-    pub fn holders<'a>(&self, holding: &'a [crate::Job]) -> Vec<(&'a crate::Job, u64)> {
-        holding
-            .iter()
-            .filter(|j| j.gpu_uuids.iter().any(|u| self.holds(u)))
-            .map(|j| (j, j.held_milli_on_each_gpu()))
-            .collect()
-    }
-
     /// Its health in one word: `unhealthy` (as its agent reports), `draining` (an operator
     /// drained it), `degraded` (suspect: keeps its jobs) or `healthy`. Only a healthy GPU
     /// takes new work.
@@ -383,6 +373,12 @@ impl Node {
     /// Whether its jobs run confined (what a tenant policy may require).
     pub fn confines_jobs(&self) -> bool {
         self.runtime == "oci"
+    }
+
+    /// Whether it can run a job that names an image (`with_image`) or not: a node running
+    /// containers runs only jobs from images, one running processes only jobs without.
+    pub fn runs(&self, with_image: bool) -> bool {
+        self.confines_jobs() == with_image
     }
 
     pub fn status(&self, now: DateTime<Utc>) -> NodeStatus {

@@ -90,6 +90,11 @@ pub fn format_duration(secs: i64) -> String {
 
 /// A count kept in thousandths (GPU or CPU milli) as a decimal: 7500 is `7.5`, 250 is
 /// `0.25`, 2000 is `2`.
+/// GPUs to three decimals, trailing zeros dropped: `2`, `0.25`, `0.143`.
+pub fn format_gpus(gpus: f64) -> String {
+    format_milli((gpus.max(0.0) * 1000.0).round() as u64)
+}
+
 pub fn format_milli(m: u64) -> String {
     let (whole, frac) = (m / 1000, m % 1000);
     if frac == 0 {

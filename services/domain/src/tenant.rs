@@ -232,6 +232,23 @@ impl Tenant {
     pub const UID_SLOTS: u32 = (u32::MAX - Self::UID_FIRST) / Self::UID_RANGE;
 }
 
+/// The ids of `root` and every tenant below it among `all` (its teams, their teams, …),
+/// `root` first.
+pub fn subtree(all: &[Tenant], root: &str) -> Vec<String> {
+    let mut out = vec![root.to_owned()];
+    let mut i = 0;
+    while i < out.len() {
+        let parent = out[i].clone();
+        for t in all {
+            if t.parent_id.as_deref() == Some(parent.as_str()) && !out.contains(&t.id) {
+                out.push(t.id.clone());
+            }
+        }
+        i += 1;
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -2,7 +2,7 @@
 //! heatmap of every GPU's share held, with who holds each part; the per-node details below
 //! it are on demand.
 
-use allot_domain::{Job, Node, format_milli};
+use allot_domain::{GpuParts, Job, Node};
 
 /// A node's one state: `ready`, `cordoned` (ready, taking no new work) or `not-ready`.
 pub(crate) fn node_state(status: &str, cordoned: bool) -> &'static str {
@@ -27,9 +27,12 @@ pub(crate) struct ModelRow {
     /// GPUs' worth held by jobs, e.g. `12.5`.
     pub held: String,
     pub held_pct: u64,
-    /// Healthy GPUs nothing holds, on ready nodes that take work.
-    pub free: usize,
-    /// Unhealthy, draining or degraded.
+    /// GPUs' worth new work could take: the unheld part of healthy GPUs on ready nodes
+    /// that take work.
+    pub free: String,
+    /// GPUs' worth neither held nor free (unwell, draining, or on nodes taking no work).
+    pub unavailable: String,
+    /// Unhealthy, draining or degraded GPUs.
     pub unwell: usize,
 }
 
@@ -49,7 +52,8 @@ pub(crate) struct HeatCell {
     pub title: String,
 }
 
-/// `nodes` (with their `status`: ready or not) and the jobs holding GPUs, summed up.
+/// `nodes` (with their `status`: ready or not) and the jobs holding GPUs, summed up: per
+/// model, held + free + unavailable is the model's GPUs exactly.
 pub(crate) fn summary(nodes: &[(Node, String)], holding: &[Job]) -> Summary {
     let mut s = Summary {
         ready: 0,
@@ -58,8 +62,15 @@ pub(crate) fn summary(nodes: &[(Node, String)], holding: &[Job]) -> Summary {
         models: Vec::new(),
         heat: Vec::new(),
     };
-    let mut models: std::collections::BTreeMap<String, (usize, u64, usize, usize)> =
-        std::collections::BTreeMap::new();
+    #[derive(Default)]
+    struct Model {
+        gpus: usize,
+        held: GpuParts,
+        free: GpuParts,
+        unavailable: GpuParts,
+        unwell: usize,
+    }
+    let mut models: std::collections::BTreeMap<String, Model> = std::collections::BTreeMap::new();
     for (n, status) in nodes {
         let state = node_state(status, n.cordoned);
         match state {
@@ -67,37 +78,41 @@ pub(crate) fn summary(nodes: &[(Node, String)], holding: &[Job]) -> Summary {
             "cordoned" => s.cordoned += 1,
             _ => s.not_ready += 1,
         }
+        let open = state == "ready";
         let mut cells = Vec::new();
         for g in &n.gpus {
-            let on = g.holders(holding);
-            let held: u64 = on.iter().map(|(_, m)| m).sum::<u64>().min(1000);
+            let on = g.holding(holding);
             let health = g.health(n.drained_gpus.contains(&g.uuid));
             let m = models.entry(g.model.clone()).or_default();
-            m.0 += 1;
-            m.1 += held;
-            if health == "healthy" && held == 0 && state == "ready" {
-                m.2 += 1;
+            m.gpus += 1;
+            m.held += on.held;
+            if open && health == "healthy" {
+                m.free += on.free;
+            } else {
+                m.unavailable += on.free;
             }
             if health != "healthy" {
-                m.3 += 1;
+                m.unwell += 1;
             }
-            let level = match held {
-                0 => 0,
-                1..=250 => 1,
-                251..=500 => 2,
-                501..=999 => 3,
+            let quarters = on.held.0 * 4 / GpuParts::GPU.0;
+            let level = match (on.held.is_zero(), quarters) {
+                (true, _) => 0,
+                (false, 0) => 1,
+                (false, 1) => 2,
+                (false, 2 | 3) => 3,
                 _ => 4,
             };
             let who = on
+                .jobs
                 .iter()
-                .map(|(j, m)| format!("{} of {}: {}", j.spec.name, j.spec.tenant, format_milli(*m)))
+                .map(|(j, p)| format!("{} of {}: {p}", j.spec.name, j.spec.tenant))
                 .collect::<Vec<_>>();
             let title = format!(
                 "{} GPU {} ({}, {health}): {} held{}",
                 n.name,
                 g.index,
                 g.model,
-                format_milli(held),
+                on.held,
                 if who.is_empty() {
                     String::new()
                 } else {
@@ -119,13 +134,14 @@ pub(crate) fn summary(nodes: &[(Node, String)], holding: &[Job]) -> Summary {
     }
     s.models = models
         .into_iter()
-        .map(|(model, (gpus, held, free, unwell))| ModelRow {
+        .map(|(model, m)| ModelRow {
+            held_pct: m.held.0 * 100 / (m.gpus as u64 * GpuParts::GPU.0).max(1),
             model,
-            gpus,
-            held: format_milli(held),
-            held_pct: held * 100 / (gpus as u64 * 1000).max(1),
-            free,
-            unwell,
+            gpus: m.gpus,
+            held: m.held.to_string(),
+            free: m.free.to_string(),
+            unavailable: m.unavailable.to_string(),
+            unwell: m.unwell,
         })
         .collect();
     s

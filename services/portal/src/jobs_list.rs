@@ -5,12 +5,12 @@ use actix_web::{HttpRequest, HttpResponse, web};
 use allot_api::auth::Principal;
 use allot_api::{ApiError, AppState};
 use allot_authz::{Action, Resource};
-use allot_domain::{Job, JobState, format_milli};
+use allot_domain::{Job, JobState};
 use allot_store::{JobFilter, JobRepo, NodeRepo, TenantRepo, TenantScope};
 use askama::Template;
 use askama_web::WebTemplate;
 
-use crate::{Page, held_milli, render, to_sign_in, visible_tenants};
+use crate::{Page, render, to_sign_in, visible_tenants};
 
 /// Jobs on a page.
 pub(crate) const PAGE_SIZE: u64 = 50;
@@ -56,7 +56,7 @@ impl Row {
                 .unwrap_or_default(),
             gpus: match &j.spec.mig_profile {
                 Some(p) => format!("MIG {p}"),
-                None => format_milli(held_milli(&j)),
+                None => allot_domain::GangSize::of(&j.spec).to_string(),
             },
             // Enough of a time-ordered id to tell jobs submitted together apart (and type
             // as a prefix).
@@ -136,7 +136,13 @@ pub(crate) async fn jobs_page(
             .iter()
             .find(|t| t.name.as_str() == tenant)
             .ok_or_else(|| ApiError::NotFound(format!("tenant `{tenant}` does not exist")))?;
-        TenantScope::tenant(t.id.clone())
+        // A tenant's jobs and its teams' (those the person may list).
+        TenantScope::Tenants(
+            allot_domain::tenant::subtree(&all, &t.id)
+                .into_iter()
+                .filter(|id| listable.iter().any(|l| l.id == *id))
+                .collect(),
+        )
     };
     let states = match state_name.as_str() {
         "" => Vec::new(),

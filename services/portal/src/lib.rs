@@ -243,10 +243,6 @@ fn to_sign_in() -> HttpResponse {
         .finish()
 }
 
-fn held_milli(j: &Job) -> u64 {
-    u64::from(j.spec.gpus) * u64::from(j.share().gpu_milli)
-}
-
 #[derive(Template, WebTemplate)]
 #[template(path = "signin.html")]
 struct SignInPage {
@@ -258,10 +254,14 @@ struct SignInPage {
 struct QuotaRow {
     name: String,
     parent: Option<String>,
+    /// What it and its teams hold, against its quota.
     bars: Vec<QuotaBar>,
-    /// Its own jobs waiting, and holding resources.
-    pending: usize,
-    running: usize,
+    /// Its jobs and its teams' waiting, and holding resources (a gang once).
+    pending: u64,
+    running: u64,
+    /// Its own jobs alone.
+    own_pending: u64,
+    own_running: u64,
 }
 
 /// One resource of a quota: what is used, guaranteed, borrowed and the limit.
@@ -359,16 +359,16 @@ async fn dashboard_page(
     let all = state.store.list_tenants().await?;
     let tenants = visible_tenants(&who, &all, Action::QuotaRead);
     // What the registered nodes offer in all: the scale of a quota with no limit.
-    let fleet = state.store.list_nodes().await?.iter().fold(
-        allot_domain::Resources::default(),
-        |mut sum, n| {
+    let nodes = state.store.list_nodes().await?;
+    let fleet = nodes
+        .iter()
+        .fold(allot_domain::Resources::default(), |mut sum, n| {
             sum.gpu_milli += n.gpus.len() as u64 * u64::from(allot_domain::GPU_MILLI);
             sum.cpu_milli += n.cpu_milli;
             sum.memory_bytes += n.memory_bytes;
             sum.gpu_memory_bytes += n.gpus.iter().map(|g| g.memory_bytes).sum::<u64>();
             sum
-        },
-    );
+        });
     let scope = who
         .scope(Action::JobList, "jobs")
         .unwrap_or(TenantScope::Tenants(Vec::new()));
@@ -388,47 +388,52 @@ async fn dashboard_page(
             ..JobFilter::new(scope.clone())
         })
         .await?;
-    let (holding, waiting) = allot_api::unfinished(&state, scope.clone()).await?;
+    let (mut unfinished, waiting) = allot_api::unfinished(&state, scope.clone()).await?;
+    unfinished.extend(waiting);
+    let totals = allot_domain::holding::tenant_totals(&all, &unfinished, &nodes);
+    let parts = |milli: u64| milli * allot_domain::GpuParts::PER_MILLI;
     let quota_rows = tenants
         .iter()
         .map(|t| {
-            let mine: Vec<&Job> = holding.iter().filter(|j| j.tenant_id == t.id).collect();
+            // What it and its teams hold, as its quota is held to it.
+            let f = totals.get(&t.id).copied().unwrap_or_default();
+            let used = f.total.held;
             let (g, l) = (&t.quota.guaranteed, &t.quota.limit);
             let bars = vec![
                 QuotaBar::new(
                     "GPUs",
-                    mine.iter().map(|j| held_milli(j)).sum(),
-                    g.gpu_milli,
-                    (l.gpu_milli, fleet.gpu_milli),
-                    format_milli,
+                    used.gpu.0,
+                    parts(g.gpu_milli),
+                    (l.gpu_milli.map(parts), parts(fleet.gpu_milli)),
+                    |p| allot_domain::GpuParts(p).to_string(),
                 ),
                 QuotaBar::new(
                     "CPUs",
-                    mine.iter().map(|j| u64::from(j.spec.cpu_milli)).sum(),
+                    used.cpu_milli,
                     g.cpu_milli,
                     (l.cpu_milli, fleet.cpu_milli),
                     format_milli,
                 ),
                 QuotaBar::new(
                     "Memory",
-                    mine.iter().map(|j| j.spec.memory_bytes).sum(),
+                    used.memory_bytes,
                     g.memory_bytes,
                     (l.memory_bytes, fleet.memory_bytes),
                     format_bytes,
                 ),
                 QuotaBar::new(
                     "GPU memory",
-                    mine.iter()
-                        .map(|j| u64::from(j.spec.gpus) * j.spec.gpu_memory_bytes.unwrap_or(0))
-                        .sum(),
+                    used.gpu_memory_bytes,
                     g.gpu_memory_bytes,
                     (l.gpu_memory_bytes, fleet.gpu_memory_bytes),
                     format_bytes,
                 ),
             ];
             QuotaRow {
-                pending: waiting.iter().filter(|j| j.tenant_id == t.id).count(),
-                running: mine.len(),
+                pending: f.total.jobs_pending,
+                running: f.total.jobs_running,
+                own_pending: f.own.jobs_pending,
+                own_running: f.own.jobs_running,
                 name: t.name.to_string(),
                 parent: t
                     .parent_id
@@ -568,19 +573,26 @@ async fn job_page(
     let asked = match &job.spec.mig_profile {
         Some(p) => format!("a MIG {p} instance"),
         None if job.spec.gpus == 0 => "no GPU".to_owned(),
-        None => format!(
-            "{} GPU{}{}",
-            format_milli(u64::from(job.spec.gpus) * u64::from(job.spec.gpu_milli.unwrap_or(1000))),
-            if job.spec.gpus == 1 && job.spec.gpu_milli.is_none() {
-                ""
-            } else {
-                "s"
-            },
-            job.spec
-                .gpu_memory_bytes
-                .map(|b| format!(" with {} each", format_bytes(b)))
-                .unwrap_or_default()
-        ),
+        None => {
+            let size = allot_domain::GangSize::of(&job.spec);
+            format!(
+                "{size} GPU{}{}{}",
+                if size.total == allot_domain::GpuParts::GPU {
+                    ""
+                } else {
+                    "s"
+                },
+                if size.replicas > 1 {
+                    format!(" ({} replicas of {} each)", size.replicas, size.per_replica)
+                } else {
+                    String::new()
+                },
+                job.spec
+                    .gpu_memory_bytes
+                    .map(|b| format!(", with {} of memory on each GPU", format_bytes(b)))
+                    .unwrap_or_default()
+            )
+        }
     };
     let terminal = job.state.is_terminal();
     let cancellable = !terminal

@@ -59,9 +59,30 @@ pub fn check(
     nodes: &[Node],
 ) -> Result<(), ValidationError> {
     let mut v = Violations::default();
+    runtime(spec, nodes, &mut v);
     fleet(spec, nodes, &mut v);
-    quota(spec, tenant_id, tenants, &mut v);
+    quota(spec, tenant_id, tenants, nodes, &mut v);
     v.into_result()
+}
+
+/// A job from an image needs a node that runs containers; one without, a node that runs
+/// processes (see [`Node::runs`]).
+fn runtime(spec: &JobSpec, nodes: &[Node], v: &mut Violations) {
+    let with_image = spec.image.is_some();
+    if nodes.is_empty() || nodes.iter().any(|n| n.runs(with_image)) {
+        return;
+    }
+    v.check(
+        false,
+        "image",
+        if with_image {
+            "no node runs jobs in containers (agent --runtime oci): every node runs jobs as \
+             processes, which cannot run an image"
+        } else {
+            "every node runs jobs in containers (agent --runtime oci): the job must name an \
+             image to run"
+        },
+    );
 }
 
 /// Models as the fleet names them, each once, in the order first seen.
@@ -290,7 +311,7 @@ fn chain<'t>(tenant_id: &str, tenants: &'t [Tenant]) -> Vec<&'t Tenant> {
     out
 }
 
-fn quota(spec: &JobSpec, tenant_id: &str, tenants: &[Tenant], v: &mut Violations) {
+fn quota(spec: &JobSpec, tenant_id: &str, tenants: &[Tenant], nodes: &[Node], v: &mut Violations) {
     let chain = chain(tenant_id, tenants);
     let Some(own) = chain.first() else {
         return;
@@ -339,10 +360,28 @@ fn quota(spec: &JobSpec, tenant_id: &str, tenants: &[Tenant], v: &mut Violations
     } else {
         spec.gpu_milli.unwrap_or(GPU_MILLI)
     };
-    // A gang holds what it asks for once per replica.
+    // A gang holds what it asks for once per replica; a whole GPU all of its memory (at
+    // least the smallest the job could be given, of a model it accepts).
     let n = u64::from(spec.replicas.max(1));
     let gpus = n * u64::from(spec.gpus) * u64::from(share);
-    let gpu_memory = n * u64::from(spec.gpus) * spec.gpu_memory_bytes.map_or(0, mib_up);
+    let per_gpu_memory = if share >= GPU_MILLI {
+        nodes
+            .iter()
+            .flat_map(|node| &node.gpus)
+            .filter(|g| {
+                g.mig.is_none()
+                    && (spec.gpu_models.is_empty()
+                        || spec.gpu_models.iter().any(|w| same_model(w, &g.model)))
+            })
+            .map(|g| mib_down(g.memory_bytes))
+            .min()
+            .unwrap_or(0)
+            .max(spec.gpu_memory_bytes.map_or(0, mib_up))
+    } else {
+        spec.gpu_memory_bytes.map_or(0, mib_up)
+    };
+    let gpu_memory = n * u64::from(spec.gpus) * per_gpu_memory;
+    let size = allot_domain::GangSize::new(spec.replicas, spec.gpus, Some(share), None);
     for t in &chain {
         let l = &t.quota.limit;
         let over = |asked: u64, limit: Option<u64>| asked > 0 && limit.is_some_and(|l| asked > l);
@@ -357,10 +396,9 @@ fn quota(spec: &JobSpec, tenant_id: &str, tenants: &[Tenant], v: &mut Violations
                 "gpus",
                 format!(
                     "{} may hold at most {} GPUs at once (its hard limit), and this job asks for \
-                     {}{dedicated}",
+                     {size}{dedicated}",
                     whose(t),
                     format_milli(l.gpu_milli.unwrap_or(0)),
-                    format_milli(gpus)
                 ),
             );
         }

@@ -46,6 +46,10 @@ pub struct Job {
     /// GPU memory each GPU must have (whole GPUs), or that the job holds on the GPU it
     /// shares; 0 when not asked.
     pub gpu_memory_mib: u32,
+    /// For quotas, the GPU memory each of its whole GPUs holds: all of the GPU's (of the
+    /// node it runs on; for a pending job, the largest GPU it could be given). 0: the asked
+    /// `gpu_memory_mib` (a share holds what it asked for).
+    pub whole_gpu_memory_mib: u32,
     /// The isolation asked for; `None` takes the workload class's default.
     pub isolation: Option<Isolation>,
     pub class: Option<WorkloadClass>,
@@ -82,14 +86,21 @@ impl Avoidance {
 }
 
 impl Job {
-    /// What one replica holds.
+    /// What one replica holds: a whole GPU all of its memory, a share what it asked for.
     pub fn replica_amounts(&self) -> Amounts {
+        let per_gpu = if self.request.gpu_milli >= crate::placement::GPU_MILLI
+            && self.whole_gpu_memory_mib > 0
+        {
+            self.whole_gpu_memory_mib
+        } else {
+            self.gpu_memory_mib
+        };
         Amounts::new(
             self.request.gpu_total(),
             u64::from(self.request.cpu_milli),
             u64::from(self.request.memory_mib),
         )
-        .with_gpu_memory(u64::from(self.request.num_gpu) * u64::from(self.gpu_memory_mib))
+        .with_gpu_memory(u64::from(self.request.num_gpu) * u64::from(per_gpu))
     }
 
     /// What one placement holds, as far as isolation is concerned.
@@ -194,6 +205,9 @@ pub struct World<'a> {
     /// Each queue's decayed past GPU use (`crate::fair_share`), when fair share over time
     /// is on: a queue's share of it adds to its fair-share key.
     pub past_usage: Option<&'a HashMap<String, f64>>,
+    /// What queues hold outside the engine's model (MIG instances, by queue id): counted
+    /// in their quotas, placed nowhere here.
+    pub outside: &'a [(String, Amounts)],
 }
 
 /// What makes a pass impossible: the running jobs do not describe a possible state.
@@ -250,6 +264,7 @@ pub fn schedule_observed(
         now,
         config,
         past_usage,
+        outside,
     } = world;
     // Each queue's share of the fleet's decayed past use (0 without history).
     let past_share: Vec<f64> = {
@@ -306,6 +321,11 @@ pub fn schedule_observed(
         }
         if let Some(q) = q {
             pass.usage.take(tree, q, &r.job.amounts());
+        }
+    }
+    for (queue, a) in outside {
+        if let Some(q) = tree.find(queue) {
+            pass.usage.take(tree, q, a);
         }
     }
     let mut decisions = Vec::with_capacity(pending.len());
@@ -617,7 +637,8 @@ impl<'a> Pass<'a> {
         };
         let job = &held;
         let total = job.amounts();
-        if let Some(over) = self.usage.over_limit(self.tree, q, &total) {
+        if let Some(mut over) = self.usage.over_limit(self.tree, q, &total) {
+            over.replicas = job.replicas.max(1);
             decisions.push(wait("TenantLimit", over.to_string()));
             return false;
         }
@@ -971,16 +992,16 @@ impl<'a> Pass<'a> {
                     self.unhold(c.node, &c.gpus, &r.job, vq, victim_level);
                     touched.push(c.node);
                 }
-                let held = self.usage.of(vq).get(Resource::GpuMilli);
+                let held = self.usage.of(vq).get(Resource::Gpu);
                 self.usage.give_back(self.tree, vq, &r.job.amounts());
-                let guaranteed = self.tree.spec(vq).guaranteed.get(Resource::GpuMilli);
+                let guaranteed = self.tree.spec(vq).guaranteed.get(Resource::Gpu);
                 victims.push((
                     r.job.id.clone(),
                     format!(
                         "tenant {} held {} of {} guaranteed; reclaimed for {} (tenant {}, within its guarantee)",
                         self.tree.spec(vq).name,
-                        Resource::GpuMilli.number(held),
-                        Resource::GpuMilli.show(guaranteed),
+                        Resource::Gpu.number(held),
+                        Resource::Gpu.show(guaranteed),
                         job.id,
                         self.tree.spec(q).name,
                     ),
@@ -1150,7 +1171,7 @@ impl<'a> Pass<'a> {
             if r.gpu_milli < 1000 {
                 want.push(format!(
                     "{} of a GPU",
-                    Resource::GpuMilli.number(u64::from(r.gpu_milli))
+                    allot_domain::format_milli(u64::from(r.gpu_milli))
                 ));
             } else {
                 want.push(format!("{} whole GPUs", r.num_gpu));
@@ -1168,13 +1189,10 @@ impl<'a> Pass<'a> {
             String::new()
         };
         let spec = self.tree.spec(q);
-        let held = self.usage.of(q).get(Resource::GpuMilli);
-        let limit = spec
-            .limit
-            .get(Resource::GpuMilli)
-            .map_or(String::new(), |l| {
-                format!(", limit {}", Resource::GpuMilli.number(l))
-            });
+        let held = self.usage.of(q).get(Resource::Gpu);
+        let limit = spec.limit.get(Resource::Gpu).map_or(String::new(), |l| {
+            format!(", limit {}", Resource::Gpu.number(l))
+        });
         let reclaim = if within {
             "nothing preemptible is borrowed where it would make room"
         } else {
@@ -1191,8 +1209,8 @@ impl<'a> Pass<'a> {
             "no node has room for {replicas}{}{isolation}; tenant {}: {} of {} guaranteed GPUs in use{limit}; {reclaim}",
             want.join(", "),
             spec.name,
-            Resource::GpuMilli.number(held),
-            Resource::GpuMilli.number(spec.guaranteed.get(Resource::GpuMilli)),
+            Resource::Gpu.number(held),
+            Resource::Gpu.number(spec.guaranteed.get(Resource::Gpu)),
         )
     }
 }

@@ -108,11 +108,30 @@ fn gpu_offered(n: &Node, g: &allot_domain::GpuDevice) -> bool {
     g.healthy && !g.degraded && !n.drained_gpus.contains(&g.uuid)
 }
 
-/// MIG jobs' decisions: the GPUs in MIG mode, the instances held, the per-profile limits.
+/// What a MIG job holds as quotas count it: its instance's compute slices of seven and its
+/// memory, and its CPU and memory.
+fn mig_amounts(j: &StoredJob) -> Amounts {
+    let profile = j
+        .spec
+        .mig_profile
+        .as_deref()
+        .and_then(allot_domain::mig::profile_named);
+    Amounts::of_parts(
+        allot_domain::GpuParts::slices(profile.map_or(0, |p| p.compute_slices)),
+        u64::from(j.spec.cpu_milli),
+        u64::from(mib_up(j.spec.memory_bytes)),
+    )
+    .with_gpu_memory(profile.map_or(0, |p| u64::from(p.memory_mib)))
+}
+
+/// MIG jobs' decisions: the GPUs in MIG mode, the instances held, the per-profile limits,
+/// and the hard limits of the quota tree against what every job holds (`quota`, which the
+/// placements made here are added to).
 fn mig_decisions(
     snap: &Snapshot<'_>,
     suspect_after: Option<(chrono::Duration, chrono::Duration)>,
     pending: &[crate::mig::MigJob<'_>],
+    quota: Option<&mut crate::mig::MigQuota<'_>>,
 ) -> Vec<LiveDecision> {
     use crate::mig::{MigDecision, MigGpu, MigHeld, MigLimits};
     let mut gpus = Vec::new();
@@ -132,6 +151,7 @@ fn mig_decisions(
                 geometry,
                 instances,
                 usable: ready && gpu_offered(n, g),
+                containers: n.confines_jobs(),
             });
         }
     }
@@ -158,7 +178,7 @@ fn mig_decisions(
             .map(|t| (t.id.as_str(), (t.name.as_str(), &t.quota.mig_limits)))
             .collect(),
     };
-    crate::mig::plan(&gpus, &held, pending, &limits)
+    crate::mig::plan(&gpus, &held, pending, &limits, quota)
         .into_iter()
         .map(|d| match d {
             MigDecision::Place {
@@ -618,8 +638,11 @@ fn held_milli(j: &StoredJob) -> u32 {
     }
 }
 
-fn engine_job(j: &StoredJob, request: Request, seq: u64) -> Job {
+/// `j` as the engine sees it; `whole_gpu_memory_mib`: what each of its whole GPUs holds of
+/// GPU memory (all of it).
+fn engine_job(j: &StoredJob, request: Request, seq: u64, whole_gpu_memory_mib: u32) -> Job {
     Job {
+        whole_gpu_memory_mib,
         id: j.id.clone(),
         queue: j.tenant_id.clone(),
         request,
@@ -652,12 +675,12 @@ pub fn quota_tree(tenants: &[Tenant]) -> Result<QuotaTree, QuotaError> {
                     u64::from(mib_down(g.memory_bytes)),
                 )
                 .with_gpu_memory(u64::from(mib_down(g.gpu_memory_bytes))),
-                limit: Limits([
+                limit: Limits::new(
                     l.gpu_milli,
                     l.cpu_milli,
                     l.memory_bytes.map(|b| u64::from(mib_down(b))),
                     l.gpu_memory_bytes.map(|b| u64::from(mib_down(b))),
-                ]),
+                ),
                 weight: t.quota.weight,
                 min_isolation: t.quota.min_isolation,
             }
@@ -838,7 +861,13 @@ impl LiveScheduler {
                 }
                 gang_at.insert(id, running.len());
             }
-            let mut job = engine_job(j, request, seq_of(j));
+            let whole = mapped
+                .cluster
+                .gpu_memory_mib
+                .get(choice.node)
+                .copied()
+                .unwrap_or(0);
+            let mut job = engine_job(j, request, seq_of(j), whole);
             job.id = id.to_owned();
             job.preemptible &= usable;
             let started = j.started_at.or(j.scheduled_at).unwrap_or(j.created_at);
@@ -925,6 +954,8 @@ impl LiveScheduler {
                     profile,
                     priority: j.spec.priority,
                     seq: seq_of(j),
+                    held: mig_amounts(j),
+                    image: j.spec.image.is_some(),
                 });
                 continue;
             }
@@ -933,6 +964,41 @@ impl LiveScheduler {
             } else {
                 j.spec.gpu_milli.unwrap_or(GPU_MILLI)
             };
+            // A job from an image runs only on nodes that run containers, one without only
+            // on nodes that run processes.
+            let with_image = j.spec.image.is_some();
+            let ready_nodes = || {
+                snap.nodes
+                    .iter()
+                    .filter(|n| n.status(snap.now) == allot_domain::NodeStatus::Ready)
+            };
+            if ready > 0 && !ready_nodes().any(|n| n.runs(with_image)) {
+                let (code, message) = if with_image {
+                    (
+                        "NoContainerNode",
+                        format!(
+                            "the job runs an image, and none of the {ready} ready nodes runs jobs \
+                             in containers (agent --runtime oci)"
+                        ),
+                    )
+                } else {
+                    (
+                        "ImageRequired",
+                        format!(
+                            "the job names no image, and every one of the {ready} ready nodes \
+                             runs jobs in containers (agent --runtime oci): give it an image"
+                        ),
+                    )
+                };
+                decisions.push(LiveDecision::Wait {
+                    job_id: j.id.clone(),
+                    reason: PendingReason {
+                        code: code.into(),
+                        message,
+                    },
+                });
+                continue;
+            }
             // A tenant whose jobs must run confined: only on nodes that run containers.
             let confined_only = snap
                 .tenants
@@ -954,7 +1020,17 @@ impl LiveScheduler {
             }
             match mapped.request(j, share) {
                 Ok(r) => {
-                    let mut job = engine_job(j, r, seq_of(j));
+                    // Not placed yet: counted at the largest GPU it could be given.
+                    let whole = mapped
+                        .cluster
+                        .nodes
+                        .iter()
+                        .zip(&mapped.cluster.gpu_memory_mib)
+                        .filter(|(n, _)| r.models & (1 << n.model.min(63)) != 0)
+                        .map(|(_, &mib)| mib)
+                        .max()
+                        .unwrap_or(0);
+                    let mut job = engine_job(j, r, seq_of(j), whole);
                     job.avoid = mapped.avoidance(j, snap.now);
                     if let Some(g) = gang {
                         job.id = engine_id(j).to_owned();
@@ -993,6 +1069,12 @@ impl LiveScheduler {
                                 .filter_map(|n| mapped.by_node.get(&n.id).copied()),
                         );
                     }
+                    job.avoid.nodes.extend(
+                        snap.nodes
+                            .iter()
+                            .filter(|n| !n.runs(with_image))
+                            .filter_map(|n| mapped.by_node.get(&n.id).copied()),
+                    );
                     pending.push(job);
                 }
                 Err(reason) => decisions.push(LiveDecision::Wait {
@@ -1001,8 +1083,35 @@ impl LiveScheduler {
                 }),
             }
         }
+        // MIG instances held (not being stopped) count in their tenants' quotas, beside what
+        // the engine places; so do the ones placed this pass.
+        let mut outside: Vec<(String, Amounts)> = snap
+            .holding
+            .iter()
+            .filter(|j| j.spec.mig_profile.is_some() && j.preempt_reason.is_none())
+            .map(|j| (j.tenant_id.clone(), mig_amounts(j)))
+            .collect();
         if !mig_pending.is_empty() {
-            decisions.extend(mig_decisions(snap, self.suspect_after, &mig_pending));
+            let mut usage = crate::quota::Usage::new(&tree);
+            for (queue, a) in running
+                .iter()
+                .map(|r| (&r.job.queue, r.job.amounts()))
+                .chain(outside.iter().map(|(q, a)| (q, *a)))
+            {
+                if let Some(q) = tree.find(queue) {
+                    usage.take(&tree, q, &a);
+                }
+            }
+            let mut quota = crate::mig::MigQuota { tree: &tree, usage };
+            let mig = mig_decisions(snap, self.suspect_after, &mig_pending, Some(&mut quota));
+            for d in &mig {
+                if let LiveDecision::Place { job_id, .. } = d
+                    && let Some(j) = snap.pending.iter().find(|j| j.id == *job_id)
+                {
+                    outside.push((j.tenant_id.clone(), mig_amounts(j)));
+                }
+            }
+            decisions.extend(mig);
         }
         if !mapped.offers.iter().any(|&r| r) {
             decisions.extend(pending.iter().map(|j| LiveDecision::Wait {
@@ -1048,6 +1157,7 @@ impl LiveScheduler {
             now: snap.now.timestamp(),
             config: self.config,
             past_usage: self.past.as_ref().map(PastUsage::by_queue),
+            outside: &outside,
         };
         let engine_decisions = engine::schedule(world, &pending, policy, &mut self.rng)?;
 

@@ -3,8 +3,10 @@
 //! jobs and per-profile limits in; placements, repartitions and reasons out.
 //!
 //! For each pending job, highest priority then oldest first:
-//! 1. Per-profile limits: the job's tenant and every tenant above it must stay within the
-//!    instances of that profile they may hold (held ones, and those planned this pass).
+//! 1. Limits: the job's tenant and every tenant above it must stay within the instances of
+//!    that profile they may hold (held ones, and those planned this pass), and within their
+//!    hard limits of GPUs and GPU memory (an instance holds its compute slices of seven and
+//!    its memory, as every other job's holdings count; see [`allot_domain::holding`]).
 //! 2. A free instance of the profile: placed there, on the GPU holding the most instances
 //!    already (packing keeps other GPUs whole for repartitioning).
 //! 3. Room for a new instance beside the existing ones: the GPU is repartitioned to the
@@ -31,6 +33,9 @@ pub struct MigGpu<'a> {
     pub instances: &'a [MigSlot],
     /// Ready to take work: its node is ready and reachable, it is healthy and not drained.
     pub usable: bool,
+    /// Its node runs jobs in containers (only jobs from images), else as processes (only
+    /// jobs without one).
+    pub containers: bool,
 }
 
 /// A pending job asking for a MIG instance.
@@ -42,6 +47,16 @@ pub struct MigJob<'a> {
     pub priority: i32,
     /// Submission order: lower is older.
     pub seq: u64,
+    /// What it holds once placed, as quotas count it.
+    pub held: crate::quota::Amounts,
+    /// It runs an image (so only on a node running containers).
+    pub image: bool,
+}
+
+/// The quota tree and what its queues hold (every job's, MIG or not), for hard limits.
+pub struct MigQuota<'t> {
+    pub tree: &'t crate::quota::QuotaTree,
+    pub usage: crate::quota::Usage,
 }
 
 /// An instance a scheduled or running job holds.
@@ -138,6 +153,7 @@ pub fn plan(
     held: &[MigHeld<'_>],
     pending: &[MigJob<'_>],
     limits: &MigLimits<'_>,
+    mut quota: Option<&mut MigQuota<'_>>,
 ) -> Vec<MigDecision> {
     let held_uuids: HashSet<&str> = held.iter().map(|h| h.instance_uuid).collect();
     let mut usage: HashMap<(&str, String), u32> = HashMap::new();
@@ -192,8 +208,19 @@ pub fn plan(
             ));
             continue;
         }
+        let queue = quota.as_deref().and_then(|qt| qt.tree.find(job.tenant_id));
+        if let (Some(qt), Some(q)) = (quota.as_deref(), queue)
+            && let Some(over) = qt.usage.over_limit(qt.tree, q, &job.held)
+        {
+            out.push(wait(job, "TenantLimit", over.to_string()));
+            continue;
+        }
         work.sort_by(|a, b| order(a).cmp(&order(b)));
-        let offers = |w: &Working<'_>| w.gpu.geometry.profile_named(job.profile);
+        let offers = |w: &Working<'_>| {
+            (w.gpu.containers == job.image)
+                .then(|| w.gpu.geometry.profile_named(job.profile))
+                .flatten()
+        };
         if !work.iter().any(|w| offers(w).is_some()) {
             out.push(wait(
                 job,
@@ -216,6 +243,9 @@ pub fn plan(
         });
         if let Some((w, uuid, p)) = free {
             taken.insert(uuid);
+            if let (Some(qt), Some(q)) = (quota.as_deref_mut(), queue) {
+                qt.usage.take(qt.tree, q, &job.held);
+            }
             out.push(MigDecision::Place {
                 job_id: job.id.to_owned(),
                 node_id: w.gpu.node_id.to_owned(),

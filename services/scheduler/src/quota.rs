@@ -8,8 +8,9 @@ use std::fmt;
 /// The resources a quota speaks of.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Resource {
-    /// GPU share in milli: 1000 is one whole GPU.
-    GpuMilli,
+    /// GPU compute in exact parts ([`allot_domain::GpuParts`], 7,000 to a GPU), so that
+    /// shares in milli and MIG instances in sevenths of a GPU add up.
+    Gpu,
     CpuMilli,
     MemoryMib,
     /// GPU memory asked for (per GPU, times the GPUs).
@@ -18,7 +19,7 @@ pub enum Resource {
 
 impl Resource {
     pub const ALL: [Resource; 4] = [
-        Resource::GpuMilli,
+        Resource::Gpu,
         Resource::CpuMilli,
         Resource::MemoryMib,
         Resource::GpuMemoryMib,
@@ -28,12 +29,14 @@ impl Resource {
         self as usize
     }
 
-    /// `amount` in the resource's unit, exactly for GPUs and CPUs ("7.5", "16", "0.25",
-    /// "1.25": a share is never rounded into another), memory in GiB to a hundredth ("33",
-    /// "1.5", "0.1"; "0.01" at least when not nothing).
+    /// `amount` in the resource's unit, exactly for CPUs and GPUs in milli ("7.5", "16",
+    /// "0.25", "1.25": a share is never rounded into another; a MIG slice to a thousandth of
+    /// a GPU, "0.143"), memory in GiB to a hundredth ("33", "1.5", "0.1"; "0.01" at least
+    /// when not nothing).
     pub fn number(self, amount: u64) -> String {
         match self {
-            Resource::GpuMilli | Resource::CpuMilli => allot_domain::format_milli(amount),
+            Resource::Gpu => allot_domain::GpuParts(amount).to_string(),
+            Resource::CpuMilli => allot_domain::format_milli(amount),
             Resource::MemoryMib | Resource::GpuMemoryMib => {
                 let hundredths = (amount * 100 + 512) / 1024;
                 let hundredths = if amount > 0 { hundredths.max(1) } else { 0 };
@@ -44,7 +47,7 @@ impl Resource {
 
     pub fn unit(self) -> &'static str {
         match self {
-            Resource::GpuMilli => "GPUs",
+            Resource::Gpu => "GPUs",
             Resource::CpuMilli => "CPUs",
             Resource::MemoryMib => "GiB",
             Resource::GpuMemoryMib => "GiB of GPU memory",
@@ -62,9 +65,20 @@ impl Resource {
 pub struct Amounts(pub [u64; 4]);
 
 impl Amounts {
-    /// GPU share, CPU and memory; no GPU memory (see [`Amounts::with_gpu_memory`]).
+    /// GPU share (in milli, counted in parts), CPU and memory; no GPU memory (see
+    /// [`Amounts::with_gpu_memory`]).
     pub fn new(gpu_milli: u64, cpu_milli: u64, memory_mib: u64) -> Self {
-        Self([gpu_milli, cpu_milli, memory_mib, 0])
+        Self([
+            allot_domain::GpuParts::milli(gpu_milli).0,
+            cpu_milli,
+            memory_mib,
+            0,
+        ])
+    }
+
+    /// GPU compute in parts (a MIG instance's slices), CPU and memory.
+    pub fn of_parts(gpu: allot_domain::GpuParts, cpu_milli: u64, memory_mib: u64) -> Self {
+        Self([gpu.0, cpu_milli, memory_mib, 0])
     }
 
     pub fn with_gpu_memory(mut self, gpu_memory_mib: u64) -> Self {
@@ -105,6 +119,22 @@ impl Amounts {
 pub struct Limits(pub [Option<u64>; 4]);
 
 impl Limits {
+    /// From a quota's limits: GPUs in milli (counted in parts), CPU in milli, memory and
+    /// GPU memory in MiB.
+    pub fn new(
+        gpu_milli: Option<u64>,
+        cpu_milli: Option<u64>,
+        memory_mib: Option<u64>,
+        gpu_memory_mib: Option<u64>,
+    ) -> Self {
+        Self([
+            gpu_milli.map(|m| allot_domain::GpuParts::milli(m).0),
+            cpu_milli,
+            memory_mib,
+            gpu_memory_mib,
+        ])
+    }
+
     pub fn get(&self, r: Resource) -> Option<u64> {
         self.0[r.index()]
     }
@@ -261,18 +291,29 @@ pub struct OverLimit {
     pub used: u64,
     pub limit: u64,
     pub requested: u64,
+    /// The request's replicas (a gang's), each asking for `requested / replicas`.
+    pub replicas: u32,
 }
 
 impl fmt::Display for OverLimit {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let r = self.resource;
+        let request = if self.replicas > 1 {
+            format!(
+                "{} × {} = {}",
+                self.replicas,
+                r.number(self.requested / u64::from(self.replicas)),
+                r.number(self.requested)
+            )
+        } else {
+            r.number(self.requested)
+        };
         write!(
             f,
-            "tenant {}: {} of {} in use (limit); request {}",
+            "tenant {}: {} of {} in use (limit); request {request}",
             self.queue,
             r.number(self.used),
             r.show(self.limit),
-            r.number(self.requested)
         )
     }
 }
@@ -315,6 +356,7 @@ impl Usage {
                         used: self.held[anc].get(r),
                         limit,
                         requested: a.get(r),
+                        replicas: 1,
                     });
                 }
             }
@@ -399,7 +441,7 @@ pub(crate) fn gpu_queue(
         name: id.into(),
         parent: parent.map(Into::into),
         guaranteed: Amounts::new(guaranteed_gpus * 1000, 0, 0),
-        limit: Limits([limit_gpus.map(|g| g * 1000), None, None, None]),
+        limit: Limits::new(limit_gpus.map(|g| g * 1000), None, None, None),
         weight: 1,
         min_isolation: allot_domain::Isolation::Shared,
     }
@@ -412,9 +454,10 @@ mod tests {
     #[test]
     fn amounts_are_shown_without_rounding_a_share_into_another() {
         use super::Resource;
-        assert_eq!(Resource::GpuMilli.number(250), "0.25");
-        assert_eq!(Resource::GpuMilli.number(1250), "1.25");
-        assert_eq!(Resource::GpuMilli.number(2000), "2");
+        assert_eq!(Resource::Gpu.number(250 * 7), "0.25");
+        assert_eq!(Resource::Gpu.number(1250 * 7), "1.25");
+        assert_eq!(Resource::Gpu.number(2000 * 7), "2");
+        assert_eq!(Resource::Gpu.number(1000), "0.143");
         assert_eq!(Resource::CpuMilli.show(500), "0.5 CPUs");
         assert_eq!(Resource::MemoryMib.show(33 * 1024), "33 GiB");
         assert_eq!(Resource::MemoryMib.number(1536), "1.5");
@@ -463,8 +506,8 @@ mod tests {
         let gpus = |n: u64| Amounts::new(n * 500, 0, 0);
         usage.take(&tree, a, &gpus(15));
         assert_eq!(
-            usage.of(org).get(Resource::GpuMilli),
-            7500,
+            usage.of(org).get(Resource::Gpu),
+            7500 * 7,
             "children count in the parent"
         );
         let over = usage.over_limit(&tree, b, &gpus(6)).expect("org limit");

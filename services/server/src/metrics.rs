@@ -193,6 +193,7 @@ pub struct Metrics {
     mig_instances: Family<MigLabels, Gauge>,
     nodes: Family<NodeLabels, Gauge>,
     tenant_gpu_milli: Family<TenantLabels, Gauge>,
+    tenant_own_gpu_milli: Family<TenantLabels, Gauge>,
     http_requests: Family<HttpLabels, Counter>,
     http_seconds: Family<HttpLabels, Histogram>,
     passes: Family<OutcomeLabels, Counter>,
@@ -309,8 +310,15 @@ impl Metrics {
         let tenant_gpu_milli = Family::<TenantLabels, Gauge>::default();
         registry.register(
             "tenant_gpu_milli_in_use",
-            "Thousandths of GPUs a tenant's scheduled and running jobs hold",
+            "Thousandths of GPUs a tenant's scheduled and running jobs and its teams' hold",
             tenant_gpu_milli.clone(),
+        );
+        let tenant_own_gpu_milli = Family::<TenantLabels, Gauge>::default();
+        registry.register(
+            "tenant_own_gpu_milli_in_use",
+            "Thousandths of GPUs a tenant's own scheduled and running jobs hold (its teams' not \
+             counted)",
+            tenant_own_gpu_milli.clone(),
         );
         let http_requests = Family::<HttpLabels, Counter>::default();
         registry.register(
@@ -370,6 +378,7 @@ impl Metrics {
             mig_instances,
             nodes,
             tenant_gpu_milli,
+            tenant_own_gpu_milli,
             http_requests,
             http_seconds,
             passes,
@@ -463,8 +472,6 @@ impl Metrics {
             }
         }
         let name_of = |id: &str| tenant_name.get(id).copied().unwrap_or("unknown").to_owned();
-        let mut held: HashMap<(String, String), i64> = HashMap::new();
-        let mut tenant_milli: HashMap<String, i64> = HashMap::new();
         for (tenant_id, state, n) in &counts {
             self.jobs
                 .get_or_create(&JobLabels {
@@ -473,16 +480,14 @@ impl Metrics {
                 })
                 .inc_by(i64::try_from(*n).unwrap_or(i64::MAX));
         }
-        // `jobs` are those that hold GPUs (read so above).
-        for j in &jobs {
-            let tenant = name_of(&j.tenant_id);
-            let per_gpu = i64::from(j.held_gpu_milli.unwrap_or(allot_domain::GPU_MILLI));
-            for uuid in &j.gpu_uuids {
-                let node = j.node_id.clone().unwrap_or_default();
-                *held.entry((node, uuid.clone())).or_default() += per_gpu;
-                *tenant_milli.entry(tenant.clone()).or_default() += per_gpu;
-            }
-        }
+        // `jobs` are those that hold GPUs (read so above): what each tenant holds, its teams'
+        // included, by the one definition the API and the portal show.
+        let totals = allot_domain::holding::tenant_totals(&tenants, &jobs, &nodes);
+        let held_instances: std::collections::HashSet<&str> = jobs
+            .iter()
+            .filter(|j| j.spec.mig_profile.is_some())
+            .flat_map(|j| j.gpu_uuids.iter().map(String::as_str))
+            .collect();
 
         self.job_utilization.clear();
         self.job_memory.clear();
@@ -559,13 +564,10 @@ impl Metrics {
                     health: health.to_owned(),
                 };
                 self.gpus.get_or_create(&labels).set(1);
-                let allocated = held
-                    .get(&(n.id.clone(), g.uuid.clone()))
-                    .copied()
-                    .unwrap_or(0);
+                let allocated = g.holding(&jobs).held.milli_rounded();
                 self.gpu_allocated_milli
                     .get_or_create(&labels)
-                    .set(allocated);
+                    .set(i64::try_from(allocated).unwrap_or(i64::MAX));
                 if let Some(p) = latest.get(&g.uuid) {
                     self.gpu_utilization
                         .get_or_create(&UtilizationLabels {
@@ -578,7 +580,7 @@ impl Metrics {
                 }
                 let board = allot_domain::mig::geometry(&g.model, Some(g.memory_bytes >> 20));
                 for slot in g.mig.iter().flatten() {
-                    let held_here = held.contains_key(&(n.id.clone(), slot.uuid.clone()));
+                    let held_here = held_instances.contains(slot.uuid.as_str());
                     self.mig_instances
                         .get_or_create(&MigLabels {
                             node: n.name.clone(),
@@ -594,12 +596,20 @@ impl Metrics {
         }
 
         self.tenant_gpu_milli.clear();
+        self.tenant_own_gpu_milli.clear();
+        let milli =
+            |p: allot_domain::GpuParts| i64::try_from(p.milli_rounded()).unwrap_or(i64::MAX);
         for t in &tenants {
-            let name = t.name.to_string();
-            let used = tenant_milli.get(&name).copied().unwrap_or(0);
+            let f = totals.get(&t.id).copied().unwrap_or_default();
+            let labels = TenantLabels {
+                tenant: t.name.to_string(),
+            };
             self.tenant_gpu_milli
-                .get_or_create(&TenantLabels { tenant: name })
-                .set(used);
+                .get_or_create(&labels)
+                .set(milli(f.total.held.gpu));
+            self.tenant_own_gpu_milli
+                .get_or_create(&labels)
+                .set(milli(f.own.held.gpu));
         }
 
         let mut out = String::new();

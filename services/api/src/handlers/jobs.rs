@@ -340,9 +340,9 @@ pub async fn read_views(
     Ok(views)
 }
 
-/// The job, if the caller may see it (else 404) and do `action` to it (else 403).
-/// Whose jobs a listing reads: the tenant named (404 when the caller may not list its
-/// jobs, as when it does not exist), else every tenant the caller may list jobs of.
+/// Whose jobs a listing reads: the tenant named and its teams (every tenant below it; 404
+/// when the caller may not list its jobs, as when it does not exist), else every tenant
+/// the caller may list jobs of.
 pub(crate) async fn listing_scope(
     state: &AppState,
     who: &Principal,
@@ -357,7 +357,15 @@ pub(crate) async fn listing_scope(
         ApiError::unless_not_found(e, || ApiError::NotFound(format!("{what} does not exist")))
     })?;
     who.authorize(Action::JobList, Resource::Tenant(&tenant.id), &what)?;
-    Ok(TenantScope::tenant(tenant.id))
+    let all = state.store.list_tenants().await?;
+    let subtree = allot_domain::tenant::subtree(&all, &tenant.id);
+    // A role at a tenant reaches its teams; the caller's own scope still bounds it.
+    Ok(match who.scope(Action::JobList, what.as_str())? {
+        TenantScope::All => TenantScope::Tenants(subtree),
+        TenantScope::Tenants(mine) => {
+            TenantScope::Tenants(subtree.into_iter().filter(|t| mine.contains(t)).collect())
+        }
+    })
 }
 
 /// The one job among those the caller sees whose name is `key`, or whose id starts with

@@ -2,7 +2,7 @@ use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, web};
 use allot_authz::{Action, Resource};
 use allot_domain::{PullSecret, Quota, Tenant, TenantName, TenantPolicy, ValidationError};
-use allot_store::{CredentialRepo, SecretRepo, TenantRepo, TenantScope};
+use allot_store::{CredentialRepo, NodeRepo, SecretRepo, TenantRepo, TenantScope};
 
 use crate::auth::Principal;
 use crate::extract::Json;
@@ -76,8 +76,19 @@ pub async fn create(
 
 /// `tenant` as the API shows it, with what its jobs hold and how many wait.
 async fn view(state: &AppState, tenant: Tenant, all: &[Tenant]) -> Result<TenantView, ApiError> {
-    let (holding, pending) = super::jobs::unfinished(state, TenantScope::All).await?;
-    Ok(TenantView::new(tenant, all, &holding, &pending))
+    let totals = totals(state, all).await?;
+    Ok(TenantView::new(tenant, all, &totals))
+}
+
+/// Every tenant's figures, its teams' included, from the jobs not yet ended.
+pub async fn totals(
+    state: &AppState,
+    all: &[Tenant],
+) -> Result<std::collections::HashMap<String, allot_domain::TenantTotals>, ApiError> {
+    let (mut jobs, pending) = super::jobs::unfinished(state, TenantScope::All).await?;
+    jobs.extend(pending);
+    let nodes = state.store.list_nodes().await?;
+    Ok(allot_domain::holding::tenant_totals(all, &jobs, &nodes))
 }
 
 /// Refuses quotas that do not nest: children guaranteed more than their parent, or a
@@ -94,11 +105,11 @@ fn check_tree(tenants: &[Tenant]) -> Result<(), ValidationError> {
 pub async fn list(state: web::Data<AppState>, who: Principal) -> Result<HttpResponse, ApiError> {
     let visible = who.listable(Action::TenantRead, "tenants")?;
     let all = state.store.list_tenants().await?;
-    let (holding, pending) = super::jobs::unfinished(&state, TenantScope::All).await?;
+    let totals = totals(&state, &all).await?;
     let tenants: Vec<TenantView> = all
         .iter()
         .filter(|t| visible.contains(&t.id))
-        .map(|t| TenantView::new(t.clone(), &all, &holding, &pending))
+        .map(|t| TenantView::new(t.clone(), &all, &totals))
         .collect();
     Ok(json(StatusCode::OK, &tenants))
 }

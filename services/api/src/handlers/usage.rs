@@ -87,7 +87,8 @@ pub async fn usage(
             .content_type("text/csv; charset=utf-8")
             .body(out));
     }
-    let total_gpu_hours = rows.iter().map(|r| r.gpu_hours).sum();
+    // Folded from +0.0: an empty float sum is -0.0, which prints as "-0.000".
+    let total_gpu_hours = rows.iter().map(|r| r.gpu_hours).fold(0.0, |a, b| a + b);
     Ok(json(
         StatusCode::OK,
         &UsageReport {

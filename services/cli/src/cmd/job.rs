@@ -670,23 +670,13 @@ fn gpus_of(j: &JobView) -> String {
 }
 
 /// The GPUS column of `job list`: "2", "0.25" for a share of one GPU, the profile for a
-/// MIG instance ("1g.18gb").
+/// MIG instance ("1g.18gb"), and for a gang its replicas × each = all ("4 × 8 = 32").
 fn gpus_cell(j: &JobView) -> String {
     if let Some(profile) = &j.mig_profile {
         return profile.clone();
     }
-    let share = j.held_gpu_milli.or(j.gpu_milli).unwrap_or(1000);
-    let each = if j.gpus == 1 && share < 1000 {
-        show_milli(u64::from(share))
-    } else {
-        j.gpus.to_string()
-    };
-    // A gang: replicas × what each asks for.
-    if j.replicas > 1 {
-        format!("{}x{each}", j.replicas)
-    } else {
-        each
-    }
+    allot_domain::GangSize::new(j.replicas, j.gpus, j.held_gpu_milli.or(j.gpu_milli), None)
+        .to_string()
 }
 
 /// `--gpus` as the API's GPU count and per-GPU share.

@@ -69,6 +69,7 @@ pub fn parse_milli(s: &str) -> Result<u64, String> {
 }
 
 /// Milli of a unit as a decimal: 7500 is `7.5`, 250 is `0.25`.
+pub use allot_domain::format_gpus as show_gpus;
 pub use allot_domain::format_milli as show_milli;
 
 /// Seconds from `90s`, `15m`, `12h`, `30d` or a bare number of seconds.

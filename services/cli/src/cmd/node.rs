@@ -117,14 +117,10 @@ fn state(n: &NodeView) -> String {
     }
 }
 
-/// GPUs' worth held on a node, e.g. `2.5` (`-` where the caller may not see every
-/// tenant's jobs: cluster-wide telemetry).
-fn held(n: &NodeView) -> String {
-    n.gpus
-        .iter()
-        .map(|g| g.held_milli)
-        .sum::<Option<u64>>()
-        .map_or_else(|| "-".into(), crate::cmd::show_milli)
+/// GPUs' worth, e.g. `2.5` (`-` where the caller may not see every tenant's jobs:
+/// cluster-wide telemetry).
+fn gpus(v: Option<f64>) -> String {
+    v.map_or_else(|| "-".into(), crate::cmd::show_gpus)
 }
 
 /// What `node list` can show of a node (`--format` names, `-o wide` all).
@@ -133,8 +129,8 @@ fn node_columns() -> [Column<NodeView>; 12] {
         Column::new("name", "NAME", |n| n.name.clone()),
         Column::new("state", "STATE", state),
         Column::new("gpus", "GPUS", |n| n.gpus.len().to_string()),
-        Column::new("free", "FREE", |n| crate::cmd::opt(n.gpus_free)),
-        Column::new("held", "HELD", held),
+        Column::new("free", "FREE", |n| gpus(n.gpus_free)),
+        Column::new("held", "HELD", |n| gpus(n.gpus_held)),
         Column::new("unhealthy", "UNHEALTHY", |n| {
             n.gpus
                 .iter()
@@ -232,11 +228,21 @@ pub async fn run(client: &Client, cmd: NodeCmd) -> anyhow::Result<()> {
                     ("Runtime", n.runtime.clone()),
                     (
                         "GPUs",
-                        match n.gpus_free {
-                            Some(free) => {
-                                format!("{} ({free} free, {} held)", n.gpus.len(), held(n))
-                            }
-                            None => n.gpus.len().to_string(),
+                        match (n.gpus_free, n.gpus_held, n.gpus_unavailable) {
+                            (Some(free), Some(held), Some(off)) if off > 0.0 => format!(
+                                "{} ({} held, {} free, {} unavailable)",
+                                n.gpus.len(),
+                                gpus(Some(held)),
+                                gpus(Some(free)),
+                                gpus(Some(off))
+                            ),
+                            (Some(free), Some(held), _) => format!(
+                                "{} ({} held, {} free)",
+                                n.gpus.len(),
+                                gpus(Some(held)),
+                                gpus(Some(free))
+                            ),
+                            _ => n.gpus.len().to_string(),
                         },
                     ),
                     ("Last heartbeat", n.last_heartbeat_at.to_rfc3339()),
@@ -251,10 +257,12 @@ pub async fn run(client: &Client, cmd: NodeCmd) -> anyhow::Result<()> {
                             g.model.clone(),
                             format_bytes(g.memory_bytes),
                             health(g).to_owned(),
-                            match (g.held_milli, g.jobs) {
-                                (Some(m), Some(j)) => {
-                                    format!("{} ({j} jobs)", crate::cmd::show_milli(m))
-                                }
+                            match (g.held, g.jobs) {
+                                (Some(h), Some(j)) => format!(
+                                    "{} ({j} job{})",
+                                    crate::cmd::show_gpus(h),
+                                    if j == 1 { "" } else { "s" }
+                                ),
                                 _ => "-".into(),
                             },
                             g.memory_enforcement.clone(),

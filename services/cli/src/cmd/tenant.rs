@@ -8,7 +8,7 @@ use reqwest::Method;
 use serde_json::json;
 
 use crate::client::Client;
-use crate::cmd::{opt, parse_milli, show_milli, when};
+use crate::cmd::{opt, parse_milli, show_gpus, show_milli, when};
 use crate::output::{Column, Format, ListOutput, Watch, fields, print, table};
 
 #[derive(Debug, Subcommand)]
@@ -337,11 +337,12 @@ fn held(used: u64, guaranteed: u64, limit: Option<u64>, show: impl Fn(u64) -> St
 }
 
 /// What `tenant list` can show of a tenant (`--format` names, `-o wide` all).
-fn tenant_columns() -> [Column<TenantView>; 14] {
+fn tenant_columns() -> [Column<TenantView>; 15] {
     [
         Column::new("name", "NAME", |t| t.name.clone()),
         Column::new("parent", "PARENT", |t| opt(t.parent.clone())),
-        Column::new("gpus", "GPUS HELD", |t| show_milli(t.usage.gpu_milli)),
+        Column::new("gpus", "GPUS HELD", |t| show_gpus(t.usage.gpus)),
+        Column::wide("own", "OWN GPUS", |t| show_gpus(t.own.usage.gpus)),
         Column::new("guaranteed", "GUARANTEED", |t| {
             show_milli(t.quota.guaranteed.gpu_milli)
         }),
@@ -388,6 +389,26 @@ fn tenant_columns() -> [Column<TenantView>; 14] {
     ]
 }
 
+/// "2 (4 CPUs, 64 GiB, 282 GiB of GPU memory)".
+fn held_text(h: &allot_api::views::HeldView) -> String {
+    format!(
+        "{} ({} CPUs, {}, {} of GPU memory)",
+        show_gpus(h.gpus),
+        show_milli(h.cpu_milli),
+        format_bytes(h.memory_bytes),
+        format_bytes(h.gpu_memory_bytes)
+    )
+}
+
+/// A figure with its teams' included, and for a tenant that has teams its own jobs' beside.
+fn with_own(total: String, own: String) -> String {
+    if total == own {
+        total
+    } else {
+        format!("{total}, its teams' included; its own jobs: {own}")
+    }
+}
+
 fn show(t: &TenantView, output: Format) -> anyhow::Result<()> {
     print(output, t, |t| {
         let (g, l) = (&t.quota.guaranteed, &t.quota.limit);
@@ -397,17 +418,17 @@ fn show(t: &TenantView, output: Format) -> anyhow::Result<()> {
             ("Parent", opt(t.parent.clone())),
             (
                 "Jobs",
-                format!("{} pending, {} running", t.jobs_pending, t.jobs_running),
+                with_own(
+                    format!("{} pending, {} running", t.jobs_pending, t.jobs_running),
+                    format!(
+                        "{} pending, {} running",
+                        t.own.jobs_pending, t.own.jobs_running
+                    ),
+                ),
             ),
             (
                 "GPUs held",
-                format!(
-                    "{} ({} CPUs, {}, {} of GPU memory)",
-                    show_milli(t.usage.gpu_milli),
-                    show_milli(t.usage.cpu_milli),
-                    format_bytes(t.usage.memory_bytes),
-                    format_bytes(t.usage.gpu_memory_bytes)
-                ),
+                with_own(held_text(&t.usage), held_text(&t.own.usage)),
             ),
             (
                 "GPUs (guaranteed / limit)",

@@ -277,3 +277,50 @@ fn models_compare_as_their_keys_do() {
         );
     }
 }
+
+/// A job is refused, naming `image`, when no node runs what it needs: an image without a
+/// node running containers, a job without one on a fleet that only runs containers.
+#[test]
+fn a_job_no_node_can_run_for_want_of_an_image_or_containers_is_refused() {
+    let t = [tenant("team-a", 2)];
+    let processes = h200s();
+    let containers: Vec<Node> = h200s()
+        .into_iter()
+        .map(|mut n| {
+            n.runtime = "oci".into();
+            n
+        })
+        .collect();
+    let with_image = JobSpec {
+        image: Some("registry.example/team-a/train:1".into()),
+        ..spec("j", "team-a", 1, None)
+    };
+    only(
+        &fields(&with_image, &t, &processes),
+        "image",
+        "no node runs jobs in containers",
+    );
+    only(
+        &fields(&spec("j", "team-a", 1, None), &t, &containers),
+        "image",
+        "must name an image",
+    );
+    assert_eq!(fields(&with_image, &t, &containers), Vec::new());
+    let mut mixed = processes.clone();
+    mixed.push(containers[0].clone());
+    assert_eq!(fields(&with_image, &t, &mixed), Vec::new());
+    assert_eq!(
+        fields(&spec("j", "team-a", 1, None), &t, &mixed),
+        Vec::new()
+    );
+}
+
+/// A tenant limited in GPU memory is refused a whole GPU bigger than its limit: a whole GPU
+/// holds all of its memory.
+#[test]
+fn a_whole_gpu_past_a_gpu_memory_limit_is_refused() {
+    let mut capped = tenant("team-a", 0);
+    capped.quota.limit.gpu_memory_bytes = Some(100 << 30);
+    let out = fields(&spec("j", "team-a", 1, None), &[capped], &h200s());
+    only(&out, "gpu_memory_bytes", "of GPU memory at once");
+}

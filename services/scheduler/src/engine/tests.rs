@@ -41,6 +41,7 @@ fn job(id: &str, queue: &str, gpus: u8, gpu_milli: u32, seq: u64) -> Job {
         preemptible: true,
         seq,
         gpu_memory_mib: 0,
+        whole_gpu_memory_mib: 0,
         isolation: None,
         class: None,
         avoid: Default::default(),
@@ -76,6 +77,7 @@ fn pass(
         now,
         config: CONFIG,
         past_usage: None,
+        outside: &[],
     };
     let mut rng = StdRng::seed_from_u64(7);
     schedule(world, pending, policy.as_mut(), &mut rng).expect("a possible state")
@@ -338,6 +340,7 @@ fn running_jobs_that_cannot_be_are_refused() {
             now: 0,
             config: CONFIG,
             past_usage: None,
+            outside: &[],
         };
         let err = schedule(world, &[], policy.as_mut(), &mut rng).expect_err(want);
         assert_eq!(err.to_string(), want);
@@ -352,6 +355,7 @@ fn gpu_memory_is_asked_reserved_and_counted() {
     let tree = QuotaTree::new(vec![team]).expect("tree");
     let with_memory = |id: &str, milli, gib: u32, seq| Job {
         gpu_memory_mib: gib * GIB,
+        whole_gpu_memory_mib: 0,
         ..job(id, "team", 1, milli, seq)
     };
     let pending = vec![
@@ -581,6 +585,7 @@ fn make_jobs(specs: &[JobSpec], first_seq: u64) -> Vec<Job> {
                     preemptible,
                     seq,
                     gpu_memory_mib: gpu_gib * GIB,
+                    whole_gpu_memory_mib: 0,
                     isolation,
                     class: None,
                     avoid: Default::default(),

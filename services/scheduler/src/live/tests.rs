@@ -455,14 +455,22 @@ fn a_tenant_that_requires_confinement_runs_only_on_confining_nodes() {
     );
     let mut containers = node("n2", &["H200"]);
     containers.runtime = "oci".into();
+    // (A node running containers runs only jobs from images.)
+    let mut boxed = job("j1", "t1", 1, None);
+    boxed.spec.image = Some("registry.example/t1/job:1".into());
+    let other = job("j2", "t2", 1, None);
     let d = decide(
         &[processes, containers],
         &[strict, tenant("t2", 0)],
         &[],
-        &[job("j1", "t1", 1, None), job("j2", "t2", 1, None)],
+        &[boxed, other],
     );
     assert_eq!(placed(&d, "j1").map(|p| p.0), Some("n2".to_owned()));
-    assert!(placed(&d, "j2").is_some(), "other tenants go anywhere");
+    assert_eq!(
+        placed(&d, "j2").map(|p| p.0),
+        Some("n1".to_owned()),
+        "other tenants go wherever runs them"
+    );
 }
 
 #[test]
@@ -721,4 +729,91 @@ fn a_multi_gpu_job_gets_one_nvlink_domain_when_one_is_free() {
         two.sort();
         assert_eq!(two, ["n1-gpu2", "n1-gpu3"], "{policy}");
     }
+}
+
+/// A whole GPU holds all of its memory: a tenant limited to 200 GiB of GPU memory holds one
+/// H200 (141 GiB), and a second waits, saying so.
+#[test]
+fn whole_gpus_count_all_their_memory_against_a_gpu_memory_limit() {
+    let nodes = [node("n1", &["H200", "H200", "H200", "H200"])];
+    let mut capped = tenant("capped", 0);
+    capped.quota.limit.gpu_memory_bytes = Some(200 << 30);
+    let tenants = [capped];
+    let first = running_on(job("first", "capped", 1, None), "n1", &[0]);
+    let d = decide(
+        &nodes,
+        &tenants,
+        &[first],
+        &[job("second", "capped", 1, None)],
+    );
+    let r = waits(&d, "second").expect("over the GPU-memory limit");
+    assert_eq!(r.code, "TenantLimit");
+    assert!(r.message.contains("GiB of GPU memory"), "{}", r.message);
+    // A share holds what it asked for: 40 GiB fits beside the whole GPU.
+    let mut small = job("small", "capped", 1, Some(250));
+    small.spec.gpu_memory_bytes = Some(40 << 30);
+    let first = running_on(job("first", "capped", 1, None), "n1", &[0]);
+    let d = decide(&nodes, &tenants, &[first], &[small]);
+    assert!(placed(&d, "small").is_some(), "{d:#?}");
+}
+
+fn mig_node(id: &str, instances: &[(&str, u8)]) -> Node {
+    let mut n = node(id, &["H200"]);
+    let geometry = allot_domain::mig::geometry("H200", Some(141 << 10)).expect("H200 MIG");
+    n.gpus[0].mig = Some(
+        instances
+            .iter()
+            .map(|&(uuid, start)| allot_domain::MigSlot {
+                profile: geometry.profile_named("1g.18gb").expect("profile").id,
+                start,
+                uuid: uuid.into(),
+            })
+            .collect(),
+    );
+    n
+}
+
+/// A MIG instance holds its compute slices of seven against the tenant's GPU limit, exactly:
+/// a tenant limited to one GPU holds seven 1g instances, and an eighth (or a whole GPU
+/// beside them) waits.
+#[test]
+fn mig_instances_count_in_sevenths_against_a_gpu_limit() {
+    let slots: Vec<(String, u8)> = (0..7).map(|i| (format!("MIG-{i}"), i)).collect();
+    let refs: Vec<(&str, u8)> = slots.iter().map(|(u, s)| (u.as_str(), *s)).collect();
+    let nodes = [mig_node("m1", &refs), node("n2", &["H200"])];
+    let mut capped = tenant("capped", 0);
+    capped.quota.limit.gpu_milli = Some(1000);
+    let tenants = [capped];
+    let mig_job = |id: &str, instance: Option<&str>| {
+        let mut j = job(id, "capped", 1, None);
+        j.spec.mig_profile = Some("1g.18gb".into());
+        if let Some(u) = instance {
+            j.state = JobState::Running;
+            j.node_id = Some("m1".into());
+            j.gpu_uuids = vec![u.into()];
+        }
+        j
+    };
+    let holding: Vec<StoredJob> = (0..6)
+        .map(|i| mig_job(&format!("h{i}"), Some(&format!("MIG-{i}"))))
+        .collect();
+    // Six of seven held: the seventh is placed, exactly at the limit.
+    let d = decide(&nodes, &tenants, &holding, &[mig_job("seventh", None)]);
+    assert!(placed(&d, "seventh").is_some(), "{d:#?}");
+    // Seven held: an eighth instance and a whole GPU both wait for the limit.
+    let mut holding = holding;
+    holding.push(mig_job("h6", Some("MIG-6")));
+    let d = decide(
+        &nodes,
+        &tenants,
+        &holding,
+        &[mig_job("eighth", None), job("whole", "capped", 1, None)],
+    );
+    assert_eq!(
+        waits(&d, "whole").map(|r| r.code),
+        Some("TenantLimit".into())
+    );
+    let r = waits(&d, "whole").expect("waits");
+    assert!(r.message.contains("1 of 1 GPUs in use"), "{}", r.message);
+    assert!(placed(&d, "eighth").is_none(), "{d:#?}");
 }

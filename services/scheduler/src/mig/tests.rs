@@ -28,6 +28,7 @@ fn gpu<'a>(node: &'a str, uuid: &'a str, instances: &'a [MigSlot]) -> MigGpu<'a>
         geometry: h200(),
         instances,
         usable: true,
+        containers: false,
     }
 }
 
@@ -38,6 +39,14 @@ fn job<'a>(id: &'a str, profile: &'a str, seq: u64) -> MigJob<'a> {
         profile,
         priority: 0,
         seq,
+        held: crate::quota::Amounts::of_parts(
+            allot_domain::GpuParts::slices(
+                allot_domain::mig::profile_named(profile).map_or(1, |p| p.compute_slices),
+            ),
+            0,
+            0,
+        ),
+        image: false,
     }
 }
 
@@ -79,6 +88,7 @@ fn a_free_instance_is_taken_on_the_fullest_gpu() {
         &[held("MIG-b0", "1g.18gb")],
         &[job("j", "1g.18gb", 0)],
         &MigLimits::default(),
+        None,
     );
     assert_eq!(
         d,
@@ -99,6 +109,7 @@ fn a_missing_instance_is_created_beside_the_others_and_the_job_waits_for_it() {
         &[held("MIG-a0", "1g.18gb")],
         &[job("j1", "3g.71gb", 0), job("j2", "1g.18gb", 1)],
         &MigLimits::default(),
+        None,
     );
     assert_eq!(code(&d, "j1"), "MigRepartitioning");
     assert_eq!(code(&d, "j2"), "MigRepartitioning");
@@ -121,6 +132,7 @@ fn an_idle_gpu_is_repartitioned_to_serve_what_waits() {
         &[],
         &[job("j1", "2g.35gb", 0), job("j2", "2g.35gb", 1)],
         &MigLimits::default(),
+        None,
     );
     assert_eq!(code(&d, "j1"), "MigRepartitioning");
     assert_eq!(code(&d, "j2"), "MigRepartitioning");
@@ -138,6 +150,7 @@ fn held_instances_survive_every_repartition() {
         &[held("MIG-busy", "3g.71gb")],
         &[job("j", "2g.35gb", 0)],
         &MigLimits::default(),
+        None,
     );
     assert_eq!(code(&d, "j"), "MigRepartitioning");
     let (_, layout) = &layouts(&d)[0];
@@ -153,10 +166,17 @@ fn a_full_gpu_or_none_in_mig_mode_makes_the_job_wait_saying_so() {
         &[held("MIG-whole", "7g.141gb")],
         &[job("j", "1g.18gb", 0)],
         &MigLimits::default(),
+        None,
     );
     assert_eq!(code(&d, "j"), "MigUnavailable");
     assert!(layouts(&d).is_empty());
-    let d = plan(&[], &[], &[job("j", "1g.18gb", 0)], &MigLimits::default());
+    let d = plan(
+        &[],
+        &[],
+        &[job("j", "1g.18gb", 0)],
+        &MigLimits::default(),
+        None,
+    );
     assert_eq!(code(&d, "j"), "MigUnavailable");
     // A profile of another board (H100's 1g.10gb) is not offered by H200s.
     let d = plan(
@@ -164,6 +184,7 @@ fn a_full_gpu_or_none_in_mig_mode_makes_the_job_wait_saying_so() {
         &[],
         &[job("j", "1g.10gb", 0)],
         &MigLimits::default(),
+        None,
     );
     assert_eq!(code(&d, "j"), "MigUnavailable");
     // Unusable GPUs (node not ready, GPU unhealthy or drained) offer nothing.
@@ -174,6 +195,7 @@ fn a_full_gpu_or_none_in_mig_mode_makes_the_job_wait_saying_so() {
         &[],
         &[job("j", "1g.18gb", 0)],
         &MigLimits::default(),
+        None,
     );
     assert_eq!(code(&d, "j"), "MigUnavailable");
 }
@@ -211,6 +233,7 @@ fn per_profile_limits_hold_up_the_tenant_tree() {
         &[held("MIG-0", "1g.18gb")],
         &pending,
         &limits,
+        None,
     );
     assert_eq!(code(&d, "u1"), "placed");
     assert_eq!(code(&d, "u2"), "MigLimit");
@@ -223,6 +246,7 @@ fn per_profile_limits_hold_up_the_tenant_tree() {
             ..job("big", "3g.71gb", 0)
         }],
         &limits,
+        None,
     );
     assert_eq!(code(&d, "big"), "MigRepartitioning");
 }
@@ -241,6 +265,7 @@ fn higher_priority_goes_first_for_the_last_instance() {
             },
         ],
         &MigLimits::default(),
+        None,
     );
     assert_eq!(code(&d, "urgent"), "placed");
     assert_eq!(code(&d, "old"), "MigUnavailable");

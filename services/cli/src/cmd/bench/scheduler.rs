@@ -186,6 +186,7 @@ fn engine_pass(
             preemptible: true,
             seq: i as u64,
             gpu_memory_mib: 0,
+            whole_gpu_memory_mib: 0,
             isolation: None,
             class: None,
             avoid: Default::default(),
@@ -203,6 +204,7 @@ fn engine_pass(
             gpu_limits: GpuLimits::default(),
         },
         past_usage: None,
+        outside: &[],
     };
     let mut latencies = Vec::with_capacity(jobs.len());
     let started = Instant::now();
