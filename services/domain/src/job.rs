@@ -496,6 +496,14 @@ impl JobSpec {
                     field,
                     "must not contain `..`",
                 );
+                v.check(
+                    !crate::volume::in_runtime_dir(dir),
+                    field,
+                    format!(
+                        "must not be or lie in {}, the runtime's own directory",
+                        crate::volume::RUNTIME_DIR
+                    ),
+                );
             }
         }
         v.into_result()
@@ -850,6 +858,19 @@ pub(crate) mod tests {
     #[test]
     fn valid_spec_passes() {
         assert_eq!(spec().validate(), Ok(()));
+    }
+
+    #[test]
+    fn the_runtimes_directory_is_no_working_directory() {
+        for dir in ["/.allot", "/.allot/init", "/tmp/../.allot"] {
+            let mut s = spec();
+            s.workdir = Some(dir.into());
+            let err = s.validate().expect_err(dir);
+            assert_eq!(err.0[0].field, "workdir", "{dir}");
+        }
+        let mut s = spec();
+        s.workdir = Some("/.allotment".into());
+        assert_eq!(s.validate(), Ok(()));
     }
 
     #[test]
