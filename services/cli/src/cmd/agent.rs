@@ -93,9 +93,18 @@ pub struct RuntimeArgs {
     /// CA certificates (PEM) trusted for registries, beside the system's.
     #[arg(long)]
     pub registry_ca: Option<PathBuf>,
-    /// Size cap of the image cache (layers and unpacked images).
+    /// Size cap of the image cache (layers and unpacked images), held while images
+    /// download and unpack.
     #[arg(long, default_value = "20GiB", value_parser = allot_domain::parse_memory)]
     pub image_cache_size: u64,
+    /// Cap on one image: its layers and its unpacked root together (a decompression bomb
+    /// stops there). Default: half the image cache.
+    #[arg(long, value_parser = allot_domain::parse_memory)]
+    pub image_max_size: Option<u64>,
+    /// Cap on what one tenant's images take of the image cache. Default: three quarters
+    /// of it.
+    #[arg(long, value_parser = allot_domain::parse_memory)]
+    pub image_tenant_share: Option<u64>,
     /// Size of each container's /scratch (tmpfs; counts against its memory limit).
     #[arg(long, default_value = "10GiB", value_parser = allot_domain::parse_memory)]
     pub scratch_size: u64,
@@ -148,6 +157,8 @@ impl RuntimeArgs {
                     );
                 }
                 cfg.image_cache_bytes = self.image_cache_size;
+                cfg.image_max_bytes = self.image_max_size;
+                cfg.image_tenant_bytes = self.image_tenant_share;
                 cfg.scratch_bytes = self.scratch_size;
                 cfg.tmp_bytes = self.tmp_size;
                 cfg.shm_bytes = self.tmp_size;
