@@ -81,7 +81,8 @@ fn overlay(lower: &Path, dir: &Path) -> Result<(), String> {
     })
 }
 
-/// Whether `path` is the root of a mount (its device differs from its parent's).
+/// Whether `path` is the root of a mount: its device differs from its parent's (an
+/// overlay's does), or the mount table lists it (a bind mount of the same file system).
 fn is_mount_point(path: &Path) -> bool {
     let (Ok(here), Some(Ok(parent))) = (
         std::fs::symlink_metadata(path),
@@ -89,7 +90,38 @@ fn is_mount_point(path: &Path) -> bool {
     ) else {
         return false;
     };
-    here.dev() != parent.dev()
+    if here.dev() != parent.dev() {
+        return true;
+    }
+    let Ok(table) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return false;
+    };
+    let path = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_owned());
+    mount_points(&table).any(|m| Path::new(&m) == path)
+}
+
+/// The mount points `/proc/self/mountinfo` lists (its fifth field, octal escapes undone).
+fn mount_points(table: &str) -> impl Iterator<Item = String> + '_ {
+    table.lines().filter_map(|line| {
+        let field = line.split(' ').nth(4)?;
+        let mut out = Vec::with_capacity(field.len());
+        let bytes = field.as_bytes();
+        let mut i = 0;
+        while i < bytes.len() {
+            let octal = bytes.get(i + 1..i + 4).filter(|_| bytes[i] == b'\\');
+            match octal.and_then(|o| u8::from_str_radix(std::str::from_utf8(o).ok()?, 8).ok()) {
+                Some(b) => {
+                    out.push(b);
+                    i += 4;
+                }
+                None => {
+                    out.push(bytes[i]);
+                    i += 1;
+                }
+            }
+        }
+        String::from_utf8(out).ok()
+    })
 }
 
 impl ContainerRoot {
@@ -194,5 +226,29 @@ impl ContainerRoot {
                  with its upper layer on the data dir's file system)"
             )
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mount_points_are_read_from_the_mount_table() {
+        let table = "22 1 254:0 / / rw,relatime shared:1 - ext4 /dev/vda rw\n\
+                     90 22 254:0 /img /data/a\\040b/oci/roots/x/rootfs rw - ext4 /dev/vda rw\n";
+        let points: Vec<String> = mount_points(table).collect();
+        assert_eq!(points, ["/", "/data/a b/oci/roots/x/rootfs"]);
+        assert!(is_mount_point(Path::new("/proc")));
+        let dir = tempfile::tempdir().expect("dir");
+        assert!(!is_mount_point(dir.path()));
+    }
+
+    #[test]
+    fn overlay_options_hold_no_separator() {
+        assert!(unfit_path(Path::new("/var/lib/allot-agent/oci/roots")).is_none());
+        for bad in ["/data,x", "/a:b", "/a\\b", "/a=b"] {
+            assert!(unfit_path(Path::new(bad)).is_some(), "{bad}");
+        }
     }
 }
