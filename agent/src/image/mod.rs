@@ -220,11 +220,79 @@ impl Shared {
         }
     }
 
-    /// Reserves room (see [`Index::reserve`]), evicting what it must. Blocks.
-    fn reserve(&self, tenant: &str, global: u64, tenant_bytes: u64) -> Result<(), cache::Full> {
+    /// Reserves room (see [`Index::reserve`]), evicting what it must; given back when
+    /// the reservation is dropped. Blocks.
+    fn reserve(
+        self: &Arc<Self>,
+        tenant: &str,
+        global: u64,
+        tenant_bytes: u64,
+    ) -> Result<Reserved, cache::Full> {
         let changes = self.index().reserve(tenant, global, tenant_bytes)?;
         self.apply(changes);
-        Ok(())
+        Ok(Reserved {
+            shared: self.clone(),
+            tenant: tenant.to_owned(),
+            global,
+            tenant_bytes,
+        })
+    }
+}
+
+/// Room a pull under way reserved in the cache: given back when dropped (the pull ended,
+/// its image recorded or not, or it was abandoned).
+struct Reserved {
+    shared: Arc<Shared>,
+    tenant: String,
+    global: u64,
+    tenant_bytes: u64,
+}
+
+impl Reserved {
+    /// Takes over `other`'s room (of the same tenant).
+    fn absorb(&mut self, mut other: Reserved) {
+        self.global += std::mem::take(&mut other.global);
+        self.tenant_bytes += std::mem::take(&mut other.tenant_bytes);
+    }
+}
+
+impl Drop for Reserved {
+    fn drop(&mut self) {
+        if self.global > 0 || self.tenant_bytes > 0 {
+            self.shared
+                .index()
+                .release(&self.tenant, self.global, self.tenant_bytes);
+        }
+    }
+}
+
+/// An image and blobs a pull under way needs (none evicted meanwhile): when dropped, what
+/// of them no image holds (a failed or abandoned pull's downloads) is removed.
+struct Busy {
+    shared: Arc<Shared>,
+    image: String,
+    blobs: Vec<String>,
+}
+
+impl Busy {
+    fn new(shared: &Arc<Shared>, image: &str, blobs: Vec<String>) -> Self {
+        shared.index().busy(image, &blobs);
+        Busy {
+            shared: shared.clone(),
+            image: image.to_owned(),
+            blobs,
+        }
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        let changes = self.shared.index().done(&self.image, &self.blobs);
+        if !changes.is_empty() {
+            // Off the async workers.
+            let shared = self.shared.clone();
+            std::thread::spawn(move || shared.apply(changes));
+        }
     }
 }
 
@@ -402,7 +470,7 @@ struct UnpackQuota {
     /// Reserved and not yet used.
     granted: u64,
     /// Reserved in all (given back once the image is recorded).
-    reserved: u64,
+    reserved: Reserved,
 }
 
 impl unpack::Quota for UnpackQuota {
@@ -417,11 +485,12 @@ impl unpack::Quota for UnpackQuota {
         self.left -= bytes;
         if self.granted < bytes {
             let ask = (bytes - self.granted) + RESERVE_STEP.min(self.left);
-            self.shared
+            let more = self
+                .shared
                 .reserve(&self.tenant, ask, ask)
                 .map_err(|e| e.to_string())?;
+            self.reserved.absorb(more);
             self.granted += ask;
-            self.reserved += ask;
         }
         self.granted -= bytes;
         Ok(())
@@ -571,7 +640,7 @@ impl ImageStore {
         };
         let _one = lock.lock().await;
         let blobs: Vec<String> = layers_of(&manifest).into_iter().map(|(d, _)| d).collect();
-        self.shared.index().busy(&digest, &blobs);
+        let busy = Busy::new(&self.shared, &digest, blobs);
         let pull = Pull {
             store: self,
             client: &client,
@@ -581,24 +650,33 @@ impl ImageStore {
             shown: &shown,
             tenant,
         };
-        let result = pull.run().await;
-        let changes = self.shared.index().done(&digest, &blobs);
-        let shared = self.shared.clone();
-        blocking(move || shared.apply(changes)).await?;
-        let config = result?;
+        // Held before it stops being busy: nothing evicts it in between.
+        let held = pull.run().await.map(|config| {
+            self.shared.index().hold(&digest);
+            let hold = Hold {
+                digest: digest.clone(),
+                shared: self.shared.clone(),
+            };
+            (config, hold)
+        });
+        drop(busy);
+        drop(_one);
+        drop(lock);
+        // An image's lock goes once no pull of it holds or waits on it.
+        self.pulling
+            .lock()
+            .await
+            .retain(|_, l| Arc::strong_count(l) > 1);
+        let (config, hold) = held?;
         let rootfs = self
             .shared
             .rootfs_path(&digest)
             .ok_or_else(|| not_sha256(&shown, &digest))?;
-        self.shared.index().hold(&digest);
         Ok(Image {
             pinned: pinned.whole(),
             rootfs,
             config,
-            _hold: Hold {
-                digest: digest.clone(),
-                shared: self.shared.clone(),
-            },
+            _hold: hold,
             digest,
         })
     }
@@ -685,28 +763,19 @@ impl Pull<'_> {
         }
         // Cached, but not yet served to this tenant: its registry serves every blob it
         // lacks (each checked and dropped, the cache has it) before it may use the image.
-        self.reserve(0, cost).await?;
-        let proved = self.prove().await;
-        let outcome = match proved {
-            Ok(()) => {
-                let mut record = record;
-                record.config_digest = self.manifest.config.digest.clone();
-                self.shared()
-                    .index()
-                    .insert(self.digest, record.clone(), self.tenant);
-                let (shared, digest) = (self.shared().clone(), self.digest.to_owned());
-                blocking(move || shared.save(&digest))
-                    .await?
-                    .map(|()| record.config)
-                    .map_err(ImageError::from)
-            }
-            Err(e) => Err(e),
-        };
-        self.shared().index().release(self.tenant, 0, cost);
-        outcome
+        let _reserved = self.reserve(0, cost).await?;
+        self.prove().await?;
+        let mut record = record;
+        record.config_digest = self.manifest.config.digest.clone();
+        self.shared()
+            .index()
+            .insert(self.digest, record.clone(), self.tenant);
+        let (shared, digest) = (self.shared().clone(), self.digest.to_owned());
+        blocking(move || shared.save(&digest)).await??;
+        Ok(record.config)
     }
 
-    async fn reserve(&self, global: u64, tenant_bytes: u64) -> Result<(), ImageError> {
+    async fn reserve(&self, global: u64, tenant_bytes: u64) -> Result<Reserved, ImageError> {
         let (shared, tenant) = (self.shared().clone(), self.tenant.to_owned());
         blocking(move || shared.reserve(&tenant, global, tenant_bytes))
             .await?
@@ -793,12 +862,8 @@ impl Pull<'_> {
             .filter(|(_, s)| !**s)
             .map(|((_, s), _)| s)
             .sum();
-        self.reserve(global, tenant_bytes).await?;
-        let fetched = self.fetch_layers(&layers, &on_disk, &served, config).await;
-        self.shared()
-            .index()
-            .release(self.tenant, global, tenant_bytes);
-        fetched
+        let _reserved = self.reserve(global, tenant_bytes).await?;
+        self.fetch_layers(&layers, &on_disk, &served, config).await
     }
 
     async fn fetch_layers(
@@ -828,7 +893,12 @@ impl Pull<'_> {
             left: caps.image.saturating_sub(layer_bytes),
             image_cap: caps.image,
             granted: 0,
-            reserved: 0,
+            reserved: Reserved {
+                shared: self.shared().clone(),
+                tenant: self.tenant.to_owned(),
+                global: 0,
+                tenant_bytes: 0,
+            },
         };
         let rootfs = self
             .shared()
@@ -873,9 +943,8 @@ impl Pull<'_> {
                 .index()
                 .insert(self.digest, record.clone(), self.tenant);
         }
-        self.shared()
-            .index()
-            .release(self.tenant, quota.reserved, quota.reserved);
+        // The record counts what the unpack reserved from now on.
+        drop(quota);
         record?;
         let (shared, digest) = (self.shared().clone(), self.digest.to_owned());
         blocking(move || shared.save(&digest)).await??;
