@@ -83,6 +83,22 @@ pub struct AgentConfig {
     /// first replica runs here meets. Empty: this machine's address on its route to the
     /// control plane.
     pub address: String,
+    /// Below this much free space on the data dir's file system (logs, images, containers'
+    /// roots), the node takes no new work and says so in its heartbeats; 0: no check.
+    pub min_free_disk_bytes: u64,
+}
+
+/// Why a node with `free` bytes left on its data dir's file system takes no new work, if
+/// it does not: under `min` (0: never).
+pub fn low_on_disk(free: u64, min: u64, data_dir: &std::path::Path) -> Option<String> {
+    (free < min).then(|| {
+        format!(
+            "low on disk: {} free on the file system of its data dir {}, under --min-free-disk {}",
+            allot_domain::format_bytes(free),
+            data_dir.display(),
+            allot_domain::format_bytes(min)
+        )
+    })
 }
 
 /// This machine's address on its route to `server` (a URL): the source address the kernel
@@ -254,6 +270,8 @@ struct Agent {
     /// GPUs that had an informational XID (page retirement, a high single-bit ECC rate):
     /// degraded until the agent starts again.
     degraded: Mutex<HashSet<String>>,
+    /// Why the node last said it takes no new work (empty: it takes work).
+    unavailable: Mutex<String>,
     metrics: metrics::AgentMetrics,
     /// `cuda-checkpoint`, where the driver and the utility are both here.
     cuda_checkpoint: Option<PathBuf>,
@@ -318,6 +336,7 @@ pub async fn run(
         lease: Mutex::new(Lease::default()),
         drained: Mutex::new(HashSet::new()),
         degraded: Mutex::new(HashSet::new()),
+        unavailable: Mutex::new(String::new()),
         metrics: metrics::AgentMetrics::new(),
         runtime,
         heartbeat_now,

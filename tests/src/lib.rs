@@ -177,6 +177,7 @@ pub async fn agent_config(
         sharing: allot_agent::sharing::SharingConfig::default(),
         runtime: allot_agent::RuntimeChoice::Process,
         address: String::new(),
+        min_free_disk_bytes: 0,
     }
 }
 

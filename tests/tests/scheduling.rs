@@ -684,3 +684,80 @@ async fn the_fair_share_history_outlives_the_server() {
         "taken up, decayed a little: {used} then {kept}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_node_low_on_disk_takes_no_new_work_and_says_why() {
+    // node-1 wants more free space than any disk has; node-2 checks nothing.
+    let c = allot_system_tests::spawn_cluster_of(
+        Backend::Sqlite,
+        2,
+        "1xH200",
+        |_| {},
+        |cfg| {
+            if cfg.node_name == "node-1" {
+                cfg.min_free_disk_bytes = 1 << 60;
+            }
+        },
+    )
+    .await;
+    c.create_tenant("ml", None).await;
+    let node = |name: &'static str| {
+        let c = &c;
+        async move {
+            let (_, nodes) = c.get("/api/v1/nodes").await;
+            nodes
+                .as_array()
+                .and_then(|a| a.iter().find(|n| n["name"] == name).cloned())
+                .expect("node")
+        }
+    };
+    let low = c
+        .eventually("node-1 says it takes no new work", || async {
+            let n = node("node-1").await;
+            let why = n["unavailable"].as_str().unwrap_or_default().to_owned();
+            (!why.is_empty()).then_some(why)
+        })
+        .await;
+    assert!(
+        low.starts_with("low on disk") && low.contains("--min-free-disk"),
+        "{low}"
+    );
+    assert_eq!(node("node-2").await["unavailable"], "", "node-2 takes work");
+    assert_eq!(node("node-1").await["status"], "ready", "node-1 is alive");
+    // Work goes to node-2 only: a second job waits rather than go to node-1.
+    let first = c.submit("ml", 1, &["sleep", "60"]).await;
+    let running = c.wait_for_state(&first, "running").await;
+    let node2 = node("node-2").await;
+    assert_eq!(running["node_id"], node2["id"], "{running:#}");
+    let second = c.submit("ml", 1, &["sleep", "60"]).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (_, waiting) = c.get(&format!("/api/v1/jobs/{second}")).await;
+    assert_eq!(waiting["state"], "pending", "{waiting:#}");
+    // `allot node list` and `node get` show it.
+    let cli = |args: &[&str]| {
+        let out = std::process::Command::new(allot_system_tests::allot_bin())
+            .args(args)
+            .env("ALLOT_SERVER", c.server.http_url())
+            .env("ALLOT_TOKEN", &c.admin_token)
+            .output()
+            .expect("allot runs");
+        assert!(out.status.success(), "{args:?}: {out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let list = cli(&["node", "list"]);
+    let line = list
+        .lines()
+        .find(|l| l.contains("node-1"))
+        .expect("node-1 listed");
+    assert!(line.contains("unavailable"), "{list}");
+    let id = node("node-1").await["id"].as_str().expect("id").to_owned();
+    let got = cli(&["node", "get", &id]);
+    assert!(got.contains(&low), "{got}");
+    for id in [first, second] {
+        let (status, _) = c
+            .post(&format!("/api/v1/jobs/{id}/cancel"), json!({}))
+            .await;
+        assert!(status.is_success());
+    }
+    c.shutdown().await;
+}

@@ -985,6 +985,9 @@ pub struct NodeView {
     pub gpus: Vec<GpuView>,
     /// An operator cordoned it: no new work.
     pub cordoned: bool,
+    /// Why its agent says it takes no new work (low on disk); empty: it takes work.
+    #[serde(default)]
+    pub unavailable: String,
     /// Its operator's labels (`allot node label`), e.g. `rack: r12`.
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
@@ -992,7 +995,7 @@ pub struct NodeView {
     #[serde(default)]
     pub address: String,
     /// Its GPUs that could take a whole-GPU job now: healthy, nothing held, and the node
-    /// ready and not cordoned (with `telemetry.read` only, as what is held).
+    /// ready, not cordoned, not unavailable (with `telemetry.read` only, as what is held).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpus_free: Option<u32>,
 }
@@ -1028,6 +1031,7 @@ impl NodeView {
                 })
                 .collect(),
             cordoned: n.cordoned,
+            unavailable: n.unavailable,
             labels: n.labels,
             address: n.address,
             gpus_free: None,
@@ -1054,7 +1058,7 @@ impl NodeView {
             g.held_milli = Some(milli);
             g.jobs = Some(jobs);
         }
-        let open = view.status == "ready" && !view.cordoned;
+        let open = view.status == "ready" && !view.cordoned && view.unavailable.is_empty();
         let free = view
             .gpus
             .iter()

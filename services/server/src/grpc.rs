@@ -307,6 +307,16 @@ impl NodeSvc {
         )?;
         let gpus = gpus_from_proto(r.gpus.clone())?;
         let changed = gpus != node.gpus;
+        // Whether the node takes new work, as its agent says (low on disk).
+        let unavailable = allot_domain::node::unavailable_reason(&r.unavailable);
+        let became = (unavailable != node.unavailable).then(|| unavailable.clone());
+        if let Some(why) = &became {
+            if why.is_empty() {
+                tracing::info!(node = %node.name, "node takes new work again");
+            } else {
+                tracing::warn!(node = %node.name, reason = %why, "node takes no new work");
+            }
+        }
         let (interval, lease) = self.pacing.current();
         let until = self.lease_until(lease);
         let samples: Vec<(String, allot_store::Sample)> = r
@@ -366,6 +376,7 @@ impl NodeSvc {
                 lease_expires_at: until,
                 gpus: changed.then(|| gpus.clone()),
                 samples: (sampled && !samples.is_empty()).then_some((now, samples)),
+                unavailable: became.clone(),
             })
             .await
             .map_err(status)?;
@@ -381,7 +392,7 @@ impl NodeSvc {
                 }
             }
         }
-        if !was_ready || changed {
+        if !was_ready || changed || became.is_some() {
             self.notify.notify_one();
         }
         self.reconcile_running(

@@ -64,6 +64,11 @@ pub struct AgentArgs {
     /// GPU memory charged to a shared job for each process's CUDA context on each GPU.
     #[arg(long, default_value = "512MiB", value_parser = allot_domain::parse_memory)]
     shim_context_reserve: u64,
+    /// Below this much free space on the data dir's file system (its logs, images and
+    /// containers' roots), the node takes no new work and says why (`allot node get`);
+    /// 0 turns the check off.
+    #[arg(long, env = "ALLOT_MIN_FREE_DISK", default_value = "2GiB", value_parser = allot_domain::parse_memory)]
+    min_free_disk: u64,
     #[command(flatten)]
     runtime: RuntimeArgs,
 }
@@ -246,6 +251,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     let config = AgentConfig {
         runtime,
         address: args.advertise_address.unwrap_or_default(),
+        min_free_disk_bytes: args.min_free_disk,
         servers,
         ca_cert_pem,
         bootstrap_token: args.bootstrap_token.filter(|t| !t.trim().is_empty()),

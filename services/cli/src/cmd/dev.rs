@@ -215,6 +215,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
             },
             runtime: runtime.clone(),
             address: String::new(),
+            min_free_disk_bytes: 0,
         };
         agents.push(tokio::spawn(allot_agent::run(
             cfg,

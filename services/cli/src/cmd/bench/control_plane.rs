@@ -231,6 +231,7 @@ impl Plane {
             sharing: allot_agent::sharing::SharingConfig::default(),
             runtime: allot_agent::RuntimeChoice::Process,
             address: String::new(),
+            min_free_disk_bytes: 0,
         };
         self.agents.push(tokio::spawn(allot_agent::run(
             cfg,
