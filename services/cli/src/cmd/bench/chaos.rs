@@ -396,7 +396,7 @@ pub async fn run(args: &ChaosBench) -> anyhow::Result<()> {
         crate::cmd::agent::RuntimeKindArg::Process => None,
         crate::cmd::agent::RuntimeKindArg::Oci => {
             use std::os::unix::fs::PermissionsExt;
-            // The containers' user namespaces pass through it to their images.
+            // The containers' user namespaces pass through it to their own roots.
             std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o711))?;
             let r = allot_agent::image::local::LocalRegistry::start(&root.join("registry"))
                 .context("starting docker-registry (Debian package docker-registry)")?;
