@@ -515,8 +515,9 @@ impl ImageStore {
             let record = digest.as_ref().and_then(|_| {
                 serde_json::from_slice::<Record>(&std::fs::read(e.path()).ok()?).ok()
             });
+            let unpacked = |d: &str| hex_of(d).is_some_and(|h| dir.join("rootfs").join(h).is_dir());
             match (digest, record) {
-                (Some(d), Some(r)) if dir.join("rootfs").join(&name[..64]).is_dir() => {
+                (Some(d), Some(r)) if unpacked(&d) => {
                     records.insert(d, r);
                 }
                 _ => {
@@ -1168,6 +1169,66 @@ mod tests {
             "sha(256|512):[./a-z0-9?%#-]{0,70}",
             "\\PC{0,80}",
         ]
+    }
+
+    #[test]
+    fn the_cache_reads_its_records_back_and_drops_what_none_names() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempfile::tempdir().expect("dir");
+        let dir = d.path().join("images");
+        let hex = |c: char| c.to_string().repeat(64);
+        let (kept, lost, layer, orphan) = (hex('a'), hex('b'), hex('c'), hex('d'));
+        for sub in ["blobs/sha256", "manifests", "rootfs"] {
+            std::fs::create_dir_all(dir.join(sub)).expect("mkdir");
+        }
+        // An older run's layout: 0711, a record from before tenants were kept, one whose
+        // root is gone, an orphan blob, a part download and an unfinished unpack.
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o711)).expect("chmod");
+        let old = serde_json::json!({
+            "layers": [[format!("sha256:{layer}"), 3]],
+            "config": {"env": [], "entrypoint": [], "cmd": [], "working_dir": null, "user": null},
+            "unpacked_bytes": 5,
+        });
+        for h in [&kept, &lost] {
+            std::fs::write(dir.join(format!("manifests/{h}.json")), old.to_string())
+                .expect("record");
+        }
+        std::fs::create_dir(dir.join("rootfs").join(&kept)).expect("root");
+        std::fs::create_dir(dir.join(format!("rootfs/.{kept}.x"))).expect("tmp");
+        for b in [&layer, &orphan, &format!("{layer}.part-1")] {
+            std::fs::write(dir.join("blobs/sha256").join(b), b"abc").expect("blob");
+        }
+        let caps = Caps {
+            cache: 1 << 30,
+            image: 1 << 30,
+            tenant: 1 << 30,
+        };
+        let store = ImageStore::new(dir.clone(), RegistryConfig::default(), caps).expect("open");
+        let left = |sub: &str| -> Vec<String> {
+            let mut v: Vec<String> = std::fs::read_dir(dir.join(sub))
+                .expect("read")
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect();
+            v.sort();
+            v
+        };
+        assert_eq!(left("manifests"), [format!("{kept}.json")]);
+        assert_eq!(left("rootfs"), std::slice::from_ref(&kept));
+        assert_eq!(left("blobs/sha256"), std::slice::from_ref(&layer));
+        for sub in ["", "blobs", "blobs/sha256", "manifests", "rootfs"] {
+            let mode = std::fs::metadata(dir.join(sub))
+                .expect("dir")
+                .permissions()
+                .mode();
+            assert_eq!(mode & 0o777, 0o700, "{sub}");
+        }
+        // Read back, and no tenant's until a registry serves it again.
+        let ix = store.shared.index();
+        let digest = format!("sha256:{kept}");
+        assert_eq!(ix.record(&digest).map(|r| r.unpacked_bytes), Some(5));
+        assert!(!ix.may_use("team-a", &digest));
+        assert_eq!(ix.usage(), 3 + 5);
     }
 
     proptest! {
