@@ -234,6 +234,7 @@ impl Agent {
             }
         };
         let job_samples = self.job_samples(&gpus);
+        let unavailable = self.unavailable().await;
         let seen = self.link.moved();
         let mut client = client(&self.link);
         let mut req = Request::new(HeartbeatRequest {
@@ -241,6 +242,7 @@ impl Agent {
             running_job_ids: self.running_ids(),
             running_attempts: self.running_attempts(),
             job_samples,
+            unavailable,
         });
         // A slow answer still renews the lease from when the call was sent, so wait for
         // one up to half a lease (a loaded control plane is not a lost one); with other
@@ -271,6 +273,39 @@ impl Agent {
                 false
             }
         }
+    }
+
+    /// Why the node takes no new work now (its data dir's file system below
+    /// `--min-free-disk`), or empty. A file system that cannot be asked is not reported.
+    pub(crate) async fn unavailable(&self) -> String {
+        let min = self.cfg.min_free_disk_bytes;
+        if min == 0 {
+            return String::new();
+        }
+        let dir = self.cfg.data_dir.clone();
+        let free = tokio::task::spawn_blocking(move || {
+            nix::sys::statvfs::statvfs(&dir)
+                .map(|s| s.blocks_available().saturating_mul(s.fragment_size()))
+        })
+        .await;
+        let why = match free {
+            Ok(Ok(free)) => crate::low_on_disk(free, min, &self.cfg.data_dir).unwrap_or_default(),
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "cannot read the data dir's free space");
+                String::new()
+            }
+            Err(_) => String::new(),
+        };
+        let mut last = self.unavailable.lock().unwrap_or_else(|e| e.into_inner());
+        if *last != why {
+            if why.is_empty() {
+                tracing::info!("the data dir has room again: taking new work");
+            } else {
+                tracing::warn!(reason = %why, "taking no new work");
+            }
+            last.clone_from(&why);
+        }
+        why
     }
 
     /// What the metrics report, as of now.
@@ -310,5 +345,23 @@ impl Agent {
             jobs_per_gpu: per_gpu.into_iter().collect(),
             lease_remaining_seconds: remaining,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_node_is_low_on_disk_under_its_floor_only() {
+        let dir = std::path::Path::new("/var/lib/allot");
+        assert_eq!(crate::low_on_disk(5 << 30, 2 << 30, dir), None);
+        assert_eq!(crate::low_on_disk(2 << 30, 2 << 30, dir), None);
+        assert_eq!(crate::low_on_disk(0, 0, dir), None, "0 checks nothing");
+        let why = crate::low_on_disk(1 << 30, 2 << 30, dir).expect("low");
+        assert!(
+            why.starts_with("low on disk: 1 GiB free")
+                && why.contains("/var/lib/allot")
+                && why.ends_with("--min-free-disk 2 GiB"),
+            "{why}"
+        );
     }
 }

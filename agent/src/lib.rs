@@ -89,6 +89,22 @@ pub struct AgentConfig {
     /// How much of the end of each attempt's log the node keeps beside its first MiB (the
     /// middle of a longer log is freed as it grows; see [`DEFAULT_JOB_LOG_TAIL`]).
     pub job_log_tail: u64,
+    /// Below this much free space on the data dir's file system (logs, images, containers'
+    /// roots), the node takes no new work and says so in its heartbeats; 0: no check.
+    pub min_free_disk_bytes: u64,
+}
+
+/// Why a node with `free` bytes left on its data dir's file system takes no new work, if
+/// it does not: under `min` (0: never).
+pub fn low_on_disk(free: u64, min: u64, data_dir: &std::path::Path) -> Option<String> {
+    (free < min).then(|| {
+        format!(
+            "low on disk: {} free on the file system of its data dir {}, under --min-free-disk {}",
+            allot_domain::format_bytes(free),
+            data_dir.display(),
+            allot_domain::format_bytes(min)
+        )
+    })
 }
 
 /// How much of the end of each attempt's log a node keeps by default.
@@ -263,6 +279,8 @@ struct Agent {
     /// GPUs that had an informational XID (page retirement, a high single-bit ECC rate):
     /// degraded until the agent starts again.
     degraded: Mutex<HashSet<String>>,
+    /// Why the node last said it takes no new work (empty: it takes work).
+    unavailable: Mutex<String>,
     metrics: metrics::AgentMetrics,
     /// `cuda-checkpoint`, where the driver and the utility are both here.
     cuda_checkpoint: Option<PathBuf>,
@@ -327,6 +345,7 @@ pub async fn run(
         lease: Mutex::new(Lease::default()),
         drained: Mutex::new(HashSet::new()),
         degraded: Mutex::new(HashSet::new()),
+        unavailable: Mutex::new(String::new()),
         metrics: metrics::AgentMetrics::new(),
         runtime,
         heartbeat_now,

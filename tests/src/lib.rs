@@ -178,6 +178,7 @@ pub async fn agent_config(
         runtime: allot_agent::RuntimeChoice::Process,
         address: String::new(),
         job_log_tail: allot_agent::DEFAULT_JOB_LOG_TAIL,
+        min_free_disk_bytes: 0,
     }
 }
 
@@ -424,15 +425,12 @@ impl TestCluster {
         }
     }
 
-    /// Waits until the job has ended (succeeded, failed or cancelled) and returns it.
+    /// Waits until the job has ended (succeeded, failed, cancelled or timed out) and returns
+    /// it.
     pub async fn wait_for_end(&self, id: &str) -> Value {
         self.eventually("the job ends", || async {
             let (_, j) = self.get(&format!("/api/v1/jobs/{id}")).await;
-            matches!(
-                j["state"].as_str(),
-                Some("succeeded" | "failed" | "cancelled")
-            )
-            .then_some(j)
+            allot_domain::JobState::ends_in(j["state"].as_str().unwrap_or_default()).then_some(j)
         })
         .await
     }

@@ -164,6 +164,18 @@ pub async fn confined_cluster(
     gpus: &str,
     pids_limit: i64,
 ) -> crate::TestCluster {
+    confined_cluster_with(registry, nodes, gpus, pids_limit, |_| {}).await
+}
+
+/// [`confined_cluster`], with the container runtime's configuration changed by `tweak`
+/// (more registries, smaller image caches).
+pub async fn confined_cluster_with(
+    registry: &Registry,
+    nodes: usize,
+    gpus: &str,
+    pids_limit: i64,
+    tweak: impl Fn(&mut allot_agent::runtime::oci::OciConfig),
+) -> crate::TestCluster {
     let addr = registry.addr.clone();
     crate::spawn_cluster_of(
         crate::Backend::Sqlite,
@@ -178,10 +190,76 @@ pub async fn confined_cluster(
             oci.scratch_bytes = 64 << 20;
             oci.tmp_bytes = 64 << 20;
             oci.shm_bytes = 64 << 20;
+            tweak(&mut oci);
             cfg.runtime = allot_agent::RuntimeChoice::Oci(oci);
         },
     )
     .await
+}
+
+/// A registry holding the busybox image, and a one-node confined cluster of `tenants`
+/// pulling from it.
+pub struct BusyboxCluster {
+    pub registry: Registry,
+    pub c: crate::TestCluster,
+    /// The image's reference (`ADDR/REPO:TAG`) and digest.
+    pub image: String,
+    pub digest: String,
+}
+
+/// Pushes busybox as `repo_tag` and starts a one-node cluster (`pids_limit` processes per
+/// container) with `tenants`.
+pub async fn busybox_cluster(repo_tag: &str, pids_limit: i64, tenants: &[&str]) -> BusyboxCluster {
+    let registry = Registry::start();
+    let digest = push_busybox(&registry, repo_tag).await;
+    let c = confined_cluster(&registry, 1, "1xH200", pids_limit).await;
+    for t in tenants {
+        c.create_tenant(t, None).await;
+    }
+    BusyboxCluster {
+        image: format!("{}/{repo_tag}", registry.addr),
+        registry,
+        c,
+        digest,
+    }
+}
+
+/// Runs a CPU-only job of `tenant` on `image` to its end: the job and its log.
+pub async fn run_image(
+    c: &crate::TestCluster,
+    tenant: &str,
+    image: &str,
+    command: &[&str],
+) -> (serde_json::Value, String) {
+    let id = c
+        .submit_with(
+            tenant,
+            serde_json::json!({ "gpus": 0, "image": image }),
+            command,
+        )
+        .await;
+    (c.wait_for_end(&id).await, c.log_of(&id).await)
+}
+
+/// A symbolic link entry (a shorthand for [`add_link`]).
+pub fn add_symlink(b: &mut tar::Builder<Vec<u8>>, path: &str, target: &str) {
+    add_link(b, tar::EntryType::Symlink, path, target);
+}
+
+/// Runs `program` with `args` on the host as `uid` (and gid `uid`, no other groups);
+/// whether it succeeded, and what it printed on standard error.
+pub fn run_as(uid: u32, program: &str, args: &[&str]) -> (bool, String) {
+    use std::os::unix::process::CommandExt;
+    let out = std::process::Command::new(program)
+        .args(args)
+        .uid(uid)
+        .gid(uid)
+        .output()
+        .expect("run");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 /// Makes `dir` and its ancestors searchable by other users (a container's user namespace

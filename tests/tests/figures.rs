@@ -31,8 +31,12 @@ async fn tenant(c: &TestCluster, name: &str, parent: Option<&str>, quota: Value)
 
 /// Submits a job of tenant `infer` on one 1g.18gb MIG instance.
 async fn submit_mig(c: &TestCluster) -> String {
-    c.submit_with("infer", json!({ "mig_profile": "1g.18gb" }), &["sleep", "600"])
-        .await
+    c.submit_with(
+        "infer",
+        json!({ "mig_profile": "1g.18gb" }),
+        &["sleep", "600"],
+    )
+    .await
 }
 
 async fn tenant_view(c: &TestCluster, name: &str) -> Value {

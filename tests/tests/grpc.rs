@@ -73,6 +73,7 @@ impl RawNode {
             running_job_ids: vec![],
             job_samples: vec![],
             running_attempts: vec![],
+            unavailable: String::new(),
         }
     }
 }
@@ -1187,5 +1188,48 @@ async fn a_fleet_beyond_the_heartbeat_rate_is_paced() {
     c.create_tenant("t", None).await;
     let id = c.submit("t", 1, &["sleep", "30"]).await;
     c.wait_for_state(&id, "running").await;
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nodes_word_that_it_takes_no_work_is_its_own_and_kept_plain() {
+    let c = spawn_cluster(Backend::Sqlite, 0, "").await;
+    let a = enroll(&c, &bootstrap_token(&c.server).await, "node-a")
+        .await
+        .expect("a");
+    let b = enroll(&c, &bootstrap_token(&c.server).await, "node-b")
+        .await
+        .expect("b");
+    let unavailable = |id: &str| {
+        let c = &c;
+        let id = id.to_owned();
+        async move {
+            let (_, n) = c.get(&format!("/api/v1/nodes/{id}")).await;
+            n["unavailable"].as_str().expect("unavailable").to_owned()
+        }
+    };
+    // A reason with terminal escapes and no end: kept short, without control characters,
+    // and on the node that said it only.
+    let said = format!("low on disk\u{1b}[2J{}", "x".repeat(10_000));
+    b.client
+        .clone()
+        .heartbeat(HeartbeatRequest {
+            unavailable: said,
+            ..b.heartbeat()
+        })
+        .await
+        .expect("heartbeat");
+    let kept = unavailable(&b.id).await;
+    assert!(kept.starts_with("low on disk[2J"), "{kept}");
+    assert!(kept.len() <= allot_domain::node::MAX_UNAVAILABLE_LEN);
+    assert!(!kept.chars().any(char::is_control));
+    assert_eq!(unavailable(&a.id).await, "");
+    // Said no more: it takes work again.
+    b.client
+        .clone()
+        .heartbeat(b.heartbeat())
+        .await
+        .expect("heartbeat");
+    assert_eq!(unavailable(&b.id).await, "");
     c.shutdown().await;
 }

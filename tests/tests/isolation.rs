@@ -7,11 +7,11 @@
 
 use std::time::{Duration, Instant};
 
-use allot_system_tests::TestCluster;
 use allot_system_tests::oci::{
-    Registry, add_file, busybox_layer, confined_cluster, layer, process_running, push_busybox,
-    require_container_support,
+    BusyboxCluster, Registry, add_file, add_symlink, busybox_cluster, busybox_layer,
+    confined_cluster, layer, process_running, push_busybox, require_container_support, run_image,
 };
+use allot_system_tests::{StatusCode, TestCluster};
 use serde_json::{Value, json};
 
 /// The index of the GPU with this UUID on the cluster's only node.
@@ -282,14 +282,16 @@ async fn a_half_cpu_job_gets_half_a_cpu() {
     if !require_container_support() {
         return;
     }
-    let registry = Registry::start();
-    push_busybox(&registry, "team-a/busybox:1").await;
-    let c = confined_cluster(&registry, 1, "1xH200", 64).await;
-    c.create_tenant("team-a", None).await;
+    let BusyboxCluster {
+        c,
+        image,
+        registry: _registry,
+        ..
+    } = busybox_cluster("team-a/busybox:1", 64, &["team-a"]).await;
     let id = c
         .submit_with(
             "team-a",
-            json!({ "gpus": 0, "cpu_milli": 500, "image": format!("{}/team-a/busybox:1", registry.addr) }),
+            json!({ "gpus": 0, "cpu_milli": 500, "image": image }),
             &["sh", "-c", "while :; do :; done"],
         )
         .await;
@@ -313,5 +315,163 @@ async fn a_half_cpu_job_gets_half_a_cpu() {
         .await;
     assert!(status.is_success());
     c.wait_for_state(&id, "cancelled").await;
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_runtimes_directory_and_the_init_are_the_nodes() {
+    if !require_container_support() {
+        return;
+    }
+    let registry = Registry::start();
+    // An image whose `/.allot` is a link into where the job mounts its volume.
+    registry
+        .push(
+            "team-a/redirect:1",
+            &[
+                busybox_layer(),
+                layer(|b| add_symlink(b, ".allot", "/data")),
+            ],
+            json!({ "Env": ["PATH=/bin"] }),
+        )
+        .await;
+    let c = confined_cluster(&registry, 1, "1xH200", 64).await;
+    c.create_tenant("team-a", None).await;
+    let volume = tempfile::tempdir().expect("volume");
+    allot_system_tests::oci::searchable(volume.path());
+    c.put_volume("shared", volume.path(), &["team-a"]).await;
+    let image = format!("{}/team-a/redirect:1", registry.addr);
+    // Refused at submit, naming the field: a volume at or in /.allot, a working directory
+    // there.
+    for (fields, field) in [
+        (
+            json!({ "volumes": [{ "volume": "shared", "path": "/.allot" }] }),
+            "volumes[0].path",
+        ),
+        (
+            json!({ "volumes": [{ "volume": "shared", "path": "/.allot/init" }] }),
+            "volumes[0].path",
+        ),
+        (json!({ "workdir": "/.allot" }), "workdir"),
+    ] {
+        let mut body =
+            json!({ "tenant": "team-a", "gpus": 0, "image": image, "command": ["true"] });
+        if let (Some(b), Some(f)) = (body.as_object_mut(), fields.as_object()) {
+            b.extend(f.clone());
+        }
+        let (status, answer) = c.post("/api/v1/jobs", body).await;
+        assert_eq!(
+            status,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "{fields}: {answer}"
+        );
+        assert!(answer.to_string().contains(field), "{fields}: {answer}");
+    }
+    // The tenant's volume holds an `init` of its own, and its image links /.allot there:
+    // PID 1 is still the node's init.
+    let mine = volume.path().join("team-a");
+    std::fs::create_dir_all(&mine).expect("mkdir");
+    std::fs::write(
+        mine.join("init"),
+        "#!/bin/sh\necho PID1-REPLACED\nexec \"$@\"\n",
+    )
+    .expect("write");
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(mine.join("init"), std::fs::Permissions::from_mode(0o755))
+            .expect("chmod");
+    }
+    let id = c
+        .submit_with(
+            "team-a",
+            json!({ "gpus": 0, "image": image,
+                    "volumes": [{ "volume": "shared", "path": "/data" }] }),
+            &[
+                "sh",
+                "-c",
+                "tr '\\0' ' ' < /proc/1/cmdline; echo; test -x /data/init && echo volume-mounted",
+            ],
+        )
+        .await;
+    let (job, log) = (c.wait_for_end(&id).await, c.log_of(&id).await);
+    assert!(
+        !log.contains("PID1-REPLACED"),
+        "the job's file ran as PID 1:\n{log}"
+    );
+    assert_eq!(job["state"], "succeeded", "{job:#}\n{log}");
+    assert!(
+        log.starts_with("/.allot/init -s -p SIGKILL -g -- sh -c") && log.contains("volume-mounted"),
+        "{log}"
+    );
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn scratch_space_is_bounded_and_counts_toward_the_jobs_memory() {
+    if !require_container_support() {
+        return;
+    }
+    // /scratch, /tmp and /dev/shm are 64 MiB each here.
+    let BusyboxCluster {
+        c,
+        image,
+        registry: _registry,
+        ..
+    } = busybox_cluster("team-a/busybox:1", 64, &["team-a"]).await;
+    // Bounded: past its size, a write fails with ENOSPC.
+    for dir in ["/scratch", "/tmp", "/dev/shm"] {
+        let script = format!("dd if=/dev/zero of={dir}/f bs=1M count=100 2>&1; echo rc=$?");
+        let (job, log) = run_image(&c, "team-a", &image, &["sh", "-c", &script]).await;
+        assert_eq!(job["state"], "succeeded", "{dir}: {job:#}\n{log}");
+        assert!(
+            log.contains("No space left on device") && log.contains("rc=1"),
+            "{dir}: {log}"
+        );
+    }
+    // Counted: what a job keeps in /scratch is memory its cgroup holds.
+    let id = c
+        .submit_with(
+            "team-a",
+            json!({ "gpus": 0, "image": image, "memory_bytes": 128u64 << 20 }),
+            &[
+                "sh",
+                "-c",
+                "dd if=/dev/zero of=/scratch/f bs=1M count=48 2>/dev/null; echo written; sleep 300",
+            ],
+        )
+        .await;
+    let job = c.wait_for_state(&id, "running").await;
+    let cgroup = cgroup_of(job["pid"].as_u64().expect("pid"));
+    c.eventually("the job wrote its scratch file", || async {
+        c.log_of(&id).await.contains("written").then_some(())
+    })
+    .await;
+    let h = allot_agent::runtime::cgroup::Hierarchy::detect();
+    let held = h.memory_bytes(&cgroup).expect("memory usage");
+    assert!(
+        held >= 48 << 20,
+        "48 MiB in /scratch, {held} bytes charged to the job's memory"
+    );
+    let (status, _) = c
+        .post(&format!("/api/v1/jobs/{id}/cancel"), json!({}))
+        .await;
+    assert!(status.is_success());
+    c.wait_for_end(&id).await;
+    // So a job cannot hold more in scratch than its memory limit: the kernel ends it.
+    let id = c
+        .submit_with(
+            "team-a",
+            json!({ "gpus": 0, "image": image, "memory_bytes": 32u64 << 20 }),
+            &[
+                "sh",
+                "-c",
+                "dd if=/dev/zero of=/scratch/f bs=1M count=60; sleep 5",
+            ],
+        )
+        .await;
+    let (job, log) = (c.wait_for_end(&id).await, c.log_of(&id).await);
+    assert_eq!(job["state"], "failed", "{job:#}\n{log}");
+    let message = job["message"].as_str().unwrap_or_default();
+    assert!(message.starts_with("OutOfMemory"), "{message}\n{log}");
     c.shutdown().await;
 }

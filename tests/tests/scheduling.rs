@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use allot_system_tests::{
-    Backend, StatusCode, TestCluster, process_group_alive, spawn_cluster, spawn_cluster_with,
+    Backend, StatusCode, TestCluster, process_group_alive, spawn_cluster_with,
 };
 use serde_json::{Value, json};
 
@@ -521,12 +521,16 @@ async fn requests_that_could_never_run_are_refused_at_submit() {
     assert_eq!(c.wait_for_end(&id).await["state"], "succeeded");
 }
 
-/// A job with a time limit is stopped when it reaches it and ends cancelled saying so; the
-/// job waiting behind it is told when it is estimated to start (when the limit is reached),
-/// and starts then.
+/// A job with a time limit is stopped when it reaches it and ends timed out (its own end
+/// state, as Slurm's TIMEOUT, not a cancel) saying so, in the API, the metrics and usage;
+/// the job waiting behind it is told when it is estimated to start (when the limit is
+/// reached), and starts then.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_time_limit_stops_a_job_and_tells_the_next_when_it_starts() {
-    let c = spawn_cluster(Backend::Sqlite, 1, "1xH200").await;
+    let c = allot_system_tests::spawn_cluster_with(Backend::Sqlite, 1, "1xH200", |config| {
+        config.metrics_listen = Some("127.0.0.1:0".parse().expect("address"));
+    })
+    .await;
     c.create_tenant("t", None).await;
     let (s, body) = c
         .post(
@@ -561,8 +565,28 @@ async fn a_time_limit_stops_a_job_and_tells_the_next_when_it_starts() {
         "when the job ahead reaches its limit: {waiting}"
     );
 
-    let ended = c.wait_for_state(&long, "cancelled").await;
+    let ended = c.wait_for_state(&long, "timed_out").await;
     assert_eq!(ended["message"], "time limit of 4s reached", "{ended}");
+    let metrics = c.scrape_metrics().await;
+    assert!(
+        metrics.contains(r#"allot_jobs{tenant="t",state="timed_out"} 1"#),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(r#"allot_jobs{tenant="t",state="cancelled"} 0"#),
+        "{metrics}"
+    );
+    let (_, usage) = c.get("/api/v1/usage?by=job").await;
+    assert!(
+        usage["rows"]
+            .as_array()
+            .expect("rows")
+            .iter()
+            .any(|r| r["job_id"] == long.as_str() && r["gpu_hours"].as_f64() > Some(0.0)),
+        "a timed-out job's GPU-hours count: {usage}"
+    );
+    let (_, listed) = c.get("/api/v1/jobs?state=timed_out").await;
+    assert_eq!(listed["items"][0]["id"], long.as_str(), "{listed}");
     let finished: chrono::DateTime<chrono::Utc> =
         serde_json::from_value(ended["finished_at"].clone()).expect("finished_at");
     let ran = (finished - started).num_milliseconds();
@@ -683,4 +707,81 @@ async fn the_fair_share_history_outlives_the_server() {
         kept > 0.9 * used && kept <= used,
         "taken up, decayed a little: {used} then {kept}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_node_low_on_disk_takes_no_new_work_and_says_why() {
+    // node-1 wants more free space than any disk has; node-2 checks nothing.
+    let c = allot_system_tests::spawn_cluster_of(
+        Backend::Sqlite,
+        2,
+        "1xH200",
+        |_| {},
+        |cfg| {
+            if cfg.node_name == "node-1" {
+                cfg.min_free_disk_bytes = 1 << 60;
+            }
+        },
+    )
+    .await;
+    c.create_tenant("ml", None).await;
+    let node = |name: &'static str| {
+        let c = &c;
+        async move {
+            let (_, nodes) = c.get("/api/v1/nodes").await;
+            nodes
+                .as_array()
+                .and_then(|a| a.iter().find(|n| n["name"] == name).cloned())
+                .expect("node")
+        }
+    };
+    let low = c
+        .eventually("node-1 says it takes no new work", || async {
+            let n = node("node-1").await;
+            let why = n["unavailable"].as_str().unwrap_or_default().to_owned();
+            (!why.is_empty()).then_some(why)
+        })
+        .await;
+    assert!(
+        low.starts_with("low on disk") && low.contains("--min-free-disk"),
+        "{low}"
+    );
+    assert_eq!(node("node-2").await["unavailable"], "", "node-2 takes work");
+    assert_eq!(node("node-1").await["status"], "ready", "node-1 is alive");
+    // Work goes to node-2 only: a second job waits rather than go to node-1.
+    let first = c.submit("ml", 1, &["sleep", "60"]).await;
+    let running = c.wait_for_state(&first, "running").await;
+    let node2 = node("node-2").await;
+    assert_eq!(running["node_id"], node2["id"], "{running:#}");
+    let second = c.submit("ml", 1, &["sleep", "60"]).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (_, waiting) = c.get(&format!("/api/v1/jobs/{second}")).await;
+    assert_eq!(waiting["state"], "pending", "{waiting:#}");
+    // `allot node list` and `node get` show it.
+    let cli = |args: &[&str]| {
+        let out = std::process::Command::new(allot_system_tests::allot_bin())
+            .args(args)
+            .env("ALLOT_SERVER", c.server.http_url())
+            .env("ALLOT_TOKEN", &c.admin_token)
+            .output()
+            .expect("allot runs");
+        assert!(out.status.success(), "{args:?}: {out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let list = cli(&["node", "list"]);
+    let line = list
+        .lines()
+        .find(|l| l.contains("node-1"))
+        .expect("node-1 listed");
+    assert!(line.contains("unavailable"), "{list}");
+    let id = node("node-1").await["id"].as_str().expect("id").to_owned();
+    let got = cli(&["node", "get", &id]);
+    assert!(got.contains(&low), "{got}");
+    for id in [first, second] {
+        let (status, _) = c
+            .post(&format!("/api/v1/jobs/{id}/cancel"), json!({}))
+            .await;
+        assert!(status.is_success());
+    }
+    c.shutdown().await;
 }

@@ -143,6 +143,54 @@ impl LocalRegistry {
             .join("data")
     }
 
+    /// Stores `manifest` (raw bytes, whatever blobs they name) as `repo:tag` straight into
+    /// the registry's storage, unchecked: what a registry its tenant runs itself would
+    /// serve. Returns its digest.
+    pub fn plant_manifest(
+        &self,
+        repo: &str,
+        tag: &str,
+        manifest: &[u8],
+    ) -> Result<String, LocalError> {
+        let hex = hex::encode(Sha256::digest(manifest));
+        let digest = format!("sha256:{hex}");
+        let v2 = self.storage.join("data/docker/registry/v2");
+        let blob = v2.join("blobs/sha256").join(&hex[..2]).join(&hex);
+        std::fs::create_dir_all(&blob)?;
+        std::fs::write(blob.join("data"), manifest)?;
+        let manifests = v2.join("repositories").join(repo).join("_manifests");
+        for link in [
+            manifests.join("revisions/sha256").join(&hex),
+            manifests.join("tags").join(tag).join("current"),
+            manifests
+                .join("tags")
+                .join(tag)
+                .join("index/sha256")
+                .join(&hex),
+        ] {
+            std::fs::create_dir_all(&link)?;
+            std::fs::write(link.join("link"), &digest)?;
+        }
+        Ok(digest)
+    }
+
+    /// The manifest of `repo_tag` as the registry serves it (raw bytes).
+    pub async fn manifest_bytes(&self, repo_tag: &str) -> Result<Vec<u8>, LocalError> {
+        let reference: Reference = format!("{}/{repo_tag}", self.addr)
+            .parse()
+            .map_err(|e: oci_client::ParseError| LocalError::Registry(e.to_string()))?;
+        let (bytes, _) = self
+            .client()
+            .pull_manifest_raw(
+                &reference,
+                &self.auth,
+                &["application/vnd.oci.image.manifest.v1+json"],
+            )
+            .await
+            .map_err(|e| LocalError::Registry(e.to_string()))?;
+        Ok(bytes.to_vec())
+    }
+
     fn client(&self) -> Client {
         let _ = rustls::crypto::ring::default_provider().install_default();
         Client::new(ClientConfig {

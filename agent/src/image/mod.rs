@@ -1,29 +1,39 @@
 //! Container images: pulled from OCI distribution registries, checked blob by blob against
-//! their digests, kept in a content-addressed cache under `<data dir>/images/`, and unpacked
-//! into a read-only root file system per image.
+//! their digests and declared sizes, kept in a content-addressed cache under
+//! `<data dir>/images/`, and unpacked into a read-only root file system per image.
 //!
 //! - `blobs/sha256/<hex>`: layers, each written only after its digest checked out.
 //! - `manifests/<hex>.json`: what the agent knows of an image by its manifest digest (its
-//!   layers and configuration), so a by-digest image already here needs no blob fetch.
-//! - `rootfs/<hex>/`: the unpacked root file system (see [`unpack`]).
+//!   layers, configuration, unpacked size, and the tenants that may use it: see [`cache`]).
+//! - `rootfs/<hex>/`: the unpacked root file system (see [`unpack`]). Containers never run
+//!   on it directly: each gets an overlay of its own on top (`runtime::oci::rootfs`), so
+//!   the cache is 0700 throughout and no other user of the host reads it.
 //!
 //! A tag is resolved to a manifest digest at an attempt's first pull; the agent reports the
 //! digest with the job's start, the control plane keeps it, and every later attempt on any
-//! node names the image by that digest. The cache is held under a size cap: images not in use
-//! are evicted least recently used first, with the layers no other cached image needs.
+//! node names the image by that digest.
 //!
 //! Every pull, even one the cache serves, asks the registry for the manifest with the job's
-//! own credentials first, so one tenant's cached private image is never another's without
-//! the registry's say-so.
+//! own credentials first; and a tenant uses a cached image only once its own registry
+//! served it every blob of it (see [`cache`]), so one tenant's cached private image is
+//! never another's without the registry's say-so, whatever a manifest names. What a
+//! registry sends is held to what its manifest declares as it streams (a blob longer than
+//! its declared size stops there), and the cache's caps (its size, an image's, a tenant's
+//! share) hold while layers download and unpack, not after.
 
+pub mod cache;
+pub mod inroot;
 pub mod local;
 pub mod unpack;
+pub mod user;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io::Read;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll};
 
 use oci_client::client::{ClientConfig, ClientProtocol};
 use oci_client::manifest::{OciDescriptor, OciImageManifest};
@@ -31,8 +41,15 @@ use oci_client::secrets::RegistryAuth;
 use oci_client::{Client, Reference};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
+use tokio::io::AsyncWrite;
 
+use self::cache::{Caps, Change, Index, Record};
 use crate::runtime::PullCredentials;
+
+/// Largest image configuration blob accepted.
+pub const MAX_CONFIG_BYTES: u64 = 4 << 20;
+/// What an unpack reserves of the cache at a time, as the root grows.
+const RESERVE_STEP: u64 = 64 << 20;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ImageError {
@@ -52,6 +69,22 @@ pub enum ImageError {
         layer: String,
         actual: String,
     },
+    #[error(
+        "image {image}: blob {blob} is larger than the {declared} bytes its manifest declares \
+         (the registry sent more; stopped there)"
+    )]
+    BlobTooLarge {
+        image: String,
+        blob: String,
+        declared: u64,
+    },
+    #[error("image {image}: blob {blob} is {sent} bytes, not the {declared} its manifest declares")]
+    BlobSize {
+        image: String,
+        blob: String,
+        declared: u64,
+        sent: u64,
+    },
     #[error("image {image}: its manifest does not match the digest {expected} it was named by")]
     ManifestDigest { image: String, expected: String },
     #[error("image {image}: layer {layer}: {source}")]
@@ -62,6 +95,8 @@ pub enum ImageError {
     },
     #[error("image {image}: {message}")]
     Unsupported { image: String, message: String },
+    #[error("image {image}: {source}")]
+    Full { image: String, source: cache::Full },
     #[error("image cache: {0}")]
     Io(#[from] std::io::Error),
 }
@@ -76,16 +111,6 @@ pub struct ImageConfig {
     pub user: Option<String>,
 }
 
-/// What the cache keeps of one image.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-struct Cached {
-    /// sha256:… of each layer, in order, with its size.
-    layers: Vec<(String, u64)>,
-    config: ImageConfig,
-    /// Bytes of the unpacked root file system's files.
-    unpacked_bytes: u64,
-}
-
 /// An image ready to run: held in the cache (not evicted) while this lives.
 #[derive(Debug)]
 pub struct Image {
@@ -93,26 +118,28 @@ pub struct Image {
     pub digest: String,
     /// The reference pinned to that digest (`REGISTRY/REPOSITORY@sha256:…`).
     pub pinned: String,
+    /// Its unpacked root in the cache: shared, read-only, never a container's root itself.
     pub rootfs: PathBuf,
     pub config: ImageConfig,
     _hold: Hold,
 }
 
-#[derive(Debug)]
 struct Hold {
     digest: String,
-    in_use: Arc<Mutex<HashMap<String, usize>>>,
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Hold {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Hold")
+            .field("digest", &self.digest)
+            .finish()
+    }
 }
 
 impl Drop for Hold {
     fn drop(&mut self) {
-        let mut in_use = self.in_use.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(n) = in_use.get_mut(&self.digest) {
-            *n -= 1;
-            if *n == 0 {
-                in_use.remove(&self.digest);
-            }
-        }
+        self.shared.index().unhold(&self.digest);
     }
 }
 
@@ -125,12 +152,154 @@ pub struct RegistryConfig {
     pub ca_pem: Option<String>,
 }
 
-pub struct ImageStore {
+/// The cache's directory and bookkeeping, shared with what holds and unpacks images.
+struct Shared {
     dir: PathBuf,
+    index: Mutex<Index>,
+}
+
+impl Shared {
+    fn index(&self) -> MutexGuard<'_, Index> {
+        self.index.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn blob_path(&self, digest: &str) -> Option<PathBuf> {
+        Some(self.dir.join("blobs/sha256").join(hex_of(digest)?))
+    }
+
+    fn manifest_path(&self, digest: &str) -> Option<PathBuf> {
+        Some(
+            self.dir
+                .join("manifests")
+                .join(format!("{}.json", hex_of(digest)?)),
+        )
+    }
+
+    fn rootfs_path(&self, digest: &str) -> Option<PathBuf> {
+        Some(self.dir.join("rootfs").join(hex_of(digest)?))
+    }
+
+    /// Writes image `digest`'s record as the index has it (atomically). Blocks.
+    fn save(&self, digest: &str) -> std::io::Result<()> {
+        let Some(record) = self.index().record(digest).cloned() else {
+            return Ok(());
+        };
+        let Some(path) = self.manifest_path(digest) else {
+            return Ok(());
+        };
+        let json = serde_json::to_vec(&record).map_err(std::io::Error::other)?;
+        let tmp = path.with_extension(format!("tmp-{}", uuid::Uuid::new_v4().simple()));
+        std::fs::write(&tmp, json)?;
+        std::fs::rename(&tmp, &path)
+    }
+
+    /// Makes the changes the bookkeeping asks for on disk. Blocks.
+    fn apply(&self, changes: Vec<Change>) {
+        for change in changes {
+            match change {
+                Change::RemoveImage(digest) => {
+                    if let Some(m) = self.manifest_path(&digest) {
+                        let _ = std::fs::remove_file(m);
+                    }
+                    if let Some(root) = self.rootfs_path(&digest) {
+                        let _ = std::fs::remove_dir_all(root);
+                    }
+                    tracing::info!(image = %digest, "evicted from the image cache");
+                }
+                Change::RemoveBlob(digest) => {
+                    if let Some(p) = self.blob_path(&digest) {
+                        let _ = std::fs::remove_file(p);
+                    }
+                }
+                Change::Rewrite(digest) => {
+                    if let Err(e) = self.save(&digest) {
+                        tracing::warn!(image = %digest, error = %e, "image record not written");
+                    }
+                }
+            }
+        }
+    }
+
+    /// Reserves room (see [`Index::reserve`]), evicting what it must; given back when
+    /// the reservation is dropped. Blocks.
+    fn reserve(
+        self: &Arc<Self>,
+        tenant: &str,
+        global: u64,
+        tenant_bytes: u64,
+    ) -> Result<Reserved, cache::Full> {
+        let changes = self.index().reserve(tenant, global, tenant_bytes)?;
+        self.apply(changes);
+        Ok(Reserved {
+            shared: self.clone(),
+            tenant: tenant.to_owned(),
+            global,
+            tenant_bytes,
+        })
+    }
+}
+
+/// Room a pull under way reserved in the cache: given back when dropped (the pull ended,
+/// its image recorded or not, or it was abandoned).
+struct Reserved {
+    shared: Arc<Shared>,
+    tenant: String,
+    global: u64,
+    tenant_bytes: u64,
+}
+
+impl Reserved {
+    /// Takes over `other`'s room (of the same tenant).
+    fn absorb(&mut self, mut other: Reserved) {
+        self.global += std::mem::take(&mut other.global);
+        self.tenant_bytes += std::mem::take(&mut other.tenant_bytes);
+    }
+}
+
+impl Drop for Reserved {
+    fn drop(&mut self) {
+        if self.global > 0 || self.tenant_bytes > 0 {
+            self.shared
+                .index()
+                .release(&self.tenant, self.global, self.tenant_bytes);
+        }
+    }
+}
+
+/// An image and blobs a pull under way needs (none evicted meanwhile): when dropped, what
+/// of them no image holds (a failed or abandoned pull's downloads) is removed.
+struct Busy {
+    shared: Arc<Shared>,
+    image: String,
+    blobs: Vec<String>,
+}
+
+impl Busy {
+    fn new(shared: &Arc<Shared>, image: &str, blobs: Vec<String>) -> Self {
+        shared.index().busy(image, &blobs);
+        Busy {
+            shared: shared.clone(),
+            image: image.to_owned(),
+            blobs,
+        }
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        let changes = self.shared.index().done(&self.image, &self.blobs);
+        if !changes.is_empty() {
+            // Off the async workers.
+            let shared = self.shared.clone();
+            std::thread::spawn(move || shared.apply(changes));
+        }
+    }
+}
+
+pub struct ImageStore {
+    shared: Arc<Shared>,
     registries: RegistryConfig,
-    cap_bytes: u64,
-    in_use: Arc<Mutex<HashMap<String, usize>>>,
-    /// One pull of an image at a time (by reference).
+    /// One pull of an image at a time (by manifest digest).
     pulling: tokio::sync::Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// Registry clients by the credentials they pull with: a client keeps the first
     /// credentials it is given for a registry (and the tokens they earn), so jobs pulling
@@ -154,26 +323,233 @@ fn sha256(bytes: &[u8]) -> String {
     format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
 }
 
-fn mkdir(path: &Path, mode: u32) -> std::io::Result<()> {
+/// A directory only its owner (the agent) reads: made 0700, or made so.
+fn private_dir(path: &Path) -> std::io::Result<()> {
     std::fs::DirBuilder::new()
         .recursive(true)
-        .mode(mode)
-        .create(path)
+        .mode(0o700)
+        .create(path)?;
+    std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o700))
+}
+
+/// Runs blocking work off the async workers.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, ImageError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| ImageError::Io(std::io::Error::other(e.to_string())))
+}
+
+/// Writes what a registry streams to `inner`, at most `limit` bytes: one byte more fails
+/// the write, and with it the download.
+struct Capped<W> {
+    inner: W,
+    limit: u64,
+    written: u64,
+    over: bool,
+}
+
+impl<W> Capped<W> {
+    fn new(inner: W, limit: u64) -> Self {
+        Capped {
+            inner,
+            limit,
+            written: 0,
+            over: false,
+        }
+    }
+}
+
+impl<W: AsyncWrite + Unpin> AsyncWrite for Capped<W> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        if self.written.saturating_add(buf.len() as u64) > self.limit {
+            self.over = true;
+            return Poll::Ready(Err(std::io::Error::other(
+                "the registry sent more than the blob's declared size",
+            )));
+        }
+        let this = &mut *self;
+        let n = std::task::ready!(Pin::new(&mut this.inner).poll_write(cx, buf))?;
+        this.written += n as u64;
+        Poll::Ready(Ok(n))
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// A blob's declared size, as a manifest states it (untrusted).
+fn declared(d: &OciDescriptor) -> Option<u64> {
+    u64::try_from(d.size).ok()
+}
+
+/// Checks what a manifest declares before anything of it is fetched: sha256 digests,
+/// sizes that fit the caps, layers of a kind the node unpacks.
+fn check_manifest(m: &OciImageManifest, shown: &str, caps: &Caps) -> Result<(), ImageError> {
+    let unsupported = |message: String| ImageError::Unsupported {
+        image: shown.to_owned(),
+        message,
+    };
+    if hex_of(&m.config.digest).is_none() {
+        return Err(not_sha256(shown, &m.config.digest));
+    }
+    match declared(&m.config) {
+        Some(n) if n <= MAX_CONFIG_BYTES => {}
+        _ => {
+            return Err(unsupported(format!(
+                "its configuration declares {} bytes (at most {MAX_CONFIG_BYTES} are read)",
+                m.config.size
+            )));
+        }
+    }
+    let mut total = 0u64;
+    for l in &m.layers {
+        if hex_of(&l.digest).is_none() {
+            return Err(not_sha256(shown, &l.digest));
+        }
+        let size = declared(l)
+            .ok_or_else(|| unsupported(format!("layer {} declares a negative size", l.digest)))?;
+        total = total.saturating_add(size);
+        if layer_reader(&l.media_type).is_none() {
+            return Err(unsupported(format!(
+                "layer {} has media type {}, not a tar or gzip tar",
+                l.digest, l.media_type
+            )));
+        }
+    }
+    if total > caps.image {
+        return Err(unsupported(format!(
+            "its layers declare {total} bytes, more than the node's cap on one image ({} \
+             bytes, layers and unpacked root together)",
+            caps.image
+        )));
+    }
+    Ok(())
+}
+
+/// How a layer of this media type is read: gzip-compressed or plain tar.
+fn layer_reader(media: &str) -> Option<bool> {
+    if media.ends_with("gzip") {
+        Some(true)
+    } else if media.ends_with("tar") {
+        Some(false)
+    } else {
+        None
+    }
+}
+
+/// The distinct layer digests of a manifest, in order, with their declared sizes.
+fn layers_of(m: &OciImageManifest) -> Vec<(String, u64)> {
+    let mut out: Vec<(String, u64)> = Vec::new();
+    for l in &m.layers {
+        if !out.iter().any(|(d, _)| *d == l.digest) {
+            out.push((l.digest.clone(), declared(l).unwrap_or(0)));
+        }
+    }
+    out
+}
+
+/// Charges an unpack to the cache: the image's own cap first, then the cache's and the
+/// tenant's, reserved a step at a time as the root grows (evicting what must go).
+struct UnpackQuota {
+    shared: Arc<Shared>,
+    tenant: String,
+    /// What the image's cap leaves for its root.
+    left: u64,
+    image_cap: u64,
+    /// Reserved and not yet used.
+    granted: u64,
+    /// Reserved in all (given back once the image is recorded).
+    reserved: Reserved,
+}
+
+impl unpack::Quota for UnpackQuota {
+    fn take(&mut self, bytes: u64) -> Result<(), String> {
+        if bytes > self.left {
+            return Err(format!(
+                "the image is larger than the node's cap on one image ({} bytes, layers and \
+                 unpacked root together)",
+                self.image_cap
+            ));
+        }
+        self.left -= bytes;
+        if self.granted < bytes {
+            let ask = (bytes - self.granted) + RESERVE_STEP.min(self.left);
+            let more = self
+                .shared
+                .reserve(&self.tenant, ask, ask)
+                .map_err(|e| e.to_string())?;
+            self.reserved.absorb(more);
+            self.granted += ask;
+        }
+        self.granted -= bytes;
+        Ok(())
+    }
 }
 
 impl ImageStore {
-    /// A cache in `dir` (created: 0711, so a container's user namespace can reach the root
-    /// file systems in it, while nothing in it can be listed).
-    pub fn new(dir: PathBuf, registries: RegistryConfig, cap_bytes: u64) -> std::io::Result<Self> {
-        mkdir(&dir, 0o711)?;
-        mkdir(&dir.join("blobs/sha256"), 0o700)?;
-        mkdir(&dir.join("manifests"), 0o700)?;
-        mkdir(&dir.join("rootfs"), 0o711)?;
-        Ok(ImageStore {
+    /// The cache in `dir` (made 0700 throughout: containers reach images only through
+    /// their own overlays), its records read back, what no record names removed, and held
+    /// to `caps`. Blocks.
+    pub fn new(dir: PathBuf, registries: RegistryConfig, caps: Caps) -> std::io::Result<Self> {
+        for d in ["", "blobs", "blobs/sha256", "manifests", "rootfs"] {
+            private_dir(&dir.join(d))?;
+        }
+        let mut records = BTreeMap::new();
+        for e in std::fs::read_dir(dir.join("manifests"))?.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let digest = name
+                .strip_suffix(".json")
+                .map(|h| format!("sha256:{h}"))
+                .filter(|d| hex_of(d).is_some());
+            let record = digest.as_ref().and_then(|_| {
+                serde_json::from_slice::<Record>(&std::fs::read(e.path()).ok()?).ok()
+            });
+            let unpacked = |d: &str| hex_of(d).is_some_and(|h| dir.join("rootfs").join(h).is_dir());
+            match (digest, record) {
+                (Some(d), Some(r)) if unpacked(&d) => {
+                    records.insert(d, r);
+                }
+                _ => {
+                    let _ = std::fs::remove_file(e.path());
+                }
+            }
+        }
+        // Unpacks and downloads an earlier run left unfinished, and what no record holds.
+        for e in std::fs::read_dir(dir.join("rootfs"))?.flatten() {
+            let d = format!("sha256:{}", e.file_name().to_string_lossy());
+            if !records.contains_key(&d) {
+                let _ = std::fs::remove_dir_all(e.path());
+            }
+        }
+        for e in std::fs::read_dir(dir.join("blobs/sha256"))?.flatten() {
+            let d = format!("sha256:{}", e.file_name().to_string_lossy());
+            if !records
+                .values()
+                .any(|r: &Record| r.layers.iter().any(|(l, _)| *l == d))
+            {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+        let shared = Arc::new(Shared {
             dir,
+            index: Mutex::new(Index::new(caps, records)),
+        });
+        let changes = shared.index().shrink();
+        shared.apply(changes);
+        Ok(ImageStore {
+            shared,
             registries,
-            cap_bytes,
-            in_use: Arc::default(),
             pulling: tokio::sync::Mutex::default(),
             clients: Mutex::default(),
         })
@@ -202,9 +578,7 @@ impl ImageStore {
             return Ok(c.clone());
         }
         let registries = self.registries.clone();
-        let client = tokio::task::spawn_blocking(move || Self::client(&registries))
-            .await
-            .map_err(|e| ImageError::Io(std::io::Error::other(e.to_string())))??;
+        let client = blocking(move || Self::client(&registries)).await??;
         self.clients
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -234,28 +608,13 @@ impl ImageStore {
         Ok(Client::new(config))
     }
 
-    fn blob_path(&self, digest: &str) -> Option<PathBuf> {
-        Some(self.dir.join("blobs/sha256").join(hex_of(digest)?))
-    }
-
-    fn manifest_path(&self, digest: &str) -> Option<PathBuf> {
-        Some(
-            self.dir
-                .join("manifests")
-                .join(format!("{}.json", hex_of(digest)?)),
-        )
-    }
-
-    fn rootfs_path(&self, digest: &str) -> Option<PathBuf> {
-        Some(self.dir.join("rootfs").join(hex_of(digest)?))
-    }
-
-    /// Pulls `reference` (or finds it in the cache) and unpacks it, with `credentials`
-    /// when the registry needs them.
+    /// Pulls `reference` for `tenant` (or finds it in the cache, if the tenant may use it
+    /// there) and unpacks it, with `credentials` when the registry needs them.
     pub async fn pull(
         &self,
         reference: &str,
         credentials: Option<&PullCredentials>,
+        tenant: &str,
     ) -> Result<Image, ImageError> {
         let parsed: Reference = reference.parse().map_err(|e: oci_client::ParseError| {
             ImageError::Reference(reference.to_owned(), e.to_string())
@@ -266,55 +625,60 @@ impl ImageStore {
             None => RegistryAuth::Anonymous,
         };
         let client = self.client_for(credentials).await?;
-        let lock = {
-            let mut pulling = self.pulling.lock().await;
-            pulling.entry(shown.clone()).or_default().clone()
-        };
-        let _one = lock.lock().await;
         // The manifest, always from the registry (with these credentials).
         let (manifest, digest) = self.manifest(&client, &parsed, &auth, &shown).await?;
+        let caps = self.shared.index().caps;
+        check_manifest(&manifest, &shown, &caps)?;
+        hex_of(&digest).ok_or_else(|| not_sha256(&shown, &digest))?;
         let pinned = Reference::with_digest(
             parsed.registry().to_owned(),
             parsed.repository().to_owned(),
             digest.clone(),
         );
-        let manifest_path = self
-            .manifest_path(&digest)
-            .ok_or_else(|| not_sha256(&shown, &digest))?;
+        let lock = {
+            let mut pulling = self.pulling.lock().await;
+            pulling.entry(digest.clone()).or_default().clone()
+        };
+        let _one = lock.lock().await;
+        let blobs: Vec<String> = layers_of(&manifest).into_iter().map(|(d, _)| d).collect();
+        let busy = Busy::new(&self.shared, &digest, blobs);
+        let pull = Pull {
+            store: self,
+            client: &client,
+            pinned: &pinned,
+            manifest: &manifest,
+            digest: &digest,
+            shown: &shown,
+            tenant,
+        };
+        // Held before it stops being busy: nothing evicts it in between.
+        let held = pull.run().await.map(|config| {
+            self.shared.index().hold(&digest);
+            let hold = Hold {
+                digest: digest.clone(),
+                shared: self.shared.clone(),
+            };
+            (config, hold)
+        });
+        drop(busy);
+        drop(_one);
+        drop(lock);
+        // An image's lock goes once no pull of it holds or waits on it.
+        self.pulling
+            .lock()
+            .await
+            .retain(|_, l| Arc::strong_count(l) > 1);
+        let (config, hold) = held?;
         let rootfs = self
+            .shared
             .rootfs_path(&digest)
             .ok_or_else(|| not_sha256(&shown, &digest))?;
-        let cached = std::fs::read(&manifest_path)
-            .ok()
-            .and_then(|b| serde_json::from_slice::<Cached>(&b).ok())
-            .filter(|_| rootfs.is_dir());
-        let cached = match cached {
-            Some(c) => c,
-            None => {
-                self.fetch(&client, &pinned, &manifest, &digest, &shown, &rootfs)
-                    .await?
-            }
-        };
-        // Used now: the newest for eviction.
-        let _ = std::fs::File::options()
-            .append(true)
-            .open(&manifest_path)
-            .and_then(|f| f.set_modified(std::time::SystemTime::now()));
-        let hold = {
-            let mut in_use = self.in_use.lock().unwrap_or_else(|e| e.into_inner());
-            *in_use.entry(digest.clone()).or_default() += 1;
-            Hold {
-                digest: digest.clone(),
-                in_use: self.in_use.clone(),
-            }
-        };
-        self.evict();
         Ok(Image {
             pinned: pinned.whole(),
-            digest,
             rootfs,
-            config: cached.config,
+            config,
             _hold: hold,
+            digest,
         })
     }
 
@@ -359,198 +723,289 @@ impl ImageStore {
             message: "an index inside an index".into(),
         })
     }
+}
 
-    /// Fetches what the cache lacks of an image (each blob checked against its digest) and
-    /// unpacks it into `rootfs`.
-    async fn fetch(
-        &self,
-        client: &Client,
-        pinned: &Reference,
-        manifest: &OciImageManifest,
-        digest: &str,
-        shown: &str,
-        rootfs: &Path,
-    ) -> Result<Cached, ImageError> {
-        let mut config_bytes = Vec::new();
-        client
-            .pull_blob(pinned, &manifest.config, &mut config_bytes)
-            .await
-            .map_err(|e| blob_error(shown, &manifest.config.digest, e))?;
-        let config = parse_config(&config_bytes);
-        for layer in &manifest.layers {
-            self.fetch_blob(client, pinned, layer, shown).await?;
-        }
-        // Unpack into a fresh directory, then move it into place.
-        let tmp = self.dir.join("rootfs").join(format!(
-            ".{}.{}",
-            hex_of(digest).unwrap_or("x"),
-            uuid::Uuid::new_v4().simple()
-        ));
-        mkdir(&tmp, 0o755)?;
-        let mut unpacked = 0;
-        for layer in &manifest.layers {
-            let path = self
-                .blob_path(&layer.digest)
-                .ok_or_else(|| not_sha256(shown, &layer.digest))?;
-            let media = layer.media_type.clone();
-            let root = tmp.clone();
-            let layer_digest = layer.digest.clone();
-            let image = shown.to_owned();
-            unpacked += tokio::task::spawn_blocking(move || -> Result<u64, ImageError> {
-                let file = std::fs::File::open(&path)?;
-                let reader: Box<dyn Read> = if media.ends_with("gzip") {
-                    Box::new(flate2::read::GzDecoder::new(std::io::BufReader::new(file)))
-                } else if media.ends_with(".tar") || media.ends_with("tar") {
-                    Box::new(std::io::BufReader::new(file))
-                } else {
-                    return Err(ImageError::Unsupported {
-                        image,
-                        message: format!(
-                            "layer {layer_digest} has media type {media}, not a tar or gzip tar"
-                        ),
-                    });
-                };
-                unpack::apply_layer(&root, reader).map_err(|source| ImageError::Unpack {
-                    image,
-                    layer: layer_digest,
-                    source,
-                })
-            })
-            .await
-            .map_err(|e| ImageError::Io(std::io::Error::other(e.to_string())))
-            .and_then(|r| r)
-            .inspect_err(|_| {
-                let _ = std::fs::remove_dir_all(&tmp);
-            })?;
-        }
-        let _ = std::fs::remove_dir_all(rootfs);
-        std::fs::rename(&tmp, rootfs)?;
-        let cached = Cached {
-            layers: manifest
-                .layers
-                .iter()
-                .map(|l| (l.digest.clone(), u64::try_from(l.size).unwrap_or(0)))
-                .collect(),
-            config,
-            unpacked_bytes: unpacked,
-        };
-        if let Some(path) = self.manifest_path(digest) {
-            let json = serde_json::to_vec(&cached).map_err(std::io::Error::other)?;
-            std::fs::write(path, json)?;
-        }
-        Ok(cached)
+/// One pull of one image for one tenant, under the image's lock.
+struct Pull<'a> {
+    store: &'a ImageStore,
+    client: &'a Client,
+    pinned: &'a Reference,
+    manifest: &'a OciImageManifest,
+    digest: &'a str,
+    shown: &'a str,
+    tenant: &'a str,
+}
+
+impl Pull<'_> {
+    fn shared(&self) -> &Arc<Shared> {
+        &self.store.shared
     }
 
-    async fn fetch_blob(
-        &self,
-        client: &Client,
-        pinned: &Reference,
-        layer: &OciDescriptor,
-        shown: &str,
-    ) -> Result<(), ImageError> {
-        let path = self
-            .blob_path(&layer.digest)
-            .ok_or_else(|| not_sha256(shown, &layer.digest))?;
-        if path.is_file() {
-            let _ = std::fs::File::options()
-                .append(true)
-                .open(&path)
-                .and_then(|f| f.set_modified(std::time::SystemTime::now()));
-            return Ok(());
+    /// The image's configuration once the tenant may use the image: from the cache if it
+    /// already may, after its registry served what it lacks if the image is cached, or
+    /// fetched and unpacked whole.
+    async fn run(&self) -> Result<ImageConfig, ImageError> {
+        let (cached, may_use, cost) = {
+            let ix = self.shared().index();
+            (
+                ix.record(self.digest).cloned(),
+                ix.may_use(self.tenant, self.digest),
+                ix.claim_cost(self.tenant, self.digest),
+            )
+        };
+        let Some(record) = cached else {
+            return self.fetch().await;
+        };
+        if may_use {
+            self.shared().index().touch(self.digest, self.tenant);
+            let (shared, digest) = (self.shared().clone(), self.digest.to_owned());
+            blocking(move || shared.save(&digest)).await??;
+            return Ok(record.config);
         }
-        let tmp = path.with_extension(format!("part-{}", uuid::Uuid::new_v4().simple()));
-        let file = tokio::fs::File::create(&tmp).await?;
-        let pulled = client.pull_blob(pinned, layer, file).await;
-        if let Err(e) = pulled {
-            let _ = std::fs::remove_file(&tmp);
-            return Err(blob_error(shown, &layer.digest, e));
+        // Cached, but not yet served to this tenant: its registry serves every blob it
+        // lacks (each checked and dropped, the cache has it) before it may use the image.
+        let _reserved = self.reserve(0, cost).await?;
+        self.prove().await?;
+        let mut record = record;
+        record.config_digest = self.manifest.config.digest.clone();
+        self.shared()
+            .index()
+            .insert(self.digest, record.clone(), self.tenant);
+        let (shared, digest) = (self.shared().clone(), self.digest.to_owned());
+        blocking(move || shared.save(&digest)).await??;
+        Ok(record.config)
+    }
+
+    async fn reserve(&self, global: u64, tenant_bytes: u64) -> Result<Reserved, ImageError> {
+        let (shared, tenant) = (self.shared().clone(), self.tenant.to_owned());
+        blocking(move || shared.reserve(&tenant, global, tenant_bytes))
+            .await?
+            .map_err(|source| ImageError::Full {
+                image: self.shown.to_owned(),
+                source,
+            })
+    }
+
+    /// The tenant's registry serves each blob of a cached image the tenant was not yet
+    /// served (each checked against its digest and size, and dropped).
+    async fn prove(&self) -> Result<(), ImageError> {
+        let served = |d: &str| self.shared().index().served(self.tenant, d);
+        if !served(&self.manifest.config.digest) {
+            self.config_bytes().await?;
         }
-        std::fs::rename(&tmp, &path)?;
+        for layer in &self.manifest.layers {
+            if !served(&layer.digest) {
+                self.stream(layer, tokio::io::sink()).await?;
+            }
+        }
         Ok(())
     }
 
-    /// Bytes the cache holds (blobs, and unpacked images as their manifests record them).
-    fn usage(&self) -> (u64, Vec<(std::time::SystemTime, String, Cached)>) {
-        let mut blobs = 0;
-        if let Ok(entries) = std::fs::read_dir(self.dir.join("blobs/sha256")) {
-            for e in entries.flatten() {
-                blobs += e.metadata().map(|m| m.len()).unwrap_or(0);
-            }
+    /// Streams blob `desc` from the tenant's registry into `out`, held to its declared size
+    /// and checked against its digest.
+    async fn stream<W: AsyncWrite + Unpin>(
+        &self,
+        desc: &OciDescriptor,
+        out: W,
+    ) -> Result<W, ImageError> {
+        let size = declared(desc).unwrap_or(0);
+        let mut capped = Capped::new(out, size);
+        let result = self.client.pull_blob(self.pinned, desc, &mut capped).await;
+        if capped.over {
+            return Err(ImageError::BlobTooLarge {
+                image: self.shown.to_owned(),
+                blob: desc.digest.clone(),
+                declared: size,
+            });
         }
-        let mut images = Vec::new();
-        if let Ok(entries) = std::fs::read_dir(self.dir.join("manifests")) {
-            for e in entries.flatten() {
-                let Some(hex) = e
-                    .file_name()
-                    .to_str()
-                    .and_then(|n| n.strip_suffix(".json"))
-                    .map(str::to_owned)
-                else {
-                    continue;
-                };
-                let Ok(cached) = std::fs::read(e.path())
-                    .map_err(|_| ())
-                    .and_then(|b| serde_json::from_slice::<Cached>(&b).map_err(|_| ()))
-                else {
-                    continue;
-                };
-                let used = e
-                    .metadata()
-                    .and_then(|m| m.modified())
-                    .unwrap_or(std::time::UNIX_EPOCH);
-                images.push((used, format!("sha256:{hex}"), cached));
-            }
+        result.map_err(|e| blob_error(self.shown, &desc.digest, e))?;
+        if capped.written != size {
+            return Err(ImageError::BlobSize {
+                image: self.shown.to_owned(),
+                blob: desc.digest.clone(),
+                declared: size,
+                sent: capped.written,
+            });
         }
-        let unpacked: u64 = images.iter().map(|(_, _, c)| c.unpacked_bytes).sum();
-        (blobs + unpacked, images)
+        Ok(capped.inner)
     }
 
-    /// Evicts images not in use, least recently used first, until the cache is under its
-    /// cap; with each goes every layer no remaining image needs.
-    pub fn evict(&self) {
-        let (mut total, mut images) = self.usage();
-        if total <= self.cap_bytes {
-            return;
-        }
-        images.sort_by_key(|a| a.0);
-        let in_use = self
-            .in_use
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
-        let mut kept: Vec<(String, Cached)> = images
+    /// The image's configuration blob, from the tenant's registry.
+    async fn config_bytes(&self) -> Result<Vec<u8>, ImageError> {
+        self.stream(&self.manifest.config, Vec::new()).await
+    }
+
+    /// Fetches what the cache lacks of the image (each blob checked against its digest and
+    /// size; those on disk but not yet served to the tenant streamed again and dropped),
+    /// unpacks it under the caps and records it as the tenant's.
+    async fn fetch(&self) -> Result<ImageConfig, ImageError> {
+        let config = parse_config(&self.config_bytes().await?);
+        let layers = layers_of(self.manifest);
+        let (on_disk, served): (Vec<bool>, Vec<bool>) = {
+            let ix = self.shared().index();
+            layers
+                .iter()
+                .map(|(d, _)| {
+                    let on_disk = self.shared().blob_path(d).is_some_and(|p| p.is_file());
+                    (on_disk, ix.served(self.tenant, d))
+                })
+                .unzip()
+        };
+        let global: u64 = layers
             .iter()
-            .map(|(_, d, c)| (d.clone(), c.clone()))
-            .collect();
-        for (_, digest, cached) in images {
-            if total <= self.cap_bytes {
-                break;
-            }
-            if in_use.contains_key(&digest) {
+            .zip(&on_disk)
+            .filter(|(_, on)| !**on)
+            .map(|((_, s), _)| s)
+            .sum();
+        let tenant_bytes: u64 = layers
+            .iter()
+            .zip(&served)
+            .filter(|(_, s)| !**s)
+            .map(|((_, s), _)| s)
+            .sum();
+        let _reserved = self.reserve(global, tenant_bytes).await?;
+        self.fetch_layers(&layers, &on_disk, &served, config).await
+    }
+
+    async fn fetch_layers(
+        &self,
+        layers: &[(String, u64)],
+        on_disk: &[bool],
+        served: &[bool],
+        config: ImageConfig,
+    ) -> Result<ImageConfig, ImageError> {
+        for (((digest, _), on), served) in layers.iter().zip(on_disk).zip(served) {
+            let Some(desc) = self.manifest.layers.iter().find(|l| l.digest == *digest) else {
                 continue;
-            }
-            kept.retain(|(d, _)| *d != digest);
-            if let Some(root) = self.rootfs_path(&digest) {
-                let _ = std::fs::remove_dir_all(root);
-            }
-            if let Some(m) = self.manifest_path(&digest) {
-                let _ = std::fs::remove_file(m);
-            }
-            total = total.saturating_sub(cached.unpacked_bytes);
-            for (layer, size) in &cached.layers {
-                let needed = kept
-                    .iter()
-                    .any(|(_, c)| c.layers.iter().any(|(l, _)| l == layer));
-                if !needed
-                    && let Some(p) = self.blob_path(layer)
-                    && std::fs::remove_file(p).is_ok()
-                {
-                    total = total.saturating_sub(*size);
+            };
+            match (on, served) {
+                (true, true) => {}
+                (true, false) => {
+                    self.stream(desc, tokio::io::sink()).await?;
                 }
+                (false, _) => self.download(desc).await?,
             }
-            tracing::info!(image = %digest, "evicted from the image cache");
+        }
+        let layer_bytes: u64 = layers.iter().map(|(_, s)| s).sum();
+        let caps = self.shared().index().caps;
+        let quota = UnpackQuota {
+            shared: self.shared().clone(),
+            tenant: self.tenant.to_owned(),
+            left: caps.image.saturating_sub(layer_bytes),
+            image_cap: caps.image,
+            granted: 0,
+            reserved: Reserved {
+                shared: self.shared().clone(),
+                tenant: self.tenant.to_owned(),
+                global: 0,
+                tenant_bytes: 0,
+            },
+        };
+        let rootfs = self
+            .shared()
+            .rootfs_path(self.digest)
+            .ok_or_else(|| not_sha256(self.shown, self.digest))?;
+        let tmp = self.shared().dir.join("rootfs").join(format!(
+            ".{}.{}",
+            hex_of(self.digest).unwrap_or("x"),
+            uuid::Uuid::new_v4().simple()
+        ));
+        let plan: Vec<(PathBuf, bool, String)> = self
+            .manifest
+            .layers
+            .iter()
+            .filter_map(|l| {
+                Some((
+                    self.shared().blob_path(&l.digest)?,
+                    layer_reader(&l.media_type)?,
+                    l.digest.clone(),
+                ))
+            })
+            .collect();
+        let image = self.shown.to_owned();
+        let (quota, unpacked) = blocking(move || {
+            let mut quota = quota;
+            let unpacked = unpack_into(&tmp, &rootfs, &plan, &image, &mut quota);
+            if unpacked.is_err() {
+                let _ = std::fs::remove_dir_all(&tmp);
+            }
+            (quota, unpacked)
+        })
+        .await?;
+        let record = unpacked.map(|unpacked_bytes| Record {
+            layers: layers.to_vec(),
+            config_digest: self.manifest.config.digest.clone(),
+            config: config.clone(),
+            unpacked_bytes,
+            tenants: BTreeMap::new(),
+        });
+        if let Ok(record) = &record {
+            self.shared()
+                .index()
+                .insert(self.digest, record.clone(), self.tenant);
+        }
+        // The record counts what the unpack reserved from now on.
+        drop(quota);
+        record?;
+        let (shared, digest) = (self.shared().clone(), self.digest.to_owned());
+        blocking(move || shared.save(&digest)).await??;
+        Ok(config)
+    }
+
+    /// Downloads layer `desc` into the cache (to a part file, moved into place once its
+    /// digest and size checked out).
+    async fn download(&self, desc: &OciDescriptor) -> Result<(), ImageError> {
+        let path = self
+            .shared()
+            .blob_path(&desc.digest)
+            .ok_or_else(|| not_sha256(self.shown, &desc.digest))?;
+        let tmp = path.with_extension(format!("part-{}", uuid::Uuid::new_v4().simple()));
+        let file = tokio::fs::File::create(&tmp).await?;
+        match self.stream(desc, file).await {
+            Ok(mut file) => {
+                tokio::io::AsyncWriteExt::flush(&mut file).await?;
+                drop(file);
+                tokio::fs::rename(&tmp, &path).await?;
+                Ok(())
+            }
+            Err(e) => {
+                let _ = tokio::fs::remove_file(&tmp).await;
+                Err(e)
+            }
         }
     }
+}
+
+/// Unpacks `layers` (blob path, gzip-compressed, digest) in order into `tmp`, then moves
+/// it to `rootfs`. Returns the bytes charged. Blocks.
+fn unpack_into(
+    tmp: &Path,
+    rootfs: &Path,
+    layers: &[(PathBuf, bool, String)],
+    image: &str,
+    quota: &mut dyn unpack::Quota,
+) -> Result<u64, ImageError> {
+    std::fs::DirBuilder::new().mode(0o755).create(tmp)?;
+    let mut unpacked = 0u64;
+    for (path, gzip, digest) in layers {
+        let file = std::fs::File::open(path)?;
+        let reader: Box<dyn Read> = if *gzip {
+            Box::new(flate2::read::GzDecoder::new(std::io::BufReader::new(file)))
+        } else {
+            Box::new(std::io::BufReader::new(file))
+        };
+        unpacked +=
+            unpack::apply_layer(tmp, reader, quota).map_err(|source| ImageError::Unpack {
+                image: image.to_owned(),
+                layer: digest.clone(),
+                source,
+            })?;
+    }
+    // No record names it (the pull holds the image's lock): whatever is there is left
+    // from an earlier run.
+    let _ = std::fs::remove_dir_all(rootfs);
+    std::fs::rename(tmp, rootfs)?;
+    Ok(unpacked)
 }
 
 /// A digest the cache has no place for: only sha256 is content-addressed here.
@@ -643,6 +1098,7 @@ fn registry_error(image: &str, e: oci_client::errors::OciDistributionError) -> I
                 matches!(
                     x.code,
                     OciErrorCode::ManifestUnknown
+                        | OciErrorCode::BlobUnknown
                         | OciErrorCode::NameUnknown
                         | OciErrorCode::NotFound
                 )
@@ -686,6 +1142,13 @@ fn blob_error(image: &str, layer: &str, e: oci_client::errors::OciDistributionEr
                 image,
                 message: format!("layer {layer}: {message}"),
             },
+            // The manifest was there: what is missing is the blob it names.
+            ImageError::NotFound { image } => ImageError::Registry {
+                image,
+                message: format!(
+                    "its registry does not serve blob {layer}, which its manifest names"
+                ),
+            },
             e => e,
         },
     }
@@ -706,6 +1169,66 @@ mod tests {
             "sha(256|512):[./a-z0-9?%#-]{0,70}",
             "\\PC{0,80}",
         ]
+    }
+
+    #[test]
+    fn the_cache_reads_its_records_back_and_drops_what_none_names() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempfile::tempdir().expect("dir");
+        let dir = d.path().join("images");
+        let hex = |c: char| c.to_string().repeat(64);
+        let (kept, lost, layer, orphan) = (hex('a'), hex('b'), hex('c'), hex('d'));
+        for sub in ["blobs/sha256", "manifests", "rootfs"] {
+            std::fs::create_dir_all(dir.join(sub)).expect("mkdir");
+        }
+        // An older run's layout: 0711, a record from before tenants were kept, one whose
+        // root is gone, an orphan blob, a part download and an unfinished unpack.
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o711)).expect("chmod");
+        let old = serde_json::json!({
+            "layers": [[format!("sha256:{layer}"), 3]],
+            "config": {"env": [], "entrypoint": [], "cmd": [], "working_dir": null, "user": null},
+            "unpacked_bytes": 5,
+        });
+        for h in [&kept, &lost] {
+            std::fs::write(dir.join(format!("manifests/{h}.json")), old.to_string())
+                .expect("record");
+        }
+        std::fs::create_dir(dir.join("rootfs").join(&kept)).expect("root");
+        std::fs::create_dir(dir.join(format!("rootfs/.{kept}.x"))).expect("tmp");
+        for b in [&layer, &orphan, &format!("{layer}.part-1")] {
+            std::fs::write(dir.join("blobs/sha256").join(b), b"abc").expect("blob");
+        }
+        let caps = Caps {
+            cache: 1 << 30,
+            image: 1 << 30,
+            tenant: 1 << 30,
+        };
+        let store = ImageStore::new(dir.clone(), RegistryConfig::default(), caps).expect("open");
+        let left = |sub: &str| -> Vec<String> {
+            let mut v: Vec<String> = std::fs::read_dir(dir.join(sub))
+                .expect("read")
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect();
+            v.sort();
+            v
+        };
+        assert_eq!(left("manifests"), [format!("{kept}.json")]);
+        assert_eq!(left("rootfs"), std::slice::from_ref(&kept));
+        assert_eq!(left("blobs/sha256"), std::slice::from_ref(&layer));
+        for sub in ["", "blobs", "blobs/sha256", "manifests", "rootfs"] {
+            let mode = std::fs::metadata(dir.join(sub))
+                .expect("dir")
+                .permissions()
+                .mode();
+            assert_eq!(mode & 0o777, 0o700, "{sub}");
+        }
+        // Read back, and no tenant's until a registry serves it again.
+        let ix = store.shared.index();
+        let digest = format!("sha256:{kept}");
+        assert_eq!(ix.record(&digest).map(|r| r.unpacked_bytes), Some(5));
+        assert!(!ix.may_use("team-a", &digest));
+        assert_eq!(ix.usage(), 3 + 5);
     }
 
     proptest! {

@@ -15,7 +15,13 @@
 //! - device nodes are skipped, owners are not applied (the root belongs to the agent's
 //!   user; the container sees it as unmapped and read-only), and set-user-ID and
 //!   set-group-ID bits are dropped, so no file unpacked on the node is a way to root for
-//!   anyone who can reach it.
+//!   anyone who can reach it;
+//! - every byte of the uncompressed layer is charged to a [`Quota`] as it is read (an
+//!   entry's content, and its 512-byte header: a layer of a million empty files is not
+//!   free), so a layer that unpacks to more than the quota allows (a decompression bomb)
+//!   stops there, not after it filled the disk; and what is read of one entry's headers
+//!   (the tar reader keeps long names and PAX extensions in memory) stops at
+//!   [`MAX_HEADER_BYTES`].
 
 use std::ffi::OsString;
 use std::io::Read;
@@ -30,6 +36,69 @@ pub enum UnpackError {
     Entry { entry: String, message: String },
     #[error("reading the layer: {0}")]
     Read(#[from] std::io::Error),
+    #[error("unpacking stopped after {written} bytes: {why}")]
+    Quota { written: u64, why: String },
+}
+
+/// Most bytes of headers (its own, long names, PAX extensions) read for one entry.
+pub const MAX_HEADER_BYTES: u64 = 1 << 20;
+
+/// Where the bytes an unpack reads are charged.
+pub trait Quota {
+    /// Takes `bytes` more; why not, when they are not to be had.
+    fn take(&mut self, bytes: u64) -> Result<(), String>;
+}
+
+/// No limit (tests and callers that charge nothing).
+pub struct Unlimited;
+
+impl Quota for Unlimited {
+    fn take(&mut self, _bytes: u64) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+/// What [`Metered`] saw, shared with the loop reading entries.
+#[derive(Default)]
+struct Meter {
+    /// Bytes charged so far.
+    charged: std::cell::Cell<u64>,
+    /// Bytes read since the last entry was handed out (its headers), while between
+    /// entries.
+    headers: std::cell::Cell<Option<u64>>,
+    /// Why reading stopped, when the quota or the header cap stopped it.
+    stopped: std::cell::RefCell<Option<String>>,
+}
+
+/// The uncompressed layer, each read charged to the quota.
+struct Metered<'q, R> {
+    inner: R,
+    quota: &'q mut dyn Quota,
+    meter: std::rc::Rc<Meter>,
+}
+
+impl<R: Read> Read for Metered<'_, R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        let stop = |why: String| {
+            *self.meter.stopped.borrow_mut() = Some(why.clone());
+            Err(std::io::Error::other(why))
+        };
+        if let Some(h) = self.meter.headers.get() {
+            let h = h + n as u64;
+            if h > MAX_HEADER_BYTES {
+                return stop(format!(
+                    "an entry's headers (long names, PAX extensions) pass {MAX_HEADER_BYTES} bytes"
+                ));
+            }
+            self.meter.headers.set(Some(h));
+        }
+        if let Err(why) = self.quota.take(n as u64) {
+            return stop(why);
+        }
+        self.meter.charged.set(self.meter.charged.get() + n as u64);
+        Ok(n)
+    }
 }
 
 /// Most symbolic links followed while resolving one path (as the kernel's `ELOOP`).
@@ -148,7 +217,7 @@ pub fn ensure_within(root: &Path, path: &str, dir: bool) -> Result<PathBuf, Unpa
 }
 
 /// Removes whatever is at `path` without following it.
-fn remove(path: &Path) -> std::io::Result<()> {
+pub fn remove(path: &Path) -> std::io::Result<()> {
     match std::fs::symlink_metadata(path) {
         Ok(m) if m.is_dir() => std::fs::remove_dir_all(path),
         Ok(_) => std::fs::remove_file(path),
@@ -162,12 +231,36 @@ fn safe_mode(mode: u32) -> u32 {
     mode & 0o1777
 }
 
-/// Applies one layer (an uncompressed tar stream) to `root`. Returns the bytes of the
-/// regular files it wrote.
-pub fn apply_layer(root: &Path, layer: impl Read) -> Result<u64, UnpackError> {
+/// Applies one layer (an uncompressed tar stream) to `root`, charging `quota` for what it
+/// reads. Returns the bytes charged.
+pub fn apply_layer(
+    root: &Path,
+    layer: impl Read,
+    quota: &mut dyn Quota,
+) -> Result<u64, UnpackError> {
+    let meter = std::rc::Rc::new(Meter::default());
+    let metered = Metered {
+        inner: layer,
+        quota,
+        meter: meter.clone(),
+    };
+    let applied = apply_entries(root, metered, &meter);
+    let written = meter.charged.get();
+    match meter.stopped.borrow_mut().take() {
+        Some(why) => Err(UnpackError::Quota { written, why }),
+        None => applied.map(|()| written),
+    }
+}
+
+fn apply_entries(root: &Path, layer: impl Read, meter: &Meter) -> Result<(), UnpackError> {
     let mut archive = tar::Archive::new(layer);
-    let mut written = 0u64;
-    for entry in archive.entries()? {
+    let mut entries = archive.entries()?;
+    loop {
+        meter.headers.set(Some(0));
+        let Some(entry) = entries.next() else {
+            break;
+        };
+        meter.headers.set(None);
         let mut entry = entry?;
         let raw = entry.path()?.into_owned();
         let shown = raw.display().to_string();
@@ -222,7 +315,7 @@ pub fn apply_layer(root: &Path, layer: impl Read) -> Result<u64, UnpackError> {
                 .mode(0o600)
                 .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
                 .open(&path)?;
-            written += std::io::copy(&mut entry, &mut f)?;
+            std::io::copy(&mut entry, &mut f)?;
             f.set_permissions(std::fs::Permissions::from_mode(safe_mode(mode)))?;
         } else if kind.is_symlink() {
             let link = entry
@@ -249,7 +342,7 @@ pub fn apply_layer(root: &Path, layer: impl Read) -> Result<u64, UnpackError> {
         // Device nodes, FIFOs and the rest are skipped: a container gets its devices from
         // the node (CDI), never from its image.
     }
-    Ok(written)
+    Ok(())
 }
 
 #[cfg(test)]
@@ -312,11 +405,11 @@ mod tests {
         let (_d, root, outside) = setup();
         let l = layer(|b| file(b, "../outside/keep", b"pwned", 0o644));
         assert!(matches!(
-            apply_layer(&root, &l[..]),
+            apply_layer(&root, &l[..], &mut Unlimited),
             Err(UnpackError::Escapes(_))
         ));
         let l = layer(|b| file(b, "a/../../outside/new", b"pwned", 0o644));
-        assert!(apply_layer(&root, &l[..]).is_err());
+        assert!(apply_layer(&root, &l[..], &mut Unlimited).is_err());
         outside_is_untouched(&outside);
     }
 
@@ -339,7 +432,7 @@ mod tests {
             link(b, tar::EntryType::Symlink, "direct", &format!("{abs}/keep"));
             file(b, "direct", b"pwned", 0o644);
         });
-        apply_layer(&root, &l[..]).expect("contained");
+        apply_layer(&root, &l[..], &mut Unlimited).expect("contained");
         outside_is_untouched(&outside);
         // What went through the links landed inside.
         assert_eq!(
@@ -364,17 +457,17 @@ mod tests {
         let abs = outside.join("keep").display().to_string();
         let l = layer(|b| link(b, tar::EntryType::Link, "stolen", &abs));
         assert!(
-            apply_layer(&root, &l[..]).is_err(),
+            apply_layer(&root, &l[..], &mut Unlimited).is_err(),
             "no such file in the root"
         );
         let l = layer(|b| link(b, tar::EntryType::Link, "stolen", "../outside/keep"));
-        assert!(apply_layer(&root, &l[..]).is_err());
+        assert!(apply_layer(&root, &l[..], &mut Unlimited).is_err());
         outside_is_untouched(&outside);
         let l = layer(|b| {
             file(b, "bin/tool", b"x", 0o755);
             link(b, tar::EntryType::Link, "bin/alias", "bin/tool");
         });
-        apply_layer(&root, &l[..]).expect("an ordinary hard link");
+        apply_layer(&root, &l[..], &mut Unlimited).expect("an ordinary hard link");
         assert_eq!(std::fs::read(root.join("bin/alias")).expect("read"), b"x");
     }
 
@@ -393,7 +486,10 @@ mod tests {
             std::fs::write(root.join("etc/keep"), "x").expect("write");
             let l = layer(|b| file(b, hostile, b"", 0o644));
             assert!(
-                matches!(apply_layer(&root, &l[..]), Err(UnpackError::Escapes(_))),
+                matches!(
+                    apply_layer(&root, &l[..], &mut Unlimited),
+                    Err(UnpackError::Escapes(_))
+                ),
                 "{hostile} is refused"
             );
             outside_is_untouched(&outside);
@@ -410,7 +506,7 @@ mod tests {
             file(b, "opt/x/y", b"3", 0o644);
             file(b, "bin/su", b"#!", 0o4755);
         });
-        apply_layer(&root, &l[..]).expect("first");
+        apply_layer(&root, &l[..], &mut Unlimited).expect("first");
         let mode = std::fs::metadata(root.join("bin/su"))
             .expect("su")
             .permissions()
@@ -420,11 +516,79 @@ mod tests {
             file(b, "etc/.wh.a", b"", 0o644);
             file(b, "opt/x/.wh..wh..opq", b"", 0o644);
         });
-        apply_layer(&root, &l[..]).expect("second");
+        apply_layer(&root, &l[..], &mut Unlimited).expect("second");
         assert!(!root.join("etc/a").exists());
         assert!(root.join("etc/b").exists());
         assert!(root.join("opt/x").is_dir());
         assert!(!root.join("opt/x/y").exists());
+    }
+
+    /// A quota of so many bytes.
+    struct Cap(u64);
+
+    impl Quota for Cap {
+        fn take(&mut self, bytes: u64) -> Result<(), String> {
+            self.0 = self.0.checked_sub(bytes).ok_or("over the cap")?;
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_layer_stops_at_its_quota_as_it_is_read() {
+        let (_d, root, _outside) = setup();
+        // One large file (what a decompression bomb unpacks to), stopped part-way.
+        let big = vec![0u8; 1 << 20];
+        let l = layer(|b| file(b, "big", &big, 0o644));
+        let cap = 300 << 10;
+        match apply_layer(&root, &l[..], &mut Cap(cap)) {
+            Err(UnpackError::Quota { written, why }) => {
+                assert!(written <= cap, "{written}");
+                assert_eq!(why, "over the cap");
+            }
+            other => panic!("not stopped: {other:?}"),
+        }
+        let on_disk = std::fs::metadata(root.join("big")).expect("big").len();
+        assert!(
+            on_disk <= cap,
+            "{on_disk} bytes written past a {cap}-byte quota"
+        );
+        // Many empty files cost their headers.
+        let l = layer(|b| {
+            for i in 0..100 {
+                file(b, &format!("f{i}"), b"", 0o644);
+            }
+        });
+        assert!(matches!(
+            apply_layer(&root, &l[..], &mut Cap(50 * 512)),
+            Err(UnpackError::Quota { .. })
+        ));
+        // Within its quota, a layer is charged what is read of it: headers, contents,
+        // padding (up to the end-of-archive block).
+        let (_d, root, _outside) = setup();
+        let l = layer(|b| file(b, "small", b"12345", 0o644));
+        let charged = apply_layer(&root, &l[..], &mut Cap(l.len() as u64)).expect("fits");
+        assert!((1024..=l.len() as u64).contains(&charged), "{charged}");
+        assert_eq!(std::fs::read(root.join("small")).expect("small"), b"12345");
+    }
+
+    #[test]
+    fn a_long_name_is_not_read_into_memory_past_the_header_cap() {
+        let (_d, root, _outside) = setup();
+        // A GNU long-name entry as long as a decompression bomb makes it.
+        let mut b = tar::Builder::new(Vec::new());
+        let mut h = tar::Header::new_gnu();
+        let name = vec![b'a'; (MAX_HEADER_BYTES + 4096) as usize];
+        h.set_size(name.len() as u64);
+        h.set_entry_type(tar::EntryType::GNULongName);
+        h.as_old_mut().name[..13].copy_from_slice(b"././@LongLink");
+        h.set_cksum();
+        b.append(&h, &name[..]).expect("append");
+        file(&mut b, "x", b"1", 0o644);
+        let l = b.into_inner().expect("tar");
+        match apply_layer(&root, &l[..], &mut Unlimited) {
+            Err(UnpackError::Quota { why, .. }) => assert!(why.contains("headers"), "{why}"),
+            other => panic!("read whole: {other:?}"),
+        }
     }
 
     /// One entry of a hostile layer.
@@ -551,7 +715,7 @@ mod tests {
         ) {
             let (_d, root, outside) = setup();
             for entries in &layers {
-                let _ = apply_layer(&root, &hostile_layer(entries, &outside)[..]);
+                let _ = apply_layer(&root, &hostile_layer(entries, &outside)[..], &mut Unlimited);
             }
             outside_is_untouched(&outside);
             let keep = std::fs::metadata(outside.join("keep")).expect("keep");

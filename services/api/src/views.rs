@@ -568,7 +568,7 @@ pub struct SubmitJob {
     #[serde(default)]
     pub gpu_resizable: bool,
     /// The longest an attempt may run, in seconds (at most 366 days): an attempt still
-    /// running then is stopped and the job ends cancelled, saying so. It also lets the
+    /// running then is stopped and the job ends `timed_out`, saying so. It also lets the
     /// scheduler estimate when the jobs behind this one start.
     #[schema(minimum = 1, maximum = 31_622_400)]
     pub time_limit_secs: Option<u64>,
@@ -889,7 +889,7 @@ pub struct JobQuery {
     pub tenant: Option<String>,
     /// Comma-separated states, e.g. `pending,running`.
     #[param(
-        pattern = "^(pending|scheduled|running|succeeded|failed|cancelled)(,(pending|scheduled|running|succeeded|failed|cancelled))*$"
+        pattern = "^(pending|scheduled|running|succeeded|failed|cancelled|timed_out)(,(pending|scheduled|running|succeeded|failed|cancelled|timed_out))*$"
     )]
     pub state: Option<String>,
     /// Only jobs placed on this node.
@@ -1023,6 +1023,9 @@ pub struct NodeView {
     pub gpus: Vec<GpuView>,
     /// An operator cordoned it: no new work.
     pub cordoned: bool,
+    /// Why its agent says it takes no new work (low on disk); empty: it takes work.
+    #[serde(default)]
+    pub unavailable: String,
     /// Its operator's labels (`allot node label`), e.g. `rack: r12`.
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
@@ -1078,6 +1081,7 @@ impl NodeView {
                 })
                 .collect(),
             cordoned: n.cordoned,
+            unavailable: n.unavailable,
             labels: n.labels,
             address: n.address,
             gpus_held: None,

@@ -18,14 +18,17 @@
 
 use crate::job::{Job, JobState};
 
-/// The gang's state as one job: failed if a replica failed, cancelled if one was, succeeded
-/// when all did, else the furthest along of running, scheduled and pending.
+/// The gang's state as one job: failed if a replica failed, cancelled if one was, timed out
+/// if one reached the time limit, succeeded when all did, else the furthest along of
+/// running, scheduled and pending.
 pub fn state(members: &[Job]) -> JobState {
     let any = |s: JobState| members.iter().any(|m| m.state == s);
     if any(JobState::Failed) {
         JobState::Failed
     } else if any(JobState::Cancelled) {
         JobState::Cancelled
+    } else if any(JobState::TimedOut) {
+        JobState::TimedOut
     } else if !members.is_empty() && members.iter().all(|m| m.state == JobState::Succeeded) {
         JobState::Succeeded
     } else if any(JobState::Running) || any(JobState::Succeeded) {
@@ -48,9 +51,18 @@ pub fn failures(members: &[Job]) -> u32 {
 /// them is already on a later attempt, or ended for good without succeeding. Its own end
 /// then belongs to that, and counts for nothing.
 pub fn attempt_over(job: &Job, members: &[Job]) -> bool {
-    members.iter().filter(|m| m.id != job.id).any(|m| {
-        m.attempt > job.attempt || matches!(m.state, JobState::Failed | JobState::Cancelled)
-    })
+    members
+        .iter()
+        .filter(|m| m.id != job.id)
+        .any(|m| m.attempt > job.attempt || ended_for_good(m.state))
+}
+
+/// Whether a replica in `state` ended its gang for good (without succeeding).
+fn ended_for_good(state: JobState) -> bool {
+    matches!(
+        state,
+        JobState::Failed | JobState::Cancelled | JobState::TimedOut
+    )
 }
 
 /// Whether the gang may run again after a failure: retries left.
@@ -85,7 +97,7 @@ pub fn reconcile(members: &[Job]) -> Vec<Action> {
     let live = |m: &&Job| !m.state.is_terminal() && !m.cancel_requested;
     let ended = members
         .iter()
-        .find(|m| matches!(m.state, JobState::Failed | JobState::Cancelled))
+        .find(|m| ended_for_good(m.state))
         .map(|m| format!("replica {} of its gang {}", rank(m), m.state));
     if let Some(why) = ended {
         return members

@@ -407,7 +407,7 @@ pub struct NodeFigures {
 
 /// `n`'s figures from the jobs that hold resources (any tenant's).
 pub fn node_figures(n: &Node, now: chrono::DateTime<chrono::Utc>, holding: &[Job]) -> NodeFigures {
-    let open = n.status(now) == crate::NodeStatus::Ready && !n.cordoned;
+    let open = n.status(now) == crate::NodeStatus::Ready && n.takes_work();
     let mut out = NodeFigures::default();
     for g in &n.gpus {
         let h = g.holding(holding);

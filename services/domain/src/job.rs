@@ -3,7 +3,8 @@
 //! ```text
 //! Pending ──► Scheduled ──► Running ──► Succeeded
 //!    │  ▲         │            ├──────► Failed
-//!    │  │         ├──► Failed  └──────► Cancelled
+//!    │  │         ├──► Failed  ├──────► Cancelled
+//!    │  │         │            └──────► TimedOut (stopped at its time limit)
 //!    └──┼─────────┴──► Cancelled
 //!       └── Scheduled, Running: preempted by reclaim, stopped, requeued (next attempt)
 //! ```
@@ -45,16 +46,19 @@ pub enum JobState {
     Succeeded,
     Failed,
     Cancelled,
+    /// Stopped when its time limit was reached (Slurm's TIMEOUT).
+    TimedOut,
 }
 
 impl JobState {
-    pub const ALL: [JobState; 6] = [
+    pub const ALL: [JobState; 7] = [
         JobState::Pending,
         JobState::Scheduled,
         JobState::Running,
         JobState::Succeeded,
         JobState::Failed,
         JobState::Cancelled,
+        JobState::TimedOut,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -65,14 +69,21 @@ impl JobState {
             JobState::Succeeded => "succeeded",
             JobState::Failed => "failed",
             JobState::Cancelled => "cancelled",
+            JobState::TimedOut => "timed_out",
         }
     }
 
     pub fn is_terminal(self) -> bool {
         matches!(
             self,
-            JobState::Succeeded | JobState::Failed | JobState::Cancelled
+            JobState::Succeeded | JobState::Failed | JobState::Cancelled | JobState::TimedOut
         )
+    }
+
+    /// Whether `name` (an API state, e.g. `"timed_out"`) is a state a job ends in: for
+    /// clients holding the wire form.
+    pub fn ends_in(name: &str) -> bool {
+        name.parse::<JobState>().is_ok_and(JobState::is_terminal)
     }
 
     /// Whether the job holds resources on a node in this state.
@@ -95,6 +106,7 @@ impl JobState {
                 | (Running, Succeeded)
                 | (Running, Failed)
                 | (Running, Cancelled)
+                | (Running, TimedOut)
         )
     }
 
@@ -124,7 +136,7 @@ impl FromStr for JobState {
             .into_iter()
             .find(|st| st.as_str() == s)
             .ok_or_else(|| {
-                format!("unknown state `{s}` (one of pending, scheduled, running, succeeded, failed, cancelled)")
+                format!("unknown state `{s}` (one of pending, scheduled, running, succeeded, failed, cancelled, timed_out)")
             })
     }
 }
@@ -197,7 +209,7 @@ pub struct JobSpec {
     /// Its network: the node's (the default, what multi-node training needs) or none.
     pub network: JobNetwork,
     /// The longest an attempt may run, in seconds (Slurm's `--time`): an attempt still
-    /// running then is stopped, and the job ends cancelled saying so. None: no limit (and
+    /// running then is stopped, and the job ends timed out saying so. None: no limit (and
     /// no estimate of when the jobs behind it start).
     pub time_limit_secs: Option<u64>,
     /// Replicas of a multi-node job (a gang, see [`crate::gang`]): each asks for all of the
@@ -495,6 +507,14 @@ impl JobSpec {
                         .any(|c| c == std::path::Component::ParentDir),
                     field,
                     "must not contain `..`",
+                );
+                v.check(
+                    !crate::volume::in_runtime_dir(dir),
+                    field,
+                    format!(
+                        "must not be or lie in {}, the runtime's own directory",
+                        crate::volume::RUNTIME_DIR
+                    ),
                 );
             }
         }
@@ -840,6 +860,19 @@ pub(crate) mod tests {
     #[test]
     fn valid_spec_passes() {
         assert_eq!(spec().validate(), Ok(()));
+    }
+
+    #[test]
+    fn the_runtimes_directory_is_no_working_directory() {
+        for dir in ["/.allot", "/.allot/init", "/tmp/../.allot"] {
+            let mut s = spec();
+            s.workdir = Some(dir.into());
+            let err = s.validate().expect_err(dir);
+            assert_eq!(err.0[0].field, "workdir", "{dir}");
+        }
+        let mut s = spec();
+        s.workdir = Some("/.allotment".into());
+        assert_eq!(s.validate(), Ok(()));
     }
 
     #[test]

@@ -367,9 +367,33 @@ pub struct Node {
     /// An operator's labels (`rack=r12`, `spine=s3`), as Kubernetes topology labels: what a
     /// gang may ask to be packed within.
     pub labels: std::collections::BTreeMap<String, String>,
+    /// Why its agent says it takes no new work (low on disk); empty: it takes work.
+    pub unavailable: String,
+}
+
+/// Longest reason a node gives for taking no new work.
+pub const MAX_UNAVAILABLE_LEN: usize = 512;
+
+/// A node's reason for taking no new work as the control plane keeps it (an agent's
+/// words, untrusted): control characters dropped, at most [`MAX_UNAVAILABLE_LEN`] bytes.
+pub fn unavailable_reason(said: &str) -> String {
+    let mut out = String::new();
+    for c in said.trim().chars().filter(|c| !c.is_control()) {
+        if out.len() + c.len_utf8() > MAX_UNAVAILABLE_LEN {
+            break;
+        }
+        out.push(c);
+    }
+    out
 }
 
 impl Node {
+    /// Whether the scheduler may place new work on it, its lease aside: not cordoned by an
+    /// operator, and not unavailable by its agent's word.
+    pub fn takes_work(&self) -> bool {
+        !self.cordoned && self.unavailable.is_empty()
+    }
+
     /// Whether its jobs run confined (what a tenant policy may require).
     pub fn confines_jobs(&self) -> bool {
         self.runtime == "oci"
@@ -435,6 +459,16 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_nodes_reason_is_kept_short_and_plain() {
+        assert_eq!(unavailable_reason("  low on disk\n"), "low on disk");
+        assert_eq!(unavailable_reason("a\u{1b}[31mb"), "a[31mb");
+        let long = "é".repeat(MAX_UNAVAILABLE_LEN);
+        let kept = unavailable_reason(&long);
+        assert!(kept.len() <= MAX_UNAVAILABLE_LEN && kept.chars().all(|c| c == 'é'));
+        assert_eq!(unavailable_reason(""), "");
+    }
+
+    #[test]
     fn a_gpus_health_in_one_word() {
         let gpu = |healthy, degraded| GpuDevice {
             uuid: "GPU-1".into(),
@@ -486,6 +520,7 @@ mod tests {
             drained_gpus: Vec::new(),
             address: String::new(),
             labels: Default::default(),
+            unavailable: String::new(),
         };
         let (after, lease) = (
             chrono::Duration::milliseconds(7_500),

@@ -19,9 +19,29 @@ pub const MAX_MOUNTS: usize = 16;
 /// Longest path accepted, on the host or in a container.
 pub const MAX_PATH_LEN: usize = 1024;
 
+/// The runtime's own directory in every container: its init is `/.allot/init`. Nothing of
+/// a job's (a volume, its working directory) may be there or cover it.
+pub const RUNTIME_DIR: &str = "/.allot";
+
 /// Container paths a volume may not cover: the kernel's and the runtime's own, and where
 /// the node mounts the GPU-sharing shim.
-const RESERVED: &[&str] = &["/proc", "/sys", "/dev", "/usr/lib/allot"];
+const RESERVED: &[&str] = &["/proc", "/sys", "/dev", "/usr/lib/allot", RUNTIME_DIR];
+
+/// Whether container path `path` is or lies in the runtime's own directory (by its
+/// components, so `/.allot/../x` and `//.allot` count as what they name).
+pub fn in_runtime_dir(path: &str) -> bool {
+    let mut parts: Vec<&str> = Vec::new();
+    for c in path.split('/') {
+        match c {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
+            }
+            c => parts.push(c),
+        }
+    }
+    parts.first() == Some(&RUNTIME_DIR.trim_start_matches('/'))
+}
 
 /// A volume as declared by a platform admin.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -259,6 +279,8 @@ mod tests {
             "/dev/nvidia0",
             "/sys/fs",
             "/usr/lib/allot",
+            "/.allot",
+            "/.allot/x",
             "/a/./b",
         ] {
             assert_eq!(
@@ -266,6 +288,21 @@ mod tests {
                 ["volumes[0].path"],
                 "{bad}"
             );
+        }
+        // Neither the runtime's directory nor anything of it is a volume's; a name that
+        // only begins alike is another directory.
+        assert!(check_mounts(&[mount("v", "/.allotx", false)], None).is_ok());
+        for (path, inside) in [
+            ("/.allot", true),
+            ("/.allot/init", true),
+            ("//.allot/", true),
+            ("/x/../.allot", true),
+            ("/./.allot", true),
+            ("/.allotx", false),
+            ("/scratch/.allot", false),
+            ("/", false),
+        ] {
+            assert_eq!(in_runtime_dir(path), inside, "{path}");
         }
         // `/usr` would hide the shim's mount point.
         assert!(check_mounts(&[mount("v", "/usr", false)], None).is_err());

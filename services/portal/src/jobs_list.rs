@@ -263,6 +263,7 @@ pub(crate) async fn jobs_page(
             "succeeded",
             "failed",
             "cancelled",
+            "timed_out",
         ],
         tenant,
         state: state_name,

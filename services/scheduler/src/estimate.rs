@@ -85,7 +85,7 @@ pub fn start_estimates(
     // Nodes that take work, and their GPUs that do (not in MIG mode, healthy, not drained).
     let mut fleet: Vec<(String, Vec<(String, Gpu)>)> = nodes
         .iter()
-        .filter(|n| n.status(now) == NodeStatus::Ready && !n.cordoned)
+        .filter(|n| n.status(now) == NodeStatus::Ready && n.takes_work())
         .map(|n| {
             let gpus = n
                 .gpus

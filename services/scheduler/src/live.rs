@@ -8,7 +8,8 @@
 //!   capacity is what the jobs already there hold, so they stay accounted and nothing
 //!   joins them. Jobs on such capacity are not reclaimed (that would free room that is not
 //!   really there); moving them is fault migration's business.
-//! - A cordoned node, and a GPU an operator drained, offer nothing new either.
+//! - A cordoned node, a node whose agent says it is unavailable (low on disk), and a GPU
+//!   an operator drained, offer nothing new either.
 //! - A node that has missed heartbeats (see [`LiveScheduler::with_suspect_after`]), or
 //!   whose assignment stream is not open (`Snapshot::reachable`), offers nothing new
 //!   either, before its lease lapses.
@@ -91,7 +92,8 @@ fn engine_id(j: &StoredJob) -> &str {
         .map_or(j.id.as_str(), |r| r.gang_id.as_str())
 }
 
-/// Whether a node takes new work: ready, heard from lately, reachable, not cordoned.
+/// Whether a node takes new work: ready, heard from lately, reachable, not cordoned, not
+/// unavailable by its agent's word.
 fn node_ready(
     n: &Node,
     now: DateTime<Utc>,
@@ -100,7 +102,7 @@ fn node_ready(
 ) -> bool {
     let silent = suspect_after.is_some_and(|(after, lease)| n.silent(now, after, lease));
     let unreachable = reachable.is_some_and(|r| !r.contains(&n.id));
-    n.status(now) == NodeStatus::Ready && !silent && !unreachable && !n.cordoned
+    n.status(now) == NodeStatus::Ready && !silent && !unreachable && n.takes_work()
 }
 
 /// Whether a GPU of a ready node takes new work.

@@ -27,6 +27,7 @@ pub(crate) fn node(id: &str, models: &[&str]) -> Node {
         drained_gpus: Vec::new(),
         address: String::new(),
         labels: Default::default(),
+        unavailable: String::new(),
         gpus: models
             .iter()
             .enumerate()

@@ -32,7 +32,7 @@ struct State {
 fn fleet(nodes: &[Node], now: DateTime<Utc>) -> f64 {
     nodes
         .iter()
-        .filter(|n| n.status(now) == NodeStatus::Ready && !n.cordoned)
+        .filter(|n| n.status(now) == NodeStatus::Ready && n.takes_work())
         .flat_map(|n| {
             n.gpus.iter().filter(move |g| {
                 g.healthy && !g.degraded && g.mig.is_none() && !n.drained_gpus.contains(&g.uuid)

@@ -307,6 +307,16 @@ impl NodeSvc {
         )?;
         let gpus = gpus_from_proto(r.gpus.clone())?;
         let changed = gpus != node.gpus;
+        // Whether the node takes new work, as its agent says (low on disk).
+        let unavailable = allot_domain::node::unavailable_reason(&r.unavailable);
+        let became = (unavailable != node.unavailable).then(|| unavailable.clone());
+        if let Some(why) = &became {
+            if why.is_empty() {
+                tracing::info!(node = %node.name, "node takes new work again");
+            } else {
+                tracing::warn!(node = %node.name, reason = %why, "node takes no new work");
+            }
+        }
         let (interval, lease) = self.pacing.current();
         let until = self.lease_until(lease);
         let samples: Vec<(String, allot_store::Sample)> = r
@@ -366,6 +376,7 @@ impl NodeSvc {
                 lease_expires_at: until,
                 gpus: changed.then(|| gpus.clone()),
                 samples: (sampled && !samples.is_empty()).then_some((now, samples)),
+                unavailable: became.clone(),
             })
             .await
             .map_err(status)?;
@@ -381,7 +392,7 @@ impl NodeSvc {
                 }
             }
         }
-        if !was_ready || changed {
+        if !was_ready || changed || became.is_some() {
             self.notify.notify_one();
         }
         self.reconcile_running(
@@ -1125,7 +1136,13 @@ impl allot_proto::NodeService for NodeSvc {
         let requeue = match (&job.preempt_reason, phase) {
             _ if !stopped || job.cancel_requested => None,
             // The gang ended without this replica: it ends too, below.
-            _ if matches!(gang_over, Some(JobState::Failed | JobState::Cancelled)) => None,
+            _ if matches!(
+                gang_over,
+                Some(JobState::Failed | JobState::Cancelled | JobState::TimedOut)
+            ) =>
+            {
+                None
+            }
             _ if gang_over.is_some() && job.preempt_reason.is_none() => Some((
                 "GangRequeued",
                 "stopped with its gang, which was requeued; requeued".to_owned(),
@@ -1225,12 +1242,14 @@ impl allot_proto::NodeService for NodeSvc {
         }
         let mut message: Option<String> =
             (!r.message.is_empty()).then(|| r.message.chars().take(4096).collect());
-        // Stopped because it reached its time limit: the end says so.
+        // Stopped because it reached its time limit: it ended timed out, and says so.
+        let mut to = to;
         if to == JobState::Cancelled
             && job.cancel_requested
             && crate::time_limits::deadline(&job).is_some_and(|d| d <= self.store.clock().now())
         {
             message = crate::time_limits::reached(&job);
+            to = JobState::TimedOut;
         }
         let update = JobUpdate {
             pid: r.pid,

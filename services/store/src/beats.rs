@@ -26,6 +26,8 @@ pub struct Beat {
     pub gpus: Option<Vec<GpuDevice>>,
     /// GPU samples (each GPU's) taken at a time, when due.
     pub samples: Option<(DateTime<Utc>, GpuSamples)>,
+    /// Why the node takes no new work (empty: it takes work), when that changed.
+    pub unavailable: Option<String>,
 }
 
 /// The queue heartbeats' writes go through.
@@ -139,6 +141,13 @@ pub(crate) async fn write_in<C: ConnectionTrait>(
     for b in beats {
         if let Some(gpus) = &b.gpus {
             replace_gpus(db, &b.node_id, gpus).await?;
+        }
+        if let Some(why) = &b.unavailable {
+            nodes::Entity::update_many()
+                .col_expr(nodes::Column::Unavailable, Expr::value(why.clone()))
+                .filter(nodes::Column::Id.eq(b.node_id.clone()))
+                .exec(db)
+                .await?;
         }
     }
     let samples: Vec<NodeSamples<'_>> = beats

@@ -147,6 +147,7 @@ fn to_domain(m: nodes::Model, gpus: Vec<GpuDevice>) -> Node {
         address: m.address,
         // Written by `set_node_admin` only; unreadable reads as no labels.
         labels: serde_json::from_str(&m.labels).unwrap_or_default(),
+        unavailable: m.unavailable,
     }
 }
 
@@ -332,6 +333,7 @@ impl NodeRepo for Store {
                     drained_gpus: Set("[]".to_owned()),
                     labels: Set("{}".to_owned()),
                     address: Set(r.address),
+                    unavailable: Set(String::new()),
                 })
                 .exec_with_returning(&txn)
                 .await?
@@ -358,6 +360,7 @@ impl NodeRepo for Store {
             lease_expires_at,
             gpus,
             samples: None,
+            unavailable: None,
         };
         let txn = self.begin().await?;
         crate::beats::write_in(&txn, self, std::slice::from_ref(&beat)).await?;

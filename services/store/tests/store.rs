@@ -1004,12 +1004,14 @@ both_backends!(nodes_register_and_heartbeat, |store, clock| {
             lease_expires_at: until,
             gpus: Some(vec![gpu(0)]),
             samples: Some((clock.now(), vec![("GPU-n1-0".into(), sample)])),
+            unavailable: Some("low on disk".into()),
         }),
         beats.write(allot_store::Beat {
             node_id: "missing".into(),
             lease_expires_at: until,
             gpus: None,
             samples: None,
+            unavailable: None,
         }),
     );
     ours.expect("the node's beat");
@@ -1018,6 +1020,10 @@ both_backends!(nodes_register_and_heartbeat, |store, clock| {
     assert_eq!(beaten.lease_expires_at, until);
     assert_eq!(beaten.last_heartbeat_at, clock.now());
     assert_eq!(beaten.gpus, vec![gpu(0)]);
+    assert_eq!(
+        beaten.unavailable, "low on disk",
+        "what the node said of itself"
+    );
     use allot_store::SampleRepo;
     let points = store
         .gpu_samples(Some("GPU-n1-0"), 10, clock.now() - Duration::minutes(1))
@@ -1037,13 +1043,13 @@ both_backends!(nodes_register_and_heartbeat, |store, clock| {
                 clock.now(),
                 vec![("GPU-n1-0".into(), sample), ("GPU-n1-0".into(), sample)],
             )),
+            unavailable: Some(String::new()),
         })
         .await
         .expect("the lease renewed");
-    assert_eq!(
-        store.node(&node.id).await.expect("node").lease_expires_at,
-        until
-    );
+    let renewed = store.node(&node.id).await.expect("node");
+    assert_eq!(renewed.lease_expires_at, until);
+    assert_eq!(renewed.unavailable, "", "it takes work again");
 });
 
 both_backends!(

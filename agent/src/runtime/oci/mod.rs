@@ -11,9 +11,11 @@
 //! container whose agent dies (and with it the runtime process the agent started, by its
 //! own parent-death signal) dies too, and everything in its PID namespace with it.
 //!
-//! State lives under `<data dir>/oci/` (the runtime's state, bundles, the tenants' uid
-//! ranges), all mode 0700; images under `<data dir>/images/` ([`crate::image`]).
+//! State lives under `<data dir>/oci/` (0711): the runtime's state and the bundles (0700),
+//! and each container's own root ([`rootfs`]: `roots/`, 0711, each container's 0700 and its
+//! own); images under `<data dir>/images/` ([`crate::image`], 0700).
 
+pub mod rootfs;
 pub mod seccomp;
 pub mod spec;
 
@@ -40,6 +42,11 @@ pub struct OciConfig {
     pub registries: RegistryConfig,
     /// The image cache's size cap.
     pub image_cache_bytes: u64,
+    /// The cap on one image (its layers and unpacked root together); none: half the
+    /// cache's.
+    pub image_max_bytes: Option<u64>,
+    /// The cap on one tenant's images in the cache; none: three quarters of the cache's.
+    pub image_tenant_bytes: Option<u64>,
     /// Size of each container's `/scratch`, `/tmp` and `/dev/shm`.
     pub scratch_bytes: u64,
     pub tmp_bytes: u64,
@@ -49,6 +56,16 @@ pub struct OciConfig {
 }
 
 impl OciConfig {
+    /// The image cache's caps, the defaults derived from its size.
+    pub fn image_caps(&self) -> crate::image::cache::Caps {
+        let cache = self.image_cache_bytes;
+        crate::image::cache::Caps {
+            cache,
+            image: self.image_max_bytes.unwrap_or(cache / 2),
+            tenant: self.image_tenant_bytes.unwrap_or(cache / 4 * 3),
+        }
+    }
+
     /// The defaults, with the runtime and init found on `PATH` (or `runtime` if given).
     pub fn discover(runtime: Option<PathBuf>) -> Result<Self, String> {
         let runtime = match runtime {
@@ -79,6 +96,8 @@ impl OciConfig {
             cdi_dirs: crate::cdi::DEFAULT_DIRS.iter().map(PathBuf::from).collect(),
             registries: RegistryConfig::default(),
             image_cache_bytes: 20 << 30,
+            image_max_bytes: None,
+            image_tenant_bytes: None,
             scratch_bytes: 10 << 30,
             tmp_bytes: 1 << 30,
             shm_bytes: 1 << 30,
@@ -118,6 +137,8 @@ pub struct OciRuntime {
     cfg: OciConfig,
     state: PathBuf,
     bundles: PathBuf,
+    /// Each container's own root (see [`rootfs`]).
+    roots: PathBuf,
     images: ImageStore,
     hierarchy: Hierarchy,
     /// This agent's cgroups: `/allot/<node>-<hash of its data dir>`.
@@ -144,15 +165,25 @@ impl OciRuntime {
         }
         let oci = data_dir.join("oci");
         let io = |e: std::io::Error| format!("{}: {e}", oci.display());
-        mkdir(&oci, 0o700).map_err(io)?;
+        // Searchable (not listable): containers' user namespaces pass through to their
+        // own roots in `roots/`.
+        mkdir(&oci, 0o711).map_err(io)?;
         let state = oci.join("state");
         let bundles = oci.join("bundles");
+        let roots = oci.join("roots");
         mkdir(&state, 0o700).map_err(io)?;
         mkdir(&bundles, 0o700).map_err(io)?;
+        mkdir(&roots, 0o711).map_err(io)?;
+        for dir in [&roots, &data_dir.join("images")] {
+            if let Some(why) = rootfs::unfit_path(dir) {
+                return Err(format!("--runtime oci: the data dir's path: {why}"));
+            }
+        }
+        rootfs::ContainerRoot::probe(&roots)?;
         let images = ImageStore::new(
             data_dir.join("images"),
             cfg.registries.clone(),
-            cfg.image_cache_bytes,
+            cfg.image_caps(),
         )
         .map_err(|e| format!("image cache: {e}"))?;
         let canonical = std::fs::canonicalize(data_dir).unwrap_or_else(|_| data_dir.to_owned());
@@ -174,6 +205,7 @@ impl OciRuntime {
         Ok(OciRuntime {
             state,
             bundles,
+            roots,
             images,
             hierarchy: Hierarchy::detect(),
             cgroup_parent: format!("/allot/{node}-{hash}"),
@@ -220,18 +252,28 @@ struct Container {
     id: String,
     cgroup: String,
     bundle: PathBuf,
+    /// Its own root's directory (see [`rootfs`]).
+    root: PathBuf,
     hierarchy: Hierarchy,
 }
 
 impl Container {
     /// Removes it whole: the runtime's state (killing what is left), any process the
-    /// runtime lost track of in its cgroup, and its bundle. Blocks: call it off the async
-    /// workers.
+    /// runtime lost track of in its cgroup, its bundle and its own root. Blocks: call it
+    /// off the async workers.
     fn remove(&self) {
         let _ = delete(&self.runtime, &self.state, &self.id).status();
         self.hierarchy.kill_and_remove(&self.cgroup);
         let _ = std::fs::remove_dir_all(&self.bundle);
+        rootfs::ContainerRoot::remove(&self.root);
     }
+}
+
+/// Runs blocking work off the async workers.
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T, String> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| format!("the agent's worker failed: {e}"))
 }
 
 /// An attempt's container id.
@@ -290,19 +332,26 @@ impl Attempt for OciAttempt {
 struct Starting {
     child: Option<tokio::process::Child>,
     container: Container,
+    /// It runs: dropping this leaves it be.
+    running: bool,
 }
 
 impl Drop for Starting {
     fn drop(&mut self) {
-        let Some(mut child) = self.child.take() else {
+        if self.running {
             return;
-        };
-        let _ = child.start_kill();
+        }
+        let mut child = self.child.take();
+        if let Some(c) = child.as_mut() {
+            let _ = c.start_kill();
+        }
         // Off the async workers: removing a container takes the runtime a while.
         let container = self.container.clone();
         std::thread::spawn(move || {
             // The runtime's own process first: then nothing of it starts the container.
-            let _ = child.try_wait();
+            if let Some(mut c) = child {
+                let _ = c.try_wait();
+            }
             container.remove();
         });
     }
@@ -368,7 +417,7 @@ impl JobRuntime for OciRuntime {
             };
             let image = self
                 .images
-                .pull(reference, spec.pull_credentials.as_ref())
+                .pull(reference, spec.pull_credentials.as_ref(), &spec.tenant)
                 .await
                 .map_err(|e| e.to_string())?;
             let id = container_id(&spec.job_id, spec.attempt);
@@ -408,15 +457,23 @@ impl JobRuntime for OciRuntime {
             };
             // File secrets in the bundle (gone with it), readable by the job's user only.
             let secret_env = super::secrets::env(&spec.secrets)?;
-            let (uid, gid) = spec::image_user(&image)?;
+            // The image's user, looked up in its files read as data (off the async workers:
+            // an image's file is the tenant's to shape).
+            let (image_root, image_user) = (image.rootfs.clone(), image.config.user.clone());
+            let (uid, gid) =
+                blocking(move || crate::image::user::resolve(&image_root, image_user.as_deref()))
+                    .await??;
             let secrets_dir = super::secrets::write_files(
                 &spec.secrets,
                 &bundle.join("secrets"),
                 Some((uid_base + uid, uid_base + gid)),
             )?;
+            let root_dir = self.roots.join(&id);
             let oci = spec::build(&spec::Inputs {
                 launch: spec,
                 image: &image,
+                rootfs: &root_dir.join("rootfs"),
+                user: (uid, gid),
                 cfg: &self.cfg,
                 cgroup: &cgroup,
                 uid_base,
@@ -426,6 +483,33 @@ impl JobRuntime for OciRuntime {
                 secret_env: &secret_env,
                 secrets_dir: secrets_dir.as_deref(),
             })?;
+            // The container's own root, what it mounts over made in it.
+            let (image_root, prepared) = (image.rootfs.clone(), oci.clone());
+            let root = blocking(move || {
+                let root = rootfs::ContainerRoot::mount(&root_dir, &image_root, uid_base)?;
+                match root.prepare(&prepared) {
+                    Ok(()) => Ok(root),
+                    Err(e) => {
+                        rootfs::ContainerRoot::remove(root.dir());
+                        Err(e)
+                    }
+                }
+            })
+            .await??;
+            // Removed whole (its root too) if the start fails or is abandoned from here on.
+            let mut starting = Starting {
+                child: None,
+                running: false,
+                container: Container {
+                    runtime: self.cfg.runtime.clone(),
+                    state: self.state.clone(),
+                    id: id.clone(),
+                    cgroup,
+                    bundle: bundle.clone(),
+                    root: root.dir().to_owned(),
+                    hierarchy: self.hierarchy.clone(),
+                },
+            };
             oci.save(bundle.join("config.json"))
                 .map_err(|e| format!("cannot write the container's config: {e}"))?;
             let pid_file = bundle.join("pid");
@@ -459,17 +543,7 @@ impl JobRuntime for OciRuntime {
                 .map_err(|e| format!("could not run {}: {e}", self.cfg.runtime.display()))?;
             // Until it runs, a container whose start is abandoned (the attempt was stopped
             // meanwhile, and this future dropped) or fails is removed whole.
-            let mut starting = Starting {
-                child: Some(child),
-                container: Container {
-                    runtime: self.cfg.runtime.clone(),
-                    state: self.state.clone(),
-                    id,
-                    cgroup,
-                    bundle,
-                    hierarchy: self.hierarchy.clone(),
-                },
-            };
+            starting.child = Some(child);
             // Running once the runtime wrote the container's pid.
             let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
             let pid = loop {
@@ -495,6 +569,7 @@ impl JobRuntime for OciRuntime {
             let Some(child) = starting.child.take() else {
                 return Err("the container runtime's process went missing".into());
             };
+            starting.running = true;
             Ok(Box::new(OciAttempt {
                 child,
                 pid,
@@ -536,6 +611,11 @@ impl JobRuntime for OciRuntime {
         if let Ok(entries) = std::fs::read_dir(&self.bundles) {
             for e in entries.flatten() {
                 let _ = std::fs::remove_dir_all(e.path());
+            }
+        }
+        if let Ok(entries) = std::fs::read_dir(&self.roots) {
+            for e in entries.flatten() {
+                rootfs::ContainerRoot::remove(&e.path());
             }
         }
         removed

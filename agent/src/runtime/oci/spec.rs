@@ -1,6 +1,5 @@
 //! The OCI runtime spec (`config.json`) of a job's container, built with `oci-spec`.
 
-use std::collections::HashSet;
 use std::path::{Component, Path, PathBuf};
 
 use oci_spec::runtime::{
@@ -14,11 +13,11 @@ use oci_spec::runtime::{
 use super::OciConfig;
 use crate::cdi::Edits;
 use crate::image::Image;
-use crate::image::unpack::ensure_within;
 use crate::runtime::{LaunchSpec, Network};
 use allot_domain::Tenant;
 
-/// Where the container's init is mounted.
+/// Where the container's init is mounted (in the runtime's own directory, see
+/// [`super::rootfs`]).
 pub const INIT_PATH: &str = "/.allot/init";
 /// Where the GPU-sharing shim is mounted.
 pub const SHIM_PATH: &str = "/usr/lib/allot/liballot_shim.so";
@@ -32,6 +31,11 @@ const CPU_PERIOD_US: u64 = 100_000;
 pub struct Inputs<'a> {
     pub launch: &'a LaunchSpec,
     pub image: &'a Image,
+    /// The container's own root (an overlay of the image's, see [`super::rootfs`]).
+    pub rootfs: &'a Path,
+    /// The container uid and gid it runs as (the image's user, see
+    /// [`crate::image::user`]).
+    pub user: (u32, u32),
     pub cfg: &'a OciConfig,
     pub cgroup: &'a str,
     pub uid_base: u32,
@@ -78,40 +82,6 @@ fn tmpfs(dest: &str, bytes: u64, mode: &str, extra: &[&str]) -> Mount {
     mount(dest, "tmpfs", "tmpfs", &opts)
 }
 
-/// The user the image asks for (`uid[:gid]`, or a name in its `/etc/passwd`); root of the
-/// container (an unprivileged host uid) when it names none.
-pub fn image_user(image: &Image) -> Result<(u32, u32), String> {
-    let Some(user) = image.config.user.as_deref() else {
-        return Ok((0, 0));
-    };
-    let (u, g) = user.split_once(':').unwrap_or((user, ""));
-    let passwd = std::fs::read_to_string(image.rootfs.join("etc/passwd")).unwrap_or_default();
-    let lookup = |name: &str, field: usize| -> Option<u32> {
-        passwd.lines().find_map(|l| {
-            let f: Vec<&str> = l.split(':').collect();
-            (f.first() == Some(&name)).then(|| f.get(field)?.parse().ok())?
-        })
-    };
-    let uid = u
-        .parse()
-        .ok()
-        .or_else(|| lookup(u, 2))
-        .ok_or_else(|| format!("the image's user `{u}` is not in its /etc/passwd"))?;
-    let gid = if g.is_empty() {
-        lookup(u, 3).unwrap_or(uid)
-    } else {
-        g.parse()
-            .map_err(|_| format!("the image's group `{g}` is not a number"))?
-    };
-    if uid >= Tenant::UID_RANGE || gid >= Tenant::UID_RANGE {
-        return Err(format!(
-            "the image's user {uid}:{gid} is outside the container's ids (0 to {})",
-            Tenant::UID_RANGE - 1
-        ));
-    }
-    Ok((uid, gid))
-}
-
 fn join_env(env: &mut Vec<(String, String)>, key: &str, value: String) {
     env.retain(|(k, _)| k != key);
     env.push((key.to_owned(), value));
@@ -120,7 +90,6 @@ fn join_env(env: &mut Vec<(String, String)>, key: &str, value: String) {
 /// The container's spec.
 pub fn build(i: &Inputs<'_>) -> Result<Spec, String> {
     let l = i.launch;
-    let rootfs = &i.image.rootfs;
     // Program: the job's command, else the image's entrypoint and command.
     let program: Vec<String> = if l.command.is_empty() {
         i.image
@@ -220,7 +189,7 @@ pub fn build(i: &Inputs<'_>) -> Result<Spec, String> {
         preload.extend(theirs);
         join_env(&mut env, "LD_PRELOAD", preload.join(":"));
     }
-    let (uid, gid) = image_user(i.image)?;
+    let (uid, gid) = i.user;
     let none = Capabilities::new();
     let caps = LinuxCapabilitiesBuilder::default()
         .bounding(none.clone())
@@ -290,12 +259,6 @@ pub fn build(i: &Inputs<'_>) -> Result<Spec, String> {
         ),
         tmpfs("/tmp", i.cfg.tmp_bytes, "1777", &[]),
         tmpfs(SCRATCH, i.cfg.scratch_bytes, "1777", &[]),
-        mount(
-            INIT_PATH,
-            "bind",
-            &i.cfg.init,
-            &["bind", "ro", "nosuid", "nodev"],
-        ),
     ];
     if l.network == Network::Host {
         for f in ["/etc/resolv.conf", "/etc/hosts"] {
@@ -353,19 +316,13 @@ pub fn build(i: &Inputs<'_>) -> Result<Spec, String> {
         }
         mounts.push(mount(&dest, "bind", &m.host_path, &opts));
     }
-    let mut seen = HashSet::new();
-    for m in &mounts {
-        let dest = m.destination().display().to_string();
-        if !seen.insert(dest.clone()) || dest.starts_with("/dev/") || dest == "/dev" {
-            continue;
-        }
-        let is_dir =
-            m.typ().as_deref() != Some("bind") || m.source().as_ref().is_some_and(|s| s.is_dir());
-        ensure_within(rootfs, &dest, is_dir).map_err(|e| format!("the image's root: {e}"))?;
-    }
-    if !cwd.starts_with(SCRATCH) && !cwd.starts_with("/tmp") {
-        ensure_within(rootfs, &cwd, true).map_err(|e| format!("the image's root: {e}"))?;
-    }
+    // The init last: nothing of the job's is mounted over it, whatever its paths.
+    mounts.push(mount(
+        INIT_PATH,
+        "bind",
+        &i.cfg.init,
+        &["bind", "ro", "nosuid", "nodev"],
+    ));
 
     let mut namespaces = vec![
         LinuxNamespaceType::Pid,
@@ -478,7 +435,7 @@ pub fn build(i: &Inputs<'_>) -> Result<Spec, String> {
         .hostname("job")
         .root(
             RootBuilder::default()
-                .path(rootfs.clone())
+                .path(i.rootfs)
                 .readonly(true)
                 .build()
                 .map_err(|e| e.to_string())?,

@@ -69,6 +69,11 @@ pub struct AgentArgs {
     /// GPU memory charged to a shared job for each process's CUDA context on each GPU.
     #[arg(long, default_value = "512MiB", value_parser = allot_domain::parse_memory)]
     shim_context_reserve: u64,
+    /// Below this much free space on the data dir's file system (its logs, images and
+    /// containers' roots), the node takes no new work and says why (`allot node get`);
+    /// 0 turns the check off.
+    #[arg(long, env = "ALLOT_MIN_FREE_DISK", default_value = "2GiB", value_parser = allot_domain::parse_memory)]
+    min_free_disk: u64,
     #[command(flatten)]
     runtime: RuntimeArgs,
 }
@@ -98,9 +103,18 @@ pub struct RuntimeArgs {
     /// CA certificates (PEM) trusted for registries, beside the system's.
     #[arg(long)]
     pub registry_ca: Option<PathBuf>,
-    /// Size cap of the image cache (layers and unpacked images).
+    /// Size cap of the image cache (layers and unpacked images), held while images
+    /// download and unpack.
     #[arg(long, default_value = "20GiB", value_parser = allot_domain::parse_memory)]
     pub image_cache_size: u64,
+    /// Cap on one image: its layers and its unpacked root together (a decompression bomb
+    /// stops there). Default: half the image cache.
+    #[arg(long, value_parser = allot_domain::parse_memory)]
+    pub image_max_size: Option<u64>,
+    /// Cap on what one tenant's images take of the image cache. Default: three quarters
+    /// of it.
+    #[arg(long, value_parser = allot_domain::parse_memory)]
+    pub image_tenant_share: Option<u64>,
     /// Size of each container's /scratch (tmpfs; counts against its memory limit).
     #[arg(long, default_value = "10GiB", value_parser = allot_domain::parse_memory)]
     pub scratch_size: u64,
@@ -153,6 +167,8 @@ impl RuntimeArgs {
                     );
                 }
                 cfg.image_cache_bytes = self.image_cache_size;
+                cfg.image_max_bytes = self.image_max_size;
+                cfg.image_tenant_bytes = self.image_tenant_share;
                 cfg.scratch_bytes = self.scratch_size;
                 cfg.tmp_bytes = self.tmp_size;
                 cfg.shm_bytes = self.tmp_size;
@@ -241,6 +257,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
         runtime,
         address: args.advertise_address.unwrap_or_default(),
         job_log_tail: args.job_log_tail,
+        min_free_disk_bytes: args.min_free_disk,
         servers,
         ca_cert_pem,
         bootstrap_token: args.bootstrap_token.filter(|t| !t.trim().is_empty()),

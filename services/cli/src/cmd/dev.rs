@@ -151,14 +151,16 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         insecure_registries: args.insecure_registries.clone(),
         registry_ca: None,
         image_cache_size: 20 << 30,
+        image_max_size: None,
+        image_tenant_share: None,
         scratch_size: 1 << 30,
         tmp_size: 1 << 30,
         pids_limit: 4096,
     }
     .choice(&[server.grpc_url()])?;
     if matches!(runtime, allot_agent::RuntimeChoice::Oci(_)) {
-        // The containers' user namespaces pass through the data dir to their images; what
-        // is secret in it keeps its own mode.
+        // The containers' user namespaces pass through the data dir to their own roots;
+        // what is secret in it keeps its own mode.
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&args.data_dir, std::fs::Permissions::from_mode(0o711))?;
         std::fs::create_dir_all(args.data_dir.join("nodes"))?;
@@ -214,6 +216,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
             runtime: runtime.clone(),
             address: String::new(),
             job_log_tail: allot_agent::DEFAULT_JOB_LOG_TAIL,
+            min_free_disk_bytes: 0,
         };
         agents.push(tokio::spawn(allot_agent::run(
             cfg,

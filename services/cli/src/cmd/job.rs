@@ -100,7 +100,7 @@ pub enum JobCmd {
         #[arg(long = "secret", value_parser = parse_secret)]
         secrets: Vec<serde_json::Value>,
         /// The longest an attempt may run, e.g. 90m, 2h, 1d12h or 1-12:00:00 (as Slurm's
-        /// --time): it is stopped then, and ends cancelled saying so. With a limit, the jobs
+        /// --time): it is stopped then, and ends timed_out saying so. With a limit, the jobs
         /// behind it get an estimated start.
         #[arg(long, value_parser = parse_time_limit)]
         time_limit: Option<u64>,
@@ -693,7 +693,7 @@ fn gpu_request(milli: u64) -> anyhow::Result<(u64, Option<u64>)> {
 }
 
 fn is_terminal(state: &str) -> bool {
-    matches!(state, "succeeded" | "failed" | "cancelled")
+    allot_domain::JobState::ends_in(state)
 }
 
 /// The process exit status for a finished job: 0 on success, the job's own code when it has

@@ -107,11 +107,14 @@ pub enum BootstrapTokenCmd {
     },
 }
 
-/// A node's state in one word: `ready`, `cordoned` (ready, taking no new work) or
-/// `not-ready` (its lease lapsed).
+/// A node's state in one word: `ready`, `cordoned` (ready, taking no new work by an
+/// operator's word), `unavailable` (ready, taking no new work by its agent's: see `node
+/// get`) or `not-ready` (its lease lapsed).
 fn state(n: &NodeView) -> String {
     if n.cordoned && n.status == "ready" {
         "cordoned".into()
+    } else if !n.unavailable.is_empty() && n.status == "ready" {
+        "unavailable".into()
     } else {
         n.status.clone()
     }
@@ -208,10 +211,18 @@ pub async fn run(client: &Client, cmd: NodeCmd) -> anyhow::Result<()> {
                     ("ID", n.id.clone()),
                     (
                         "Status",
-                        if n.cordoned {
-                            format!("{} (cordoned)", n.status)
+                        match (n.cordoned, n.unavailable.is_empty()) {
+                            (true, _) => format!("{} (cordoned)", n.status),
+                            (false, false) => format!("{} (unavailable)", n.status),
+                            (false, true) => n.status.clone(),
+                        },
+                    ),
+                    (
+                        "Unavailable",
+                        if n.unavailable.is_empty() {
+                            "-".into()
                         } else {
-                            n.status.clone()
+                            n.unavailable.clone()
                         },
                     ),
                     ("Labels", labels_of(n)),

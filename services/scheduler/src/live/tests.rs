@@ -436,6 +436,22 @@ fn a_job_asking_for_nothing_is_not_placed_on_a_cordoned_node() {
 }
 
 #[test]
+fn a_node_its_agent_says_is_unavailable_takes_no_new_work() {
+    let mut low = node("n1", &["H200"]);
+    low.unavailable = "low on disk".into();
+    let open = node("n2", &["H200"]);
+    let d = decide(
+        &[low.clone(), open],
+        &[tenant("t1", 0)],
+        &[],
+        &[job("j1", "t1", 1, None)],
+    );
+    assert_eq!(placed(&d, "j1").map(|p| p.0), Some("n2".to_owned()));
+    let d = decide(&[low], &[tenant("t1", 0)], &[], &[job("j1", "t1", 1, None)]);
+    assert!(placed(&d, "j1").is_none(), "{d:?}");
+}
+
+#[test]
 fn a_tenant_that_requires_confinement_runs_only_on_confining_nodes() {
     let mut strict = tenant("t1", 0);
     strict.policy.require_confinement = true;

@@ -28,6 +28,9 @@ pub struct Model {
     /// JSON object of label names to values.
     #[sea_orm(column_type = "Text")]
     pub labels: String,
+    /// Why its agent says it takes no new work (empty: it takes work).
+    #[sea_orm(column_type = "Text")]
+    pub unavailable: String,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

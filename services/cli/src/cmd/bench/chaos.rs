@@ -396,7 +396,7 @@ pub async fn run(args: &ChaosBench) -> anyhow::Result<()> {
         crate::cmd::agent::RuntimeKindArg::Process => None,
         crate::cmd::agent::RuntimeKindArg::Oci => {
             use std::os::unix::fs::PermissionsExt;
-            // The containers' user namespaces pass through it to their images.
+            // The containers' user namespaces pass through it to their own roots.
             std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o711))?;
             let r = allot_agent::image::local::LocalRegistry::start(&root.join("registry"))
                 .context("starting docker-registry (Debian package docker-registry)")?;
@@ -671,15 +671,12 @@ pub async fn run(args: &ChaosBench) -> anyhow::Result<()> {
             }
             // Finished on the same attempt, or still on it well after the fault healed: the
             // fault did not disrupt it.
-            let finished = matches!(state, "succeeded" | "failed" | "cancelled");
+            let finished = allot_domain::JobState::ends_in(state);
             now_attempt == *attempt && !finished && seen < *settle_by || now_attempt > *attempt
         });
-        let done = jobs.iter().all(|j| {
-            matches!(
-                j["state"].as_str(),
-                Some("succeeded" | "failed" | "cancelled")
-            )
-        });
+        let done = jobs
+            .iter()
+            .all(|j| allot_domain::JobState::ends_in(j["state"].as_str().unwrap_or_default()));
         if (done && next_fault >= schedule.len()) || Instant::now() > deadline {
             break;
         }

@@ -232,6 +232,7 @@ impl Plane {
             runtime: allot_agent::RuntimeChoice::Process,
             address: String::new(),
             job_log_tail: allot_agent::DEFAULT_JOB_LOG_TAIL,
+            min_free_disk_bytes: 0,
         };
         self.agents.push(tokio::spawn(allot_agent::run(
             cfg,

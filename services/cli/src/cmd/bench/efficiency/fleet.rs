@@ -331,10 +331,7 @@ impl Fleet {
                 .iter()
                 .filter(|j| ids.iter().any(|i| j["id"].as_str() == Some(i)))
                 .filter(|j| {
-                    !matches!(
-                        j["state"].as_str(),
-                        Some("cancelled" | "succeeded" | "failed")
-                    )
+                    !allot_domain::JobState::ends_in(j["state"].as_str().unwrap_or_default())
                 })
                 .count();
             if unfinished == 0 {
