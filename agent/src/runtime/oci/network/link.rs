@@ -11,7 +11,7 @@ use ipnet::Ipv4Net;
 use netlink_packet_route::address::AddressAttribute;
 use netlink_packet_route::link::{InfoData, InfoKind, InfoVeth, LinkAttribute};
 use netlink_packet_route::route::{RouteAddress, RouteAttribute, RouteScope, RouteType};
-use rtnetlink::{Handle, LinkDummy, LinkMessageBuilder, LinkUnspec, LinkVeth, RouteMessageBuilder};
+use rtnetlink::{Handle, LinkMessageBuilder, LinkUnspec, LinkVeth, RouteMessageBuilder};
 
 /// The name of a job's interface inside its namespace.
 pub const JOB_INTERFACE: &str = "eth0";
@@ -122,29 +122,35 @@ pub async fn unreserve(h: &Handle, subnet: Ipv4Net) {
     }
 }
 
-/// The gateway's address on a dummy link of its own: a host address for as long as the
+/// The gateway's address on the host's loopback too: a host address for as long as the
 /// agent runs (what it may advertise itself by when every node is on one machine), whether
-/// or not a job runs.
-pub async fn add_gateway(h: &Handle, name: &str, gateway: Ipv4Addr) -> Result<(), String> {
-    h.link()
-        .add(LinkDummy::new(name).build())
-        .execute()
-        .await
-        .map_err(err("creating the gateway's link"))?;
-    let index = index_of(h, name)
-        .await?
-        .ok_or_else(|| format!("the gateway's link {name} vanished"))?;
-    no_ipv6(name)?;
+/// or not a job runs. (Loopback rather than a dummy link: every kernel has one.)
+pub async fn add_gateway(h: &Handle, gateway: Ipv4Addr) -> Result<(), String> {
+    let lo = index_of(h, "lo").await?.ok_or("the host has no loopback")?;
     h.address()
-        .add(index, IpAddr::V4(gateway), 32)
+        .add(lo, IpAddr::V4(gateway), 32)
         .execute()
         .await
-        .map_err(err("the gateway's address"))?;
-    h.link()
-        .change(LinkUnspec::new_with_index(index).up().build())
-        .execute()
-        .await
-        .map_err(err("bringing the gateway's link up"))
+        .map_err(err("the gateway's address"))
+}
+
+/// Removes the gateway's address from the host's loopback, if it is there.
+pub async fn remove_gateway(h: &Handle, gateway: Ipv4Addr) {
+    let Ok(Some(lo)) = index_of(h, "lo").await else {
+        return;
+    };
+    let mut addrs = h.address().get().set_link_index_filter(lo).execute();
+    while let Ok(Some(a)) = addrs.try_next().await {
+        let ours = a.attributes.iter().any(
+            |attr| matches!(attr, AddressAttribute::Address(IpAddr::V4(ip)) if *ip == gateway),
+        );
+        if ours {
+            if let Err(e) = h.address().del(a).execute().await {
+                tracing::debug!(%gateway, error = %e, "cannot remove the gateway's address");
+            }
+            return;
+        }
+    }
 }
 
 /// Writes a sysctl of the namespace the calling thread is in.

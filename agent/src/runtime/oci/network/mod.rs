@@ -36,6 +36,31 @@ use rules::{JobRules, Rendezvous};
 
 /// Where the host-wide lock agents choose their subnets under lives.
 const LOCK: &str = "/run/allot/job-subnets.lock";
+/// Where each agent on the host records what it made (one file per agent, by its id), so
+/// that what a dead one left (a test that panicked, a data dir removed with it) is
+/// removed by the next to start.
+const RECORDS: &str = "/run/allot/job-networks";
+
+/// What an agent made on the host, as it records it.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+struct Record {
+    pid: u32,
+    /// `ADDRESS/PREFIX`.
+    subnet: String,
+    table: String,
+    interfaces: String,
+    /// Its own record of the subnet, in its data dir.
+    state_file: PathBuf,
+}
+
+impl Record {
+    /// Whether the agent that wrote it is gone: its process, or its data dir.
+    fn is_stale(&self) -> bool {
+        let alive = i32::try_from(self.pid)
+            .is_ok_and(|pid| nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok());
+        !alive || !self.state_file.exists()
+    }
+}
 
 /// A gang's rendezvous as a launch tells it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -124,6 +149,39 @@ impl Drop for Attachment {
                 drop(ns);
             });
         }
+    }
+}
+
+/// Removes what agents that are gone left on the host (their records say what). Called
+/// under the host-wide lock.
+async fn remove_stale(handle: &Handle) {
+    let Ok(entries) = std::fs::read_dir(RECORDS) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let Some(r) = std::fs::read(e.path())
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Record>(&b).ok())
+        else {
+            continue;
+        };
+        if !r.is_stale() {
+            continue;
+        }
+        tracing::info!(subnet = %r.subnet, table = %r.table, "removing the job network of an agent that is gone");
+        if let Err(e) = nft(&rules::remove(&r.table)).await {
+            tracing::warn!(table = %r.table, error = %e, "cannot remove a stale table");
+        }
+        if let Ok(subnet) = r.subnet.parse::<Ipv4Net>() {
+            link::unreserve(handle, subnet).await;
+            link::remove_gateway(handle, plan::gateway(subnet)).await;
+        }
+        if let Ok(links) = link::links_named(handle, &r.interfaces).await {
+            for (index, _) in links {
+                let _ = link::delete_link(handle, index).await;
+            }
+        }
+        let _ = std::fs::remove_file(e.path());
     }
 }
 
@@ -217,20 +275,22 @@ impl JobNetworks {
                 let handle = link::host_handle()?;
                 self.clear(&handle).await;
                 let subnet = self.take_subnet(&handle).await?;
-                link::add_gateway(
-                    &handle,
-                    &self.names.gateway_interface(),
-                    plan::gateway(subnet),
-                )
-                .await?;
-                link::enable_forwarding()?;
+                let set_up = async {
+                    link::add_gateway(&handle, plan::gateway(subnet)).await?;
+                    link::enable_forwarding()?;
+                    nft(&self.table(subnet, &BTreeMap::new())).await
+                };
+                if let Err(e) = set_up.await {
+                    // Nothing half made stays behind.
+                    self.clear(&handle).await;
+                    return Err(e);
+                }
                 let ready = Ready {
                     handle,
                     subnet,
                     runtime: tokio::runtime::Handle::current(),
                     state: tokio::sync::Mutex::new(State::default()),
                 };
-                nft(&self.table(subnet, &BTreeMap::new())).await?;
                 tracing::info!(%subnet, table = %self.names.table(), "jobs get networks of their own");
                 Ok(ready)
             })
@@ -238,15 +298,17 @@ impl JobNetworks {
             .map(|_| ())
     }
 
-    /// What an earlier run of this agent left: its reservation, links and table.
+    /// What an earlier run of this agent left (or this one, shutting down): its
+    /// reservation, gateway address and links.
     async fn clear(&self, handle: &Handle) {
         if let Some(old) = std::fs::read_to_string(&self.state_file)
             .ok()
             .and_then(|s| s.trim().parse::<Ipv4Net>().ok())
         {
             link::unreserve(handle, old).await;
+            link::remove_gateway(handle, plan::gateway(old)).await;
         }
-        match link::links_named(handle, &self.names.links_prefix()).await {
+        match link::links_named(handle, &self.names.interface_prefix()).await {
             Ok(links) => {
                 for (index, name) in links {
                     tracing::info!(link = %name, "removing a job link left by an earlier run");
@@ -256,6 +318,7 @@ impl JobNetworks {
             Err(e) => tracing::warn!(error = %e, "cannot list links left by an earlier run"),
         }
         let _ = std::fs::remove_file(&self.state_file);
+        let _ = std::fs::remove_file(self.record_path());
     }
 
     /// A subnet of the pool no route or address of the host overlaps, chosen and reserved
@@ -277,6 +340,7 @@ impl JobNetworks {
         })
         .await
         .map_err(|e| format!("locking the job subnets: {e}"))??;
+        remove_stale(handle).await;
         let taken = link::taken_networks(handle).await?;
         let subnet = plan::choose_subnet(self.pool, self.start, &taken).ok_or_else(|| {
             format!(
@@ -289,8 +353,25 @@ impl JobNetworks {
         link::reserve(handle, subnet).await?;
         std::fs::write(&self.state_file, subnet.to_string())
             .map_err(|e| format!("{}: {e}", self.state_file.display()))?;
+        let record = Record {
+            pid: std::process::id(),
+            subnet: subnet.to_string(),
+            table: self.names.table(),
+            interfaces: self.names.interface_prefix(),
+            state_file: self.state_file.clone(),
+        };
+        let path = self.record_path();
+        let written = std::fs::create_dir_all(RECORDS)
+            .and_then(|()| std::fs::write(&path, serde_json::to_vec(&record).unwrap_or_default()));
+        if let Err(e) = written {
+            tracing::warn!(path = %path.display(), error = %e, "cannot record the job network");
+        }
         drop(lock);
         Ok(subnet)
+    }
+
+    fn record_path(&self) -> PathBuf {
+        PathBuf::from(RECORDS).join(&self.names.id)
     }
 
     fn table(&self, subnet: Ipv4Net, jobs: &BTreeMap<u8, JobRules>) -> serde_json::Value {
@@ -435,7 +516,6 @@ impl JobNetworks {
             tracing::warn!(error = %e, "cannot remove the job network's table");
         }
         self.clear(&ready.handle).await;
-        link::unreserve(&ready.handle, ready.subnet).await;
     }
 }
 

@@ -46,16 +46,6 @@ impl Names {
     pub fn host_interface(&self, slot: u8) -> String {
         format!("{}{slot}", self.interface_prefix())
     }
-
-    /// The dummy link holding the gateway's address while the agent runs (`allot1a2b3cg`).
-    pub fn gateway_interface(&self) -> String {
-        format!("{JOB_INTERFACES}{}g", self.id)
-    }
-
-    /// What every link of this agent's is named from.
-    pub fn links_prefix(&self) -> String {
-        format!("{JOB_INTERFACES}{}", self.id)
-    }
 }
 
 /// The gateway of `subnet` (its first address): what every job routes through, on the
@@ -135,9 +125,6 @@ mod tests {
         let b = Names::from_digest(&[0xde, 0xad, 0xbf]);
         assert_ne!(a.host_interface(2), b.host_interface(2));
         assert!(a.host_interface(2).starts_with(JOB_INTERFACES));
-        assert!(a.gateway_interface().len() <= IFNAME_MAX);
-        assert!(a.gateway_interface().starts_with(&a.links_prefix()));
-        assert!(!a.gateway_interface().starts_with(&a.interface_prefix()));
     }
 
     #[test]
