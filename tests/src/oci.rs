@@ -8,8 +8,8 @@ use std::path::Path;
 
 pub use allot_agent::image::local::{BUSYBOX, LocalRegistry};
 
-/// What the container tests need on the machine: root, `runc`, `tini-static`, the
-/// registry, a static busybox. Missing pieces fail the test, saying what to install
+/// What the container tests need on the machine: root, `runc`, `tini-static`, `nft` and
+/// `ip` (jobs' own networks), the registry, a static busybox. Missing pieces fail the test, saying what to install
 /// (`scripts/test` installs them), unless `ALLOT_SKIP_CONTAINER_TESTS=1` says to skip.
 pub fn require_container_support() -> bool {
     let mut missing = Vec::new();
@@ -19,6 +19,8 @@ pub fn require_container_support() -> bool {
     for (bin, package) in [
         ("runc", "runc"),
         ("tini-static", "tini"),
+        ("nft", "nftables"),
+        ("ip", "iproute2"),
         ("docker-registry", "docker-registry"),
         ("htpasswd", "apache2-utils"),
     ] {
