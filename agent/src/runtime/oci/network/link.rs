@@ -127,11 +127,7 @@ pub async fn unreserve(h: &Handle, subnet: Ipv4Net) {
 /// or not a job runs. (Loopback rather than a dummy link: every kernel has one.)
 pub async fn add_gateway(h: &Handle, gateway: Ipv4Addr) -> Result<(), String> {
     let lo = index_of(h, "lo").await?.ok_or("the host has no loopback")?;
-    h.address()
-        .add(lo, IpAddr::V4(gateway), 32)
-        .execute()
-        .await
-        .map_err(err("the gateway's address"))
+    add_address(h, lo, gateway, "the gateway's address").await
 }
 
 /// Removes the gateway's address from the host's loopback, if it is there.
@@ -232,6 +228,33 @@ pub async fn new_namespace() -> Result<OwnedFd, String> {
         .map_err(|_| "the network namespace's thread ended without answering".to_owned())?
 }
 
+/// Puts `address`/32 on link `index`.
+async fn add_address(h: &Handle, index: u32, address: Ipv4Addr, what: &str) -> Result<(), String> {
+    h.address()
+        .add(index, IpAddr::V4(address), 32)
+        .execute()
+        .await
+        .map_err(err(what))
+}
+
+/// Brings link `index` up.
+async fn set_up(h: &Handle, index: u32, what: &str) -> Result<(), String> {
+    h.link()
+        .change(LinkUnspec::new_with_index(index).up().build())
+        .execute()
+        .await
+        .map_err(err(what))
+}
+
+/// Adds a route.
+async fn add_route(
+    h: &Handle,
+    route: netlink_packet_route::route::RouteMessage,
+    what: &str,
+) -> Result<(), String> {
+    h.route().add(route).execute().await.map_err(err(what))
+}
+
 /// One job's link: its host end's name, the job's address and the gateway.
 pub struct JobLink<'a> {
     pub host_end: &'a str,
@@ -260,73 +283,50 @@ pub async fn connect(h: &Handle, ns: &OwnedFd, l: &JobLink<'_>) -> Result<(), St
         .await?
         .ok_or_else(|| format!("the job's link {} vanished", l.host_end))?;
     no_ipv6(l.host_end)?;
-    h.address()
-        .add(index, IpAddr::V4(l.gateway), 32)
-        .execute()
-        .await
-        .map_err(err("the gateway's address"))?;
-    h.link()
-        .change(LinkUnspec::new_with_index(index).up().build())
-        .execute()
-        .await
-        .map_err(err("bringing the job's link up"))?;
-    h.route()
-        .add(
-            RouteMessageBuilder::<Ipv4Addr>::new()
-                .destination_prefix(l.address, 32)
-                .output_interface(index)
-                .pref_source(l.gateway)
-                .scope(RouteScope::Link)
-                .build(),
-        )
-        .execute()
-        .await
-        .map_err(err("the route to the job"))?;
+    add_address(h, index, l.gateway, "the gateway's address").await?;
+    set_up(h, index, "bringing the job's link up").await?;
+    add_route(
+        h,
+        RouteMessageBuilder::<Ipv4Addr>::new()
+            .destination_prefix(l.address, 32)
+            .output_interface(index)
+            .pref_source(l.gateway)
+            .scope(RouteScope::Link)
+            .build(),
+        "the route to the job",
+    )
+    .await?;
     let (address, gateway) = (l.address, l.gateway);
     in_namespace(ns, move |h| async move {
         let lo = index_of(&h, "lo")
             .await?
             .ok_or("the namespace has no loopback")?;
-        h.link()
-            .change(LinkUnspec::new_with_index(lo).up().build())
-            .execute()
-            .await
-            .map_err(err("bringing loopback up"))?;
+        set_up(&h, lo, "bringing loopback up").await?;
         let eth = index_of(&h, JOB_INTERFACE)
             .await?
             .ok_or("the job's link is not in its namespace")?;
         no_ipv6(JOB_INTERFACE)?;
-        h.address()
-            .add(eth, IpAddr::V4(address), 32)
-            .execute()
-            .await
-            .map_err(err("the job's address"))?;
-        h.link()
-            .change(LinkUnspec::new_with_index(eth).up().build())
-            .execute()
-            .await
-            .map_err(err("bringing the job's link up"))?;
-        h.route()
-            .add(
-                RouteMessageBuilder::<Ipv4Addr>::new()
-                    .destination_prefix(gateway, 32)
-                    .output_interface(eth)
-                    .scope(RouteScope::Link)
-                    .build(),
-            )
-            .execute()
-            .await
-            .map_err(err("the route to the gateway"))?;
-        h.route()
-            .add(
-                RouteMessageBuilder::<Ipv4Addr>::new()
-                    .gateway(gateway)
-                    .output_interface(eth)
-                    .build(),
-            )
-            .execute()
-            .await
-            .map_err(err("the default route"))
+        add_address(&h, eth, address, "the job's address").await?;
+        set_up(&h, eth, "bringing the job's link up").await?;
+        add_route(
+            &h,
+            RouteMessageBuilder::<Ipv4Addr>::new()
+                .destination_prefix(gateway, 32)
+                .output_interface(eth)
+                .scope(RouteScope::Link)
+                .build(),
+            "the route to the gateway",
+        )
+        .await?;
+        add_route(
+            &h,
+            RouteMessageBuilder::<Ipv4Addr>::new()
+                .gateway(gateway)
+                .output_interface(eth)
+                .build(),
+            "the default route",
+        )
+        .await
     })
     .await
 }
