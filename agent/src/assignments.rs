@@ -146,6 +146,21 @@ impl Agent {
                 return;
             }
         };
+        let (network, network_policy) = match job_network(&l.network, l.network_policy.as_ref()) {
+            Ok(n) => n,
+            Err(why) => {
+                tracing::warn!(job = %l.job_id, %why, "cannot give the job its network");
+                self.lock_jobs().seen.insert((l.job_id.clone(), l.attempt));
+                self.report(JobStatusReport {
+                    job_id: l.job_id,
+                    phase: JobPhase::Failed.into(),
+                    message: why,
+                    attempt: l.attempt,
+                    ..Default::default()
+                });
+                return;
+            }
+        };
         let tracker = Arc::new(Mutex::new(None));
         let log = Arc::new(Mutex::new(logship::LogCursor::new(
             &l.job_id,
@@ -218,11 +233,18 @@ impl Agent {
                 username: l.registry_username,
                 password: l.registry_password,
             }),
-            network: if l.network == "none" {
-                Network::None
-            } else {
-                Network::Host
-            },
+            network,
+            network_policy,
+            gang: l
+                .gang
+                .as_ref()
+                .map(|g| crate::runtime::oci::network::GangNetwork {
+                    master_addr: g.master_addr.clone(),
+                    master_port: u16::try_from(g.master_port).unwrap_or(0),
+                    first: g.rank == 0,
+                    peers: g.peer_addresses.clone(),
+                }),
+            node_address: self.advertised_address(),
             checkpoint_dir: (!l.checkpoint_dir.is_empty()).then_some(l.checkpoint_dir),
             volumes: l
                 .volumes
@@ -473,4 +495,54 @@ where
             answered => return answered,
         }
     }
+}
+
+/// A launch's network and its tenant's network policy. An unknown network is refused
+/// rather than run on the node's.
+fn job_network(
+    network: &str,
+    policy: Option<&allot_proto::v1::NetworkPolicy>,
+) -> Result<(Network, Option<allot_domain::NetworkPolicy>), String> {
+    let network = match network {
+        "" | "private" => Network::Private,
+        "host" => Network::Host,
+        "none" => Network::None,
+        other => {
+            return Err(format!(
+                "the control plane asked for network `{other}`, which this node does not know"
+            ));
+        }
+    };
+    let Some(p) = policy else {
+        return Ok((network, None));
+    };
+    let egress = if p.restricted {
+        let mut rules = Vec::with_capacity(p.allow.len());
+        for r in &p.allow {
+            let cidr = allot_domain::network::parse_cidr(&r.cidr)
+                .map_err(|e| format!("the tenant's network policy: {e}"))?;
+            let mut ports = Vec::with_capacity(r.ports.len());
+            for range in &r.ports {
+                let (Ok(first), Ok(last)) = (u16::try_from(range.first), u16::try_from(range.last))
+                else {
+                    return Err(format!(
+                        "the tenant's network policy names ports {}-{}",
+                        range.first, range.last
+                    ));
+                };
+                ports.push(allot_domain::PortRange { first, last });
+            }
+            rules.push(allot_domain::EgressRule { cidr, ports });
+        }
+        Some(rules)
+    } else {
+        None
+    };
+    Ok((
+        network,
+        Some(allot_domain::NetworkPolicy {
+            egress,
+            allow_host_network: p.allow_host_network,
+        }),
+    ))
 }

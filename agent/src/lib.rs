@@ -399,6 +399,7 @@ pub async fn run(
     if registered_before {
         agent.ship_leftover_logs(LEFTOVER_LOGS_WITHIN).await;
     }
+    agent.runtime.prepare().await.map_err(AgentError::Runtime)?;
     tokio::spawn(agent.clone().fence(shutdown.clone()));
     tokio::spawn(agent.clone().watch_gpus(shutdown.clone()));
     tokio::spawn(agent.clone().police_sharing(shutdown.clone()));
@@ -443,7 +444,7 @@ pub async fn run(
         job.signal.stop(StopReason::AgentShutdown);
     }
     while tasks.join_next().await.is_some() {}
-    agent.runtime.shut_down();
+    agent.runtime.shut_down().await;
     // Give the final reports a moment to land; the control plane may be going away too.
     drop(agent);
     if tokio::time::timeout(Duration::from_secs(3), reporter)
@@ -453,6 +454,26 @@ pub async fn run(
         tracing::warn!("some job status reports were not delivered before shutdown");
     }
     refused.map_or(Ok(()), Err)
+}
+
+impl Agent {
+    /// Where other nodes reach this one: `--advertise-address`, else this machine's address
+    /// on its route to the control plane. A loopback address (every node on one machine,
+    /// as in `allot dev`) is unreachable from a job's own network: there the gateway of
+    /// this agent's job networks is, a host address the other agents' jobs reach too.
+    pub(crate) fn advertised_address(&self) -> String {
+        if !self.cfg.address.is_empty() {
+            return self.cfg.address.clone();
+        }
+        let routed = crate::route_address(self.link.server());
+        let loopback = routed
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback());
+        match self.runtime.jobs_gateway() {
+            Some(gateway) if loopback || routed.is_empty() => gateway.to_string(),
+            _ => routed,
+        }
+    }
 }
 
 /// The data dir's mode: 0700, or 0711 when containers run here (their user namespaces must

@@ -58,11 +58,7 @@ impl Agent {
                 cpu_milli: self.cfg.offer.cpu_milli,
                 memory_bytes: self.cfg.offer.memory_bytes,
                 runtime: self.runtime.kind().as_str().to_owned(),
-                address: if self.cfg.address.is_empty() {
-                    crate::route_address(self.link.server())
-                } else {
-                    self.cfg.address.clone()
-                },
+                address: self.advertised_address(),
             };
             let sent = Instant::now();
             let mut rpc = NodeServiceClient::new(channel);

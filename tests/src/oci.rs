@@ -8,8 +8,8 @@ use std::path::Path;
 
 pub use allot_agent::image::local::{BUSYBOX, LocalRegistry};
 
-/// What the container tests need on the machine: root, `runc`, `tini-static`, the
-/// registry, a static busybox. Missing pieces fail the test, saying what to install
+/// What the container tests need on the machine: root, `runc`, `tini-static`, `nft` and
+/// `ip` (jobs' own networks), the registry, a static busybox. Missing pieces fail the test, saying what to install
 /// (`scripts/test` installs them), unless `ALLOT_SKIP_CONTAINER_TESTS=1` says to skip.
 pub fn require_container_support() -> bool {
     let mut missing = Vec::new();
@@ -19,6 +19,8 @@ pub fn require_container_support() -> bool {
     for (bin, package) in [
         ("runc", "runc"),
         ("tini-static", "tini"),
+        ("nft", "nftables"),
+        ("ip", "iproute2"),
         ("docker-registry", "docker-registry"),
         ("htpasswd", "apache2-utils"),
     ] {
@@ -299,4 +301,162 @@ pub fn process_running(cmdline: &str) -> bool {
             .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'));
         line == cmdline && !zombie
     })
+}
+
+/// A cluster of confined nodes whose server and agents the caller may configure further
+/// (`agent` runs after the container settings).
+pub async fn confined_cluster_with(
+    registry: &Registry,
+    nodes: usize,
+    gpus: &str,
+    server: impl FnOnce(&mut allot_server::ServerConfig),
+    agent: impl Fn(&mut allot_agent::AgentConfig),
+) -> crate::TestCluster {
+    let addr = registry.addr.clone();
+    crate::spawn_cluster_of(crate::Backend::Sqlite, nodes, gpus, server, move |cfg| {
+        let mut oci =
+            allot_agent::runtime::oci::OciConfig::discover(None).expect("runc and tini-static");
+        oci.registries.insecure = vec![addr.clone()];
+        oci.pids_limit = 64;
+        oci.scratch_bytes = 64 << 20;
+        oci.tmp_bytes = 64 << 20;
+        oci.shm_bytes = 64 << 20;
+        cfg.runtime = allot_agent::RuntimeChoice::Oci(oci);
+        agent(cfg);
+    })
+    .await
+}
+
+fn ip(args: &[&str]) {
+    let out = std::process::Command::new("ip")
+        .args(args)
+        .output()
+        .expect("ip (Debian package iproute2)");
+    assert!(
+        out.status.success(),
+        "ip {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A network namespace standing for the world outside the node: made with `ip netns add`,
+/// joined to the host by a veth pair (a /30 of the benchmarking range 198.18.0.0/15, which
+/// nothing real uses), with a link-local address of its own routed to it (a stand-in for a
+/// metadata service). Its listeners answer every connection with a line; all of it goes
+/// when dropped.
+pub struct Outside {
+    pub name: String,
+    host_link: String,
+    /// The host's end (a node address) and the namespace's.
+    pub host_ip: std::net::Ipv4Addr,
+    pub ip: std::net::Ipv4Addr,
+    /// A link-local address in the namespace, routed to it from the host.
+    pub link_local: std::net::Ipv4Addr,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Outside {
+    pub fn create() -> Self {
+        let n: u32 = rand::random();
+        let tag = format!("{:06x}", n & 0xff_ffff);
+        let name = format!("allot-test-{tag}");
+        let host_link = format!("altst{tag}h");
+        let peer = format!("altst{tag}n");
+        // 198.18.0.0/15 in /30s: 32768 of them.
+        let base = u32::from(std::net::Ipv4Addr::new(198, 18, 0, 0)) + (n % 32768) * 4;
+        let host_ip = std::net::Ipv4Addr::from(base + 1);
+        let ns_ip = std::net::Ipv4Addr::from(base + 2);
+        let link_local = std::net::Ipv4Addr::new(
+            169,
+            254,
+            200 + (n >> 24) as u8 % 50,
+            (n >> 16) as u8 % 250 + 2,
+        );
+        ip(&["netns", "add", &name]);
+        let outside = Outside {
+            name: name.clone(),
+            host_link: host_link.clone(),
+            host_ip,
+            ip: ns_ip,
+            link_local,
+            stop: Default::default(),
+        };
+        ip(&[
+            "link", "add", &host_link, "type", "veth", "peer", "name", &peer, "netns", &name,
+        ]);
+        ip(&["addr", "add", &format!("{host_ip}/30"), "dev", &host_link]);
+        ip(&["link", "set", &host_link, "up"]);
+        let ns = |args: &[&str]| {
+            let mut all = vec!["-n", name.as_str()];
+            all.extend_from_slice(args);
+            ip(&all);
+        };
+        ns(&["addr", "add", &format!("{ns_ip}/30"), "dev", &peer]);
+        ns(&["addr", "add", &format!("{link_local}/32"), "dev", &peer]);
+        ns(&["link", "set", &peer, "up"]);
+        ns(&["link", "set", "lo", "up"]);
+        ns(&["route", "add", "default", "via", &host_ip.to_string()]);
+        ip(&[
+            "route",
+            "add",
+            &format!("{link_local}/32"),
+            "via",
+            &ns_ip.to_string(),
+        ]);
+        outside
+    }
+
+    /// A listener at `addr` (one of the namespace's) answering `line`; its port.
+    pub fn listen(&self, addr: std::net::Ipv4Addr, line: &str) -> u16 {
+        let ns = std::fs::File::open(format!("/run/netns/{}", self.name)).expect("netns");
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (line, stop) = (format!("{line}\n"), self.stop.clone());
+        std::thread::spawn(move || {
+            use std::os::fd::AsFd;
+            nix::sched::setns(ns.as_fd(), nix::sched::CloneFlags::CLONE_NEWNET).expect("setns");
+            let l = std::net::TcpListener::bind((addr, 0)).expect("bind");
+            tx.send(l.local_addr().expect("addr").port()).expect("port");
+            serve(l, &line, &stop);
+        });
+        rx.recv().expect("listening")
+    }
+}
+
+/// A listener on the host at `addr` (port 0: any), answering `line`, until `stop`.
+pub fn listen_on_host(
+    addr: std::net::SocketAddr,
+    line: &str,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> u16 {
+    let l = std::net::TcpListener::bind(addr).expect("bind");
+    let port = l.local_addr().expect("addr").port();
+    let line = format!("{line}\n");
+    std::thread::spawn(move || serve(l, &line, &stop));
+    port
+}
+
+fn serve(l: std::net::TcpListener, line: &str, stop: &std::sync::atomic::AtomicBool) {
+    use std::io::Write;
+    l.set_nonblocking(true).expect("nonblocking");
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        match l.accept() {
+            Ok((mut s, _)) => {
+                let _ = s.write_all(line.as_bytes());
+            }
+            Err(_) => std::thread::sleep(std::time::Duration::from_millis(20)),
+        }
+    }
+}
+
+impl Drop for Outside {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let quiet = |args: &[&str]| {
+            let _ = std::process::Command::new("ip").args(args).output();
+        };
+        quiet(&["route", "del", &format!("{}/32", self.link_local)]);
+        quiet(&["link", "del", &self.host_link]);
+        quiet(&["netns", "del", &self.name]);
+    }
 }

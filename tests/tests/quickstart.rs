@@ -722,6 +722,49 @@ fn every_client_verb_speaks_json() {
     assert_eq!(run(&["tenant", "delete", "json-gone"])["name"], "json-gone");
     let p = run(&["tenant", "set-policy", "json-t", "--require-confinement"]);
     assert_eq!(p["require_confinement"], true, "{p}");
+    assert_eq!(
+        p["egress"],
+        serde_json::Value::Null,
+        "the default egress: {p}"
+    );
+    let p = run(&[
+        "tenant",
+        "set-policy",
+        "json-t",
+        "--allow-egress",
+        "10.20.0.0/16:443,8000-8100",
+        "--allow-egress",
+        "192.0.2.7",
+        "--allow-host-network",
+    ]);
+    assert_eq!(p["egress"][0]["cidr"], "10.20.0.0/16", "{p}");
+    assert_eq!(p["egress"][0]["ports"], "443,8000-8100", "{p}");
+    assert_eq!(p["egress"][1]["cidr"], "192.0.2.7/32", "{p}");
+    assert_eq!(p["allow_host_network"], true, "{p}");
+    let p = run(&["tenant", "set-policy", "json-t", "--deny-egress"]);
+    assert_eq!(p["egress"], serde_json::json!([]), "no egress: {p}");
+    assert_eq!(
+        p["allow_host_network"], false,
+        "set-policy replaces the policy: {p}"
+    );
+    let out = cli(
+        &bin,
+        &dev,
+        &token,
+        &[
+            "tenant",
+            "set-policy",
+            "json-t",
+            "--allow-egress",
+            "2001:db8::/32",
+        ],
+    );
+    assert_ne!(out.status.code(), Some(0));
+    assert!(
+        text(&out.stderr).contains("--allow-egress") && text(&out.stderr).contains("IPv6"),
+        "{}",
+        text(&out.stderr)
+    );
     run(&["tenant", "set-policy", "json-t"]);
     let s = run(&["tenant", "set-secret", "json-t", "db"]);
     assert_eq!(s["name"], "db", "{s}");

@@ -64,9 +64,21 @@ pub trait JobRuntime: Send + Sync {
     /// Kills and removes every attempt an earlier run of this agent left behind (its
     /// processes, containers and cgroups); returns how many.
     fn remove_leftovers(&self) -> usize;
+    /// Sets up what its jobs share, once leftovers are removed (the `oci` runtime's job
+    /// networks).
+    fn prepare(&self) -> BoxFuture<'_, Result<(), String>> {
+        Box::pin(async { Ok(()) })
+    }
+    /// The address jobs with networks of their own route through, once prepared (a host
+    /// address while any of them runs).
+    fn jobs_gateway(&self) -> Option<std::net::Ipv4Addr> {
+        None
+    }
     /// Once the agent's jobs have all ended: removes what the runtime keeps for them
-    /// (a container runtime's parent cgroup).
-    fn shut_down(&self) {}
+    /// (a container runtime's parent cgroup and job networks).
+    fn shut_down(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async {})
+    }
 }
 
 /// How the agent recognises an attempt's processes (GPU memory attribution, samples).
@@ -191,11 +203,15 @@ impl StopSignal {
     }
 }
 
-/// A job's network.
+/// A job's network (see [`allot_domain::JobNetwork`]). The `process` runtime has none of
+/// its own to give: its jobs are on the node's network whatever they asked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Network {
-    /// The node's own (what multi-node training needs).
+    /// A namespace of its own, routed through the node and held to its tenant's network
+    /// policy ([`oci::network`]).
     #[default]
+    Private,
+    /// The node's own (only where its tenant's policy allows it).
     Host,
     /// Only a loopback interface of its own.
     None,
@@ -255,6 +271,13 @@ pub struct LaunchSpec {
     pub image: Option<String>,
     pub pull_credentials: Option<PullCredentials>,
     pub network: Network,
+    /// Its tenant's network policy as the control plane sent it with the launch (none from
+    /// an older control plane: a confining node then runs no private or host job).
+    pub network_policy: Option<allot_domain::NetworkPolicy>,
+    /// For a replica of a gang: where the gang meets, for its network.
+    pub gang: Option<oci::network::GangNetwork>,
+    /// This node's address as it advertises itself to the control plane.
+    pub node_address: String,
     /// Where the job writes checkpoints, if it does: a path in one of its volumes, as the
     /// job sees it.
     pub checkpoint_dir: Option<String>,

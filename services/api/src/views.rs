@@ -53,6 +53,30 @@ pub struct PolicyBody {
     /// Place its jobs only on nodes that run them in containers (the `oci` runtime).
     #[serde(default)]
     pub require_confinement: bool,
+    /// Where its jobs' connections may go (jobs with a network of their own, the default),
+    /// besides what they never reach: the node's own addresses and services, link-local
+    /// addresses (`169.254.0.0/16`) and other jobs. Absent or null: anywhere else; a list:
+    /// only there (empty: nowhere). IPv4 only.
+    #[serde(default)]
+    pub egress: Option<Vec<EgressRuleBody>>,
+    /// Whether its jobs may ask for the node's own network (`network: host`), which reaches
+    /// everything the node does.
+    #[serde(default)]
+    pub allow_host_network: bool,
+}
+
+/// Where a job's connections may go.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EgressRuleBody {
+    /// An IPv4 network (`ADDRESS/PREFIX`, or an address alone).
+    #[schema(example = "203.0.113.0/24")]
+    pub cidr: String,
+    /// Destination ports, TCP and UDP: `443`, `8000-8100`, comma-separated. Absent or
+    /// empty: every port and protocol.
+    #[schema(example = "443,8000-8100")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ports: Option<String>,
 }
 
 impl From<allot_domain::TenantPolicy> for PolicyBody {
@@ -60,16 +84,41 @@ impl From<allot_domain::TenantPolicy> for PolicyBody {
         Self {
             image_registries: p.image_registries,
             require_confinement: p.require_confinement,
+            egress: p.network.egress.map(|rules| {
+                rules
+                    .iter()
+                    .map(|r| EgressRuleBody {
+                        cidr: r.cidr.to_string(),
+                        ports: (!r.ports.is_empty()).then(|| r.ports_text()),
+                    })
+                    .collect()
+            }),
+            allow_host_network: p.network.allow_host_network,
         }
     }
 }
 
-impl From<PolicyBody> for allot_domain::TenantPolicy {
-    fn from(p: PolicyBody) -> Self {
-        Self {
+impl TryFrom<PolicyBody> for allot_domain::TenantPolicy {
+    type Error = allot_domain::ValidationError;
+
+    /// Parses the egress rules, naming a bad one's field.
+    fn try_from(p: PolicyBody) -> Result<Self, Self::Error> {
+        let egress = p
+            .egress
+            .map(|rules| {
+                let raw: Vec<(String, Option<String>)> =
+                    rules.into_iter().map(|r| (r.cidr, r.ports)).collect();
+                allot_domain::network::parse_egress(&raw)
+            })
+            .transpose()?;
+        Ok(Self {
             image_registries: p.image_registries,
             require_confinement: p.require_confinement,
-        }
+            network: allot_domain::NetworkPolicy {
+                egress,
+                allow_host_network: p.allow_host_network,
+            },
+        })
     }
 }
 
@@ -539,8 +588,11 @@ pub struct SubmitJob {
     /// what nodes that confine jobs run. A tag is resolved to a digest at the first pull and
     /// every attempt runs that digest. The tenant's policy may limit the registries.
     pub image: Option<String>,
-    /// `host` (the default: the node's network) or `none`.
-    #[schema(example = "host")]
+    /// `private` (the default: a network of its own, reaching what its tenant's policy
+    /// allows), `host` (the node's own network, only where the tenant's policy allows it)
+    /// or `none` (loopback only). On nodes running jobs as processes (`--runtime process`)
+    /// every job is on the node's network whatever it asks.
+    #[schema(example = "private")]
     pub network: Option<String>,
     /// Absolute working directory: inside the container (a job with an image), else on
     /// the node; `/scratch` or the job's own directory when absent.

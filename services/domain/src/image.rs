@@ -130,6 +130,9 @@ pub struct TenantPolicy {
     pub image_registries: Vec<String>,
     /// Its jobs run only on nodes that confine them (the `oci` runtime).
     pub require_confinement: bool,
+    /// What its jobs may reach over the network, and whether they may share the node's.
+    #[serde(default)]
+    pub network: crate::NetworkPolicy,
 }
 
 impl TenantPolicy {
@@ -161,6 +164,7 @@ impl TenantPolicy {
                 "must list at most 64 entries",
             ));
         }
+        self.network.validate()?;
         for (i, entry) in self.image_registries.iter().enumerate() {
             let trimmed = entry.trim_end_matches('/');
             // A registry alone (`host:port`) or a registry and repository prefix.
@@ -219,7 +223,7 @@ mod tests {
     fn the_policy_allows_only_its_prefixes() {
         let p = TenantPolicy {
             image_registries: vec!["127.0.0.1:5000/team-a/".into(), "reg.io".into()],
-            require_confinement: false,
+            ..Default::default()
         };
         let ok = |s: &str| p.allows_image(&ImageRef::parse(s).expect("ref")).is_ok();
         assert!(ok("127.0.0.1:5000/team-a/busybox:1"));
@@ -233,7 +237,7 @@ mod tests {
         assert!(p.validate().is_ok());
         let bad = TenantPolicy {
             image_registries: vec!["not a registry".into()],
-            require_confinement: false,
+            ..Default::default()
         };
         assert_eq!(
             bad.validate().expect_err("bad").0[0].field,

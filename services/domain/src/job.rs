@@ -206,7 +206,8 @@ pub struct JobSpec {
     /// confine jobs run; none runs on a node's own file system (nodes running jobs as
     /// processes only).
     pub image: Option<String>,
-    /// Its network: the node's (the default, what multi-node training needs) or none.
+    /// Its network: its own (the default), the node's (where its tenant's policy allows)
+    /// or none.
     pub network: JobNetwork,
     /// The longest an attempt may run, in seconds (Slurm's `--time`): an attempt still
     /// running then is stopped, and the job ends timed out saying so. None: no limit (and
@@ -240,8 +241,15 @@ pub struct Replica {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum JobNetwork {
-    /// The node's own network namespace.
+    /// A network namespace of its own (the default on nodes that confine jobs): its own
+    /// loopback, and one interface routed through the node, whose connections leave the
+    /// node NATed to where its tenant's network policy allows ([`crate::network`]); nothing
+    /// reaches it but its gang's rendezvous. Nodes running jobs as processes have no such
+    /// thing: there a job is the agent's user on the node's network whatever it asked for.
     #[default]
+    Private,
+    /// The node's own network namespace: every address, service and listener of the node
+    /// (only where its tenant's policy allows it).
     Host,
     /// A network namespace of its own with no interfaces but loopback.
     None,
@@ -250,6 +258,7 @@ pub enum JobNetwork {
 impl JobNetwork {
     pub fn as_str(self) -> &'static str {
         match self {
+            JobNetwork::Private => "private",
             JobNetwork::Host => "host",
             JobNetwork::None => "none",
         }
@@ -260,9 +269,10 @@ impl std::str::FromStr for JobNetwork {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
         match s {
+            "private" => Ok(JobNetwork::Private),
             "host" => Ok(JobNetwork::Host),
             "none" => Ok(JobNetwork::None),
-            other => Err(format!("unknown network `{other}` (host or none)")),
+            other => Err(format!("unknown network `{other}` (private, host or none)")),
         }
     }
 }
@@ -701,7 +711,7 @@ pub(crate) mod tests {
             gpu_resizable: false,
             time_limit_secs: None,
             image: None,
-            network: JobNetwork::Host,
+            network: JobNetwork::Private,
             replicas: 1,
             pack: None,
         }

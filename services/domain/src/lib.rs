@@ -16,6 +16,7 @@ pub mod isolation;
 pub mod job;
 pub mod joblog;
 pub mod mig;
+pub mod network;
 pub mod node;
 pub mod quantity;
 pub mod secret;
@@ -39,6 +40,7 @@ pub use job::{
     AVOID_FOR_SECS, Avoid, GPU_MILLI, Job, JobEvent, JobNetwork, JobSpec, JobState, MAX_REPLICAS,
     Pack, PendingReason, Replica, Share, TransitionError,
 };
+pub use network::{EgressRule, NetworkPolicy, PortRange};
 pub use node::{GpuDevice, MemoryEnforcement, MigSlot, Node, NodeStatus};
 pub use quantity::{
     format_bytes, format_duration, format_gpus, format_milli, parse_bytes, parse_memory,

@@ -268,6 +268,8 @@ pub struct LaunchExtras {
     pub secrets: Vec<allot_proto::v1::JobSecret>,
     /// For a replica of a gang: its place, and where the gang meets.
     pub gang: Option<allot_proto::v1::Gang>,
+    /// Its tenant's network policy now.
+    pub network_policy: Option<allot_proto::v1::NetworkPolicy>,
 }
 
 /// The launch of `job`, carrying the trace context of the current span (the scheduling
@@ -307,6 +309,7 @@ pub fn launch(job: &Job, extras: LaunchExtras) -> Assignment {
             traceparent: allot_telemetry::traceparent(&tracing::Span::current())
                 .unwrap_or_default(),
             gang: extras.gang,
+            network_policy: extras.network_policy,
         })),
     }
 }

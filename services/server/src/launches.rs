@@ -4,9 +4,7 @@
 
 use allot_domain::{ImageRef, Job};
 use allot_proto::v1::{Assignment, Gang, JobSecret, VolumeMount};
-use allot_store::{
-    CredentialRepo, JobRepo, NodeRepo, SecretRepo, Store, TenantRepo, TenantScope, VolumeRepo,
-};
+use allot_store::{CredentialRepo, JobRepo, NodeRepo, SecretRepo, Store, TenantRepo, VolumeRepo};
 
 use crate::hub::{self, LaunchExtras};
 
@@ -27,11 +25,11 @@ pub async fn resend(store: &Store, job: &Job) -> Option<Assignment> {
 /// node then fails the attempt with the reason (no uid range, a refused pull, a missing
 /// volume), rather than a scheduling pass failing for every job.
 pub async fn launch(store: &Store, job: &Job) -> Assignment {
-    let uid_slot = match store.tenant_by_id(&job.tenant_id).await {
-        Ok(t) => Some(t.uid_slot),
+    let (uid_slot, network_policy) = match store.tenant_by_id(&job.tenant_id).await {
+        Ok(t) => (Some(t.uid_slot), Some(network_policy(&t.policy.network))),
         Err(e) => {
             tracing::warn!(job = %job.id, error = %e, "no tenant for the launch");
-            None
+            (None, None)
         }
     };
     let credentials = match job.spec.image.as_deref().map(ImageRef::parse) {
@@ -100,38 +98,80 @@ pub async fn launch(store: &Store, job: &Job) -> Assignment {
             volumes,
             secrets,
             gang,
+            network_policy,
         },
     )
 }
 
+/// The tenant's network policy as a launch carries it.
+fn network_policy(p: &allot_domain::NetworkPolicy) -> allot_proto::v1::NetworkPolicy {
+    allot_proto::v1::NetworkPolicy {
+        restricted: p.egress.is_some(),
+        allow: p
+            .egress
+            .iter()
+            .flatten()
+            .map(|r| allot_proto::v1::EgressRule {
+                cidr: r.cidr.to_string(),
+                ports: r
+                    .ports
+                    .iter()
+                    .map(|p| allot_proto::v1::PortRange {
+                        first: u32::from(p.first),
+                        last: u32::from(p.last),
+                    })
+                    .collect(),
+            })
+            .collect(),
+        allow_host_network: p.allow_host_network,
+    }
+}
+
 /// Where `job`, replica `r` of its gang, stands, and where the gang meets: replica 0's
-/// node, at the gang's port for this attempt. Replica 0's node address unknown (an older
-/// agent, or the store unreadable): its name, which a fleet's DNS usually resolves.
+/// node, at the gang's port for this attempt, reached from the nodes of its replicas.
+/// A node whose address is unknown (an older agent, or the store unreadable) is named by
+/// its name, which a fleet's DNS usually resolves.
 async fn gang(store: &Store, job: &Job, r: &allot_domain::Replica) -> Gang {
-    // Replica 0's record is the gang's.
-    let first_node = match store.job(&TenantScope::All, &r.gang_id).await {
-        Ok(first) => first.node_id,
-        Err(e) => {
-            tracing::warn!(job = %job.id, error = %e, "cannot read the gang");
-            None
+    let members = store.gang(&r.gang_id).await.unwrap_or_else(|e| {
+        tracing::warn!(job = %job.id, error = %e, "cannot read the gang");
+        Vec::new()
+    });
+    let mut addresses = std::collections::BTreeMap::new();
+    for node_id in members.iter().filter_map(|m| m.node_id.clone()) {
+        if addresses.contains_key(&node_id) {
+            continue;
         }
-    };
-    let master_addr = match first_node {
-        Some(id) => match store.node(&id).await {
+        let address = match store.node(&node_id).await {
             Ok(n) if !n.address.is_empty() => n.address,
             Ok(n) => n.name,
             Err(e) => {
-                tracing::warn!(job = %job.id, error = %e, "cannot read the gang's first node");
-                String::new()
+                tracing::warn!(job = %job.id, error = %e, "cannot read a node of the gang");
+                continue;
             }
-        },
-        None => String::new(),
+        };
+        addresses.insert(node_id, address);
+    }
+    // Replica 0's record is the gang's.
+    let master_addr = members
+        .iter()
+        .find(|m| m.id == r.gang_id)
+        .and_then(|first| first.node_id.as_ref())
+        .and_then(|id| addresses.get(id).cloned())
+        .unwrap_or_default();
+    // Only the first replica's node forwards the rendezvous.
+    let mut peer_addresses: Vec<String> = if r.rank == 0 {
+        addresses.into_values().collect()
+    } else {
+        Vec::new()
     };
+    peer_addresses.sort();
+    peer_addresses.dedup();
     Gang {
         gang_id: r.gang_id.clone(),
         rank: r.rank,
         size: job.spec.replicas,
         master_addr,
         master_port: u32::from(allot_domain::gang::master_port(&r.gang_id, job.attempt)),
+        peer_addresses,
     }
 }

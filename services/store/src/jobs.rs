@@ -563,10 +563,21 @@ pub(crate) async fn create_jobs_in<C: ConnectionTrait>(
         // Names of `env`, never its values: the entry commits to them instead.
         let event = AuditEvent::success(job.tenant_id.clone(), "job.submit", format!("job/{id}"))
             .after(allot_domain::secret::audited_spec(&id, &job.spec));
-        by_log
-            .entry(event.log.clone())
-            .or_default()
-            .push((ctx, event));
+        let entries = by_log.entry(event.log.clone()).or_default();
+        entries.push((ctx.clone(), event));
+        // A job on the node's own network reaches all of it: recorded as such, beside its
+        // submit, so a search for `job.host_network` finds every one.
+        if job.spec.network == allot_domain::JobNetwork::Host {
+            entries.push((
+                ctx,
+                AuditEvent::success(
+                    job.tenant_id.clone(),
+                    "job.host_network",
+                    format!("job/{id}"),
+                )
+                .after(serde_json::json!({ "network": "host", "image": job.spec.image })),
+            ));
+        }
     }
     for (log, events) in by_log {
         record_batch(db, store, &log, events).await?;

@@ -1,8 +1,8 @@
 //! Tenants and their quotas.
 
 use allot_domain::{
-    AuditContext, AuditEvent, Quota, ResourceLimits, Resources, SYSTEM_LOG, Tenant, TenantName,
-    TenantPolicy,
+    AuditContext, AuditEvent, NetworkPolicy, Quota, ResourceLimits, Resources, SYSTEM_LOG, Tenant,
+    TenantName, TenantPolicy,
 };
 use sea_orm::sea_query::{Expr, ExprTrait};
 use sea_orm::{
@@ -121,6 +121,10 @@ fn to_domain(m: tenants::Model) -> Result<Tenant, StoreError> {
         policy: TenantPolicy {
             image_registries: json("image_registries", &m.image_registries)?,
             require_confinement: m.require_confinement,
+            network: NetworkPolicy {
+                egress: m.egress.as_deref().map(|e| json("egress", e)).transpose()?,
+                allow_host_network: m.allow_host_network,
+            },
         },
         uid_slot: m
             .uid_slot
@@ -417,6 +421,13 @@ impl TenantRepo for Store {
             id: Set(tenant.id),
             image_registries: Set(to_json("image_registries", &policy.image_registries)?),
             require_confinement: Set(policy.require_confinement),
+            egress: Set(policy
+                .network
+                .egress
+                .as_ref()
+                .map(|e| to_json("egress", e))
+                .transpose()?),
+            allow_host_network: Set(policy.network.allow_host_network),
             ..Default::default()
         };
         let txn = self.begin().await?;
@@ -500,6 +511,8 @@ impl Store {
             created_at: Set(self.clock.now()),
             image_registries: Set("[]".to_owned()),
             require_confinement: Set(false),
+            egress: Set(None),
+            allow_host_network: Set(false),
             ..Default::default()
         };
         set_quota_columns(&mut row, quota)?;

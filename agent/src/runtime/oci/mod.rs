@@ -6,8 +6,10 @@
 //! tenant's ([`uid_base`]); no capabilities, no new privileges, the default seccomp
 //! profile ([`seccomp`]); the image's root file system read-only, with `/scratch`, `/tmp`
 //! and `/dev/shm` as size-limited tmpfs; only its own GPUs' device nodes (from the node's
-//! CDI specs, [`crate::cdi`]); CPU, memory and pids limits on its cgroup; the node's network
-//! unless it asked for none. Its first process is `tini` with a parent-death signal, so a
+//! CDI specs, [`crate::cdi`]); CPU, memory and pids limits on its cgroup; a network
+//! namespace of its own, routed through the node and held to its tenant's network policy
+//! ([`network`]; loopback only with `--network none`, the node's own with `--network host`
+//! where the tenant's policy allows it). Its first process is `tini` with a parent-death signal, so a
 //! container whose agent dies (and with it the runtime process the agent started, by its
 //! own parent-death signal) dies too, and everything in its PID namespace with it.
 //!
@@ -15,6 +17,7 @@
 //! and each container's own root ([`rootfs`]: `roots/`, 0711, each container's 0700 and its
 //! own); images under `<data dir>/images/` ([`crate::image`], 0700).
 
+pub mod network;
 pub mod rootfs;
 pub mod seccomp;
 pub mod spec;
@@ -27,7 +30,9 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 
 use super::cgroup::Hierarchy;
-use super::{Attempt, BoxFuture, Ending, JobRuntime, LaunchSpec, RuntimeKind, Started, Tracker};
+use super::{
+    Attempt, BoxFuture, Ending, JobRuntime, LaunchSpec, Network, RuntimeKind, Started, Tracker,
+};
 use crate::image::{ImageStore, RegistryConfig};
 
 /// How the node runs containers.
@@ -53,6 +58,8 @@ pub struct OciConfig {
     pub shm_bytes: u64,
     /// Processes (threads) one container may have.
     pub pids_limit: i64,
+    /// The pool this agent takes its jobs' subnet from (a /24 of it).
+    pub job_subnets: ipnet::Ipv4Net,
 }
 
 impl OciConfig {
@@ -102,6 +109,9 @@ impl OciConfig {
             tmp_bytes: 1 << 30,
             shm_bytes: 1 << 30,
             pids_limit: 4096,
+            job_subnets: network::plan::DEFAULT_POOL
+                .parse()
+                .map_err(|e| format!("the default job subnet pool: {e}"))?,
         })
     }
 }
@@ -143,6 +153,7 @@ pub struct OciRuntime {
     hierarchy: Hierarchy,
     /// This agent's cgroups: `/allot/<node>-<hash of its data dir>`.
     cgroup_parent: String,
+    networks: std::sync::Arc<network::JobNetworks>,
 }
 
 fn mkdir(path: &Path, mode: u32) -> std::io::Result<()> {
@@ -187,10 +198,14 @@ impl OciRuntime {
         )
         .map_err(|e| format!("image cache: {e}"))?;
         let canonical = std::fs::canonicalize(data_dir).unwrap_or_else(|_| data_dir.to_owned());
-        let hash = hex::encode(
-            &<sha2::Sha256 as sha2::Digest>::digest(canonical.display().to_string().as_bytes())
-                [..4],
-        );
+        let digest =
+            <sha2::Sha256 as sha2::Digest>::digest(canonical.display().to_string().as_bytes());
+        let hash = hex::encode(&digest[..4]);
+        let networks = std::sync::Arc::new(network::JobNetworks::new(
+            &digest,
+            cfg.job_subnets,
+            oci.join("network"),
+        ));
         let node: String = node_name
             .chars()
             .map(|c| {
@@ -209,6 +224,7 @@ impl OciRuntime {
             images,
             hierarchy: Hierarchy::detect(),
             cgroup_parent: format!("/allot/{node}-{hash}"),
+            networks,
             cfg,
         })
     }
@@ -287,6 +303,8 @@ struct OciAttempt {
     container: Container,
     digest: String,
     _image: crate::image::Image,
+    /// Its own network, removed once the container is.
+    network: Option<network::Attachment>,
 }
 
 impl Attempt for OciAttempt {
@@ -323,6 +341,9 @@ impl Attempt for OciAttempt {
             let out_of_memory = c.hierarchy.oom_kills(&c.cgroup) > 0;
             let container = c.clone();
             let _ = tokio::task::spawn_blocking(move || container.remove()).await;
+            if let Some(n) = self.network {
+                n.release().await;
+            }
             Ending { out_of_memory }
         })
     }
@@ -397,6 +418,71 @@ fn pass_fds(cmd: &mut tokio::process::Command, fds: Vec<i32>) {
     }
 }
 
+impl OciRuntime {
+    /// The job's network namespace, when it is to have one of its own: made and connected,
+    /// with the `/etc` files naming it (written into its bundle). None for the node's
+    /// network (where the tenant's policy allows it) or none at all. A launch without its
+    /// tenant's network policy gets neither.
+    async fn network_for(
+        &self,
+        spec: &LaunchSpec,
+        bundle: &Path,
+    ) -> Result<Option<(network::Attachment, Vec<(String, PathBuf)>)>, String> {
+        let policy = || {
+            spec.network_policy.as_ref().ok_or_else(|| {
+                "the control plane sent no network policy for the job's tenant; a node confining jobs gives no network without one"
+                    .to_owned()
+            })
+        };
+        match spec.network {
+            Network::None => Ok(None),
+            Network::Host => {
+                if policy()?.allow_host_network {
+                    Ok(None)
+                } else {
+                    Err("the job asks for the node's network (--network host), which its tenant's policy does not allow"
+                        .into())
+                }
+            }
+            Network::Private => {
+                let attachment = self
+                    .networks
+                    .attach(network::Request {
+                        egress: policy()?.egress.clone(),
+                        gang: spec.gang.clone(),
+                        node_address: spec.node_address.clone(),
+                    })
+                    .await?;
+                let host_resolv = std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default();
+                let stub = std::fs::read_to_string("/run/systemd/resolve/resolv.conf").ok();
+                let mut files = Vec::new();
+                for (dest, name, text) in [
+                    (
+                        "/etc/resolv.conf",
+                        "resolv.conf",
+                        network::resolv_conf(&host_resolv, stub.as_deref()),
+                    ),
+                    (
+                        "/etc/hosts",
+                        "hosts",
+                        network::hosts(attachment.address(), spec::HOSTNAME),
+                    ),
+                ] {
+                    let path = bundle.join(name);
+                    std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+                    std::fs::set_permissions(
+                        &path,
+                        std::os::unix::fs::PermissionsExt::from_mode(0o644),
+                    )
+                    .map_err(|e| format!("{}: {e}", path.display()))?;
+                    files.push((dest.to_owned(), path));
+                }
+                Ok(Some((attachment, files)))
+            }
+        }
+    }
+}
+
 impl JobRuntime for OciRuntime {
     fn kind(&self) -> RuntimeKind {
         RuntimeKind::Oci
@@ -463,6 +549,7 @@ impl JobRuntime for OciRuntime {
             let (uid, gid) =
                 blocking(move || crate::image::user::resolve(&image_root, image_user.as_deref()))
                     .await??;
+            let network = self.network_for(spec, &bundle).await?;
             let secrets_dir = super::secrets::write_files(
                 &spec.secrets,
                 &bundle.join("secrets"),
@@ -482,6 +569,10 @@ impl JobRuntime for OciRuntime {
                 restore_from: restore_from.as_deref(),
                 secret_env: &secret_env,
                 secrets_dir: secrets_dir.as_deref(),
+                network: network.as_ref().map(|(n, files)| spec::OwnNetwork {
+                    namespace: n.namespace_path(),
+                    files,
+                }),
             })?;
             // The container's own root, what it mounts over made in it.
             let (image_root, prepared) = (image.rootfs.clone(), oci.clone());
@@ -576,13 +667,30 @@ impl JobRuntime for OciRuntime {
                 container: starting.container.clone(),
                 digest: image.digest.clone(),
                 _image: image,
+                network: network.map(|(n, _)| n),
             }) as Box<dyn Attempt>)
         })
     }
 
-    fn shut_down(&self) {
-        self.remove_leftovers();
-        self.hierarchy.kill_and_remove(&self.cgroup_parent);
+    fn prepare(&self) -> BoxFuture<'_, Result<(), String>> {
+        Box::pin(async move {
+            self.networks
+                .prepare()
+                .await
+                .map_err(|e| format!("jobs' networks: {e}"))
+        })
+    }
+
+    fn jobs_gateway(&self) -> Option<std::net::Ipv4Addr> {
+        self.networks.gateway()
+    }
+
+    fn shut_down(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            self.remove_leftovers();
+            self.hierarchy.kill_and_remove(&self.cgroup_parent);
+            self.networks.shut_down().await;
+        })
     }
 
     fn remove_leftovers(&self) -> usize {

@@ -49,7 +49,19 @@ pub struct Inputs<'a> {
     /// The directory of its file secrets on the node, if it has any: mounted read-only at
     /// `/run/secrets`.
     pub secrets_dir: Option<&'a Path>,
+    /// Its own network, when it has one (`--network private`).
+    pub network: Option<OwnNetwork<'a>>,
 }
+
+/// A job's own network namespace, made by the agent, and the `/etc` files that go with it
+/// (container path, file on the node).
+pub struct OwnNetwork<'a> {
+    pub namespace: PathBuf,
+    pub files: &'a [(String, PathBuf)],
+}
+
+/// Every container's host name.
+pub const HOSTNAME: &str = "job";
 
 /// A path inside the container: absolute, without `..`.
 fn container_path(path: &str, what: &str) -> Result<String, String> {
@@ -260,7 +272,16 @@ pub fn build(i: &Inputs<'_>) -> Result<Spec, String> {
         tmpfs("/tmp", i.cfg.tmp_bytes, "1777", &[]),
         tmpfs(SCRATCH, i.cfg.scratch_bytes, "1777", &[]),
     ];
-    if l.network == Network::Host {
+    if let Some(own) = &i.network {
+        for (dest, file) in own.files {
+            mounts.push(mount(
+                dest,
+                "bind",
+                file,
+                &["bind", "ro", "nosuid", "nodev", "noexec"],
+            ));
+        }
+    } else if l.network == Network::Host {
         for f in ["/etc/resolv.conf", "/etc/hosts"] {
             if Path::new(f).is_file() {
                 mounts.push(mount(
@@ -332,14 +353,26 @@ pub fn build(i: &Inputs<'_>) -> Result<Spec, String> {
         LinuxNamespaceType::User,
         LinuxNamespaceType::Cgroup,
     ];
-    if l.network == Network::None {
+    if l.network != Network::Host {
         namespaces.push(LinuxNamespaceType::Network);
     }
     let namespaces = namespaces
         .into_iter()
-        .map(|t| LinuxNamespaceBuilder::default().typ(t).build())
+        .map(|t| {
+            let b = LinuxNamespaceBuilder::default().typ(t);
+            // Its own network is the namespace the agent made (the host's user namespace
+            // owns it: nothing in the container can change it); `none` a new, empty one.
+            match (&i.network, t) {
+                (Some(own), LinuxNamespaceType::Network) => b.path(own.namespace.clone()),
+                _ => b,
+            }
+            .build()
+        })
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| e.to_string())?;
+    if l.network == Network::Private && i.network.is_none() {
+        return Err("the job's own network was not set up".into());
+    }
     let mapping = LinuxIdMappingBuilder::default()
         .container_id(0u32)
         .host_id(i.uid_base)
@@ -432,7 +465,7 @@ pub fn build(i: &Inputs<'_>) -> Result<Spec, String> {
     }
     let mut spec = SpecBuilder::default()
         .version("1.0.2")
-        .hostname("job")
+        .hostname(HOSTNAME)
         .root(
             RootBuilder::default()
                 .path(i.rootfs)

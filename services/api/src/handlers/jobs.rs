@@ -76,11 +76,12 @@ pub async fn submit(
         &format!("tenant `{}`", tenant.name),
     )?;
     let network = match body.network.as_deref() {
-        None => allot_domain::JobNetwork::Host,
+        None => allot_domain::JobNetwork::default(),
         Some(n) => n
             .parse()
             .map_err(|e: String| ValidationError::single("network", e))?,
     };
+    tenant.policy.network.allows_network(network)?;
     if let Some(image) = &body.image {
         let parsed = allot_domain::ImageRef::parse(image)
             .map_err(|e| ValidationError::single("image", e))?;

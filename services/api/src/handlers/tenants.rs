@@ -253,8 +253,8 @@ async fn apply_quota(
     Ok(json(StatusCode::OK, &view(state, tenant, &all).await?))
 }
 
-/// Get a tenant's policy: the image registries its jobs may use, and whether they must run
-/// confined.
+/// Get a tenant's policy: the image registries its jobs may use, whether they must run
+/// confined, where their connections may go and whether they may share the node's network.
 #[utoipa::path(get, path = "/api/v1/tenants/{name}/policy", tag = "tenants",
     security(("bearer" = [])), params(("name" = String, Path)),
     responses((status = 200, body = PolicyBody), (status = 404, body = Problem)))]
@@ -269,8 +269,10 @@ pub async fn get_policy(
 
 /// Replace a tenant's policy (platform admins, as for its quota). Jobs submitted from then
 /// on are held to it: an image outside `image_registries` is refused (422 naming `image`),
-/// and with `require_confinement` the tenant's jobs are placed only on nodes that run jobs
-/// in containers.
+/// with `require_confinement` the tenant's jobs are placed only on nodes that run jobs in
+/// containers, and `network: host` without `allow_host_network` is refused (422 naming
+/// `network`). Each launch carries the policy in force then: a job's egress follows its
+/// tenant's `egress` as it is when the job starts.
 #[utoipa::path(put, path = "/api/v1/tenants/{name}/policy", tag = "tenants",
     security(("bearer" = [])), params(("name" = String, Path)), request_body = PolicyBody,
     responses((status = 200, body = PolicyBody), (status = 400, body = Problem),
@@ -282,7 +284,7 @@ pub async fn set_policy(
     Json(body): Json<PolicyBody>,
 ) -> Result<HttpResponse, ApiError> {
     visible(&state, &who, &name, Action::QuotaWrite).await?;
-    let policy = TenantPolicy::from(body);
+    let policy = TenantPolicy::try_from(body)?;
     policy.validate()?;
     let tenant = state.store.set_policy(&who.audit(), &name, policy).await?;
     state.events.job_submitted();

@@ -124,6 +124,10 @@ pub struct RuntimeArgs {
     /// Processes and threads one container may have.
     #[arg(long, default_value_t = 4096)]
     pub pids_limit: i64,
+    /// The IPv4 pool this agent takes its jobs' /24 from (one that no route or address of
+    /// the host overlaps, nor another agent's on it).
+    #[arg(long, env = "ALLOT_JOB_SUBNETS", default_value = allot_agent::runtime::oci::network::plan::DEFAULT_POOL)]
+    pub job_subnets: ipnet::Ipv4Net,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -173,6 +177,14 @@ impl RuntimeArgs {
                 cfg.tmp_bytes = self.tmp_size;
                 cfg.shm_bytes = self.tmp_size;
                 cfg.pids_limit = self.pids_limit;
+                anyhow::ensure!(
+                    self.job_subnets.prefix_len()
+                        <= allot_agent::runtime::oci::network::plan::SUBNET_PREFIX,
+                    "--job-subnets {}: the pool must hold a /{} at least",
+                    self.job_subnets,
+                    allot_agent::runtime::oci::network::plan::SUBNET_PREFIX
+                );
+                cfg.job_subnets = self.job_subnets;
                 Ok(allot_agent::RuntimeChoice::Oci(cfg))
             }
         }

@@ -156,6 +156,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         scratch_size: 1 << 30,
         tmp_size: 1 << 30,
         pids_limit: 4096,
+        job_subnets: allot_agent::runtime::oci::network::plan::DEFAULT_POOL.parse()?,
     }
     .choice(&[server.grpc_url()])?;
     if matches!(runtime, allot_agent::RuntimeChoice::Oci(_)) {

@@ -79,7 +79,10 @@ pub enum JobCmd {
         /// jobs run only images). The command is then optional: the image's entrypoint.
         #[arg(long)]
         image: Option<String>,
-        /// The job's network: host (the default, the node's) or none.
+        /// The job's network: private (the default: its own, reaching what its tenant's
+        /// policy allows and never the node, link-local addresses or other jobs), host (the
+        /// node's own, where the tenant's policy allows it) or none (loopback only). Under
+        /// --runtime process (allot dev's default) every job is on the node's network.
         #[arg(long)]
         network: Option<String>,
         /// Absolute working directory: inside the container for a job with an image, else

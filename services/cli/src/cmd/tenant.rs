@@ -55,7 +55,9 @@ pub enum TenantCmd {
         output: Format,
     },
     /// Set what a tenant's jobs may run and where (platform admins): the image registries
-    /// (or registry/repository prefixes) it may use, and whether its jobs must run confined.
+    /// (or registry/repository prefixes) it may use, whether its jobs must run confined,
+    /// where their connections may go and whether they may share the node's network. The
+    /// whole policy is replaced: what is not given goes back to its default.
     SetPolicy {
         name: String,
         /// A registry, or a registry/repository prefix, the tenant's images may come from
@@ -65,6 +67,18 @@ pub enum TenantCmd {
         /// Place its jobs only on nodes that run them in containers.
         #[arg(long)]
         require_confinement: bool,
+        /// Where its jobs' connections may go, CIDR[:PORTS] (e.g. 10.20.0.0/16:443,8000-8100;
+        /// repeatable): only there. Without it (nor --deny-egress), anywhere but the node,
+        /// link-local addresses and other jobs, which no job ever reaches. IPv4 only.
+        #[arg(long = "allow-egress", value_parser = allot_domain::EgressRule::parse, conflicts_with = "deny_egress")]
+        egress: Vec<allot_domain::EgressRule>,
+        /// No connections out at all.
+        #[arg(long)]
+        deny_egress: bool,
+        /// Let its jobs ask for the node's own network (--network host), which reaches
+        /// everything the node does (its services, other jobs' listeners); audited.
+        #[arg(long)]
+        allow_host_network: bool,
         #[arg(short, long, value_enum, default_value_t)]
         output: Format,
     },
@@ -532,11 +546,17 @@ pub async fn run(client: &Client, cmd: TenantCmd) -> anyhow::Result<()> {
             name,
             registries,
             require_confinement,
+            egress,
+            deny_egress,
+            allow_host_network,
             output,
         } => {
+            let egress = (deny_egress || !egress.is_empty()).then_some(egress);
             let body = serde_json::json!({
                 "image_registries": registries,
                 "require_confinement": require_confinement,
+                "egress": egress,
+                "allow_host_network": allow_host_network,
             });
             let p: serde_json::Value = client
                 .call(
@@ -556,13 +576,22 @@ pub async fn run(client: &Client, cmd: TenantCmd) -> anyhow::Result<()> {
                                 .join(", ")
                         })
                 };
+                let network: allot_domain::NetworkPolicy =
+                    serde_json::from_value(p.clone()).unwrap_or_default();
                 format!(
-                    "policy of tenant {name} set: images from {}; confinement {}",
+                    "policy of tenant {name} set: images from {}; confinement {}; egress: {}; \
+                     host network {}",
                     list(&p["image_registries"]),
                     if p["require_confinement"] == true {
                         "required"
                     } else {
                         "not required"
+                    },
+                    network.describe_egress(),
+                    if network.allow_host_network {
+                        "allowed"
+                    } else {
+                        "refused"
                     }
                 )
             })

@@ -25,6 +25,10 @@ pub struct Model {
     #[sea_orm(column_type = "Text")]
     pub image_registries: String,
     pub require_confinement: bool,
+    /// JSON list of egress rules (`allot_domain::EgressRule`); null: the default egress.
+    #[sea_orm(column_type = "Text", nullable)]
+    pub egress: Option<String>,
+    pub allow_host_network: bool,
     /// Its host uid range on every node (see `allot_domain::Tenant::uid_slot`).
     #[sea_orm(unique)]
     pub uid_slot: Option<i32>,

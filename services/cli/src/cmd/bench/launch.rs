@@ -7,7 +7,10 @@
 //! process runs (`Started`): for a process, once it is spawned; for a container, once runc
 //! has exec'd its first process and written its pid. Under `oci` that includes asking the
 //! registry for the manifest (the cache serves the blobs), writing the bundle and runc's own
-//! work. The two runtimes alternate, so both see the same machine.
+//! work; a container with its own network (`--network private`, the default) also waits for
+//! its namespace, link, addresses, routes and the agent's nftables table, which a container
+//! with `--network none` (an empty namespace runc makes) does not. The three alternate, so
+//! all see the same machine.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -27,7 +30,8 @@ pub struct LaunchBench {
     /// Launches measured per runtime.
     #[arg(long, default_value_t = 50)]
     launches: usize,
-    /// The added median the oci runtime may cost, in milliseconds (the run fails past it).
+    /// The added median the oci runtime (with the job's own network) may cost over the
+    /// process runtime, in milliseconds (the run fails past it).
     #[arg(long, default_value_t = 150.0)]
     target_ms: f64,
     /// One line of JSON instead of indented output.
@@ -35,7 +39,7 @@ pub struct LaunchBench {
     json: bool,
 }
 
-fn spec(job: usize, image: Option<String>) -> LaunchSpec {
+fn spec(job: usize, image: Option<String>, network: Network) -> LaunchSpec {
     LaunchSpec {
         job_id: format!("bench-{job}"),
         job_name: "bench".into(),
@@ -53,7 +57,10 @@ fn spec(job: usize, image: Option<String>) -> LaunchSpec {
         memory_bytes: 256 << 20,
         image,
         pull_credentials: None,
-        network: Network::Host,
+        network,
+        network_policy: Some(Default::default()),
+        gang: None,
+        node_address: String::new(),
         checkpoint_dir: None,
         volumes: Vec::new(),
         secrets: Vec::new(),
@@ -69,6 +76,7 @@ async fn launch(
     dir: &Path,
     job: usize,
     image: Option<String>,
+    network: Network,
 ) -> anyhow::Result<f64> {
     let stop = StopSignal::default();
     let log = joblog::path(dir, &format!("bench-{job}"), 1);
@@ -76,7 +84,7 @@ async fn launch(
     let mut running = None;
     let done = allot_agent::runtime::supervise(
         runtime,
-        spec(job, image),
+        spec(job, image, network),
         log,
         &stop,
         Duration::from_secs(1),
@@ -134,33 +142,34 @@ pub async fn run(args: &LaunchBench) -> anyhow::Result<()> {
     }
     let oci: Arc<dyn JobRuntime> =
         Arc::new(OciRuntime::new(&oci_dir, "bench", cfg.clone()).map_err(anyhow::Error::msg)?);
-    // Warm the image cache (and the page cache) before measuring.
-    launch(oci.as_ref(), &oci_dir, 0, Some(image.clone())).await?;
-    launch(process.as_ref(), &process_dir, 0, None).await?;
-    let (mut p, mut o) = (Vec::new(), Vec::new());
-    for i in 1..=args.launches {
-        // Alternate which goes first.
-        if i % 2 == 0 {
-            p.push(launch(process.as_ref(), &process_dir, i, None).await?);
-            o.push(launch(oci.as_ref(), &oci_dir, i, Some(image.clone())).await?);
-        } else {
-            o.push(launch(oci.as_ref(), &oci_dir, i, Some(image.clone())).await?);
-            p.push(launch(process.as_ref(), &process_dir, i, None).await?);
-        }
-    }
-    // What the runtimes keep for their jobs (the container runtime's parent cgroup) goes.
-    oci.shut_down();
-    process.shut_down();
+    oci.prepare().await.map_err(anyhow::Error::msg)?;
+    let measured = measure(
+        args.launches,
+        &process,
+        &process_dir,
+        &oci,
+        &oci_dir,
+        &image,
+    )
+    .await;
+    // What the runtimes keep for their jobs (the container runtime's parent cgroup and job
+    // networks) goes, whatever the measurement did.
+    oci.shut_down().await;
+    process.shut_down().await;
+    let (p, private, none) = measured?;
     let process = summary(p);
-    let oci_summary = summary(o);
-    let added = oci_summary["median_ms"].as_f64().unwrap_or(0.0)
-        - process["median_ms"].as_f64().unwrap_or(0.0);
+    let oci_summary = summary(private);
+    let none_summary = summary(none);
+    let median = |v: &serde_json::Value| v["median_ms"].as_f64().unwrap_or(0.0);
+    let added = median(&oci_summary) - median(&process);
     let out = serde_json::json!({
         "process": process,
         "oci": oci_summary,
+        "oci_network_none": none_summary,
         "oci_runtime": cfg.runtime.display().to_string(),
         "cgroups": allot_agent::runtime::cgroup::Hierarchy::detect().name(),
         "oci_added_median_ms": added,
+        "network_added_median_ms": median(&oci_summary) - median(&none_summary),
         "target_added_median_ms": args.target_ms,
         "met": added <= args.target_ms,
     });
@@ -171,4 +180,36 @@ pub async fn run(args: &LaunchBench) -> anyhow::Result<()> {
         args.target_ms
     );
     Ok(())
+}
+
+/// Warms each up, then times `launches` launches of each: a process, a container with its
+/// own network and one with none, taking turns (which goes first rotates).
+async fn measure(
+    launches: usize,
+    process: &Arc<dyn JobRuntime>,
+    process_dir: &Path,
+    oci: &Arc<dyn JobRuntime>,
+    oci_dir: &Path,
+    image: &str,
+) -> anyhow::Result<(Vec<f64>, Vec<f64>, Vec<f64>)> {
+    let image = || Some(image.to_owned());
+    // Warm the image cache (and the page cache) before measuring.
+    launch(oci.as_ref(), oci_dir, 0, image(), Network::Private).await?;
+    launch(process.as_ref(), process_dir, 0, None, Network::Host).await?;
+    let (mut p, mut private, mut none) = (Vec::new(), Vec::new(), Vec::new());
+    for i in 1..=launches {
+        for turn in 0..3 {
+            match (i + turn) % 3 {
+                0 => p.push(launch(process.as_ref(), process_dir, i, None, Network::Host).await?),
+                1 => {
+                    private.push(launch(oci.as_ref(), oci_dir, i, image(), Network::Private).await?)
+                }
+                _ => none.push(
+                    // Another job id: the same attempt twice would be a replayed launch.
+                    launch(oci.as_ref(), oci_dir, launches + i, image(), Network::None).await?,
+                ),
+            }
+        }
+    }
+    Ok((p, private, none))
 }
