@@ -723,6 +723,40 @@ fn every_client_verb_speaks_json() {
     let p = run(&["tenant", "set-policy", "json-t", "--require-confinement"]);
     assert_eq!(p["require_confinement"], true, "{p}");
     run(&["tenant", "set-policy", "json-t"]);
+    let l = run(&[
+        "tenant",
+        "set-limits",
+        "json-t",
+        "--default-cpus",
+        "0.5",
+        "--max-memory",
+        "4GiB",
+    ]);
+    assert_eq!(l["effective"]["default_cpu_milli"], 500, "{l}");
+    assert_eq!(l["effective"]["max_memory_bytes"], 4u64 << 30, "{l}");
+    let out = cli(
+        &bin,
+        &dev,
+        &token,
+        &["tenant", "set-limits", "json-t", "--default-memory", "8GiB"],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains(
+            "--default-memory (default_memory_bytes): must not be above the maximum (4 GiB)"
+        ),
+        "{}",
+        text(&out.stderr)
+    );
+    run(&[
+        "tenant",
+        "set-limits",
+        "json-t",
+        "--default-cpus",
+        "inherit",
+        "--max-memory",
+        "none",
+    ]);
     let s = run(&["tenant", "set-secret", "json-t", "db"]);
     assert_eq!(s["name"], "db", "{s}");
     assert!(

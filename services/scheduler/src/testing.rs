@@ -59,6 +59,7 @@ pub(crate) fn tenant(id: &str, guaranteed_gpus: u64) -> Tenant {
             ..Quota::default()
         },
         policy: Default::default(),
+        job_limits: Default::default(),
         uid_slot: 0,
         created_at: now(),
     }

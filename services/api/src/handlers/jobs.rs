@@ -101,11 +101,15 @@ pub async fn submit(
             .take(128)
             .collect()
     });
+    // CPU and memory as a LimitRange gives them: the tenant's defaults where the job asks
+    // for none, and never above its maximum.
+    let (cpu_milli, memory_bytes) = allot_domain::JobLimits::effective(&tenant, who.live_tenants())
+        .apply(body.cpu_milli, body.memory_bytes)?;
     let spec = JobSpec {
         tenant: TenantName::parse("tenant", tenant.name.as_str())?,
         name,
-        cpu_milli: body.cpu_milli,
-        memory_bytes: body.memory_bytes,
+        cpu_milli,
+        memory_bytes,
         // A MIG job runs on one instance.
         gpus: if body.mig_profile.is_some() {
             body.gpus.max(1)
