@@ -140,20 +140,22 @@ impl NodeResources {
     /// What this machine has: its usable CPUs, and `MemTotal` of `/proc/meminfo`.
     pub fn detect() -> Self {
         let cpus = std::thread::available_parallelism().map_or(0, |n| n.get() as u64);
-        let memory = std::fs::read_to_string("/proc/meminfo")
-            .ok()
-            .and_then(|m| {
-                m.lines()
-                    .find_map(|l| l.strip_prefix("MemTotal:"))
-                    .and_then(|v| v.trim().strip_suffix("kB"))
-                    .and_then(|kb| kb.trim().parse::<u64>().ok())
-            })
-            .map_or(0, |kb| kb * 1024);
         Self {
             cpu_milli: cpus * 1000,
-            memory_bytes: memory,
+            memory_bytes: host_memory_bytes().unwrap_or(0),
         }
     }
+}
+
+/// This machine's memory: `MemTotal` of `/proc/meminfo`.
+pub fn host_memory_bytes() -> Option<u64> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+    meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|v| v.trim().strip_suffix("kB"))
+        .and_then(|kb| kb.trim().parse::<u64>().ok())
+        .map(|kb| kb * 1024)
 }
 
 #[derive(Debug, thiserror::Error)]

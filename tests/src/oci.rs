@@ -164,6 +164,19 @@ pub async fn confined_cluster(
     gpus: &str,
     pids_limit: i64,
 ) -> crate::TestCluster {
+    confined_cluster_with(registry, nodes, gpus, move |oci| {
+        oci.pids_limit = pids_limit
+    })
+    .await
+}
+
+/// [`confined_cluster`], with each node's container settings adjusted by `configure`.
+pub async fn confined_cluster_with(
+    registry: &Registry,
+    nodes: usize,
+    gpus: &str,
+    configure: impl Fn(&mut allot_agent::runtime::oci::OciConfig),
+) -> crate::TestCluster {
     let addr = registry.addr.clone();
     crate::spawn_cluster_of(
         crate::Backend::Sqlite,
@@ -174,14 +187,28 @@ pub async fn confined_cluster(
             let mut oci =
                 allot_agent::runtime::oci::OciConfig::discover(None).expect("runc and tini-static");
             oci.registries.insecure = vec![addr.clone()];
-            oci.pids_limit = pids_limit;
             oci.scratch_bytes = 64 << 20;
             oci.tmp_bytes = 64 << 20;
             oci.shm_bytes = 64 << 20;
+            configure(&mut oci);
             cfg.runtime = allot_agent::RuntimeChoice::Oci(oci);
         },
     )
     .await
+}
+
+/// The cgroup (path below the hierarchy) a host process is in: its CPU controller's on
+/// cgroup v1, its only one on v2.
+pub fn cgroup_of(pid: u64) -> String {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).expect("cgroup");
+    text.lines()
+        .find_map(|l| {
+            let mut f = l.splitn(3, ':');
+            let (_, controllers, path) = (f.next(), f.next()?, f.next()?);
+            (controllers.split(',').any(|c| c == "cpuacct") || controllers.is_empty())
+                .then(|| path.to_owned())
+        })
+        .expect("a CPU cgroup")
 }
 
 /// Makes `dir` and its ancestors searchable by other users (a container's user namespace

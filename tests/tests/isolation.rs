@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use allot_system_tests::TestCluster;
 use allot_system_tests::oci::{
-    Registry, add_file, busybox_layer, confined_cluster, layer, process_running, push_busybox,
-    require_container_support,
+    Registry, add_file, busybox_layer, cgroup_of, confined_cluster, layer, process_running,
+    push_busybox, require_container_support,
 };
 use serde_json::{Value, json};
 
@@ -24,19 +24,6 @@ async fn gpu_index(c: &TestCluster, uuid: &str) -> u64 {
         .find(|g| g["uuid"] == uuid)
         .and_then(|g| g["index"].as_u64())
         .expect("the job's GPU is on the node")
-}
-
-/// The cgroup (path below the hierarchy) a host process is in.
-fn cgroup_of(pid: u64) -> String {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).expect("cgroup");
-    text.lines()
-        .find_map(|l| {
-            let mut f = l.splitn(3, ':');
-            let (_, controllers, path) = (f.next(), f.next()?, f.next()?);
-            (controllers.split(',').any(|c| c == "cpuacct") || controllers.is_empty())
-                .then(|| path.to_owned())
-        })
-        .expect("a CPU cgroup")
 }
 
 struct Attack {

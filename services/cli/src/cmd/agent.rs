@@ -105,6 +105,34 @@ pub struct RuntimeArgs {
     /// Processes and threads one container may have.
     #[arg(long, default_value_t = 4096)]
     pub pids_limit: i64,
+    /// Processes and threads all containers together may have; below the kernel's pid_max
+    /// (default: pid_max less an eighth of it, at least 1024, for the agent and the
+    /// system).
+    #[arg(long)]
+    pub jobs_pids_limit: Option<i64>,
+    /// Memory kept from the jobs for the agent and the system, as kubelet's
+    /// system-reserved: every container's cgroup is below one limited to this machine's
+    /// memory less it, and the memory offered to jobs is that much less by default.
+    #[arg(long, default_value = "2GiB", value_parser = allot_domain::parse_memory)]
+    pub system_reserved_memory: u64,
+}
+
+/// Whether `server` (a control-plane URL) is on loopback: its host, as a URL parser reads
+/// it, is `localhost` or an address in 127.0.0.0/8 or `::1`. A name that only begins like
+/// one (`127.0.0.1.example.net`, `localhost-cp.internal`) is a name anyone's DNS answers.
+pub fn is_loopback_url(server: &str) -> bool {
+    let Ok(url) = reqwest::Url::parse(server) else {
+        return false;
+    };
+    match url.host_str() {
+        Some("localhost") => true,
+        Some(host) => host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback()),
+        None => false,
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -119,11 +147,7 @@ impl RuntimeArgs {
     pub fn choice(&self, servers: &[String]) -> anyhow::Result<allot_agent::RuntimeChoice> {
         match self.kind {
             RuntimeKindArg::Process => {
-                let loopback = servers.iter().all(|server| {
-                    server.contains("://127.")
-                        || server.contains("://localhost")
-                        || server.contains("://[::1]")
-                });
+                let loopback = servers.iter().all(|server| is_loopback_url(server));
                 if !loopback && !self.allow_unconfined_jobs {
                     anyhow::bail!(
                         "--runtime process runs every job unconfined, as this agent's user: on a \
@@ -152,6 +176,8 @@ impl RuntimeArgs {
                 cfg.tmp_bytes = self.tmp_size;
                 cfg.shm_bytes = self.tmp_size;
                 cfg.pids_limit = self.pids_limit;
+                cfg.jobs_pids_limit = self.jobs_pids_limit;
+                cfg.system_reserved_memory = self.system_reserved_memory;
                 Ok(allot_agent::RuntimeChoice::Oci(cfg))
             }
         }
@@ -245,7 +271,10 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
             let host = NodeResources::detect();
             NodeResources {
                 cpu_milli: args.cpus.unwrap_or(host.cpu_milli),
-                memory_bytes: args.memory.unwrap_or(host.memory_bytes),
+                memory_bytes: args.memory.unwrap_or(
+                    host.memory_bytes
+                        .saturating_sub(args.runtime.system_reserved_memory),
+                ),
             }
         },
         metrics_listen: args.metrics_listen,
@@ -261,4 +290,38 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     stop.cancel();
     agent.await??;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_loopback_url;
+
+    #[test]
+    fn only_a_loopback_host_is_loopback() {
+        for (url, loopback) in [
+            ("https://127.0.0.1:7070", true),
+            ("https://127.5.6.7:7070", true),
+            ("https://localhost:7070", true),
+            ("https://LOCALHOST:7070", true),
+            ("https://[::1]:7070", true),
+            ("http://127.0.0.1", true),
+            // The WHATWG parser reads these as 127.0.0.1, as a client would.
+            ("https://2130706433:7070", true),
+            ("https://0x7f.1:7070", true),
+            ("https://127.0.0.1.attacker.example:7070", false),
+            ("https://localhost-cp.internal:7070", false),
+            ("https://localhost.attacker.example:7070", false),
+            ("https://cp.example.com:7070", false),
+            ("https://10.0.0.1:7070", false),
+            ("https://[::ffff:127.0.0.1]:7070", false),
+            ("https://[::2]:7070", false),
+            ("https://user@127.0.0.1.nip.io:7070", false),
+            ("https://127.0.0.1@cp.example.com:7070", false),
+            ("127.0.0.1:7070", false),
+            ("not a url", false),
+            ("", false),
+        ] {
+            assert_eq!(is_loopback_url(url), loopback, "{url}");
+        }
+    }
 }

@@ -154,6 +154,8 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         scratch_size: 1 << 30,
         tmp_size: 1 << 30,
         pids_limit: 4096,
+        jobs_pids_limit: None,
+        system_reserved_memory: allot_agent::runtime::oci::DEFAULT_SYSTEM_RESERVED_MEMORY,
     }
     .choice(&[server.grpc_url()])?;
     if matches!(runtime, allot_agent::RuntimeChoice::Oci(_)) {
@@ -205,7 +207,15 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
             node_name: name.clone(),
             data_dir: node_dir,
             stop_grace: Duration::from_secs(5),
-            offer: allot_agent::NodeResources::detect(),
+            offer: {
+                let host = allot_agent::NodeResources::detect();
+                allot_agent::NodeResources {
+                    memory_bytes: host
+                        .memory_bytes
+                        .saturating_sub(allot_agent::runtime::oci::DEFAULT_SYSTEM_RESERVED_MEMORY),
+                    ..host
+                }
+            },
             metrics_listen: None,
             sharing: allot_agent::sharing::SharingConfig {
                 shim_library: allot_agent::sharing::SharingConfig::discover_shim(),
