@@ -419,18 +419,39 @@ pub async fn run(
     refused.map_or(Ok(()), Err)
 }
 
-/// The data dir's mode: 0700, or 0711 when containers run here (their user namespaces must
-/// pass through it to their images' root file systems; nothing in it can be listed, and
-/// every directory holding a secret is 0700).
+/// The data dir, the agent's alone: 0700, or 0711 when containers run here (their user
+/// namespaces must pass through it to their images' root file systems; nothing in it can be
+/// listed), every directory in it 0700 and every file 0600, checked and tightened at each
+/// start (saying what). Kept by others: the image cache (`images/`, whose roots containers
+/// pass through), the container runtime's state (`oci/`), the simulated GPUs' device nodes
+/// (`sim-dev/`) and what jobs write in their working directories (`jobs/<id>/`).
 fn secure_data_dir(dir: &std::path::Path, containers: bool) -> std::io::Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::create_dir_all(dir)?;
+    use std::os::unix::fs::DirBuilderExt;
     let mode = if containers { 0o711 } else { 0o700 };
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode))?;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(mode)
+        .create(dir)?;
     for sub in ["identity", "jobs", "logs"] {
-        let p = dir.join(sub);
-        std::fs::create_dir_all(&p)?;
-        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o700))?;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir.join(sub))?;
+    }
+    let jobs = dir.join("jobs");
+    let descend = |p: &std::path::Path| {
+        if p.parent() == Some(jobs.as_path()) {
+            allot_pki::Descend::Itself
+        } else if p.parent() == Some(dir)
+            && ["images", "oci", "sim-dev"].iter().any(|n| p.ends_with(n))
+        {
+            allot_pki::Descend::Leave
+        } else {
+            allot_pki::Descend::All
+        }
+    };
+    for t in allot_pki::make_private(dir, mode, &descend)? {
+        tracing::warn!(fixed = %t, "the agent's data dir held a file or directory others could read");
     }
     Ok(())
 }

@@ -194,7 +194,9 @@ enum BackendChoice {
 fn sim(args: &AgentArgs, name: &str) -> anyhow::Result<Arc<dyn GpuBackend>> {
     // Jobs that load the fake CUDA driver share the simulated GPUs through this directory.
     let state = args.data_dir.join("sim-gpus");
-    std::fs::create_dir_all(&state).with_context(|| format!("creating {}", state.display()))?;
+    std::os::unix::fs::DirBuilderExt::mode(std::fs::DirBuilder::new().recursive(true), 0o700)
+        .create(&state)
+        .with_context(|| format!("creating {}", state.display()))?;
     // Faults are injected by dropping files there (see `allot_agent::gpu::XID_FILE_PREFIX`).
     Ok(Arc::new(
         SimBackend::from_spec(&args.sim_gpus, name)

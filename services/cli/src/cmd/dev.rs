@@ -12,6 +12,8 @@ use allot_agent::gpu::SimBackend;
 use allot_domain::{BindingSubject, Role, RoleBinding, SystemClock};
 use allot_server::ServerConfig;
 use allot_store::TokenRepo;
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+
 use anyhow::Context;
 use clap::Args;
 use tokio_util::sync::CancellationToken;
@@ -120,7 +122,34 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     // Validate the GPU spec before anything starts.
     SimBackend::from_spec(&args.sim_gpus, "check")
         .with_context(|| format!("--sim-gpus {}", args.sim_gpus))?;
-    let database_url = crate::cmd::server::sqlite_url(&args.data_dir)?;
+    // The containers' users pass through the data dir (and `nodes/`) to their images,
+    // listing nothing; each agent keeps its own directory below `nodes/`.
+    let containers = args.runtime == crate::cmd::agent::RuntimeKindArg::Oci;
+    let nodes = args.data_dir.join("nodes");
+    let descend = |p: &std::path::Path| {
+        if p.parent() == Some(nodes.as_path()) || (containers && p == nodes) {
+            allot_pki::Descend::Leave
+        } else {
+            allot_pki::Descend::All
+        }
+    };
+    let mode = if containers { 0o711 } else { 0o700 };
+    crate::cmd::data_dir::secure(&args.data_dir, mode, &descend)?;
+    std::fs::DirBuilder::new()
+        .mode(mode)
+        .create(&nodes)
+        .or_else(|e| match e.kind() {
+            std::io::ErrorKind::AlreadyExists => Ok(()),
+            _ => Err(e),
+        })
+        .with_context(|| format!("creating {}", nodes.display()))?;
+    if containers {
+        std::fs::set_permissions(&nodes, std::fs::Permissions::from_mode(0o711))?;
+        // Said now, not as every job's "permission denied" later.
+        allot_agent::runtime::oci::check_traversable(&nodes)
+            .map_err(|e| anyhow::anyhow!("--runtime oci: {e}"))?;
+    }
+    let database_url = crate::cmd::server::sqlite_url(&args.data_dir);
     let mut config = ServerConfig::new(database_url);
     config.node_ca = allot_server::pki::NodeCaSource::Dir(args.data_dir.join("pki"));
     config.http_listen = args.listen;
@@ -158,17 +187,6 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         system_reserved_memory: allot_agent::runtime::oci::DEFAULT_SYSTEM_RESERVED_MEMORY,
     }
     .choice(&[server.grpc_url()])?;
-    if matches!(runtime, allot_agent::RuntimeChoice::Oci(_)) {
-        // The containers' user namespaces pass through the data dir to their images; what
-        // is secret in it keeps its own mode.
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&args.data_dir, std::fs::Permissions::from_mode(0o711))?;
-        std::fs::create_dir_all(args.data_dir.join("nodes"))?;
-        std::fs::set_permissions(
-            args.data_dir.join("nodes"),
-            std::fs::Permissions::from_mode(0o711),
-        )?;
-    }
     let stop = CancellationToken::new();
     let mut agents = Vec::new();
     for i in 1..=args.nodes {
@@ -177,7 +195,10 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         // `touch <node dir>/sim-faults/xid-<gpu>-<code>` injects an XID.
         // Jobs loading the fake CUDA driver share each simulated GPU through `sim-gpus/`.
         let state = node_dir.join("sim-gpus");
-        std::fs::create_dir_all(&state)?;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&state)?;
         let backend = SimBackend::from_spec(&args.sim_gpus, &name)?
             .with_fault_dir(node_dir.join("sim-faults"))
             .with_state_dir(state);

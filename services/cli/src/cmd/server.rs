@@ -439,19 +439,16 @@ impl SecretsArgs {
     }
 }
 
-pub fn sqlite_url(data_dir: &std::path::Path) -> anyhow::Result<String> {
-    std::fs::create_dir_all(data_dir)
-        .with_context(|| format!("creating the data directory {}", data_dir.display()))?;
-    Ok(format!(
-        "sqlite://{}?mode=rwc",
-        data_dir.join("allot.db").display()
-    ))
+/// The SQLite database in `data_dir` (which [`crate::cmd::data_dir::secure`] made).
+pub fn sqlite_url(data_dir: &std::path::Path) -> String {
+    format!("sqlite://{}?mode=rwc", data_dir.join("allot.db").display())
 }
 
 pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
+    crate::cmd::data_dir::secure(&args.data_dir, 0o700, &|_| allot_pki::Descend::All)?;
     let database_url = match args.database_url {
         Some(u) => u,
-        None => sqlite_url(&args.data_dir)?,
+        None => sqlite_url(&args.data_dir),
     };
     let mut config = ServerConfig::new(database_url);
     args.agents.apply(&args.data_dir, &mut config);
