@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use allot_system_tests::TestCluster;
 use allot_system_tests::oci::{
     Registry, add_file, busybox_layer, cgroup_of, confined_cluster, layer, process_running,
-    push_busybox, require_container_support,
+    push_busybox, require_container_support, syscall_outcomes, syscall_probe,
 };
 use serde_json::{Value, json};
 
@@ -300,5 +300,126 @@ async fn a_half_cpu_job_gets_half_a_cpu() {
         .await;
     assert!(status.is_success());
     c.wait_for_state(&id, "cancelled").await;
+    c.shutdown().await;
+}
+
+/// The default seccomp profile is an allow list: each call of the table, made from a job's
+/// container, ends as the row says. Refused calls are refused with `EPERM` (`clone3` with
+/// `ENOSYS`, so C libraries fall back to `clone`, whose flags the filter reads); the same
+/// program on the host, with no filter, is not refused them (so the refusal is the
+/// profile's). `io_uring_setup` and `memfd_secret` are on no deny list, and the host does
+/// not refuse them: refused in the container, they show that what the list does not name
+/// is refused. (A call newer than any the list names is `ENOSYS`, which runc answers so
+/// that C libraries fall back.) What programs need (threads, fork, files, sockets, memory,
+/// timers) still works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_seccomp_profile_refuses_all_but_what_programs_need() {
+    if !require_container_support() {
+        return;
+    }
+    let probe = syscall_probe();
+    let host = std::process::Command::new(&probe)
+        .output()
+        .expect("the probe runs on the host");
+    let host = syscall_outcomes(&String::from_utf8_lossy(&host.stdout));
+    let registry = Registry::start();
+    registry
+        .push(
+            "team-a/probe:1",
+            &[
+                busybox_layer(),
+                layer(|b| {
+                    add_file(
+                        b,
+                        "bin/syscalls",
+                        &std::fs::read(&probe).expect("probe"),
+                        0o755,
+                    )
+                }),
+            ],
+            json!({ "Env": ["PATH=/bin"] }),
+        )
+        .await;
+    let c = confined_cluster(&registry, 1, "1xH200", 64).await;
+    c.create_tenant("team-a", None).await;
+    let id = c
+        .submit_with(
+            "team-a",
+            json!({ "gpus": 0, "image": format!("{}/team-a/probe:1", registry.addr) }),
+            &["/bin/syscalls"],
+        )
+        .await;
+    let job = c.wait_for_end(&id).await;
+    let log = c.log_of(&id).await;
+    assert_eq!(job["state"], "succeeded", "{job:#}\n{log}");
+    let inside = syscall_outcomes(&log);
+    let refused = [
+        "io_uring_setup",
+        "io_uring_enter",
+        "io_uring_register",
+        "unshare_user",
+        "unshare_net",
+        "clone_newuser",
+        "mount",
+        "umount2",
+        "fsopen",
+        "bpf",
+        "keyctl",
+        "perf_event_open",
+        "userfaultfd",
+        "setns",
+        "open_by_handle_at",
+        "name_to_handle_at",
+        "reboot",
+        "finit_module",
+        "swapon",
+        "kcmp",
+        "syslog",
+        "chroot",
+        "settimeofday",
+        "personality_exec",
+        "memfd_secret",
+    ];
+    let allowed = [
+        "getpid",
+        "fork",
+        "thread",
+        "uname",
+        "openat_read",
+        "memfd_create",
+        "eventfd2",
+        "epoll_create1",
+        "pipe2",
+        "socket",
+        "mmap",
+        "getrandom",
+        "prctl",
+        "sched_getaffinity",
+        "personality_query",
+        "membarrier",
+        "close_range",
+    ];
+    let mut rows: Vec<(&str, &str)> = refused.iter().map(|c| (*c, "EPERM")).collect();
+    rows.push(("clone3", "ENOSYS"));
+    rows.extend(allowed.iter().map(|c| (*c, "OK")));
+    let wrong: Vec<String> = rows
+        .iter()
+        .filter(|(call, want)| inside.get(*call).map(String::as_str) != Some(*want))
+        .map(|(call, want)| format!("{call}: {:?}, not {want}", inside.get(*call)))
+        .collect();
+    assert!(wrong.is_empty(), "in the container: {wrong:#?}\n{log}");
+    assert_eq!(
+        inside.len(),
+        rows.len(),
+        "every call of the probe is in the table: {log}"
+    );
+    // The negative control: on the host, with no filter, none is refused with EPERM.
+    for call in refused.iter().chain(["clone3"].iter()) {
+        let on_host = host.get(*call).map(String::as_str);
+        assert!(
+            on_host.is_some() && on_host != Some("EPERM"),
+            "{call} on the host: {on_host:?}"
+        );
+    }
     c.shutdown().await;
 }
