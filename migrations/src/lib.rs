@@ -40,6 +40,7 @@ mod m20261212_000001_jobs_changed;
 mod m20261212_000002_tenants_version;
 mod m20261213_000001_gpus_by_node;
 mod m20261214_000001_job_limits;
+mod m20261214_000002_approved_gpus;
 mod roles;
 
 pub use roles::{APPEND_ONLY_TABLES, BadRoleName, postgres_app_role_grants};
@@ -87,6 +88,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261212_000002_tenants_version::Migration),
             Box::new(m20261213_000001_gpus_by_node::Migration),
             Box::new(m20261214_000001_job_limits::Migration),
+            Box::new(m20261214_000002_approved_gpus::Migration),
         ]
     }
 }

@@ -25,6 +25,7 @@ pub(crate) fn node(id: &str, models: &[&str]) -> Node {
         memory_bytes: 512 << 30,
         cordoned: false,
         drained_gpus: Vec::new(),
+        approved_gpus: None,
         address: String::new(),
         labels: Default::default(),
         gpus: models

@@ -28,6 +28,10 @@ pub struct Model {
     /// JSON object of label names to values.
     #[sea_orm(column_type = "Text")]
     pub labels: String,
+    /// JSON array of the GPU UUIDs it may report (`allot_domain::Node::approved_gpus`);
+    /// NULL for a node registered before they were recorded.
+    #[sea_orm(column_type = "Text", nullable)]
+    pub approved_gpus: Option<String>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
