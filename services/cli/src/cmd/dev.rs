@@ -203,7 +203,15 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
             .with_fault_dir(node_dir.join("sim-faults"))
             .with_state_dir(state);
         // Each embedded agent joins as an operator's would: with a one-time token the first
-        // time, with the certificate it then keeps in its directory after that.
+        // time, with the certificate it then keeps in its directory after that. Other
+        // simulated GPUs than last time are an inventory only a token approves (a
+        // certificate's holder never adds GPUs): the node joins with a new one then.
+        let spec_file = node_dir.join("sim-gpus.spec");
+        let same_gpus = std::fs::read_to_string(&spec_file).is_ok_and(|s| s == args.sim_gpus);
+        if !same_gpus {
+            let _ = std::fs::remove_dir_all(node_dir.join("identity"));
+            allot_pki::write_private(&spec_file, &args.sim_gpus)?;
+        }
         let bootstrap_token = if allot_agent::identity::load(&node_dir, &name)?.is_some() {
             None
         } else {
@@ -252,6 +260,8 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         )));
     }
 
+    // Watched before the banner says the cluster runs.
+    let stopped = crate::shutdown_signal();
     let url = server.http_url();
     // One write, whose failure is ignored: a closed stdout (`allot dev | head`) must not take
     // the cluster down with it.
@@ -287,7 +297,7 @@ Press Ctrl-C to stop.
     let _ = out.write_all(banner.as_bytes()).and_then(|()| out.flush());
     drop(out);
 
-    crate::shutdown_signal().await;
+    stopped.await;
     eprintln!("shutting down: stopping jobs and agents");
     stop.cancel();
     for a in agents {
