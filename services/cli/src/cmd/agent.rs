@@ -286,8 +286,9 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
             require_shim,
         },
     };
+    let stopped = crate::shutdown_signal();
     let agent = tokio::spawn(allot_agent::run(config, backend, stop.clone()));
-    crate::shutdown_signal().await;
+    stopped.await;
     eprintln!("shutting down: stopping jobs");
     stop.cancel();
     agent.await??;

@@ -476,6 +476,8 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
     args.secrets.apply(&args.data_dir, &mut config)?;
     args.scheduler.apply(&mut config);
     let server = allot_server::start(config, Arc::new(SystemClock)).await?;
+    // Watched before anything says the server is up.
+    let stopped = crate::shutdown_signal();
     if let Some(token) = &server.bootstrap_admin_token {
         let path = args.data_dir.join("admin.token");
         write_secret(&path, token)?;
@@ -490,7 +492,7 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
         server.grpc_url(),
         args.data_dir.join("pki").join("ca.pem").display()
     );
-    crate::shutdown_signal().await;
+    stopped.await;
     eprintln!("shutting down");
     server.shutdown().await;
     Ok(())
