@@ -138,7 +138,7 @@ fn approved(node: &Node, gpus: &[GpuDevice]) -> Result<(), Status> {
 
 /// How long a new subscription waits for the node's earlier stream to close (its agent
 /// dropped it to open this one) before it is refused.
-const STREAM_CLOSE_GRACE: Duration = Duration::from_secs(1);
+const STREAM_CLOSE_GRACE: Duration = Duration::from_millis(500);
 
 /// Most jobs a node may say it runs at once.
 const MAX_RUNNING_JOBS: usize = 4096;
