@@ -63,7 +63,7 @@ pub fn save(data_dir: &Path, creds: &Credentials) -> Result<(), AgentError> {
     let dir = dir(data_dir);
     std::fs::create_dir_all(&dir)?;
     allot_pki::write_private(&dir.join("node.key.new"), &creds.key_pem)?;
-    std::fs::write(dir.join("node.crt.new"), &creds.cert_pem)?;
+    allot_pki::write_private(&dir.join("node.crt.new"), &creds.cert_pem)?;
     std::fs::rename(dir.join("node.key.new"), dir.join("node.key"))?;
     std::fs::rename(dir.join("node.crt.new"), dir.join("node.crt"))?;
     Ok(())

@@ -145,6 +145,10 @@ pub fn route_address(server: &str) -> String {
 
 /// The runtime an agent runs its jobs with (see [`runtime`]).
 #[derive(Debug, Clone, Default)]
+#[allow(
+    clippy::large_enum_variant,
+    reason = "one per agent, made once at start: its size costs nothing"
+)]
 pub enum RuntimeChoice {
     /// Unconfined processes (`--runtime process`): `allot dev`, or an operator's explicit
     /// choice.
@@ -165,20 +169,22 @@ impl NodeResources {
     /// What this machine has: its usable CPUs, and `MemTotal` of `/proc/meminfo`.
     pub fn detect() -> Self {
         let cpus = std::thread::available_parallelism().map_or(0, |n| n.get() as u64);
-        let memory = std::fs::read_to_string("/proc/meminfo")
-            .ok()
-            .and_then(|m| {
-                m.lines()
-                    .find_map(|l| l.strip_prefix("MemTotal:"))
-                    .and_then(|v| v.trim().strip_suffix("kB"))
-                    .and_then(|kb| kb.trim().parse::<u64>().ok())
-            })
-            .map_or(0, |kb| kb * 1024);
         Self {
             cpu_milli: cpus * 1000,
-            memory_bytes: memory,
+            memory_bytes: host_memory_bytes().unwrap_or(0),
         }
     }
+}
+
+/// This machine's memory: `MemTotal` of `/proc/meminfo`.
+pub fn host_memory_bytes() -> Option<u64> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+    meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|v| v.trim().strip_suffix("kB"))
+        .and_then(|kb| kb.trim().parse::<u64>().ok())
+        .map(|kb| kb * 1024)
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -476,18 +482,39 @@ impl Agent {
     }
 }
 
-/// The data dir's mode: 0700, or 0711 when containers run here (their user namespaces must
-/// pass through it to their images' root file systems; nothing in it can be listed, and
-/// every directory holding a secret is 0700).
+/// The data dir, the agent's alone: 0700, or 0711 when containers run here (their user
+/// namespaces must pass through it to their images' root file systems; nothing in it can be
+/// listed), every directory in it 0700 and every file 0600, checked and tightened at each
+/// start (saying what). Kept by others: the image cache (`images/`, whose roots containers
+/// pass through), the container runtime's state (`oci/`), the simulated GPUs' device nodes
+/// (`sim-dev/`) and what jobs write in their working directories (`jobs/<id>/`).
 fn secure_data_dir(dir: &std::path::Path, containers: bool) -> std::io::Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::create_dir_all(dir)?;
+    use std::os::unix::fs::DirBuilderExt;
     let mode = if containers { 0o711 } else { 0o700 };
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode))?;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(mode)
+        .create(dir)?;
     for sub in ["identity", "jobs", "logs"] {
-        let p = dir.join(sub);
-        std::fs::create_dir_all(&p)?;
-        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o700))?;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir.join(sub))?;
+    }
+    let jobs = dir.join("jobs");
+    let descend = |p: &std::path::Path| {
+        if p.parent() == Some(jobs.as_path()) {
+            allot_pki::Descend::Itself
+        } else if p.parent() == Some(dir)
+            && ["images", "oci", "sim-dev"].iter().any(|n| p.ends_with(n))
+        {
+            allot_pki::Descend::Leave
+        } else {
+            allot_pki::Descend::All
+        }
+    };
+    for t in allot_pki::make_private(dir, mode, &descend)? {
+        tracing::warn!(fixed = %t, "the agent's data dir held a file or directory others could read");
     }
     Ok(())
 }

@@ -79,7 +79,8 @@ pub(crate) fn client(link: &Link) -> NodeServiceClient<Channel> {
     NodeServiceClient::new(link.channel())
 }
 
-/// Errors worth retrying: the control plane is away or restarting.
+/// Errors worth retrying: the control plane is away or restarting, or holds this node to
+/// its rate for a moment (`RESOURCE_EXHAUSTED`).
 pub(crate) fn transient(s: &Status) -> bool {
     matches!(
         s.code(),
@@ -89,6 +90,7 @@ pub(crate) fn transient(s: &Status) -> bool {
             | Code::DeadlineExceeded
             | Code::Cancelled
             | Code::Unauthenticated
+            | Code::ResourceExhausted
     )
 }
 

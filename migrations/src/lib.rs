@@ -41,6 +41,8 @@ mod m20261212_000002_tenants_version;
 mod m20261213_000001_gpus_by_node;
 mod m20261214_000001_node_unavailable;
 mod m20261214_000002_network_policy;
+mod m20261214_000003_job_limits;
+mod m20261214_000004_approved_gpus;
 mod roles;
 
 pub use roles::{APPEND_ONLY_TABLES, BadRoleName, postgres_app_role_grants};
@@ -89,6 +91,8 @@ impl MigratorTrait for Migrator {
             Box::new(m20261213_000001_gpus_by_node::Migration),
             Box::new(m20261214_000001_node_unavailable::Migration),
             Box::new(m20261214_000002_network_policy::Migration),
+            Box::new(m20261214_000003_job_limits::Migration),
+            Box::new(m20261214_000004_approved_gpus::Migration),
         ]
     }
 }

@@ -172,7 +172,12 @@ pub async fn agent_config(
         node_name: name.to_owned(),
         data_dir,
         stop_grace: Duration::from_secs(2),
-        offer: allot_agent::NodeResources::detect(),
+        // Room for every job a test runs at once, whatever the machine running the tests has:
+        // a job asking for no CPU or memory reserves its tenant's default.
+        offer: allot_agent::NodeResources {
+            cpu_milli: 64_000,
+            memory_bytes: 256 << 30,
+        },
         metrics_listen: None,
         sharing: allot_agent::sharing::SharingConfig::default(),
         runtime: allot_agent::RuntimeChoice::Process,

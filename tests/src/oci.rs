@@ -264,6 +264,58 @@ pub fn run_as(uid: u32, program: &str, args: &[&str]) -> (bool, String) {
     )
 }
 
+/// The cgroup (path below the hierarchy) a host process is in: its CPU controller's on
+/// cgroup v1, its only one on v2.
+pub fn cgroup_of(pid: u64) -> String {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).expect("cgroup");
+    text.lines()
+        .find_map(|l| {
+            let mut f = l.splitn(3, ':');
+            let (_, controllers, path) = (f.next(), f.next()?, f.next()?);
+            (controllers.split(',').any(|c| c == "cpuacct") || controllers.is_empty())
+                .then(|| path.to_owned())
+        })
+        .expect("a CPU cgroup")
+}
+
+/// `tests/fixtures/syscalls.c` built static (it runs in a busybox image as on the host):
+/// the system calls of the seccomp table, each made in a child of its own, one
+/// `name=OK` or `name=ERRNO` line each. Needs a C compiler with a static C library.
+pub fn syscall_probe() -> std::path::PathBuf {
+    static BUILT: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let dir = std::env::temp_dir().join(format!("allot-syscalls-{}", std::process::id()));
+            std::fs::create_dir_all(&dir).expect("probe dir");
+            let out = dir.join("syscalls");
+            let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/syscalls.c");
+            let built = std::process::Command::new("cc")
+                .args(["-static", "-O1", "-Wall", "-o"])
+                .arg(&out)
+                .arg(&source)
+                .arg("-lpthread")
+                .output()
+                .expect("cc runs (the seccomp table needs a C compiler; Debian: gcc)");
+            assert!(
+                built.status.success(),
+                "building {}: {}",
+                source.display(),
+                String::from_utf8_lossy(&built.stderr)
+            );
+            out
+        })
+        .clone()
+}
+
+/// What [`syscall_probe`] printed: each call's outcome by name.
+pub fn syscall_outcomes(output: &str) -> std::collections::BTreeMap<String, String> {
+    output
+        .lines()
+        .filter_map(|l| l.trim().split_once('='))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect()
+}
+
 /// Makes `dir` and its ancestors searchable by other users (a container's user namespace
 /// must pass through them to its image).
 pub fn searchable(dir: &Path) {
@@ -305,7 +357,7 @@ pub fn process_running(cmdline: &str) -> bool {
 
 /// A cluster of confined nodes whose server and agents the caller may configure further
 /// (`agent` runs after the container settings).
-pub async fn confined_cluster_with(
+pub async fn confined_cluster_configured(
     registry: &Registry,
     nodes: usize,
     gpus: &str,

@@ -493,3 +493,51 @@ async fn a_clients_failures_count_on_every_replica() {
     b.shutdown().await;
     a.shutdown().await;
 }
+
+/// A hostile page framing the portal (or the development sign-in) to lay its own buttons
+/// over Allot's (clickjacking) is refused by the browser: every page says no page may
+/// frame it, its error pages too, and keeps its own-origin-only policy for what it loads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_page_may_frame_the_portal() {
+    let c = spawn_cluster_with(Backend::Sqlite, 0, "", |config| {
+        config.dev_sign_in = true;
+    })
+    .await;
+    let http = allot_system_tests::http_client()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .expect("client");
+    for (path, token) in [
+        ("/portal", Some(c.admin_token.as_str())),
+        (
+            "/portal/jobs/01JNOSUCHJOB00000000000000",
+            Some(c.admin_token.as_str()),
+        ),
+        ("/auth/dev", None),
+    ] {
+        let mut req = http.get(c.url(path));
+        if let Some(t) = token {
+            req = req.bearer_auth(t);
+        }
+        let res = req.send().await.expect("sent");
+        let header = |name: &str| {
+            res.headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_owned()
+        };
+        let (csp, xfo) = (header("content-security-policy"), header("x-frame-options"));
+        assert!(
+            csp.split(';').any(|d| d.trim() == "frame-ancestors 'none'"),
+            "{path} ({}): {csp:?}",
+            res.status()
+        );
+        assert_eq!(xfo, "DENY", "{path}");
+        assert!(
+            csp.contains("default-src 'self'") || csp.contains("default-src 'none'"),
+            "{path}: {csp:?}"
+        );
+    }
+    c.shutdown().await;
+}

@@ -402,8 +402,21 @@ async fn node_identity_comes_from_its_certificate() {
         .into_inner();
     assert_eq!(again.node_id, a.id);
 
+    // Each refusal of a node's call for what it asked is in the system log, naming the node.
+    let system = c.audit_log("system").await;
+    for call in ["ReportJobStatus", "AppendJobLogs", "Register"] {
+        assert!(
+            system.iter().any(|e| e.action == "node.denied"
+                && e.target == format!("grpc/{call}")
+                && e.outcome == allot_domain::Outcome::Denied),
+            "{call}'s refusal is audited"
+        );
+    }
+
     // Revoking the node stops its calls at once: its open stream ends, and neither its
-    // first certificate nor its newest one is accepted any more.
+    // first certificate nor its newest one is accepted any more. (Its first stream is
+    // closed first: a node has one at a time.)
+    drop((stream, streams));
     let mut a_stream = a
         .client
         .clone()
@@ -588,7 +601,8 @@ async fn a_node_reports_only_its_own_gpus_and_within_bounds() {
         ..Default::default()
     };
 
-    // Node b claims node a's GPU, with a sample for it: refused, and nothing of a changes.
+    // Node b claims node a's GPU, with a sample for it: refused (it is not one b registered
+    // with), recorded, and nothing of a changes.
     let mut forged = b.heartbeat();
     forged.gpus[0].uuid = "GPU-node-a-0".into();
     forged.gpus[0].sample = Some(sample(0.99));
@@ -598,8 +612,24 @@ async fn a_node_reports_only_its_own_gpus_and_within_bounds() {
         .heartbeat(forged)
         .await
         .expect_err("another node's GPU");
-    assert_eq!(err.code(), Code::FailedPrecondition, "{err}");
-    assert!(err.message().contains("another node's"), "{err}");
+    assert_eq!(err.code(), Code::PermissionDenied, "{err}");
+    assert!(
+        err.message().contains("GPU-node-a-0")
+            && err
+                .message()
+                .contains("not among those node node-b registered with"),
+        "{err}"
+    );
+    let denied = c.audit_log("system").await;
+    assert!(
+        denied.iter().any(|e| e.action == "node.denied"
+            && e.target == "grpc/Heartbeat"
+            && e.actor.id == b.id
+            && e.reason
+                .as_deref()
+                .is_some_and(|r| r.contains("GPU-node-a-0"))),
+        "the refusal is audited"
+    );
     // Its own GPU, plus a sample for one it does not have: only its own is recorded.
     let mut mixed = b.heartbeat();
     mixed.gpus[0].sample = Some(sample(0.25));
@@ -1231,5 +1261,159 @@ async fn a_nodes_word_that_it_takes_no_work_is_its_own_and_kept_plain() {
         .await
         .expect("heartbeat");
     assert_eq!(unavailable(&b.id).await, "");
+    c.shutdown().await;
+}
+
+/// What a stolen node key can no longer do: claim GPUs the node never registered with (32
+/// invented ones drew every tenant's jobs and their secrets), by heartbeat or by
+/// registering again with the certificate; push the node's own agent off its assignment
+/// stream by subscribing over and over (124 times in 25 s did); or flood the leader with
+/// heartbeats (about 1,000 a second went unanswered by any limit). Each refusal is
+/// recorded. An admin's bootstrap token made to replace the node approves a new inventory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stolen_node_key_invents_no_gpus_takes_no_stream_and_is_rate_limited() {
+    let c = spawn_cluster(Backend::Sqlite, 0, "").await;
+    let n = enroll(&c, &bootstrap_token(&c.server).await, "node-n")
+        .await
+        .expect("enrolled");
+    let thief = client(&c, Some((&n.cert_pem, &n.key_pem)));
+    let invented = |count: u32| -> Vec<Gpu> {
+        let one = n.heartbeat().gpus[0].clone();
+        (0..count)
+            .map(|i| Gpu {
+                uuid: if i == 0 {
+                    one.uuid.clone()
+                } else {
+                    format!("GPU-invented-{i}")
+                },
+                index: i,
+                ..one.clone()
+            })
+            .collect()
+    };
+    let mut beat = n.heartbeat();
+    beat.gpus = invented(32);
+    let err = thief.clone().heartbeat(beat).await.expect_err("32 GPUs");
+    assert_eq!(err.code(), Code::PermissionDenied, "{err}");
+    assert!(err.message().starts_with("31 GPU(s)"), "{err}");
+    let same_key = allot_pki::node_request_for_key("node-n", &n.key_pem).expect("CSR");
+    let mut again = register_req("", "node-n", &same_key.csr_pem);
+    again.gpus = invented(2);
+    let err = thief.clone().register(again).await.expect_err("2 GPUs");
+    assert_eq!(err.code(), Code::PermissionDenied, "{err}");
+    let (_, node) = c.get(&format!("/api/v1/nodes/{}", n.id)).await;
+    assert_eq!(node["gpus"].as_array().map(Vec::len), Some(1), "{node}");
+
+    // The node's own stream stays its own, however often the thief subscribes.
+    let mut own = n
+        .client
+        .clone()
+        .watch_assignments(WatchAssignmentsRequest {})
+        .await
+        .expect("the agent's stream")
+        .into_inner();
+    let mut codes = std::collections::BTreeMap::new();
+    for _ in 0..124 {
+        let code = match thief
+            .clone()
+            .watch_assignments(WatchAssignmentsRequest {})
+            .await
+        {
+            Ok(_) => Code::Ok,
+            Err(e) => e.code(),
+        };
+        *codes.entry(format!("{code:?}")).or_insert(0) += 1;
+    }
+    assert!(!codes.contains_key("Ok"), "{codes:?}");
+    assert!(
+        codes.contains_key("AlreadyExists") && codes.contains_key("ResourceExhausted"),
+        "{codes:?}"
+    );
+    // The agent beats on (the scheduler places work only on nodes that do) ...
+    let (mut agent, beat) = (n.client.clone(), n.heartbeat());
+    let beating = tokio::spawn(async move {
+        loop {
+            let _ = agent.heartbeat(beat.clone()).await;
+            tokio::time::sleep(Duration::from_millis(150)).await;
+        }
+    });
+    // ... and its stream carries the job placed on it.
+    c.create_tenant("t", None).await;
+    let id = c.submit("t", 1, &["true"]).await;
+    let first = tokio::time::timeout(Duration::from_secs(20), own.message())
+        .await
+        .expect("a launch in time")
+        .expect("stream")
+        .expect("an assignment");
+    beating.abort();
+    assert!(
+        matches!(&first.kind, Some(Kind::Launch(l)) if l.job_id == id),
+        "{first:?}"
+    );
+
+    // Heartbeats as fast as they go: past the node's rate, refused.
+    let mut limited = 0;
+    for _ in 0..500 {
+        if let Err(e) = thief.clone().heartbeat(n.heartbeat()).await {
+            assert_eq!(e.code(), Code::ResourceExhausted, "{e}");
+            limited += 1;
+        }
+    }
+    assert!(limited >= 100, "{limited} of 500 refused");
+
+    let system = c.audit_log("system").await;
+    let count = |action: &str, call: &str| {
+        system
+            .iter()
+            .filter(|e| e.action == action && e.target == format!("grpc/{call}"))
+            .count()
+    };
+    assert_eq!(count("node.denied", "Heartbeat"), 1);
+    assert_eq!(count("node.denied", "Register"), 1);
+    assert!(count("node.denied", "WatchAssignments") >= 1);
+    // Rate-limited calls leave one entry per ten seconds, not one each.
+    assert_eq!(count("node.rate_limited", "Heartbeat"), 1);
+    assert_eq!(count("node.rate_limited", "WatchAssignments"), 1);
+
+    // The agent's stream breaks; it subscribes again (once the node's rate allows), and
+    // the re-subscription is recorded.
+    drop(own);
+    let _back = c
+        .eventually("the agent's stream again", || async {
+            n.client
+                .clone()
+                .watch_assignments(WatchAssignmentsRequest {})
+                .await
+                .ok()
+        })
+        .await;
+    let system = c.audit_log("system").await;
+    assert!(
+        system
+            .iter()
+            .any(|e| e.action == "node.resubscribe" && e.target == format!("node/{}", n.id)),
+        "the re-subscription is audited"
+    );
+
+    // An admin approves a bigger inventory: a bootstrap token made to replace the node.
+    let request = node_request("node-n").expect("CSR");
+    let token = allot_system_tests::bootstrap_token_for(&c.server, "node-n", true).await;
+    let mut bigger = register_req(&token, "node-n", &request.csr_pem);
+    bigger.gpus = invented(2);
+    let res = client(&c, None)
+        .register(bigger)
+        .await
+        .expect("approved by the admin's token")
+        .into_inner();
+    let approved = client(&c, Some((&res.certificate_pem, &request.key_pem)));
+    let mut beat = n.heartbeat();
+    beat.gpus = invented(2);
+    approved
+        .clone()
+        .heartbeat(beat)
+        .await
+        .expect("its two GPUs");
+    let (_, node) = c.get(&format!("/api/v1/nodes/{}", n.id)).await;
+    assert_eq!(node["gpus"].as_array().map(Vec::len), Some(2), "{node}");
     c.shutdown().await;
 }

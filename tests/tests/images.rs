@@ -371,6 +371,20 @@ async fn the_tenant_policy_decides_which_registries_it_may_use() {
         )
         .await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
+    // Each refusal is in the tenant's log, naming the image; the allowed submit is not.
+    let (_, tenant) = c.get("/api/v1/tenants/team-a").await;
+    let refusals: Vec<String> = c
+        .audit_log(tenant["id"].as_str().expect("id"))
+        .await
+        .into_iter()
+        .filter(|e| e.action == "job.image_refused")
+        .map(|e| e.after.map(|a| a["image"].to_string()).unwrap_or_default())
+        .collect();
+    assert_eq!(refusals.len(), 3, "{refusals:?}");
+    assert!(
+        refusals.iter().any(|i| i.contains("evil.example.com")),
+        "{refusals:?}"
+    );
     // A malformed reference is refused whatever the policy.
     let (status, _) = c
         .post(

@@ -9,8 +9,9 @@ use std::time::{Duration, Instant};
 
 use allot_system_tests::oci::{
     BusyboxCluster, Outside, Registry, add_file, add_symlink, busybox_cluster, busybox_layer,
-    confined_cluster, confined_cluster_with, layer, listen_on_host, process_running,
-    push_busybox, require_container_support, run_image,
+    cgroup_of, confined_cluster, confined_cluster_configured, layer, listen_on_host,
+    process_running, push_busybox, require_container_support, run_image, syscall_outcomes,
+    syscall_probe,
 };
 use allot_system_tests::{StatusCode, TestCluster};
 use serde_json::{Value, json};
@@ -25,19 +26,6 @@ async fn gpu_index(c: &TestCluster, uuid: &str) -> u64 {
         .find(|g| g["uuid"] == uuid)
         .and_then(|g| g["index"].as_u64())
         .expect("the job's GPU is on the node")
-}
-
-/// The cgroup (path below the hierarchy) a host process is in.
-fn cgroup_of(pid: u64) -> String {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).expect("cgroup");
-    text.lines()
-        .find_map(|l| {
-            let mut f = l.splitn(3, ':');
-            let (_, controllers, path) = (f.next(), f.next()?, f.next()?);
-            (controllers.split(',').any(|c| c == "cpuacct") || controllers.is_empty())
-                .then(|| path.to_owned())
-        })
-        .expect("a CPU cgroup")
 }
 
 struct Attack {
@@ -704,7 +692,7 @@ async fn a_job_reaches_only_what_its_network_policy_allows() {
     // The agents' metrics on every address of the node (an operator's mistake the network
     // must survive), the server's too.
     let agent_metrics_port = allot_system_tests::replica::free_port();
-    let c = confined_cluster_with(
+    let c = confined_cluster_configured(
         &registry,
         2,
         "1xH200",
@@ -1091,4 +1079,125 @@ impl DevApi {
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
     }
+}
+
+/// The default seccomp profile is an allow list: each call of the table, made from a job's
+/// container, ends as the row says. Refused calls are refused with `EPERM` (`clone3` with
+/// `ENOSYS`, so C libraries fall back to `clone`, whose flags the filter reads); the same
+/// program on the host, with no filter, is not refused them (so the refusal is the
+/// profile's). `io_uring_setup` and `memfd_secret` are on no deny list, and the host does
+/// not refuse them: refused in the container, they show that what the list does not name
+/// is refused. (A call newer than any the list names is `ENOSYS`, which runc answers so
+/// that C libraries fall back.) What programs need (threads, fork, files, sockets, memory,
+/// timers) still works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_seccomp_profile_refuses_all_but_what_programs_need() {
+    if !require_container_support() {
+        return;
+    }
+    let probe = syscall_probe();
+    let host = std::process::Command::new(&probe)
+        .output()
+        .expect("the probe runs on the host");
+    let host = syscall_outcomes(&String::from_utf8_lossy(&host.stdout));
+    let registry = Registry::start();
+    registry
+        .push(
+            "team-a/probe:1",
+            &[
+                busybox_layer(),
+                layer(|b| {
+                    add_file(
+                        b,
+                        "bin/syscalls",
+                        &std::fs::read(&probe).expect("probe"),
+                        0o755,
+                    )
+                }),
+            ],
+            json!({ "Env": ["PATH=/bin"] }),
+        )
+        .await;
+    let c = confined_cluster(&registry, 1, "1xH200", 64).await;
+    c.create_tenant("team-a", None).await;
+    let id = c
+        .submit_with(
+            "team-a",
+            json!({ "gpus": 0, "image": format!("{}/team-a/probe:1", registry.addr) }),
+            &["/bin/syscalls"],
+        )
+        .await;
+    let job = c.wait_for_end(&id).await;
+    let log = c.log_of(&id).await;
+    assert_eq!(job["state"], "succeeded", "{job:#}\n{log}");
+    let inside = syscall_outcomes(&log);
+    let refused = [
+        "io_uring_setup",
+        "io_uring_enter",
+        "io_uring_register",
+        "unshare_user",
+        "unshare_net",
+        "clone_newuser",
+        "mount",
+        "umount2",
+        "fsopen",
+        "bpf",
+        "keyctl",
+        "perf_event_open",
+        "userfaultfd",
+        "setns",
+        "open_by_handle_at",
+        "name_to_handle_at",
+        "reboot",
+        "finit_module",
+        "swapon",
+        "kcmp",
+        "syslog",
+        "chroot",
+        "settimeofday",
+        "personality_exec",
+        "memfd_secret",
+    ];
+    let allowed = [
+        "getpid",
+        "fork",
+        "thread",
+        "uname",
+        "openat_read",
+        "memfd_create",
+        "eventfd2",
+        "epoll_create1",
+        "pipe2",
+        "socket",
+        "mmap",
+        "getrandom",
+        "prctl",
+        "sched_getaffinity",
+        "personality_query",
+        "membarrier",
+        "close_range",
+    ];
+    let mut rows: Vec<(&str, &str)> = refused.iter().map(|c| (*c, "EPERM")).collect();
+    rows.push(("clone3", "ENOSYS"));
+    rows.extend(allowed.iter().map(|c| (*c, "OK")));
+    let wrong: Vec<String> = rows
+        .iter()
+        .filter(|(call, want)| inside.get(*call).map(String::as_str) != Some(*want))
+        .map(|(call, want)| format!("{call}: {:?}, not {want}", inside.get(*call)))
+        .collect();
+    assert!(wrong.is_empty(), "in the container: {wrong:#?}\n{log}");
+    assert_eq!(
+        inside.len(),
+        rows.len(),
+        "every call of the probe is in the table: {log}"
+    );
+    // The negative control: on the host, with no filter, none is refused with EPERM.
+    for call in refused.iter().chain(["clone3"].iter()) {
+        let on_host = host.get(*call).map(String::as_str);
+        assert!(
+            on_host.is_some() && on_host != Some("EPERM"),
+            "{call} on the host: {on_host:?}"
+        );
+    }
+    c.shutdown().await;
 }

@@ -766,6 +766,40 @@ fn every_client_verb_speaks_json() {
         text(&out.stderr)
     );
     run(&["tenant", "set-policy", "json-t"]);
+    let l = run(&[
+        "tenant",
+        "set-limits",
+        "json-t",
+        "--default-cpus",
+        "0.5",
+        "--max-memory",
+        "4GiB",
+    ]);
+    assert_eq!(l["effective"]["default_cpu_milli"], 500, "{l}");
+    assert_eq!(l["effective"]["max_memory_bytes"], 4u64 << 30, "{l}");
+    let out = cli(
+        &bin,
+        &dev,
+        &token,
+        &["tenant", "set-limits", "json-t", "--default-memory", "8GiB"],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains(
+            "--default-memory (default_memory_bytes): must not be above the maximum (4 GiB)"
+        ),
+        "{}",
+        text(&out.stderr)
+    );
+    run(&[
+        "tenant",
+        "set-limits",
+        "json-t",
+        "--default-cpus",
+        "inherit",
+        "--max-memory",
+        "none",
+    ]);
     let s = run(&["tenant", "set-secret", "json-t", "db"]);
     assert_eq!(s["name"], "db", "{s}");
     assert!(
@@ -1387,4 +1421,201 @@ fn lists_show_what_people_ask_of_them() {
     );
     assert!(ok(&["completion", "zsh"]).starts_with("#compdef allot"));
     assert!(ok(&["completion", "fish"]).contains("complete -c allot"));
+}
+
+/// Every directory under `root` and every regular file, with its mode, as `path mode`
+/// lines relative to `root`, for those not `private` (0700 directories, 0600 files).
+fn open_modes(root: &Path) -> Vec<String> {
+    fn walk(root: &Path, dir: &Path, out: &mut Vec<String>) {
+        for e in std::fs::read_dir(dir).expect("read_dir").flatten() {
+            let meta = std::fs::symlink_metadata(e.path()).expect("stat");
+            let mode = meta.permissions().mode() & 0o7777;
+            let rel = e
+                .path()
+                .strip_prefix(root)
+                .expect("below")
+                .display()
+                .to_string();
+            if meta.is_dir() {
+                if mode != 0o700 {
+                    out.push(format!("{rel}/ {mode:04o}"));
+                }
+                walk(root, &e.path(), out);
+            } else if meta.is_file() && mode != 0o600 {
+                out.push(format!("{rel} {mode:04o}"));
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(root, root, &mut out);
+    out
+}
+
+/// `allot server` on free ports with its data in `data_dir`, and its API URL; its stderr is
+/// kept in `<data_dir>.stderr`.
+fn start_server(bin: &Path, data_dir: &Path) -> Dev {
+    let stderr = std::fs::File::create(data_dir.with_extension("stderr")).expect("stderr file");
+    let mut child = Command::new(bin)
+        .args([
+            "server",
+            "--listen",
+            "127.0.0.1:0",
+            "--grpc-listen",
+            "127.0.0.1:0",
+            "--metrics-listen",
+            "127.0.0.1:0",
+            "--data-dir",
+        ])
+        .arg(data_dir)
+        .env("ALLOT_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(stderr)
+        .spawn()
+        .expect("allot server starts");
+    let stdout = child.stdout.take().expect("stdout");
+    let mut lines = BufReader::new(stdout).lines();
+    let url = loop {
+        let line = lines
+            .next()
+            .expect("allot server prints its URL")
+            .expect("a line");
+        if let Some(rest) = line.strip_prefix("Allot API on ") {
+            break rest.split(',').next().unwrap_or_default().to_owned();
+        }
+    };
+    Dev { child, url }
+}
+
+/// The control plane's data dir is its user's alone, SQLite's WAL and shared memory
+/// included (as uid 65534 once read job specs and secret variables out of `allot.db-wal`):
+/// every directory 0700, every file 0600, for a fresh `allot server` and a fresh
+/// `allot dev` that ran a job; a data dir made readable is tightened at the next start,
+/// saying so.
+#[test]
+fn a_fresh_data_dir_is_its_users_alone() {
+    let bin = allot_bin();
+    let home = tempfile::tempdir().expect("temp dir");
+    let srv = home.path().join("server");
+    let server = start_server(&bin, &srv);
+    let health = Command::new(&bin)
+        .args(["tenant", "list"])
+        .env("ALLOT_SERVER", &server.url)
+        .env(
+            "ALLOT_TOKEN",
+            std::fs::read_to_string(srv.join("admin.token"))
+                .expect("token")
+                .trim(),
+        )
+        .output()
+        .expect("allot runs");
+    assert!(health.status.success(), "{}", text(&health.stderr));
+    for f in [
+        "allot.db",
+        "allot.db-wal",
+        "allot.db-shm",
+        "audit.key",
+        "secrets.key",
+        "pki/ca.key",
+    ] {
+        assert!(srv.join(f).is_file(), "{f} exists");
+    }
+    assert_eq!(
+        open_modes(&srv),
+        Vec::<String>::new(),
+        "allot server's data dir"
+    );
+    let root_mode = std::fs::metadata(&srv).expect("stat").permissions().mode() & 0o777;
+    assert_eq!(root_mode, 0o700);
+    assert!(server.interrupt().success());
+
+    // Made readable by someone: tightened at the next start, which says what it did. (A
+    // clean stop folded the WAL into the database and removed it.)
+    for (p, m) in [
+        ("allot.db", 0o644),
+        ("audit.key", 0o640),
+        ("pki", 0o755),
+        ("", 0o755),
+    ] {
+        std::fs::set_permissions(srv.join(p), std::fs::Permissions::from_mode(m)).expect("chmod");
+    }
+    assert_eq!(
+        open_modes(&srv).len(),
+        3,
+        "the negative control: {:?}",
+        open_modes(&srv)
+    );
+    let server = start_server(&bin, &srv);
+    assert_eq!(open_modes(&srv), Vec::<String>::new(), "tightened");
+    let root_mode = std::fs::metadata(&srv).expect("stat").permissions().mode() & 0o777;
+    assert_eq!(root_mode, 0o700);
+    let said = std::fs::read_to_string(srv.with_extension("stderr")).expect("stderr");
+    assert!(
+        said.contains(&format!(
+            "{} was 0644, now 0600",
+            srv.join("allot.db").display()
+        )),
+        "{said}"
+    );
+    assert!(server.interrupt().success());
+
+    let (dev_home, dev, token) = dev_as_admin(&bin);
+    let data = dev_home.path().join(".allot");
+    for args in [
+        &["tenant", "create", "modes"][..],
+        &[
+            "job", "submit", "--tenant", "modes", "--wait", "--", "sh", "-c", "echo hi",
+        ],
+    ] {
+        let out = cli(&bin, &dev, &token, args);
+        assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
+    }
+    for f in [
+        "allot.db",
+        "allot.db-wal",
+        "allot.db-shm",
+        "admin.token",
+        "nodes/dev-node-1/identity/node.key",
+    ] {
+        assert!(data.join(f).is_file(), "{f} exists");
+    }
+    assert_eq!(
+        open_modes(&data),
+        Vec::<String>::new(),
+        "allot dev's data dir"
+    );
+    assert!(dev.interrupt().success());
+}
+
+/// `allot dev --runtime oci` below a directory the containers' users cannot pass through
+/// (`mktemp -d` makes one 0700) stops at start naming it, instead of starting and failing
+/// every job with the container runtime's "permission denied".
+#[test]
+fn a_data_dir_containers_cannot_reach_is_refused_at_start() {
+    let bin = allot_bin();
+    let private = tempfile::tempdir().expect("temp dir");
+    std::fs::set_permissions(private.path(), std::fs::Permissions::from_mode(0o700))
+        .expect("chmod");
+    let out = Command::new(&bin)
+        .args([
+            "dev",
+            "--runtime",
+            "oci",
+            "--listen",
+            "127.0.0.1:0",
+            "--data-dir",
+        ])
+        .arg(private.path().join("data"))
+        .output()
+        .expect("allot runs");
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stdout));
+    let said = text(&out.stderr);
+    let named = std::fs::canonicalize(private.path()).expect("canonical");
+    assert!(
+        said.contains(&format!(
+            "cannot pass through {} (mode 0700)",
+            named.display()
+        )),
+        "{said}"
+    );
+    assert!(!said.contains("Allot dev cluster is running"), "{said}");
 }

@@ -91,6 +91,9 @@ const EXPECTED: &[(&str, &str)] = &[
     ("PATCH /api/v1/tenants/{name}/quota", "OCX - - - -"),
     ("GET /api/v1/tenants/{name}/policy", "OCX - OC OC OC"),
     ("PUT /api/v1/tenants/{name}/policy", "OCX - - - -"),
+    ("GET /api/v1/tenants/{name}/job-limits", "OCX - OC OC OC"),
+    ("PUT /api/v1/tenants/{name}/job-limits", "OCX - - - -"),
+    ("PATCH /api/v1/tenants/{name}/job-limits", "OCX - - - -"),
     (
         "GET /api/v1/tenants/{name}/registry-credentials",
         "OCX - OC - -",
@@ -439,6 +442,10 @@ impl Fixture {
                 Some(json!({ "labels": { "rack": "matrix" } })),
             ),
             "PUT /api/v1/tenants/{name}/policy" => (String::new(), Some(json!({}))),
+            "PUT /api/v1/tenants/{name}/job-limits" => (String::new(), Some(json!({}))),
+            "PATCH /api/v1/tenants/{name}/job-limits" => {
+                (String::new(), Some(json!({ "default_cpu_milli": 500 })))
+            }
             "PUT /api/v1/tenants/{name}/registry-credentials/{registry}" => (
                 String::new(),
                 Some(json!({ "username": "matrix", "password": "matrix-secret" })),

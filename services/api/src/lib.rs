@@ -161,6 +161,21 @@ fn routes<R: Routes>(r: &mut R) {
     r.add(M::PUT, "/api/v1/tenants/{name}/policy", tenants::set_policy);
     r.add(
         M::GET,
+        "/api/v1/tenants/{name}/job-limits",
+        tenants::get_job_limits,
+    );
+    r.add(
+        M::PUT,
+        "/api/v1/tenants/{name}/job-limits",
+        tenants::set_job_limits,
+    );
+    r.add(
+        M::PATCH,
+        "/api/v1/tenants/{name}/job-limits",
+        tenants::patch_job_limits,
+    );
+    r.add(
+        M::GET,
         "/api/v1/tenants/{name}/registry-credentials",
         tenants::list_credentials,
     );

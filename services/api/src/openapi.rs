@@ -29,6 +29,7 @@ impl Modify for BearerAuth {
         health::healthz, health::readyz,
         tenants::create, tenants::list, tenants::get, tenants::delete, tenants::get_quota, tenants::set_quota, tenants::patch_quota,
         tenants::get_policy, tenants::set_policy,
+        tenants::get_job_limits, tenants::set_job_limits, tenants::patch_job_limits,
         tenants::list_credentials, tenants::set_credential, tenants::delete_credential,
         tenants::list_secrets, tenants::set_secret, tenants::delete_secret,
         volumes::list, volumes::put, volumes::delete,

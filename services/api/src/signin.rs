@@ -605,6 +605,13 @@ pub async fn dev_page(
     cookie.set_same_site(SameSite::Strict);
     Ok(HttpResponse::Ok()
         .content_type("text/html; charset=utf-8")
+        // Nothing to load, forms only to itself, and framed by no page (a hostile page
+        // overlaying "Sign in as Dev Admin" with its own button).
+        .insert_header((
+            actix_web::http::header::CONTENT_SECURITY_POLICY,
+            "default-src 'none'; form-action 'self'; frame-ancestors 'none'",
+        ))
+        .insert_header((actix_web::http::header::X_FRAME_OPTIONS, "DENY"))
         .cookie(cookie)
         .body(format!(
             "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\

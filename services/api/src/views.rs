@@ -122,6 +122,75 @@ impl TryFrom<PolicyBody> for allot_domain::TenantPolicy {
     }
 }
 
+/// A tenant's own default and most CPU and memory per job (as a Kubernetes LimitRange): a
+/// job asking for no CPU (or memory) gets the default; asking for more than the maximum is
+/// refused (422). An absent field takes the parent's, and where no tenant up the chain
+/// sets one, the platform's (defaults of 1 CPU and 2 GiB, no maximum).
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct JobLimitsBody {
+    /// CPU a job asking for none gets, in milli (1000 is one CPU).
+    #[schema(example = 2000)]
+    pub default_cpu_milli: Option<u64>,
+    /// Memory a job asking for none gets.
+    #[schema(example = 8589934592u64)]
+    pub default_memory_bytes: Option<u64>,
+    /// The most CPU one job may ask for, in milli.
+    pub max_cpu_milli: Option<u64>,
+    /// The most memory one job may ask for.
+    pub max_memory_bytes: Option<u64>,
+}
+
+impl From<allot_domain::JobLimits> for JobLimitsBody {
+    fn from(l: allot_domain::JobLimits) -> Self {
+        Self {
+            default_cpu_milli: l.default_cpu_milli,
+            default_memory_bytes: l.default_memory_bytes,
+            max_cpu_milli: l.max_cpu_milli,
+            max_memory_bytes: l.max_memory_bytes,
+        }
+    }
+}
+
+impl From<JobLimitsBody> for allot_domain::JobLimits {
+    fn from(l: JobLimitsBody) -> Self {
+        Self {
+            default_cpu_milli: l.default_cpu_milli,
+            default_memory_bytes: l.default_memory_bytes,
+            max_cpu_milli: l.max_cpu_milli,
+            max_memory_bytes: l.max_memory_bytes,
+        }
+    }
+}
+
+/// A tenant's job limits: its own settings and what applies.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, ToSchema)]
+pub struct JobLimitsView {
+    /// As set on the tenant (absent fields inherited).
+    pub own: JobLimitsBody,
+    /// What its jobs get: its own settings, its parents' where it has none, the platform's
+    /// where none is set (both defaults are always given; an absent maximum is none). A
+    /// default is never above the maximum that applies, and a maximum is the least set on
+    /// the tenant or above it.
+    pub effective: JobLimitsBody,
+}
+
+impl JobLimitsView {
+    /// Tenant `t`'s, among `all` (its chain is found there).
+    pub fn new(t: &Tenant, all: &[Tenant]) -> Self {
+        let e = allot_domain::JobLimits::effective(t, all);
+        Self {
+            own: t.job_limits.into(),
+            effective: JobLimitsBody {
+                default_cpu_milli: Some(e.default_cpu_milli),
+                default_memory_bytes: Some(e.default_memory_bytes),
+                max_cpu_milli: e.max_cpu_milli,
+                max_memory_bytes: e.max_memory_bytes,
+            },
+        }
+    }
+}
+
 /// A named volume a job mounts.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -478,6 +547,9 @@ pub struct TenantView {
     /// The same figures of its own jobs alone.
     #[serde(default)]
     pub own: TenantFiguresView,
+    /// The CPU and memory its jobs get when they ask for none, and the most they may ask.
+    #[serde(default)]
+    pub job_limits: JobLimitsView,
 }
 
 impl TenantView {
@@ -494,7 +566,9 @@ impl TenantView {
             .and_then(|p| all.iter().find(|x| x.id == *p))
             .map(|p| p.name.to_string());
         let figures = totals.get(&t.id).copied().unwrap_or_default();
+        let job_limits = JobLimitsView::new(&t, all);
         Self {
+            job_limits,
             jobs_pending: figures.total.jobs_pending,
             jobs_running: figures.total.jobs_running,
             usage: figures.total.held.into(),
@@ -552,10 +626,13 @@ pub struct SubmitJob {
     /// not matter); any when empty.
     #[serde(default)]
     pub gpu_models: Vec<String>,
-    /// CPU reserved on the node, in milli (1000 is one CPU).
+    /// CPU reserved on the node and the job's limit, in milli (1000 is one CPU); absent or 0
+    /// takes the tenant's default (`GET /api/v1/tenants/{name}/job-limits`), and above its
+    /// maximum is refused.
     #[serde(default)]
     pub cpu_milli: u32,
-    /// Memory reserved on the node, in bytes.
+    /// Memory reserved on the node and the job's limit, in bytes; absent or 0 takes the
+    /// tenant's default, and above its maximum is refused.
     #[serde(default)]
     pub memory_bytes: u64,
     /// -1000 to 1000; higher runs first and is preempted last (low -100, normal 0, high 100,

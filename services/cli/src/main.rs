@@ -111,19 +111,32 @@ enum Command {
     },
 }
 
-/// Resolves on Ctrl-C or SIGTERM.
-pub async fn shutdown_signal() {
-    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-        Ok(s) => s,
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot watch SIGTERM; only Ctrl-C stops");
-            let _ = tokio::signal::ctrl_c().await;
-            return;
+/// Resolves on Ctrl-C (SIGINT) or SIGTERM. Both are watched from this call on, not from
+/// the future's first poll: a signal sent as soon as a daemon says it is up (its banner
+/// printed) is caught and stops it cleanly, instead of killing it outright.
+pub fn shutdown_signal() -> impl Future<Output = ()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (interrupt, terminate) = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    );
+    async move {
+        match (interrupt, terminate) {
+            (Ok(mut i), Ok(mut t)) => {
+                tokio::select! {
+                    _ = i.recv() => {}
+                    _ = t.recv() => {}
+                }
+            }
+            (Ok(mut i), Err(e)) => {
+                tracing::warn!(error = %e, "cannot watch SIGTERM; only Ctrl-C stops");
+                i.recv().await;
+            }
+            (Err(e), _) => {
+                tracing::warn!(error = %e, "cannot watch signals; Ctrl-C stops as it would");
+                let _ = tokio::signal::ctrl_c().await;
+            }
         }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
     }
 }
 

@@ -471,6 +471,7 @@ mod tests {
                 ..crate::Quota::default()
             },
             policy: Default::default(),
+            job_limits: Default::default(),
             uid_slot: 0,
             created_at: t("2026-11-01T00:00:00Z"),
         };

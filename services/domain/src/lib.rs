@@ -46,7 +46,9 @@ pub use quantity::{
     format_bytes, format_duration, format_gpus, format_milli, parse_bytes, parse_memory,
 };
 pub use secret::{SecretUse, SecretValue, TenantSecret};
-pub use tenant::{Quota, ResourceLimits, Resources, Tenant, TenantName};
+pub use tenant::{
+    EffectiveJobLimits, JobLimits, Quota, ResourceLimits, Resources, Tenant, TenantName,
+};
 pub use token::{ApiToken, Role, RoleBinding};
 pub use volume::{Volume, VolumeMount};
 pub use xid::{XidClass, classify as classify_xid};

@@ -361,6 +361,11 @@ pub struct Node {
     pub cordoned: bool,
     /// GPUs an operator drained: they take no new work until returned to service.
     pub drained_gpus: Vec<String>,
+    /// The GPUs (by UUID) the node may report: those it registered with using a bootstrap
+    /// token, which an admin made for it. A certificate's holder (the node, or whoever stole
+    /// its key) never adds to them. `None`: registered before they were recorded, when the
+    /// inventory stored then stands for them.
+    pub approved_gpus: Option<Vec<String>>,
     /// The address other nodes reach it at (a gang's rendezvous on its first replica);
     /// empty when its agent did not say.
     pub address: String,
@@ -392,6 +397,22 @@ impl Node {
     /// operator, and not unavailable by its agent's word.
     pub fn takes_work(&self) -> bool {
         !self.cordoned && self.unavailable.is_empty()
+    }
+
+    /// The GPUs of `reported` (an inventory the node sends) that are not among those it was
+    /// approved for ([`Node::approved_gpus`]): a node's inventory never grows past what it
+    /// registered with, or an admin approved by a bootstrap token since.
+    pub fn unapproved<'a>(&self, reported: &'a [GpuDevice]) -> Vec<&'a str> {
+        let stored: Vec<&str> = self.gpus.iter().map(|g| g.uuid.as_str()).collect();
+        let approved: Vec<&str> = match &self.approved_gpus {
+            Some(a) => a.iter().map(String::as_str).collect(),
+            None => stored,
+        };
+        reported
+            .iter()
+            .map(|g| g.uuid.as_str())
+            .filter(|u| !approved.contains(u))
+            .collect()
     }
 
     /// Whether its jobs run confined (what a tenant policy may require).
@@ -518,6 +539,7 @@ mod tests {
             gpus: Vec::new(),
             cordoned: false,
             drained_gpus: Vec::new(),
+            approved_gpus: None,
             address: String::new(),
             labels: Default::default(),
             unavailable: String::new(),
@@ -651,5 +673,53 @@ mod throttle_tests {
             ["sw_power_cap", "hw_thermal_slowdown"]
         );
         assert!(throttle_names(0).is_empty());
+    }
+}
+
+#[cfg(test)]
+mod approval_tests {
+    use super::*;
+
+    #[test]
+    fn a_nodes_inventory_never_grows_past_what_was_approved() {
+        let gpu = |uuid: &str| GpuDevice {
+            uuid: uuid.to_owned(),
+            index: 0,
+            model: "H200".into(),
+            memory_bytes: 141 << 30,
+            healthy: true,
+            degraded: false,
+            mig: None,
+            memory_enforcement: MemoryEnforcement::default(),
+            nvlink_domain: None,
+        };
+        let at = DateTime::<Utc>::UNIX_EPOCH;
+        let mut node = Node {
+            id: "n".into(),
+            name: "n".into(),
+            registered_at: at,
+            last_heartbeat_at: at,
+            lease_expires_at: at,
+            agent_version: String::new(),
+            gpu_backend: String::new(),
+            runtime: String::new(),
+            cpu_milli: 0,
+            memory_bytes: 0,
+            gpus: vec![gpu("GPU-0")],
+            cordoned: false,
+            drained_gpus: Vec::new(),
+            approved_gpus: Some(vec!["GPU-0".into(), "GPU-1".into()]),
+            unavailable: String::new(),
+            address: String::new(),
+            labels: Default::default(),
+        };
+        // Fewer, or those approved: fine. One more: named.
+        assert!(node.unapproved(&[]).is_empty());
+        assert!(node.unapproved(&[gpu("GPU-1"), gpu("GPU-0")]).is_empty());
+        let claimed = [gpu("GPU-0"), gpu("GPU-9"), gpu("GPU-1"), gpu("GPU-8")];
+        assert_eq!(node.unapproved(&claimed), ["GPU-9", "GPU-8"]);
+        // Registered before approvals were recorded: what it has stored stands for them.
+        node.approved_gpus = None;
+        assert_eq!(node.unapproved(&[gpu("GPU-0"), gpu("GPU-1")]), ["GPU-1"]);
     }
 }

@@ -3,7 +3,7 @@
 use std::fmt;
 
 use chrono::{DateTime, Utc};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::error::{ValidationError, Violations};
 use crate::isolation::Isolation;
@@ -206,6 +206,159 @@ impl Quota {
     }
 }
 
+/// Default and most CPU and memory per job, as a Kubernetes LimitRange: a job that asks for
+/// no CPU (or no memory) gets the default, and one asking for more than the maximum is
+/// refused. Each is the tenant's own setting; `None` takes its parent's (see
+/// [`JobLimits::effective`]). What a job gets is both its reservation (the scheduler places
+/// it where that much is free) and its limit (its cgroup's CPU quota and memory limit).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobLimits {
+    pub default_cpu_milli: Option<u64>,
+    pub default_memory_bytes: Option<u64>,
+    pub max_cpu_milli: Option<u64>,
+    pub max_memory_bytes: Option<u64>,
+}
+
+/// What applies to one tenant's jobs, its chain and the platform's defaults resolved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct EffectiveJobLimits {
+    pub default_cpu_milli: u64,
+    pub default_memory_bytes: u64,
+    pub max_cpu_milli: Option<u64>,
+    pub max_memory_bytes: Option<u64>,
+}
+
+impl JobLimits {
+    /// CPU a job gets where no tenant up its chain sets a default: one CPU, as Slurm gives a
+    /// task that names none.
+    pub const PLATFORM_DEFAULT_CPU_MILLI: u64 = 1000;
+    /// Memory a job gets where no tenant up its chain sets a default.
+    pub const PLATFORM_DEFAULT_MEMORY_BYTES: u64 = 2 << 30;
+
+    /// Checks each number on its own, and a default above the tenant's own maximum.
+    pub fn validate(&self, prefix: &str) -> Result<(), ValidationError> {
+        let mut v = Violations::default();
+        let cpus = |m: u64| format!("{} CPUs", crate::format_milli(m));
+        for (name, value) in [
+            ("default_cpu_milli", self.default_cpu_milli),
+            ("max_cpu_milli", self.max_cpu_milli),
+        ] {
+            if let Some(m) = value {
+                v.check(
+                    (1..=MAX_CPU_MILLI).contains(&m),
+                    format!("{prefix}{name}"),
+                    "must be from 1 to 100000000 (a thousandth of a CPU to 100000 CPUs)",
+                );
+            }
+        }
+        for (name, value) in [
+            ("default_memory_bytes", self.default_memory_bytes),
+            ("max_memory_bytes", self.max_memory_bytes),
+        ] {
+            if let Some(b) = value {
+                v.check(
+                    (1..=MAX_BYTES).contains(&b),
+                    format!("{prefix}{name}"),
+                    "must be from 1 byte to 1 PiB",
+                );
+            }
+        }
+        if let (Some(d), Some(m)) = (self.default_cpu_milli, self.max_cpu_milli) {
+            v.check(
+                d <= m,
+                format!("{prefix}default_cpu_milli"),
+                format!("must not be above the maximum ({})", cpus(m)),
+            );
+        }
+        if let (Some(d), Some(m)) = (self.default_memory_bytes, self.max_memory_bytes) {
+            v.check(
+                d <= m,
+                format!("{prefix}default_memory_bytes"),
+                format!("must not be above the maximum ({})", crate::format_bytes(m)),
+            );
+        }
+        v.into_result()
+    }
+
+    /// What applies to `tenant`'s jobs, its parents found among `all`: each default is the
+    /// nearest one set on the tenant or up its chain, else the platform's; each maximum is
+    /// the least set anywhere on the chain (a team is held to every maximum above it); and
+    /// a default is never above the maximum that applies.
+    pub fn effective(tenant: &Tenant, all: &[Tenant]) -> EffectiveJobLimits {
+        let mut chain = vec![tenant];
+        let mut next = tenant.parent_id.as_deref();
+        while let Some(id) = next {
+            // A cycle (which the tree never has) ends the walk rather than looping.
+            let Some(t) = all.iter().find(|t| t.id == id) else {
+                break;
+            };
+            if chain.iter().any(|c| c.id == t.id) {
+                break;
+            }
+            chain.push(t);
+            next = t.parent_id.as_deref();
+        }
+        let nearest =
+            |f: fn(&JobLimits) -> Option<u64>| chain.iter().find_map(|t| f(&t.job_limits));
+        let least =
+            |f: fn(&JobLimits) -> Option<u64>| chain.iter().filter_map(|t| f(&t.job_limits)).min();
+        let max_cpu_milli = least(|l| l.max_cpu_milli);
+        let max_memory_bytes = least(|l| l.max_memory_bytes);
+        let clamp = |d: u64, max: Option<u64>| max.map_or(d, |m| d.min(m));
+        EffectiveJobLimits {
+            default_cpu_milli: clamp(
+                nearest(|l| l.default_cpu_milli).unwrap_or(Self::PLATFORM_DEFAULT_CPU_MILLI),
+                max_cpu_milli,
+            ),
+            default_memory_bytes: clamp(
+                nearest(|l| l.default_memory_bytes).unwrap_or(Self::PLATFORM_DEFAULT_MEMORY_BYTES),
+                max_memory_bytes,
+            ),
+            max_cpu_milli,
+            max_memory_bytes,
+        }
+    }
+}
+
+impl EffectiveJobLimits {
+    /// A job's CPU and memory as asked (0: not asked) with the defaults given where it
+    /// asked for none; above a maximum is refused naming the field.
+    pub fn apply(&self, cpu_milli: u32, memory_bytes: u64) -> Result<(u32, u64), ValidationError> {
+        let mut v = Violations::default();
+        let cpu = if cpu_milli == 0 {
+            u32::try_from(self.default_cpu_milli).unwrap_or(u32::MAX)
+        } else {
+            cpu_milli
+        };
+        let memory = if memory_bytes == 0 {
+            self.default_memory_bytes
+        } else {
+            memory_bytes
+        };
+        if let Some(max) = self.max_cpu_milli {
+            v.check(
+                u64::from(cpu) <= max,
+                "cpu_milli",
+                format!(
+                    "must be at most {} CPUs, the most a job of this tenant may have",
+                    crate::format_milli(max)
+                ),
+            );
+        }
+        if let Some(max) = self.max_memory_bytes {
+            v.check(
+                memory <= max,
+                "memory_bytes",
+                format!(
+                    "must be at most {}, the most a job of this tenant may have",
+                    crate::format_bytes(max)
+                ),
+            );
+        }
+        v.into_result().map(|()| (cpu, memory))
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Tenant {
     pub id: String,
@@ -215,6 +368,9 @@ pub struct Tenant {
     pub quota: Quota,
     /// What its jobs may run and where.
     pub policy: crate::TenantPolicy,
+    /// The CPU and memory its jobs get when they ask for none, and the most one may ask
+    /// for (unset: its parent's, then the platform's).
+    pub job_limits: JobLimits,
     /// Its host uid range on every node: container uids 0..65536 of its jobs are host uids
     /// `Tenant::UID_FIRST + uid_slot × 65536` on. The control plane gives each tenant its
     /// own, the same on every node, so no two tenants share a host uid and files a tenant
@@ -293,5 +449,111 @@ mod tests {
             ]
         );
         assert_eq!(Quota::default().validate(""), Ok(()));
+    }
+
+    fn tenant(id: &str, parent: Option<&str>, job_limits: JobLimits) -> Tenant {
+        Tenant {
+            id: id.to_owned(),
+            name: TenantName::parse("name", id).expect("name"),
+            parent_id: parent.map(str::to_owned),
+            quota: Quota::default(),
+            policy: Default::default(),
+            job_limits,
+            uid_slot: 0,
+            created_at: DateTime::<Utc>::UNIX_EPOCH,
+        }
+    }
+
+    #[test]
+    fn job_limits_inherit_from_the_parent_then_the_platform() {
+        let org = tenant(
+            "org",
+            None,
+            JobLimits {
+                default_memory_bytes: Some(8 << 30),
+                max_cpu_milli: Some(4000),
+                max_memory_bytes: Some(16 << 30),
+                ..JobLimits::default()
+            },
+        );
+        let team = tenant(
+            "team",
+            Some("org"),
+            JobLimits {
+                default_cpu_milli: Some(2000),
+                // Above the parent's maximum: the parent's holds.
+                max_cpu_milli: Some(8000),
+                ..JobLimits::default()
+            },
+        );
+        let lone = tenant("lone", None, JobLimits::default());
+        let all = [org.clone(), team.clone(), lone.clone()];
+        let e = JobLimits::effective(&team, &all);
+        assert_eq!(
+            e,
+            EffectiveJobLimits {
+                default_cpu_milli: 2000,
+                default_memory_bytes: 8 << 30,
+                max_cpu_milli: Some(4000),
+                max_memory_bytes: Some(16 << 30),
+            }
+        );
+        let platform = JobLimits::effective(&lone, &all);
+        assert_eq!(
+            platform.default_cpu_milli,
+            JobLimits::PLATFORM_DEFAULT_CPU_MILLI
+        );
+        assert_eq!(
+            platform.default_memory_bytes,
+            JobLimits::PLATFORM_DEFAULT_MEMORY_BYTES
+        );
+        assert_eq!(
+            (platform.max_cpu_milli, platform.max_memory_bytes),
+            (None, None)
+        );
+        // A default is never above the maximum that applies.
+        let small = tenant(
+            "small",
+            Some("org"),
+            JobLimits {
+                max_memory_bytes: Some(1 << 30),
+                ..JobLimits::default()
+            },
+        );
+        assert_eq!(
+            JobLimits::effective(&small, &all).default_memory_bytes,
+            1 << 30
+        );
+    }
+
+    #[test]
+    fn job_limits_apply_defaults_and_refuse_above_the_maximum() {
+        let e = EffectiveJobLimits {
+            default_cpu_milli: 1500,
+            default_memory_bytes: 4 << 30,
+            max_cpu_milli: Some(4000),
+            max_memory_bytes: Some(8 << 30),
+        };
+        assert_eq!(e.apply(0, 0), Ok((1500, 4 << 30)));
+        assert_eq!(e.apply(250, 1 << 20), Ok((250, 1 << 20)));
+        assert_eq!(e.apply(4000, 8 << 30), Ok((4000, 8 << 30)));
+        let err = e.apply(4001, 9 << 30).expect_err("above both");
+        let fields: Vec<_> = err.0.iter().map(|f| f.field.as_str()).collect();
+        assert_eq!(fields, ["cpu_milli", "memory_bytes"]);
+        assert!(err.0[0].reason.contains("4 CPUs"), "{}", err.0[0].reason);
+    }
+
+    #[test]
+    fn job_limits_refuse_a_default_above_their_maximum() {
+        let l = JobLimits {
+            default_cpu_milli: Some(8000),
+            max_cpu_milli: Some(4000),
+            default_memory_bytes: Some(0),
+            max_memory_bytes: None,
+        };
+        let err = l.validate("").expect_err("bad");
+        let fields: Vec<_> = err.0.iter().map(|f| f.field.as_str()).collect();
+        assert_eq!(fields, ["default_memory_bytes", "default_cpu_milli"]);
+        assert_eq!(JobLimits::default().validate(""), Ok(()));
     }
 }

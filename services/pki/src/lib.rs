@@ -1,4 +1,5 @@
-//! The control plane's internal certificate authority for node identities, with no IO: it
+//! The control plane's internal certificate authority for node identities, with no IO but
+//! [`private`]'s (files only their owner reads, for whoever keeps keys on disk): it
 //! signs the agents' certificate signing requests into short-lived node certificates, issues
 //! the gRPC server's certificate, and reads a peer certificate back into a node identity.
 //!
@@ -13,6 +14,9 @@ use rcgen::{
     DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose, SanType, SerialNumber,
 };
 use x509_parser::prelude::{FromDer, GeneralName, X509Certificate};
+
+mod private;
+pub use private::{Descend, Tightened, make_private, write_private};
 
 /// The URI subject alternative name of a node certificate is this prefix and the node name.
 pub const NODE_URI_PREFIX: &str = "urn:allot:node:";
@@ -187,22 +191,6 @@ impl Authority {
             not_after,
         })
     }
-}
-
-/// The one piece of IO here, shared by whoever keeps keys on disk: writes `contents` to
-/// `path`, readable by its owner only (a file that existed is truncated and tightened).
-pub fn write_private(path: &std::path::Path, contents: &str) -> std::io::Result<()> {
-    use std::io::Write;
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create(true).truncate(true);
-    #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-    let mut f = options.open(path)?;
-    // The mode above applies only on creation.
-    #[cfg(unix)]
-    std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
-    f.write_all(contents.as_bytes())?;
-    f.sync_all()
 }
 
 /// A new node key and a certificate signing request for it.

@@ -278,6 +278,7 @@ mod tests {
             parent_id: None,
             quota: allot_domain::Quota::default(),
             policy: Default::default(),
+            job_limits: Default::default(),
             uid_slot: 0,
             created_at: at(1, 0),
         };

@@ -25,6 +25,7 @@ pub(crate) fn node(id: &str, models: &[&str]) -> Node {
         memory_bytes: 512 << 30,
         cordoned: false,
         drained_gpus: Vec::new(),
+        approved_gpus: None,
         address: String::new(),
         labels: Default::default(),
         unavailable: String::new(),
@@ -60,6 +61,7 @@ pub(crate) fn tenant(id: &str, guaranteed_gpus: u64) -> Tenant {
             ..Quota::default()
         },
         policy: Default::default(),
+        job_limits: Default::default(),
         uid_slot: 0,
         created_at: now(),
     }

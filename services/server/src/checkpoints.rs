@@ -48,13 +48,19 @@ impl DirSink {
 impl CheckpointSink for DirSink {
     fn write(&self, log: &str, size: u64, note: &str) -> std::io::Result<()> {
         use std::io::Write;
+        use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
         let path = self.path(log, size);
         if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent)?;
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(parent)?;
         }
+        // The control plane's files are its user's alone (publish copies of them).
         match std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
+            .mode(0o600)
             .open(&path)
         {
             Ok(mut f) => {

@@ -24,6 +24,8 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 use tonic::{Request, Response, Status};
 
 use crate::hub::{self, Hub};
+use crate::node_limits::NodeCall;
+pub use crate::node_limits::NodeLimits;
 
 pub struct NodeSvc {
     /// Agents are served by the leading replica only; the others point them there.
@@ -48,6 +50,8 @@ pub struct NodeSvc {
     /// Says which job's log grew (or which job ended), to those following it here.
     pub job_logs: tokio::sync::broadcast::Sender<String>,
     pub metrics: Arc<crate::metrics::Metrics>,
+    /// How often each node may call, and when its refusals were last audited.
+    pub limits: NodeLimits,
 }
 
 /// A duration in whole milliseconds, as the protocol carries it.
@@ -106,6 +110,35 @@ fn status(e: StoreError) -> Status {
         }
     }
 }
+
+/// Refuses an inventory naming GPUs the node was never approved for: a node's GPUs never
+/// grow past those it registered with by a bootstrap token (`Node::unapproved`), so a
+/// stolen key cannot invent GPUs to draw every tenant's work (and secrets).
+fn approved(node: &Node, gpus: &[GpuDevice]) -> Result<(), Status> {
+    let extra = node.unapproved(gpus);
+    if extra.is_empty() {
+        return Ok(());
+    }
+    let shown: Vec<&str> = extra.iter().take(8).copied().collect();
+    Err(Status::permission_denied(format!(
+        "{} GPU(s) ({}{}) are not among those node {} registered with; an admin approves \
+         more by a bootstrap token made to replace it (allot node bootstrap-token create \
+         --node {} --replace)",
+        extra.len(),
+        shown.join(", "),
+        if extra.len() > shown.len() {
+            ", …"
+        } else {
+            ""
+        },
+        node.name,
+        node.name
+    )))
+}
+
+/// How long a new subscription waits for the node's earlier stream to close (its agent
+/// dropped it to open this one) before it is refused.
+const STREAM_CLOSE_GRACE: Duration = Duration::from_millis(500);
 
 /// Most jobs a node may say it runs at once.
 const MAX_RUNNING_JOBS: usize = 4096;
@@ -297,6 +330,7 @@ impl NodeSvc {
         self.leading()?;
         let node = self.node(&req, "Heartbeat").await?;
         let ctx = node_ctx(&req, &node.id);
+        self.within_rate(&ctx, &node, NodeCall::Heartbeat).await?;
         let was_ready = self.store.clock().now() < node.lease_expires_at;
         let r = req.into_inner();
         bounded("running_job_ids", r.running_job_ids.len(), MAX_RUNNING_JOBS)?;
@@ -306,6 +340,9 @@ impl NodeSvc {
             MAX_RUNNING_JOBS,
         )?;
         let gpus = gpus_from_proto(r.gpus.clone())?;
+        if let Err(refused) = approved(&node, &gpus) {
+            return Err(self.denied(ctx, "Heartbeat", refused).await);
+        }
         let changed = gpus != node.gpus;
         // Whether the node takes new work, as its agent says (low on disk).
         let unavailable = allot_domain::node::unavailable_reason(&r.unavailable);
@@ -370,7 +407,8 @@ impl NodeSvc {
             (!samples.is_empty() || !r.job_samples.is_empty()) && self.samples.due(&node.id);
         let now = self.store.clock().now();
         // The lease, a changed inventory and the GPU samples, in the next group commit.
-        self.beats
+        let written = self
+            .beats
             .write(allot_store::Beat {
                 node_id: node.id.clone(),
                 lease_expires_at: until,
@@ -379,7 +417,15 @@ impl NodeSvc {
                 unavailable: became.clone(),
             })
             .await
-            .map_err(status)?;
+            .map_err(status);
+        if let Err(e) = written {
+            // A GPU another node holds (approved to this one too, say after it moved).
+            return Err(if e.code() == tonic::Code::FailedPrecondition {
+                self.denied(ctx, "Heartbeat", e).await
+            } else {
+                e
+            });
+        }
         if sampled {
             if let Err(e) = self.record_job_samples(now, &r.job_samples, &on_node).await {
                 tracing::warn!(error = %e, node = %node.name, "job samples not stored");
@@ -467,6 +513,57 @@ impl NodeSvc {
         }
     }
 
+    /// A call of an authenticated node refused for what it asked (another node's job or
+    /// GPU, GPUs it was never approved for, a new key, a second stream), recorded in the
+    /// system audit log as `node.denied`. Not counted against its address: the node is
+    /// known, and its own limits ([`NodeLimits`]) bound how often it can ask.
+    async fn denied(&self, ctx: AuditContext, call: &str, status: Status) -> Status {
+        self.record_refusal(ctx, "node.denied", call, &status).await;
+        status
+    }
+
+    /// Records a refused call of `call` in the system audit log as `action`.
+    async fn record_refusal(&self, ctx: AuditContext, action: &str, call: &str, status: &Status) {
+        let event = allot_domain::AuditEvent {
+            log: allot_domain::SYSTEM_LOG.to_owned(),
+            action: action.to_owned(),
+            target: format!("grpc/{call}"),
+            outcome: allot_domain::Outcome::Denied,
+            reason: Some(status.message().chars().take(500).collect()),
+            before: None,
+            after: None,
+        };
+        if let Err(e) = self.audit.record(ctx, event).await {
+            tracing::error!(error = %e, "could not audit a refused node call");
+        }
+    }
+
+    /// Takes one of `node`'s calls of `call` ([`NodeLimits`]): past its rate,
+    /// `RESOURCE_EXHAUSTED`, the first refusal in each ten seconds audited as
+    /// `node.rate_limited`.
+    async fn within_rate(
+        &self,
+        ctx: &AuditContext,
+        node: &Node,
+        call: NodeCall,
+    ) -> Result<(), Status> {
+        let now = std::time::Instant::now();
+        let Err(wait) = self.limits.take(&node.id, call, now) else {
+            return Ok(());
+        };
+        let status = Status::resource_exhausted(format!(
+            "node {} calls {} more often than an agent does: retry in {} ms",
+            node.name,
+            call.name(),
+            wait.as_millis().max(1)
+        ));
+        if self.limits.note(&node.id, call.name(), now) {
+            self.record_refusal(ctx.clone(), "node.rate_limited", call.name(), &status)
+                .await;
+        }
+        Err(status)
+    }
+
     /// A call refused for who made it (a bad token, a revoked certificate, a certificate of
     /// another node): counted against its address, past the limit answered
     /// `RESOURCE_EXHAUSTED`, and recorded in the system audit log either way.
@@ -494,18 +591,7 @@ impl NodeSvc {
             }
             None => ("node.denied", status.clone()),
         };
-        let event = allot_domain::AuditEvent {
-            log: allot_domain::SYSTEM_LOG.to_owned(),
-            action: action.to_owned(),
-            target: format!("grpc/{call}"),
-            outcome: allot_domain::Outcome::Denied,
-            reason: Some(status.message().chars().take(500).collect()),
-            before: None,
-            after: None,
-        };
-        if let Err(e) = self.audit.record(ctx, event).await {
-            tracing::error!(error = %e, "could not audit a refused node call");
-        }
+        self.record_refusal(ctx, action, call, &status).await;
         answer
     }
 
@@ -531,6 +617,16 @@ impl NodeSvc {
             }
             Some(cert) => {
                 same_key(&cert, &r.csr_pem)?;
+                // A certificate's holder re-registers the GPUs it was approved for, no more.
+                if let Some(node) = self
+                    .store
+                    .node_by_certificate(&cert.serial, self.store.clock().now())
+                    .await
+                    .map_err(status)?
+                {
+                    // Refused (and recorded) as any registration refused for its caller.
+                    approved(&node, &gpus_from_proto(r.gpus.clone())?)?;
+                }
                 Admission::Certificate {
                     serial: cert.serial,
                 }
@@ -927,9 +1023,13 @@ impl allot_proto::NodeService for NodeSvc {
         self.leading()?;
         let node = self.node(&req, "RenewCertificate").await?;
         let ctx = node_ctx(&req, &node.id);
+        self.within_rate(&ctx, &node, NodeCall::RenewCertificate)
+            .await?;
         let cert = presented(&req)?
             .ok_or_else(|| Status::unauthenticated("connect with the node certificate"))?;
-        same_key(&cert, &req.get_ref().csr_pem)?;
+        if let Err(e) = same_key(&cert, &req.get_ref().csr_pem) {
+            return Err(self.denied(ctx, "RenewCertificate", e).await);
+        }
         let issued = self.issue(&req.get_ref().csr_pem, &node.name)?;
         self.store
             .add_node_certificate(
@@ -967,9 +1067,40 @@ impl allot_proto::NodeService for NodeSvc {
     ) -> Result<Response<Self::WatchAssignmentsStream>, Status> {
         self.leading()?;
         let node = self.node(&req, "WatchAssignments").await?;
+        let ctx = node_ctx(&req, &node.id);
+        self.within_rate(&ctx, &node, NodeCall::WatchAssignments)
+            .await?;
         // Subscribe first, then replay what the node holds: a job scheduled in between is
-        // sent twice, which agents ignore, rather than not at all.
-        let (tx, rx) = self.hub.subscribe(&node.id);
+        // sent twice, which agents ignore, rather than not at all. A stream still open is
+        // the node's: given a moment to close (an agent that dropped it to open another),
+        // and else kept, this one refused.
+        let mut waited = Duration::ZERO;
+        let (tx, rx, again) = loop {
+            match self.hub.subscribe(&node.id) {
+                Ok(opened) => break opened,
+                Err(hub::AlreadyOpen) if waited < STREAM_CLOSE_GRACE => {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    waited += Duration::from_millis(50);
+                }
+                Err(hub::AlreadyOpen) => {
+                    let refused = Status::already_exists(format!(
+                        "node {} has an open assignment stream already: one at a time",
+                        node.name
+                    ));
+                    return Err(self.denied(ctx, "WatchAssignments", refused).await);
+                }
+            }
+        };
+        if again {
+            let event = allot_domain::AuditEvent::success(
+                allot_domain::SYSTEM_LOG,
+                "node.resubscribe",
+                format!("node/{}", node.id),
+            );
+            if let Err(e) = self.audit.record(ctx, event).await {
+                tracing::error!(error = %e, "could not audit a re-subscription");
+            }
+        }
         let held = self
             .jobs_on(&node.id, &[JobState::Scheduled, JobState::Running])
             .await?;
@@ -988,8 +1119,14 @@ impl allot_proto::NodeService for NodeSvc {
     async fn append_job_logs(&self, req: Request<JobLogs>) -> Result<Response<JobLogsAck>, Status> {
         self.leading()?;
         let node = self.node(&req, "AppendJobLogs").await?;
+        let ctx = node_ctx(&req, &node.id);
+        self.within_rate(&ctx, &node, NodeCall::AppendJobLogs)
+            .await?;
         let chunks = req.into_inner().chunks;
         let mut refused = 0u32;
+        // Jobs of the message that are not this node's at all (not merely an attempt since
+        // requeued): what a stolen key writing another node's jobs' logs leaves.
+        let mut theirs = std::collections::BTreeSet::new();
         let mut grew = std::collections::BTreeSet::new();
         // Which attempts of each job this node may write the log of, read once per job of
         // the message.
@@ -1005,10 +1142,12 @@ impl allot_proto::NodeService for NodeSvc {
                 writable.insert(c.job_id.clone(), attempts);
             }
             // Only the node that ran an attempt writes its log: a node's key cannot write
-            // (or flood) the log of a job elsewhere.
-            let ours = writable
-                .get(&c.job_id)
-                .is_some_and(|a| a.contains(&c.attempt));
+            // (or flood) the log of a job elsewhere, nor of an attempt it did not run.
+            let attempts = writable.get(&c.job_id);
+            if attempts.is_none_or(Vec::is_empty) {
+                theirs.insert(c.job_id.chars().take(64).collect::<String>());
+            }
+            let ours = attempts.is_some_and(|a| a.contains(&c.attempt));
             let well_formed = !c.data.is_empty()
                 && c.data.len() as u64 <= allot_domain::joblog::CHUNK_MAX_BYTES
                 && c.offset
@@ -1027,6 +1166,16 @@ impl allot_proto::NodeService for NodeSvc {
         if refused > 0 {
             tracing::info!(node = %node.name, refused, "log chunks refused");
         }
+        if !theirs.is_empty() {
+            let shown: Vec<String> = theirs.iter().take(8).cloned().collect();
+            let why = Status::permission_denied(format!(
+                "log chunks for {} job(s) not assigned to node {} refused: {}",
+                theirs.len(),
+                node.name,
+                shown.join(", ")
+            ));
+            self.denied(ctx, "AppendJobLogs", why).await;
+        }
         for job in grew {
             // No one may be following.
             let _ = self.job_logs.send(job);
@@ -1041,6 +1190,8 @@ impl allot_proto::NodeService for NodeSvc {
         self.leading()?;
         let node = self.node(&req, "ReportJobStatus").await?;
         let ctx = node_ctx(&req, &node.id);
+        self.within_rate(&ctx, &node, NodeCall::ReportJobStatus)
+            .await?;
         let r = req.into_inner();
         let job = self
             .store
@@ -1062,10 +1213,9 @@ impl allot_proto::NodeService for NodeSvc {
             )));
         }
         if job.node_id.as_deref() != Some(node.id.as_str()) {
-            return Err(Status::permission_denied(format!(
-                "job {} is not assigned to this node",
-                r.job_id
-            )));
+            let refused =
+                Status::permission_denied(format!("job {} is not assigned to this node", job.id));
+            return Err(self.denied(ctx, "ReportJobStatus", refused).await);
         }
         let phase = JobPhase::try_from(r.phase)
             .map_err(|_| Status::invalid_argument(format!("unknown phase {}", r.phase)))?;

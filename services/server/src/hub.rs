@@ -15,6 +15,8 @@ pub type AssignmentRx = mpsc::UnboundedReceiver<Result<Assignment, tonic::Status
 #[derive(Debug, Default)]
 pub struct Hub {
     streams: Mutex<HashMap<String, AssignmentTx>>,
+    /// Nodes that opened a stream in this term: another one of theirs is a re-subscription.
+    subscribed: Mutex<std::collections::HashSet<String>>,
     /// Launches sent but not yet confirmed by any report, per node: (job id, attempt) and
     /// when last sent. A stream can die without the sender noticing, so these are sent
     /// again when the node's heartbeat shows it does not run them.
@@ -53,12 +55,26 @@ type SentLayout = (Vec<(u32, u8)>, Instant);
 /// A node's launches awaiting confirmation: job id to (attempt, when last sent).
 type Unconfirmed = HashMap<String, (u32, Instant)>;
 
+/// A node's stream is open already: it has one at a time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AlreadyOpen;
+
 impl Hub {
-    /// Opens the node's stream, replacing (and so closing) any earlier one.
-    pub fn subscribe(&self, node_id: &str) -> (AssignmentTx, AssignmentRx) {
+    /// Opens the node's stream, unless one is still open: a node has one stream at a time,
+    /// so a second subscriber (whoever stole its key) cannot take its agent's over. Says
+    /// too whether the node opened one before in this term (a re-subscription).
+    pub fn subscribe(
+        &self,
+        node_id: &str,
+    ) -> Result<(AssignmentTx, AssignmentRx, bool), AlreadyOpen> {
+        let mut streams = self.lock();
+        if streams.get(node_id).is_some_and(|tx| !tx.is_closed()) {
+            return Err(AlreadyOpen);
+        }
         let (tx, rx) = mpsc::unbounded_channel();
-        self.lock().insert(node_id.to_owned(), tx.clone());
-        (tx, rx)
+        streams.insert(node_id.to_owned(), tx.clone());
+        let again = !lock(&self.subscribed).insert(node_id.to_owned());
+        Ok((tx, rx, again))
     }
 
     /// Sends to the node if it is connected. A node that is not connected gets everything it
@@ -244,6 +260,7 @@ impl Hub {
     /// Forgets what was sent and held back (a new term starts from what the database and
     /// the nodes' next heartbeats say).
     pub fn reset(&self) {
+        lock(&self.subscribed).clear();
         lock(&self.unconfirmed).clear();
         lock(&self.partitions).clear();
         lock(&self.withheld).clear();

@@ -11,6 +11,7 @@ pub mod launches;
 pub mod leadership;
 mod leases;
 pub mod metrics;
+pub mod node_limits;
 pub mod pacing;
 pub mod pki;
 pub mod scheduling;
@@ -764,8 +765,13 @@ pub async fn start(
         beats,
         job_logs,
         metrics: metrics.clone(),
+        limits: grpc::NodeLimits::default(),
     };
     let mut grpc_server = tonic::transport::Server::builder()
+        // A connection that stopped answering is closed within seconds, and its assignment
+        // stream with it: the node's agent, reconnecting, may open its one stream again.
+        .http2_keepalive_interval(Some(Duration::from_secs(2)))
+        .http2_keepalive_timeout(Some(Duration::from_secs(3)))
         .tls_config(grpc_tls)
         .map_err(|e| ServerError::GrpcTls(e.to_string()))?;
     let grpc_stop = stop.clone();

@@ -53,10 +53,14 @@ pub fn load_or_create(source: &NodeCaSource, now: DateTime<Utc>) -> Result<Autho
         let key_pem = std::fs::read_to_string(&key).map_err(io)?;
         return Ok(Authority::from_pem(&cert_pem, &key_pem)?);
     }
-    std::fs::create_dir_all(dir).map_err(io)?;
+    std::os::unix::fs::DirBuilderExt::mode(std::fs::DirBuilder::new().recursive(true), 0o700)
+        .create(dir)
+        .map_err(io)?;
     let ca = Authority::generate(CA_NAME, now, random16())?;
     allot_pki::write_private(&key, &ca.key_pem()).map_err(io)?;
-    std::fs::write(&cert, ca.cert_pem()).map_err(io)?;
+    // The control plane's files are its user's alone; an operator copies the certificate
+    // to the agents.
+    allot_pki::write_private(&cert, ca.cert_pem()).map_err(io)?;
     tracing::info!(dir = %dir.display(), "created the node CA");
     Ok(ca)
 }

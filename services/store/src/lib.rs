@@ -26,6 +26,7 @@ mod scope;
 mod secrets;
 mod sessions;
 mod sign_ins;
+mod sqlite_files;
 mod submits;
 mod tenant_secrets;
 mod tenants;
@@ -116,6 +117,7 @@ impl Store {
             .acquire_timeout(Duration::from_secs(30))
             .sqlx_logging(false);
         if url.starts_with("sqlite:") {
+            sqlite_files::make_private(url)?;
             // SQLite allows one writer; a single connection serialises access instead of
             // failing with SQLITE_BUSY when two transactions upgrade to write at once.
             opts.max_connections(1).min_connections(1);

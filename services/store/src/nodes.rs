@@ -144,6 +144,12 @@ fn to_domain(m: nodes::Model, gpus: Vec<GpuDevice>) -> Node {
         // Written by `set_node_admin` only; unreadable reads as nothing drained, and the
         // GPUs' own health still applies.
         drained_gpus: serde_json::from_str(&m.drained_gpus).unwrap_or_default(),
+        // Written by `register_node` only; unreadable reads as not recorded (the stored
+        // inventory then stands for it).
+        approved_gpus: m
+            .approved_gpus
+            .as_deref()
+            .and_then(|a| serde_json::from_str(a).ok()),
         address: m.address,
         // Written by `set_node_admin` only; unreadable reads as no labels.
         labels: serde_json::from_str(&m.labels).unwrap_or_default(),
@@ -298,6 +304,17 @@ impl NodeRepo for Store {
             }
         }
         let serial = r.certificate.serial.clone();
+        // What a bootstrap token (an admin's) admits is the inventory the node may report
+        // from then on; a certificate's holder adds nothing to it.
+        let approved = match r.admission {
+            Admission::BootstrapToken { .. } => {
+                let uuids: Vec<&str> = r.gpus.iter().map(|g| g.uuid.as_str()).collect();
+                Set(Some(serde_json::to_string(&uuids).map_err(|e| {
+                    StoreError::Corrupt(format!("approved GPUs: {e}"))
+                })?))
+            }
+            Admission::Certificate { .. } => sea_orm::ActiveValue::NotSet,
+        };
         let row = match existing {
             Some(m) => {
                 nodes::Entity::update(nodes::ActiveModel {
@@ -311,6 +328,7 @@ impl NodeRepo for Store {
                     cpu_milli: Set(cpu_milli),
                     memory_bytes: Set(memory_bytes),
                     address: Set(r.address),
+                    approved_gpus: approved,
                     ..Default::default()
                 })
                 .exec(&txn)
@@ -334,6 +352,7 @@ impl NodeRepo for Store {
                     labels: Set("{}".to_owned()),
                     address: Set(r.address),
                     unavailable: Set(String::new()),
+                    approved_gpus: approved,
                 })
                 .exec_with_returning(&txn)
                 .await?

@@ -1,8 +1,8 @@
 //! Tenants and their quotas.
 
 use allot_domain::{
-    AuditContext, AuditEvent, NetworkPolicy, Quota, ResourceLimits, Resources, SYSTEM_LOG, Tenant,
-    TenantName, TenantPolicy,
+    AuditContext, AuditEvent, JobLimits, NetworkPolicy, Quota, ResourceLimits, Resources,
+    SYSTEM_LOG, Tenant, TenantName, TenantPolicy,
 };
 use sea_orm::sea_query::{Expr, ExprTrait};
 use sea_orm::{
@@ -71,6 +71,13 @@ pub trait TenantRepo {
         name: &str,
         policy: TenantPolicy,
     ) -> impl Future<Output = Result<Tenant, StoreError>> + Send;
+    /// Replaces the tenant's own default and most CPU and memory per job (audited).
+    fn set_job_limits(
+        &self,
+        ctx: &AuditContext,
+        name: &str,
+        limits: JobLimits,
+    ) -> impl Future<Output = Result<Tenant, StoreError>> + Send;
 }
 
 /// What deleting a tenant did.
@@ -125,6 +132,12 @@ fn to_domain(m: tenants::Model) -> Result<Tenant, StoreError> {
                 egress: m.egress.as_deref().map(|e| json("egress", e)).transpose()?,
                 allow_host_network: m.allow_host_network,
             },
+        },
+        job_limits: JobLimits {
+            default_cpu_milli: opt_u64("job_default_cpu_milli", m.job_default_cpu_milli)?,
+            default_memory_bytes: opt_u64("job_default_memory_bytes", m.job_default_memory_bytes)?,
+            max_cpu_milli: opt_u64("job_max_cpu_milli", m.job_max_cpu_milli)?,
+            max_memory_bytes: opt_u64("job_max_memory_bytes", m.job_max_memory_bytes)?,
         },
         uid_slot: m
             .uid_slot
@@ -265,19 +278,8 @@ impl TenantRepo for Store {
             ..Default::default()
         };
         set_quota_columns(&mut row, &quota)?;
-        let txn = self.begin().await?;
-        let updated = to_domain(tenants::Entity::update(row).exec(&txn).await?)?;
-        tenants_changed(&txn).await?;
-        let event = AuditEvent::success(
-            updated.id.clone(),
-            "tenant.quota.set",
-            format!("tenant/{}", updated.id),
-        )
-        .before(before)
-        .after(&updated.quota);
-        record(&txn, self, ctx, event).await?;
-        self.commit(txn).await?;
-        Ok(updated)
+        self.update_tenant(ctx, row, "tenant.quota.set", before, |t| &t.quota)
+            .await
     }
 
     async fn delete_tenant(
@@ -430,19 +432,31 @@ impl TenantRepo for Store {
             allow_host_network: Set(policy.network.allow_host_network),
             ..Default::default()
         };
-        let txn = self.begin().await?;
-        let updated = to_domain(tenants::Entity::update(row).exec(&txn).await?)?;
-        tenants_changed(&txn).await?;
-        let event = AuditEvent::success(
-            updated.id.clone(),
-            "tenant.policy.set",
-            format!("tenant/{}", updated.id),
-        )
-        .before(before)
-        .after(&updated.policy);
-        record(&txn, self, ctx, event).await?;
-        self.commit(txn).await?;
-        Ok(updated)
+        self.update_tenant(ctx, row, "tenant.policy.set", before, |t| &t.policy)
+            .await
+    }
+
+    async fn set_job_limits(
+        &self,
+        ctx: &AuditContext,
+        name: &str,
+        limits: JobLimits,
+    ) -> Result<Tenant, StoreError> {
+        let tenant = self.tenant_by_name(name).await?;
+        let before = tenant.job_limits;
+        let row = tenants::ActiveModel {
+            id: Set(tenant.id),
+            job_default_cpu_milli: Set(opt_i64("default_cpu_milli", limits.default_cpu_milli)?),
+            job_default_memory_bytes: Set(opt_i64(
+                "default_memory_bytes",
+                limits.default_memory_bytes,
+            )?),
+            job_max_cpu_milli: Set(opt_i64("max_cpu_milli", limits.max_cpu_milli)?),
+            job_max_memory_bytes: Set(opt_i64("max_memory_bytes", limits.max_memory_bytes)?),
+            ..Default::default()
+        };
+        self.update_tenant(ctx, row, "tenant.job_limits.set", before, |t| &t.job_limits)
+            .await
     }
 }
 
@@ -497,6 +511,33 @@ async fn tenants_changed<C: ConnectionTrait>(db: &C) -> Result<(), StoreError> {
 }
 
 impl Store {
+    /// Writes `row` (a change of one tenant's columns) and its audit entry `action` in its
+    /// tenant's log, in one transaction: the entry records `before` and what `after` reads
+    /// of the tenant as written.
+    async fn update_tenant<B, A>(
+        &self,
+        ctx: &AuditContext,
+        row: tenants::ActiveModel,
+        action: &str,
+        before: B,
+        after: impl FnOnce(&Tenant) -> &A,
+    ) -> Result<Tenant, StoreError>
+    where
+        B: serde::Serialize,
+        A: serde::Serialize + ?Sized,
+    {
+        let txn = self.begin().await?;
+        let updated = to_domain(tenants::Entity::update(row).exec(&txn).await?)?;
+        tenants_changed(&txn).await?;
+        let event =
+            AuditEvent::success(updated.id.clone(), action, format!("tenant/{}", updated.id))
+                .before(before)
+                .after(after(&updated));
+        record(&txn, self, ctx, event).await?;
+        self.commit(txn).await?;
+        Ok(updated)
+    }
+
     async fn try_create_tenant(
         &self,
         ctx: &AuditContext,

@@ -29,7 +29,7 @@ use std::time::Duration;
 
 use nix::sys::signal::Signal;
 
-use super::cgroup::Hierarchy;
+use super::cgroup::{Hierarchy, ParentLimits, default_jobs_pids};
 use super::{
     Attempt, BoxFuture, Ending, JobRuntime, LaunchSpec, Network, RuntimeKind, Started, Tracker,
 };
@@ -60,6 +60,12 @@ pub struct OciConfig {
     pub pids_limit: i64,
     /// The pool this agent takes its jobs' subnet from (a /24 of it).
     pub job_subnets: ipnet::Ipv4Net,
+    /// Memory kept from the jobs for the agent and the system (kubelet's system-reserved):
+    /// every container's cgroup is below one parent limited to the node's memory less it.
+    pub system_reserved_memory: u64,
+    /// Processes (threads) all containers together may have, below the kernel's
+    /// `pid_max`; `None`: [`default_jobs_pids`] of it.
+    pub jobs_pids_limit: Option<i64>,
 }
 
 impl OciConfig {
@@ -112,7 +118,78 @@ impl OciConfig {
             job_subnets: network::plan::DEFAULT_POOL
                 .parse()
                 .map_err(|e| format!("the default job subnet pool: {e}"))?,
+            system_reserved_memory: DEFAULT_SYSTEM_RESERVED_MEMORY,
+            jobs_pids_limit: None,
         })
+    }
+}
+
+/// Memory kept from the jobs for the agent and the system when the operator says nothing.
+pub const DEFAULT_SYSTEM_RESERVED_MEMORY: u64 = 2 << 30;
+
+/// What all of the containers together may use on this node: its memory less what is
+/// reserved, and `cfg`'s pids limit (or the default below `pid_max`), refusing a reserve
+/// that leaves nothing, a limit that is not below `pid_max`, and a per-job pids limit
+/// above the total.
+pub fn parent_limits(
+    cfg: &OciConfig,
+    node_memory: u64,
+    pid_max: i64,
+) -> Result<ParentLimits, String> {
+    let memory_bytes = node_memory
+        .checked_sub(cfg.system_reserved_memory)
+        .filter(|m| *m > 0)
+        .ok_or_else(|| {
+            format!(
+                "--system-reserved-memory {} leaves the jobs nothing of this node's {}",
+                allot_domain::format_bytes(cfg.system_reserved_memory),
+                allot_domain::format_bytes(node_memory)
+            )
+        })?;
+    let pids = cfg
+        .jobs_pids_limit
+        .unwrap_or_else(|| default_jobs_pids(pid_max));
+    if !(1..pid_max).contains(&pids) {
+        return Err(format!(
+            "--jobs-pids-limit {pids} must be from 1 to below the kernel's pid_max ({pid_max}), \
+             so the agent and the system keep process ids of their own"
+        ));
+    }
+    if !(1..=pids).contains(&cfg.pids_limit) {
+        return Err(format!(
+            "--pids-limit {} (each job's) must be from 1 to the jobs' total, {pids}",
+            cfg.pids_limit
+        ));
+    }
+    Ok(ParentLimits { memory_bytes, pids })
+}
+
+/// Refuses a data dir below a directory that the containers' users (unprivileged host uids
+/// of no one's) cannot pass through: their images' root file systems are inside it, and
+/// every container would fail to start. Names the directory.
+pub fn check_traversable(data_dir: &Path) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut dir = std::fs::canonicalize(data_dir)
+        .map_err(|e| format!("the data dir {}: {e}", data_dir.display()))?;
+    loop {
+        let mode = std::fs::metadata(&dir)
+            .map_err(|e| format!("{}: {e}", dir.display()))?
+            .permissions()
+            .mode();
+        if mode & 0o001 == 0 {
+            return Err(format!(
+                "the containers' users cannot pass through {} (mode {:04o}) to their images \
+                 in the data dir {}: make it searchable (chmod o+x {}) or choose a data dir \
+                 below directories every user may pass through",
+                dir.display(),
+                mode & 0o7777,
+                data_dir.display(),
+                dir.display()
+            ));
+        }
+        if !dir.pop() {
+            return Ok(());
+        }
     }
 }
 
@@ -197,6 +274,7 @@ impl OciRuntime {
             cfg.image_caps(),
         )
         .map_err(|e| format!("image cache: {e}"))?;
+        check_traversable(data_dir)?;
         let canonical = std::fs::canonicalize(data_dir).unwrap_or_else(|_| data_dir.to_owned());
         let digest =
             <sha2::Sha256 as sha2::Digest>::digest(canonical.display().to_string().as_bytes());
@@ -217,13 +295,30 @@ impl OciRuntime {
             })
             .take(48)
             .collect();
+        let node_memory = crate::host_memory_bytes()
+            .ok_or("cannot read this node's memory (MemTotal in /proc/meminfo)")?;
+        let pid_max = super::cgroup::pid_max()
+            .ok_or("cannot read the kernel's pid_max (/proc/sys/kernel/pid_max)")?;
+        let limits = parent_limits(&cfg, node_memory, pid_max)?;
+        let hierarchy = Hierarchy::detect();
+        let cgroup_parent = format!("/allot/{node}-{hash}");
+        hierarchy
+            .limit_parent(&cgroup_parent, &limits)
+            .map_err(|e| format!("limiting the jobs' cgroup {cgroup_parent}: {e}"))?;
+        tracing::info!(
+            cgroup = %cgroup_parent,
+            memory = %allot_domain::format_bytes(limits.memory_bytes),
+            pids = limits.pids,
+            "every job's cgroup is below this agent's, limited to the node's memory less the \
+             reserve"
+        );
         Ok(OciRuntime {
             state,
             bundles,
             roots,
             images,
-            hierarchy: Hierarchy::detect(),
-            cgroup_parent: format!("/allot/{node}-{hash}"),
+            hierarchy,
+            cgroup_parent,
             networks,
             cfg,
         })
@@ -727,5 +822,80 @@ impl JobRuntime for OciRuntime {
             }
         }
         removed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg() -> OciConfig {
+        OciConfig {
+            runtime: PathBuf::from("/bin/true"),
+            init: PathBuf::from("/bin/true"),
+            cdi_dirs: Vec::new(),
+            registries: RegistryConfig::default(),
+            image_cache_bytes: 1 << 30,
+            scratch_bytes: 1 << 20,
+            tmp_bytes: 1 << 20,
+            shm_bytes: 1 << 20,
+            pids_limit: 4096,
+            system_reserved_memory: 2 << 30,
+            jobs_pids_limit: None,
+            image_max_bytes: None,
+            image_tenant_bytes: None,
+            job_subnets: ipnet::Ipv4Net::new(std::net::Ipv4Addr::new(10, 200, 0, 0), 16)
+                .expect("a pool"),
+        }
+    }
+
+    #[test]
+    fn the_jobs_get_the_node_less_the_reserve() {
+        let limits = parent_limits(&cfg(), 32 << 30, 32_768).expect("limits");
+        assert_eq!(
+            limits,
+            ParentLimits {
+                memory_bytes: 30 << 30,
+                pids: 28_672
+            }
+        );
+        let mut c = cfg();
+        c.system_reserved_memory = 32 << 30;
+        let err = parent_limits(&c, 32 << 30, 32_768).expect_err("nothing left");
+        assert!(err.contains("--system-reserved-memory"), "{err}");
+        c = cfg();
+        c.jobs_pids_limit = Some(32_768);
+        let err = parent_limits(&c, 32 << 30, 32_768).expect_err("at pid_max");
+        assert!(err.contains("pid_max (32768)"), "{err}");
+        c.jobs_pids_limit = Some(1000);
+        let err = parent_limits(&c, 32 << 30, 32_768).expect_err("per job above total");
+        assert!(err.contains("--pids-limit 4096"), "{err}");
+        c.pids_limit = 100;
+        assert_eq!(
+            parent_limits(&c, 32 << 30, 32_768).map(|l| l.pids),
+            Ok(1000)
+        );
+    }
+
+    #[test]
+    fn a_data_dir_behind_a_private_directory_is_named() {
+        use std::os::unix::fs::PermissionsExt;
+        let top = tempfile::tempdir().expect("temp dir");
+        let private = top.path().join("private");
+        let data = private.join("data");
+        std::fs::create_dir_all(&data).expect("mkdir");
+        for d in [top.path(), data.as_path()] {
+            std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o711)).expect("chmod");
+        }
+        std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o700)).expect("chmod");
+        let err = check_traversable(&data).expect_err("private parent");
+        let canonical = std::fs::canonicalize(&private).expect("canonical");
+        assert!(
+            err.contains(&format!("{} (mode 0700)", canonical.display())),
+            "{err}"
+        );
+        std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o711)).expect("chmod");
+        // Every directory above the temporary one is one the system lets everyone pass.
+        assert_eq!(check_traversable(&data), Ok(()));
     }
 }

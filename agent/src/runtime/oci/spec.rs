@@ -13,6 +13,7 @@ use oci_spec::runtime::{
 use super::OciConfig;
 use crate::cdi::Edits;
 use crate::image::Image;
+use crate::runtime::cgroup::cpu_shares;
 use crate::runtime::{LaunchSpec, Network};
 use allot_domain::Tenant;
 
@@ -422,16 +423,16 @@ pub fn build(i: &Inputs<'_>) -> Result<Spec, String> {
                 .map_err(|e| e.to_string())?,
         );
     }
+    // Its weight under contention follows its request (`cpu.shares`, which the runtime
+    // converts to `cpu.weight` on cgroup v2), and its quota caps it at the request.
+    let mut cpu = LinuxCpuBuilder::default().shares(cpu_shares(l.cpu_milli));
     if l.cpu_milli > 0 {
         let quota = u64::from(l.cpu_milli) * CPU_PERIOD_US / 1000;
-        resources = resources.cpu(
-            LinuxCpuBuilder::default()
-                .quota(i64::try_from(quota.max(1000)).unwrap_or(i64::MAX))
-                .period(CPU_PERIOD_US)
-                .build()
-                .map_err(|e| e.to_string())?,
-        );
+        cpu = cpu
+            .quota(i64::try_from(quota.max(1000)).unwrap_or(i64::MAX))
+            .period(CPU_PERIOD_US);
     }
+    resources = resources.cpu(cpu.build().map_err(|e| e.to_string())?);
     let strings = |v: &[&str]| v.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
     let mut linux = LinuxBuilder::default()
         .namespaces(namespaces)

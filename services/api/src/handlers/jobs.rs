@@ -85,10 +85,23 @@ pub async fn submit(
     if let Some(image) = &body.image {
         let parsed = allot_domain::ImageRef::parse(image)
             .map_err(|e| ValidationError::single("image", e))?;
-        tenant
-            .policy
-            .allows_image(&parsed)
-            .map_err(|e| ValidationError::single("image", e))?;
+        if let Err(why) = tenant.policy.allows_image(&parsed) {
+            // What a member tried to run against the tenant's policy leaves a trace in the
+            // tenant's log, as a refused request does in the system's.
+            let event = allot_domain::AuditEvent {
+                log: tenant.id.clone(),
+                action: "job.image_refused".to_owned(),
+                target: format!("tenant/{}", tenant.id),
+                outcome: allot_domain::Outcome::Denied,
+                reason: Some(why.clone()),
+                before: None,
+                after: Some(serde_json::json!({ "image": parsed.name() })),
+            };
+            if let Err(e) = state.audit_batcher.record(who.audit(), event).await {
+                tracing::error!(error = %e, "could not audit a refused image");
+            }
+            return Err(ValidationError::single("image", why).into());
+        }
     }
     let name = body.name.unwrap_or_else(|| {
         body.command
@@ -102,11 +115,15 @@ pub async fn submit(
             .take(128)
             .collect()
     });
+    // CPU and memory as a LimitRange gives them: the tenant's defaults where the job asks
+    // for none, and never above its maximum.
+    let (cpu_milli, memory_bytes) = allot_domain::JobLimits::effective(&tenant, who.live_tenants())
+        .apply(body.cpu_milli, body.memory_bytes)?;
     let spec = JobSpec {
         tenant: TenantName::parse("tenant", tenant.name.as_str())?,
         name,
-        cpu_milli: body.cpu_milli,
-        memory_bytes: body.memory_bytes,
+        cpu_milli,
+        memory_bytes,
         // A MIG job runs on one instance.
         gpus: if body.mig_profile.is_some() {
             body.gpus.max(1)

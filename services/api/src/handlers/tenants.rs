@@ -8,8 +8,8 @@ use crate::auth::Principal;
 use crate::extract::Json;
 use crate::problem::Problem;
 use crate::views::{
-    CreateTenant, DeletedTenant, PolicyBody, QuotaBody, QuotaPatch, RegistryCredentialBody,
-    RegistryCredentialView, SetSecretBody, TenantSecretView, TenantView,
+    CreateTenant, DeletedTenant, JobLimitsBody, JobLimitsView, PolicyBody, QuotaBody, QuotaPatch,
+    RegistryCredentialBody, RegistryCredentialView, SetSecretBody, TenantSecretView, TenantView,
 };
 use crate::{ApiError, AppState, json};
 
@@ -58,6 +58,7 @@ pub async fn create(
         parent_id: parent_id.clone(),
         quota: quota.clone(),
         policy: Default::default(),
+        job_limits: Default::default(),
         uid_slot: 0,
         created_at: state.store.clock().now(),
     });
@@ -219,19 +220,29 @@ pub async fn patch_quota(
     Json(patch): Json<serde_json::Value>,
 ) -> Result<HttpResponse, ApiError> {
     let tenant = visible(&state, &who, &name, Action::QuotaWrite).await?;
+    let body = merge_patched::<_, QuotaPatch>(QuotaBody::from(tenant.quota), patch, "quota")?;
+    apply_quota(&state, &who, &name, body).await
+}
+
+/// `current` with the JSON merge patch (RFC 7396) `patch` applied: the patch is checked
+/// as `P` (what the document says a patch of `what` is, field by field) before it is
+/// applied, and the result as a whole body after.
+fn merge_patched<T, P>(current: T, patch: serde_json::Value, what: &str) -> Result<T, ApiError>
+where
+    T: serde::Serialize + serde::de::DeserializeOwned,
+    P: serde::de::DeserializeOwned,
+{
     if !patch.is_object() {
         return Err(ApiError::malformed(
             "body",
-            "a merge patch of the quota is a JSON object",
+            format!("a merge patch of the {what} is a JSON object"),
         ));
     }
-    // What the document says a patch is, field by field, before it is applied.
-    let _: QuotaPatch = crate::extract::from_value(patch.clone())?;
-    let mut quota = serde_json::to_value(QuotaBody::from(tenant.quota))
-        .map_err(|e| ApiError::Internal(format!("the quota as JSON: {e}")))?;
-    crate::extract::merge_patch(&mut quota, &patch);
-    let body: QuotaBody = crate::extract::from_value(quota)?;
-    apply_quota(&state, &who, &name, body).await
+    let _: P = crate::extract::from_value(patch.clone())?;
+    let mut whole = serde_json::to_value(current)
+        .map_err(|e| ApiError::Internal(format!("the {what} as JSON: {e}")))?;
+    crate::extract::merge_patch(&mut whole, &patch);
+    crate::extract::from_value(whole)
 }
 
 /// Validates `body` as `name`'s whole quota, in its tree, and stores it.
@@ -289,6 +300,79 @@ pub async fn set_policy(
     let tenant = state.store.set_policy(&who.audit(), &name, policy).await?;
     state.events.job_submitted();
     Ok(json(StatusCode::OK, &PolicyBody::from(tenant.policy)))
+}
+
+/// Get a tenant's job limits: the CPU and memory its jobs get when they ask for none and
+/// the most one may ask for, as set on it and as they apply (inherited from its parents,
+/// else the platform's).
+#[utoipa::path(get, path = "/api/v1/tenants/{name}/job-limits", tag = "tenants",
+    security(("bearer" = [])), params(("name" = String, Path)),
+    responses((status = 200, body = JobLimitsView), (status = 404, body = Problem)))]
+pub async fn get_job_limits(
+    state: web::Data<AppState>,
+    who: Principal,
+    name: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let tenant = visible(&state, &who, &name, Action::QuotaRead).await?;
+    let all = state.store.list_tenants().await?;
+    Ok(json(StatusCode::OK, &JobLimitsView::new(&tenant, &all)))
+}
+
+/// Replace a tenant's own job limits (platform admins, as for its quota); an absent field
+/// takes the parent's. Jobs submitted from then on get its defaults when they ask for no
+/// CPU or memory, and asking for more than its maximum is refused (422 naming `cpu_milli`
+/// or `memory_bytes`). Jobs already submitted keep what they got.
+#[utoipa::path(put, path = "/api/v1/tenants/{name}/job-limits", tag = "tenants",
+    security(("bearer" = [])), params(("name" = String, Path)), request_body = JobLimitsBody,
+    responses((status = 200, body = JobLimitsView), (status = 400, body = Problem),
+        (status = 403, body = Problem), (status = 404, body = Problem), (status = 422, body = Problem)))]
+pub async fn set_job_limits(
+    state: web::Data<AppState>,
+    who: Principal,
+    name: web::Path<String>,
+    Json(body): Json<JobLimitsBody>,
+) -> Result<HttpResponse, ApiError> {
+    visible(&state, &who, &name, Action::QuotaWrite).await?;
+    apply_job_limits(&state, &who, &name, body).await
+}
+
+/// Change parts of a tenant's own job limits (platform admins): a JSON merge patch (RFC
+/// 7396) of `own` as `GET …/job-limits` shows it; `null` clears a setting (the parent's
+/// then applies).
+#[utoipa::path(patch, path = "/api/v1/tenants/{name}/job-limits", tag = "tenants",
+    security(("bearer" = [])), params(("name" = String, Path)), request_body = JobLimitsBody,
+    responses((status = 200, body = JobLimitsView), (status = 400, body = Problem),
+        (status = 403, body = Problem), (status = 404, body = Problem), (status = 422, body = Problem)))]
+pub async fn patch_job_limits(
+    state: web::Data<AppState>,
+    who: Principal,
+    name: web::Path<String>,
+    Json(patch): Json<serde_json::Value>,
+) -> Result<HttpResponse, ApiError> {
+    let tenant = visible(&state, &who, &name, Action::QuotaWrite).await?;
+    let body = merge_patched::<_, JobLimitsBody>(
+        JobLimitsBody::from(tenant.job_limits),
+        patch,
+        "job limits",
+    )?;
+    apply_job_limits(&state, &who, &name, body).await
+}
+
+/// Validates `body` as `name`'s own job limits and stores them.
+async fn apply_job_limits(
+    state: &AppState,
+    who: &Principal,
+    name: &str,
+    body: JobLimitsBody,
+) -> Result<HttpResponse, ApiError> {
+    let limits = allot_domain::JobLimits::from(body);
+    limits.validate("")?;
+    let tenant = state
+        .store
+        .set_job_limits(&who.audit(), name, limits)
+        .await?;
+    let all = state.store.list_tenants().await?;
+    Ok(json(StatusCode::OK, &JobLimitsView::new(&tenant, &all)))
 }
 
 /// The registries a tenant has pull credentials for (its admins). The credentials

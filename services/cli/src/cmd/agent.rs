@@ -128,6 +128,34 @@ pub struct RuntimeArgs {
     /// the host overlaps, nor another agent's on it).
     #[arg(long, env = "ALLOT_JOB_SUBNETS", default_value = allot_agent::runtime::oci::network::plan::DEFAULT_POOL)]
     pub job_subnets: ipnet::Ipv4Net,
+    /// Processes and threads all containers together may have; below the kernel's pid_max
+    /// (default: pid_max less an eighth of it, at least 1024, for the agent and the
+    /// system).
+    #[arg(long)]
+    pub jobs_pids_limit: Option<i64>,
+    /// Memory kept from the jobs for the agent and the system, as kubelet's
+    /// system-reserved: every container's cgroup is below one limited to this machine's
+    /// memory less it, and the memory offered to jobs is that much less by default.
+    #[arg(long, default_value = "2GiB", value_parser = allot_domain::parse_memory)]
+    pub system_reserved_memory: u64,
+}
+
+/// Whether `server` (a control-plane URL) is on loopback: its host, as a URL parser reads
+/// it, is `localhost` or an address in 127.0.0.0/8 or `::1`. A name that only begins like
+/// one (`127.0.0.1.example.net`, `localhost-cp.internal`) is a name anyone's DNS answers.
+pub fn is_loopback_url(server: &str) -> bool {
+    let Ok(url) = reqwest::Url::parse(server) else {
+        return false;
+    };
+    match url.host_str() {
+        Some("localhost") => true,
+        Some(host) => host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback()),
+        None => false,
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -142,11 +170,7 @@ impl RuntimeArgs {
     pub fn choice(&self, servers: &[String]) -> anyhow::Result<allot_agent::RuntimeChoice> {
         match self.kind {
             RuntimeKindArg::Process => {
-                let loopback = servers.iter().all(|server| {
-                    server.contains("://127.")
-                        || server.contains("://localhost")
-                        || server.contains("://[::1]")
-                });
+                let loopback = servers.iter().all(|server| is_loopback_url(server));
                 if !loopback && !self.allow_unconfined_jobs {
                     anyhow::bail!(
                         "--runtime process runs every job unconfined, as this agent's user: on a \
@@ -185,6 +209,8 @@ impl RuntimeArgs {
                     allot_agent::runtime::oci::network::plan::SUBNET_PREFIX
                 );
                 cfg.job_subnets = self.job_subnets;
+                cfg.jobs_pids_limit = self.jobs_pids_limit;
+                cfg.system_reserved_memory = self.system_reserved_memory;
                 Ok(allot_agent::RuntimeChoice::Oci(cfg))
             }
         }
@@ -201,7 +227,9 @@ enum BackendChoice {
 fn sim(args: &AgentArgs, name: &str) -> anyhow::Result<Arc<dyn GpuBackend>> {
     // Jobs that load the fake CUDA driver share the simulated GPUs through this directory.
     let state = args.data_dir.join("sim-gpus");
-    std::fs::create_dir_all(&state).with_context(|| format!("creating {}", state.display()))?;
+    std::os::unix::fs::DirBuilderExt::mode(std::fs::DirBuilder::new().recursive(true), 0o700)
+        .create(&state)
+        .with_context(|| format!("creating {}", state.display()))?;
     // Faults are injected by dropping files there (see `allot_agent::gpu::XID_FILE_PREFIX`).
     Ok(Arc::new(
         SimBackend::from_spec(&args.sim_gpus, name)
@@ -280,7 +308,10 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
             let host = NodeResources::detect();
             NodeResources {
                 cpu_milli: args.cpus.unwrap_or(host.cpu_milli),
-                memory_bytes: args.memory.unwrap_or(host.memory_bytes),
+                memory_bytes: args.memory.unwrap_or(
+                    host.memory_bytes
+                        .saturating_sub(args.runtime.system_reserved_memory),
+                ),
             }
         },
         metrics_listen: args.metrics_listen,
@@ -290,10 +321,45 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
             require_shim,
         },
     };
+    let stopped = crate::shutdown_signal();
     let agent = tokio::spawn(allot_agent::run(config, backend, stop.clone()));
-    crate::shutdown_signal().await;
+    stopped.await;
     eprintln!("shutting down: stopping jobs");
     stop.cancel();
     agent.await??;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_loopback_url;
+
+    #[test]
+    fn only_a_loopback_host_is_loopback() {
+        for (url, loopback) in [
+            ("https://127.0.0.1:7070", true),
+            ("https://127.5.6.7:7070", true),
+            ("https://localhost:7070", true),
+            ("https://LOCALHOST:7070", true),
+            ("https://[::1]:7070", true),
+            ("http://127.0.0.1", true),
+            // The WHATWG parser reads these as 127.0.0.1, as a client would.
+            ("https://2130706433:7070", true),
+            ("https://0x7f.1:7070", true),
+            ("https://127.0.0.1.attacker.example:7070", false),
+            ("https://localhost-cp.internal:7070", false),
+            ("https://localhost.attacker.example:7070", false),
+            ("https://cp.example.com:7070", false),
+            ("https://10.0.0.1:7070", false),
+            ("https://[::ffff:127.0.0.1]:7070", false),
+            ("https://[::2]:7070", false),
+            ("https://user@127.0.0.1.nip.io:7070", false),
+            ("https://127.0.0.1@cp.example.com:7070", false),
+            ("127.0.0.1:7070", false),
+            ("not a url", false),
+            ("", false),
+        ] {
+            assert_eq!(is_loopback_url(url), loopback, "{url}");
+        }
+    }
 }

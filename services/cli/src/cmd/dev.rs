@@ -12,6 +12,8 @@ use allot_agent::gpu::SimBackend;
 use allot_domain::{BindingSubject, Role, RoleBinding, SystemClock};
 use allot_server::ServerConfig;
 use allot_store::TokenRepo;
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+
 use anyhow::Context;
 use clap::Args;
 use tokio_util::sync::CancellationToken;
@@ -120,7 +122,34 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     // Validate the GPU spec before anything starts.
     SimBackend::from_spec(&args.sim_gpus, "check")
         .with_context(|| format!("--sim-gpus {}", args.sim_gpus))?;
-    let database_url = crate::cmd::server::sqlite_url(&args.data_dir)?;
+    // The containers' users pass through the data dir (and `nodes/`) to their images,
+    // listing nothing; each agent keeps its own directory below `nodes/`.
+    let containers = args.runtime == crate::cmd::agent::RuntimeKindArg::Oci;
+    let nodes = args.data_dir.join("nodes");
+    let descend = |p: &std::path::Path| {
+        if p.parent() == Some(nodes.as_path()) || (containers && p == nodes) {
+            allot_pki::Descend::Leave
+        } else {
+            allot_pki::Descend::All
+        }
+    };
+    let mode = if containers { 0o711 } else { 0o700 };
+    crate::cmd::data_dir::secure(&args.data_dir, mode, &descend)?;
+    std::fs::DirBuilder::new()
+        .mode(mode)
+        .create(&nodes)
+        .or_else(|e| match e.kind() {
+            std::io::ErrorKind::AlreadyExists => Ok(()),
+            _ => Err(e),
+        })
+        .with_context(|| format!("creating {}", nodes.display()))?;
+    if containers {
+        std::fs::set_permissions(&nodes, std::fs::Permissions::from_mode(0o711))?;
+        // Said now, not as every job's "permission denied" later.
+        allot_agent::runtime::oci::check_traversable(&nodes)
+            .map_err(|e| anyhow::anyhow!("--runtime oci: {e}"))?;
+    }
+    let database_url = crate::cmd::server::sqlite_url(&args.data_dir);
     let mut config = ServerConfig::new(database_url);
     config.node_ca = allot_server::pki::NodeCaSource::Dir(args.data_dir.join("pki"));
     config.http_listen = args.listen;
@@ -156,6 +185,8 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         scratch_size: 1 << 30,
         tmp_size: 1 << 30,
         pids_limit: 4096,
+        jobs_pids_limit: None,
+        system_reserved_memory: allot_agent::runtime::oci::DEFAULT_SYSTEM_RESERVED_MEMORY,
         job_subnets: allot_agent::runtime::oci::network::plan::DEFAULT_POOL.parse()?,
     }
     .choice(&[server.grpc_url()])?;
@@ -178,12 +209,23 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         // `touch <node dir>/sim-faults/xid-<gpu>-<code>` injects an XID.
         // Jobs loading the fake CUDA driver share each simulated GPU through `sim-gpus/`.
         let state = node_dir.join("sim-gpus");
-        std::fs::create_dir_all(&state)?;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&state)?;
         let backend = SimBackend::from_spec(&args.sim_gpus, &name)?
             .with_fault_dir(node_dir.join("sim-faults"))
             .with_state_dir(state);
         // Each embedded agent joins as an operator's would: with a one-time token the first
-        // time, with the certificate it then keeps in its directory after that.
+        // time, with the certificate it then keeps in its directory after that. Other
+        // simulated GPUs than last time are an inventory only a token approves (a
+        // certificate's holder never adds GPUs): the node joins with a new one then.
+        let spec_file = node_dir.join("sim-gpus.spec");
+        let same_gpus = std::fs::read_to_string(&spec_file).is_ok_and(|s| s == args.sim_gpus);
+        if !same_gpus {
+            let _ = std::fs::remove_dir_all(node_dir.join("identity"));
+            allot_pki::write_private(&spec_file, &args.sim_gpus)?;
+        }
         let bootstrap_token = if allot_agent::identity::load(&node_dir, &name)?.is_some() {
             None
         } else {
@@ -208,7 +250,15 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
             node_name: name.clone(),
             data_dir: node_dir,
             stop_grace: Duration::from_secs(5),
-            offer: allot_agent::NodeResources::detect(),
+            offer: {
+                let host = allot_agent::NodeResources::detect();
+                allot_agent::NodeResources {
+                    memory_bytes: host
+                        .memory_bytes
+                        .saturating_sub(allot_agent::runtime::oci::DEFAULT_SYSTEM_RESERVED_MEMORY),
+                    ..host
+                }
+            },
             metrics_listen: None,
             sharing: allot_agent::sharing::SharingConfig {
                 shim_library: allot_agent::sharing::SharingConfig::discover_shim(),
@@ -226,6 +276,8 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         )));
     }
 
+    // Watched before the banner says the cluster runs.
+    let stopped = crate::shutdown_signal();
     let url = server.http_url();
     // One write, whose failure is ignored: a closed stdout (`allot dev | head`) must not take
     // the cluster down with it.
@@ -261,7 +313,7 @@ Press Ctrl-C to stop.
     let _ = out.write_all(banner.as_bytes()).and_then(|()| out.flush());
     drop(out);
 
-    crate::shutdown_signal().await;
+    stopped.await;
     eprintln!("shutting down: stopping jobs and agents");
     stop.cancel();
     for a in agents {

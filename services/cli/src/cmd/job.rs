@@ -36,10 +36,12 @@ pub enum JobCmd {
         /// An acceptable GPU model, e.g. H200 (repeatable; any model when absent).
         #[arg(long = "gpu-model")]
         gpu_models: Vec<String>,
-        /// CPUs reserved on the node, e.g. 4 or 0.5.
+        /// CPUs reserved on the node and the job's CPU limit, e.g. 4 or 0.5 (default: the
+        /// tenant's, `tenant get` shows it).
         #[arg(long, value_parser = parse_milli)]
         cpus: Option<u64>,
-        /// Memory reserved on the node, e.g. 16GiB.
+        /// Memory reserved on the node and the job's memory limit, e.g. 16GiB (default: the
+        /// tenant's).
         #[arg(long, value_parser = parse_memory)]
         memory: Option<u64>,
         /// low, normal, high, critical, or a number from -1000 to 1000.

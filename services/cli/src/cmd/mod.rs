@@ -4,6 +4,7 @@ pub mod access;
 pub mod agent;
 pub mod audit;
 pub mod bench;
+pub mod data_dir;
 pub mod db;
 pub mod dev;
 pub mod gpu;

@@ -439,19 +439,16 @@ impl SecretsArgs {
     }
 }
 
-pub fn sqlite_url(data_dir: &std::path::Path) -> anyhow::Result<String> {
-    std::fs::create_dir_all(data_dir)
-        .with_context(|| format!("creating the data directory {}", data_dir.display()))?;
-    Ok(format!(
-        "sqlite://{}?mode=rwc",
-        data_dir.join("allot.db").display()
-    ))
+/// The SQLite database in `data_dir` (which [`crate::cmd::data_dir::secure`] made).
+pub fn sqlite_url(data_dir: &std::path::Path) -> String {
+    format!("sqlite://{}?mode=rwc", data_dir.join("allot.db").display())
 }
 
 pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
+    crate::cmd::data_dir::secure(&args.data_dir, 0o700, &|_| allot_pki::Descend::All)?;
     let database_url = match args.database_url {
         Some(u) => u,
-        None => sqlite_url(&args.data_dir)?,
+        None => sqlite_url(&args.data_dir),
     };
     let mut config = ServerConfig::new(database_url);
     args.agents.apply(&args.data_dir, &mut config);
@@ -479,6 +476,8 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
     args.secrets.apply(&args.data_dir, &mut config)?;
     args.scheduler.apply(&mut config);
     let server = allot_server::start(config, Arc::new(SystemClock)).await?;
+    // Watched before anything says the server is up.
+    let stopped = crate::shutdown_signal();
     if let Some(token) = &server.bootstrap_admin_token {
         let path = args.data_dir.join("admin.token");
         write_secret(&path, token)?;
@@ -493,7 +492,7 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
         server.grpc_url(),
         args.data_dir.join("pki").join("ca.pem").display()
     );
-    crate::shutdown_signal().await;
+    stopped.await;
     eprintln!("shutting down");
     server.shutdown().await;
     Ok(())

@@ -1,6 +1,6 @@
 use allot_api::views::{
-    DeletedTenant, LimitsBody, QuotaBody, RegistryCredentialView, ResourcesBody, TenantSecretView,
-    TenantView,
+    DeletedTenant, JobLimitsView, LimitsBody, QuotaBody, RegistryCredentialView, ResourcesBody,
+    TenantSecretView, TenantView,
 };
 use allot_domain::{Isolation, format_bytes, parse_memory};
 use clap::{Args, Subcommand};
@@ -79,6 +79,28 @@ pub enum TenantCmd {
         /// everything the node does (its services, other jobs' listeners); audited.
         #[arg(long)]
         allow_host_network: bool,
+        #[arg(short, long, value_enum, default_value_t)]
+        output: Format,
+    },
+    /// Set the CPU and memory a tenant's jobs get when they ask for none, and the most one
+    /// job may ask for (platform admins; as a Kubernetes LimitRange). Only what is named
+    /// changes; `inherit` clears a setting, which then comes from the parent tenant, else
+    /// the platform (1 CPU and 2GiB, no maximum). A team is held to every maximum above
+    /// it.
+    SetLimits {
+        name: String,
+        /// CPUs a job asking for none gets, e.g. 2 or 0.5.
+        #[arg(long, value_parser = setting_milli)]
+        default_cpus: Option<Setting>,
+        /// Memory a job asking for none gets, e.g. 8GiB.
+        #[arg(long, value_parser = setting_memory)]
+        default_memory: Option<Setting>,
+        /// The most CPUs one job may ask for.
+        #[arg(long, value_parser = setting_milli)]
+        max_cpus: Option<Setting>,
+        /// The most memory one job may ask for.
+        #[arg(long, value_parser = setting_memory)]
+        max_memory: Option<Setting>,
         #[arg(short, long, value_enum, default_value_t)]
         output: Format,
     },
@@ -226,6 +248,28 @@ fn limit_memory(s: &str) -> Result<Limit, String> {
         return Ok(Limit(None));
     }
     parse_memory(s).map(|b| Limit(Some(b)))
+}
+
+/// A job-limit setting as given: an amount, or `inherit` (the parent's).
+#[derive(Debug, Clone, Copy)]
+pub struct Setting(Option<u64>);
+
+fn is_inherit(s: &str) -> bool {
+    is_none(s) || s.trim().eq_ignore_ascii_case("inherit")
+}
+
+fn setting_milli(s: &str) -> Result<Setting, String> {
+    if is_inherit(s) {
+        return Ok(Setting(None));
+    }
+    parse_milli(s).map(|m| Setting(Some(m)))
+}
+
+fn setting_memory(s: &str) -> Result<Setting, String> {
+    if is_inherit(s) {
+        return Ok(Setting(None));
+    }
+    parse_memory(s).map(|b| Setting(Some(b)))
 }
 
 fn limit_hours(s: &str) -> Result<Budget, String> {
@@ -423,6 +467,30 @@ fn with_own(total: String, own: String) -> String {
     }
 }
 
+/// "2 / 8 (own default, inherited max)": what applies to a job of the tenant, and which
+/// settings are the tenant's own.
+fn job_limit(l: &JobLimitsView, cpu: bool) -> String {
+    let show = |v: u64| {
+        if cpu { show_milli(v) } else { format_bytes(v) }
+    };
+    let pick = |b: &allot_api::views::JobLimitsBody| {
+        if cpu {
+            (b.default_cpu_milli, b.max_cpu_milli)
+        } else {
+            (b.default_memory_bytes, b.max_memory_bytes)
+        }
+    };
+    let ((own_default, own_max), (default, max)) = (pick(&l.own), pick(&l.effective));
+    let whose = |own: Option<u64>| if own.is_some() { "own" } else { "inherited" };
+    format!(
+        "{} / {} ({} default, {} max)",
+        opt(default.map(show)),
+        opt(max.map(show)),
+        whose(own_default),
+        whose(own_max)
+    )
+}
+
 fn show(t: &TenantView, output: Format) -> anyhow::Result<()> {
     print(output, t, |t| {
         let (g, l) = (&t.quota.guaranteed, &t.quota.limit);
@@ -478,6 +546,11 @@ fn show(t: &TenantView, output: Format) -> anyhow::Result<()> {
             (
                 "GPU-hour budget per month",
                 opt(t.quota.gpu_hour_budget.map(|b| b.to_string())),
+            ),
+            ("Job CPUs (default / max)", job_limit(&t.job_limits, true)),
+            (
+                "Job memory (default / max)",
+                job_limit(&t.job_limits, false),
             ),
             ("Created", t.created_at.to_rfc3339()),
         ])
@@ -593,6 +666,45 @@ pub async fn run(client: &Client, cmd: TenantCmd) -> anyhow::Result<()> {
                     } else {
                         "refused"
                     }
+                )
+            })
+        }
+        TenantCmd::SetLimits {
+            name,
+            default_cpus,
+            default_memory,
+            max_cpus,
+            max_memory,
+            output,
+        } => {
+            let mut patch = serde_json::Map::new();
+            for (key, v) in [
+                ("default_cpu_milli", default_cpus),
+                ("default_memory_bytes", default_memory),
+                ("max_cpu_milli", max_cpus),
+                ("max_memory_bytes", max_memory),
+            ] {
+                if let Some(Setting(v)) = v {
+                    patch.insert(key.into(), json!(v));
+                }
+            }
+            if patch.is_empty() {
+                anyhow::bail!(
+                    "name what to change (e.g. --default-cpus 2, --max-memory 64GiB, --default-memory inherit)"
+                );
+            }
+            let l: JobLimitsView = client
+                .call(
+                    Method::PATCH,
+                    &format!("/api/v1/tenants/{name}/job-limits"),
+                    Some(&serde_json::Value::Object(patch)),
+                )
+                .await?;
+            print(output, &l, |l| {
+                format!(
+                    "job limits of tenant {name} set: CPUs {}; memory {}",
+                    job_limit(l, true),
+                    job_limit(l, false)
                 )
             })
         }

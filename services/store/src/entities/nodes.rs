@@ -31,6 +31,10 @@ pub struct Model {
     /// Why its agent says it takes no new work (empty: it takes work).
     #[sea_orm(column_type = "Text")]
     pub unavailable: String,
+    /// JSON array of the GPU UUIDs it may report (`allot_domain::Node::approved_gpus`);
+    /// NULL for a node registered before they were recorded.
+    #[sea_orm(column_type = "Text", nullable)]
+    pub approved_gpus: Option<String>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

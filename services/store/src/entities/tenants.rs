@@ -36,6 +36,12 @@ pub struct Model {
     /// When it was deleted: it is then gone from every list and lookup, but its row stays
     /// (its audit log, jobs and uid range keep naming it).
     pub deleted_at: Option<DateTimeUtc>,
+    /// Default and most CPU (milli) and memory per job: its own setting, NULL to take its
+    /// parent's (see `allot_domain::JobLimits`).
+    pub job_default_cpu_milli: Option<i64>,
+    pub job_default_memory_bytes: Option<i64>,
+    pub job_max_cpu_milli: Option<i64>,
+    pub job_max_memory_bytes: Option<i64>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
