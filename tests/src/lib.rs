@@ -453,6 +453,19 @@ impl TestCluster {
             .expect("text")
     }
 
+    /// Runs `allot ARGS` against the cluster as its admin; what it printed, once it
+    /// succeeded.
+    pub fn cli(&self, args: &[&str]) -> String {
+        let out = std::process::Command::new(allot_bin())
+            .args(args)
+            .env("ALLOT_SERVER", self.server.http_url())
+            .env("ALLOT_TOKEN", &self.admin_token)
+            .output()
+            .expect("allot runs");
+        assert!(out.status.success(), "{args:?}: {out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
     pub async fn shutdown(self) {
         self.agents_stop.cancel();
         for a in self.agents {

@@ -1087,6 +1087,71 @@ async fn jobs_are_found_by_name_or_id_prefix() {
     assert_eq!(j["id"], second.as_str());
 }
 
+/// Jobs submitted together share the leading digits of their time-ordered ids (an
+/// 8-digit prefix named several), so lists show, and every lookup accepts, a short id: the
+/// last 12 hex digits, random. Found on both databases (through the expression index),
+/// in any case, only within what the caller may see, and 404 when nothing has it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_submitted_together_have_short_ids_people_type() {
+    for backend in [Backend::Sqlite, Backend::Postgres] {
+        let c = spawn_cluster(backend, 0, "").await;
+        c.create_tenant("ml", None).await;
+        c.create_tenant("web", None).await;
+        let mut ids = Vec::new();
+        for _ in 0..12 {
+            ids.push(c.submit("ml", 1, &["true"]).await);
+        }
+        // What was wrong with a prefix: 8 digits name more than one of them.
+        let (s, p) = c.get(&format!("/api/v1/jobs/{}", &ids[0][..8])).await;
+        assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{p}");
+        let mut shorts = std::collections::BTreeSet::new();
+        for id in &ids {
+            let short = &id[id.len() - 12..];
+            assert!(shorts.insert(short.to_owned()), "{short} twice");
+            for key in [short.to_owned(), short.to_ascii_uppercase()] {
+                let (s, j) = c.get(&format!("/api/v1/jobs/{key}")).await;
+                assert_eq!(s, StatusCode::OK, "{key}: {j}");
+                assert_eq!(j["id"], id.as_str());
+                assert_eq!(j["short_id"], short);
+            }
+        }
+        // Verbs take it: cancelling by the short id.
+        let short = &ids[3][ids[3].len() - 12..];
+        let (s, j) = c
+            .post(&format!("/api/v1/jobs/{short}/cancel"), Value::Null)
+            .await;
+        assert_eq!(s, StatusCode::OK, "{j}");
+        assert_eq!(j["id"], ids[3].as_str());
+        // Another tenant's member does not find it; a short id nothing has is 404.
+        let web = c.token_for("web", "member").await;
+        let (s, p) = c
+            .request(
+                Method::GET,
+                &format!("/api/v1/jobs/{short}"),
+                Some(&web),
+                None,
+            )
+            .await;
+        assert_eq!(s, StatusCode::NOT_FOUND, "{p}");
+        let (s, p) = c.get("/api/v1/jobs/000000000000").await;
+        assert_eq!(s, StatusCode::NOT_FOUND, "{p}");
+        // The CLI lists short ids and takes them.
+        let cli = |args: &[&str]| c.cli(args);
+        let list = cli(&["job", "list", "--tenant", "ml"]);
+        for id in &ids {
+            let short = &id[id.len() - 12..];
+            assert!(
+                list.lines().any(|l| l.starts_with(&format!("{short} "))),
+                "{short} in\n{list}"
+            );
+            assert!(!list.contains(id.as_str()), "the full id in\n{list}");
+        }
+        let got = cli(&["job", "get", &ids[5][ids[5].len() - 12..]]);
+        assert!(got.contains(&ids[5]), "{got}");
+        c.shutdown().await;
+    }
+}
+
 /// A tenant is deleted only when nothing depends on it: not with teams, unfinished jobs or
 /// a volume naming it. Deleting it revokes its tokens and bindings and removes its secrets
 /// at once; it is gone from every list and lookup, its name is not given to a new tenant,

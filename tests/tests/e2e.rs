@@ -211,7 +211,7 @@ async fn jobs_spread_over_both_nodes_and_gpus_are_not_shared() {
     assert!(
         job["pending_reason"]["message"]
             .as_str()
-            .is_some_and(|m| m.starts_with("no node has room for 1 whole GPUs")),
+            .is_some_and(|m| m.starts_with("no node has room for 1 whole GPU")),
         "{job}"
     );
     for id in [&a, &b] {

@@ -665,6 +665,53 @@ async fn the_portal_holds_up_at_fifty_nodes_and_five_hundred_jobs() {
         after, before,
         "the quota form changed what it did not mean to"
     );
+
+    // A parent's figures include its team's, its own told apart; a gang reads replicas ×
+    // each = all, on the jobs page, on its own page and on the dashboard's latest jobs.
+    c.create_tenant_in("lab", None, serde_json::json!({})).await;
+    c.create_tenant_in("lab-team", Some("lab"), serde_json::json!({}))
+        .await;
+    let (status, gang) = c
+        .post(
+            "/api/v1/jobs",
+            serde_json::json!({ "tenant": "lab-team", "name": "gang-3x2", "gpus": 2,
+                                "replicas": 3, "command": ["sleep", "600"] }),
+        )
+        .await;
+    assert!(status.is_success(), "{gang}");
+    let gang = gang["id"].as_str().expect("id").to_owned();
+    let own = c.submit("lab", 1, &["sleep", "600"]).await;
+    for id in [&gang, &own] {
+        c.wait_for_state(id, "running").await;
+    }
+    b.goto(&c.url("/portal")).await;
+    let lab = b
+        .execute("return [...document.querySelectorAll('tr.quota')].find(r => r.querySelector('th a').textContent === 'lab').textContent")
+        .await;
+    let lab = lab.as_str().expect("lab's row").to_owned();
+    assert!(
+        lab.contains("7 ·"),
+        "6 of the team's and 1 of its own: {lab}"
+    );
+    assert!(
+        lab.contains("2 running") && lab.contains("its own: 0 waiting · 1 running"),
+        "{lab}"
+    );
+    let latest = b.text("#latest-jobs").await;
+    assert!(latest.contains("3 × 2 = 6"), "{latest}");
+    b.goto(&c.url("/portal/jobs?tenant=lab")).await;
+    b.wait_for_text("#matching", "2 jobs match").await;
+    let row = b
+        .execute("return [...document.querySelectorAll('#jobs tbody tr')].find(r => r.textContent.includes('gang-3x2')).textContent")
+        .await;
+    assert!(
+        row.as_str().is_some_and(|r| r.contains("3 × 2 = 6")),
+        "the parent's filter shows its team's gang: {row}"
+    );
+    b.goto(&c.url(&format!("/portal/jobs/{gang}"))).await;
+    let asked = b.text("#job").await;
+    assert!(asked.contains("3 × 2 = 6"), "{asked}");
+    b.screenshot("36-parent-and-gang-at-scale").await;
     b.quit().await;
 }
 

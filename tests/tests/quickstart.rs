@@ -1268,6 +1268,21 @@ fn lists_show_what_people_ask_of_them() {
         "{}",
         text(&out.stderr)
     );
+    // --format help lists the columns, as the README says, and is not an error.
+    let help = ok(&["job", "list", "--format", "help"]);
+    let first = help.lines().next().unwrap_or_default();
+    assert_eq!(
+        first.split_whitespace().collect::<Vec<_>>(),
+        ["COLUMN", "HEADER", "SHOWN", "BY"],
+        "{help}"
+    );
+    for (column, shown) in [("id", "table"), ("queue", "wide"), ("uuid", "wide")] {
+        assert!(
+            help.lines()
+                .any(|l| l.split_whitespace().next() == Some(column) && l.ends_with(shown)),
+            "{column} ({shown}) in\n{help}"
+        );
+    }
     // The plain table leaves out what -o wide adds.
     let plain = ok(&["job", "list"]);
     let wide = ok(&["job", "list", "-o", "wide"]);
@@ -1424,7 +1439,9 @@ fn lists_show_what_people_ask_of_them() {
 }
 
 /// Every directory under `root` and every regular file, with its mode, as `path mode`
-/// lines relative to `root`, for those not `private` (0700 directories, 0600 files).
+/// lines relative to `root`, for those others may use (a group or other bit, or a set-ID
+/// bit on a file): private are 0700 directories and 0600 files, or stricter (a node's log
+/// delivered whole is 0400).
 fn open_modes(root: &Path) -> Vec<String> {
     fn walk(root: &Path, dir: &Path, out: &mut Vec<String>) {
         for e in std::fs::read_dir(dir).expect("read_dir").flatten() {
@@ -1437,11 +1454,11 @@ fn open_modes(root: &Path) -> Vec<String> {
                 .display()
                 .to_string();
             if meta.is_dir() {
-                if mode != 0o700 {
+                if mode & 0o077 != 0 {
                     out.push(format!("{rel}/ {mode:04o}"));
                 }
                 walk(root, &e.path(), out);
-            } else if meta.is_file() && mode != 0o600 {
+            } else if meta.is_file() && mode & 0o7077 != 0 {
                 out.push(format!("{rel} {mode:04o}"));
             }
         }
@@ -1618,4 +1635,60 @@ fn a_data_dir_containers_cannot_reach_is_refused_at_start() {
         "{said}"
     );
     assert!(!said.contains("Allot dev cluster is running"), "{said}");
+}
+
+/// A server address that cannot work says what to do: a URL without its scheme, https to a
+/// plain-HTTP port, nothing listening (naming ALLOT_SERVER and the address tried). The
+/// working address, the negative control, answers.
+#[test]
+fn connection_errors_say_what_to_do() {
+    let bin = allot_bin();
+    let (_home, dev, token) = dev_as_admin(&bin);
+    let at = |server: &str| {
+        Command::new(&bin)
+            .args(["tenant", "list"])
+            .env("ALLOT_SERVER", server)
+            .env("ALLOT_TOKEN", &token)
+            .output()
+            .expect("allot runs")
+    };
+    let ok = at(&dev.url);
+    assert!(ok.status.success(), "{ok:?}");
+    let hostport = dev.url.trim_start_matches("http://").to_owned();
+    let closed = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        l.local_addr().expect("addr").port()
+    };
+    for (server, says) in [
+        (
+            hostport.clone(),
+            format!("give the control plane's URL with its scheme, e.g. http://{hostport}"),
+        ),
+        (
+            format!(
+                "localhost:{}",
+                hostport.rsplit(':').next().unwrap_or_default()
+            ),
+            "has no http:// or https://".to_owned(),
+        ),
+        (
+            format!("https://{hostport}"),
+            format!(
+                "does not speak TLS (it answered https with plain HTTP): use http://{hostport}"
+            ),
+        ),
+        (
+            format!("http://127.0.0.1:{closed}"),
+            format!(
+                "nothing listens at 127.0.0.1:{closed} (connection refused): is the control \
+                 plane running, and is --server (ALLOT_SERVER, now http://127.0.0.1:{closed})"
+            ),
+        ),
+    ] {
+        let out = at(&server);
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{server}: {err}");
+        assert!(err.contains(&says), "{server}: {err}");
+        assert!(!err.contains("relative URL without a base"), "{err}");
+    }
 }

@@ -166,5 +166,14 @@ async fn a_lowered_limit_is_enforced_on_the_tenants_own_newest_work() {
         (job["state"].clone(), job["attempt"].clone()),
         (json!("running"), json!(1))
     );
+    // Given room again, the stopped jobs run their next attempt, and no longer say they
+    // were preempted (that is in their history).
+    set_max_gpus(&c, "interns", Some(10)).await;
+    for id in &mine[6..] {
+        let job = c.wait_for_state(id, "running").await;
+        assert_eq!(job["attempt"], 2, "{job}");
+        assert_eq!(job["message"], Value::Null, "{job}");
+        assert_eq!(job["preempt_reason"], Value::Null, "{job}");
+    }
     c.shutdown().await;
 }

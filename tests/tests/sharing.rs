@@ -193,7 +193,7 @@ async fn a_resizable_job_is_resized_while_it_runs_when_the_gpu_has_room() {
     assert!(
         body["detail"]
             .as_str()
-            .is_some_and(|d| d.contains("500 thousandths free")),
+            .is_some_and(|d| d.contains("0.5 of a GPU free beside its other jobs, not 0.8")),
         "{body}"
     );
     // 400 thousandths and 20 GiB fit: applied at once, and the job's next allocation sees it.

@@ -826,9 +826,13 @@ impl From<JobEvent> for JobEventView {
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct JobView {
     pub id: String,
+    /// Its short form, the last 12 hex digits of `id`: what lists show, accepted wherever
+    /// a job is named.
+    #[serde(default)]
+    pub short_id: String,
     pub tenant: String,
     pub name: String,
-    /// pending, scheduled, running, succeeded, failed or cancelled.
+    /// pending, scheduled, running, succeeded, failed, cancelled or timed_out.
     pub state: String,
     pub gpus: u32,
     pub gpu_milli: Option<u32>,
@@ -938,6 +942,7 @@ pub struct JobView {
 impl From<Job> for JobView {
     fn from(j: Job) -> Self {
         Self {
+            short_id: allot_domain::job::short_id(&j.id).to_owned(),
             id: j.id,
             tenant: j.spec.tenant.to_string(),
             name: j.spec.name,

@@ -8,6 +8,67 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+/// The server's URL must be one: `127.0.0.1:8080` without a scheme is refused saying what
+/// to write (reqwest would say "relative URL without a base").
+fn check_server_url(server: &str) -> anyhow::Result<()> {
+    let hint = |why: &str| {
+        anyhow!(
+            "--server (ALLOT_SERVER) `{server}` {why}: give the control plane's URL with its \
+             scheme, e.g. http://{}",
+            server
+                .split_once("://")
+                .map_or(server, |(_, rest)| rest)
+                .trim_end_matches('/')
+        )
+    };
+    match reqwest::Url::parse(server) {
+        Ok(url) if matches!(url.scheme(), "http" | "https") && url.host_str().is_some() => Ok(()),
+        Ok(url) if !matches!(url.scheme(), "http" | "https") => {
+            // `localhost:8080` parses as the scheme `localhost`.
+            Err(hint("has no http:// or https://"))
+        }
+        Ok(_) => Err(hint("names no host")),
+        Err(_) => Err(hint("is not a URL")),
+    }
+}
+
+/// Why the server at `base` could not be reached, said so that it tells what to do:
+/// TLS spoken to a plain-HTTP port, nothing listening, no answer in time.
+fn unreachable(base: &str, e: &reqwest::Error) -> anyhow::Error {
+    let mut chain = Vec::new();
+    let mut source: Option<&dyn std::error::Error> = Some(e);
+    while let Some(s) = source {
+        chain.push(s.to_string());
+        source = s.source();
+    }
+    let text = chain.join(": ");
+    let host = e
+        .url()
+        .and_then(|u| Some(format!("{}:{}", u.host_str()?, u.port_or_known_default()?)))
+        .unwrap_or_else(|| base.to_owned());
+    let said = if text.contains("InvalidContentType") || text.contains("corrupt message") {
+        format!(
+            "{host} does not speak TLS (it answered https with plain HTTP): use {}",
+            base.replacen("https://", "http://", 1)
+        )
+    } else if text.to_ascii_lowercase().contains("connection refused") {
+        format!(
+            "nothing listens at {host} (connection refused): is the control plane running, and \
+             is --server (ALLOT_SERVER, now {base}) its address?"
+        )
+    } else if e.is_timeout() {
+        format!("{host} did not answer within 30 s")
+    } else if base.starts_with("http://") && text.contains("connection closed") {
+        format!(
+            "{host} closed the connection: if it serves HTTPS, use {}",
+            base.replacen("http://", "https://", 1)
+        )
+    } else {
+        text.clone()
+    };
+    anyhow!("cannot reach the Allot server at {base}: {said}")
+}
+
 #[derive(Clone)]
 pub struct Client {
     http: reqwest::Client,
@@ -105,6 +166,7 @@ impl Client {
         token: Option<String>,
         ca_cert: Option<&std::path::Path>,
     ) -> anyhow::Result<Self> {
+        check_server_url(server)?;
         let token = token.filter(|t| !t.trim().is_empty()).ok_or_else(|| {
             anyhow!(
                 "no API token: pass --token or set ALLOT_TOKEN (`allot dev` writes one to .allot/admin.token)"
@@ -165,7 +227,7 @@ impl Client {
             .timeout(timeout)
             .send()
             .await
-            .with_context(|| format!("cannot reach the Allot server at {}", self.base))?;
+            .map_err(|e| unreachable(&self.base, &e))?;
         let status = res.status();
         if !status.is_success() {
             let text = res.text().await.context("reading the server's answer")?;
@@ -190,10 +252,7 @@ impl Client {
         if let Some(b) = body {
             req = req.json(b);
         }
-        let res = req
-            .send()
-            .await
-            .with_context(|| format!("cannot reach the Allot server at {}", self.base))?;
+        let res = req.send().await.map_err(|e| unreachable(&self.base, &e))?;
         let status = res.status();
         let text = res.text().await.context("reading the server's answer")?;
         if !status.is_success() {

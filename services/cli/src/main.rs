@@ -8,6 +8,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use tracing_subscriber::EnvFilter;
+use tracing_subscriber::Layer;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 
@@ -239,7 +240,14 @@ fn main() -> ExitCode {
         None => None,
     };
     let otel = traces.as_ref().map(|t| t.layer());
-    let registry = tracing_subscriber::registry().with(filter).with(otel);
+    let registry = tracing_subscriber::registry()
+        .with(filter)
+        .with(otel)
+        .with(allot_telemetry::ClientErrors::new());
+    // A client's malformed request is said again as a warning (above), not as the HTTP
+    // server's error.
+    let not_clients =
+        || tracing_subscriber::filter::filter_fn(|m| !allot_telemetry::is_client_error(m));
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     match cli.log_format {
         LogFormat::Json => registry
@@ -247,14 +255,16 @@ fn main() -> ExitCode {
                 tracing_subscriber::fmt::layer()
                     .json()
                     .with_current_span(true)
-                    .with_writer(std::io::stderr),
+                    .with_writer(std::io::stderr)
+                    .with_filter(not_clients()),
             )
             .init(),
         LogFormat::Text => registry
             .with(
                 tracing_subscriber::fmt::layer()
                     .with_ansi(ansi)
-                    .with_writer(std::io::stderr),
+                    .with_writer(std::io::stderr)
+                    .with_filter(not_clients()),
             )
             .init(),
     }

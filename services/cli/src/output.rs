@@ -78,6 +78,22 @@ impl<T> Column<T> {
     }
 }
 
+/// What `--format help` prints: each column's name, its header and whether plain tables
+/// show it.
+fn column_help<T>(all: &[Column<T>]) -> String {
+    let rows: Vec<Vec<String>> = all
+        .iter()
+        .map(|c| {
+            vec![
+                c.name.to_owned(),
+                c.header.to_owned(),
+                if c.default { "table" } else { "wide" }.to_owned(),
+            ]
+        })
+        .collect();
+    table(&["COLUMN", "HEADER", "SHOWN BY"], &rows)
+}
+
 /// How a list is printed: `-o` and the columns of `--format`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ListOutput {
@@ -105,12 +121,16 @@ impl ListOutput {
                 .filter(|c| c.default || self.output == Format::Wide)
                 .collect());
         };
+        if format.trim().eq_ignore_ascii_case("help") {
+            // As `--help` does: what was asked for is the list, and the command is done.
+            print!("{}", column_help(all));
+            std::process::exit(0);
+        }
         let mut picked = Vec::new();
         for name in format.split(',').map(str::trim).filter(|n| !n.is_empty()) {
             let wanted = name.to_ascii_lowercase();
             match all.iter().find(|c| c.name == wanted) {
                 Some(c) => picked.push(c),
-                None if wanted == "help" => anyhow::bail!("--format: the columns are {}", names()),
                 None => anyhow::bail!(
                     "--format: there is no column `{name}`; the columns are {}",
                     names()

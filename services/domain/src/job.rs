@@ -595,6 +595,23 @@ pub struct Avoid {
 /// How long a requeued job avoids where it faulted.
 pub const AVOID_FOR_SECS: i64 = 600;
 
+/// How many characters a job id's short form has: the last group of its UUID, 48 random
+/// bits (the leading digits of time-ordered ids are shared by every job of the same
+/// moment), as Docker shows 12 hex digits of an id.
+pub const SHORT_ID_LEN: usize = 12;
+
+/// A job id's short form, what lists show and what people type: its last
+/// [`SHORT_ID_LEN`] characters (an id shorter than that, whole).
+pub fn short_id(id: &str) -> &str {
+    id.get(id.len().saturating_sub(SHORT_ID_LEN)..)
+        .unwrap_or(id)
+}
+
+/// Whether `key` has the form of a short id: [`SHORT_ID_LEN`] hex digits.
+pub fn is_short_id(key: &str) -> bool {
+    key.len() == SHORT_ID_LEN && key.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
 impl Job {
     /// The image its next attempt runs: pinned to its digest once one is known.
     pub fn image_to_run(&self) -> Option<String> {
@@ -684,6 +701,24 @@ pub struct Share {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+
+    #[test]
+    fn a_short_id_is_the_random_end_of_a_uuid() {
+        let id = "019ae4c2-7b1d-7a3e-9c41-5d2e8f0a1b3c";
+        assert_eq!(short_id(id), "5d2e8f0a1b3c");
+        assert!(is_short_id(short_id(id)));
+        assert_eq!(short_id("abc"), "abc");
+        // Not 12 hex digits: a name or a prefix, not a short id.
+        for key in [
+            "5d2e8f0a1b3",
+            "5d2e8f0a1b3c0",
+            "5d2e8f0a1b3g",
+            "train-resnet",
+            "%%%%%%%%%%%%",
+        ] {
+            assert!(!is_short_id(key), "{key}");
+        }
+    }
 
     pub(crate) fn spec() -> JobSpec {
         JobSpec {

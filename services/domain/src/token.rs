@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 /// including the rights of those below; `Auditor` stands apart: it reads every audit log and
 /// nothing else, and only `Admin` includes it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
+#[serde(rename_all = "kebab-case", try_from = "String")]
 pub enum Role {
     /// Read the tenant's jobs, quota and the node inventory.
     Viewer,
@@ -20,7 +20,7 @@ pub enum Role {
     /// Member, plus manage the tenant's API tokens.
     TenantAdmin,
     /// Everything, across all tenants.
-    #[serde(rename = "platform-admin", alias = "admin")]
+    #[serde(rename = "platform-admin")]
     Admin,
     /// Read every audit log, its proofs and exports; nothing else.
     Auditor,
@@ -91,6 +91,15 @@ impl FromStr for Role {
     }
 }
 
+/// Read as [`FromStr`] does, so a bad role in a request says which roles there are (not
+/// serde's list of variants).
+impl TryFrom<String> for Role {
+    type Error = String;
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        s.parse()
+    }
+}
+
 /// A stored API token; the secret itself is never kept, only its SHA-256.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ApiToken {
@@ -131,6 +140,33 @@ impl RoleBinding {
         Self {
             role,
             tenant_id: Some(tenant_id.into()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bad_role_names_the_roles_there_are() {
+        let err = serde_json::from_str::<Role>("\"owner\"")
+            .expect_err("no such role")
+            .to_string();
+        assert!(
+            err.contains(
+                "unknown role `owner` (one of viewer, member, tenant-admin, platform-admin, auditor)"
+            ),
+            "{err}"
+        );
+        assert!(
+            !err.contains("variant") && !err.contains("`admin`"),
+            "{err}"
+        );
+        for r in Role::ALL {
+            let text = serde_json::to_string(&r).expect("serialize");
+            assert_eq!(text, format!("\"{r}\""));
+            assert_eq!(serde_json::from_str::<Role>(&text).ok(), Some(r));
         }
     }
 }

@@ -58,9 +58,8 @@ impl Row {
                 Some(p) => format!("MIG {p}"),
                 None => allot_domain::GangSize::of(&j.spec).to_string(),
             },
-            // Enough of a time-ordered id to tell jobs submitted together apart (and type
-            // as a prefix).
-            short_id: j.id.chars().take(18).collect(),
+            // The form lists show and every command accepts.
+            short_id: allot_domain::job::short_id(&j.id).to_owned(),
             submitted: j.created_at.format("%Y-%m-%d %H:%M:%S").to_string(),
             id: j.id,
             name: j.spec.name,

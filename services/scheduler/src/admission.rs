@@ -226,12 +226,31 @@ fn fleet(spec: &JobSpec, nodes: &[Node], v: &mut Violations) {
             let with_memory = spec
                 .gpu_memory_bytes
                 .map_or(String::new(), |b| format!(" with {} each", format_bytes(b)));
+            // GPUs in MIG mode are not whole GPUs: say so where some would have counted.
+            let in_mig = |n: &Node| {
+                n.gpus
+                    .iter()
+                    .filter(|g| g.mig.is_some() && model_ok(&g.model))
+                    .count()
+            };
+            let mig = nodes
+                .iter()
+                .filter(|n| in_mig(n) > 0)
+                .max_by_key(|n| (on(n), in_mig(n)))
+                .map_or(String::new(), |n| {
+                    format!(
+                        " outside MIG mode ({} also has {} in MIG mode, which run only jobs \
+                         asking for a MIG profile)",
+                        n.name,
+                        in_mig(n)
+                    )
+                });
             v.check(
                 false,
                 "gpus",
                 format!(
-                    "no node has more than {most} GPUs{of_models}{with_memory} (a job runs on \
-                     one node)"
+                    "no node has more than {most} GPUs{of_models}{with_memory}{mig} (a job runs \
+                     on one node)"
                 ),
             );
             return;

@@ -539,7 +539,15 @@ impl<'a> Pass<'a> {
                                 .find(&r.job.queue)
                                 .is_some_and(|rq| tree.ancestors(rq).any(|a| a == q))
                     })
-                    .min_by_key(|(_, r)| (r.job.priority, std::cmp::Reverse(r.job.seq)));
+                    // Lowest priority, then the latest started (the least work lost), then
+                    // the newest submitted.
+                    .min_by_key(|(_, r)| {
+                        (
+                            r.job.priority,
+                            std::cmp::Reverse(r.started_at),
+                            std::cmp::Reverse(r.job.seq),
+                        )
+                    });
                 let Some((i, r)) = victim else {
                     break;
                 };
@@ -556,7 +564,7 @@ impl<'a> Pass<'a> {
                     job_id: r.job.id.clone(),
                     for_job: None,
                     reason: format!(
-                        "tenant {} holds {} against its hard limit of {}: its newest \
+                        "tenant {} holds {} against its hard limit of {}: its latest started \
                          preemptible work is stopped to bring it back under",
                         spec.name,
                         resource.number(held.get(resource)),
@@ -1174,15 +1182,24 @@ impl<'a> Pass<'a> {
                     allot_domain::format_milli(u64::from(r.gpu_milli))
                 ));
             } else {
-                want.push(format!("{} whole GPUs", r.num_gpu));
+                want.push(format!(
+                    "{} whole GPU{}",
+                    r.num_gpu,
+                    if r.num_gpu == 1 { "" } else { "s" }
+                ));
             }
         }
         if r.num_gpu > 0 && job.gpu_memory_mib > 0 {
             let mib = u64::from(job.gpu_memory_mib);
             want.push(format!("{} per GPU", Resource::GpuMemoryMib.show(mib)));
         }
-        want.push(Resource::CpuMilli.show(u64::from(r.cpu_milli)));
-        want.push(Resource::MemoryMib.show(u64::from(r.memory_mib)));
+        // What it asks for: no "0 CPUs" for a job that asks for none.
+        if r.cpu_milli > 0 {
+            want.push(Resource::CpuMilli.show(u64::from(r.cpu_milli)));
+        }
+        if r.memory_mib > 0 {
+            want.push(Resource::MemoryMib.show(u64::from(r.memory_mib)));
+        }
         let replicas = if job.replicas > 1 {
             format!("{} replicas (all or none) of ", job.replicas)
         } else {

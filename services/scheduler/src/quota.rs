@@ -54,9 +54,15 @@ impl Resource {
         }
     }
 
-    /// `amount` as people read it: "7.5 GPUs", "16 CPUs", "48 GiB".
+    /// `amount` as people read it: "7.5 GPUs", "16 CPUs", "48 GiB", "1 GPU".
     pub fn show(self, amount: u64) -> String {
-        format!("{} {}", self.number(amount), self.unit())
+        let number = self.number(amount);
+        let unit = match (self, number.as_str()) {
+            (Resource::Gpu, "1") => "GPU",
+            (Resource::CpuMilli, "1") => "CPU",
+            _ => self.unit(),
+        };
+        format!("{number} {unit}")
     }
 }
 
@@ -156,6 +162,7 @@ pub struct QueueSpec {
     pub min_isolation: allot_domain::Isolation,
 }
 
+/// What is wrong with a tree of quotas, naming tenants by name (the first field of each).
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum QuotaError {
     #[error("quota `{0}`: the parent `{1}` does not exist")]
@@ -188,17 +195,17 @@ impl QuotaTree {
         let mut index = HashMap::new();
         for (i, s) in specs.iter().enumerate() {
             if index.insert(s.id.clone(), i).is_some() {
-                return Err(QuotaError::Duplicate(s.id.clone()));
+                return Err(QuotaError::Duplicate(s.name.clone()));
             }
             if s.weight == 0 {
-                return Err(QuotaError::ZeroWeight(s.id.clone()));
+                return Err(QuotaError::ZeroWeight(s.name.clone()));
             }
             for r in Resource::ALL {
                 if let Some(limit) = s.limit.get(r)
                     && s.guaranteed.get(r) > limit
                 {
                     return Err(QuotaError::GuaranteeAboveLimit(
-                        s.id.clone(),
+                        s.name.clone(),
                         r.show(s.guaranteed.get(r)),
                         r.show(limit),
                     ));
@@ -212,7 +219,7 @@ impl QuotaTree {
                 Some(p) => index
                     .get(p)
                     .map(|&i| Some(i))
-                    .ok_or_else(|| QuotaError::UnknownParent(s.id.clone(), p.clone())),
+                    .ok_or_else(|| QuotaError::UnknownParent(s.name.clone(), p.clone())),
             })
             .collect::<Result<Vec<_>, _>>()?;
         let governed = Resource::ALL.map(|r| specs.iter().any(|s| s.guaranteed.get(r) > 0));
@@ -224,7 +231,7 @@ impl QuotaTree {
         };
         for q in 0..tree.specs.len() {
             if tree.ancestors(q).skip(1).any(|a| a == q) {
-                return Err(QuotaError::Cycle(tree.specs[q].id.clone()));
+                return Err(QuotaError::Cycle(tree.specs[q].name.clone()));
             }
         }
         for (q, spec) in tree.specs.iter().enumerate() {
@@ -238,9 +245,19 @@ impl QuotaTree {
                 children.add(&tree.specs[c].guaranteed);
             }
             if !children.fits_in(&spec.guaranteed) {
-                let show = |a: &Amounts| Resource::ALL.map(|r| r.show(a.get(r))).join(", ");
+                // Only what the children are guaranteed more of.
+                let over: Vec<Resource> = Resource::ALL
+                    .into_iter()
+                    .filter(|&r| children.get(r) > spec.guaranteed.get(r))
+                    .collect();
+                let show = |a: &Amounts| {
+                    over.iter()
+                        .map(|&r| r.show(a.get(r)))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                };
                 return Err(QuotaError::ChildrenOverGuarantee(
-                    spec.id.clone(),
+                    spec.name.clone(),
                     show(&children),
                     show(&spec.guaranteed),
                 ));
@@ -484,13 +501,23 @@ mod tests {
                     q("b", Some("a"), 3, None),
                     q("c", Some("a"), 2, None),
                 ],
-                "children are guaranteed 5 GPUs",
+                "quota `a`: its children are guaranteed 5 GPUs in all, more than its own 4 GPUs",
             ),
         ];
         for (specs, want) in bad {
             let err = QuotaTree::new(specs).expect_err(want).to_string();
             assert!(err.contains(want), "{err}");
         }
+        // Tenants by name, not id; only the resource that does not nest.
+        let mut parent = q("0192-id", None, 4, None);
+        parent.name = "research".into();
+        let err = QuotaTree::new(vec![parent, q("b", Some("0192-id"), 5, None)])
+            .expect_err("children over")
+            .to_string();
+        assert_eq!(
+            err,
+            "quota `research`: its children are guaranteed 5 GPUs in all, more than its own 4 GPUs"
+        );
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! Whether a running job on shares of GPUs can take a new share: it must fit on each of its
-//! GPUs beside their other jobs (compute and memory), and within the hard limits of its
+//! GPUs beside their other jobs (compute, and memory within the share of a shared GPU's
+//! memory jobs may hold, as placement counts it), and within the hard limits of its
 //! tenant and every tenant above it. Pure: the control plane serializes the check with its
 //! scheduling passes.
 
@@ -24,6 +25,7 @@ pub fn check(
     holding: &[Job],
     nodes: &[Node],
     tenants: &[Tenant],
+    limits: &crate::engine::GpuLimits,
 ) -> Result<(), String> {
     let node = job
         .node_id
@@ -48,8 +50,9 @@ pub fn check(
         let want = u64::from(share.gpu_milli);
         if milli + want > u64::from(GPU_MILLI) {
             return Err(format!(
-                "GPU {uuid} has {} thousandths free beside its other jobs, not {want}",
-                u64::from(GPU_MILLI).saturating_sub(milli)
+                "GPU {uuid} has {} of a GPU free beside its other jobs, not {}",
+                allot_domain::format_milli(u64::from(GPU_MILLI).saturating_sub(milli)),
+                allot_domain::format_milli(want)
             ));
         }
         let want_memory = if share.gpu_memory_bytes > 0 {
@@ -62,6 +65,27 @@ pub fn check(
                 "GPU {uuid} has {} of memory free beside its other jobs, not {}",
                 allot_domain::format_bytes(gpu.memory_bytes.saturating_sub(memory)),
                 allot_domain::format_bytes(want_memory)
+            ));
+        }
+        // The GPU memory jobs ask for by size, as placement counts it: within the GPU's
+        // memory less the reserve kept free on a shared GPU.
+        let asked = |j: &Job| j.spec.gpu_memory_bytes.unwrap_or(0);
+        let asked_beside: u64 = others
+            .iter()
+            .filter(|j| j.gpu_uuids.contains(uuid))
+            .map(|j| asked(j))
+            .sum();
+        let budget = limits
+            .shared_memory_budget(u32::try_from(gpu.memory_bytes >> 20).unwrap_or(u32::MAX))
+            << 20;
+        if share.gpu_memory_bytes > 0 && asked_beside + share.gpu_memory_bytes > budget {
+            return Err(format!(
+                "GPU {uuid} has {} of memory free beside its other jobs (its {} less the {}% \
+                 kept free on a shared GPU), not {}",
+                allot_domain::format_bytes(budget.saturating_sub(asked_beside)),
+                allot_domain::format_bytes(gpu.memory_bytes),
+                limits.shared_memory_reserve_pct,
+                allot_domain::format_bytes(share.gpu_memory_bytes)
             ));
         }
     }

@@ -233,6 +233,8 @@ struct Events {
     job_logs: tokio::sync::broadcast::Sender<String>,
     /// Asks for the leader's pass from a follower (`wakeups::announce_schedules`).
     wake_leader: Arc<Notify>,
+    /// The per-GPU limits the scheduler places with (a resize is held to them too).
+    gpu_limits: GpuLimits,
 }
 
 impl ControlEvents for Events {
@@ -317,8 +319,15 @@ impl ControlEvents for Events {
             };
             let nodes = self.store.list_nodes().await?;
             let tenants = self.store.list_tenants().await?;
-            allot_scheduler::resize::check(current, share, &holding, &nodes, &tenants)
-                .map_err(ApiError::Conflict)?;
+            allot_scheduler::resize::check(
+                current,
+                share,
+                &holding,
+                &nodes,
+                &tenants,
+                &self.gpu_limits,
+            )
+            .map_err(ApiError::Conflict)?;
             let resized = self.store.resize_job(&ctx, &job.id, share).await?;
             if let Some(node) = &resized.node_id {
                 self.hub.send(node, hub::resize(&resized));
@@ -701,6 +710,7 @@ pub async fn start(
             turn: turn.clone(),
             job_logs: job_logs.clone(),
             wake_leader: wake_leader.clone(),
+            gpu_limits: config.gpu_limits,
         }),
     };
     let body_limit = BodyLimit(config.body_limit);

@@ -37,6 +37,9 @@ pub struct JobFilter {
     pub name: Option<String>,
     /// Only jobs whose id starts with this (hex digits and `-`).
     pub id_prefix: Option<String>,
+    /// Only the jobs with this short id ([`allot_domain::job::short_id`]; index
+    /// `idx_jobs_short_id`).
+    pub short_id: Option<String>,
     /// Only jobs whose name contains this (as typed: no wildcards).
     pub name_contains: Option<String>,
     /// Only jobs submitted before the one with this id.
@@ -60,6 +63,7 @@ impl JobFilter {
             node_id: None,
             name: None,
             id_prefix: None,
+            short_id: None,
             name_contains: None,
             before: None,
             after: None,
@@ -120,7 +124,7 @@ pub trait JobRepo {
     fn list_jobs(&self, f: JobFilter) -> impl Future<Output = Result<JobPage, StoreError>> + Send;
     /// How many jobs the filter matches, its cursors and limit aside.
     fn count_jobs(&self, f: JobFilter) -> impl Future<Output = Result<u64, StoreError>> + Send;
-    /// How many jobs each tenant (by id) has in each state, counted by the database (what
+    /// How many jobs each tenant (by id) has in each state, a gang once (its replica 0), counted by the database (what
     /// the metrics report, without reading every job ever submitted).
     fn count_jobs_by_state(
         &self,
@@ -616,6 +620,10 @@ impl Store {
         };
         match to {
             JobState::Scheduled => {
+                // A new attempt: how the last one ended (a preemption, a lost node) is its
+                // history now, not what the running job says.
+                row.message = Set(None);
+                row.exit_code = Set(None);
                 row.scheduled_at = Set(Some(now));
                 row.held_gpu_milli = Set(update.held_gpu_milli.map(i32_of).transpose()?);
                 row.borrowing = Set(update.borrowing.unwrap_or(false));
@@ -878,6 +886,8 @@ impl JobRepo for Store {
             .column(jobs::Column::TenantId)
             .column(jobs::Column::State)
             .column_as(jobs::Column::Id.count(), "n")
+            // A gang counts once, by its record (replica 0), as lists and tenants count it.
+            .filter(jobs::Column::ReplicaRank.eq(0))
             .group_by(jobs::Column::TenantId)
             .group_by(jobs::Column::State)
             .into_model::<Count>()
@@ -1325,6 +1335,14 @@ fn filtered(f: &JobFilter) -> Option<sea_orm::Select<jobs::Entity>> {
             return None;
         }
         q = q.filter(jobs::Column::Id.starts_with(prefix.to_ascii_lowercase()));
+    }
+    if let Some(short) = &f.short_id {
+        if !allot_domain::job::is_short_id(short) {
+            return None;
+        }
+        // The expression of the index, character for character (a bound position would not
+        // match it on PostgreSQL).
+        q = q.filter(Expr::cust(r#"substr("id", 25)"#).eq(short.to_ascii_lowercase()));
     }
     Some(q)
 }

@@ -5,6 +5,9 @@
 
 use std::collections::HashMap;
 
+pub mod client_errors;
+pub use client_errors::{ClientErrors, is_client_error};
+
 use opentelemetry::propagation::TextMapPropagator;
 use opentelemetry::trace::{TraceContextExt, TracerProvider as _};
 use opentelemetry_otlp::WithExportConfig;

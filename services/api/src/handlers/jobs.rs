@@ -386,9 +386,10 @@ pub(crate) async fn listing_scope(
     })
 }
 
-/// The one job among those the caller sees whose name is `key`, or whose id starts with
-/// it (at least 4 characters): what people type (`job get train-resnet`, `job get 01a2`).
-/// More than one is refused, listing them, newest first.
+/// The one job among those the caller sees whose name is `key`, whose short id it is (the
+/// 12 hex digits lists show), or whose id starts with it (at least 4 characters): what
+/// people type (`job get train-resnet`, `job get 5d2e8f0a1b3c`, `job get 01a2`). More than
+/// one is refused, listing them, newest first.
 async fn by_name_or_prefix(
     state: &AppState,
     scope: TenantScope,
@@ -405,12 +406,19 @@ async fn by_name_or_prefix(
             ..JobFilter::new(scope.clone())
         },
         JobFilter {
+            short_id: Some(key.to_owned()),
+            limit: Some(SHOWN),
+            ..JobFilter::new(scope.clone())
+        },
+        JobFilter {
             id_prefix: Some(key.to_owned()),
             limit: Some(SHOWN),
             ..JobFilter::new(scope.clone())
         },
     ] {
-        if filter.id_prefix.is_some() && key.len() < 4 {
+        if (filter.id_prefix.is_some() && key.len() < 4)
+            || (filter.short_id.is_some() && !allot_domain::job::is_short_id(key))
+        {
             continue;
         }
         let page = state.store.list_jobs(filter).await?;

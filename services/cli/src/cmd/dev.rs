@@ -41,7 +41,10 @@ pub struct DevArgs {
     /// are answered 429 (valid credentials are always served).
     #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..))]
     auth_max_failures_per_minute: u32,
-    /// GPUs on each simulated node, e.g. 4xH200 or 2xH200,1xT4.
+    /// GPUs on each simulated node, e.g. 4xH200 or 2xH200,1xT4 (`:mig` puts them in MIG
+    /// mode, `:nvlink=4` makes NVLink islands of four). Layouts separated by `;` go to the
+    /// nodes in turn, the last to the rest: `--nodes 3 --sim-gpus '8xH200;8xH200:mig'`
+    /// makes one node of whole GPUs and two in MIG mode.
     #[arg(long, default_value = "4xH200")]
     sim_gpus: String,
     /// What runs the nodes' jobs: `process` (the default: unconfined, no root needed) or
@@ -115,13 +118,28 @@ async fn seed_dev_users(store: &allot_store::Store) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Node `i`'s (from 1) GPU layout of `--sim-gpus`: its `;`-separated layouts in turn, the
+/// last for every node after.
+fn node_layout(sim_gpus: &str, i: u32) -> &str {
+    let layouts: Vec<&str> = sim_gpus.split(';').collect();
+    let at = usize::try_from(i.saturating_sub(1)).unwrap_or(usize::MAX);
+    layouts
+        .get(at)
+        .or(layouts.last())
+        .copied()
+        .unwrap_or(sim_gpus)
+        .trim()
+}
+
 pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     if args.nodes > 64 {
         anyhow::bail!("--nodes must be at most 64");
     }
-    // Validate the GPU spec before anything starts.
-    SimBackend::from_spec(&args.sim_gpus, "check")
-        .with_context(|| format!("--sim-gpus {}", args.sim_gpus))?;
+    // Validate the GPU layouts before anything starts.
+    for layout in args.sim_gpus.split(';') {
+        SimBackend::from_spec(layout, "check")
+            .with_context(|| format!("--sim-gpus {}: `{layout}`", args.sim_gpus))?;
+    }
     // The containers' users pass through the data dir (and `nodes/`) to their images,
     // listing nothing; each agent keeps its own directory below `nodes/`.
     let containers = args.runtime == crate::cmd::agent::RuntimeKindArg::Oci;
@@ -205,6 +223,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     let mut agents = Vec::new();
     for i in 1..=args.nodes {
         let name = format!("dev-node-{i}");
+        let layout = node_layout(&args.sim_gpus, i);
         let node_dir = args.data_dir.join("nodes").join(&name);
         // `touch <node dir>/sim-faults/xid-<gpu>-<code>` injects an XID.
         // Jobs loading the fake CUDA driver share each simulated GPU through `sim-gpus/`.
@@ -213,7 +232,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
             .recursive(true)
             .mode(0o700)
             .create(&state)?;
-        let backend = SimBackend::from_spec(&args.sim_gpus, &name)?
+        let backend = SimBackend::from_spec(layout, &name)?
             .with_fault_dir(node_dir.join("sim-faults"))
             .with_state_dir(state);
         // Each embedded agent joins as an operator's would: with a one-time token the first
@@ -221,10 +240,10 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         // simulated GPUs than last time are an inventory only a token approves (a
         // certificate's holder never adds GPUs): the node joins with a new one then.
         let spec_file = node_dir.join("sim-gpus.spec");
-        let same_gpus = std::fs::read_to_string(&spec_file).is_ok_and(|s| s == args.sim_gpus);
+        let same_gpus = std::fs::read_to_string(&spec_file).is_ok_and(|s| s == layout);
         if !same_gpus {
             let _ = std::fs::remove_dir_all(node_dir.join("identity"));
-            allot_pki::write_private(&spec_file, &args.sim_gpus)?;
+            allot_pki::write_private(&spec_file, layout)?;
         }
         let bootstrap_token = if allot_agent::identity::load(&node_dir, &name)?.is_some() {
             None
@@ -289,7 +308,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
   Sign in:      {sign_in}
   Admin token:  {token}
                 (also in {token_file})
-  Nodes:        {nodes} simulated, {gpus} each
+  Nodes:        {nodes} simulated, {gpus}
   Data:         {data}
   Logs:         warnings and errors (ALLOT_LOG=info allot dev for more)
 
@@ -306,7 +325,11 @@ Press Ctrl-C to stop.
             "not on a non-loopback address: use the admin token".to_owned()
         },
         nodes = args.nodes,
-        gpus = args.sim_gpus,
+        gpus = if args.sim_gpus.contains(';') {
+            format!("{} (node by node, the last for the rest)", args.sim_gpus)
+        } else {
+            format!("{} each", args.sim_gpus)
+        },
         data = args.data_dir.display(),
     );
     let mut out = std::io::stdout().lock();
@@ -326,4 +349,17 @@ Press Ctrl-C to stop.
     server.shutdown().await;
     eprintln!("stopped");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn layouts_go_to_the_nodes_in_turn_the_last_to_the_rest() {
+        let l = |spec, i| super::node_layout(spec, i);
+        assert_eq!(l("4xH200", 1), "4xH200");
+        assert_eq!(l("4xH200", 3), "4xH200");
+        assert_eq!(l("8xH200; 8xH200:mig", 1), "8xH200");
+        assert_eq!(l("8xH200; 8xH200:mig", 2), "8xH200:mig");
+        assert_eq!(l("8xH200; 8xH200:mig", 5), "8xH200:mig");
+    }
 }

@@ -315,7 +315,8 @@ fn short(ts: Option<chrono::DateTime<chrono::Utc>>) -> String {
 
 fn describe(j: &JobView) -> String {
     let mut out = fields(&[
-        ("ID", j.id.clone()),
+        ("ID", allot_domain::job::short_id(&j.id).to_owned()),
+        ("UUID", j.id.clone()),
         ("Name", j.name.clone()),
         ("Tenant", j.tenant.clone()),
         ("State", j.state.clone()),
@@ -599,9 +600,11 @@ fn clock(secs: i64) -> String {
 }
 
 /// What `job list` can show of a job (`--format` names, `-o wide` all).
-fn job_columns() -> [Column<JobView>; 21] {
+fn job_columns() -> [Column<JobView>; 22] {
     [
-        Column::new("id", "ID", |j| j.id.clone()),
+        Column::new("id", "ID", |j| {
+            allot_domain::job::short_id(&j.id).to_owned()
+        }),
         Column::new("tenant", "TENANT", |j| j.tenant.clone()),
         Column::new("name", "NAME", |j| j.name.clone()),
         Column::new("state", "STATE", |j| j.state.clone()),
@@ -637,6 +640,7 @@ fn job_columns() -> [Column<JobView>; 21] {
         Column::wide("image", "IMAGE", |j| opt(j.image.clone())),
         Column::wide("started", "STARTED", |j| short(j.started_at)),
         Column::wide("finished", "FINISHED", |j| short(j.finished_at)),
+        Column::wide("uuid", "UUID", |j| j.id.clone()),
         Column::new("detail", "DETAIL", |j| {
             match (&j.pending_reason, j.exit_code) {
                 (Some(r), _) => r.message.clone(),
@@ -664,13 +668,30 @@ fn resubmission(j: &JobView, name: Option<String>) -> serde_json::Value {
     })
 }
 
-/// "2", or "0.25 of a shared GPU" (what the placement holds, once placed).
+/// "2", "0.25 of a shared GPU" (what the placement holds, once placed), a MIG instance as
+/// its compute slices of seven, a gang as replicas × each = all.
 fn gpus_of(j: &JobView) -> String {
+    if let Some(profile) = &j.mig_profile {
+        let slices = profile
+            .split('g')
+            .next()
+            .and_then(|s| s.parse::<u8>().ok())
+            .unwrap_or(1);
+        return format!(
+            "{} of a GPU (a MIG instance {profile}: {slices} of its 7 compute slices)",
+            allot_domain::GpuParts::slices(slices)
+        );
+    }
     let share = j.held_gpu_milli.or(j.gpu_milli).unwrap_or(1000);
-    if j.gpus == 1 && share < 1000 {
+    let each = if j.gpus == 1 && share < 1000 {
         format!("{} of a shared GPU", show_milli(u64::from(share)))
     } else {
         j.gpus.to_string()
+    };
+    if j.replicas > 1 {
+        format!("{} ({each} for each replica)", gpus_cell(j))
+    } else {
+        each
     }
 }
 

@@ -127,17 +127,25 @@ fn gpus(v: Option<f64>) -> String {
 }
 
 /// What `node list` can show of a node (`--format` names, `-o wide` all).
-fn node_columns() -> [Column<NodeView>; 12] {
+fn node_columns() -> [Column<NodeView>; 13] {
     [
         Column::new("name", "NAME", |n| n.name.clone()),
         Column::new("state", "STATE", state),
         Column::new("gpus", "GPUS", |n| n.gpus.len().to_string()),
         Column::new("free", "FREE", |n| gpus(n.gpus_free)),
         Column::new("held", "HELD", |n| gpus(n.gpus_held)),
+        // Sick GPUs (a GPU an operator drains is not sick: see DRAINED).
         Column::new("unhealthy", "UNHEALTHY", |n| {
             n.gpus
                 .iter()
-                .filter(|g| g.health != "healthy")
+                .filter(|g| !matches!(g.health.as_str(), "healthy" | "draining"))
+                .count()
+                .to_string()
+        }),
+        Column::wide("drained", "DRAINED", |n| {
+            n.gpus
+                .iter()
+                .filter(|g| g.health == "draining")
                 .count()
                 .to_string()
         }),

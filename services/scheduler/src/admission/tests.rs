@@ -88,6 +88,20 @@ fn more_gpus_or_gpu_memory_than_any_node_has_are_refused_with_the_largest() {
         "gpus",
         "no node has more than 4 GPUs",
     );
+    // Two of n1's eight in MIG mode: six whole GPUs, and the message says where the
+    // other two went.
+    let mut partly_mig = h200s();
+    for g in partly_mig[0].gpus.iter_mut().take(2) {
+        g.mig = Some(Vec::new());
+    }
+    only(
+        &fields(&spec("j", "team-a", 8, None), &t, &partly_mig),
+        "gpus",
+        "no node has more than 6 GPUs outside MIG mode (n1 also has 2 in MIG mode",
+    );
+    // Without MIG GPUs the message does not mention MIG.
+    let out = fields(&spec("j", "team-a", 9, None), &t, &h200s());
+    assert!(!out[0].1.contains("MIG"), "{out:?}");
 }
 
 #[test]

@@ -183,7 +183,7 @@ fn a_tenant_within_its_guarantee_reclaims_from_a_borrower() {
     assert!(preempted(&early).is_empty());
     assert_eq!(
         reason(&early, "b0").message,
-        "no node has room for 1 whole GPUs, 1 CPUs, 1 GiB; tenant b: 0 of 2 guaranteed GPUs in use; \
+        "no node has room for 1 whole GPU, 1 CPU, 1 GiB; tenant b: 0 of 2 guaranteed GPUs in use; \
          nothing preemptible is borrowed where it would make room"
     );
 
@@ -736,7 +736,8 @@ fn a_waiting_gang_has_free_room_held_for_it_rather_than_starve() {
 }
 
 /// A tenant above a hard limit (an admin lowered it, or a race placed past it) is brought
-/// back under it by stopping its own newest preemptible work, lowest priority first, and
+/// back under it by stopping its own latest started preemptible work, lowest priority
+/// first, and
 /// never another tenant's; a parent over its limit sheds from its teams.
 #[test]
 fn a_tenant_over_its_hard_limit_sheds_its_own_newest_work() {
@@ -793,6 +794,14 @@ fn a_tenant_over_its_hard_limit_sheds_its_own_newest_work() {
     assert!(preempted(&again).is_empty(), "{again:#?}");
     assert!(placed(&again).is_empty(), "{again:#?}");
     assert_eq!(reason(&again, "i-waiting").code, "TenantLimit");
+
+    // The latest started goes first, whenever it was submitted: the least work is lost.
+    let mut late = held("i-late", "interns", 2, 1, 0, 0);
+    late.started_at = 500;
+    let mut early = held("i-early", "interns", 2, 6, 0, 2);
+    early.started_at = 100;
+    let d = pass(&cluster, &tree, &[late, early], &[], 1000);
+    assert_eq!(preempted(&d), ["i-late"], "{d:#?}");
 
     // A parent over its own limit sheds from its teams, the newest first.
     let tree = QuotaTree::new(vec![

@@ -384,6 +384,7 @@ fn a_resize_fits_beside_the_gpus_other_jobs_and_within_tenant_limits() {
         gpu_milli,
         gpu_memory_bytes,
     };
+    let limits = crate::engine::GpuLimits::default();
     let nodes = [node("n1", &["H200"])];
     let mine = running_on(job("mine", "a", 1, Some(300)), "n1", &[0]);
     let other = running_on(job("other", "b", 1, Some(500)), "n1", &[0]);
@@ -393,24 +394,62 @@ fn a_resize_fits_beside_the_gpus_other_jobs_and_within_tenant_limits() {
     let tenants = [tenant("a", 0), tenant("b", 0)];
     // 500 thousandths are free beside the other job: 500 fits, 600 does not.
     assert_eq!(
-        check(&mine, share(500, 0), &holding, &nodes, &tenants),
+        check(&mine, share(500, 0), &holding, &nodes, &tenants, &limits),
         Ok(())
     );
-    let err = check(&mine, share(600, 0), &holding, &nodes, &tenants).expect_err("too big");
-    assert!(err.contains("500 thousandths free"), "{err}");
+    let err =
+        check(&mine, share(600, 0), &holding, &nodes, &tenants, &limits).expect_err("too big");
+    assert!(err.contains("0.5 of a GPU free"), "{err}");
     // Memory too: the other job's half of 141 GiB leaves about 70 GiB.
-    let err = check(&mine, share(400, 100 << 30), &holding, &nodes, &tenants).expect_err("memory");
+    let err = check(
+        &mine,
+        share(400, 100 << 30),
+        &holding,
+        &nodes,
+        &tenants,
+        &limits,
+    )
+    .expect_err("memory");
     assert!(err.contains("of memory free"), "{err}");
+    // Beside a job that asked for 60 GiB: 81 GiB would fill the GPU's 141, past the 90%
+    // of a shared GPU's memory jobs may ask for; 66 GiB is within it.
+    let mut sized = job("sized", "b", 1, Some(200));
+    sized.spec.gpu_memory_bytes = Some(60 << 30);
+    let beside_sized = [mine.clone(), running_on(sized, "n1", &[0])];
+    let err = check(
+        &mine,
+        share(300, 81 << 30),
+        &beside_sized,
+        &nodes,
+        &tenants,
+        &limits,
+    )
+    .expect_err("the reserve");
+    assert!(
+        err.contains("less the 10% kept free on a shared GPU), not 81 GiB"),
+        "{err}"
+    );
+    assert_eq!(
+        check(
+            &mine,
+            share(300, 66 << 30),
+            &beside_sized,
+            &nodes,
+            &tenants,
+            &limits
+        ),
+        Ok(())
+    );
     // A tenant limit of 0.4 GPUs allows growing to 0.4, not 0.5; shrinking is always fine.
     let tenants = [limited, tenant("b", 0)];
     assert_eq!(
-        check(&mine, share(400, 0), &holding, &nodes, &tenants),
+        check(&mine, share(400, 0), &holding, &nodes, &tenants, &limits),
         Ok(())
     );
-    let err = check(&mine, share(500, 0), &holding, &nodes, &tenants).expect_err("limit");
+    let err = check(&mine, share(500, 0), &holding, &nodes, &tenants, &limits).expect_err("limit");
     assert!(err.contains("tenant a may hold 0.4 GPUs"), "{err}");
     assert_eq!(
-        check(&mine, share(100, 0), &holding, &nodes, &tenants),
+        check(&mine, share(100, 0), &holding, &nodes, &tenants, &limits),
         Ok(())
     );
 }
@@ -830,6 +869,6 @@ fn mig_instances_count_in_sevenths_against_a_gpu_limit() {
         Some("TenantLimit".into())
     );
     let r = waits(&d, "whole").expect("waits");
-    assert!(r.message.contains("1 of 1 GPUs in use"), "{}", r.message);
+    assert!(r.message.contains("1 of 1 GPU in use"), "{}", r.message);
     assert!(placed(&d, "eighth").is_none(), "{d:#?}");
 }
