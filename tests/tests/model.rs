@@ -157,14 +157,23 @@ impl Run {
                 child: Some(agent_process(&c, name, gpus, Some(&token))),
             });
         }
-        c.eventually("every node ready", || async {
+        // Three agent processes start and register; on a loaded 2-core machine that can
+        // take longer than the usual patience.
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
             let (_, nodes) = c.get("/api/v1/nodes").await;
             let ready = nodes
                 .as_array()
                 .map_or(0, |a| a.iter().filter(|n| n["status"] == "ready").count());
-            (ready == NODES.len()).then_some(())
-        })
-        .await;
+            if ready == NODES.len() {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the nodes did not get ready: {nodes:#}"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
         let now = Instant::now();
         let limits = TENANTS.iter().map(|t| (*t, vec![(now, None)])).collect();
         Run {
