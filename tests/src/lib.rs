@@ -453,16 +453,25 @@ impl TestCluster {
             .expect("text")
     }
 
-    /// Runs `allot ARGS` against the cluster as its admin; what it printed, once it
-    /// succeeded.
-    pub fn cli(&self, args: &[&str]) -> String {
-        let out = std::process::Command::new(allot_bin())
+    /// Runs `allot ARGS` against the cluster as its admin, however it ends.
+    pub fn cli_output(&self, args: &[&str]) -> std::process::Output {
+        std::process::Command::new(allot_bin())
             .args(args)
             .env("ALLOT_SERVER", self.server.http_url())
             .env("ALLOT_TOKEN", &self.admin_token)
             .output()
-            .expect("allot runs");
-        assert!(out.status.success(), "{args:?}: {out:?}");
+            .expect("allot runs")
+    }
+
+    /// Runs `allot ARGS` against the cluster as its admin; what it printed, once it
+    /// succeeded.
+    pub fn cli(&self, args: &[&str]) -> String {
+        let out = self.cli_output(args);
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 

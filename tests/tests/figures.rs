@@ -5,25 +5,8 @@
 //! count exactly on tenants and nodes alike. Read through the API, the CLI and the metrics
 //! of a real control plane with real agents.
 
-use std::process::Command;
-
-use allot_system_tests::{Backend, StatusCode, TestCluster, allot_bin, spawn_cluster_with};
+use allot_system_tests::{Backend, StatusCode, TestCluster, spawn_cluster_with};
 use serde_json::{Value, json};
-
-fn cli(c: &TestCluster, args: &[&str]) -> String {
-    let out = Command::new(allot_bin())
-        .args(args)
-        .env("ALLOT_SERVER", c.server.http_url())
-        .env("ALLOT_TOKEN", &c.admin_token)
-        .output()
-        .expect("allot runs");
-    assert!(
-        out.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
 
 async fn tenant(c: &TestCluster, name: &str, parent: Option<&str>, quota: Value) {
     c.create_tenant_in(name, parent, quota).await;
@@ -129,12 +112,9 @@ async fn a_parents_figures_include_its_teams() {
     let vision = tenant_view(&c, "vision").await;
     assert_eq!(vision["usage"]["gpus"], 4.0, "{vision}");
     // The CLI says both.
-    let got = cli(&c, &["tenant", "get", "research"]);
+    let got = c.cli(&["tenant", "get", "research"]);
     assert!(got.contains("its teams' included; its own jobs"), "{got}");
-    let listed = cli(
-        &c,
-        &["tenant", "list", "--format", "name,gpus,pending,running"],
-    );
+    let listed = c.cli(&["tenant", "list", "--format", "name,gpus,pending,running"]);
     assert!(
         listed
             .lines()
@@ -167,7 +147,7 @@ async fn a_parents_figures_include_its_teams() {
     );
     let (_, usage) = c.get("/api/v1/usage?tenant=ops").await;
     assert_eq!(usage["total_gpu_hours"], 0.0, "{usage}");
-    let text = cli(&c, &["usage", "--tenant", "ops"]);
+    let text = c.cli(&["usage", "--tenant", "ops"]);
     assert!(!text.contains("-0.000"), "{text}");
     c.shutdown().await;
 }
@@ -207,7 +187,7 @@ async fn a_gangs_size_reads_the_same_everywhere() {
         .as_str()
         .expect("reason");
     assert!(reason.contains("request 2 × 2 = 4"), "{reason}");
-    let listed = cli(&c, &["job", "list", "--format", "name,gpus"]);
+    let listed = c.cli(&["job", "list", "--format", "name,gpus"]);
     assert!(listed.contains("2 × 2 = 4"), "{listed}");
     let t = tenant_view(&c, "train").await;
     assert_eq!(t["jobs_pending"], 1, "a gang is one job: {t}");
@@ -236,7 +216,7 @@ async fn mig_slices_count_exactly_on_tenants_and_nodes() {
     assert!((held - 6.0 / 7.0).abs() < 1e-9, "{n}");
     assert!((free - 1.0 / 7.0).abs() < 1e-9, "a free slot is free: {n}");
     assert!((held + free - 1.0).abs() < 1e-9, "{n}");
-    let listed = cli(&c, &["node", "list", "--format", "name,free,held"]);
+    let listed = c.cli(&["node", "list", "--format", "name,free,held"]);
     assert!(
         listed
             .lines()
@@ -254,7 +234,7 @@ async fn mig_slices_count_exactly_on_tenants_and_nodes() {
     let (_, nodes) = c.get("/api/v1/nodes").await;
     assert_eq!(nodes[0]["gpus_held"], 1.0, "{}", nodes[0]);
     assert_eq!(nodes[0]["gpus"][0]["held"], 1.0, "{}", nodes[0]);
-    let got = cli(&c, &["tenant", "list", "--format", "name,gpus"]);
+    let got = c.cli(&["tenant", "list", "--format", "name,gpus"]);
     assert!(
         got.lines()
             .any(|l| l.split_whitespace().collect::<Vec<_>>() == ["infer", "1"]),

@@ -17,12 +17,7 @@ use allot_system_tests::{
 
 /// Runs `allot …` against the cluster as its admin.
 fn cli(c: &TestCluster, args: &[&str]) -> Output {
-    Command::new(allot_bin())
-        .args(args)
-        .env("ALLOT_SERVER", c.server.http_url())
-        .env("ALLOT_TOKEN", &c.admin_token)
-        .output()
-        .expect("allot runs")
+    c.cli_output(args)
 }
 
 fn text(b: &[u8]) -> String {

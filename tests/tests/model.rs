@@ -27,8 +27,23 @@ const GPU: u64 = 7000;
 /// What a limit may take to hold after it is lowered (a pass, the stop of what is shed, the
 /// report of its end).
 const CORRECTION: Duration = Duration::from_secs(4);
-/// The tenants: `org` has the teams `org-a` and `org-b`; `solo` stands alone.
-const TENANTS: [&str; 4] = ["org", "org-a", "org-b", "solo"];
+/// The tenants and their parents: `org` has the teams `org-a` and `org-b`; `solo` stands
+/// alone.
+const TREE: [(&str, Option<&str>); 4] = [
+    ("org", None),
+    ("org-a", Some("org")),
+    ("org-b", Some("org")),
+    ("solo", None),
+];
+const TENANTS: [&str; 4] = [TREE[0].0, TREE[1].0, TREE[2].0, TREE[3].0];
+
+/// `name` and the tenants below it (the tree is two deep).
+fn subtree(name: &str) -> Vec<&'static str> {
+    TREE.iter()
+        .filter(|(n, p)| *n == name || *p == Some(name))
+        .map(|(n, _)| *n)
+        .collect()
+}
 /// The nodes: two of whole GPUs, one in MIG mode.
 const NODES: [(&str, &str); 3] = [("n1", "2xH200"), ("n2", "2xH200"), ("m1", "1xH200:mig")];
 
@@ -144,10 +159,9 @@ impl Run {
             cfg.heartbeat_interval = Duration::from_millis(300);
         })
         .await;
-        c.create_tenant_in("org", None, json!({})).await;
-        c.create_tenant_in("org-a", Some("org"), json!({})).await;
-        c.create_tenant_in("org-b", Some("org"), json!({})).await;
-        c.create_tenant_in("solo", None, json!({})).await;
+        for (name, parent) in TREE {
+            c.create_tenant_in(name, parent, json!({})).await;
+        }
         let mut agents = Vec::new();
         for (name, gpus) in NODES {
             let token = allot_system_tests::bootstrap_token(&c.server).await;
@@ -343,26 +357,15 @@ impl Run {
         };
         self.observations += 1;
         let model = Model::of(&jobs);
-        let parent: HashMap<&str, Option<&str>> = [
-            ("org", None),
-            ("org-a", Some("org")),
-            ("org-b", Some("org")),
-            ("solo", None),
-        ]
-        .into();
         let shown = |v: &Value| (v.as_f64().unwrap_or(-1.0) * GPU as f64).round() as u64;
         for t in tenants.as_array().into_iter().flatten() {
             let name = t["name"].as_str().unwrap_or_default();
-            if !parent.contains_key(name) {
+            if !TENANTS.contains(&name) {
                 continue;
             }
-            let subtree: Vec<&str> = parent
-                .iter()
-                .filter(|(n, p)| **n == name || **p == Some(name))
-                .map(|(n, _)| *n)
-                .collect();
+            let below = subtree(name);
             let sum = |f: &dyn Fn(&Figures) -> u64| {
-                subtree
+                below
                     .iter()
                     .map(|n| model.tenants.get(*n).map_or(0, f))
                     .sum::<u64>()
@@ -426,16 +429,8 @@ impl Run {
             );
             cluster_held += held;
         }
-        let roots: u64 = ["org", "solo"]
-            .iter()
-            .map(|r| {
-                parent
-                    .iter()
-                    .filter(|(n, p)| *n == r || **p == Some(*r))
-                    .map(|(n, _)| model.tenants.get(*n).map_or(0, |f| f.held))
-                    .sum::<u64>()
-            })
-            .sum();
+        // Every tenant is below exactly one root: what they hold in all.
+        let roots: u64 = model.tenants.values().map(|f| f.held).sum();
         prop_assert_eq!(
             cluster_held,
             roots,

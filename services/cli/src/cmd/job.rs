@@ -672,15 +672,14 @@ fn resubmission(j: &JobView, name: Option<String>) -> serde_json::Value {
 /// its compute slices of seven, a gang as replicas × each = all.
 fn gpus_of(j: &JobView) -> String {
     if let Some(profile) = &j.mig_profile {
-        let slices = profile
-            .split('g')
-            .next()
-            .and_then(|s| s.parse::<u8>().ok())
-            .unwrap_or(1);
-        return format!(
-            "{} of a GPU (a MIG instance {profile}: {slices} of its 7 compute slices)",
-            allot_domain::GpuParts::slices(slices)
-        );
+        return match allot_domain::mig::profile_named(profile) {
+            Some(p) => format!(
+                "{} of a GPU (a MIG instance {profile}: {} of its 7 compute slices)",
+                allot_domain::GpuParts::slices(p.compute_slices),
+                p.compute_slices
+            ),
+            None => format!("a MIG instance {profile}"),
+        };
     }
     let share = j.held_gpu_milli.or(j.gpu_milli).unwrap_or(1000);
     let each = if j.gpus == 1 && share < 1000 {
