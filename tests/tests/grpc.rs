@@ -391,7 +391,10 @@ async fn node_identity_comes_from_its_certificate() {
         .await
         .expect_err("a new key with the old certificate");
     assert_eq!(err.code(), Code::PermissionDenied, "{err}");
-    // With the key it holds, it keeps the node's identity.
+    // With the key it holds, it keeps the node's identity: an agent registers again when it
+    // starts again, its streams closed with its old process (while one is open, the
+    // attack test shows, a registration is refused).
+    drop((stream, streams));
     let renewed = allot_pki::node_request_for_key("node-a", &a.key_pem).expect("CSR");
     let again = a
         .client
@@ -414,9 +417,7 @@ async fn node_identity_comes_from_its_certificate() {
     }
 
     // Revoking the node stops its calls at once: its open stream ends, and neither its
-    // first certificate nor its newest one is accepted any more. (Its first stream is
-    // closed first: a node has one at a time.)
-    drop((stream, streams));
+    // first certificate nor its newest one is accepted any more.
     let mut a_stream = a
         .client
         .clone()
@@ -1351,6 +1352,24 @@ async fn a_stolen_node_key_invents_no_gpus_takes_no_stream_and_is_rate_limited()
         "{first:?}"
     );
 
+    // Registering again with the node's certificate, its own GPUs and an address of the
+    // thief's, while the agent is connected, would requeue the node's job (it runs nothing,
+    // the thief says) and send the node's work and traffic elsewhere: refused.
+    let mut takeover = register_req("", "node-n", &same_key.csr_pem);
+    takeover.address = "203.0.113.9".into();
+    let err = thief
+        .clone()
+        .register(takeover.clone())
+        .await
+        .expect_err("a registration beside the connected agent");
+    assert_eq!(err.code(), Code::AlreadyExists, "{err}");
+    assert!(err.message().contains("is connected"), "{err}");
+    let (_, job) = c.get(&format!("/api/v1/jobs/{id}")).await;
+    assert_eq!(job["attempt"], 1, "{job}");
+    assert_eq!(job["node_id"], n.id.as_str(), "{job}");
+    let (_, node) = c.get(&format!("/api/v1/nodes/{}", n.id)).await;
+    assert_ne!(node["address"], "203.0.113.9", "{node}");
+
     // Heartbeats as fast as they go: past the node's rate, refused.
     let mut limited = 0;
     for _ in 0..500 {
@@ -1369,7 +1388,7 @@ async fn a_stolen_node_key_invents_no_gpus_takes_no_stream_and_is_rate_limited()
             .count()
     };
     assert_eq!(count("node.denied", "Heartbeat"), 1);
-    assert_eq!(count("node.denied", "Register"), 1);
+    assert_eq!(count("node.denied", "Register"), 2);
     assert!(count("node.denied", "WatchAssignments") >= 1);
     // Rate-limited calls leave one entry per ten seconds, not one each.
     assert_eq!(count("node.rate_limited", "Heartbeat"), 1);
@@ -1394,6 +1413,15 @@ async fn a_stolen_node_key_invents_no_gpus_takes_no_stream_and_is_rate_limited()
             .any(|e| e.action == "node.resubscribe" && e.target == format!("node/{}", n.id)),
         "the re-subscription is audited"
     );
+    // The negative control: with no stream open (the agent restarted), the certificate
+    // registers the node again.
+    drop(_back);
+    let again = c
+        .eventually("a registration once the stream is closed", || async {
+            thief.clone().register(takeover.clone()).await.ok()
+        })
+        .await;
+    assert_eq!(again.into_inner().node_id, n.id);
 
     // An admin approves a bigger inventory: a bootstrap token made to replace the node.
     let request = node_request("node-n").expect("CSR");

@@ -626,6 +626,19 @@ impl NodeSvc {
                 {
                     // Refused (and recorded) as any registration refused for its caller.
                     approved(&node, &gpus_from_proto(r.gpus.clone())?)?;
+                    // While its agent is connected the node is its agent's: a second holder
+                    // of its key registering would requeue its jobs and take its address
+                    // over. An agent that restarted had its stream closed with its
+                    // process; one whose stream is still closing is given a moment, and
+                    // else retries.
+                    if !self.stream_closes(&node.id).await {
+                        let refused = Status::already_exists(format!(
+                            "node {} is connected (its agent's assignment stream is open): \
+                             it is registered again only once that stream is closed",
+                            node.name
+                        ));
+                        return Err(self.denied(ctx, "Register", refused).await);
+                    }
                 }
                 Admission::Certificate {
                     serial: cert.serial,
@@ -691,6 +704,20 @@ impl NodeSvc {
             heartbeat_interval_ms: millis(interval),
             lease_duration_ms: millis(lease),
         }))
+    }
+
+    /// Whether the node's assignment stream is closed here, or closes within
+    /// [`STREAM_CLOSE_GRACE`] (an agent that dropped it to open another, or to register).
+    async fn stream_closes(&self, node_id: &str) -> bool {
+        let mut waited = Duration::ZERO;
+        while self.hub.is_open(node_id) {
+            if waited >= STREAM_CLOSE_GRACE {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            waited += Duration::from_millis(50);
+        }
+        true
     }
 
     /// The calling node ([`Self::authenticated_node`]), refusals recorded.
@@ -1074,22 +1101,18 @@ impl allot_proto::NodeService for NodeSvc {
         // sent twice, which agents ignore, rather than not at all. A stream still open is
         // the node's: given a moment to close (an agent that dropped it to open another),
         // and else kept, this one refused.
-        let mut waited = Duration::ZERO;
-        let (tx, rx, again) = loop {
-            match self.hub.subscribe(&node.id) {
-                Ok(opened) => break opened,
-                Err(hub::AlreadyOpen) if waited < STREAM_CLOSE_GRACE => {
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    waited += Duration::from_millis(50);
-                }
-                Err(hub::AlreadyOpen) => {
-                    let refused = Status::already_exists(format!(
-                        "node {} has an open assignment stream already: one at a time",
-                        node.name
-                    ));
-                    return Err(self.denied(ctx, "WatchAssignments", refused).await);
-                }
+        let opened = match self.hub.subscribe(&node.id) {
+            Err(hub::AlreadyOpen) if self.stream_closes(&node.id).await => {
+                self.hub.subscribe(&node.id)
             }
+            opened => opened,
+        };
+        let Ok((tx, rx, again)) = opened else {
+            let refused = Status::already_exists(format!(
+                "node {} has an open assignment stream already: one at a time",
+                node.name
+            ));
+            return Err(self.denied(ctx, "WatchAssignments", refused).await);
         };
         if again {
             let event = allot_domain::AuditEvent::success(

@@ -77,6 +77,11 @@ impl Hub {
         Ok((tx, rx, again))
     }
 
+    /// Whether the node's assignment stream is open here: its agent is connected.
+    pub fn is_open(&self, node_id: &str) -> bool {
+        self.lock().get(node_id).is_some_and(|tx| !tx.is_closed())
+    }
+
     /// Sends to the node if it is connected. A node that is not connected gets everything it
     /// holds when it next subscribes, so nothing is lost by dropping here.
     pub fn send(&self, node_id: &str, assignment: Assignment) {

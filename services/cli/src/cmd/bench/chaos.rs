@@ -504,6 +504,8 @@ pub async fn run(args: &ChaosBench) -> anyhow::Result<()> {
             let secs = rng.random_range(lo..=hi);
             json!({
                 "tenant": "chaos", "name": format!("job-{i}"), "gpus": 1, "max_retries": 5,
+                "cpu_milli": super::SLEEP_JOB_CPU_MILLI,
+                "memory_bytes": super::SLEEP_JOB_MEMORY_BYTES,
                 "command": ["sleep", secs.to_string()], "image": image,
                 "replicas": if args.gangs && i % 4 == 0 { 2 } else { 1 },
             })

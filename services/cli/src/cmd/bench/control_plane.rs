@@ -303,7 +303,10 @@ impl Plane {
 
 /// A submit's body.
 fn job(tenant: &str, name: &str, command: &[&str]) -> Value {
-    json!({ "tenant": tenant, "name": name, "gpus": 1, "command": command })
+    json!({
+        "tenant": tenant, "name": name, "gpus": 1, "command": command,
+        "cpu_milli": super::SLEEP_JOB_CPU_MILLI, "memory_bytes": super::SLEEP_JOB_MEMORY_BYTES,
+    })
 }
 
 /// Step 1: open-loop submits, latency from each scheduled send to `running`.

@@ -348,6 +348,7 @@ impl Load {
         );
         let body = json!({
             "tenant": TENANT, "name": name, "gpus": 1, "max_retries": 5,
+            "cpu_milli": super::SLEEP_JOB_CPU_MILLI, "memory_bytes": super::SLEEP_JOB_MEMORY_BYTES,
             "command": ["sh", "-c", script],
         });
         let answer = self

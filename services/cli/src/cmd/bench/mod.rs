@@ -125,6 +125,13 @@ async fn in_process_server(
     Ok((server, client))
 }
 
+/// What a benchmark's sleeping job reserves (`cpu_milli`, `memory_bytes`): a shell and a
+/// `sleep` need a tenth of a CPU and little memory. Left to the tenant's default (one CPU
+/// each), a simulated node of a small host would fit as many jobs as the host has CPUs, not
+/// GPUs, and the benchmark would measure the queue that makes instead of what it says.
+const SLEEP_JOB_CPU_MILLI: u32 = 100;
+const SLEEP_JOB_MEMORY_BYTES: u64 = 64 << 20;
+
 /// Starts one of a benchmark's `allot` child processes quietly (warnings only), its output
 /// appended to `log`, killed if the benchmark drops it.
 fn spawn_logged(
