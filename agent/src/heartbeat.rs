@@ -144,11 +144,13 @@ impl Agent {
                         .map(|g| s.limit_on(g).unwrap_or(0))
                         .sum::<u64>()
                 });
+                let by_shim = r.shared.as_ref().and_then(|s| s.busy_and_held_back());
                 let shim = r
                     .shared
                     .filter(|s| !s.region.pids().is_empty())
                     .map(|s| (0..s.gpus.len()).map(|i| s.region.used(i)).sum::<u64>());
                 job_samples::JobOnGpus {
+                    counted: by_shim,
                     memory_limit,
                     memory_counted: shim.or_else(|| counted.get(&r.id).copied()),
                     gpus: r
@@ -163,13 +165,12 @@ impl Agent {
             .collect();
         job_samples::attribute(&readings, &jobs)
             .into_iter()
-            .map(
-                |(job_id, utilization, memory_used_bytes)| allot_proto::v1::JobSample {
-                    job_id,
-                    utilization: utilization as f32,
-                    memory_used_bytes,
-                },
-            )
+            .map(|a| allot_proto::v1::JobSample {
+                job_id: a.id,
+                utilization: a.utilization as f32,
+                memory_used_bytes: a.memory_used_bytes,
+                held_back: a.held_back as f32,
+            })
             .collect()
     }
 

@@ -30,13 +30,22 @@ pub struct JobOnGpus {
     pub memory_counted: Option<u64>,
     /// The most GPU memory it may hold, all its GPUs together, when it holds shares.
     pub memory_limit: Option<u64>,
+    /// Its own busy share of its GPUs' time and how long its launches waited for its
+    /// share, as its shim counted them (a job on shares whose processes use the shim).
+    pub counted: Option<(f64, f64)>,
 }
 
-/// Each job's (utilization, memory used).
-pub fn attribute(
-    readings: &HashMap<String, GpuReading>,
-    jobs: &[JobOnGpus],
-) -> Vec<(String, f64, u64)> {
+/// What one job did, as its node reports it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Attributed {
+    pub id: String,
+    pub utilization: f64,
+    pub memory_used_bytes: u64,
+    pub held_back: f64,
+}
+
+/// What each job did.
+pub fn attribute(readings: &HashMap<String, GpuReading>, jobs: &[JobOnGpus]) -> Vec<Attributed> {
     let mut load: HashMap<&str, f64> = HashMap::new();
     for j in jobs {
         for g in &j.gpus {
@@ -62,10 +71,20 @@ pub fn attribute(
             if seen == 0 {
                 return None;
             }
-            let utilization = (util / seen as f64).clamp(0.0, 1.0);
+            // The shim's own count wins over the GPU's busy time split by share (which
+            // cannot tell which of a GPU's jobs kept it busy).
+            let utilization = j
+                .counted
+                .map_or(util / seen as f64, |(busy, _)| busy)
+                .clamp(0.0, 1.0);
             let split = (memory as u64).min(j.memory_limit.unwrap_or(u64::MAX));
             let memory_used = j.memory_counted.unwrap_or(split);
-            Some((j.id.clone(), utilization, memory_used))
+            Some(Attributed {
+                id: j.id.clone(),
+                utilization,
+                memory_used_bytes: memory_used,
+                held_back: j.counted.map_or(0.0, |(_, held)| held),
+            })
         })
         .collect()
 }
@@ -94,6 +113,7 @@ mod tests {
                 gpu_milli: 500,
                 memory_counted: None,
                 memory_limit: None,
+                counted: None,
             },
             JobOnGpus {
                 id: "other-half".into(),
@@ -101,6 +121,7 @@ mod tests {
                 gpu_milli: 500,
                 memory_counted: Some(7),
                 memory_limit: None,
+                counted: None,
             },
             JobOnGpus {
                 id: "whole".into(),
@@ -108,17 +129,18 @@ mod tests {
                 gpu_milli: 1000,
                 memory_counted: None,
                 memory_limit: None,
+                counted: None,
             },
         ];
         let got = attribute(&readings, &jobs);
         // Each half gets half of GPU-a's busy time: 0.4 of the GPU.
-        assert_eq!(got[0].0, "half");
-        assert!((got[0].1 - 0.4).abs() < 1e-9, "{got:?}");
-        assert_eq!(got[0].2, 40);
+        assert_eq!(got[0].id, "half");
+        assert!((got[0].utilization - 0.4).abs() < 1e-9, "{got:?}");
+        assert_eq!(got[0].memory_used_bytes, 40);
         // An exact count wins over the split.
-        assert_eq!(got[1].2, 7);
-        assert!((got[2].1 - 0.9).abs() < 1e-9);
-        assert_eq!(got[2].2, 100);
+        assert_eq!(got[1].memory_used_bytes, 7);
+        assert!((got[2].utilization - 0.9).abs() < 1e-9);
+        assert_eq!(got[2].memory_used_bytes, 100);
         // A job on GPUs with no reading has no sample.
         // Alone on a GPU, a job is all of what the GPU did.
         let alone = [JobOnGpus {
@@ -127,16 +149,18 @@ mod tests {
             gpu_milli: 300,
             memory_counted: None,
             memory_limit: None,
+            counted: None,
         }];
         let got = attribute(&readings, &alone);
-        assert!((got[0].1 - 0.8).abs() < 1e-9, "{got:?}");
-        assert_eq!(got[0].2, 80);
+        assert!((got[0].utilization - 0.8).abs() < 1e-9, "{got:?}");
+        assert_eq!(got[0].memory_used_bytes, 80);
         let lost = [JobOnGpus {
             id: "x".into(),
             gpus: vec!["GPU-z".into()],
             gpu_milli: 1000,
             memory_counted: None,
             memory_limit: None,
+            counted: None,
         }];
         assert!(attribute(&readings, &lost).is_empty());
     }
@@ -151,7 +175,33 @@ mod tests {
             gpu_milli: 500,
             memory_counted: None,
             memory_limit: Some(20 << 30),
+            counted: None,
         }];
-        assert_eq!(attribute(&readings, &capped)[0].2, 20 << 30);
+        assert_eq!(attribute(&readings, &capped)[0].memory_used_bytes, 20 << 30);
+    }
+
+    #[test]
+    fn the_shims_count_of_busy_time_wins_over_the_split() {
+        // Two jobs on one GPU, one busy and one idle: split by share each would get half
+        // of the GPU's busy time; the shim's count of each says whose it was.
+        let readings = HashMap::from([("GPU-a".to_owned(), reading(0.6, 0))]);
+        let job = |id: &str, counted| JobOnGpus {
+            id: id.into(),
+            gpus: vec!["GPU-a".into()],
+            gpu_milli: 500,
+            memory_counted: None,
+            memory_limit: None,
+            counted,
+        };
+        let got = attribute(
+            &readings,
+            &[
+                job("busy", Some((0.6, 0.25))),
+                job("idle", Some((0.0, 0.0))),
+            ],
+        );
+        assert!((got[0].utilization - 0.6).abs() < 1e-9, "{got:?}");
+        assert!((got[0].held_back - 0.25).abs() < 1e-9, "{got:?}");
+        assert_eq!(got[1].utilization, 0.0);
     }
 }

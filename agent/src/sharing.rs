@@ -70,6 +70,17 @@ pub struct JobSharing {
     /// Each GPU's memory, to turn a share into bytes on resize.
     totals: Vec<u64>,
     pub preload: Option<PathBuf>,
+    /// The shim's counts when last read.
+    counts: std::sync::Mutex<Option<Counts>>,
+}
+
+/// The shim's counts of a job (ns, all its GPUs together), and when they were read.
+#[derive(Debug, Clone, Copy)]
+struct Counts {
+    busy: u64,
+    measured: u64,
+    held: u64,
+    at: std::time::Instant,
 }
 
 /// A job's share of its GPUs, as the launch (or a resize) gives it.
@@ -137,10 +148,41 @@ pub fn prepare(
         gpus: gpus.to_vec(),
         totals,
         preload: cfg.shim_library.clone(),
+        counts: std::sync::Mutex::new(None),
     }))
 }
 
 impl JobSharing {
+    /// What the job's kernels used of its GPUs' time, and how long its launches waited for
+    /// its share, since the last call (each a share of the time since, averaged over its
+    /// GPUs), as its shim counted them; `None` the first time, or when the job's processes
+    /// counted nothing since. Busy time is over the time its shim measured it (its control
+    /// periods), so when it is read does not matter.
+    pub fn busy_and_held_back(&self) -> Option<(f64, f64)> {
+        let gpus = 0..self.gpus.len();
+        let busy: u64 = gpus.clone().map(|i| self.region.busy_ns(i)).sum();
+        let measured: u64 = gpus.clone().map(|i| self.region.measured_ns(i)).sum();
+        let held: u64 = gpus.map(|i| self.region.held_back_ns(i)).sum();
+        let now = std::time::Instant::now();
+        let mut counts = self.counts.lock().unwrap_or_else(|e| e.into_inner());
+        let last = counts.replace(Counts {
+            busy,
+            measured,
+            held,
+            at: now,
+        });
+        let last = last?;
+        let over = measured.saturating_sub(last.measured);
+        let wall = now.saturating_duration_since(last.at).as_nanos() as f64
+            * self.gpus.len().max(1) as f64;
+        if over == 0 || wall <= 0.0 {
+            return None;
+        }
+        let busy = (busy.saturating_sub(last.busy) as f64 / over as f64).clamp(0.0, 1.0);
+        let held = (held.saturating_sub(last.held) as f64 / wall).clamp(0.0, 1.0);
+        Some((busy, held))
+    }
+
     /// The environment the job starts with: the region's descriptors, and the shim first in
     /// `LD_PRELOAD` (before any of the job's own).
     pub fn env(

@@ -1293,3 +1293,72 @@ async fn a_tenant_is_deleted_only_when_nothing_depends_on_it() {
         c.shutdown().await;
     }
 }
+
+/// An auto-sized job (`gpu_sizing`) is a share of one GPU that Allot sizes: it starts at a
+/// quarter of a GPU (or its ceiling when lower), is resizable, and sizes its memory too
+/// unless it gives a size. What cannot be sized is refused naming the field.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auto_sized_jobs_are_shares_of_one_gpu_and_bad_ones_name_their_field() {
+    let c = spawn_cluster(Backend::Sqlite, 0, "").await;
+    c.create_tenant("ml", None).await;
+    let submit = |extra: serde_json::Value| {
+        let mut body = json!({ "tenant": "ml", "command": ["true"] });
+        if let (Some(b), serde_json::Value::Object(e)) = (body.as_object_mut(), extra) {
+            b.extend(e);
+        }
+        let c = &c;
+        async move { c.post("/api/v1/jobs", body).await }
+    };
+    let (s, j) = submit(json!({ "gpu_sizing": { "compute": true } })).await;
+    assert_eq!(s, StatusCode::CREATED, "{j}");
+    assert_eq!(j["gpus"], 1);
+    assert_eq!(j["gpu_milli"], 250);
+    assert_eq!(j["gpu_resizable"], true);
+    assert_eq!(
+        j["gpu_sizing"],
+        json!({ "compute": true, "max_milli": 1000, "memory": true })
+    );
+    let (s, j) = submit(json!({
+        "gpu_sizing": { "compute": true, "max_milli": 100 }, "gpu_memory_bytes": 1u64 << 30,
+    }))
+    .await;
+    assert_eq!(s, StatusCode::CREATED, "{j}");
+    assert_eq!(
+        j["gpu_milli"], 100,
+        "a ceiling under a quarter is where it starts"
+    );
+    assert_eq!(
+        j["gpu_sizing"]["memory"], false,
+        "its memory was given: {j}"
+    );
+    for (body, field) in [
+        (
+            json!({ "gpus": 2, "gpu_sizing": { "compute": true } }),
+            "gpu_sizing",
+        ),
+        (
+            json!({ "gpus": 1, "gpu_sizing": { "memory": true } }),
+            "gpu_sizing",
+        ),
+        (
+            json!({ "mig_profile": "1g.18gb", "gpu_sizing": { "compute": true } }),
+            "gpu_sizing",
+        ),
+        (
+            json!({ "gpu_sizing": { "compute": true, "max_milli": 0 } }),
+            "gpu_sizing.max_milli",
+        ),
+        (
+            json!({ "gpu_sizing": { "max_milli": 500 } }),
+            "gpu_sizing.max_milli",
+        ),
+    ] {
+        let (s, p) = submit(body.clone()).await;
+        assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{body}: {p}");
+        assert!(p.to_string().contains(field), "{body}: {p}");
+    }
+    let (s, p) = submit(json!({ "gpu_sizing": { "compute": true, "sure": 1 } })).await;
+    assert_eq!(s, StatusCode::BAD_REQUEST, "{p}");
+    assert!(p.to_string().contains("gpu_sizing.sure"), "{p}");
+    c.shutdown().await;
+}

@@ -338,6 +338,7 @@ async fn node_identity_comes_from_its_certificate() {
             job_id: id.clone(),
             utilization,
             memory_used_bytes: 1 << 30,
+            held_back: 0.0,
         }];
         node.client
             .clone()

@@ -182,10 +182,24 @@ impl Run {
             if ready == NODES.len() {
                 break;
             }
-            assert!(
-                Instant::now() < deadline,
-                "the nodes did not get ready: {nodes:#}"
-            );
+            if Instant::now() >= deadline {
+                let logs: Vec<String> = NODES
+                    .iter()
+                    .map(|(name, _)| {
+                        let log = c.data_dir.path().join(format!("{name}.log"));
+                        let text = std::fs::read_to_string(&log).unwrap_or_default();
+                        let tail: Vec<&str> = text.lines().rev().take(30).collect();
+                        format!(
+                            "--- {name}.log (last 30 lines, newest first)\n{}",
+                            tail.join("\n")
+                        )
+                    })
+                    .collect();
+                panic!(
+                    "the nodes did not get ready: {nodes:#}\n{}",
+                    logs.join("\n")
+                );
+            }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
         let now = Instant::now();

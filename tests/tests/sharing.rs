@@ -13,7 +13,8 @@ const GIB: u64 = 1 << 30;
 
 /// A cluster with one agent of one simulated H200, sharing GPUs as `sharing` says.
 async fn cluster(sharing: SharingConfig) -> (TestCluster, tempfile::TempDir, CancellationToken) {
-    let c = spawn_cluster_with(Backend::Sqlite, 0, "", |_| {}).await;
+    // Auto-sized jobs are sized on windows 60 times shorter (5 s, shrinking after 2 s).
+    let c = spawn_cluster_with(Backend::Sqlite, 0, "", |cfg| cfg.sizing_time_scale = 60.0).await;
     c.create_tenant("ml", None).await;
     let dir = tempfile::tempdir().expect("temp dir");
     let faults = dir.path().join("sim-faults");
@@ -28,6 +29,16 @@ async fn cluster(sharing: SharingConfig) -> (TestCluster, tempfile::TempDir, Can
     };
     tokio::spawn(allot_agent::run(cfg, Arc::new(backend), stop.clone()));
     (c, dir, stop)
+}
+
+/// Jobs on shares run under the shim (and nowhere else), with 512 MiB of context memory
+/// counted in their limits.
+fn under_the_shim(kit: &allot_system_tests::shim::ShimKit) -> SharingConfig {
+    SharingConfig {
+        shim_library: Some(kit.shim.clone()),
+        context_reserve_bytes: 512 << 20,
+        require_shim: true,
+    }
 }
 
 async fn log_of(c: &TestCluster, id: &str) -> String {
@@ -45,12 +56,7 @@ async fn log_of(c: &TestCluster, id: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shared_job_runs_under_the_shim_and_its_limits() {
     let kit = kit();
-    let (c, _dir, stop) = cluster(SharingConfig {
-        shim_library: Some(kit.shim.clone()),
-        context_reserve_bytes: 512 << 20,
-        require_shim: true,
-    })
-    .await;
+    let (c, _dir, stop) = cluster(under_the_shim(kit)).await;
     // The probe reaches the (fake) driver as PyTorch does; the fake driver's GPU is the
     // node's GPU the job was given.
     let script = format!(
@@ -135,12 +141,7 @@ async fn a_job_over_its_limit_by_the_drivers_count_is_killed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resizable_job_is_resized_while_it_runs_when_the_gpu_has_room() {
     let kit = kit();
-    let (c, dir, stop) = cluster(SharingConfig {
-        shim_library: Some(kit.shim.clone()),
-        context_reserve_bytes: 512 << 20,
-        require_shim: true,
-    })
-    .await;
+    let (c, dir, stop) = cluster(under_the_shim(kit)).await;
     let asked = dir.path().join("asked");
     // 10 GiB at first: 15 GiB is refused; once resized to 20 GiB it goes through.
     let script = format!(
@@ -356,5 +357,104 @@ async fn the_shim_holds_a_containers_job_to_its_share() {
         ],
         "{log}"
     );
+    c.shutdown().await;
+}
+
+/// `--gpus auto:0.6`: Allot sizes the share from what the job does. A busy loop wanting all
+/// of the GPU starts at a quarter of it, is held back by the shim's pacer, and is grown at
+/// once (to its ceiling, never above); idle, it is shrunk, a step at a time. Each resize is
+/// in the job's history and the audit log with its reason and figures, made by the sizing
+/// and not a person. A job on a fixed share doing the same is left as it is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_auto_sized_job_grows_when_held_back_and_shrinks_when_idle() {
+    let kit = kit();
+    let (c, _dir, stop) = cluster(under_the_shim(kit)).await;
+    let busy_then_idle = format!(
+        "ALLOT_FAKE_CUDA_UUIDS=$ALLOT_GPU_UUIDS {} direct ctx:0 duty:1000:0:12; sleep 120",
+        kit.probe.display()
+    );
+    let env = json!({ "LD_LIBRARY_PATH": kit.driver_dir.display().to_string() });
+    let auto = c
+        .submit_with(
+            "ml",
+            json!({ "gpu_sizing": { "compute": true, "max_milli": 600 }, "env": env }),
+            &["sh", "-c", &busy_then_idle],
+        )
+        .await;
+    let fixed = c
+        .submit_with(
+            "ml",
+            json!({ "gpus": 1, "gpu_milli": 300, "env": env }),
+            &["sh", "-c", &busy_then_idle],
+        )
+        .await;
+    let job = c.wait_for_state(&auto, "running").await;
+    assert_eq!(
+        job["gpu_milli"], 250,
+        "it starts at a quarter of a GPU: {job}"
+    );
+    assert_eq!(
+        job["gpu_sizing"]["memory"], true,
+        "its memory is sized with it: {job}"
+    );
+    let path = format!("/api/v1/jobs/{auto}");
+    let grown = c
+        .eventually("the held-back job grown", || async {
+            let (_, j) = c.get(&path).await;
+            (j["held_gpu_milli"] == 600).then_some(j)
+        })
+        .await;
+    let shrunk = c
+        .eventually("the idle job shrunk", || async {
+            let (_, j) = c.get(&path).await;
+            j["held_gpu_milli"]
+                .as_u64()
+                .is_some_and(|m| m < 600)
+                .then_some(j)
+        })
+        .await;
+    assert!(shrunk["gpu_memory_bytes"].as_u64().is_some(), "{shrunk}");
+    let events = |j: &serde_json::Value| -> Vec<String> {
+        j["events"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|e| e["message"].as_str().map(str::to_owned))
+            .filter(|m| m.starts_with("resized"))
+            .collect()
+    };
+    let history = events(&shrunk);
+    assert!(
+        history
+            .first()
+            .is_some_and(|m| m.contains("held back") && m.contains("0.250 → 0.600")),
+        "{history:?} ({grown})"
+    );
+    assert!(
+        history.iter().any(|m| m.contains("well below its share")),
+        "{history:?}"
+    );
+    // Never above its ceiling, in any resize.
+    let (_, tenant) = c.get("/api/v1/tenants/ml").await;
+    let log = c.audit_log(tenant["id"].as_str().expect("tenant id")).await;
+    let resizes: Vec<_> = log
+        .iter()
+        .filter(|e| e.action == "job.resize" && e.target == format!("job/{auto}"))
+        .collect();
+    assert!(resizes.len() >= 2, "{resizes:?}");
+    for e in &resizes {
+        assert_eq!(e.actor.id, "sizing", "{e:?}");
+        assert!(
+            e.reason.as_deref().is_some_and(|r| r.contains("samples")),
+            "{e:?}"
+        );
+        let milli = e.after.as_ref().and_then(|a| a["gpu_milli"].as_u64());
+        assert!(milli.is_some_and(|m| m <= 600), "{e:?}");
+    }
+    // The negative control: a fixed share is never resized, however held back.
+    let (_, fixed) = c.get(&format!("/api/v1/jobs/{fixed}")).await;
+    assert!(events(&fixed).is_empty(), "{fixed}");
+    assert_eq!(fixed["held_gpu_milli"], 300, "{fixed}");
+    stop.cancel();
     c.shutdown().await;
 }

@@ -696,6 +696,9 @@ pub struct SubmitJob {
     /// (`POST /api/v1/jobs/{id}/resize`).
     #[serde(default)]
     pub gpu_resizable: bool,
+    /// Allot sizes the job's share of one GPU and its GPU memory limit from what it uses
+    /// (`allot job submit --gpus auto`, `--gpu-memory auto`). A sized job is resizable.
+    pub gpu_sizing: Option<GpuSizingBody>,
     /// The longest an attempt may run, in seconds (at most 366 days): an attempt still
     /// running then is stopped and the job ends `timed_out`, saying so. It also lets the
     /// scheduler estimate when the jobs behind this one start.
@@ -711,6 +714,33 @@ pub struct SubmitJob {
     /// For a multi-node job: keep every replica on nodes sharing one value of this node
     /// label (`allot node label`), e.g. `rack`.
     pub pack: Option<PackBody>,
+}
+
+/// What Allot sizes of a job's share of its GPU from what the job uses.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GpuSizingBody {
+    /// The compute share is sized: it starts at a quarter of a GPU (or `max_milli` when
+    /// lower) and follows what the job uses, held back and measured by its node.
+    #[serde(default)]
+    pub compute: bool,
+    /// The most share it is sized up to, in thousandths (1000, a whole GPU, when absent).
+    #[schema(minimum = 1, maximum = 1000)]
+    pub max_milli: Option<u32>,
+    /// The GPU memory limit is sized, never below the most the job held plus headroom.
+    /// With `compute` and no `gpu_memory_bytes`, memory is sized too.
+    #[serde(default)]
+    pub memory: bool,
+}
+
+impl From<allot_domain::GpuSizing> for GpuSizingBody {
+    fn from(s: allot_domain::GpuSizing) -> Self {
+        Self {
+            compute: s.max_milli.is_some(),
+            max_milli: s.max_milli,
+            memory: s.memory,
+        }
+    }
 }
 
 /// A gang packed within one value of a node label.
@@ -866,6 +896,8 @@ pub struct JobView {
     pub gpu_compute: Option<GpuCompute>,
     /// Whether its share may be resized while it runs.
     pub gpu_resizable: bool,
+    /// What Allot sizes of its share from what it uses (absent: nothing).
+    pub gpu_sizing: Option<GpuSizingBody>,
     /// The longest an attempt may run, in seconds.
     pub time_limit_secs: Option<u64>,
     /// Its replicas: more than 1 for a multi-node job (a gang).
@@ -969,6 +1001,11 @@ impl From<Job> for JobView {
             mig_profile: j.spec.mig_profile,
             gpu_compute: j.spec.gpu_compute,
             gpu_resizable: j.spec.gpu_resizable,
+            gpu_sizing: j
+                .spec
+                .gpu_sizing
+                .is_sized()
+                .then(|| j.spec.gpu_sizing.into()),
             time_limit_secs: j.spec.time_limit_secs,
             replicas: j.spec.replicas,
             pack: j.spec.pack.map(Into::into),

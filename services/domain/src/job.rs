@@ -202,6 +202,8 @@ pub struct JobSpec {
     pub gpu_compute: Option<crate::GpuCompute>,
     /// Whether its share of a shared GPU may be resized while it runs.
     pub gpu_resizable: bool,
+    /// Whether Allot sizes its share and GPU memory limit from what it uses.
+    pub gpu_sizing: GpuSizing,
     /// The OCI image it runs (`REGISTRY/REPOSITORY[:TAG][@sha256:…]`): what nodes that
     /// confine jobs run; none runs on a node's own file system (nodes running jobs as
     /// processes only).
@@ -219,6 +221,32 @@ pub struct JobSpec {
     pub replicas: u32,
     /// For a gang: keep every replica on nodes sharing one value of this node label.
     pub pack: Option<Pack>,
+}
+
+/// What Allot sizes of a job's share of its GPU from what the job uses (`--gpus auto`,
+/// `--gpu-memory auto`; the rules are `allot_sizing`'s). A sized job is resizable.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GpuSizing {
+    /// Its compute share is sized, up to this many thousandths of the GPU (`auto:MAX`;
+    /// 1000 when no ceiling was given). None: the share it asked for stays.
+    pub max_milli: Option<u32>,
+    /// Its GPU memory limit is sized (never below what it was seen to hold).
+    pub memory: bool,
+}
+
+impl GpuSizing {
+    /// The share an auto-sized job starts at, before anything was measured: a quarter of a
+    /// GPU, or its ceiling when that is lower.
+    pub const START_MILLI: u32 = 250;
+
+    pub fn is_sized(self) -> bool {
+        self.max_milli.is_some() || self.memory
+    }
+
+    /// The share a job sized up to `max` starts at.
+    pub fn start_milli(max: u32) -> u32 {
+        Self::START_MILLI.min(max)
+    }
 }
 
 /// A gang packed within one value of a node label (`rack`, `spine`): as a requirement (it
@@ -435,6 +463,29 @@ impl JobSpec {
                 self.gpu_milli.is_some_and(|m| m < 1000) && self.mig_profile.is_none(),
                 "gpu_resizable",
                 "applies to a share of a GPU: set gpu_milli below 1000",
+            );
+        }
+        if let Some(max) = self.gpu_sizing.max_milli {
+            v.check(
+                (1..=GPU_MILLI).contains(&max),
+                "gpu_sizing.max_milli",
+                format!("must be from 1 to {GPU_MILLI} (a whole GPU)"),
+            );
+        }
+        if self.gpu_sizing.is_sized() {
+            v.check(
+                self.gpus == 1
+                    && self.replicas == 1
+                    && self.mig_profile.is_none()
+                    && self.gpu_milli.is_some_and(|m| m < GPU_MILLI),
+                "gpu_sizing",
+                "sizes a share of one GPU: ask for `gpus auto` (or a share below 1 with \
+                 `gpu-memory auto`), not whole GPUs, a MIG instance or a gang",
+            );
+            v.check(
+                self.gpu_resizable,
+                "gpu_resizable",
+                "a sized job is resizable: set gpu_resizable",
             );
         }
         if self.gpu_compute.is_some() {
@@ -744,6 +795,7 @@ pub(crate) mod tests {
             mig_profile: None,
             gpu_compute: None,
             gpu_resizable: false,
+            gpu_sizing: Default::default(),
             time_limit_secs: None,
             image: None,
             network: JobNetwork::Private,
@@ -827,6 +879,7 @@ pub(crate) mod tests {
                 replicas: 2,
                 gpu_milli: Some(500),
                 gpu_resizable: true,
+                gpu_sizing: Default::default(),
                 ..spec()
             }),
             Some(vec!["gpu_resizable".to_owned()])

@@ -37,8 +37,8 @@ pub use isolation::{
     GpuCompute, Isolation, PRIORITY_CLASSES, PRIORITY_RANGE, WorkloadClass, parse_priority,
 };
 pub use job::{
-    AVOID_FOR_SECS, Avoid, GPU_MILLI, Job, JobEvent, JobNetwork, JobSpec, JobState, MAX_REPLICAS,
-    Pack, PendingReason, Replica, Share, TransitionError,
+    AVOID_FOR_SECS, Avoid, GPU_MILLI, GpuSizing, Job, JobEvent, JobNetwork, JobSpec, JobState,
+    MAX_REPLICAS, Pack, PendingReason, Replica, Share, TransitionError,
 };
 pub use network::{EgressRule, NetworkPolicy, PortRange};
 pub use node::{GpuDevice, MemoryEnforcement, MigSlot, Node, NodeStatus};

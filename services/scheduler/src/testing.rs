@@ -92,6 +92,7 @@ pub(crate) fn spec(name: &str, tenant: &str, gpus: u32, share: Option<u32>) -> J
         mig_profile: None,
         gpu_compute: None,
         gpu_resizable: false,
+        gpu_sizing: Default::default(),
         time_limit_secs: None,
         replicas: 1,
         pack: None,

@@ -52,6 +52,8 @@ pub struct NodeSvc {
     pub metrics: Arc<crate::metrics::Metrics>,
     /// How often each node may call, and when its refusals were last audited.
     pub limits: NodeLimits,
+    /// The auto-sized jobs' sizers, fed by heartbeats.
+    pub sizing: Arc<crate::sizing::Sizing>,
 }
 
 /// A duration in whole milliseconds, as the protocol carries it.
@@ -426,6 +428,8 @@ impl NodeSvc {
                 e
             });
         }
+        self.sizing
+            .observe(&on_node, &r.job_samples, std::time::Instant::now());
         if sampled {
             if let Err(e) = self.record_job_samples(now, &r.job_samples, &on_node).await {
                 tracing::warn!(error = %e, node = %node.name, "job samples not stored");

@@ -14,7 +14,9 @@ pub mod metrics;
 pub mod node_limits;
 pub mod pacing;
 pub mod pki;
+pub mod resizing;
 pub mod scheduling;
+pub mod sizing;
 pub mod time_limits;
 pub mod tls;
 mod wakeups;
@@ -110,6 +112,10 @@ pub struct ServerConfig {
     /// validated at start-up whether applied or not.
     pub elastic: bool,
     pub elastic_policy: Option<std::path::PathBuf>,
+    /// How many times faster than the clock auto-sized jobs' windows run (a benchmark
+    /// replaying a day compressed `K` times sizes on windows `K` times shorter); 1: as
+    /// `allot_sizing::Policy::default` says.
+    pub sizing_time_scale: f64,
     /// Accept bearer JWTs from this OpenID Connect provider.
     pub oidc: Option<allot_api::jwt::OidcConfig>,
     /// Failed authentication attempts one source may make per `auth_failure_window` before
@@ -165,6 +171,7 @@ impl ServerConfig {
             policy_dir: None,
             elastic: false,
             elastic_policy: None,
+            sizing_time_scale: 1.0,
             oidc: None,
             auth_max_failures: 20,
             auth_failure_window: Duration::from_secs(60),
@@ -227,14 +234,12 @@ struct Events {
     notify: Arc<Notify>,
     hub: Arc<Hub>,
     store: Store,
-    /// Held by each scheduling pass and each resize: one decides at a time.
-    turn: Arc<tokio::sync::Mutex<()>>,
+    /// Resizes a job's share (the API's, and the sizing of auto-sized jobs').
+    resizer: Arc<resizing::Resizer>,
     /// Says which job's log grew, or which job ended.
     job_logs: tokio::sync::broadcast::Sender<String>,
     /// Asks for the leader's pass from a follower (`wakeups::announce_schedules`).
     wake_leader: Arc<Notify>,
-    /// The per-GPU limits the scheduler places with (a resize is held to them too).
-    gpu_limits: GpuLimits,
 }
 
 impl ControlEvents for Events {
@@ -288,7 +293,6 @@ impl ControlEvents for Events {
         share: allot_domain::Share,
     ) -> std::pin::Pin<Box<dyn Future<Output = Result<Job, allot_api::ApiError>> + Send + '_>> {
         use allot_api::ApiError;
-        use allot_store::{JobFilter, JobRepo, NodeRepo, TenantRepo, TenantScope};
         Box::pin(async move {
             // Checked against placements under the scheduling passes' lock, which only the
             // leader holds: another replica sends the client there.
@@ -299,42 +303,17 @@ impl ControlEvents for Events {
                         .into(),
                 ));
             }
-            let _turn = self.turn.lock().await;
-            let holding = self
-                .store
-                .list_jobs(JobFilter {
-                    states: vec![
-                        allot_domain::JobState::Scheduled,
-                        allot_domain::JobState::Running,
-                    ],
-                    ..JobFilter::new(TenantScope::All)
-                })
-                .await?
-                .jobs;
-            let Some(current) = holding.iter().find(|j| j.id == job.id) else {
-                return Err(ApiError::Conflict(format!(
-                    "job {} no longer holds GPUs",
-                    job.id
-                )));
-            };
-            let nodes = self.store.list_nodes().await?;
-            let tenants = self.store.list_tenants().await?;
-            allot_scheduler::resize::check(
-                current,
-                share,
-                &holding,
-                &nodes,
-                &tenants,
-                &self.gpu_limits,
-            )
-            .map_err(ApiError::Conflict)?;
-            let resized = self.store.resize_job(&ctx, &job.id, share).await?;
-            if let Some(node) = &resized.node_id {
-                self.hub.send(node, hub::resize(&resized));
+            match self
+                .resizer
+                .resize(&self.store, &ctx, &job.id, &[share], None)
+                .await
+            {
+                Ok(job) => Ok(job),
+                Err(e @ (resizing::Refused::NotHolding(_) | resizing::Refused::NoRoom(_))) => {
+                    Err(ApiError::Conflict(e.to_string()))
+                }
+                Err(resizing::Refused::Store(e)) => Err(e.into()),
             }
-            // A smaller share frees room for what waits.
-            self.notify.notify_one();
-            Ok(resized)
         })
     }
 }
@@ -654,6 +633,15 @@ pub async fn start(
     let notify = Arc::new(Notify::new());
     let turn = Arc::new(tokio::sync::Mutex::new(()));
     let hub = Arc::new(Hub::default());
+    let resizer = Arc::new(resizing::Resizer {
+        hub: hub.clone(),
+        turn: turn.clone(),
+        notify: notify.clone(),
+        gpu_limits: config.gpu_limits,
+    });
+    let sizing = Arc::new(sizing::Sizing::new(
+        allot_sizing::Policy::default().compressed(config.sizing_time_scale),
+    ));
     let pacing = Arc::new(pacing::Pacing::new(
         config.heartbeat_interval,
         config.lease,
@@ -707,10 +695,9 @@ pub async fn start(
             notify: notify.clone(),
             hub: hub.clone(),
             store: store.clone(),
-            turn: turn.clone(),
+            resizer: resizer.clone(),
             job_logs: job_logs.clone(),
             wake_leader: wake_leader.clone(),
-            gpu_limits: config.gpu_limits,
         }),
     };
     let body_limit = BodyLimit(config.body_limit);
@@ -776,6 +763,7 @@ pub async fn start(
         job_logs,
         metrics: metrics.clone(),
         limits: grpc::NodeLimits::default(),
+        sizing: sizing.clone(),
     };
     let mut grpc_server = tonic::transport::Server::builder()
         // A connection that stopped answering is closed within seconds, and its assignment
@@ -798,6 +786,8 @@ pub async fn start(
 
     let leader_work: leadership::LeaderWork = {
         let hub = hub.clone();
+        let sizing = sizing.clone();
+        let resizer = resizer.clone();
         let pacing = pacing.clone();
         let notify = notify.clone();
         let metrics = metrics.clone();
@@ -828,6 +818,12 @@ pub async fn start(
                 ))),
                 Err(e) => tracing::error!(error = %e, "no scheduler; nothing is scheduled"),
             }
+            tasks.push(tokio::spawn(sizing::run(
+                sizing.clone(),
+                resizer.clone(),
+                store.clone(),
+                stop.clone(),
+            )));
             let checkpointer = checkpoints::Checkpointer {
                 store: store.clone(),
                 keys: keys.clone(),

@@ -216,13 +216,14 @@ pub trait JobRepo {
         reason: &str,
     ) -> impl Future<Output = Result<Job, StoreError>> + Send;
     /// Gives a scheduled or running job on shares of GPUs a new share of each: its request,
-    /// what it holds, and a history event accounting follows. `Conflict` when it no longer
-    /// holds capacity.
+    /// what it holds, and a history event accounting follows, saying `why` when given (an
+    /// auto-sized job's reason and figures). `Conflict` when it no longer holds capacity.
     fn resize_job(
         &self,
         ctx: &AuditContext,
         id: &str,
         share: Share,
+        why: Option<&str>,
     ) -> impl Future<Output = Result<Job, StoreError>> + Send;
 }
 
@@ -298,6 +299,13 @@ fn to_domain(m: jobs::Model, tenant: &str) -> Result<Job, StoreError> {
                 .map(|c| parse("gpu_compute", c))
                 .transpose()?,
             gpu_resizable: m.gpu_resizable,
+            gpu_sizing: allot_domain::GpuSizing {
+                max_milli: m
+                    .gpu_auto_max_milli
+                    .map(|v| to_u32("gpu_auto_max_milli", v.into()))
+                    .transpose()?,
+                memory: m.gpu_memory_auto,
+            },
             image: m.image,
             network: parse("network", &m.network)?,
             time_limit_secs: m
@@ -478,6 +486,8 @@ pub(crate) async fn create_jobs_in<C: ConnectionTrait>(
                 mig_profile: Set(spec.mig_profile.clone()),
                 gpu_compute: Set(spec.gpu_compute.map(|c| c.as_str().to_owned())),
                 gpu_resizable: Set(spec.gpu_resizable),
+                gpu_auto_max_milli: Set(spec.gpu_sizing.max_milli.map(i32_of).transpose()?),
+                gpu_memory_auto: Set(spec.gpu_sizing.memory),
                 image: Set(spec.image.clone()),
                 image_digest: Set(None),
                 network: Set(spec.network.as_str().to_owned()),
@@ -1182,6 +1192,7 @@ impl JobRepo for Store {
         ctx: &AuditContext,
         id: &str,
         share: Share,
+        why: Option<&str>,
     ) -> Result<Job, StoreError> {
         let txn = self.begin().await?;
         let before = load(&txn, id).await?;
@@ -1212,7 +1223,7 @@ impl JobRepo for Store {
             to_state: Set(before.state.as_str().to_owned()),
             at: Set(self.clock.now()),
             message: Set(Some(format!(
-                "resized to {} of each GPU{}",
+                "resized to {} of each GPU{}{}",
                 allot_domain::format_milli(u64::from(share.gpu_milli)),
                 if share.gpu_memory_bytes > 0 {
                     format!(
@@ -1221,7 +1232,8 @@ impl JobRepo for Store {
                     )
                 } else {
                     String::new()
-                }
+                },
+                why.map(|w| format!(" ({w})")).unwrap_or_default()
             ))),
             gpu_milli: Set(Some(i32_of(share.gpu_milli)?)),
             gpu_memory_bytes: Set(Some(to_i64("gpu_memory_bytes", share.gpu_memory_bytes)?)),
@@ -1230,7 +1242,10 @@ impl JobRepo for Store {
         .exec(&txn)
         .await?;
         let job = load(&txn, id).await?;
-        let event = AuditEvent::success(job.tenant_id.clone(), "job.resize", format!("job/{id}"))
+        let mut event =
+            AuditEvent::success(job.tenant_id.clone(), "job.resize", format!("job/{id}"));
+        event.reason = why.map(|w| w.chars().take(500).collect());
+        let event = event
             .before(serde_json::json!({
                 "gpu_milli": before.held_gpu_milli.or(before.spec.gpu_milli),
                 "gpu_memory_bytes": before.spec.gpu_memory_bytes,

@@ -95,6 +95,7 @@ fn spec(tenant: &str, gpus: u32) -> JobSpec {
         mig_profile: None,
         gpu_compute: None,
         gpu_resizable: false,
+        gpu_sizing: Default::default(),
         time_limit_secs: None,
         replicas: 1,
         pack: None,

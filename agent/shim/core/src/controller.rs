@@ -112,6 +112,10 @@ pub fn tick(
         launches,
         period_s: (now_ns - last) as f64 / 1e9,
     };
+    // The job's own GPU time, for its node to report.
+    let busy = (utilization.clamp(0.0, 1.0) * (now_ns - last) as f64) as u64;
+    usage.busy_ns.fetch_add(busy, Ordering::AcqRel);
+    usage.measured_ns.fetch_add(now_ns - last, Ordering::AcqRel);
     if let Some(rate) = step(share, pacer::rate(usage), &mut state, obs) {
         pacer::set_rate(usage, rate);
     }

@@ -30,7 +30,7 @@ pub const MAX_PROCS: usize = 256;
 
 const LIMITS_MAGIC: u64 = u64::from_le_bytes(*b"ALLOTLIM");
 const USAGE_MAGIC: u64 = u64::from_le_bytes(*b"ALLOTUSE");
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
 const UUID_LEN: usize = 80;
 const JOB_ID_LEN: usize = 64;
 /// The seals a limits page must carry to be trusted.
@@ -194,6 +194,15 @@ pub struct GpuUsage {
     pub integral_bits: AtomicU64,
     /// The NVML sample timestamp (µs) the controller read up to.
     pub nvml_seen_us: AtomicU64,
+    /// GPU time the job's kernels used, as the controller measured it each period (ns):
+    /// what the agent reports as the job's busy time, and sizing reads.
+    pub busy_ns: AtomicU64,
+    /// The time those periods covered (ns): busy time over it is the job's busy share,
+    /// whenever it is read.
+    pub measured_ns: AtomicU64,
+    /// Time the job's launches waited for its share, all its threads together (ns): the
+    /// sign that its share is too small.
+    pub held_back_ns: AtomicU64,
 }
 
 /// One process of the job and what it holds on each GPU.
@@ -450,6 +459,24 @@ impl RegionView {
     pub fn used(&self, gpu: usize) -> u64 {
         self.usage(gpu)
             .map_or(0, |u| u.used.load(Ordering::Acquire))
+    }
+
+    /// GPU time the job's kernels used on GPU `gpu` (ns), as its controller measured it.
+    pub fn busy_ns(&self, gpu: usize) -> u64 {
+        self.usage(gpu)
+            .map_or(0, |u| u.busy_ns.load(Ordering::Acquire))
+    }
+
+    /// The time [`Self::busy_ns`] was measured over on GPU `gpu` (ns).
+    pub fn measured_ns(&self, gpu: usize) -> u64 {
+        self.usage(gpu)
+            .map_or(0, |u| u.measured_ns.load(Ordering::Acquire))
+    }
+
+    /// Time the job's launches on GPU `gpu` waited for its share (ns).
+    pub fn held_back_ns(&self, gpu: usize) -> u64 {
+        self.usage(gpu)
+            .map_or(0, |u| u.held_back_ns.load(Ordering::Acquire))
     }
 
     /// The pids holding slots now.

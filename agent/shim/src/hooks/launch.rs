@@ -42,6 +42,7 @@ fn admit() -> Result<(), i32> {
     pacer::record_launch(usage, now);
     let wait = pacer::pace(usage, now);
     if wait > 0 {
+        usage.held_back_ns.fetch_add(wait, Ordering::AcqRel);
         std::thread::sleep(Duration::from_nanos(wait));
     }
     Ok(())

@@ -119,18 +119,42 @@ pub async fn submit(
     // for none, and never above its maximum.
     let (cpu_milli, memory_bytes) = allot_domain::JobLimits::effective(&tenant, who.live_tenants())
         .apply(body.cpu_milli, body.memory_bytes)?;
+    // Sized by Allot: a share of one GPU, starting at the sizing's first share unless the
+    // job names one; its memory sized too unless it gives a size.
+    let sizing = body
+        .gpu_sizing
+        .map_or_else(allot_domain::GpuSizing::default, |s| {
+            allot_domain::GpuSizing {
+                max_milli: s
+                    .compute
+                    .then_some(s.max_milli.unwrap_or(allot_domain::GPU_MILLI)),
+                memory: s.memory || (s.compute && body.gpu_memory_bytes.is_none()),
+            }
+        });
+    if body
+        .gpu_sizing
+        .is_some_and(|s| !s.compute && s.max_milli.is_some())
+    {
+        return Err(ValidationError::single(
+            "gpu_sizing.max_milli",
+            "is the ceiling of a sized share: set gpu_sizing.compute too",
+        )
+        .into());
+    }
     let spec = JobSpec {
         tenant: TenantName::parse("tenant", tenant.name.as_str())?,
         name,
         cpu_milli,
         memory_bytes,
         // A MIG job runs on one instance.
-        gpus: if body.mig_profile.is_some() {
+        gpus: if body.mig_profile.is_some() || sizing.max_milli.is_some() {
             body.gpus.max(1)
         } else {
             body.gpus
         },
-        gpu_milli: body.gpu_milli,
+        gpu_milli: body
+            .gpu_milli
+            .or(sizing.max_milli.map(allot_domain::GpuSizing::start_milli)),
         gpu_memory_bytes: body.gpu_memory_bytes,
         gpu_models: body.gpu_models,
         priority: body.priority,
@@ -150,7 +174,8 @@ pub async fn submit(
         secrets: body.secrets.into_iter().map(Into::into).collect(),
         mig_profile: body.mig_profile,
         gpu_compute: body.gpu_compute,
-        gpu_resizable: body.gpu_resizable,
+        gpu_resizable: body.gpu_resizable || sizing.is_sized(),
+        gpu_sizing: sizing,
         image: body.image,
         network,
         time_limit_secs: body.time_limit_secs,

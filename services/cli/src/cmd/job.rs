@@ -25,14 +25,17 @@ pub enum JobCmd {
         /// The tenant to run as (defaults to the token's tenant).
         #[arg(long)]
         tenant: Option<String>,
-        /// GPUs: whole ones (2), none (0, a CPU-only job), or a fraction of one GPU that
-        /// other jobs share (0.25).
-        #[arg(long, default_value = "1", value_parser = parse_milli)]
-        gpus: u64,
+        /// GPUs: whole ones (2), none (0, a CPU-only job), a fraction of one GPU that
+        /// other jobs share (0.25), or `auto` (`auto:0.5`: at most half a GPU): a share of
+        /// one GPU that Allot sizes from what the job uses, its GPU memory with it unless
+        /// --gpu-memory gives a size.
+        #[arg(long, default_value = "1", value_parser = parse_gpus)]
+        gpus: Gpus,
         /// GPU memory needed on each GPU, e.g. 80GiB: the least a whole GPU must have, or
-        /// what the job holds of a shared one.
-        #[arg(long, value_parser = parse_memory)]
-        gpu_memory: Option<u64>,
+        /// what the job holds of a shared one; `auto`: Allot sizes the limit of a shared
+        /// one from what the job holds.
+        #[arg(long, value_parser = parse_gpu_memory)]
+        gpu_memory: Option<GpuMemory>,
         /// An acceptable GPU model, e.g. H200 (repeatable; any model when absent).
         #[arg(long = "gpu-model")]
         gpu_models: Vec<String>,
@@ -313,6 +316,25 @@ fn short(ts: Option<chrono::DateTime<chrono::Utc>>) -> String {
     opt(ts.map(|t| t.format("%Y-%m-%d %H:%M:%S").to_string()))
 }
 
+/// What Allot sizes of the job's share: its share and memory, or `-`. Each resize and
+/// why is in the history below.
+fn sizing_of(j: &JobView) -> String {
+    let Some(s) = j.gpu_sizing else {
+        return "-".into();
+    };
+    let mut what = Vec::new();
+    if s.compute {
+        what.push(format!(
+            "share (up to {} of a GPU)",
+            show_milli(u64::from(s.max_milli.unwrap_or(allot_domain::GPU_MILLI)))
+        ));
+    }
+    if s.memory {
+        what.push("GPU memory".to_owned());
+    }
+    format!("{} (resizes below, with why)", what.join(" and "))
+}
+
 fn describe(j: &JobView) -> String {
     let mut out = fields(&[
         ("ID", allot_domain::job::short_id(&j.id).to_owned()),
@@ -360,6 +382,7 @@ fn describe(j: &JobView) -> String {
         ("Isolation", opt(j.isolation)),
         ("MIG profile", opt(j.mig_profile.as_ref())),
         ("GPU compute", opt(j.gpu_compute)),
+        ("Sized by Allot", sizing_of(j)),
         ("Class", opt(j.class)),
         ("Attempt", j.attempt.to_string()),
         (
@@ -705,6 +728,76 @@ fn gpus_cell(j: &JobView) -> String {
 }
 
 /// `--gpus` as the API's GPU count and per-GPU share.
+/// What `--gpus` asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gpus {
+    /// Thousandths: whole GPUs (multiples of 1000) or a share of one.
+    Milli(u64),
+    /// A share Allot sizes, up to this many thousandths (a whole GPU when not said).
+    Auto(Option<u64>),
+}
+
+fn parse_gpus(s: &str) -> Result<Gpus, String> {
+    match s.trim().strip_prefix("auto") {
+        Some("") => Ok(Gpus::Auto(None)),
+        Some(rest) => {
+            let max = rest.strip_prefix(':').ok_or_else(|| {
+                format!("`{s}`: write auto, or auto:MAX with MAX a share like 0.5")
+            })?;
+            match parse_milli(max)? {
+                m @ 1..=1000 => Ok(Gpus::Auto(Some(m))),
+                _ => Err(format!(
+                    "`{s}`: the most of auto is a share above 0, at most 1"
+                )),
+            }
+        }
+        None => parse_milli(s).map(Gpus::Milli),
+    }
+}
+
+/// What `--gpu-memory` asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GpuMemory {
+    Bytes(u64),
+    Auto,
+}
+
+fn parse_gpu_memory(s: &str) -> Result<GpuMemory, String> {
+    if s.trim() == "auto" {
+        Ok(GpuMemory::Auto)
+    } else {
+        parse_memory(s).map(GpuMemory::Bytes)
+    }
+}
+
+/// The submit body's `gpus`, `gpu_milli`, `gpu_memory_bytes` and `gpu_sizing`.
+fn gpu_fields(gpus: Gpus, memory: Option<GpuMemory>) -> anyhow::Result<serde_json::Value> {
+    let bytes = match memory {
+        Some(GpuMemory::Bytes(b)) => Some(b),
+        _ => None,
+    };
+    let memory_auto = memory == Some(GpuMemory::Auto);
+    Ok(match gpus {
+        Gpus::Auto(max) => json!({
+            "gpus": 1, "gpu_memory_bytes": bytes,
+            "gpu_sizing": { "compute": true, "max_milli": max, "memory": memory_auto || bytes.is_none() },
+        }),
+        Gpus::Milli(milli) => {
+            let (gpus, gpu_milli) = gpu_request(milli)?;
+            if memory_auto && gpu_milli.is_none() {
+                bail!(
+                    "--gpu-memory auto sizes the memory of a share of one GPU: ask for --gpus \
+                     auto or a share under 1"
+                );
+            }
+            json!({
+                "gpus": gpus, "gpu_milli": gpu_milli, "gpu_memory_bytes": bytes,
+                "gpu_sizing": memory_auto.then(|| json!({ "memory": true })),
+            })
+        }
+    })
+}
+
 fn gpu_request(milli: u64) -> anyhow::Result<(u64, Option<u64>)> {
     match milli {
         0 => Ok((0, None)),
@@ -794,10 +887,8 @@ pub async fn run(client: &Client, cmd: JobCmd) -> anyhow::Result<i32> {
             command,
         } => {
             let env: BTreeMap<_, _> = env.into_iter().collect();
-            let (gpus, gpu_milli) = gpu_request(gpus)?;
-            let body = json!({
-                "tenant": tenant, "name": name, "gpus": gpus, "gpu_milli": gpu_milli,
-                "gpu_memory_bytes": gpu_memory, "gpu_models": gpu_models,
+            let mut body = json!({
+                "tenant": tenant, "name": name, "gpu_models": gpu_models,
                 "cpu_milli": cpus.unwrap_or(0), "memory_bytes": memory.unwrap_or(0),
                 "priority": priority, "preemptible": !not_preemptible,
                 "isolation": isolation, "class": class, "max_retries": max_retries,
@@ -808,6 +899,11 @@ pub async fn run(client: &Client, cmd: JobCmd) -> anyhow::Result<i32> {
                 "image": image, "network": network, "time_limit_secs": time_limit,
                 "replicas": replicas, "pack": pack,
             });
+            if let (Some(b), serde_json::Value::Object(gpu)) =
+                (body.as_object_mut(), gpu_fields(gpus, gpu_memory)?)
+            {
+                b.extend(gpu);
+            }
             let job: JobView = client
                 .call(Method::POST, "/api/v1/jobs", Some(&body))
                 .await?;
@@ -1074,7 +1170,38 @@ pub async fn run(client: &Client, cmd: JobCmd) -> anyhow::Result<i32> {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_time_limit;
+    use super::{GpuMemory, Gpus, gpu_fields, parse_gpu_memory, parse_gpus, parse_time_limit};
+
+    #[test]
+    fn gpus_read_as_counts_shares_or_auto() {
+        assert_eq!(parse_gpus("2"), Ok(Gpus::Milli(2000)));
+        assert_eq!(parse_gpus("0.25"), Ok(Gpus::Milli(250)));
+        assert_eq!(parse_gpus("auto"), Ok(Gpus::Auto(None)));
+        assert_eq!(parse_gpus("auto:0.5"), Ok(Gpus::Auto(Some(500))));
+        assert_eq!(parse_gpus("auto:1"), Ok(Gpus::Auto(Some(1000))));
+        for bad in ["auto:0", "auto:2", "auto0.5", "auto:", "autox"] {
+            assert!(parse_gpus(bad).is_err(), "{bad}");
+        }
+        assert_eq!(parse_gpu_memory("auto"), Ok(GpuMemory::Auto));
+        assert_eq!(parse_gpu_memory("1GiB"), Ok(GpuMemory::Bytes(1 << 30)));
+    }
+
+    #[test]
+    fn auto_sizes_memory_too_unless_it_is_given() {
+        let body = gpu_fields(Gpus::Auto(Some(500)), None).expect("auto");
+        assert_eq!(body["gpus"], 1);
+        assert_eq!(body["gpu_sizing"]["compute"], true);
+        assert_eq!(body["gpu_sizing"]["max_milli"], 500);
+        assert_eq!(body["gpu_sizing"]["memory"], true);
+        let body = gpu_fields(Gpus::Auto(None), Some(GpuMemory::Bytes(1 << 30))).expect("auto");
+        assert_eq!(body["gpu_sizing"]["memory"], false);
+        assert_eq!(body["gpu_memory_bytes"], 1u64 << 30);
+        let body = gpu_fields(Gpus::Milli(300), Some(GpuMemory::Auto)).expect("memory");
+        assert_eq!(body["gpu_sizing"]["memory"], true);
+        assert_eq!(body["gpu_milli"], 300);
+        let err = gpu_fields(Gpus::Milli(2000), Some(GpuMemory::Auto)).expect_err("whole GPUs");
+        assert!(err.to_string().contains("--gpu-memory auto"), "{err}");
+    }
 
     #[test]
     fn time_limits_read_as_slurm_and_people_write_them() {

@@ -45,6 +45,11 @@ pub struct ServerArgs {
     /// The elastic share policy file (TOML, like policies/elastic.toml); implies --elastic.
     #[arg(long, env = "ALLOT_ELASTIC_POLICY")]
     elastic_policy: Option<PathBuf>,
+    /// Size auto-sized jobs (`--gpus auto`) on windows this many times shorter than the
+    /// production ones (a 300 s window, shrinking after 120 s below): for a benchmark that
+    /// replays a day compressed as many times, or a demonstration.
+    #[arg(long, env = "ALLOT_SIZING_TIME_SCALE", default_value_t = 1.0, value_parser = parse_time_scale)]
+    sizing_time_scale: f64,
     /// Serve the API over HTTPS with this certificate chain (PEM, leaf first). Without
     /// one, the API listens on loopback only (behind a local TLS proxy, say).
     #[arg(long, env = "ALLOT_TLS_CERT", requires = "tls_key")]
@@ -459,6 +464,7 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
     config.policy_dir = args.policy_dir;
     config.elastic = args.elastic;
     config.elastic_policy = args.elastic_policy;
+    config.sizing_time_scale = args.sizing_time_scale;
     config.trusted_proxies = allot_api::client::TrustedProxies::parse(&args.trusted_proxies)
         .context("--trusted-proxy")?;
     if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
@@ -496,4 +502,11 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
     eprintln!("shutting down");
     server.shutdown().await;
     Ok(())
+}
+
+fn parse_time_scale(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(k) if k.is_finite() && (1.0..=10_000.0).contains(&k) => Ok(k),
+        _ => Err(format!("`{s}` is not a time scale from 1 to 10000")),
+    }
 }

@@ -61,6 +61,10 @@ pub struct Model {
     /// `strict` or `elastic`, for a share of a GPU.
     pub gpu_compute: Option<String>,
     pub gpu_resizable: bool,
+    /// The most share (milli) of a job whose share Allot sizes; null: not sized.
+    pub gpu_auto_max_milli: Option<i32>,
+    /// Whether Allot sizes the job's GPU memory limit.
+    pub gpu_memory_auto: bool,
     pub image: Option<String>,
     pub image_digest: Option<String>,
     pub network: String,

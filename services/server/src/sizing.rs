@@ -1,0 +1,276 @@
+//! Auto-sized jobs on the leader (`--gpus auto`, `--gpu-memory auto`): each running sized
+//! job's samples, from its node's heartbeats, feed an [`allot_sizing::Sizer`]; every second
+//! the sizers decide, and what they decide is made as any resize is ([`Resizer`]): checked
+//! against its GPU's other jobs and its tenants' hard limits, stored with its reason and
+//! figures in the job's history and the audit log, and sent to the node.
+//!
+//! The samples live in the leader's memory: a new leader, or a new attempt, starts its
+//! windows again (a job then keeps its share until enough samples say otherwise).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use allot_domain::{AuditContext, GPU_MILLI, Job, JobState, Share};
+use allot_sizing::{Bounds, Holding, Policy, Sample, Sizer};
+use allot_store::{JobFilter, JobRepo, NodeRepo, Store, TenantScope};
+use tokio_util::sync::CancellationToken;
+
+use crate::resizing::{Refused, Resizer};
+
+/// How often the sizers decide.
+const EVERY: Duration = Duration::from_secs(1);
+
+/// A refused resize is tried again after this long.
+const RETRY_AFTER: Duration = Duration::from_secs(5);
+
+/// The sized jobs' sizers.
+pub struct Sizing {
+    policy: Policy,
+    origin: Instant,
+    jobs: Mutex<HashMap<String, Tracked>>,
+}
+
+struct Tracked {
+    attempt: u32,
+    sizer: Sizer,
+    /// Not before this is a refused resize asked again.
+    retry_at: Option<Instant>,
+}
+
+impl Sizing {
+    pub fn new(policy: Policy) -> Self {
+        Self {
+            policy,
+            origin: Instant::now(),
+            jobs: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Tracked>> {
+        self.jobs.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn at(&self, now: Instant) -> Duration {
+        now.saturating_duration_since(self.origin)
+    }
+
+    /// A node's samples of its jobs (`on_node`: what the record places there): those of
+    /// its running sized jobs are taken in.
+    pub fn observe(&self, on_node: &[Job], samples: &[allot_proto::v1::JobSample], now: Instant) {
+        let at = self.at(now);
+        let mut jobs = self.lock();
+        for s in samples {
+            let Some(job) = on_node.iter().find(|j| {
+                j.id == s.job_id && j.state == JobState::Running && j.spec.gpu_sizing.is_sized()
+            }) else {
+                continue;
+            };
+            if !(s.utilization.is_finite() && s.held_back.is_finite()) {
+                continue;
+            }
+            let tracked = jobs.entry(job.id.clone()).or_insert_with(|| Tracked {
+                attempt: job.attempt,
+                sizer: Sizer::new(),
+                retry_at: None,
+            });
+            if tracked.attempt != job.attempt {
+                *tracked = Tracked {
+                    attempt: job.attempt,
+                    sizer: Sizer::new(),
+                    retry_at: None,
+                };
+            }
+            tracked.sizer.observe(Sample {
+                at,
+                busy: f64::from(s.utilization),
+                held_back: f64::from(s.held_back),
+                memory_bytes: s.memory_used_bytes,
+            });
+        }
+    }
+
+    /// What each running sized job should hold now: (job id, share, why).
+    fn decide(
+        &self,
+        running: &[Job],
+        gpu_memory: &HashMap<String, u64>,
+        now: Instant,
+    ) -> Vec<(String, Share, String)> {
+        let at = self.at(now);
+        let mut jobs = self.lock();
+        jobs.retain(|id, t| {
+            running
+                .iter()
+                .any(|j| j.id == *id && j.attempt == t.attempt)
+        });
+        let mut decided = Vec::new();
+        for job in running {
+            let Some(tracked) = jobs.get_mut(&job.id) else {
+                continue;
+            };
+            if tracked.retry_at.is_some_and(|t| now < t) {
+                continue;
+            }
+            let Some(gpu) = job.gpu_uuids.first().and_then(|u| gpu_memory.get(u)) else {
+                continue;
+            };
+            let milli = job.share().gpu_milli;
+            let holding = Holding {
+                gpu_milli: milli,
+                memory_bytes: job
+                    .spec
+                    .gpu_memory_bytes
+                    .unwrap_or(gpu / u64::from(GPU_MILLI) * u64::from(milli)),
+            };
+            let sizing = job.spec.gpu_sizing;
+            let bounds = Bounds {
+                // A share that is not sized stays where it is.
+                max_milli: sizing.max_milli.unwrap_or(milli),
+                max_memory_bytes: *gpu,
+                memory: sizing.memory,
+            };
+            let Some(mut d) = tracked.sizer.decide(at, holding, bounds, &self.policy) else {
+                continue;
+            };
+            if sizing.max_milli.is_none() {
+                d.gpu_milli = milli;
+            }
+            if d.gpu_milli == holding.gpu_milli && d.memory_bytes == holding.memory_bytes {
+                continue;
+            }
+            decided.push((
+                job.id.clone(),
+                Share {
+                    gpu_milli: d.gpu_milli,
+                    gpu_memory_bytes: if sizing.memory {
+                        d.memory_bytes
+                    } else {
+                        job.spec.gpu_memory_bytes.unwrap_or(0)
+                    },
+                },
+                d.to_string(),
+            ));
+        }
+        decided
+    }
+
+    /// The job was resized at `now` (its samples start again), or its resize was refused
+    /// (asked again later).
+    fn settled(&self, job_id: &str, resized: bool, now: Instant) {
+        if let Some(t) = self.lock().get_mut(job_id) {
+            if resized {
+                t.sizer.applied(self.at(now));
+                t.retry_at = None;
+            } else {
+                t.retry_at = Some(now + RETRY_AFTER);
+            }
+        }
+    }
+}
+
+/// Shares to try for a decided one, largest first: a growth that does not fit is tried
+/// smaller, down to a step above what the job holds.
+fn candidates(from: u32, to: Share) -> Vec<Share> {
+    let mut shares = vec![to];
+    if to.gpu_milli > from {
+        let step = (to.gpu_milli - from).div_ceil(4).max(1);
+        let mut m = to.gpu_milli;
+        while m > from + step {
+            m -= step;
+            shares.push(Share { gpu_milli: m, ..to });
+        }
+    }
+    shares
+}
+
+/// Decides every second while this replica leads (its term's `store`), until `stop`.
+pub async fn run(
+    sizing: Arc<Sizing>,
+    resizer: Arc<Resizer>,
+    store: Store,
+    stop: CancellationToken,
+) {
+    let ctx = AuditContext::system("sizing");
+    let mut tick = tokio::time::interval(EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        if sizing.lock().is_empty() {
+            continue;
+        }
+        let running = match store
+            .list_jobs(JobFilter {
+                states: vec![JobState::Running],
+                ..JobFilter::new(TenantScope::All)
+            })
+            .await
+        {
+            Ok(list) => list.jobs,
+            Err(e) => {
+                tracing::warn!(error = %e, "sizing: running jobs not read");
+                continue;
+            }
+        };
+        let running: Vec<Job> = running
+            .into_iter()
+            .filter(|j| j.spec.gpu_sizing.is_sized())
+            .collect();
+        let gpu_memory: HashMap<String, u64> = match store.list_nodes().await {
+            Ok(nodes) => nodes
+                .into_iter()
+                .flat_map(|n| n.gpus.into_iter().map(|g| (g.uuid, g.memory_bytes)))
+                .collect(),
+            Err(e) => {
+                tracing::warn!(error = %e, "sizing: nodes not read");
+                continue;
+            }
+        };
+        for (id, share, why) in sizing.decide(&running, &gpu_memory, Instant::now()) {
+            let from = running
+                .iter()
+                .find(|j| j.id == id)
+                .map_or(0, |j| j.share().gpu_milli);
+            let tried = candidates(from, share);
+            match resizer.resize(&store, &ctx, &id, &tried, Some(&why)).await {
+                Ok(job) => {
+                    tracing::info!(job = %id, gpu_milli = job.share().gpu_milli, why = %why, "auto-sized");
+                    sizing.settled(&id, true, Instant::now());
+                }
+                Err(Refused::NoRoom(reason)) => {
+                    tracing::info!(job = %id, wanted = %why, %reason, "auto-size held back: no room");
+                    sizing.settled(&id, false, Instant::now());
+                }
+                Err(Refused::NotHolding(_)) => {}
+                Err(Refused::Store(e)) => {
+                    tracing::warn!(job = %id, error = %e, "auto-size not stored");
+                    sizing.settled(&id, false, Instant::now());
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_growth_that_does_not_fit_is_tried_smaller() {
+        let to = Share {
+            gpu_milli: 650,
+            gpu_memory_bytes: 7,
+        };
+        let got: Vec<u32> = candidates(250, to).iter().map(|s| s.gpu_milli).collect();
+        assert_eq!(got, vec![650, 550, 450, 350]);
+        assert!(candidates(250, to).iter().all(|s| s.gpu_memory_bytes == 7));
+        let down = Share {
+            gpu_milli: 100,
+            gpu_memory_bytes: 0,
+        };
+        assert_eq!(candidates(250, down), vec![down]);
+    }
+}

@@ -1,0 +1,275 @@
+use super::*;
+use proptest::prelude::*;
+
+/// A job wanting `demand` of a GPU and `memory` bytes, held to what the sizer gives it:
+/// it uses what its share allows, and its launches wait for the rest.
+fn sample(at: Duration, demand: f64, memory: u64, holding: Holding) -> Sample {
+    let share = f64::from(holding.gpu_milli) / 1000.0;
+    let busy = demand.min(share);
+    let held_back = if demand > share && demand > 0.0 {
+        (demand - share) / demand
+    } else {
+        0.0
+    };
+    Sample {
+        at,
+        busy,
+        held_back,
+        memory_bytes: memory.min(holding.memory_bytes),
+    }
+}
+
+/// Runs `secs` seconds of `load(t) = (demand, memory)` sampled each second, applying every
+/// decision; returns the holdings after each second and the decisions.
+fn run(
+    policy: &Policy,
+    bounds: Bounds,
+    start: Holding,
+    secs: u64,
+    load: impl Fn(u64) -> (f64, u64),
+) -> (Vec<Holding>, Vec<(u64, Decision)>) {
+    let mut sizer = Sizer::new();
+    let mut holding = start;
+    let (mut held, mut decisions) = (Vec::new(), Vec::new());
+    for t in 1..=secs {
+        let at = Duration::from_secs(t);
+        let (demand, memory) = load(t);
+        sizer.observe(sample(at, demand, memory, holding));
+        if let Some(d) = sizer.decide(at, holding, bounds, policy) {
+            holding = Holding {
+                gpu_milli: d.gpu_milli,
+                memory_bytes: d.memory_bytes,
+            };
+            sizer.applied(at);
+            decisions.push((t, d));
+        }
+        held.push(holding);
+    }
+    (held, decisions)
+}
+
+const GIB: u64 = 1 << 30;
+
+/// `demand` within ±10%, drawn from `seed` and `t` (a fixed hash: the same run each time).
+fn noisy(demand: f64, seed: u64, t: u64) -> f64 {
+    let h = (seed ^ t.wrapping_mul(0x9e37_79b9_7f4a_7c15)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    let u = (h >> 11) as f64 / (1u64 << 53) as f64;
+    (demand * (0.9 + 0.2 * u)).clamp(0.0, 1.0)
+}
+
+/// The negative control of the stability property: sized on the last sample alone, with no
+/// headroom and no hysteresis, the same noisy constant load keeps the share moving.
+#[test]
+fn on_the_last_sample_without_hysteresis_noisy_constant_load_oscillates() {
+    let policy = Policy {
+        window: Duration::ZERO,
+        min_samples: 1,
+        headroom: 0.0,
+        held_back: 0.0,
+        grow: 1.0,
+        shrink_margin: 0.0,
+        shrink_after: Duration::ZERO,
+        shrink_step: 1.0,
+        settle: Duration::ZERO,
+        ..Policy::default()
+    };
+    let (_, decisions) = run(&policy, bounds(1000, 80 * GIB), start(), 3_600, |t| {
+        (noisy(0.5, 7, t), GIB)
+    });
+    let late = decisions.iter().filter(|(t, _)| *t > 1_800).count();
+    assert!(late > 100, "{late} decisions after 30 min");
+}
+
+fn bounds(max_milli: u32, max_memory: u64) -> Bounds {
+    Bounds {
+        max_milli,
+        max_memory_bytes: max_memory,
+        memory: true,
+    }
+}
+
+fn start() -> Holding {
+    Holding {
+        gpu_milli: 250,
+        memory_bytes: 4 * GIB,
+    }
+}
+
+#[test]
+fn a_held_back_job_grows_at_once_and_an_idle_one_shrinks_slowly() {
+    let policy = Policy::default();
+    // Wants 0.6 of a GPU from the start: held back at 0.25, it grows within seconds.
+    let (held, decisions) = run(&policy, bounds(1000, 80 * GIB), start(), 60, |_| (0.6, GIB));
+    let (t, first) = decisions[0];
+    assert!(t <= 5, "first decision after {t} s");
+    assert!(matches!(first.reason, Reason::HeldBack { .. }), "{first}");
+    let last = held.last().copied().unwrap_or(start());
+    assert!(
+        (690..=800).contains(&last.gpu_milli),
+        "0.6 wanted, 15% headroom: {last:?}"
+    );
+    // Nearly idle: shrinks, but not before the window of evidence, and a step at a time.
+    let (held, decisions) = run(&policy, bounds(1000, 80 * GIB), start(), 600, |_| {
+        (0.02, GIB)
+    });
+    let first_shrink = decisions
+        .iter()
+        .find(|(_, d)| d.gpu_milli < d.from.gpu_milli)
+        .map(|(t, _)| *t)
+        .unwrap_or(u64::MAX);
+    assert!(
+        first_shrink >= policy.shrink_after.as_secs(),
+        "{first_shrink}"
+    );
+    for (_, d) in &decisions {
+        if d.gpu_milli < d.from.gpu_milli {
+            let least = f64::from(d.from.gpu_milli) * (1.0 - policy.shrink_step) - 10.0;
+            assert!(f64::from(d.gpu_milli) >= least, "{d}");
+        }
+    }
+    assert_eq!(held.last().map(|h| h.gpu_milli), Some(policy.min_milli));
+}
+
+#[test]
+fn a_job_near_its_memory_limit_gets_more_and_the_reason_says_so() {
+    let policy = Policy::default();
+    let (held, decisions) = run(&policy, bounds(1000, 80 * GIB), start(), 30, |_| {
+        (0.1, 3_900 << 20)
+    });
+    let (_, d) = decisions
+        .iter()
+        .find(|(_, d)| d.memory_bytes > d.from.memory_bytes)
+        .copied()
+        .expect("memory grown");
+    assert!(matches!(
+        d.reason,
+        Reason::MemoryNearLimit { .. } | Reason::HeldBack { .. }
+    ));
+    assert!(held.last().is_some_and(|h| h.memory_bytes >= 3_900 << 20));
+    let text = d.to_string();
+    assert!(text.contains("MiB") && text.contains("samples"), "{text}");
+}
+
+#[test]
+fn a_lowered_ceiling_brings_the_job_down_to_it() {
+    let policy = Policy::default();
+    let mut sizer = Sizer::new();
+    let holding = Holding {
+        gpu_milli: 600,
+        memory_bytes: 8 * GIB,
+    };
+    for t in 1..=5 {
+        sizer.observe(sample(Duration::from_secs(t), 0.5, GIB, holding));
+    }
+    let d = sizer
+        .decide(
+            Duration::from_secs(5),
+            holding,
+            bounds(300, 4 * GIB),
+            &policy,
+        )
+        .expect("over its ceiling");
+    assert_eq!(d.gpu_milli, 300);
+    assert!(d.memory_bytes <= 4 * GIB);
+}
+
+#[test]
+fn nothing_is_decided_on_too_few_samples_or_while_a_change_settles() {
+    let policy = Policy::default();
+    let mut sizer = Sizer::new();
+    let h = start();
+    sizer.observe(sample(Duration::from_secs(1), 1.0, GIB, h));
+    assert_eq!(
+        sizer.decide(Duration::from_secs(1), h, bounds(1000, 80 * GIB), &policy),
+        None
+    );
+    for t in 2..=4 {
+        sizer.observe(sample(Duration::from_secs(t), 1.0, GIB, h));
+    }
+    assert!(
+        sizer
+            .decide(Duration::from_secs(4), h, bounds(1000, 80 * GIB), &policy)
+            .is_some()
+    );
+    sizer.applied(Duration::from_secs(4));
+    for t in 5..=10 {
+        sizer.observe(sample(Duration::from_secs(t), 1.0, GIB, h));
+    }
+    assert_eq!(
+        sizer.decide(Duration::from_secs(10), h, bounds(1000, 80 * GIB), &policy),
+        None
+    );
+}
+
+#[test]
+fn compressed_time_scales_the_windows() {
+    let p = Policy::default().compressed(60.0);
+    assert_eq!(p.window, Duration::from_secs(5));
+    assert_eq!(p.shrink_after, Duration::from_secs(2));
+    assert_eq!(Policy::default().compressed(0.0), Policy::default());
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(96))]
+
+    /// Whatever the load and however low the ceiling: never above the ceiling, never below
+    /// the least share (or the ceiling, when that is lower), and the memory limit never
+    /// below the most the job held (unless its ceiling is lower).
+    #[test]
+    fn never_above_the_ceiling_nor_below_what_was_used(
+        demands in prop::collection::vec(0.0f64..1.0, 1..20),
+        memories in prop::collection::vec(0u64..(40 * GIB), 1..20),
+        max_milli in 20u32..=1000,
+        max_memory in (GIB / 2)..(80 * GIB),
+        start_milli in 10u32..=1000,
+    ) {
+        let policy = Policy::default();
+        let b = bounds(max_milli, max_memory);
+        let start = Holding { gpu_milli: start_milli, memory_bytes: 4 * GIB };
+        let (_, decisions) = run(&policy, b, start, 400, |t| {
+            let i = (t / 20) as usize;
+            (demands[i % demands.len()], memories[i % memories.len()])
+        });
+        for (_, d) in &decisions {
+            prop_assert!(d.gpu_milli <= max_milli, "{d}");
+            prop_assert!(d.gpu_milli >= policy.min_milli.min(max_milli), "{d}");
+            prop_assert!(d.memory_bytes <= max_memory, "{d}");
+            prop_assert!(d.memory_bytes >= d.peak_memory_bytes.min(max_memory), "{d}");
+        }
+    }
+
+    /// Constant load, sampled with ±10% noise: once sized, nothing changes (no
+    /// oscillation).
+    #[test]
+    fn constant_load_is_stable(demand in 0.0f64..0.85, memory in 0u64..(20 * GIB), seed in 0u64..1000) {
+        let policy = Policy::default();
+        let (_, decisions) = run(&policy, bounds(1000, 80 * GIB), start(), 3_600, |t| (noisy(demand, seed, t), memory));
+        let late: Vec<_> = decisions.iter().filter(|(t, _)| *t > 1_800).collect();
+        prop_assert!(late.is_empty(), "{} decisions after 30 min: {:?}", late.len(),
+            late.iter().map(|(t, d)| format!("{t}: {d}")).collect::<Vec<_>>());
+    }
+
+    /// A step change of load: the share follows it, within the window and shrink time for
+    /// a step down and seconds for a step up, and ends where the rules say: at least the
+    /// new demand plus headroom (not held back), at most that over the shrink margin.
+    #[test]
+    fn a_step_change_converges(before in 0.05f64..0.85, after in 0.05f64..0.85) {
+        let policy = Policy::default();
+        let step_at = 900;
+        let (held, _) = run(&policy, bounds(1000, 80 * GIB), start(), 3_600, |t| {
+            (if t < step_at { before } else { after }, GIB)
+        });
+        let end = held.last().copied().unwrap_or(start()).gpu_milli;
+        // Grown once more than half its headroom is eaten; shrunk once even the peak with
+        // headroom is under the share by the margin.
+        let least = (after * (1.0 + policy.headroom / 2.0) * 1000.0).max(f64::from(policy.min_milli))
+            - f64::from(policy.step_milli);
+        let most = (after * (1.0 + policy.headroom) * 1000.0 / (1.0 - policy.shrink_margin))
+            .max(f64::from(policy.min_milli))
+            + f64::from(policy.step_milli) * 2.0;
+        prop_assert!(f64::from(end) >= least && f64::from(end) <= most,
+            "{before} → {after}: ended at {end}, expected {least}..{most}");
+        // Not held back at the end: its share covers its demand.
+        prop_assert!(f64::from(end) / 1000.0 >= after);
+    }
+}
