@@ -77,6 +77,8 @@ pub struct FleetSpec {
     pub gpus_per_node: usize,
     /// The elastic share policy (TOML) the control plane applies, if any.
     pub elastic_policy: Option<String>,
+    /// How many times shorter than production the sizing windows of auto-sized jobs are.
+    pub sizing_time_scale: f64,
 }
 
 impl Fleet {
@@ -98,6 +100,7 @@ impl Fleet {
         config.min_runtime = Duration::ZERO;
         // Services at small shares: more of them on a GPU than the default 4.
         config.gpu_limits.max_jobs_per_shared_gpu = MAX_JOBS_PER_GPU;
+        config.sizing_time_scale = spec.sizing_time_scale;
         config.elastic = policy.is_some();
         config.elastic_policy = policy;
         let (server, client) = super::super::in_process_server(config).await?;
@@ -197,6 +200,23 @@ impl Fleet {
         compute: &str,
         serve: &[String],
     ) -> anyhow::Result<String> {
+        let extra = match milli {
+            Some(m) => json!({
+                "gpu_milli": m, "gpu_memory_bytes": 4u64 << 30, "gpu_compute": compute,
+            }),
+            None => json!({}),
+        };
+        self.submit_service_with(key, extra, serve).await
+    }
+
+    /// Submits an inference service replica (`key` names its port file) with `extra` in its
+    /// submit body: nothing (a whole GPU), a share, or `gpu_sizing`.
+    pub async fn submit_service_with(
+        &self,
+        key: &str,
+        extra: Value,
+        serve: &[String],
+    ) -> anyhow::Result<String> {
         let mut args = vec![
             "serve".to_owned(),
             "--port-file".to_owned(),
@@ -209,12 +229,22 @@ impl Fleet {
             "cpu_milli": 20, "memory_bytes": 64u64 << 20,
             "command": self.command(&args), "env": self.kit_env,
         });
-        if let Some(m) = milli {
-            body["gpu_milli"] = m.into();
-            body["gpu_memory_bytes"] = (4u64 << 30).into();
-            body["gpu_compute"] = compute.into();
+        if let (Some(b), Value::Object(extra)) = (body.as_object_mut(), extra) {
+            b.extend(extra);
         }
         self.submit(&body).await
+    }
+
+    /// The training backlog: a loop on a whole GPU for each of the fleet's GPUs, taking
+    /// what the services leave; (key, job id) of each.
+    pub async fn submit_backlog(&self, train: &[String]) -> anyhow::Result<Vec<(String, String)>> {
+        let mut training = Vec::new();
+        for i in 0..self.gpus.len() {
+            let key = format!("train-{i}");
+            let id = self.submit_training(&key, None, train).await?;
+            training.push((key, id));
+        }
+        Ok(training)
     }
 
     /// Submits a training loop (`milli`: a share of a GPU, elastic; `None`: a whole GPU).

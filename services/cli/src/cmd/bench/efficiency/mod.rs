@@ -24,8 +24,10 @@
 //! replicas take GPUs back from training, which checkpoints) and in at dusk, and the
 //! whole day's utilization is reported.
 
+mod demand;
 mod fleet;
 mod load;
+mod replay;
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
@@ -42,6 +44,8 @@ pub enum Mode {
     Exclusive,
     Static,
     Elastic,
+    /// Services submitted `--gpus auto`: Allot sizes them (a demand replay).
+    Auto,
 }
 
 impl Mode {
@@ -50,6 +54,7 @@ impl Mode {
             Mode::Exclusive => "exclusive",
             Mode::Static => "static",
             Mode::Elastic => "elastic",
+            Mode::Auto => "auto",
         }
     }
 }
@@ -68,9 +73,21 @@ pub struct EfficiencyBench {
     seed: u64,
     #[arg(long, value_enum, default_value_t = Scenario::Modes)]
     scenario: Scenario,
-    /// The modes to run (comma-separated; default all three).
-    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [Mode::Exclusive, Mode::Static, Mode::Elastic])]
-    modes: Vec<Mode>,
+    /// The modes to run, comma-separated (default: exclusive, static and elastic; with
+    /// --demand, exclusive, static and auto).
+    #[arg(long, value_enum, value_delimiter = ',')]
+    modes: Option<Vec<Mode>>,
+    /// Replay a demand instead of the modes scenario's load: FILE.csv with the header
+    /// `t_s,service,busy` (optional `gpu_memory_bytes,requested_gpus`; `busy`, from 0 to 1,
+    /// is the share of one GPU the service's requests keep busy from `t_s` until its next
+    /// row), or `synthetic:SEED` (a day of --services services with daily curves, bursts and
+    /// owners who over-request 2-10 times). Exits 1 when auto misses a target.
+    #[arg(long)]
+    demand: Option<String>,
+    /// How many times faster than recorded the demand is replayed (the control plane's
+    /// sizing windows are as many times shorter); default: the demand's span in --secs.
+    #[arg(long)]
+    time_scale: Option<f64>,
     /// Agent processes (simulated nodes).
     #[arg(long, default_value_t = 2)]
     nodes: usize,
@@ -126,6 +143,10 @@ pub struct EfficiencyBench {
 }
 
 impl EfficiencyBench {
+    fn modes_or(&self, default: &[Mode]) -> Vec<Mode> {
+        self.modes.clone().unwrap_or_else(|| default.to_vec())
+    }
+
     fn services(&self) -> usize {
         self.services.unwrap_or(self.nodes * self.gpus_per_node)
     }
@@ -144,6 +165,7 @@ impl EfficiencyBench {
             nodes: self.nodes,
             gpus_per_node: self.gpus_per_node,
             elastic_policy,
+            sizing_time_scale: 1.0,
         }
     }
 
@@ -210,11 +232,19 @@ impl EfficiencyBench {
 pub async fn run(args: &EfficiencyBench) -> anyhow::Result<()> {
     args.check()?;
     let (_guard, root) = super::work_dir(args.keep_dir.as_deref())?;
+    if let Some(spec) = &args.demand {
+        let (out, met) = replay::run(args, spec, &root).await?;
+        super::print(&out, args.json)?;
+        if !met {
+            bail!("auto missed a target (see `targets` above)");
+        }
+        return Ok(());
+    }
     let kit = Kit::find(&root)?;
     let out = match args.scenario {
         Scenario::Modes => {
             let mut modes = serde_json::Map::new();
-            for &mode in &args.modes {
+            for mode in args.modes_or(&[Mode::Exclusive, Mode::Static, Mode::Elastic]) {
                 let report = run_mode(args, &kit, &root.join(mode.name()), mode).await?;
                 modes.insert(mode.name().into(), report);
             }
@@ -432,12 +462,7 @@ async fn start_load(
             .await
             .with_context(|| format!("connecting to service {key}"))?;
     }
-    let sender = {
-        let (router, answers) = (router.clone(), answers.clone());
-        tokio::spawn(async move {
-            load::run(&router, &answers, &requests, start, Duration::from_secs(5)).await
-        })
-    };
+    let sender = send(&router, &answers, requests, start);
     Ok(Load {
         bursts,
         router,
@@ -445,6 +470,39 @@ async fn start_load(
         until,
         sender,
     })
+}
+
+/// Sends `requests` from `start` on a task of its own (answers awaited 5 s after the last).
+fn send(
+    router: &load::Router,
+    answers: &load::Answers,
+    requests: Vec<load::Request>,
+    start: tokio::time::Instant,
+) -> tokio::task::JoinHandle<load::Outcome> {
+    let (router, answers) = (router.clone(), answers.clone());
+    tokio::spawn(async move {
+        load::run(&router, &answers, &requests, start, Duration::from_secs(5)).await
+    })
+}
+
+/// Connects to service `i` at `ports[keys[i]]` and sends `requests` from `start` (for
+/// `duration`); the outcome once they are answered.
+async fn start_requests(
+    keys: &[String],
+    ports: &HashMap<String, u16>,
+    requests: Vec<load::Request>,
+    start: tokio::time::Instant,
+    duration: Duration,
+) -> anyhow::Result<tokio::task::JoinHandle<load::Outcome>> {
+    let router = load::Router::default();
+    let answers: load::Answers = Arc::default();
+    let until = start + duration + Duration::from_secs(10);
+    for (i, key) in keys.iter().enumerate() {
+        connect(&router, &answers, until, i, key, ports[key])
+            .await
+            .with_context(|| format!("connecting to service {key}"))?;
+    }
+    Ok(send(&router, &answers, requests, start))
 }
 
 async fn run_mode(
@@ -471,6 +529,7 @@ async fn drive_mode(args: &EfficiencyBench, fleet: &Fleet, mode: Mode) -> anyhow
         Mode::Exclusive => (None, "strict"),
         Mode::Static => (Some(args.static_milli), "strict"),
         Mode::Elastic => (Some(args.elastic_milli), "elastic"),
+        Mode::Auto => bail!("auto sizes what a demand replay sends: give --demand"),
     };
     // Services first, each running before the next is placed, as a deployment rolls out.
     let keys: Vec<String> = (0..services).map(|i| format!("svc-{i}")).collect();
@@ -485,16 +544,7 @@ async fn drive_mode(args: &EfficiencyBench, fleet: &Fleet, mode: Mode) -> anyhow
     let ports = wait_for_ports(fleet, &keys).await?;
     // Then the training backlog: a loop per GPU, and under elastic sharing one more per
     // GPU at the share services leave, elastic, to run in their idle time.
-    let mut training = Vec::new();
-    for i in 0..args.fleet_gpus() {
-        let key = format!("train-{i}");
-        training.push((
-            key.clone(),
-            fleet
-                .submit_training(&key, None, &args.train_args())
-                .await?,
-        ));
-    }
+    let mut training = fleet.submit_backlog(&args.train_args()).await?;
     if mode == Mode::Elastic {
         let per_gpu = (1000 / args.elastic_milli).max(1);
         let left = 1000 - per_gpu * args.elastic_milli;

@@ -1,0 +1,84 @@
+//! `allot bench efficiency --demand`: a demand file of this repository's own
+//! (`tests/fixtures/demand.csv`: two services, one of which steps from 5% to 50% of a GPU
+//! for a third of the span) replayed against the real control plane, agents, shim and
+//! workloads. The figures are read back from the control plane and the driver, not the
+//! bench's constants: the step forces a resize, and it shows up in them.
+
+use std::process::Command;
+
+use allot_system_tests::allot_bin;
+use allot_system_tests::shim::kit;
+
+#[test]
+fn a_replayed_demand_is_sized_by_allot_and_the_figures_say_so() {
+    // The shim, the fake driver and the workloads, beside the binary as the bench wants.
+    kit();
+    let demand = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/demand.csv");
+    let out = Command::new(allot_bin())
+        .args([
+            "bench",
+            "efficiency",
+            "--demand",
+            demand,
+            "--modes",
+            "auto",
+            "--nodes",
+            "1",
+            "--gpus-per-node",
+            "2",
+            "--secs",
+            "30",
+            "--json",
+        ])
+        .env("ALLOT_LOG", "error")
+        .output()
+        .expect("allot bench efficiency runs");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let report: serde_json::Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("JSON ({e}): {stderr}"));
+    // With auto alone nothing measures it against exclusive or static: targets are missed,
+    // and the run says so by its exit status.
+    assert_eq!(out.status.code(), Some(1), "{report}\n{stderr}");
+    assert_eq!(report["met"], false, "{report}");
+    assert!(stderr.contains("auto missed a target"), "{stderr}");
+    assert_eq!(
+        report["time_scale"], 20.0,
+        "600 s of demand in 30 s: {report}"
+    );
+    let auto = &report["modes"]["auto"];
+    assert!(
+        auto["resizes"].as_u64().is_some_and(|r| r >= 1),
+        "the step to half a GPU is a resize: {auto}"
+    );
+    assert!(
+        auto["requests"].as_u64().is_some_and(|r| r > 1_000),
+        "{auto}"
+    );
+    let mean = auto["gpus_hosting_services_mean"].as_f64().unwrap_or(0.0);
+    assert!(
+        (1.0..=2.0).contains(&mean),
+        "two services on one or two GPUs: {auto}"
+    );
+    for figure in [
+        "gpus_hosting_services_peak",
+        "fleet_busy",
+        "hosting_busy",
+        "services_per_gpu",
+        "p50_ms",
+        "p99_ms",
+        "p999_ms",
+        "over_100ms",
+        "lost",
+        "refused",
+        "best_effort_kernel_s_per_s",
+        "moves",
+    ] {
+        assert!(auto[figure].is_number(), "{figure}: {auto}");
+    }
+    // The GPUs were busy with what was sent (and the training backlog), by the driver's
+    // own count.
+    assert!(
+        auto["fleet_busy"].as_f64().is_some_and(|b| b > 0.05),
+        "{auto}"
+    );
+}
