@@ -155,9 +155,9 @@ pub fn prepare(
 impl JobSharing {
     /// What the job's kernels used of its GPUs' time, and how long its launches waited for
     /// its share, since the last call (each a share of the time since, averaged over its
-    /// GPUs), as its shim counted them; `None` the first time, or when the job's processes
-    /// counted nothing since. Busy time is over the time its shim measured it (its control
-    /// periods), so when it is read does not matter.
+    /// GPUs), as its shim counted them; `None` the first time. Busy time is over the time
+    /// its shim measured it (its control periods, which run while it launches work); a job
+    /// that launched nothing since, or never made a CUDA context, used none.
     pub fn busy_and_held_back(&self) -> Option<(f64, f64)> {
         let gpus = 0..self.gpus.len();
         let busy: u64 = gpus.clone().map(|i| self.region.busy_ns(i)).sum();
@@ -175,10 +175,14 @@ impl JobSharing {
         let over = measured.saturating_sub(last.measured);
         let wall = now.saturating_duration_since(last.at).as_nanos() as f64
             * self.gpus.len().max(1) as f64;
-        if over == 0 || wall <= 0.0 {
+        if wall <= 0.0 {
             return None;
         }
-        let busy = (busy.saturating_sub(last.busy) as f64 / over as f64).clamp(0.0, 1.0);
+        let busy = if over == 0 {
+            0.0
+        } else {
+            (busy.saturating_sub(last.busy) as f64 / over as f64).clamp(0.0, 1.0)
+        };
         let held = (held.saturating_sub(last.held) as f64 / wall).clamp(0.0, 1.0);
         Some((busy, held))
     }

@@ -1352,6 +1352,14 @@ async fn auto_sized_jobs_are_shares_of_one_gpu_and_bad_ones_name_their_field() {
             json!({ "gpu_sizing": { "max_milli": 500 } }),
             "gpu_sizing.max_milli",
         ),
+        (
+            json!({ "gpu_sizing": { "compute": true }, "isolation": "dedicated" }),
+            "isolation",
+        ),
+        (
+            json!({ "gpu_milli": 900, "gpu_sizing": { "compute": true, "max_milli": 300 } }),
+            "gpu_milli",
+        ),
     ] {
         let (s, p) = submit(body.clone()).await;
         assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{body}: {p}");
@@ -1360,5 +1368,25 @@ async fn auto_sized_jobs_are_shares_of_one_gpu_and_bad_ones_name_their_field() {
     let (s, p) = submit(json!({ "gpu_sizing": { "compute": true, "sure": 1 } })).await;
     assert_eq!(s, StatusCode::BAD_REQUEST, "{p}");
     assert!(p.to_string().contains("gpu_sizing.sure"), "{p}");
+    // A training job sized by Allot is a share, whatever its class's default isolation.
+    let (s, j) = submit(json!({ "gpu_sizing": { "compute": true }, "class": "training" })).await;
+    assert_eq!(s, StatusCode::CREATED, "{j}");
+    assert_eq!(j["isolation"], "shared", "{j}");
+    // Nor can a person resize it above its ceiling (the sizer would bring it down, and
+    // resizing again each time would hold the extra).
+    let (s, j) = submit(json!({ "gpu_sizing": { "compute": true, "max_milli": 500 } })).await;
+    assert_eq!(s, StatusCode::CREATED, "{j}");
+    let id = j["id"].as_str().expect("id");
+    let (s, p) = c
+        .post(
+            &format!("/api/v1/jobs/{id}/resize"),
+            json!({ "gpu_milli": 700 }),
+        )
+        .await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{p}");
+    assert!(
+        p.to_string().contains("gpu_milli") && p.to_string().contains("sized by Allot up to 0.5"),
+        "{p}"
+    );
     c.shutdown().await;
 }

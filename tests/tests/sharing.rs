@@ -384,8 +384,16 @@ async fn an_auto_sized_job_grows_when_held_back_and_shrinks_when_idle() {
     let fixed = c
         .submit_with(
             "ml",
-            json!({ "gpus": 1, "gpu_milli": 300, "env": env }),
+            json!({ "gpus": 1, "gpu_milli": 150, "env": env }),
             &["sh", "-c", &busy_then_idle],
+        )
+        .await;
+    // A job that never touches its GPU: it used nothing, and is shrunk.
+    let idle = c
+        .submit_with(
+            "ml",
+            json!({ "gpu_sizing": { "compute": true }, "env": env }),
+            &["sleep", "120"],
         )
         .await;
     let job = c.wait_for_state(&auto, "running").await;
@@ -454,7 +462,16 @@ async fn an_auto_sized_job_grows_when_held_back_and_shrinks_when_idle() {
     // The negative control: a fixed share is never resized, however held back.
     let (_, fixed) = c.get(&format!("/api/v1/jobs/{fixed}")).await;
     assert!(events(&fixed).is_empty(), "{fixed}");
-    assert_eq!(fixed["held_gpu_milli"], 300, "{fixed}");
+    assert_eq!(fixed["held_gpu_milli"], 150, "{fixed}");
+    let idle_path = format!("/api/v1/jobs/{idle}");
+    c.eventually("the job that never used its GPU shrunk", || async {
+        let (_, j) = c.get(&idle_path).await;
+        j["held_gpu_milli"]
+            .as_u64()
+            .is_some_and(|m| m < 250)
+            .then_some(())
+    })
+    .await;
     stop.cancel();
     c.shutdown().await;
 }

@@ -487,6 +487,19 @@ impl JobSpec {
                 "gpu_resizable",
                 "a sized job is resizable: set gpu_resizable",
             );
+            v.check(
+                self.isolation.is_none_or(|i| i == Isolation::Shared),
+                "isolation",
+                "a sized job is a share of a GPU: shared isolation (dedicated and mig hold \
+                 whole GPUs or instances)",
+            );
+            if let (Some(max), Some(start)) = (self.gpu_sizing.max_milli, self.gpu_milli) {
+                v.check(
+                    start <= max,
+                    "gpu_milli",
+                    format!("a sized job starts at or below its ceiling ({max} thousandths)"),
+                );
+            }
         }
         if self.gpu_compute.is_some() {
             v.check(

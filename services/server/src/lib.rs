@@ -305,10 +305,10 @@ impl ControlEvents for Events {
             }
             match self
                 .resizer
-                .resize(&self.store, &ctx, &job.id, &[share], None)
+                .resize(&self.store, &ctx, &job.id, &[(share, None)])
                 .await
             {
-                Ok(job) => Ok(job),
+                Ok((job, _)) => Ok(job),
                 Err(e @ (resizing::Refused::NotHolding(_) | resizing::Refused::NoRoom(_))) => {
                     Err(ApiError::Conflict(e.to_string()))
                 }

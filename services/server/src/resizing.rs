@@ -37,17 +37,16 @@ pub struct Resizer {
 }
 
 impl Resizer {
-    /// Gives `job_id` the first of `shares` that fits beside the GPUs' other jobs and
-    /// within its tenants' hard limits, recording `why`; `store` is the leader's (fenced in
-    /// its term).
+    /// Gives `job_id` the first of `asks` that fits beside the GPUs' other jobs and within
+    /// its tenants' hard limits, recording its reason; `store` is the leader's (fenced in
+    /// its term). The job resized, and which of `asks` it got.
     pub async fn resize(
         &self,
         store: &Store,
         ctx: &AuditContext,
         job_id: &str,
-        shares: &[Share],
-        why: Option<&str>,
-    ) -> Result<Job, Refused> {
+        asks: &[(Share, Option<String>)],
+    ) -> Result<(Job, usize), Refused> {
         let _turn = self.turn.lock().await;
         let holding = store
             .list_jobs(JobFilter {
@@ -62,10 +61,10 @@ impl Resizer {
         let nodes = store.list_nodes().await?;
         let tenants = store.list_tenants().await?;
         let mut first_refusal = None;
-        let fitting = shares.iter().find(|share| {
+        let fitting = asks.iter().position(|(share, _)| {
             match allot_scheduler::resize::check(
                 current,
-                **share,
+                *share,
                 &holding,
                 &nodes,
                 &tenants,
@@ -78,16 +77,19 @@ impl Resizer {
                 }
             }
         });
-        let Some(share) = fitting else {
+        let Some(i) = fitting else {
             return Err(Refused::NoRoom(
                 first_refusal.unwrap_or_else(|| "no share was asked for".to_owned()),
             ));
         };
-        let resized = store.resize_job(ctx, job_id, *share, why).await?;
+        let (share, why) = &asks[i];
+        let resized = store
+            .resize_job(ctx, job_id, *share, why.as_deref())
+            .await?;
         if let Some(node) = &resized.node_id {
             self.hub.send(node, hub::resize(&resized));
         }
         self.notify.notify_one();
-        Ok(resized)
+        Ok((resized, i))
     }
 }

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use allot_domain::{AuditContext, GPU_MILLI, Job, JobState, Share};
-use allot_sizing::{Bounds, Holding, Policy, Sample, Sizer};
+use allot_sizing::{Bounds, Decision, Holding, Policy, Sample, Sizer};
 use allot_store::{JobFilter, JobRepo, NodeRepo, Store, TenantScope};
 use tokio_util::sync::CancellationToken;
 
@@ -90,13 +90,14 @@ impl Sizing {
         }
     }
 
-    /// What each running sized job should hold now: (job id, share, why).
+    /// What each running sized job should hold now: (job id, what was decided, the GPU
+    /// memory it keeps when its memory is not sized).
     fn decide(
         &self,
         running: &[Job],
         gpu_memory: &HashMap<String, u64>,
         now: Instant,
-    ) -> Vec<(String, Share, String)> {
+    ) -> Vec<(String, Decision, u64)> {
         let at = self.at(now);
         let mut jobs = self.lock();
         jobs.retain(|id, t| {
@@ -139,49 +140,46 @@ impl Sizing {
             if d.gpu_milli == holding.gpu_milli && d.memory_bytes == holding.memory_bytes {
                 continue;
             }
-            decided.push((
-                job.id.clone(),
-                Share {
-                    gpu_milli: d.gpu_milli,
-                    gpu_memory_bytes: if sizing.memory {
-                        d.memory_bytes
-                    } else {
-                        job.spec.gpu_memory_bytes.unwrap_or(0)
-                    },
-                },
-                d.to_string(),
-            ));
+            decided.push((job.id.clone(), d, job.spec.gpu_memory_bytes.unwrap_or(0)));
         }
         decided
     }
 
-    /// The job was resized at `now` (its samples start again), or its resize was refused
-    /// (asked again later).
-    fn settled(&self, job_id: &str, resized: bool, now: Instant) {
+    /// `decision` was applied at `now` (granted its share, or less), or refused (asked
+    /// again later).
+    fn settled(&self, job_id: &str, applied: Option<&Decision>, now: Instant) {
         if let Some(t) = self.lock().get_mut(job_id) {
-            if resized {
-                t.sizer.applied(self.at(now));
-                t.retry_at = None;
-            } else {
-                t.retry_at = Some(now + RETRY_AFTER);
+            match applied {
+                Some(d) => {
+                    t.sizer.applied(self.at(now), d);
+                    t.retry_at = None;
+                }
+                None => t.retry_at = Some(now + RETRY_AFTER),
             }
         }
     }
 }
 
-/// Shares to try for a decided one, largest first: a growth that does not fit is tried
-/// smaller, down to a step above what the job holds.
-fn candidates(from: u32, to: Share) -> Vec<Share> {
-    let mut shares = vec![to];
-    if to.gpu_milli > from {
-        let step = (to.gpu_milli - from).div_ceil(4).max(1);
-        let mut m = to.gpu_milli;
+/// What to try for a decision, largest first, each with its own reason: a growth that does
+/// not fit is tried smaller, down to a step above what the job holds. `memory`: whether the
+/// job's memory is sized, else the bytes it keeps.
+fn candidates(d: &Decision, memory: Option<u64>) -> Vec<(Share, Decision)> {
+    let share = |d: &Decision| Share {
+        gpu_milli: d.gpu_milli,
+        gpu_memory_bytes: memory.unwrap_or(d.memory_bytes),
+    };
+    let mut tried = vec![(share(d), *d)];
+    let from = d.from.gpu_milli;
+    if d.gpu_milli > from {
+        let step = (d.gpu_milli - from).div_ceil(4).max(1);
+        let mut m = d.gpu_milli;
         while m > from + step {
             m -= step;
-            shares.push(Share { gpu_milli: m, ..to });
+            let smaller = d.granted(m);
+            tried.push((share(&smaller), smaller));
         }
     }
-    shares
+    tried
 }
 
 /// Decides every second while this replica leads (its term's `store`), until `stop`.
@@ -229,25 +227,30 @@ pub async fn run(
                 continue;
             }
         };
-        for (id, share, why) in sizing.decide(&running, &gpu_memory, Instant::now()) {
-            let from = running
+        for (id, decision, fixed_memory) in sizing.decide(&running, &gpu_memory, Instant::now()) {
+            let sized_memory = running
                 .iter()
                 .find(|j| j.id == id)
-                .map_or(0, |j| j.share().gpu_milli);
-            let tried = candidates(from, share);
-            match resizer.resize(&store, &ctx, &id, &tried, Some(&why)).await {
-                Ok(job) => {
-                    tracing::info!(job = %id, gpu_milli = job.share().gpu_milli, why = %why, "auto-sized");
-                    sizing.settled(&id, true, Instant::now());
+                .is_some_and(|j| j.spec.gpu_sizing.memory);
+            let tried = candidates(&decision, (!sized_memory).then_some(fixed_memory));
+            let asks: Vec<(Share, Option<String>)> = tried
+                .iter()
+                .map(|(share, d)| (*share, Some(d.to_string())))
+                .collect();
+            match resizer.resize(&store, &ctx, &id, &asks).await {
+                Ok((job, i)) => {
+                    let applied = &tried[i].1;
+                    tracing::info!(job = %id, gpu_milli = job.share().gpu_milli, why = %applied, "auto-sized");
+                    sizing.settled(&id, Some(applied), Instant::now());
                 }
                 Err(Refused::NoRoom(reason)) => {
-                    tracing::info!(job = %id, wanted = %why, %reason, "auto-size held back: no room");
-                    sizing.settled(&id, false, Instant::now());
+                    tracing::info!(job = %id, wanted = %decision, %reason, "auto-size held back: no room");
+                    sizing.settled(&id, None, Instant::now());
                 }
                 Err(Refused::NotHolding(_)) => {}
                 Err(Refused::Store(e)) => {
                     tracing::warn!(job = %id, error = %e, "auto-size not stored");
-                    sizing.settled(&id, false, Instant::now());
+                    sizing.settled(&id, None, Instant::now());
                 }
             }
         }
@@ -257,20 +260,40 @@ pub async fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use allot_sizing::Reason;
 
     #[test]
-    fn a_growth_that_does_not_fit_is_tried_smaller() {
-        let to = Share {
+    fn a_growth_that_does_not_fit_is_tried_smaller_each_saying_what_it_grants() {
+        let d = Decision {
             gpu_milli: 650,
-            gpu_memory_bytes: 7,
+            memory_bytes: 7,
+            reason: Reason::HeldBack { held_back: 0.5 },
+            forecast_milli: 900,
+            held_back: 0.5,
+            peak_memory_bytes: 1,
+            samples: 3,
+            span: Duration::from_secs(2),
+            from: allot_sizing::Holding {
+                gpu_milli: 250,
+                memory_bytes: 7,
+            },
         };
-        let got: Vec<u32> = candidates(250, to).iter().map(|s| s.gpu_milli).collect();
+        let tried = candidates(&d, None);
+        let got: Vec<u32> = tried.iter().map(|(s, _)| s.gpu_milli).collect();
         assert_eq!(got, vec![650, 550, 450, 350]);
-        assert!(candidates(250, to).iter().all(|s| s.gpu_memory_bytes == 7));
-        let down = Share {
-            gpu_milli: 100,
-            gpu_memory_bytes: 0,
-        };
-        assert_eq!(candidates(250, down), vec![down]);
+        assert!(
+            tried
+                .iter()
+                .all(|(s, d)| s.gpu_memory_bytes == 7 && s.gpu_milli == d.gpu_milli)
+        );
+        assert!(
+            tried[1].1.to_string().contains("0.250 → 0.550"),
+            "{}",
+            tried[1].1
+        );
+        let fixed = candidates(&d, Some(3));
+        assert!(fixed.iter().all(|(s, _)| s.gpu_memory_bytes == 3));
+        let down = d.granted(100);
+        assert_eq!(candidates(&down, None).len(), 1);
     }
 }

@@ -144,6 +144,10 @@ pub enum Reason {
     MemoryNearLimit { used: u64 },
     /// Its memory limit was under its observed peak plus headroom.
     BelowPeak,
+    /// Its memory limit has stayed well above its peak plus headroom.
+    MemoryOversized,
+    /// Its share is above what it may have now (its ceiling, a lowered quota).
+    OverCeiling,
 }
 
 /// A resize decided: the new share and memory limit, why, and the figures it rests on.
@@ -165,6 +169,13 @@ pub struct Decision {
     pub from: Holding,
 }
 
+impl Decision {
+    /// The same decision, granted `gpu_milli` instead (a growth that did not fit whole).
+    pub fn granted(self, gpu_milli: u32) -> Self {
+        Self { gpu_milli, ..self }
+    }
+}
+
 impl fmt::Display for Decision {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let why = match self.reason {
@@ -177,6 +188,8 @@ impl fmt::Display for Decision {
                 format!("memory near its limit ({})", mib(used))
             }
             Reason::BelowPeak => "memory limit below its peak plus headroom".to_owned(),
+            Reason::MemoryOversized => "memory limit well above its peak".to_owned(),
+            Reason::OverCeiling => "above its ceiling".to_owned(),
         };
         write!(
             f,
@@ -291,7 +304,7 @@ impl Sizer {
         // Over its ceiling (a lowered quota): down to it.
         if gpu_milli > max_milli {
             gpu_milli = max_milli;
-            reason.get_or_insert(Reason::Oversized);
+            reason = Some(Reason::OverCeiling);
         }
         let mut memory_bytes = holding.memory_bytes;
         if bounds.memory {
@@ -314,20 +327,24 @@ impl Sizer {
                 if now.saturating_sub(since) >= policy.shrink_after {
                     let least = round_up_mib(limit as f64 * (1.0 - policy.shrink_step));
                     memory_bytes = floor.max(least);
-                    reason = reason.or(Some(Reason::Oversized));
+                    reason = reason.or(Some(Reason::MemoryOversized));
                 }
             } else {
                 self.memory_under_since = None;
             }
             if memory_bytes > ceiling {
                 memory_bytes = ceiling;
-                reason = reason.or(Some(Reason::Oversized));
+                reason = reason.or(Some(Reason::OverCeiling));
             }
         }
         if gpu_milli == current && memory_bytes == holding.memory_bytes {
             return None;
         }
-        let reason = reason?;
+        let mut reason = reason?;
+        // A change of memory alone says why its memory changed.
+        if gpu_milli == current && matches!(reason, Reason::Oversized | Reason::Outgrown) {
+            reason = Reason::MemoryOversized;
+        }
         let span = match (self.samples.front(), self.samples.back()) {
             (Some(a), Some(b)) => b.at.saturating_sub(a.at),
             _ => Duration::ZERO,
@@ -346,12 +363,14 @@ impl Sizer {
         Some(decision)
     }
 
-    /// The decision was applied at `at`: samples start again (those under the old share
-    /// measured it, not the job's demand).
-    pub fn applied(&mut self, at: Duration) {
-        self.samples.clear();
+    /// `decision` was applied at `at`: when its share changed, samples start again (those
+    /// under the old share measured it, not the job's demand).
+    pub fn applied(&mut self, at: Duration, decision: &Decision) {
+        if decision.gpu_milli != decision.from.gpu_milli {
+            self.samples.clear();
+            self.under_since = None;
+        }
         self.changed_at = Some(at);
-        self.under_since = None;
         self.memory_under_since = None;
     }
 

@@ -40,7 +40,7 @@ fn run(
                 gpu_milli: d.gpu_milli,
                 memory_bytes: d.memory_bytes,
             };
-            sizer.applied(at);
+            sizer.applied(at, &d);
             decisions.push((t, d));
         }
         held.push(holding);
@@ -186,12 +186,10 @@ fn nothing_is_decided_on_too_few_samples_or_while_a_change_settles() {
     for t in 2..=4 {
         sizer.observe(sample(Duration::from_secs(t), 1.0, GIB, h));
     }
-    assert!(
-        sizer
-            .decide(Duration::from_secs(4), h, bounds(1000, 80 * GIB), &policy)
-            .is_some()
-    );
-    sizer.applied(Duration::from_secs(4));
+    let d = sizer
+        .decide(Duration::from_secs(4), h, bounds(1000, 80 * GIB), &policy)
+        .expect("held back");
+    sizer.applied(Duration::from_secs(4), &d);
     for t in 5..=10 {
         sizer.observe(sample(Duration::from_secs(t), 1.0, GIB, h));
     }

@@ -159,11 +159,15 @@ pub async fn submit(
         gpu_models: body.gpu_models,
         priority: body.priority,
         preemptible: body.preemptible,
-        // A MIG job runs at mig isolation (a different one asked for is refused below).
-        isolation: body.isolation.or(body
-            .mig_profile
-            .is_some()
-            .then_some(allot_domain::Isolation::Mig)),
+        // A MIG job runs at mig isolation, a sized one shared (a different one asked for
+        // is refused below), whatever its class's default.
+        isolation: body
+            .isolation
+            .or(body
+                .mig_profile
+                .is_some()
+                .then_some(allot_domain::Isolation::Mig))
+            .or(sizing.is_sized().then_some(allot_domain::Isolation::Shared)),
         class: body.class,
         max_retries: body.max_retries,
         command: body.command,
@@ -598,6 +602,21 @@ pub async fn resize(
         v.check(b > 0, "gpu_memory_bytes", "must be positive");
     }
     v.into_result()?;
+    // A sized job's ceiling holds for a person's resize too (else a member could hold a
+    // share above it by resizing it back each time the sizer brings it down).
+    if let Some(max) = job.spec.gpu_sizing.max_milli
+        && body.gpu_milli.is_some_and(|m| m > max)
+    {
+        return Err(ValidationError::single(
+            "gpu_milli",
+            format!(
+                "job {} is sized by Allot up to {} of a GPU: not above that",
+                job.id,
+                allot_domain::format_milli(u64::from(max))
+            ),
+        )
+        .into());
+    }
     if !job.spec.gpu_resizable {
         return Err(ApiError::Conflict(format!(
             "job {} was not submitted as resizable (gpu_resizable)",

@@ -747,7 +747,7 @@ fn parse_gpus(s: &str) -> Result<Gpus, String> {
             match parse_milli(max)? {
                 m @ 1..=1000 => Ok(Gpus::Auto(Some(m))),
                 _ => Err(format!(
-                    "`{s}`: the most of auto is a share above 0, at most 1"
+                    "`{s}`: auto:MAX takes a ceiling above 0 and at most 1 (a share of one GPU)"
                 )),
             }
         }

@@ -45,11 +45,6 @@ pub struct ServerArgs {
     /// The elastic share policy file (TOML, like policies/elastic.toml); implies --elastic.
     #[arg(long, env = "ALLOT_ELASTIC_POLICY")]
     elastic_policy: Option<PathBuf>,
-    /// Size auto-sized jobs (`--gpus auto`) on windows this many times shorter than the
-    /// production ones (a 300 s window, shrinking after 120 s below): for a benchmark that
-    /// replays a day compressed as many times, or a demonstration.
-    #[arg(long, env = "ALLOT_SIZING_TIME_SCALE", default_value_t = 1.0, value_parser = parse_time_scale)]
-    sizing_time_scale: f64,
     /// Serve the API over HTTPS with this certificate chain (PEM, leaf first). Without
     /// one, the API listens on loopback only (behind a local TLS proxy, say).
     #[arg(long, env = "ALLOT_TLS_CERT", requires = "tls_key")]
@@ -319,6 +314,11 @@ impl OidcArgs {
 /// How the scheduler places and reclaims.
 #[derive(Debug, clap::Args)]
 pub struct SchedulerArgs {
+    /// Size auto-sized jobs (`--gpus auto`) on windows this many times shorter than the
+    /// production ones (a 300 s window, shrinking after 120 s below): for a benchmark that
+    /// replays a day compressed as many times, or a demonstration.
+    #[arg(long, env = "ALLOT_SIZING_TIME_SCALE", default_value_t = 1.0, value_parser = parse_time_scale)]
+    sizing_time_scale: f64,
     /// Placement policy: allot (fragmentation-aware, the default), or a published baseline
     /// (fgd, bestfit, dotprod, gpu-packing, gpu-clustering, random).
     #[arg(long, env = "ALLOT_PLACEMENT_POLICY", default_value = "allot",
@@ -344,6 +344,7 @@ pub struct SchedulerArgs {
 impl SchedulerArgs {
     pub fn apply(&self, config: &mut ServerConfig) {
         config.placement_policy = self.placement_policy.clone();
+        config.sizing_time_scale = self.sizing_time_scale;
         config.min_runtime = std::time::Duration::from_secs(self.min_runtime_secs);
         config.fair_share_half_life = self
             .fair_share_half_life
@@ -464,7 +465,6 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
     config.policy_dir = args.policy_dir;
     config.elastic = args.elastic;
     config.elastic_policy = args.elastic_policy;
-    config.sizing_time_scale = args.sizing_time_scale;
     config.trusted_proxies = allot_api::client::TrustedProxies::parse(&args.trusted_proxies)
         .context("--trusted-proxy")?;
     if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
