@@ -639,8 +639,11 @@ pub async fn start(
         notify: notify.clone(),
         gpu_limits: config.gpu_limits,
     });
+    // Never windows shorter than the agents' samples (one a heartbeat) allow.
     let sizing = Arc::new(sizing::Sizing::new(
-        allot_sizing::Policy::default().compressed(config.sizing_time_scale),
+        allot_sizing::Policy::default()
+            .compressed(config.sizing_time_scale)
+            .sampled_every(config.heartbeat_interval),
     ));
     let pacing = Arc::new(pacing::Pacing::new(
         config.heartbeat_interval,

@@ -85,6 +85,16 @@ impl Default for Policy {
 }
 
 impl Policy {
+    /// The rules' times made no shorter than samples allow, when a sample comes every
+    /// `every`: a window of at least ten samples, a shrink after at least five, a settle of
+    /// at least two (a window shorter than a sample never holds enough to decide on).
+    pub fn sampled_every(mut self, every: Duration) -> Self {
+        self.window = self.window.max(every * 10);
+        self.shrink_after = self.shrink_after.max(every * 5);
+        self.settle = self.settle.max(every * 2);
+        self
+    }
+
     /// The same rules with their times divided by `k` (a day replayed `k` times faster is
     /// sized on windows `k` times shorter); `k` at or below 0 changes nothing.
     pub fn compressed(mut self, k: f64) -> Self {

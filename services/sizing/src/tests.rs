@@ -205,6 +205,19 @@ fn compressed_time_scales_the_windows() {
     assert_eq!(p.window, Duration::from_secs(5));
     assert_eq!(p.shrink_after, Duration::from_secs(2));
     assert_eq!(Policy::default().compressed(0.0), Policy::default());
+    // Compressed 960 times (a day in 90 s), the window would be 0.3 s: shorter than the
+    // samples, it would never hold three. Samples every 250 ms floor it.
+    let p = Policy::default()
+        .compressed(960.0)
+        .sampled_every(Duration::from_millis(250));
+    assert_eq!(p.window, Duration::from_millis(2500));
+    assert_eq!(p.shrink_after, Duration::from_millis(1250));
+    assert_eq!(p.settle, Duration::from_millis(500));
+    assert_eq!(
+        Policy::default().sampled_every(Duration::from_secs(2)),
+        Policy::default(),
+        "production windows are far above two-second samples"
+    );
 }
 
 proptest! {

@@ -101,6 +101,11 @@ impl Fleet {
         // Services at small shares: more of them on a GPU than the default 4.
         config.gpu_limits.max_jobs_per_shared_gpu = MAX_JOBS_PER_GPU;
         config.sizing_time_scale = spec.sizing_time_scale;
+        // Samples (one a heartbeat) often enough for sizing windows compressed with the
+        // demand (they are never shorter than ten samples).
+        if spec.sizing_time_scale > 1.0 {
+            config.heartbeat_interval = Duration::from_millis(250);
+        }
         config.elastic = policy.is_some();
         config.elastic_policy = policy;
         let (server, client) = super::super::in_process_server(config).await?;
