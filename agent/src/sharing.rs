@@ -93,12 +93,14 @@ pub struct Share {
 }
 
 impl Share {
+    /// What it holds of a GPU of `total` bytes (never more than the GPU has).
     fn memory_on(self, total: u64) -> u64 {
-        if self.gpu_memory_bytes > 0 {
-            self.gpu_memory_bytes.min(total)
-        } else {
-            total / 1000 * u64::from(self.gpu_milli.min(1000))
+        allot_domain::Share {
+            gpu_milli: self.gpu_milli.min(1000),
+            gpu_memory_bytes: self.gpu_memory_bytes,
         }
+        .memory_on(total)
+        .min(total)
     }
 }
 

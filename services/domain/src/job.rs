@@ -762,6 +762,18 @@ pub struct Share {
     pub gpu_memory_bytes: u64,
 }
 
+impl Share {
+    /// The memory it holds of a GPU of `gpu_memory_bytes`: what it asked for, else its
+    /// share of the GPU's memory.
+    pub fn memory_on(self, gpu_memory_bytes: u64) -> u64 {
+        if self.gpu_memory_bytes > 0 {
+            self.gpu_memory_bytes
+        } else {
+            gpu_memory_bytes / u64::from(GPU_MILLI) * u64::from(self.gpu_milli)
+        }
+    }
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;

@@ -10,12 +10,8 @@ use allot_domain::{GPU_MILLI, Job, Node, Share, Tenant};
 
 /// What a job holds of each GPU: (thousandths, bytes of memory).
 fn held(job: &Job, gpu_memory: u64) -> (u64, u64) {
-    let milli = u64::from(job.share().gpu_milli);
-    let memory = job
-        .spec
-        .gpu_memory_bytes
-        .unwrap_or(gpu_memory / u64::from(GPU_MILLI) * milli);
-    (milli, memory)
+    let share = job.share();
+    (u64::from(share.gpu_milli), share.memory_on(gpu_memory))
 }
 
 /// `Ok` when `job` (one of `holding`) can hold `share` of each of its GPUs; else why not.
@@ -55,11 +51,7 @@ pub fn check(
                 allot_domain::format_milli(want)
             ));
         }
-        let want_memory = if share.gpu_memory_bytes > 0 {
-            share.gpu_memory_bytes
-        } else {
-            gpu.memory_bytes / u64::from(GPU_MILLI) * want
-        };
+        let want_memory = share.memory_on(gpu.memory_bytes);
         if memory + want_memory > gpu.memory_bytes {
             return Err(format!(
                 "GPU {uuid} has {} of memory free beside its other jobs, not {}",

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use allot_domain::{AuditContext, GPU_MILLI, Job, JobState, Share};
+use allot_domain::{AuditContext, Job, JobState, Share};
 use allot_sizing::{Bounds, Decision, Holding, Policy, Sample, Sizer};
 use allot_store::{JobFilter, JobRepo, NodeRepo, Store, TenantScope};
 use tokio_util::sync::CancellationToken;
@@ -36,6 +36,16 @@ struct Tracked {
     sizer: Sizer,
     /// Not before this is a refused resize asked again.
     retry_at: Option<Instant>,
+}
+
+impl Tracked {
+    fn new(attempt: u32) -> Self {
+        Self {
+            attempt,
+            sizer: Sizer::new(),
+            retry_at: None,
+        }
+    }
 }
 
 impl Sizing {
@@ -69,17 +79,12 @@ impl Sizing {
             if !(s.utilization.is_finite() && s.held_back.is_finite()) {
                 continue;
             }
-            let tracked = jobs.entry(job.id.clone()).or_insert_with(|| Tracked {
-                attempt: job.attempt,
-                sizer: Sizer::new(),
-                retry_at: None,
-            });
+            let tracked = jobs
+                .entry(job.id.clone())
+                .or_insert_with(|| Tracked::new(job.attempt));
+            // A new attempt is measured from its start.
             if tracked.attempt != job.attempt {
-                *tracked = Tracked {
-                    attempt: job.attempt,
-                    sizer: Sizer::new(),
-                    retry_at: None,
-                };
+                *tracked = Tracked::new(job.attempt);
             }
             tracked.sizer.observe(Sample {
                 at,
@@ -97,7 +102,7 @@ impl Sizing {
         running: &[Job],
         gpu_memory: &HashMap<String, u64>,
         now: Instant,
-    ) -> Vec<(String, Decision, u64)> {
+    ) -> Vec<(String, Decision, Option<u64>)> {
         let at = self.at(now);
         let mut jobs = self.lock();
         jobs.retain(|id, t| {
@@ -116,13 +121,11 @@ impl Sizing {
             let Some(gpu) = job.gpu_uuids.first().and_then(|u| gpu_memory.get(u)) else {
                 continue;
             };
-            let milli = job.share().gpu_milli;
+            let share = job.share();
+            let milli = share.gpu_milli;
             let holding = Holding {
                 gpu_milli: milli,
-                memory_bytes: job
-                    .spec
-                    .gpu_memory_bytes
-                    .unwrap_or(gpu / u64::from(GPU_MILLI) * u64::from(milli)),
+                memory_bytes: share.memory_on(*gpu),
             };
             let sizing = job.spec.gpu_sizing;
             let bounds = Bounds {
@@ -140,7 +143,8 @@ impl Sizing {
             if d.gpu_milli == holding.gpu_milli && d.memory_bytes == holding.memory_bytes {
                 continue;
             }
-            decided.push((job.id.clone(), d, job.spec.gpu_memory_bytes.unwrap_or(0)));
+            let kept_memory = (!sizing.memory).then_some(share.gpu_memory_bytes);
+            decided.push((job.id.clone(), d, kept_memory));
         }
         decided
     }
@@ -227,12 +231,8 @@ pub async fn run(
                 continue;
             }
         };
-        for (id, decision, fixed_memory) in sizing.decide(&running, &gpu_memory, Instant::now()) {
-            let sized_memory = running
-                .iter()
-                .find(|j| j.id == id)
-                .is_some_and(|j| j.spec.gpu_sizing.memory);
-            let tried = candidates(&decision, (!sized_memory).then_some(fixed_memory));
+        for (id, decision, kept_memory) in sizing.decide(&running, &gpu_memory, Instant::now()) {
+            let tried = candidates(&decision, kept_memory);
             let asks: Vec<(Share, Option<String>)> = tried
                 .iter()
                 .map(|(share, d)| (*share, Some(d.to_string())))
