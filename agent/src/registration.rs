@@ -18,11 +18,14 @@ impl Agent {
     }
 
     /// Registers, retrying until it works or the agent stops: with the node certificate when
-    /// there is one, else (or when it is refused) with the bootstrap token. Each registration
-    /// gets a new certificate for a new key. Returns whether it registered (false: the
-    /// agent stopped first).
+    /// there is one, else (or when it is refused) with the bootstrap token, for a new key.
+    /// Retries send the same request: one whose answer was lost (a call that timed out after
+    /// the control plane committed it, spending the token) is taken again as that
+    /// registration because it is for the same key. Returns whether it registered (false:
+    /// the agent stopped first).
     pub(crate) async fn register(&self, stop: &CancellationToken) -> Result<bool, AgentError> {
         let mut attempt = 0;
+        let mut new_key: Option<allot_pki::NodeRequest> = None;
         loop {
             let seen = self.link.moved();
             let (channel, bootstrap_token) = match self.link.node() {
@@ -42,11 +45,15 @@ impl Agent {
             let held = with_certificate
                 .then(|| self.lock_creds().as_ref().map(|c| c.key_pem.clone()))
                 .flatten();
-            let request = match &held {
-                Some(key) => allot_pki::node_request_for_key(&self.cfg.node_name, key),
-                None => allot_pki::node_request(&self.cfg.node_name),
+            let request = match (&held, &new_key) {
+                (Some(key), _) => allot_pki::node_request_for_key(&self.cfg.node_name, key),
+                (None, Some(request)) => Ok(request.clone()),
+                (None, None) => allot_pki::node_request(&self.cfg.node_name),
             }
             .map_err(|e| AgentError::Credentials(e.to_string()))?;
+            if held.is_none() {
+                new_key = Some(request.clone());
+            }
             let req = RegisterRequest {
                 bootstrap_token,
                 csr_pem: request.csr_pem,

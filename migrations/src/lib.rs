@@ -45,6 +45,7 @@ mod m20261214_000003_job_limits;
 mod m20261214_000004_approved_gpus;
 mod m20261214_000005_job_short_ids;
 mod m20261215_000001_gpu_sizing;
+mod m20261216_000001_bootstrap_retry;
 mod roles;
 
 pub use roles::{APPEND_ONLY_TABLES, BadRoleName, postgres_app_role_grants};
@@ -97,6 +98,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261214_000004_approved_gpus::Migration),
             Box::new(m20261214_000005_job_short_ids::Migration),
             Box::new(m20261215_000001_gpu_sizing::Migration),
+            Box::new(m20261216_000001_bootstrap_retry::Migration),
         ]
     }
 }

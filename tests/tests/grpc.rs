@@ -782,6 +782,60 @@ async fn a_bootstrap_token_admits_only_its_node_and_replaces_one_only_when_made_
     c.shutdown().await;
 }
 
+/// An agent's registration call timed out after the control plane had committed it: the
+/// token is spent and the certificate lost. The agent sends the same request again (same
+/// key) and is registered; anyone else holding the spent token is not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_registration_whose_answer_was_lost_is_taken_again_for_the_same_key_only() {
+    let c = spawn_cluster(Backend::Sqlite, 0, "").await;
+    let token = bootstrap_token(&c.server).await;
+    let request = node_request("gpu-7").expect("CSR");
+    let lost = client(&c, None)
+        .register(register_req(&token, "gpu-7", &request.csr_pem))
+        .await
+        .expect("registered")
+        .into_inner();
+    let again = client(&c, None)
+        .register(register_req(&token, "gpu-7", &request.csr_pem))
+        .await
+        .expect("the same registration, sent again")
+        .into_inner();
+    assert_eq!(again.node_id, lost.node_id, "one node");
+    let mut node = client(&c, Some((&again.certificate_pem, &request.key_pem)));
+    let raw = RawNode {
+        id: again.node_id.clone(),
+        name: "gpu-7".into(),
+        key_pem: request.key_pem.clone(),
+        cert_pem: again.certificate_pem.clone(),
+        client: node.clone(),
+    };
+    let beat = || raw.heartbeat();
+    node.heartbeat(beat())
+        .await
+        .expect("the retry's certificate works");
+    let err = client(&c, Some((&lost.certificate_pem, &request.key_pem)))
+        .heartbeat(beat())
+        .await
+        .expect_err("the lost answer's certificate was revoked");
+    assert_eq!(err.code(), Code::Unauthenticated, "{err}");
+    // The spent token with another key, or for another name, admits nobody.
+    for (name, csr) in [
+        ("gpu-7", node_request("gpu-7").expect("CSR").csr_pem),
+        ("gpu-8", request.csr_pem.clone()),
+    ] {
+        let err = client(&c, None)
+            .register(register_req(&token, name, &csr))
+            .await
+            .expect_err("a second use");
+        assert_eq!(err.code(), Code::Unauthenticated, "{name}: {err}");
+        assert!(err.message().contains("already used"), "{err}");
+    }
+    node.heartbeat(beat())
+        .await
+        .expect("the node is still trusted");
+    c.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_renewal_is_for_the_key_the_node_holds_and_names_both_certificates() {
     use allot_proto::v1::RenewCertificateRequest;

@@ -322,6 +322,7 @@ impl Fixture {
                     name: format!("spare-{}", self.made),
                     admission: Admission::BootstrapToken {
                         secret_hash: allot_api::secret::hash(&secret),
+                        key: format!("spare-key-{}", self.made),
                     },
                     certificate: NewNodeCertificate {
                         serial: format!("{:032x}", self.made),

@@ -243,6 +243,13 @@ pub fn csr_public_key(csr_pem: &str) -> Result<Vec<u8>, PkiError> {
     Ok(csr.certification_request_info.subject_pki.raw.to_vec())
 }
 
+/// What identifies the key a certificate signing request (PEM) is for: the lowercase hex
+/// SHA-256 of its subject public key info.
+pub fn csr_key_fingerprint(csr_pem: &str) -> Result<String, PkiError> {
+    use sha2::{Digest, Sha256};
+    Ok(hex::encode(Sha256::digest(csr_public_key(csr_pem)?)))
+}
+
 impl NodeCert {
     /// Reads a node certificate (DER). Its signature is not checked here: the TLS handshake
     /// did that, against the authority.

@@ -655,6 +655,8 @@ impl NodeSvc {
             }
             None => Admission::BootstrapToken {
                 secret_hash: secret::hash(&r.bootstrap_token),
+                key: allot_pki::csr_key_fingerprint(&r.csr_pem)
+                    .map_err(|e| Status::invalid_argument(format!("csr_pem: {e}")))?,
             },
         };
         let issued = self.issue(&r.csr_pem, &r.node_name)?;

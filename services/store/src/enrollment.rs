@@ -11,7 +11,7 @@ use sea_orm::{
 use serde::Serialize;
 
 use crate::audit::record;
-use crate::entities::{bootstrap_tokens, node_certificates};
+use crate::entities::{bootstrap_tokens, node_certificates, nodes};
 use crate::{Store, StoreError, new_id};
 
 /// A bootstrap token as listed: never its secret.
@@ -72,8 +72,11 @@ pub struct NewNodeCertificate {
 #[derive(Debug, Clone)]
 pub enum Admission {
     /// A one-time bootstrap token (its hash): consumed by the registration, which then
-    /// revokes every earlier certificate of a node of that name.
-    BootstrapToken { secret_hash: String },
+    /// revokes every earlier certificate of a node of that name. `key` is what the request
+    /// is for (hex SHA-256 of its subject public key info): the same node sending the same
+    /// request again, for the same key, shortly after, is a retry whose answer was lost
+    /// ([`REGISTRATION_RETRY_WINDOW`]), not a second use.
+    BootstrapToken { secret_hash: String, key: String },
     /// A current certificate of the node of that name.
     Certificate { serial: String },
 }
@@ -138,33 +141,67 @@ fn cert_to_domain(m: node_certificates::Model) -> NodeCertificate {
     }
 }
 
-/// Consumes the bootstrap token with this hash for `node`, or refuses: a token admits only
-/// the node name (or pattern) it was made for, and takes over the name of a node already
-/// registered (`exists`) only when it was made to replace one.
+/// How long after a bootstrap token's use the registration it admitted may be sent again
+/// (same node, same key) because its answer was lost: an agent's call timed out while the
+/// control plane committed it, and the token, spent, would otherwise strand the node.
+pub const REGISTRATION_RETRY_WINDOW: chrono::Duration = chrono::Duration::minutes(2);
+
+/// What a bootstrap token's use was.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TokenUse {
+    /// Its one use.
+    First,
+    /// The registration it admitted, sent again by the node that holds the key it was for.
+    Retry,
+}
+
+/// Consumes the bootstrap token with this hash for `node` and `key`, or refuses: a token
+/// admits only the node name (or pattern) it was made for, and takes over the name of a
+/// node already registered (`existing`) only when it was made to replace one. A token
+/// already used admits only a retry of that registration: the same node name and key,
+/// within [`REGISTRATION_RETRY_WINDOW`] of its use, while the certificate that use issued
+/// (or a retry's) is still the node's and unrevoked.
 pub(crate) async fn consume_bootstrap_token<C: ConnectionTrait>(
     db: &C,
     secret_hash: &str,
     node: &str,
-    exists: bool,
+    key: &str,
+    existing: Option<&nodes::Model>,
     now: DateTime<Utc>,
-) -> Result<(), StoreError> {
+) -> Result<TokenUse, StoreError> {
     use bootstrap_tokens::Column as C;
     let unusable =
         || StoreError::Refused("the bootstrap token is unknown, expired or already used".into());
     let token = bootstrap_tokens::Entity::find()
         .filter(C::SecretHash.eq(secret_hash))
-        .filter(C::UsedAt.is_null())
         .filter(C::ExpiresAt.gt(now))
         .one(db)
         .await?
         .ok_or_else(unusable)?;
+    if let Some(used_at) = token.used_at {
+        let same_request = token.used_by.as_deref() == Some(node)
+            && token.used_key.as_deref() == Some(key)
+            && now < used_at + REGISTRATION_RETRY_WINDOW;
+        let Some(m) = existing.filter(|_| same_request) else {
+            return Err(unusable());
+        };
+        let current = node_certificates::Entity::find_by_id(m.latest_cert_serial.clone())
+            .one(db)
+            .await?
+            .is_some_and(|c| c.node_id == m.id && c.revoked_at.is_none());
+        return if current {
+            Ok(TokenUse::Retry)
+        } else {
+            Err(unusable())
+        };
+    }
     if !allot_domain::node::node_pattern_matches(&token.node_name, node) {
         return Err(StoreError::Refused(format!(
             "this bootstrap token admits node `{}`, not `{node}`",
             token.node_name
         )));
     }
-    if exists && !token.replace_existing {
+    if existing.is_some() && !token.replace_existing {
         return Err(StoreError::Refused(format!(
             "node `{node}` is already registered: taking over its name needs a token made to \
              replace it (allot node bootstrap-token create --node {node} --replace)"
@@ -173,17 +210,16 @@ pub(crate) async fn consume_bootstrap_token<C: ConnectionTrait>(
     let res = bootstrap_tokens::Entity::update_many()
         .col_expr(C::UsedAt, Expr::value(now))
         .col_expr(C::UsedBy, Expr::value(node))
+        .col_expr(C::UsedKey, Expr::value(key))
         .filter(C::SecretHash.eq(secret_hash))
         .filter(C::UsedAt.is_null())
         .filter(C::ExpiresAt.gt(now))
         .exec(db)
         .await?;
     if res.rows_affected == 1 {
-        Ok(())
+        Ok(TokenUse::First)
     } else {
-        Err(StoreError::Refused(
-            "the bootstrap token is unknown, expired or already used".into(),
-        ))
+        Err(unusable())
     }
 }
 
@@ -236,6 +272,7 @@ impl EnrollmentRepo for Store {
             expires_at: Set(t.expires_at),
             used_at: Set(None),
             used_by: Set(None),
+            used_key: Set(None),
             node_name: Set(t.node_name),
             replace_existing: Set(t.replace),
         })

@@ -52,7 +52,7 @@ pub use beats::{Beat, BeatBatcher, GpuSamples};
 pub use credentials::CredentialRepo;
 pub use enrollment::{
     Admission, BootstrapToken, EnrollmentRepo, NewBootstrapToken, NewNodeCertificate,
-    NodeCertificate,
+    NodeCertificate, REGISTRATION_RETRY_WINDOW,
 };
 pub use error::StoreError;
 pub use fair_share::{FairShareHistory, FairShareRepo};

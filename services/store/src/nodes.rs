@@ -13,7 +13,8 @@ use sea_orm::{
 use crate::audit::record;
 use crate::convert::{to_i64, to_u32, to_u64};
 use crate::enrollment::{
-    Admission, NewNodeCertificate, consume_bootstrap_token, insert_certificate, revoke_certificates,
+    Admission, NewNodeCertificate, TokenUse, consume_bootstrap_token, insert_certificate,
+    revoke_certificates,
 };
 use crate::entities::{gpus, node_certificates, nodes};
 use crate::{Store, StoreError, new_id};
@@ -263,12 +264,22 @@ impl NodeRepo for Store {
             .one(&txn)
             .await?;
         match (&r.admission, &existing) {
-            (Admission::BootstrapToken { secret_hash }, _) => {
-                consume_bootstrap_token(&txn, secret_hash, &r.name, existing.is_some(), now)
-                    .await?;
+            (Admission::BootstrapToken { secret_hash, key }, _) => {
+                let used = consume_bootstrap_token(
+                    &txn,
+                    secret_hash,
+                    &r.name,
+                    key,
+                    existing.as_ref(),
+                    now,
+                )
+                .await?;
                 // Whoever held this name before is not trusted any more: an admin's
-                // explicit replace, audited as such.
-                if let Some(m) = &existing {
+                // explicit replace, audited as such. A retry replaces only the certificate
+                // its lost answer carried, which never reached the node.
+                if let (Some(m), TokenUse::Retry) = (&existing, used) {
+                    revoke_certificates(&txn, &m.id, now).await?;
+                } else if let Some(m) = &existing {
                     let revoked = revoke_certificates(&txn, &m.id, now).await?;
                     let event =
                         AuditEvent::success(SYSTEM_LOG, "node.replace", format!("node/{}", m.id))

@@ -720,6 +720,100 @@ both_backends!(tokens, |store, clock| {
     ));
 });
 
+both_backends!(
+    a_registration_sent_again_for_its_key_is_a_retry,
+    |store, clock| {
+        // An agent's registration timed out after the control plane committed it: the token is
+        // spent and the certificate never arrived. The same request again (same node, same key)
+        // is that registration, not a second use; nothing else is.
+        for hash in ["r1", "r2"] {
+            store
+                .create_bootstrap_token(
+                    &ctx(),
+                    NewBootstrapToken {
+                        secret_hash: hash.repeat(32),
+                        description: String::new(),
+                        expires_at: clock.now() + Duration::hours(1),
+                        node_name: "n*".into(),
+                        replace: false,
+                    },
+                )
+                .await
+                .expect("token");
+        }
+        let reg = |hash: &str, name: &str, key: &str, serial: &str| NodeRegistration {
+            cpu_milli: 8_000,
+            memory_bytes: 64 << 30,
+            name: name.into(),
+            admission: Admission::BootstrapToken {
+                secret_hash: hash.repeat(32),
+                key: key.into(),
+            },
+            certificate: NewNodeCertificate {
+                serial: serial.into(),
+                issued_at: clock.now(),
+                expires_at: clock.now() + Duration::hours(24),
+            },
+            agent_version: "0.1.0".into(),
+            gpu_backend: "simulated".into(),
+            runtime: "process".into(),
+            gpus: vec![],
+            lease_expires_at: clock.now() + Duration::seconds(15),
+            address: String::new(),
+        };
+        let current = |serial: &'static str| {
+            let (store, now) = (&store, clock.now());
+            async move { store.node_by_certificate(serial, now).await.expect("read") }
+        };
+        let first = store
+            .register_node(&ctx(), reg("r1", "n1", "k1", "c1"))
+            .await
+            .expect("registered");
+        clock.advance(Duration::seconds(5));
+        let retry = store
+            .register_node(&ctx(), reg("r1", "n1", "k1", "c2"))
+            .await
+            .expect("the same registration, sent again");
+        assert_eq!(retry.id, first.id, "the same node");
+        assert!(
+            current("c1").await.is_none(),
+            "the lost answer's certificate is revoked"
+        );
+        assert_eq!(current("c2").await.map(|n| n.id), Some(first.id.clone()));
+        // Another key, or another name the token's pattern would have admitted, is a second
+        // use: refused, and the node's certificate still stands.
+        for (name, key) in [("n1", "k2"), ("n2", "k1")] {
+            let refused = store
+                .register_node(&ctx(), reg("r1", name, key, "c3"))
+                .await;
+            assert!(
+                matches!(&refused, Err(StoreError::Refused(m)) if m.contains("already used")),
+                "{name} {key}: {refused:?}"
+            );
+        }
+        assert!(current("c2").await.is_some());
+        // Past the retry window, the same request is a second use too.
+        clock.advance(allot_store::REGISTRATION_RETRY_WINDOW);
+        let late = store
+            .register_node(&ctx(), reg("r1", "n1", "k1", "c4"))
+            .await;
+        assert!(matches!(late, Err(StoreError::Refused(_))), "{late:?}");
+        assert!(current("c2").await.is_some());
+        // A node revoked by an admin is not brought back by its spent token, even at once and
+        // with its own key.
+        let n3 = store
+            .register_node(&ctx(), reg("r2", "n3", "k3", "c5"))
+            .await
+            .expect("registered");
+        store.revoke_node(&ctx(), &n3.id).await.expect("revoked");
+        let back = store
+            .register_node(&ctx(), reg("r2", "n3", "k3", "c6"))
+            .await;
+        assert!(matches!(back, Err(StoreError::Refused(_))), "{back:?}");
+        assert!(current("c6").await.is_none());
+    }
+);
+
 both_backends!(nodes_register_and_heartbeat, |store, clock| {
     // GPU 1 is in MIG mode, with one instance.
     let gpu = |i: u32| GpuDevice {
@@ -766,8 +860,10 @@ both_backends!(nodes_register_and_heartbeat, |store, clock| {
             address: String::new(),
         }
     };
-    let by_token = |hash: &str| Admission::BootstrapToken {
+    // Each registration is for a key of its own (`key`), as each agent's is.
+    let by_token = |hash: &str, key: &str| Admission::BootstrapToken {
         secret_hash: hash.repeat(32),
+        key: key.into(),
     };
     let by_cert = |serial: &str| Admission::Certificate {
         serial: serial.into(),
@@ -791,7 +887,7 @@ both_backends!(nodes_register_and_heartbeat, |store, clock| {
 
     // Neither an unknown nor an expired token, nor a certificate of a node never
     // registered, admits anyone.
-    for admission in [by_token("xx"), by_token("t0"), by_cert("c0")] {
+    for admission in [by_token("xx", "k0"), by_token("t0", "k0"), by_cert("c0")] {
         let refused = store
             .register_node(&ctx(), reg(admission, "c0", vec![], "0.1.0"))
             .await;
@@ -803,7 +899,7 @@ both_backends!(nodes_register_and_heartbeat, |store, clock| {
     let node = store
         .register_node(
             &ctx(),
-            reg(by_token("t1"), "c1", vec![gpu(0), gpu(1)], "0.1.0"),
+            reg(by_token("t1", "k1"), "c1", vec![gpu(0), gpu(1)], "0.1.0"),
         )
         .await
         .expect("register");
@@ -832,7 +928,7 @@ both_backends!(nodes_register_and_heartbeat, |store, clock| {
     }
     // The token is spent.
     let reused = store
-        .register_node(&ctx(), reg(by_token("t1"), "c9", vec![], "0.1.0"))
+        .register_node(&ctx(), reg(by_token("t1", "k9"), "c9", vec![], "0.1.0"))
         .await;
     assert!(matches!(reused, Err(StoreError::Refused(_))), "{reused:?}");
     let listed = store.list_bootstrap_tokens().await.expect("list");
@@ -859,7 +955,10 @@ both_backends!(nodes_register_and_heartbeat, |store, clock| {
 
     // A token not made to replace a node does not take over its name.
     let refused = store
-        .register_node(&ctx(), reg(by_token("t3"), "c3", vec![gpu(0)], "0.1.1"))
+        .register_node(
+            &ctx(),
+            reg(by_token("t3", "k3"), "c3", vec![gpu(0)], "0.1.1"),
+        )
         .await;
     assert!(
         matches!(&refused, Err(StoreError::Refused(m)) if m.contains("already registered")),
@@ -867,7 +966,10 @@ both_backends!(nodes_register_and_heartbeat, |store, clock| {
     );
     // One made to replace it does: its earlier certificates stop authenticating.
     store
-        .register_node(&ctx(), reg(by_token("t2"), "c3", vec![gpu(0)], "0.1.1"))
+        .register_node(
+            &ctx(),
+            reg(by_token("t2", "k3"), "c3", vec![gpu(0)], "0.1.1"),
+        )
         .await
         .expect("taken over");
     for old in ["c1", "c2"] {
@@ -928,7 +1030,7 @@ both_backends!(nodes_register_and_heartbeat, |store, clock| {
         .await
         .expect("deleted");
     let gone = store
-        .register_node(&ctx(), reg(by_token("t3"), "c6", vec![], "0.1.1"))
+        .register_node(&ctx(), reg(by_token("t3", "k6"), "c6", vec![], "0.1.1"))
         .await;
     assert!(matches!(gone, Err(StoreError::Refused(_))), "{gone:?}");
     // The registration that took the node over with token t2 is the one in force.
@@ -937,7 +1039,7 @@ both_backends!(nodes_register_and_heartbeat, |store, clock| {
             &ctx(),
             NodeRegistration {
                 name: "n1".into(),
-                ..reg(by_token("t2"), "c7", vec![], "0.1.1")
+                ..reg(by_token("t2", "k7"), "c7", vec![], "0.1.1")
             },
         )
         .await

@@ -13,6 +13,9 @@ pub struct Model {
     pub expires_at: DateTimeUtc,
     pub used_at: Option<DateTimeUtc>,
     pub used_by: Option<String>,
+    /// The key the registration it admitted was for (hex SHA-256 of its subject public key
+    /// info): a retry of that registration must prove it holds the same key.
+    pub used_key: Option<String>,
     /// The node name it admits, or a pattern with `*` (empty: none).
     pub node_name: String,
     /// It may take over the name of a node already registered.
