@@ -533,7 +533,7 @@ pub fn allot_bin() -> std::path::PathBuf {
     }
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let status = std::process::Command::new(cargo)
-        .args(["build", "--quiet", "-p", "allot", "--bin", "allot"])
+        .args(["build", "--quiet", "-p", "allot", "-p", "allot-bench"])
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .status()
         .expect("cargo build runs");

@@ -1,6 +1,5 @@
 //! `allot`: the control plane, the node agent, the one-process dev cluster, and the client.
 
-mod client;
 mod cmd;
 mod output;
 
@@ -11,6 +10,8 @@ use tracing_subscriber::EnvFilter;
 use tracing_subscriber::Layer;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
+
+use allot_client as client;
 
 use crate::client::Client;
 use crate::cmd::job::JobCmd;
@@ -92,9 +93,13 @@ enum Command {
         #[arg(short, long, value_enum, default_value_t)]
         output: output::Format,
     },
-    /// Run a benchmark (results belong in docs/benchmarks.md).
-    #[command(subcommand)]
-    Bench(cmd::bench::BenchCmd),
+    /// Run a benchmark: `allot-bench`, the benchmarks' own binary beside this one
+    /// (`allot bench --help` lists them; results belong in docs/benchmarks.md).
+    #[command(disable_help_flag = true)]
+    Bench {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<std::ffi::OsString>,
+    },
     /// Read, export and verify the tamper-evident audit logs.
     #[command(subcommand)]
     Audit(cmd::audit::AuditCmd),
@@ -142,7 +147,13 @@ pub fn shutdown_signal() -> impl Future<Output = ()> {
 }
 
 async fn run(cli: Cli) -> anyhow::Result<i32> {
-    let client = || Client::new(&cli.server, cli.token.clone(), cli.ca_cert.as_deref());
+    let client = || {
+        Ok::<_, anyhow::Error>(Client::new(
+            &cli.server,
+            cli.token.clone(),
+            cli.ca_cert.as_deref(),
+        )?)
+    };
     match cli.command {
         Command::Server(args) => cmd::server::run(*args).await.map(|()| 0),
         Command::Agent(args) => cmd::agent::run(args).await.map(|()| 0),
@@ -156,7 +167,7 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Binding(c) => cmd::access::run_binding(&client()?, c).await.map(|()| 0),
         Command::Whoami { output } => cmd::access::whoami(&client()?, output).await.map(|()| 0),
         Command::Audit(c) => cmd::audit::run(client, c).await,
-        Command::Bench(c) => cmd::bench::run(c).await.map(|()| 0),
+        Command::Bench { args } => Err(cmd::bench::exec(args)),
         Command::Db(c) => cmd::db::run(c).await.map(|()| 0),
         Command::Gpu(c) => cmd::gpu::run(c).await,
         Command::Usage(args) => cmd::usage::run(&client()?, args).await.map(|()| 0),
@@ -197,7 +208,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let daemon = matches!(
         cli.command,
-        Command::Server(_) | Command::Agent(_) | Command::Dev(_) | Command::Bench(_)
+        Command::Server(_) | Command::Agent(_) | Command::Dev(_) | Command::Bench { .. }
     );
     if daemon {
         sigpipe(SigPipe::Ignore);

@@ -14,6 +14,7 @@ pub mod estimate;
 pub mod fair_share;
 pub mod live;
 pub mod mig;
+#[cfg(feature = "openb")]
 pub mod openb;
 pub mod placement;
 pub mod quota;

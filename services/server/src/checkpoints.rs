@@ -45,6 +45,32 @@ impl DirSink {
     }
 }
 
+/// The signed notes of `log` a [`DirSink`] holds, by size, from the sink's directory (or
+/// one log's directory: an export's `checkpoints/` copy), oldest first.
+pub fn read_dir_sink(dir: &std::path::Path, log: &str) -> std::io::Result<Vec<(u64, String)>> {
+    let nested = dir.join(log);
+    let dir = if nested.is_dir() {
+        nested
+    } else {
+        dir.to_owned()
+    };
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(&dir)? {
+        let path = entry?.path();
+        let Some(size) = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(|n| n.strip_suffix(".checkpoint"))
+            .and_then(|n| n.parse::<u64>().ok())
+        else {
+            continue;
+        };
+        out.push((size, std::fs::read_to_string(&path)?));
+    }
+    out.sort_by_key(|(s, _)| *s);
+    Ok(out)
+}
+
 impl CheckpointSink for DirSink {
     fn write(&self, log: &str, size: u64, note: &str) -> std::io::Result<()> {
         use std::io::Write;

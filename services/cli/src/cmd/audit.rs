@@ -218,33 +218,6 @@ fn entry_row(e: &Value) -> Vec<String> {
     ]
 }
 
-/// Reads `*.checkpoint` files of `log` from a sink directory or a log's directory.
-pub(crate) fn external_checkpoints(dir: &Path, log: &str) -> anyhow::Result<Vec<(u64, String)>> {
-    let nested = dir.join(log);
-    let dir = if nested.is_dir() {
-        nested
-    } else {
-        dir.to_owned()
-    };
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir(&dir).with_context(|| format!("reading {}", dir.display()))? {
-        let path = entry?.path();
-        let Some(size) = path
-            .file_name()
-            .and_then(|n| n.to_str())
-            .and_then(|n| n.strip_suffix(".checkpoint"))
-            .and_then(|n| n.parse::<u64>().ok())
-        else {
-            continue;
-        };
-        let note = std::fs::read_to_string(&path)
-            .with_context(|| format!("reading {}", path.display()))?;
-        out.push((size, note));
-    }
-    out.sort_by_key(|(s, _)| *s);
-    Ok(out)
-}
-
 pub fn verify_file(
     bundle: &Path,
     trusted_key: Option<&Path>,
@@ -265,7 +238,8 @@ pub fn verify_file(
         .and_then(|m| m["log"].as_str().map(str::to_owned))
         .unwrap_or_default();
     let external = match checkpoints {
-        Some(dir) => external_checkpoints(dir, &log)?,
+        Some(dir) => allot_server::checkpoints::read_dir_sink(dir, &log)
+            .with_context(|| format!("reading the checkpoints in {}", dir.display()))?,
         None => Vec::new(),
     };
     let report = verify(&bundle, trusted.as_ref(), &external);

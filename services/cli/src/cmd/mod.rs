@@ -30,12 +30,7 @@ pub fn write_secret(path: &Path, secret: &str) -> anyhow::Result<()> {
 }
 
 /// Reads a secret file written by [`write_secret`], if present.
-pub fn read_secret(path: &Path) -> Option<String> {
-    std::fs::read_to_string(path)
-        .ok()
-        .map(|s| s.trim().to_owned())
-        .filter(|s| !s.is_empty())
-}
+pub use allot_client::read_secret_file as read_secret;
 
 pub fn opt<T: ToString>(v: Option<T>) -> String {
     v.map_or_else(|| "-".to_owned(), |v| v.to_string())

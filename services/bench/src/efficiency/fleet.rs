@@ -11,7 +11,7 @@ use anyhow::{Context, bail};
 use reqwest::Method;
 use serde_json::{Value, json};
 
-use crate::client::Client;
+use allot_client::Client;
 
 /// The control plane's `--max-jobs-per-shared-gpu` in these runs.
 pub const MAX_JOBS_PER_GPU: u32 = 16;
@@ -36,7 +36,7 @@ impl Kit {
                 Ok(p)
             } else {
                 bail!(
-                    "{} not found (build it: cargo build --release -p allot -p allot-workload \
+                    "{} not found (build it: cargo build --release -p allot -p allot-bench -p allot-workload \
                      -p allot-shim -p allot-fake-cuda)",
                     p.display()
                 )
@@ -134,10 +134,10 @@ impl Fleet {
         let ca_cert = dir.join("node-ca.pem");
         std::fs::write(&ca_cert, &server.node_ca_pem)?;
         let agents = super::super::chaos::Agents {
-            exe: std::env::current_exe().context("locating the allot binary")?,
+            exe: crate::allot_exe()?,
             ca_cert,
             sim_gpus: format!("{}xH200", spec.gpus_per_node),
-            runtime: crate::cmd::agent::RuntimeKindArg::Process,
+            runtime: crate::RuntimeKind::Process,
             registry: None,
             extra_args: vec![
                 "--shim-library".into(),

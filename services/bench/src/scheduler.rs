@@ -6,11 +6,12 @@
 use std::time::Instant;
 
 use allot_scheduler::engine::{self, Config, GpuLimits, Job, World};
-use allot_scheduler::openb::{self, Cluster, Pod, StdRng, synthetic};
+use allot_scheduler::openb::{self, Cluster, Pod, synthetic};
 use allot_scheduler::quota::{Amounts, Limits, QueueSpec, QuotaTree};
 use anyhow::bail;
 use clap::Args;
 use rand::Rng;
+use rand::rngs::StdRng;
 use serde_json::json;
 
 #[derive(Debug, Args)]

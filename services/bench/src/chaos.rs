@@ -15,9 +15,9 @@ use std::time::{Duration, Instant};
 use allot_agent::gpu::XID_FILE_PREFIX;
 use allot_domain::classify_xid;
 use allot_domain::xid::{XIDS, XidClass};
-use allot_scheduler::openb::StdRng;
 use allot_server::ServerConfig;
 use anyhow::{Context, bail};
+use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use reqwest::Method;
 use serde_json::{Value, json};
@@ -25,7 +25,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Mutex, watch};
 
 use super::percentile;
-use crate::client::Client;
+use allot_client::Client;
 
 #[derive(Debug, clap::Args)]
 pub struct ChaosBench {
@@ -62,8 +62,8 @@ pub struct ChaosBench {
     /// What runs the agents' jobs: `process`, or `oci` (each job a runc container of a
     /// busybox image pushed to a registry on loopback that this run starts; needs root,
     /// runc, tini, docker-registry and busybox-static).
-    #[arg(long, value_enum, default_value_t = crate::cmd::agent::RuntimeKindArg::Process)]
-    runtime: crate::cmd::agent::RuntimeKindArg,
+    #[arg(long, value_enum, default_value_t = crate::RuntimeKind::Process)]
+    runtime: crate::RuntimeKind,
     /// Make every fourth job a multi-node job: a gang of two replicas of one GPU each,
     /// which faults requeue whole (counted lost unless every replica succeeds; a gang whose
     /// replicas run two attempts at once is counted in `gang_attempts_side_by_side`).
@@ -156,7 +156,7 @@ pub(super) struct Agents {
     /// The control plane's node CA certificate.
     pub(super) ca_cert: PathBuf,
     pub(super) sim_gpus: String,
-    pub(super) runtime: crate::cmd::agent::RuntimeKindArg,
+    pub(super) runtime: crate::RuntimeKind,
     /// The loopback registry the `oci` runtime pulls from.
     pub(super) registry: Option<String>,
     /// More `allot agent` arguments (say, the shim to preload into shared jobs).
@@ -197,8 +197,8 @@ impl Agents {
             .arg(data_dir)
             .args(["--stop-grace-secs", "1"])
             .args(match self.runtime {
-                crate::cmd::agent::RuntimeKindArg::Process => vec!["--runtime", "process"],
-                crate::cmd::agent::RuntimeKindArg::Oci => vec!["--runtime", "oci"],
+                crate::RuntimeKind::Process => vec!["--runtime", "process"],
+                crate::RuntimeKind::Oci => vec!["--runtime", "oci"],
             })
             .args(
                 self.registry
@@ -393,8 +393,8 @@ pub async fn run(args: &ChaosBench) -> anyhow::Result<()> {
 
     // Under `oci`, the jobs' image, on a registry of this run's.
     let registry = match args.runtime {
-        crate::cmd::agent::RuntimeKindArg::Process => None,
-        crate::cmd::agent::RuntimeKindArg::Oci => {
+        crate::RuntimeKind::Process => None,
+        crate::RuntimeKind::Oci => {
             use std::os::unix::fs::PermissionsExt;
             // The containers' user namespaces pass through it to their own roots.
             std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o711))?;
@@ -408,7 +408,7 @@ pub async fn run(args: &ChaosBench) -> anyhow::Result<()> {
         .as_ref()
         .map(|r| format!("{}/chaos/busybox:1", r.addr));
     let agents = Agents {
-        exe: std::env::current_exe().context("locating the allot binary")?,
+        exe: crate::allot_exe()?,
         ca_cert: {
             let path = root.join("node-ca.pem");
             std::fs::write(&path, &server.node_ca_pem)?;
@@ -445,9 +445,9 @@ pub async fn run(args: &ChaosBench) -> anyhow::Result<()> {
     // Watch for doubles from the side, from before the first job starts: two live
     // attempts of one job at any moment.
     let marker = match args.runtime {
-        crate::cmd::agent::RuntimeKindArg::Process => format!("ALLOT_JOB_DIR={}/", root.display()),
+        crate::RuntimeKind::Process => format!("ALLOT_JOB_DIR={}/", root.display()),
         // Inside a container the job dir is its /scratch: this run's nodes are named so.
-        crate::cmd::agent::RuntimeKindArg::Oci => "ALLOT_NODE=chaos-".to_owned(),
+        crate::RuntimeKind::Oci => "ALLOT_NODE=chaos-".to_owned(),
     };
     let watching = Arc::new(AtomicBool::new(true));
     // This run's jobs, as their submissions are answered: another run on the machine has
@@ -739,7 +739,7 @@ pub async fn run(args: &ChaosBench) -> anyhow::Result<()> {
             let _ = child.start_kill();
         }
         allot_agent::runtime::process::kill_orphans(&n.data_dir.join("jobs"));
-        if args.runtime == crate::cmd::agent::RuntimeKindArg::Oci {
+        if args.runtime == crate::RuntimeKind::Oci {
             // What a SIGKILLed agent left is removed when it starts again; an agent that did
             // not stop in time may leave containers: remove them the same way.
             if let Ok(cfg) = allot_agent::runtime::oci::OciConfig::discover(None)
@@ -779,8 +779,8 @@ pub async fn run(args: &ChaosBench) -> anyhow::Result<()> {
         "gangs": if args.gangs { args.jobs.div_ceil(4) } else { 0 },
         "gang_attempts_side_by_side": mixed.len(),
         "runtime": match args.runtime {
-            crate::cmd::agent::RuntimeKindArg::Process => "process",
-            crate::cmd::agent::RuntimeKindArg::Oci => "oci",
+            crate::RuntimeKind::Process => "process",
+            crate::RuntimeKind::Oci => "oci",
         },
         "jobs_seen_running_by_the_observer": observed.len(),
         "observer_scans": scans,

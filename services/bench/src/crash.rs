@@ -30,15 +30,15 @@ use std::time::{Duration, Instant};
 use allot_audit::TrustedKeys;
 use allot_audit::bundle::{Bundle, verify};
 use allot_domain::JobState;
-use allot_scheduler::openb::StdRng;
 use anyhow::{Context, bail};
+use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use reqwest::Method;
 use serde_json::{Value, json};
 
 use super::chaos::{Agents, all_jobs, live_job_processes, parse_range, terminate};
 use super::percentile;
-use crate::client::Client;
+use allot_client::Client;
 
 const TENANT: &str = "crash";
 
@@ -576,7 +576,7 @@ async fn verify_log(
     let bundle = Bundle::from_tar(&bytes).with_context(|| format!("the export of log {name}"))?;
     // The server's own copies outside the database, and the checkpoints fetched while it ran.
     let mut external: Vec<(u64, String)> =
-        crate::cmd::audit::external_checkpoints(sink, &id).unwrap_or_default();
+        allot_server::checkpoints::read_dir_sink(sink, &id).unwrap_or_default();
     for (size, notes) in fetched.get(&id).into_iter().flatten() {
         for note in notes {
             if !external.iter().any(|(s, n)| s == size && n == note) {
@@ -790,7 +790,7 @@ pub(super) async fn run_scenario(args: &Scenario) -> anyhow::Result<()> {
             (Some(pg), Some(url))
         }
     };
-    let exe = std::env::current_exe().context("locating the allot binary")?;
+    let exe = crate::allot_exe()?;
     // The replicas share the data directory: the node CA, the keys, the checkpoint copies.
     let mut servers = Vec::with_capacity(args.replicas);
     for r in 1..=args.replicas.max(1) {
@@ -834,7 +834,7 @@ pub(super) async fn run_scenario(args: &Scenario) -> anyhow::Result<()> {
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
     }
-    let token = crate::cmd::read_secret(&data_dir.join("admin.token"))
+    let token = allot_client::read_secret_file(&data_dir.join("admin.token"))
         .context("the server wrote no bootstrap admin token")?;
     let bases: Vec<String> = servers
         .iter()
@@ -843,7 +843,7 @@ pub(super) async fn run_scenario(args: &Scenario) -> anyhow::Result<()> {
     let clients = bases
         .iter()
         .map(|b| Client::new(b, Some(token.clone()), None))
-        .collect::<anyhow::Result<Vec<_>>>()?;
+        .collect::<Result<Vec<_>, _>>()?;
     let client = clients[0].clone();
     let _: Value = client
         .call(
@@ -861,7 +861,7 @@ pub(super) async fn run_scenario(args: &Scenario) -> anyhow::Result<()> {
         exe,
         ca_cert: data_dir.join("pki").join("ca.pem"),
         sim_gpus: args.load.sim_gpus.clone(),
-        runtime: crate::cmd::agent::RuntimeKindArg::Process,
+        runtime: crate::RuntimeKind::Process,
         registry: None,
         extra_args: Vec::new(),
     };

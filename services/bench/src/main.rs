@@ -1,4 +1,8 @@
-//! `allot bench …`: measured benchmarks whose figures go into docs/benchmarks.md.
+//! `allot-bench` (run as `allot bench …`): the measured benchmarks whose figures go into
+//! docs/benchmarks.md. A binary of its own so that the `allot` a fleet runs links none of
+//! what only benchmarks need (the shim's probe, the fake driver's busy reader, the trace
+//! harness); `allot bench` runs this binary from beside itself. It starts `allot` (the
+//! binary beside it) as servers and agents where a benchmark needs processes.
 
 mod audit;
 mod chaos;
@@ -12,7 +16,71 @@ mod postgres;
 mod scheduler;
 mod shim;
 
-use clap::Subcommand;
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use clap::{Parser, Subcommand};
+
+/// Benchmarks of Allot; their results belong in docs/benchmarks.md.
+#[derive(Debug, Parser)]
+#[command(name = "allot bench", bin_name = "allot bench", version)]
+struct Cli {
+    #[command(subcommand)]
+    bench: BenchCmd,
+}
+
+/// Which runtime a benchmark's agents run jobs with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum RuntimeKind {
+    Oci,
+    Process,
+}
+
+/// The `allot` binary the benchmarks start as servers and agents: the one beside this
+/// binary (`ALLOT_BIN` names another).
+pub fn allot_exe() -> anyhow::Result<std::path::PathBuf> {
+    if let Some(p) = std::env::var_os("ALLOT_BIN") {
+        return Ok(p.into());
+    }
+    let me = std::env::current_exe().context("locating allot-bench")?;
+    let allot = me.with_file_name("allot");
+    anyhow::ensure!(
+        allot.is_file(),
+        "{} is missing: build it beside allot-bench (cargo build -p allot), or name it in ALLOT_BIN",
+        allot.display()
+    );
+    Ok(allot)
+}
+
+fn main() -> ExitCode {
+    allot_api::crypto::install_crypto_provider();
+    let cli = Cli::parse();
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    let filter = tracing_subscriber::EnvFilter::try_from_env("ALLOT_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::registry()
+        .with(filter)
+        .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr))
+        .init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli.bench)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
 
 #[derive(Debug, Subcommand)]
 pub enum BenchCmd {
@@ -57,7 +125,7 @@ pub enum BenchCmd {
     Shim(shim::ShimBench),
 }
 
-pub async fn run(cmd: BenchCmd) -> anyhow::Result<()> {
+async fn run(cmd: BenchCmd) -> anyhow::Result<()> {
     match cmd {
         BenchCmd::Audit(args) => audit::run(args).await,
         BenchCmd::Chaos(args) => chaos::run(&args).await,
@@ -113,7 +181,7 @@ fn work_dir(
 /// admin token its first start made.
 async fn in_process_server(
     config: allot_server::ServerConfig,
-) -> anyhow::Result<(allot_server::RunningServer, crate::client::Client)> {
+) -> anyhow::Result<(allot_server::RunningServer, allot_client::Client)> {
     use anyhow::Context as _;
     let server =
         allot_server::start(config, std::sync::Arc::new(allot_domain::SystemClock)).await?;
@@ -121,7 +189,7 @@ async fn in_process_server(
         .bootstrap_admin_token
         .clone()
         .context("a fresh database gives a bootstrap token")?;
-    let client = crate::client::Client::new(&server.http_url(), Some(token), None)?;
+    let client = allot_client::Client::new(&server.http_url(), Some(token), None)?;
     Ok((server, client))
 }
 

@@ -675,7 +675,7 @@ pub async fn run(args: &ControlPlaneBench) -> anyhow::Result<()> {
             (Some(pg), url)
         }
     };
-    let exe = std::env::current_exe().context("locating the allot binary")?;
+    let exe = crate::allot_exe()?;
     let data_dir = root.join("server");
     std::fs::create_dir_all(&data_dir)?;
     let http = reqwest::Client::builder()
@@ -701,7 +701,7 @@ pub async fn run(args: &ControlPlaneBench) -> anyhow::Result<()> {
         server.ready(&http, Instant::now()).await?;
         replicas.push(server);
     }
-    let token = crate::cmd::read_secret(&data_dir.join("admin.token"))
+    let token = allot_client::read_secret_file(&data_dir.join("admin.token"))
         .context("the first replica wrote no admin token")?;
     let ca_pem = std::fs::read_to_string(data_dir.join("pki").join("ca.pem"))?;
     let mut plane = Plane {

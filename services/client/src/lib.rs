@@ -1,25 +1,54 @@
-//! The HTTP client behind the CLI's verbs.
+//! The HTTP client of Allot's API, behind the CLI's verbs and the benchmarks' load: a
+//! bearer token, the server's URL checked up front, and errors that say what to do (a
+//! problem document's fields named by the CLI flag that sets each, where one does).
 
 use std::time::Duration;
 
-use anyhow::{Context, anyhow, bail};
 use reqwest::{Method, StatusCode};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+/// Why a call did not give an answer: said so that it tells the user what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The client cannot be made as asked (its URL, token or CA certificates).
+    #[error("{0}")]
+    Config(String),
+    /// The server could not be reached, or its answer not read.
+    #[error("{0}")]
+    Unreachable(String),
+    /// The server refused (a problem document, its fields named).
+    #[error("{message}")]
+    Refused { status: u16, message: String },
+    /// The answer is not what the path gives.
+    #[error("unexpected answer from {path}: {why}")]
+    Unexpected { path: String, why: String },
+}
+
+type Result<T> = std::result::Result<T, ClientError>;
+
+/// A secret from a file (an API token, as `allot dev` writes to `.allot/admin.token`, or a
+/// key), trimmed; `None` when it is missing or empty.
+pub fn read_secret_file(path: &std::path::Path) -> Option<String> {
+    std::fs::read_to_string(path)
+        .ok()
+        .map(|s| s.trim().to_owned())
+        .filter(|s| !s.is_empty())
+}
+
 /// The server's URL must be one: `127.0.0.1:8080` without a scheme is refused saying what
 /// to write (reqwest would say "relative URL without a base").
-fn check_server_url(server: &str) -> anyhow::Result<()> {
+fn check_server_url(server: &str) -> Result<()> {
     let hint = |why: &str| {
-        anyhow!(
+        ClientError::Config(format!(
             "--server (ALLOT_SERVER) `{server}` {why}: give the control plane's URL with its \
              scheme, e.g. http://{}",
             server
                 .split_once("://")
                 .map_or(server, |(_, rest)| rest)
                 .trim_end_matches('/')
-        )
+        ))
     };
     match reqwest::Url::parse(server) {
         Ok(url) if matches!(url.scheme(), "http" | "https") && url.host_str().is_some() => Ok(()),
@@ -34,7 +63,7 @@ fn check_server_url(server: &str) -> anyhow::Result<()> {
 
 /// Why the server at `base` could not be reached, said so that it tells what to do:
 /// TLS spoken to a plain-HTTP port, nothing listening, no answer in time.
-fn unreachable(base: &str, e: &reqwest::Error) -> anyhow::Error {
+fn unreachable(base: &str, e: &reqwest::Error) -> ClientError {
     let mut chain = Vec::new();
     let mut source: Option<&dyn std::error::Error> = Some(e);
     while let Some(s) = source {
@@ -66,7 +95,7 @@ fn unreachable(base: &str, e: &reqwest::Error) -> anyhow::Error {
     } else {
         text.clone()
     };
-    anyhow!("cannot reach the Allot server at {base}: {said}")
+    ClientError::Unreachable(format!("cannot reach the Allot server at {base}: {said}"))
 }
 
 #[derive(Clone)]
@@ -130,9 +159,13 @@ fn flag_of(field: &str) -> Option<&'static str> {
 
 /// Turns a problem document into a readable error naming each field (by the CLI flag
 /// that sets it, where one does).
-fn problem_error(status: StatusCode, body: &str) -> anyhow::Error {
+fn problem_error(status: StatusCode, body: &str) -> ClientError {
+    let refused = |message: String| ClientError::Refused {
+        status: status.as_u16(),
+        message,
+    };
     let Ok(p) = serde_json::from_str::<Value>(body) else {
-        return anyhow!("the server answered {status}: {body}");
+        return refused(format!("the server answered {status}: {body}"));
     };
     let detail = p["detail"].as_str().unwrap_or("").to_owned();
     let title = p["title"].as_str().unwrap_or("error");
@@ -152,9 +185,13 @@ fn problem_error(status: StatusCode, body: &str) -> anyhow::Error {
         })
         .unwrap_or_default();
     if fields.is_empty() {
-        anyhow!("{title} ({}): {detail}", status.as_u16())
+        refused(format!("{title} ({}): {detail}", status.as_u16()))
     } else {
-        anyhow!("{title} ({}):\n{}", status.as_u16(), fields.join("\n"))
+        refused(format!(
+            "{title} ({}):\n{}",
+            status.as_u16(),
+            fields.join("\n")
+        ))
     }
 }
 
@@ -165,26 +202,33 @@ impl Client {
         server: &str,
         token: Option<String>,
         ca_cert: Option<&std::path::Path>,
-    ) -> anyhow::Result<Self> {
+    ) -> Result<Self> {
         check_server_url(server)?;
         let token = token.filter(|t| !t.trim().is_empty()).ok_or_else(|| {
-            anyhow!(
+            ClientError::Config(
                 "no API token: pass --token or set ALLOT_TOKEN (`allot dev` writes one to .allot/admin.token)"
+                    .into(),
             )
         })?;
         let mut builder = reqwest::Client::builder()
             .timeout(Duration::from_secs(30))
             .redirect(reqwest::redirect::Policy::none());
         if let Some(path) = ca_cert {
-            let pem = std::fs::read(path)
-                .with_context(|| format!("--ca-cert: reading {}", path.display()))?;
-            for cert in reqwest::Certificate::from_pem_bundle(&pem)
-                .with_context(|| format!("--ca-cert: {} is not PEM certificates", path.display()))?
-            {
+            let pem = std::fs::read(path).map_err(|e| {
+                ClientError::Config(format!("--ca-cert: reading {}: {e}", path.display()))
+            })?;
+            for cert in reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| {
+                ClientError::Config(format!(
+                    "--ca-cert: {} is not PEM certificates: {e}",
+                    path.display()
+                ))
+            })? {
                 builder = builder.add_root_certificate(cert);
             }
         }
-        let http = builder.build().context("building the HTTP client")?;
+        let http = builder
+            .build()
+            .map_err(|e| ClientError::Config(format!("building the HTTP client: {e}")))?;
         Ok(Self {
             http,
             base: server.trim_end_matches('/').to_owned(),
@@ -193,20 +237,16 @@ impl Client {
     }
 
     /// GET returning the raw body.
-    pub async fn get_bytes(&self, path: &str, query: &[(&str, String)]) -> anyhow::Result<Vec<u8>> {
+    pub async fn get_bytes(&self, path: &str, query: &[(&str, String)]) -> Result<Vec<u8>> {
         let res = self
             .get_response(path, query, Duration::from_secs(600))
             .await?;
-        let bytes = res.bytes().await.context("reading the server's answer")?;
+        let bytes = res.bytes().await.map_err(|e| reading(&e))?;
         Ok(bytes.to_vec())
     }
 
     /// GET whose answer is read as it comes (a followed log), with no overall time limit.
-    pub async fn stream(
-        &self,
-        path: &str,
-        query: &[(&str, String)],
-    ) -> anyhow::Result<reqwest::Response> {
+    pub async fn stream(&self, path: &str, query: &[(&str, String)]) -> Result<reqwest::Response> {
         self.get_response(path, query, Duration::from_secs(366 * 24 * 3600))
             .await
     }
@@ -217,7 +257,7 @@ impl Client {
         path: &str,
         query: &[(&str, String)],
         timeout: Duration,
-    ) -> anyhow::Result<reqwest::Response> {
+    ) -> Result<reqwest::Response> {
         let url = format!("{}{path}", self.base);
         let res = self
             .http
@@ -230,7 +270,7 @@ impl Client {
             .map_err(|e| unreachable(&self.base, &e))?;
         let status = res.status();
         if !status.is_success() {
-            let text = res.text().await.context("reading the server's answer")?;
+            let text = res.text().await.map_err(|e| reading(&e))?;
             return Err(problem_error(status, &text));
         }
         Ok(res)
@@ -242,7 +282,7 @@ impl Client {
         path: &str,
         query: &[(&str, String)],
         body: Option<&Value>,
-    ) -> anyhow::Result<(StatusCode, String)> {
+    ) -> Result<(StatusCode, String)> {
         let url = format!("{}{path}", self.base);
         let mut req = self
             .http
@@ -254,7 +294,7 @@ impl Client {
         }
         let res = req.send().await.map_err(|e| unreachable(&self.base, &e))?;
         let status = res.status();
-        let text = res.text().await.context("reading the server's answer")?;
+        let text = res.text().await.map_err(|e| reading(&e))?;
         if !status.is_success() {
             return Err(problem_error(status, &text));
         }
@@ -262,7 +302,7 @@ impl Client {
     }
 
     /// DELETE, for resources that answer 204 with no body.
-    pub async fn delete(&self, path: &str) -> anyhow::Result<()> {
+    pub async fn delete(&self, path: &str) -> Result<()> {
         self.send(Method::DELETE, path, &[], None).await.map(|_| ())
     }
 
@@ -270,9 +310,9 @@ impl Client {
         &self,
         path: &str,
         query: &[(&str, String)],
-    ) -> anyhow::Result<T> {
+    ) -> Result<T> {
         let (_, text) = self.send(Method::GET, path, query, None).await?;
-        serde_json::from_str(&text).with_context(|| format!("unexpected answer from {path}"))
+        decode(path, &text)
     }
 
     pub async fn call<B: Serialize, T: DeserializeOwned>(
@@ -280,12 +320,29 @@ impl Client {
         method: Method,
         path: &str,
         body: Option<&B>,
-    ) -> anyhow::Result<T> {
-        let body = body.map(serde_json::to_value).transpose()?;
+    ) -> Result<T> {
+        let body = body
+            .map(serde_json::to_value)
+            .transpose()
+            .map_err(|e| ClientError::Config(format!("the body for {path}: {e}")))?;
         let (_, text) = self.send(method, path, &[], body.as_ref()).await?;
         if text.is_empty() {
-            bail!("empty answer from {path}");
+            return Err(ClientError::Unexpected {
+                path: path.to_owned(),
+                why: "it is empty".into(),
+            });
         }
-        serde_json::from_str(&text).with_context(|| format!("unexpected answer from {path}"))
+        decode(path, &text)
     }
+}
+
+fn reading(e: &reqwest::Error) -> ClientError {
+    ClientError::Unreachable(format!("reading the server's answer: {e}"))
+}
+
+fn decode<T: DeserializeOwned>(path: &str, text: &str) -> Result<T> {
+    serde_json::from_str(text).map_err(|e| ClientError::Unexpected {
+        path: path.to_owned(),
+        why: e.to_string(),
+    })
 }
