@@ -41,7 +41,10 @@ impl Agent {
                     pcie_tx_bytes_per_s: s.pcie_tx_bytes_per_s,
                     nvlink_rx_bytes_per_s: s.nvlink_rx_bytes_per_s,
                     nvlink_tx_bytes_per_s: s.nvlink_tx_bytes_per_s,
-                    throttle_reasons: s.throttle_reasons,
+                    throttle_reasons: allot_domain::node::throttle_names(s.throttle_mask)
+                        .into_iter()
+                        .map(str::to_owned)
+                        .collect(),
                     ecc_corrected: s.ecc_corrected,
                     ecc_uncorrected: s.ecc_uncorrected,
                 });

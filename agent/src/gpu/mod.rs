@@ -35,25 +35,7 @@ pub enum BackendError {
     Failed(String),
 }
 
-/// What a GPU is doing at one moment.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct GpuSample {
-    pub utilization: f64,
-    pub memory_used_bytes: u64,
-    pub power_watts: f64,
-    pub temperature_c: f64,
-    /// PCIe traffic, bytes per second, to (`rx`) and from (`tx`) the GPU.
-    pub pcie_rx_bytes_per_s: f64,
-    pub pcie_tx_bytes_per_s: f64,
-    /// NVLink data traffic, bytes per second, over all links (0 without NVLink).
-    pub nvlink_rx_bytes_per_s: f64,
-    pub nvlink_tx_bytes_per_s: f64,
-    /// Why its clocks are held down now (`allot_domain::node::THROTTLE_REASONS` names).
-    pub throttle_reasons: Vec<String>,
-    /// ECC errors since the driver loaded (volatile counters).
-    pub ecc_corrected: u64,
-    pub ecc_uncorrected: u64,
-}
+pub use allot_domain::GpuSample;
 
 /// Something the driver reported about a GPU since the last look.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -539,12 +539,14 @@ impl GpuBackend for NvmlBackend {
             pcie_tx_bytes_per_s: pcie(PcieUtilCounter::Send),
             nvlink_rx_bytes_per_s: nvlink_rx,
             nvlink_tx_bytes_per_s: nvlink_tx,
-            throttle_reasons: device
+            throttle_mask: device
                 .current_throttle_reasons()
                 .map(|r| {
-                    r.iter_names()
+                    let names: Vec<String> = r
+                        .iter_names()
                         .map(|(name, _)| name.to_ascii_lowercase())
-                        .collect()
+                        .collect();
+                    allot_domain::node::throttle_mask(&names)
                 })
                 .unwrap_or_default(),
             ecc_corrected: ecc(MemoryError::Corrected),

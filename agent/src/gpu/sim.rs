@@ -398,7 +398,7 @@ impl GpuBackend for SimBackend {
             pcie_tx_bytes_per_s: 20e9 * busy * 0.25,
             nvlink_rx_bytes_per_s: if nvlink { 300e9 * busy * 0.5 } else { 0.0 },
             nvlink_tx_bytes_per_s: if nvlink { 300e9 * busy * 0.5 } else { 0.0 },
-            throttle_reasons: throttle,
+            throttle_mask: allot_domain::node::throttle_mask(&throttle),
             ecc_corrected,
             ecc_uncorrected: 0,
         })

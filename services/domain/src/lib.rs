@@ -41,7 +41,7 @@ pub use job::{
     MAX_REPLICAS, Pack, PendingReason, Replica, Share, TransitionError,
 };
 pub use network::{EgressRule, NetworkPolicy, PortRange};
-pub use node::{GpuDevice, MemoryEnforcement, MigSlot, Node, NodeStatus};
+pub use node::{GpuDevice, GpuSample, MemoryEnforcement, MigSlot, Node, NodeStatus};
 pub use quantity::{
     format_bytes, format_duration, format_gpus, format_milli, parse_bytes, parse_memory,
 };

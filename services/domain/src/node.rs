@@ -35,6 +35,30 @@ pub fn throttle_names(mask: u32) -> Vec<&'static str> {
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
+/// What a GPU is doing at one moment, as its node samples it (NVML on real GPUs, the
+/// simulator elsewhere) and the control plane keeps it: the one sample type, converted to
+/// the agent protocol and the API's views at their edges.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct GpuSample {
+    /// Busy fraction, 0 to 1.
+    pub utilization: f64,
+    pub memory_used_bytes: u64,
+    pub power_watts: f64,
+    pub temperature_c: f64,
+    /// PCIe traffic, bytes per second, to (`rx`) and from (`tx`) the GPU.
+    pub pcie_rx_bytes_per_s: f64,
+    pub pcie_tx_bytes_per_s: f64,
+    /// NVLink data traffic, bytes per second, over all links (0 without NVLink).
+    pub nvlink_rx_bytes_per_s: f64,
+    pub nvlink_tx_bytes_per_s: f64,
+    /// Why its clocks are held down: [`THROTTLE_REASONS`] bits ([`throttle_mask`],
+    /// [`throttle_names`]).
+    pub throttle_mask: u32,
+    /// ECC errors since the driver loaded (volatile counters).
+    pub ecc_corrected: u64,
+    pub ecc_uncorrected: u64,
+}
+
 /// One GPU as its node reports it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct GpuDevice {

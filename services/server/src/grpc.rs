@@ -358,7 +358,7 @@ impl NodeSvc {
         }
         let (interval, lease) = self.pacing.current();
         let until = self.lease_until(lease);
-        let samples: Vec<(String, allot_store::Sample)> = r
+        let samples: Vec<(String, allot_domain::GpuSample)> = r
             .gpus
             .iter()
             // Only this node's own GPUs, as just checked and stored: a node writes no
@@ -381,7 +381,7 @@ impl NodeSvc {
                 let rate = |v: f64| v.max(0.0);
                 Some((
                     g.uuid.clone(),
-                    allot_store::Sample {
+                    allot_domain::GpuSample {
                         utilization: f64::from(s.utilization).clamp(0.0, 1.0),
                         memory_used_bytes: s.memory_used_bytes,
                         power_watts: f64::from(s.power_watts).max(0.0),

@@ -12,10 +12,11 @@ use crate::entities::nodes;
 use crate::group_commit::GroupCommit;
 use crate::nodes::replace_gpus;
 use crate::samples::{NodeSamples, add_gpu_samples};
-use crate::{Sample, Store, StoreError};
+use crate::{Store, StoreError};
+use allot_domain::GpuSample;
 
 /// Each GPU's sample, by GPU uuid.
-pub type GpuSamples = Vec<(String, Sample)>;
+pub type GpuSamples = Vec<(String, GpuSample)>;
 
 /// What one heartbeat writes.
 #[derive(Debug, Clone)]

@@ -62,7 +62,7 @@ pub use leadership::{Leader, LeadershipRepo, Term};
 pub use logs::LogRepo;
 pub use nodes::{NodeAdmin, NodeRegistration, NodeRepo};
 pub use pending::PendingJobs;
-pub use samples::{JobSample, JobSamplePoint, RESOLUTIONS, Sample, SamplePoint, SampleRepo};
+pub use samples::{JobSample, JobSamplePoint, RESOLUTIONS, SamplePoint, SampleRepo};
 pub use scope::TenantScope;
 pub use secrets::{SecretKeys, SecretsError};
 pub use sessions::{NewSession, SessionRepo};

@@ -1,6 +1,7 @@
 //! GPU samples, downsampled on write into 10-second buckets (kept a day) and 5-minute
 //! buckets (kept 90 days).
 
+use allot_domain::GpuSample;
 use chrono::{DateTime, Duration, Utc};
 use sea_orm::sea_query::{Expr, ExprTrait, OnConflict};
 use sea_orm::{ActiveValue::Set, ColumnTrait, EntityTrait, QueryFilter, QueryOrder};
@@ -11,24 +12,6 @@ use crate::{Store, StoreError};
 
 /// The resolutions samples are kept at, and for how long.
 pub const RESOLUTIONS: [(i64, Duration); 2] = [(10, Duration::days(1)), (300, Duration::days(90))];
-
-/// One measurement of one GPU.
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
-pub struct Sample {
-    pub utilization: f64,
-    pub memory_used_bytes: u64,
-    pub power_watts: f64,
-    pub temperature_c: f64,
-    pub pcie_rx_bytes_per_s: f64,
-    pub pcie_tx_bytes_per_s: f64,
-    pub nvlink_rx_bytes_per_s: f64,
-    pub nvlink_tx_bytes_per_s: f64,
-    /// `allot_domain::node::THROTTLE_REASONS` bits.
-    pub throttle_mask: u32,
-    /// Counters since the driver loaded: a bucket keeps the last.
-    pub ecc_corrected: u64,
-    pub ecc_uncorrected: u64,
-}
 
 /// A bucket's averages (throttle reasons: every one seen in the bucket; ECC: the last
 /// counts).
@@ -77,7 +60,7 @@ fn bucket(at: DateTime<Utc>, secs: i64) -> DateTime<Utc> {
 }
 
 /// One node's GPU samples taken at one time: the node, the time, each GPU's sample.
-pub(crate) type NodeSamples<'a> = (&'a str, DateTime<Utc>, &'a [(String, Sample)]);
+pub(crate) type NodeSamples<'a> = (&'a str, DateTime<Utc>, &'a [(String, GpuSample)]);
 
 /// Adds nodes' GPU samples (each node's, taken at its time) to their buckets, in one
 /// statement per thousand rows.
@@ -150,7 +133,7 @@ pub trait SampleRepo {
         &self,
         node_id: &str,
         at: DateTime<Utc>,
-        samples: &[(String, Sample)],
+        samples: &[(String, GpuSample)],
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
     /// Bucket averages at `resolution_secs` (10 or 300) since `since`, oldest first, of one
     /// GPU or (`None`) every GPU.
@@ -187,7 +170,7 @@ impl SampleRepo for Store {
         &self,
         node_id: &str,
         at: DateTime<Utc>,
-        samples: &[(String, Sample)],
+        samples: &[(String, GpuSample)],
     ) -> Result<(), StoreError> {
         add_gpu_samples(&self.db, &[(node_id, at, samples)]).await
     }

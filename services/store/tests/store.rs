@@ -1096,7 +1096,7 @@ both_backends!(nodes_register_and_heartbeat, |store, clock| {
     // the group; a beat of a node that is gone fails alone.
     let (beats, _task) = allot_store::BeatBatcher::start(store.clone(), 64);
     clock.advance(Duration::seconds(5));
-    let sample = allot_store::Sample {
+    let sample = allot_domain::GpuSample {
         utilization: 0.5,
         ..Default::default()
     };
@@ -2064,11 +2064,12 @@ both_backends!(users_and_role_bindings, |store, clock| {
 both_backends!(
     gpu_samples_are_averaged_into_buckets_and_pruned,
     |store, clock| {
-        use allot_store::{Sample, SampleRepo};
+        use allot_domain::GpuSample;
+        use allot_store::SampleRepo;
         let at = chrono::DateTime::parse_from_rfc3339("2026-11-30T10:00:01Z")
             .expect("time")
             .with_timezone(&chrono::Utc);
-        let s = |u: f64, throttle: u32, ecc: u64| Sample {
+        let s = |u: f64, throttle: u32, ecc: u64| GpuSample {
             utilization: u,
             memory_used_bytes: 1 << 30,
             power_watts: 100.0,
