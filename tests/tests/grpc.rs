@@ -836,6 +836,30 @@ async fn a_registration_whose_answer_was_lost_is_taken_again_for_the_same_key_on
     c.shutdown().await;
 }
 
+/// An agent the control plane refuses for good (here a token nobody issued) exits, saying
+/// why, instead of running on silently until a signal that a service manager never sends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_refused_for_good_exits_saying_why() {
+    let c = spawn_cluster(Backend::Sqlite, 0, "").await;
+    let mut agent =
+        allot_system_tests::agent_process(&c, "refused-1", "1xH200", Some("allot_boot_nonsense"));
+    let started = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = agent.try_wait().expect("agent status") {
+            break status;
+        }
+        if started.elapsed() > Duration::from_secs(30) {
+            let _ = agent.kill();
+            panic!("the refused agent is still running after 30 s");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(!status.success(), "{status}");
+    let log = std::fs::read_to_string(c.data_dir.path().join("refused-1.log")).expect("log");
+    assert!(log.contains("bootstrap token"), "{log}");
+    c.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_renewal_is_for_the_key_the_node_holds_and_names_both_certificates() {
     use allot_proto::v1::RenewCertificateRequest;

@@ -322,11 +322,21 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
         },
     };
     let stopped = crate::shutdown_signal();
-    let agent = tokio::spawn(allot_agent::run(config, backend, stop.clone()));
-    stopped.await;
-    eprintln!("shutting down: stopping jobs");
-    stop.cancel();
-    agent.await??;
+    let mut agent = tokio::spawn(allot_agent::run(config, backend, stop.clone()));
+    // The agent ends on its own when the control plane refuses the node for good (a spent
+    // or missing bootstrap token, a revoked node): it exits then with the reason, rather
+    // than waiting for a signal a service manager would never send.
+    tokio::select! {
+        () = stopped => {
+            eprintln!("shutting down: stopping jobs");
+            stop.cancel();
+            agent.await??;
+        }
+        ended = &mut agent => {
+            stop.cancel();
+            ended??;
+        }
+    }
     Ok(())
 }
 

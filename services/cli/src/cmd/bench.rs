@@ -15,8 +15,9 @@ pub fn exec(args: Vec<OsString>) -> anyhow::Error {
     let bench = me.with_file_name("allot-bench");
     if !bench.is_file() {
         return anyhow::anyhow!(
-            "the benchmarks are a binary of their own, {} is missing: build it with \
-             `cargo build --release -p allot-bench` (or -p allot-bench for a debug build)",
+            "the benchmarks are a binary of their own, and {} is missing: put allot-bench \
+             beside allot (`cargo build --release -p allot-bench` builds it into \
+             target/release, `cargo build -p allot-bench` into target/debug)",
             bench.display()
         );
     }
