@@ -16,10 +16,10 @@ pub struct Replica {
     pub child: Child,
 }
 
-/// A port nothing listens on just now.
+/// A port nothing listens on just now, outside the range connections take theirs from
+/// (replicas are started again on the same port).
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
+    allot_server::ports::stable_loopback_addr()
         .expect("a free port")
         .port()
 }

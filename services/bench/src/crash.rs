@@ -139,9 +139,10 @@ pub(super) struct Scenario {
     pub bench: &'static str,
 }
 
-/// A free loopback port (bound and released: the server binds it again at each start).
+/// A free loopback port the server binds again at each start, outside the range that
+/// connections opened meanwhile take theirs from.
 fn free_port() -> anyhow::Result<SocketAddr> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?)
+    Ok(allot_server::ports::stable_loopback_addr()?)
 }
 
 /// The `allot server` child process, started again on the same addresses and database.

@@ -20,9 +20,7 @@ impl Throwaway {
         )?;
         let dir = tempfile::tempdir()?;
         let data = dir.path().join("data");
-        let port = std::net::TcpListener::bind("127.0.0.1:0")?
-            .local_addr()?
-            .port();
+        let port = allot_server::ports::stable_loopback_addr()?.port();
         let as_postgres = nix::unistd::Uid::effective().is_root();
         let run = |program: PathBuf, args: &[&str]| -> anyhow::Result<()> {
             let mut cmd = if as_postgres {

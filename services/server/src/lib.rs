@@ -14,6 +14,7 @@ pub mod metrics;
 pub mod node_limits;
 pub mod pacing;
 pub mod pki;
+pub mod ports;
 pub mod resizing;
 pub mod scheduling;
 pub mod sizing;
