@@ -123,7 +123,9 @@ pub fn prepare(
         ));
     }
     let mode = match compute {
-        "elastic" => ComputeMode::Elastic,
+        // A best-effort job holds the least share there is, elastically: on a saturated GPU
+        // that others want it is held to that thousandth; otherwise it runs on what is idle.
+        "elastic" | "best_effort" => ComputeMode::Elastic,
         "" | "strict" => ComputeMode::Strict,
         other => return Err(format!("unknown GPU compute mode `{other}`")),
     };

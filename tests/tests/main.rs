@@ -7,6 +7,7 @@ mod api;
 mod attacks;
 mod audit;
 mod audit_tamper;
+mod best_effort;
 mod chaos;
 mod crash;
 mod e2e;

@@ -689,8 +689,15 @@ pub struct SubmitJob {
     /// shares; implies `gpus: 1` and `mig` isolation.
     pub mig_profile: Option<String>,
     /// For a share of a GPU (`gpu_milli` below 1000): `strict` (the default) holds the job
-    /// to its share always, `elastic` only while other jobs want the GPU.
-    #[schema(value_type = Option<String>, example = "strict", pattern = "^(strict|elastic)$")]
+    /// to its share always, `elastic` only while other jobs want the GPU; `best_effort`
+    /// holds no share of its own (leave `gpu_milli` out; give `gpu_memory_bytes`), runs on
+    /// what the GPU's other jobs leave idle and gives its place up to any job that is not
+    /// best-effort.
+    #[schema(
+        value_type = Option<String>,
+        example = "strict",
+        pattern = "^(strict|elastic|best_effort)$"
+    )]
     pub gpu_compute: Option<GpuCompute>,
     /// For a share of a GPU: the job's share may be resized while it runs
     /// (`POST /api/v1/jobs/{id}/resize`).
@@ -891,7 +898,7 @@ pub struct JobView {
     pub secrets: Vec<SecretUseBody>,
     /// The MIG profile it runs on an instance of.
     pub mig_profile: Option<String>,
-    /// How its share of a shared GPU is held: strict or elastic.
+    /// How its share of a shared GPU is held: strict, elastic or best_effort.
     #[schema(value_type = Option<String>)]
     pub gpu_compute: Option<GpuCompute>,
     /// Whether its share may be resized while it runs.

@@ -192,6 +192,7 @@ fn engine_pass(
             class: None,
             avoid: Default::default(),
             pack: None,
+            best_effort: false,
         })
         .collect();
     let mut policy = openb::policy(&args.policy, cluster, pods)?;

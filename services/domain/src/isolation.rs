@@ -109,15 +109,29 @@ pub enum GpuCompute {
     Strict,
     /// The share while other jobs want the GPU; whatever is idle otherwise.
     Elastic,
+    /// No share of its own: only what the GPU's other jobs leave idle. It holds the least
+    /// share there is ([`BEST_EFFORT_MILLI`]) so that placement's and quotas' rules apply
+    /// unchanged, runs beside jobs that hold shares (and on idle GPUs), is held to that
+    /// least share whenever they want the GPU, and gives its place up (preempted, with
+    /// its checkpoint grace) to any job that is not best-effort and needs the room.
+    BestEffort,
 }
 
+/// The share a best-effort job holds of its GPU: one thousandth, the least there is.
+pub const BEST_EFFORT_MILLI: u32 = 1;
+
 impl GpuCompute {
-    pub const ALL: [GpuCompute; 2] = [GpuCompute::Strict, GpuCompute::Elastic];
+    pub const ALL: [GpuCompute; 3] = [
+        GpuCompute::Strict,
+        GpuCompute::Elastic,
+        GpuCompute::BestEffort,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
             GpuCompute::Strict => "strict",
             GpuCompute::Elastic => "elastic",
+            GpuCompute::BestEffort => "best_effort",
         }
     }
 }
@@ -131,10 +145,14 @@ impl fmt::Display for GpuCompute {
 impl FromStr for GpuCompute {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
+        // `best-effort`, as people type it on a command line, names `best_effort` too.
+        let s = if s == "best-effort" { "best_effort" } else { s };
         GpuCompute::ALL
             .into_iter()
             .find(|c| c.as_str() == s)
-            .ok_or_else(|| format!("unknown GPU compute mode `{s}` (one of strict, elastic)"))
+            .ok_or_else(|| {
+                format!("unknown GPU compute mode `{s}` (one of strict, elastic, best-effort)")
+            })
     }
 }
 

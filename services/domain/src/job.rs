@@ -223,6 +223,13 @@ pub struct JobSpec {
     pub pack: Option<Pack>,
 }
 
+impl JobSpec {
+    /// Whether it runs best-effort: on what other jobs leave of its GPU, giving way to them.
+    pub fn is_best_effort(&self) -> bool {
+        self.gpu_compute == Some(crate::GpuCompute::BestEffort)
+    }
+}
+
 /// What Allot sizes of a job's share of its GPU from what the job uses (`--gpus auto`,
 /// `--gpu-memory auto`; the rules are `allot_sizing`'s). A sized job is resizable.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -506,6 +513,42 @@ impl JobSpec {
                 self.gpu_milli.is_some_and(|m| m < 1000) && self.mig_profile.is_none(),
                 "gpu_compute",
                 "applies to a share of a GPU: set gpu_milli below 1000",
+            );
+        }
+        if self.gpu_compute == Some(crate::GpuCompute::BestEffort) {
+            v.check(
+                self.gpu_milli == Some(crate::BEST_EFFORT_MILLI),
+                "gpu_milli",
+                format!(
+                    "a best-effort job holds no share of its own ({} thousandth, the least \
+                     there is): leave gpu_milli out",
+                    crate::BEST_EFFORT_MILLI
+                ),
+            );
+            v.check(
+                self.gpus == 1 && self.replicas == 1,
+                "gpus",
+                "a best-effort job runs on one GPU, alone (not a gang)",
+            );
+            v.check(
+                self.gpu_memory_bytes.is_some(),
+                "gpu_memory_bytes",
+                "a best-effort job holds the GPU memory it names: set gpu_memory_bytes",
+            );
+            v.check(
+                !self.gpu_sizing.is_sized() && !self.gpu_resizable,
+                "gpu_sizing",
+                "a best-effort job has no share to size or resize",
+            );
+            v.check(
+                self.preemptible,
+                "preemptible",
+                "a best-effort job gives its place up to others: it must be preemptible",
+            );
+            v.check(
+                self.isolation.is_none_or(|i| i == Isolation::Shared),
+                "isolation",
+                "a best-effort job shares its GPU: shared isolation",
             );
         }
         if let Some(m) = self.gpu_memory_bytes {

@@ -34,7 +34,8 @@ pub use holding::{GangSize, GpuParts, Held, TenantFigures, TenantTotals};
 pub use identity::{BindingSubject, Session, StoredBinding, User};
 pub use image::{ImageRef, PullSecret, RegistryCredential, TenantPolicy};
 pub use isolation::{
-    GpuCompute, Isolation, PRIORITY_CLASSES, PRIORITY_RANGE, WorkloadClass, parse_priority,
+    BEST_EFFORT_MILLI, GpuCompute, Isolation, PRIORITY_CLASSES, PRIORITY_RANGE, WorkloadClass,
+    parse_priority,
 };
 pub use job::{
     AVOID_FOR_SECS, Avoid, GPU_MILLI, GpuSizing, Job, JobEvent, JobNetwork, JobSpec, JobState,

@@ -57,6 +57,11 @@ pub struct Job {
     pub avoid: Avoidance,
     /// For a gang: the node label whose one value all its replicas share.
     pub pack: Option<std::sync::Arc<Pack>>,
+    /// Best-effort work (`allot_domain::GpuCompute::BestEffort`): it holds the least share
+    /// of one GPU, is placed on the GPU with the fewest best-effort jobs and the most
+    /// compute free (so that it spreads over what others leave), and any job that is not
+    /// best-effort preempts it where that makes room, whatever either's tenant holds.
+    pub best_effort: bool,
 }
 
 /// A gang packed within one value of a node label (`rack`, `spine`): every replica on
@@ -76,6 +81,23 @@ pub struct Pack {
 pub struct Avoidance {
     pub nodes: Vec<usize>,
     pub gpus: Vec<(usize, u8)>,
+}
+
+/// Who a reclaim is for: its queue, whether it is within its guarantee, and whether it is
+/// best-effort itself.
+#[derive(Debug, Clone, Copy)]
+struct Claim {
+    queue: usize,
+    within: bool,
+    best_effort: bool,
+}
+
+impl Claim {
+    /// Whether running `r` gives its place up to this claim whatever its tenant holds:
+    /// best-effort work, to a job that is not.
+    fn gives_way(self, r: &Running) -> bool {
+        r.job.best_effort && !self.best_effort
+    }
 }
 
 impl Avoidance {
@@ -113,6 +135,7 @@ impl Job {
             } else {
                 0
             },
+            best_effort: self.best_effort,
         }
     }
 
@@ -337,12 +360,16 @@ pub fn schedule_observed(
         policy.node_changed(&pass.cluster, node);
     }
     let mut waiting = Vec::new();
-    let mut queues = by_queue(pending);
-    while let Some(job) = pass.next(&mut queues) {
-        let placed = pass.decide(job, policy, rng, &mut decisions);
-        decided(placed);
-        if !placed {
-            waiting.push(job);
+    // Best-effort work fills what the rest leaves: it is decided after every other job
+    // (else a job it gave way to in one pass would find it back in its place in the next).
+    for best_effort in [false, true] {
+        let mut queues = by_queue(pending.iter().filter(|j| j.best_effort == best_effort));
+        while let Some(job) = pass.next(&mut queues) {
+            let placed = pass.decide(job, policy, rng, &mut decisions);
+            decided(placed);
+            if !placed {
+                waiting.push(job);
+            }
         }
     }
     // A reclaim can free more than its job takes, and a placement changes what a tenant
@@ -385,9 +412,9 @@ pub fn level_of(tree: &QuotaTree, job: &Job, q: usize) -> Isolation {
 
 /// Pending jobs per queue, each list in (priority desc, seq asc) order, reversed so the
 /// next job pops off the end.
-fn by_queue(pending: &[Job]) -> Vec<Vec<&Job>> {
+fn by_queue<'j>(pending: impl Iterator<Item = &'j Job>) -> Vec<Vec<&'j Job>> {
     let mut queues: Vec<Vec<&Job>> = Vec::new();
-    let mut sorted: Vec<&Job> = pending.iter().collect();
+    let mut sorted: Vec<&Job> = pending.collect();
     sorted.sort_by(|a, b| a.queue.cmp(&b.queue));
     for job in sorted {
         match queues.last_mut() {
@@ -673,9 +700,16 @@ impl<'a> Pass<'a> {
         // A gang that must be packed is not placed by preemption (reclaim takes the room
         // it frees wherever it is).
         let packed = job.pack.as_ref().is_some_and(|p| p.required) && job.replicas > 1;
-        if within
+        // Within its guarantee a job reclaims what others borrowed; any job that is not
+        // best-effort takes the place of best-effort work.
+        let claim = Claim {
+            queue: q,
+            within,
+            best_effort: job.best_effort,
+        };
+        if (within || !job.best_effort)
             && !packed
-            && let Some((victims, placements)) = self.reclaim(job, q, level, policy)
+            && let Some((victims, placements)) = self.reclaim(job, claim, level, policy)
         {
             for (victim, reason) in victims {
                 decisions.push(Decision::Preempt {
@@ -688,7 +722,8 @@ impl<'a> Pass<'a> {
                 job_id: job.id.clone(),
                 request: job.request,
                 placements,
-                borrowing: false,
+                // Past its guarantee it took best-effort work's place: borrowed.
+                borrowing: !within,
             });
             return true;
         }
@@ -789,6 +824,8 @@ impl<'a> Pass<'a> {
         for _ in 0..job.replicas.max(1) {
             let choice = if job.replicas > 1 {
                 self.tightest(job, q, level, within)
+            } else if job.best_effort {
+                self.best_effort_room(job, q, level)
             } else {
                 // Where the policy finds no node that fits, none fits: the tightest allowed
                 // node (a subset of those) is only sought for a choice that breaks a rule.
@@ -900,6 +937,49 @@ impl<'a> Pass<'a> {
             .map(|(node, gpus)| Choice { node, gpus })
     }
 
+    /// Where best-effort `job` goes: of the GPUs it may take, the one with the fewest
+    /// best-effort jobs, then the most compute free (what its other jobs leave idle), then
+    /// the node that ranks first.
+    fn best_effort_room(&self, job: &Job, q: usize, level: Isolation) -> Option<Choice> {
+        let c = &self.cluster;
+        let limits = self.config.gpu_limits;
+        let r = &job.request;
+        (0..c.nodes.len())
+            .filter(|&i| {
+                self.occupancy.node_allows(i, q, level)
+                    && !job.avoid.nodes.contains(&i)
+                    && c.nodes[i].fits(r)
+            })
+            .flat_map(|i| {
+                let memory = self.memory_need(job, i);
+                c.nodes[i]
+                    .gpu_free
+                    .iter()
+                    .enumerate()
+                    .filter_map(move |(g, &free)| {
+                        let g = u8::try_from(g).ok()?;
+                        let gpus = vec![g];
+                        (free >= r.gpu_milli
+                            && !job.avoid.gpus.contains(&(i, g))
+                            && self.occupancy.gpus_allow(i, &gpus, r, memory, limits))
+                        .then_some((i, g, free))
+                    })
+            })
+            .min_by_key(|&(i, g, free)| {
+                (
+                    self.occupancy.best_effort_on(i, g),
+                    std::cmp::Reverse(free),
+                    c.rank[i],
+                    i,
+                    g,
+                )
+            })
+            .map(|(node, g, _)| Choice {
+                node,
+                gpus: vec![g],
+            })
+    }
+
     /// Every allowed node one replica of `job` fits on now (of label value `within`, if
     /// given), with the GPUs it would take there.
     fn fitting<'s>(
@@ -934,16 +1014,21 @@ impl<'a> Pass<'a> {
             })
     }
 
-    /// Whether running job `r` may be preempted now, on what the pass has taken so far
-    /// (`usage`).
-    fn eligible(&self, r: &Running, usage: &Usage, for_queue: usize) -> Option<usize> {
+    /// Whether running job `r` may be preempted now for `claim`, on what the pass has taken
+    /// so far (`usage`): best-effort work for any job that is not, at once; a borrower for
+    /// a job within its guarantee, after the minimum runtime.
+    fn eligible(&self, r: &Running, usage: &Usage, claim: Claim) -> Option<usize> {
         let q = self.tree.find(&r.job.queue)?;
+        if claim.gives_way(r) {
+            return Some(q);
+        }
         let amounts = r.job.amounts();
-        (q != for_queue
+        (claim.within
+            && q != claim.queue
             && r.job.preemptible
             && self.now - r.started_at >= self.config.min_runtime_secs
             && usage.borrowing(self.tree, q, &amounts)
-            && usage.can_lose(usage, self.tree, q, &amounts, for_queue))
+            && usage.can_lose(usage, self.tree, q, &amounts, claim.queue))
         .then_some(q)
     }
 
@@ -953,13 +1038,14 @@ impl<'a> Pass<'a> {
     fn reclaim(
         &mut self,
         job: &Job,
-        q: usize,
+        claim: Claim,
         level: Isolation,
         policy: &mut dyn PlacementPolicy,
     ) -> Option<(Vec<Victim>, Vec<Choice>)> {
+        let q = claim.queue;
         // Most attempts find nothing to take: find out before copying the pass's state. (The
         // first replica's room is the one found here: nothing has changed yet.)
-        let mut first = Some(self.cheapest_room(job, q, level, &self.usage)?);
+        let mut first = Some(self.cheapest_room(job, claim, level, &self.usage)?);
         let (cluster_before, usage_before, live_before, occupancy_before, sealed_before) = (
             self.cluster.clone(),
             self.usage.clone(),
@@ -974,7 +1060,7 @@ impl<'a> Pass<'a> {
         for _ in 0..job.replicas.max(1) {
             let room = first
                 .take()
-                .or_else(|| self.cheapest_room(job, q, level, &usage_before));
+                .or_else(|| self.cheapest_room(job, claim, level, &usage_before));
             let Some((node, chosen)) = room else {
                 self.cluster = cluster_before;
                 self.usage = usage_before;
@@ -1002,6 +1088,17 @@ impl<'a> Pass<'a> {
                 }
                 let held = self.usage.of(vq).get(Resource::Gpu);
                 self.usage.give_back(self.tree, vq, &r.job.amounts());
+                if claim.gives_way(r) {
+                    victims.push((
+                        r.job.id.clone(),
+                        format!(
+                            "best-effort: gave its place up to {} (tenant {})",
+                            job.id,
+                            self.tree.spec(q).name,
+                        ),
+                    ));
+                    continue;
+                }
                 let guaranteed = self.tree.spec(vq).guaranteed.get(Resource::Gpu);
                 victims.push((
                     r.job.id.clone(),
@@ -1045,10 +1142,11 @@ impl<'a> Pass<'a> {
     fn cheapest_room(
         &self,
         job: &Job,
-        q: usize,
+        claim: Claim,
         level: Isolation,
         base: &Usage,
     ) -> Option<(usize, Vec<usize>)> {
+        let q = claim.queue;
         let request = &job.request;
         let mut candidates: Vec<(usize, usize)> = self
             .live
@@ -1056,17 +1154,19 @@ impl<'a> Pass<'a> {
             .enumerate()
             .filter_map(|(i, r)| {
                 let r = (*r)?;
-                self.eligible(r, &self.usage, q).map(|vq| (i, vq))
+                self.eligible(r, &self.usage, claim).map(|vq| (i, vq))
             })
             .collect();
+        // Best-effort work first, then borrowers by priority, share and age.
         candidates.sort_by(|&(a, qa), &(b, qb)| {
             let (Some(ra), Some(rb)) = (self.live[a], self.live[b]) else {
                 return Ordering::Equal;
             };
             let share = |vq| self.share_key(vq);
-            ra.job
-                .priority
-                .cmp(&rb.job.priority)
+            claim
+                .gives_way(rb)
+                .cmp(&claim.gives_way(ra))
+                .then(ra.job.priority.cmp(&rb.job.priority))
                 .then(share(qb).partial_cmp(&share(qa)).unwrap_or(Ordering::Equal))
                 .then(rb.started_at.cmp(&ra.started_at))
                 .then(rb.job.seq.cmp(&ra.job.seq))
@@ -1089,8 +1189,19 @@ impl<'a> Pass<'a> {
             let mut usage = self.usage.clone();
             let mut chosen = Vec::new();
             let mut unsealed = Vec::new();
+            // Best-effort work also gives up the GPU memory and job places it holds: where
+            // some runs here, room is what the job would be allowed, not compute alone.
+            let best_effort_here = candidates.iter().any(|&(i, _)| {
+                self.live[i].is_some_and(|r| {
+                    claim.gives_way(r) && r.placements.iter().any(|c| c.node == node)
+                })
+            });
+            let room = |state: &NodeState, victims: &[usize]| {
+                state.fits(request)
+                    && (!best_effort_here || self.allowed_without(node, victims, job, q, level))
+            };
             for &(i, vq) in &candidates {
-                if state.fits(request) {
+                if room(&state, &chosen) {
                     break;
                 }
                 if best
@@ -1101,14 +1212,17 @@ impl<'a> Pass<'a> {
                 }
                 let Some(r) = self.live[i] else { continue };
                 let here = r.placements.iter().any(|c| c.node == node);
-                if !here || !usage.can_lose(base, self.tree, vq, &r.job.amounts(), q) {
+                if !here
+                    || !claim.gives_way(r)
+                        && !usage.can_lose(base, self.tree, vq, &r.job.amounts(), q)
+                {
                     continue;
                 }
                 self.trial_release(&mut state, node, r, &mut unsealed);
                 usage.give_back(self.tree, vq, &r.job.amounts());
                 chosen.push(i);
             }
-            if chosen.is_empty() || !state.fits(request) {
+            if chosen.is_empty() || !room(&state, &chosen) {
                 continue;
             }
             // Keep only the victims the room needs: a later, larger one can make an
@@ -1122,7 +1236,7 @@ impl<'a> Pass<'a> {
                     let Some(r) = self.live[j] else { continue };
                     self.trial_release(&mut trial, node, r, &mut unsealed);
                 }
-                if trial.fits(request) {
+                if room(&trial, &without) {
                     needed = without;
                 }
             }

@@ -141,33 +141,38 @@ pub async fn submit(
         )
         .into());
     }
+    let best_effort = body.gpu_compute == Some(allot_domain::GpuCompute::BestEffort);
     let spec = JobSpec {
         tenant: TenantName::parse("tenant", tenant.name.as_str())?,
         name,
         cpu_milli,
         memory_bytes,
         // A MIG job runs on one instance.
-        gpus: if body.mig_profile.is_some() || sizing.max_milli.is_some() {
+        gpus: if body.mig_profile.is_some() || sizing.max_milli.is_some() || best_effort {
             body.gpus.max(1)
         } else {
             body.gpus
         },
-        gpu_milli: body
-            .gpu_milli
-            .or(sizing.max_milli.map(allot_domain::GpuSizing::start_milli)),
+        // A best-effort job holds the least share there is; a sized one starts at the
+        // sizing's first share.
+        gpu_milli: body.gpu_milli.or(if best_effort {
+            Some(allot_domain::BEST_EFFORT_MILLI)
+        } else {
+            sizing.max_milli.map(allot_domain::GpuSizing::start_milli)
+        }),
         gpu_memory_bytes: body.gpu_memory_bytes,
         gpu_models: body.gpu_models,
         priority: body.priority,
         preemptible: body.preemptible,
-        // A MIG job runs at mig isolation, a sized one shared (a different one asked for
-        // is refused below), whatever its class's default.
+        // A MIG job runs at mig isolation, a sized or best-effort one shared (a different
+        // one asked for is refused below), whatever its class's default.
         isolation: body
             .isolation
             .or(body
                 .mig_profile
                 .is_some()
                 .then_some(allot_domain::Isolation::Mig))
-            .or(sizing.is_sized().then_some(allot_domain::Isolation::Shared)),
+            .or((sizing.is_sized() || best_effort).then_some(allot_domain::Isolation::Shared)),
         class: body.class,
         max_retries: body.max_retries,
         command: body.command,

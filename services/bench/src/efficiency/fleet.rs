@@ -240,13 +240,25 @@ impl Fleet {
         self.submit(&body).await
     }
 
-    /// The training backlog: a loop on a whole GPU for each of the fleet's GPUs, taking
-    /// what the services leave; (key, job id) of each.
-    pub async fn submit_backlog(&self, train: &[String]) -> anyhow::Result<Vec<(String, String)>> {
+    /// The training backlog: a loop for each of the fleet's GPUs, on a whole GPU or
+    /// best-effort (on what the services leave, wherever they leave it); (key, job id) of
+    /// each.
+    pub async fn submit_backlog(
+        &self,
+        train: &[String],
+        best_effort: bool,
+    ) -> anyhow::Result<Vec<(String, String)>> {
         let mut training = Vec::new();
         for i in 0..self.gpus.len() {
             let key = format!("train-{i}");
-            let id = self.submit_training(&key, None, train).await?;
+            let id = if best_effort {
+                let extra = json!({
+                    "gpu_compute": "best_effort", "gpu_memory_bytes": 4u64 << 30,
+                });
+                self.submit_training_with(&key, extra, train).await?
+            } else {
+                self.submit_training(&key, None, train).await?
+            };
             training.push((key, id));
         }
         Ok(training)
@@ -257,6 +269,22 @@ impl Fleet {
         &self,
         key: &str,
         milli: Option<u32>,
+        train: &[String],
+    ) -> anyhow::Result<String> {
+        let extra = match milli {
+            Some(m) => json!({
+                "gpu_milli": m, "gpu_memory_bytes": 4u64 << 30, "gpu_compute": "elastic",
+            }),
+            None => json!({}),
+        };
+        self.submit_training_with(key, extra, train).await
+    }
+
+    /// Submits a training loop with `extra` in its submit body.
+    pub async fn submit_training_with(
+        &self,
+        key: &str,
+        extra: Value,
         train: &[String],
     ) -> anyhow::Result<String> {
         let mut args = vec![
@@ -273,10 +301,8 @@ impl Fleet {
             "cpu_milli": 20, "memory_bytes": 64u64 << 20,
             "command": self.command(&args), "env": self.kit_env,
         });
-        if let Some(m) = milli {
-            body["gpu_milli"] = m.into();
-            body["gpu_memory_bytes"] = (4u64 << 30).into();
-            body["gpu_compute"] = "elastic".into();
+        if let (Some(b), Value::Object(extra)) = (body.as_object_mut(), extra) {
+            b.extend(extra);
         }
         self.submit(&body).await
     }

@@ -544,7 +544,7 @@ async fn drive_mode(args: &EfficiencyBench, fleet: &Fleet, mode: Mode) -> anyhow
     let ports = wait_for_ports(fleet, &keys).await?;
     // Then the training backlog: a loop per GPU, and under elastic sharing one more per
     // GPU at the share services leave, elastic, to run in their idle time.
-    let mut training = fleet.submit_backlog(&args.train_args()).await?;
+    let mut training = fleet.submit_backlog(&args.train_args(), false).await?;
     if mode == Mode::Elastic {
         let per_gpu = (1000 / args.elastic_milli).max(1);
         let left = 1000 - per_gpu * args.elastic_milli;

@@ -52,8 +52,9 @@ pub async fn drive(
         );
     }
     let ports = super::wait_for_ports(fleet, &keys).await?;
-    // The best-effort backlog: a training loop per GPU, on what the services leave.
-    let training = fleet.submit_backlog(&args.train_args()).await?;
+    // The backlog: a best-effort training loop per GPU, on what the services leave (in
+    // every mode, wherever a mode's services leave room).
+    let training = fleet.submit_backlog(&args.train_args(), true).await?;
     tokio::time::sleep(Duration::from_secs(5)).await;
 
     let replay = Duration::from_secs_f64(demand.span / time_scale);

@@ -62,7 +62,9 @@ pub enum JobCmd {
         #[arg(long = "mig", conflicts_with_all = ["gpus", "gpu_memory"])]
         mig_profile: Option<String>,
         /// For a share of a GPU: strict (the default) holds the job to its share always,
-        /// elastic only while other jobs want the GPU.
+        /// elastic only while other jobs want the GPU. best-effort: no share of its own
+        /// (with --gpu-memory, without --gpu-share): it runs on what the GPU's other jobs
+        /// leave idle and gives its place up to any job that is not best-effort.
         #[arg(long)]
         gpu_compute: Option<GpuCompute>,
         /// For a share of a GPU: allow resizing it while the job runs (`allot job resize`).

@@ -51,6 +51,8 @@ pub struct Tenancy {
     pub level: Isolation,
     /// GPU memory it holds on each GPU it shares (0 for whole GPUs).
     pub shared_mib: u32,
+    /// Whether it is best-effort work (see [`super::Job::best_effort`]).
+    pub best_effort: bool,
 }
 
 /// What a request needs of a GPU's memory.
@@ -85,6 +87,8 @@ pub struct Occupancy {
     gpu_jobs: HashMap<(usize, u8), u32>,
     /// GPU memory held by the jobs sharing each (node, GPU).
     shared_mib: HashMap<(usize, u8), u64>,
+    /// Best-effort jobs on each (node, GPU).
+    best_effort: HashMap<(usize, u8), u32>,
 }
 
 impl Occupancy {
@@ -94,6 +98,7 @@ impl Occupancy {
             dedicated: vec![None; nodes],
             gpu_jobs: HashMap::new(),
             shared_mib: HashMap::new(),
+            best_effort: HashMap::new(),
         }
     }
 
@@ -106,6 +111,9 @@ impl Occupancy {
         }
         for &g in gpus {
             *self.gpu_jobs.entry((node, g)).or_default() += 1;
+            if t.best_effort {
+                *self.best_effort.entry((node, g)).or_default() += 1;
+            }
             *self.shared_mib.entry((node, g)).or_default() += u64::from(t.shared_mib);
         }
     }
@@ -135,7 +143,17 @@ impl Occupancy {
             if let Some(n) = self.gpu_jobs.get_mut(&(node, g)) {
                 *n = n.saturating_sub(1);
             }
+            if t.best_effort
+                && let Some(n) = self.best_effort.get_mut(&(node, g))
+            {
+                *n = n.saturating_sub(1);
+            }
         }
+    }
+
+    /// Best-effort jobs on GPU `g` of `node`.
+    pub fn best_effort_on(&self, node: usize, g: u8) -> u32 {
+        self.best_effort.get(&(node, g)).copied().unwrap_or(0)
     }
 
     /// Jobs on GPU `g` of `node`.
@@ -233,6 +251,7 @@ mod tests {
             q,
             level,
             shared_mib: 0,
+            best_effort: false,
         }
     }
 

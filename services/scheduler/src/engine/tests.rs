@@ -46,6 +46,7 @@ fn job(id: &str, queue: &str, gpus: u8, gpu_milli: u32, seq: u64) -> Job {
         class: None,
         avoid: Default::default(),
         pack: None,
+        best_effort: false,
     }
 }
 
@@ -590,6 +591,7 @@ fn make_jobs(specs: &[JobSpec], first_seq: u64) -> Vec<Job> {
                     class: None,
                     avoid: Default::default(),
                     pack: None,
+                    best_effort: false,
                 }
             },
         )
@@ -819,4 +821,174 @@ fn a_tenant_over_its_hard_limit_sheds_its_own_newest_work() {
     ];
     let d = pass(&cluster, &tree, &running, &[], 10);
     assert_eq!(preempted(&d), ["v2"], "{d:#?}");
+}
+
+/// A best-effort job: the least share of one GPU and `gib` of its memory.
+fn best_effort(id: &str, queue: &str, gib: u32, seq: u64) -> Job {
+    Job {
+        gpu_memory_mib: gib * GIB,
+        best_effort: true,
+        ..job(id, queue, 1, allot_domain::BEST_EFFORT_MILLI, seq)
+    }
+}
+
+fn gpus_of<'d>(decisions: &'d [Decision], id: &str) -> &'d [Choice] {
+    decisions
+        .iter()
+        .find_map(|d| match d {
+            Decision::Place {
+                job_id, placements, ..
+            } if job_id == id => Some(placements.as_slice()),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("{id} is not placed: {decisions:#?}"))
+}
+
+#[test]
+fn best_effort_work_spreads_over_what_other_jobs_leave() {
+    // One node, three GPUs: GPU 0 runs a service at 0.6, the others are idle.
+    let cluster = cluster(&[(3, 64, 256)]);
+    let tree = QuotaTree::new(vec![
+        queue("svc", None, 0, None),
+        queue("batch", None, 0, None),
+    ])
+    .expect("tree");
+    let mut running = Vec::new();
+    let mut pending = vec![job("svc", "svc", 1, 600, 0)];
+    let first = pass(&cluster, &tree, &running, &pending, 0);
+    apply(&first, &mut running, &mut pending, 0);
+    let service_gpu = running[0].placements[0].gpus[0];
+    pending = (1..=3)
+        .map(|i| best_effort(&format!("be{i}"), "batch", 4, i))
+        .collect();
+    let d = pass(&cluster, &tree, &running, &pending, 10);
+    let mut gpus: Vec<u8> = (1..=3)
+        .map(|i| gpus_of(&d, &format!("be{i}"))[0].gpus[0])
+        .collect();
+    // The first two take the idle GPUs (the most compute free), the third the service's:
+    // one on each GPU, not packed onto one.
+    assert_ne!(gpus[0], service_gpu, "{d:#?}");
+    assert_ne!(gpus[1], service_gpu, "{d:#?}");
+    assert_eq!(gpus[2], service_gpu, "{d:#?}");
+    gpus.sort_unstable();
+    assert_eq!(gpus, [0, 1, 2]);
+    // Negative control: the same jobs not best-effort are packed (the placement policy's
+    // rule), not spread one to a GPU.
+    let packed: Vec<Job> = pending
+        .iter()
+        .map(|j| Job {
+            best_effort: false,
+            ..j.clone()
+        })
+        .collect();
+    let d = pass(&cluster, &tree, &running, &packed, 10);
+    let mut gpus: Vec<u8> = packed
+        .iter()
+        .map(|j| gpus_of(&d, &j.id)[0].gpus[0])
+        .collect();
+    gpus.sort_unstable();
+    gpus.dedup();
+    assert!(gpus.len() < 3, "{d:#?}");
+}
+
+#[test]
+fn any_job_that_is_not_best_effort_takes_the_place_of_best_effort_work() {
+    // One GPU, one node: a best-effort job of tenant batch holds 60 of its 80 GiB.
+    let cluster = cluster(&[(1, 64, 256)]);
+    let tree = QuotaTree::new(vec![
+        queue("svc", None, 0, None),
+        queue("batch", None, 0, None),
+    ])
+    .expect("tree");
+    let be = Running {
+        job: best_effort("be", "batch", 60, 0),
+        placements: vec![Choice {
+            node: 0,
+            gpus: vec![0],
+        }],
+        started_at: 0,
+    };
+    let running = vec![be.clone()];
+    // A whole-GPU job with no guarantee at all, a second after the best-effort one started
+    // (no minimum runtime holds best-effort work).
+    let whole = pass(
+        &cluster,
+        &tree,
+        &running,
+        &[job("train", "svc", 1, 1000, 1)],
+        1,
+    );
+    assert_eq!(preempted(&whole), ["be"], "{whole:#?}");
+    assert_eq!(placed(&whole), ["train"]);
+    let Some(Decision::Preempt { reason, .. }) = whole.first() else {
+        panic!("{whole:#?}")
+    };
+    assert_eq!(
+        reason,
+        "best-effort: gave its place up to train (tenant svc)"
+    );
+    // A share whose compute fits beside it but whose memory does not (60 + 20 GiB is more
+    // than the 72 a shared GPU may hold) takes its place too.
+    let service = Job {
+        gpu_memory_mib: 20 * GIB,
+        ..job("svc", "svc", 1, 200, 1)
+    };
+    let memory = pass(&cluster, &tree, &running, std::slice::from_ref(&service), 1);
+    assert_eq!(preempted(&memory), ["be"], "{memory:#?}");
+    assert_eq!(placed(&memory), ["svc"]);
+    // One that fits beside it leaves it be.
+    let small = Job {
+        gpu_memory_mib: 10 * GIB,
+        ..service.clone()
+    };
+    let beside = pass(&cluster, &tree, &running, &[small], 1);
+    assert!(preempted(&beside).is_empty(), "{beside:#?}");
+    assert_eq!(placed(&beside), ["svc"]);
+    // Best-effort work never takes another's place, nor a job's that is not best-effort.
+    let other = pass(
+        &cluster,
+        &tree,
+        &running,
+        &[best_effort("be2", "svc", 20, 1)],
+        1,
+    );
+    assert!(
+        preempted(&other).is_empty() && placed(&other).is_empty(),
+        "{other:#?}"
+    );
+    // With the GPU free and both waiting (the best-effort one older, its tenant first in
+    // fair order), the other job gets it: best-effort work is decided last, so that a job
+    // it gave way to does not find it back in its place in the next pass.
+    let both = pass(
+        &cluster,
+        &tree,
+        &[],
+        &[
+            best_effort("be", "batch", 60, 0),
+            job("train", "svc", 1, 1000, 1),
+        ],
+        1,
+    );
+    assert_eq!(placed(&both), ["train"], "{both:#?}");
+    assert!(preempted(&both).is_empty());
+    let not_be = Running {
+        job: Job {
+            best_effort: false,
+            ..be.job.clone()
+        },
+        ..be
+    };
+    // Negative control: the same holder not best-effort, borrowed by a tenant without a
+    // guarantee either, keeps its place.
+    let kept = pass(
+        &cluster,
+        &tree,
+        &[not_be],
+        &[job("train", "svc", 1, 1000, 1)],
+        1,
+    );
+    assert!(
+        preempted(&kept).is_empty() && placed(&kept).is_empty(),
+        "{kept:#?}"
+    );
 }

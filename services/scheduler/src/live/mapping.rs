@@ -356,5 +356,6 @@ pub(super) fn engine_job(
         class: j.spec.class,
         avoid: Default::default(),
         pack: None,
+        best_effort: j.spec.is_best_effort(),
     }
 }
