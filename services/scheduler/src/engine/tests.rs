@@ -992,3 +992,54 @@ fn any_job_that_is_not_best_effort_takes_the_place_of_best_effort_work() {
         "{kept:#?}"
     );
 }
+
+#[test]
+fn best_effort_work_stacked_on_one_gpu_moves_to_room_that_appeared() {
+    // Two GPUs: GPU 0 runs two best-effort jobs (GPU 1 was full when they were placed);
+    // GPU 1's job shrank to 0.4 since.
+    let cluster = cluster(&[(2, 64, 256)]);
+    let tree = QuotaTree::new(vec![
+        queue("svc", None, 0, None),
+        queue("batch", None, 0, None),
+    ])
+    .expect("tree");
+    let on = |j: Job, g: u8, started_at| Running {
+        job: j,
+        placements: vec![Choice {
+            node: 0,
+            gpus: vec![g],
+        }],
+        started_at,
+    };
+    let service = on(job("svc", "svc", 1, 400, 0), 1, 0);
+    let mut running = vec![
+        service.clone(),
+        on(best_effort("old", "batch", 4, 1), 0, 0),
+        on(best_effort("new", "batch", 4, 2), 0, 30),
+    ];
+    // Not before it ran the minimum time.
+    assert!(pass(&cluster, &tree, &running, &[], 50).is_empty());
+    let d = pass(&cluster, &tree, &running, &[], 100);
+    assert_eq!(preempted(&d), ["new"], "{d:#?}");
+    let Some(Decision::Preempt { reason, .. }) = d.first() else {
+        panic!("{d:#?}")
+    };
+    assert!(
+        reason.starts_with("best-effort: moved to a GPU"),
+        "{reason}"
+    );
+    // Requeued, it goes to the GPU that had none; then nothing moves.
+    let mut pending = Vec::new();
+    apply(&d, &mut running, &mut pending, 100);
+    let again = pass(&cluster, &tree, &running, &pending, 101);
+    assert_eq!(gpus_of(&again, "new")[0].gpus, [1], "{again:#?}");
+    apply(&again, &mut running, &mut pending, 101);
+    assert!(pass(&cluster, &tree, &running, &pending, 500).is_empty());
+    // Negative control: with GPU 1 full (no room for even the least share), both stay.
+    let full = vec![
+        on(job("svc", "svc", 1, 1000, 0), 1, 0),
+        on(best_effort("old", "batch", 4, 1), 0, 0),
+        on(best_effort("new", "batch", 4, 2), 0, 30),
+    ];
+    assert!(pass(&cluster, &tree, &full, &[], 500).is_empty());
+}
