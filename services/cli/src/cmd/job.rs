@@ -368,7 +368,15 @@ fn describe(j: &JobView) -> String {
                 _ => j.replicas.to_string(),
             },
         ),
-        ("GPU memory", opt(j.gpu_memory_bytes.map(format_bytes))),
+        (
+            "GPU memory",
+            match (j.gpu_memory_bytes, j.gpu_sizing.is_some_and(|s| s.memory)) {
+                (Some(b), true) => format!("{} (sized by Allot)", format_bytes(b)),
+                (Some(b), false) => format_bytes(b),
+                (None, true) => "its share of the GPU's memory, until Allot sizes it".into(),
+                (None, false) => "-".into(),
+            },
+        ),
         (
             "GPU models",
             if j.gpu_models.is_empty() {
@@ -707,7 +715,14 @@ fn gpus_of(j: &JobView) -> String {
         };
     }
     let share = j.held_gpu_milli.or(j.gpu_milli).unwrap_or(1000);
-    let each = if j.gpus == 1 && share < 1000 {
+    let each = if j.gpu_compute == Some(GpuCompute::BestEffort) {
+        "best-effort on one shared GPU (no share of its own: what its other jobs leave)".into()
+    } else if j.gpu_sizing.is_some_and(|s| s.compute) {
+        format!(
+            "{} of a shared GPU, sized by Allot",
+            show_milli(u64::from(share))
+        )
+    } else if j.gpus == 1 && share < 1000 {
         format!("{} of a shared GPU", show_milli(u64::from(share)))
     } else {
         j.gpus.to_string()
@@ -721,12 +736,22 @@ fn gpus_of(j: &JobView) -> String {
 
 /// The GPUS column of `job list`: "2", "0.25" for a share of one GPU, the profile for a
 /// MIG instance ("1g.18gb"), and for a gang its replicas × each = all ("4 × 8 = 32").
+/// A share Allot sizes reads "0.25 auto" (sized to a quarter now), best-effort work "be".
 fn gpus_cell(j: &JobView) -> String {
     if let Some(profile) = &j.mig_profile {
         return profile.clone();
     }
-    allot_domain::GangSize::new(j.replicas, j.gpus, j.held_gpu_milli.or(j.gpu_milli), None)
-        .to_string()
+    if j.gpu_compute == Some(GpuCompute::BestEffort) {
+        return "be".into();
+    }
+    let size =
+        allot_domain::GangSize::new(j.replicas, j.gpus, j.held_gpu_milli.or(j.gpu_milli), None)
+            .to_string();
+    if j.gpu_sizing.is_some_and(|s| s.compute) {
+        format!("{size} auto")
+    } else {
+        size
+    }
 }
 
 /// `--gpus` as the API's GPU count and per-GPU share.
