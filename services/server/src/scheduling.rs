@@ -280,7 +280,13 @@ pub struct PassState {
     /// nothing pending still decides when the quotas changed since (a lowered limit is
     /// enforced on what runs).
     quotas_seen: Option<i64>,
+    /// When a pass last ran the engine (the store's clock).
+    decided_at: Option<chrono::DateTime<chrono::Utc>>,
 }
+
+/// With nothing pending, a pass still runs the engine this often: room may have appeared
+/// for what runs (best-effort work stacked on one GPU spreads into it).
+const DECIDE_AT_LEAST_EVERY: chrono::TimeDelta = chrono::TimeDelta::seconds(10);
 
 /// One pass over the pending jobs (refreshed first). Public so tests can drive scheduling
 /// step by step.
@@ -326,11 +332,15 @@ async fn decide_and_apply(
             nodes = fleet(store, hub).await?;
         }
     }
-    // With nothing to place, a pass still decides when the quotas changed: what runs is
-    // held to a limit lowered meanwhile.
-    let quotas_changed = state.quotas_seen != Some(store.tenants_version().await?);
+    // With nothing to place, a pass still decides when the quotas changed (what runs is
+    // held to a limit lowered meanwhile), and every DECIDE_AT_LEAST_EVERY.
+    let now = store.clock().now();
+    let must_decide = state.quotas_seen != Some(store.tenants_version().await?)
+        || state
+            .decided_at
+            .is_none_or(|at| now - at >= DECIDE_AT_LEAST_EVERY);
     let pending = Cow::Borrowed(view.jobs());
-    if pending.is_empty() && elastic.is_none() && !quotas_changed {
+    if pending.is_empty() && elastic.is_none() && !must_decide {
         return Ok(Passed::Done);
     }
     let holding = jobs_in(store, &[JobState::Scheduled, JobState::Running]).await?;
@@ -338,7 +348,7 @@ async fn decide_and_apply(
         Some(e) => apply_elastic(store, hub, e, &nodes, &holding, pending, reasons).await?,
         None => pending,
     };
-    if pending.is_empty() && !quotas_changed {
+    if pending.is_empty() && !must_decide {
         return Ok(Passed::Done);
     }
     // The version first: placements are written only while no tenant changed since.
@@ -351,7 +361,7 @@ async fn decide_and_apply(
         |j| spent.get(&j.tenant_id),
         reasons,
     );
-    if pending.is_empty() && !quotas_changed {
+    if pending.is_empty() && !must_decide {
         return Ok(Passed::Done);
     }
     let reachable = hub.connected();
@@ -533,5 +543,6 @@ async fn decide_and_apply(
         return Ok(Passed::Stale);
     }
     state.quotas_seen = Some(tenants_version);
+    state.decided_at = Some(now);
     Ok(Passed::Done)
 }
