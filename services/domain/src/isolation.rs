@@ -111,9 +111,9 @@ pub enum GpuCompute {
     Elastic,
     /// No share of its own: only what the GPU's other jobs leave idle. It holds the least
     /// share there is ([`BEST_EFFORT_MILLI`]) so that placement's and quotas' rules apply
-    /// unchanged, runs beside jobs that hold shares (and on idle GPUs), is held to that
-    /// least share whenever they want the GPU, and gives its place up (preempted, with
-    /// its checkpoint grace) to any job that is not best-effort and needs the room.
+    /// unchanged, runs beside jobs that hold shares (and on idle GPUs), is paced to what
+    /// they leave while they launch, and gives its place up (preempted, with its
+    /// checkpoint grace) to any job that is not best-effort and needs the room.
     BestEffort,
 }
 
