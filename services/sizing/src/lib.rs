@@ -12,16 +12,28 @@
 //!   of its headroom (back to the full headroom).
 //! - **Down slowly**: only when even the window's peak demand plus headroom stayed below
 //!   the share by [`Policy::shrink_margin`] for [`Policy::shrink_after`], and then by at
-//!   most [`Policy::shrink_step`] at a time (hysteresis: constant load changes nothing).
+//!   most [`Policy::shrink_step`] at a time (hysteresis: constant load changes nothing);
+//!   and, for [`Policy::remember_held_back`] after its launches were held back at a share,
+//!   never back to that share, and at most halfway down towards it: bursty work, whose mean use is well under the share its
+//!   bursts need, finds that share in a few steps instead of shrinking and growing again
+//!   without end.
 //! - **Memory never below what it used**: the limit stays at or above the job's observed
 //!   peak plus [`Policy::memory_headroom`] (within its ceiling, which wins: a quota is
 //!   never exceeded).
 //! - After each change the window starts again: samples taken under another share measure
 //!   something else (a job held to a small share uses no more than it).
+//! - **The day ahead**: once two whole days were seen, the forecast is never below the peak
+//!   the job's daily pattern (additive Holt-Winters over slices of the day, as the elastic
+//!   planner forecasts demand) foresees over [`Policy::horizon`]: a service that rises
+//!   every morning gets its morning share before it is held back.
 
 use std::collections::VecDeque;
 use std::fmt;
 use std::time::Duration;
+
+mod seasonal;
+
+use seasonal::Seasonal;
 
 /// A whole GPU, in thousandths.
 pub const GPU_MILLI: u32 = 1000;
@@ -58,8 +70,27 @@ pub struct Policy {
     pub shrink_step: f64,
     /// After a change, samples for this long are awaited before the next decision.
     pub settle: Duration,
+    /// For this long after its launches were held back at a share, a job is not shrunk
+    /// back to that share.
+    pub remember_held_back: Duration,
+    /// Windows a job runs before it has settled where it runs (and may be moved to pack
+    /// its GPU's work onto others).
+    pub settled_after: u32,
+    /// The demand forecast is of each sample averaged over the samples this long before it:
+    /// what a share must cover over about the latency objective of a request (the pacer
+    /// banks a tenth of a second of credit, and an elastic share has the GPU's idle time
+    /// besides), not each quarter second's count of a few requests. Not compressed
+    /// ([`Policy::compressed`]): how bursty requests are does not change with how fast a
+    /// day is replayed. Samples this far apart or more are taken as they are.
+    pub sample_span: Duration,
     /// The fewest samples a decision is made on.
     pub min_samples: usize,
+    /// The cycle of a job's daily pattern (a day); zero: no seasonal term.
+    pub season: Duration,
+    /// Slices of a season whose peaks the seasonal term models.
+    pub season_slices: usize,
+    /// How far ahead the seasonal term looks.
+    pub horizon: Duration,
 }
 
 impl Default for Policy {
@@ -67,10 +98,10 @@ impl Default for Policy {
         Self {
             window: Duration::from_secs(300),
             quantile: 0.95,
-            headroom: 0.15,
+            headroom: 0.2,
             memory_headroom: 0.15,
             step_milli: 10,
-            min_milli: 50,
+            min_milli: 20,
             min_memory_bytes: 256 << 20,
             held_back: 0.02,
             grow: 1.5,
@@ -79,7 +110,13 @@ impl Default for Policy {
             shrink_after: Duration::from_secs(120),
             shrink_step: 0.3,
             settle: Duration::from_secs(10),
+            remember_held_back: Duration::from_secs(3_600),
+            settled_after: 2,
+            sample_span: Duration::from_secs(1),
             min_samples: 3,
+            season: Duration::from_secs(86_400),
+            season_slices: 144,
+            horizon: Duration::from_secs(1_800),
         }
     }
 }
@@ -87,24 +124,48 @@ impl Default for Policy {
 impl Policy {
     /// The rules' times made no shorter than samples allow, when a sample comes every
     /// `every`: a window of at least ten samples, a shrink after at least five, a settle of
-    /// at least two (a window shorter than a sample never holds enough to decide on).
+    /// at least two (a window shorter than a sample never holds enough to decide on), and
+    /// where it was held back remembered for at least six windows.
     pub fn sampled_every(mut self, every: Duration) -> Self {
         self.window = self.window.max(every * 10);
         self.shrink_after = self.shrink_after.max(every * 5);
         self.settle = self.settle.max(every * 2);
+        self.remember_held_back = self.remember_held_back.max(self.window * 6);
         self
     }
 
     /// The same rules with their times divided by `k` (a day replayed `k` times faster is
-    /// sized on windows `k` times shorter); `k` at or below 0 changes nothing.
+    /// sized on windows `k` times shorter, its seasons and horizon too); `k` at or below 0
+    /// changes nothing.
     pub fn compressed(mut self, k: f64) -> Self {
         if k > 0.0 && k.is_finite() {
             let scale = |d: Duration| Duration::from_secs_f64(d.as_secs_f64() / k);
             self.window = scale(self.window);
             self.shrink_after = scale(self.shrink_after);
             self.settle = scale(self.settle);
+            self.remember_held_back = scale(self.remember_held_back);
+            self.season = scale(self.season);
+            self.horizon = scale(self.horizon);
         }
         self
+    }
+
+    /// One slice of the season.
+    fn slice(&self) -> Duration {
+        if self.season_slices == 0 {
+            Duration::ZERO
+        } else {
+            self.season / u32::try_from(self.season_slices).unwrap_or(u32::MAX)
+        }
+    }
+
+    /// Slices the horizon spans (at least one).
+    fn horizon_slices(&self) -> usize {
+        let slice = self.slice().as_secs_f64();
+        if slice <= 0.0 {
+            return 1;
+        }
+        ((self.horizon.as_secs_f64() / slice).ceil() as usize).max(1)
     }
 }
 
@@ -234,11 +295,52 @@ pub struct Sizer {
     /// Since when the compute (memory) forecast has been well under the share (limit).
     under_since: Option<Duration>,
     memory_under_since: Option<Duration>,
+    /// When the first sample under the current share was taken.
+    measuring_since: Option<Duration>,
+    /// When the first sample of this attempt was taken.
+    running_since: Option<Duration>,
+    /// The daily pattern of its demand (kept across its attempts).
+    seasonal: Seasonal,
+    /// The largest share its launches were held back at lately.
+    held_back_at: Option<HeldAt>,
+}
+
+/// Where a job's launches were held back.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct HeldAt {
+    milli: u32,
+    at: Duration,
 }
 
 impl Sizer {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A sizer for the job's next attempt: measured afresh, its daily pattern kept.
+    pub fn restarted(&self) -> Self {
+        Self {
+            seasonal: self.seasonal.clone(),
+            held_back_at: self.held_back_at,
+            ..Self::default()
+        }
+    }
+
+    /// Takes a sample in (out-of-order ones, before the last taken, are dropped); with
+    /// `policy`'s season, into the job's daily pattern too.
+    pub fn observe_under(&mut self, s: Sample, policy: &Policy) {
+        if self.samples.back().is_some_and(|last| s.at < last.at) {
+            return;
+        }
+        if !policy.season.is_zero() {
+            self.seasonal.observe(
+                s.at,
+                demand_of(clamp01(s.busy), clamp01(s.held_back)),
+                policy.slice(),
+                policy.season_slices,
+            );
+        }
+        self.observe(s);
     }
 
     /// Takes a sample in (out-of-order ones, before the last taken, are dropped).
@@ -252,7 +354,26 @@ impl Sizer {
             ..s
         };
         self.peak_memory = self.peak_memory.max(s.memory_bytes);
+        self.measuring_since.get_or_insert(s.at);
+        self.running_since.get_or_insert(s.at);
         self.samples.push_back(s);
+    }
+
+    /// Whether the job has settled where it runs: measured for [`Policy::settled_after`]
+    /// windows since it started, and a whole window under its current share (a job moved,
+    /// started or resized a moment ago has not).
+    pub fn settled(&self, now: Duration, policy: &Policy) -> bool {
+        let since =
+            |t: Option<Duration>, d: Duration| t.is_some_and(|t| now.saturating_sub(t) >= d);
+        self.samples.len() >= policy.min_samples.max(1)
+            && since(self.measuring_since, policy.window)
+            && since(
+                self.running_since,
+                policy.window * policy.settled_after.max(1),
+            )
+            && self
+                .changed_at
+                .is_none_or(|at| now.saturating_sub(at) >= policy.settle)
     }
 
     /// The most memory the job was seen to hold.
@@ -288,12 +409,28 @@ impl Sizer {
         // that covers the forecast but not the peak is kept, not cut).
         let down = round_up(peak * (1.0 + policy.headroom), step).clamp(min_milli, max_milli);
         let current = holding.gpu_milli;
+        // Where it was held back is forgotten after a while (a load that fell for good is
+        // then sized down to what it is).
+        if self
+            .held_back_at
+            .is_some_and(|h| now.saturating_sub(h.at) >= policy.remember_held_back)
+        {
+            self.held_back_at = None;
+        }
+        let floor = self
+            .held_back_at
+            .map_or(0, |h| h.milli.saturating_add(step));
         let mut reason = None;
         let mut gpu_milli = current;
         if held_back > policy.held_back && current < max_milli {
             let grown = round_up(f64::from(current) * policy.grow / 1000.0, step);
             gpu_milli = target.max(grown).min(max_milli);
             reason = Some(Reason::HeldBack { held_back });
+            let before = self.held_back_at;
+            self.held_back_at = Some(HeldAt {
+                milli: before.map_or(0, |h| h.milli).max(current),
+                at: now,
+            });
         } else if target > current
             && forecast * (1.0 + policy.headroom / 2.0) * 1000.0 > f64::from(current)
         {
@@ -301,15 +438,32 @@ impl Sizer {
             // a little above the others, within its headroom, changes nothing).
             gpu_milli = target;
             reason = Some(Reason::Outgrown);
-        } else if f64::from(down) <= f64::from(current) * (1.0 - policy.shrink_margin) {
+        } else if f64::from(down) <= f64::from(current) * (1.0 - policy.shrink_margin)
+            && floor < current
+        {
             let since = *self.under_since.get_or_insert(now);
             if now.saturating_sub(since) >= policy.shrink_after {
                 let least = round_down(f64::from(current) * (1.0 - policy.shrink_step), step);
-                gpu_milli = down.max(least).clamp(min_milli, max_milli);
+                // Held back lately: at most halfway down to where it was.
+                let halfway = if floor > 0 {
+                    (floor + current).div_ceil(2).div_ceil(step) * step
+                } else {
+                    0
+                };
+                gpu_milli = down
+                    .max(least)
+                    .max(floor)
+                    .max(halfway)
+                    .clamp(min_milli, max_milli);
                 reason = Some(Reason::Oversized);
             }
         } else {
             self.under_since = None;
+        }
+        // Under the least share (it started there): up to it.
+        if gpu_milli < min_milli {
+            gpu_milli = min_milli;
+            reason = reason.or(Some(Reason::Outgrown));
         }
         // Over its ceiling (a lowered quota): down to it.
         if gpu_milli > max_milli {
@@ -379,6 +533,7 @@ impl Sizer {
         if decision.gpu_milli != decision.from.gpu_milli {
             self.samples.clear();
             self.under_since = None;
+            self.measuring_since = None;
         }
         self.changed_at = Some(at);
         self.memory_under_since = None;
@@ -389,16 +544,43 @@ impl Sizer {
     fn forecast(&self, policy: &Policy) -> (f64, f64, f64) {
         // A job held back `h` of the time wanted more than it used: at least
         // `busy / (1 - h)` (estimated no higher than four times what it used).
-        let mut demand: Vec<f64> = self
+        let raw: Vec<(Duration, f64)> = self
             .samples
             .iter()
-            .map(|s| (s.busy / (1.0 - s.held_back).max(0.25)).min(1.0))
+            .map(|s| (s.at, demand_of(s.busy, s.held_back)))
             .collect();
+        // Each sample's demand averaged over the samples of the span before it: what a share
+        // must cover is a request's worth of time, not each quarter second's handful.
+        // (Those with less than a span of samples before them only when that is all there
+        // is.)
+        let first = raw.first().map_or(Duration::ZERO, |r| r.0);
+        let spanned = raw
+            .last()
+            .is_some_and(|r| r.0.saturating_sub(first) >= policy.sample_span);
+        let mut demand = Vec::with_capacity(raw.len());
+        let mut from = 0;
+        let mut sum = 0.0;
+        for (i, &(at, d)) in raw.iter().enumerate() {
+            sum += d;
+            while from < i && at.saturating_sub(raw[from].0) >= policy.sample_span {
+                sum -= raw[from].1;
+                from += 1;
+            }
+            if !spanned || at.saturating_sub(first) >= policy.sample_span {
+                demand.push((sum / (i + 1 - from) as f64).clamp(0.0, 1.0));
+            }
+        }
         demand.sort_by(f64::total_cmp);
         let q = policy.quantile.clamp(0.0, 1.0);
         let rank = ((demand.len() as f64 * q).ceil() as usize).clamp(1, demand.len());
-        let forecast = demand[rank - 1];
-        let peak = demand[demand.len() - 1];
+        // What its day foresees over the horizon, once two days were seen.
+        let ahead = if policy.season.is_zero() {
+            0.0
+        } else {
+            self.seasonal.ahead(policy.horizon_slices()).unwrap_or(0.0)
+        };
+        let forecast = demand[rank - 1].max(ahead);
+        let peak = demand[demand.len() - 1].max(ahead);
         let recent = policy.min_samples.max(1).min(self.samples.len());
         let held_back = self
             .samples
@@ -410,6 +592,12 @@ impl Sizer {
             / recent as f64;
         (forecast, peak, held_back)
     }
+}
+
+/// What a job wanted when it used `busy` and its launches waited `held_back` of the time:
+/// at least `busy / (1 - held_back)` (estimated no higher than four times what it used).
+fn demand_of(busy: f64, held_back: f64) -> f64 {
+    (busy / (1.0 - held_back).max(0.25)).min(1.0)
 }
 
 fn clamp01(x: f64) -> f64 {

@@ -71,6 +71,7 @@ fn on_the_last_sample_without_hysteresis_noisy_constant_load_oscillates() {
         shrink_after: Duration::ZERO,
         shrink_step: 1.0,
         settle: Duration::ZERO,
+        remember_held_back: Duration::ZERO,
         ..Policy::default()
     };
     let (_, decisions) = run(&policy, bounds(1000, 80 * GIB), start(), 3_600, |t| {
@@ -109,8 +110,8 @@ fn a_held_back_job_grows_at_once_and_an_idle_one_shrinks_slowly() {
         "0.6 wanted, 15% headroom: {last:?}"
     );
     // Nearly idle: shrinks, but not before the window of evidence, and a step at a time.
-    let (held, decisions) = run(&policy, bounds(1000, 80 * GIB), start(), 600, |_| {
-        (0.02, GIB)
+    let (held, decisions) = run(&policy, bounds(1000, 80 * GIB), start(), 1_200, |_| {
+        (0.01, GIB)
     });
     let first_shrink = decisions
         .iter()
@@ -213,6 +214,7 @@ fn compressed_time_scales_the_windows() {
     assert_eq!(p.window, Duration::from_millis(2500));
     assert_eq!(p.shrink_after, Duration::from_millis(1250));
     assert_eq!(p.settle, Duration::from_millis(500));
+    assert_eq!(p.remember_held_back, Duration::from_secs(15));
     assert_eq!(
         Policy::default().sampled_every(Duration::from_secs(2)),
         Policy::default(),
@@ -250,24 +252,28 @@ proptest! {
     }
 
     /// Constant load, sampled with ±10% noise: once sized, nothing changes (no
-    /// oscillation).
+    /// oscillation). A load whose peak with headroom sits right at the shrink margin may
+    /// take one step late (its noise keeps the margin met for the shrink time only now and
+    /// then), but never a second: none grows back.
     #[test]
     fn constant_load_is_stable(demand in 0.0f64..0.85, memory in 0u64..(20 * GIB), seed in 0u64..1000) {
         let policy = Policy::default();
         let (_, decisions) = run(&policy, bounds(1000, 80 * GIB), start(), 3_600, |t| (noisy(demand, seed, t), memory));
         let late: Vec<_> = decisions.iter().filter(|(t, _)| *t > 1_800).collect();
-        prop_assert!(late.is_empty(), "{} decisions after 30 min: {:?}", late.len(),
+        prop_assert!(late.len() <= 1, "{} decisions after 30 min: {:?}", late.len(),
             late.iter().map(|(t, d)| format!("{t}: {d}")).collect::<Vec<_>>());
+        prop_assert!(late.iter().all(|(_, d)| d.gpu_milli <= d.from.gpu_milli), "{late:?}");
     }
 
-    /// A step change of load: the share follows it, within the window and shrink time for
-    /// a step down and seconds for a step up, and ends where the rules say: at least the
-    /// new demand plus headroom (not held back), at most that over the shrink margin.
+    /// A step change of load: the share follows it, within seconds for a step up, and for a
+    /// step down once where it was held back is forgotten (an hour) and the shrink time
+    /// passed; it ends where the rules say: at least the new demand plus headroom (not held
+    /// back), at most that over the shrink margin.
     #[test]
     fn a_step_change_converges(before in 0.05f64..0.85, after in 0.05f64..0.85) {
         let policy = Policy::default();
         let step_at = 900;
-        let (held, _) = run(&policy, bounds(1000, 80 * GIB), start(), 3_600, |t| {
+        let (held, _) = run(&policy, bounds(1000, 80 * GIB), start(), 7_200, |t| {
             (if t < step_at { before } else { after }, GIB)
         });
         let end = held.last().copied().unwrap_or(start()).gpu_milli;
@@ -283,4 +289,178 @@ proptest! {
         // Not held back at the end: its share covers its demand.
         prop_assert!(f64::from(end) / 1000.0 >= after);
     }
+}
+
+/// [`run`] with the daily term: every sample goes into the job's daily pattern too.
+fn run_seasonal(policy: &Policy, secs: u64, load: impl Fn(u64) -> f64) -> (Vec<Holding>, Vec<f64>) {
+    let mut sizer = Sizer::new();
+    let mut holding = start();
+    let (mut held, mut held_back) = (Vec::new(), Vec::new());
+    for t in 1..=secs {
+        let at = Duration::from_secs(t);
+        let s = sample(at, load(t), GIB, holding);
+        held_back.push(s.held_back);
+        sizer.observe_under(s, policy);
+        if let Some(d) = sizer.decide(at, holding, bounds(1000, 80 * GIB), policy) {
+            holding = Holding {
+                gpu_milli: d.gpu_milli,
+                memory_bytes: d.memory_bytes,
+            };
+            sizer.applied(at, &d);
+        }
+        held.push(holding);
+    }
+    (held, held_back)
+}
+
+/// A service that rises from 0.1 to 0.6 of a GPU at the same time every day, for a fifth
+/// of the day (a day of 1,440 s: the rules compressed 60 times). From the third day its
+/// daily pattern is known: its share is grown before the rise, and its launches do not wait
+/// at it; without the daily term (the negative control) they wait each day until the
+/// share follows.
+#[test]
+fn a_daily_rise_is_met_before_it_comes_once_two_days_were_seen() {
+    let day = 1_440u64;
+    let rise = day * 2 / 5;
+    let load = |t: u64| {
+        let in_day = t % day;
+        if (rise..rise + day / 5).contains(&in_day) {
+            0.6
+        } else {
+            0.1
+        }
+    };
+    let seasonal = Policy::default().compressed(60.0);
+    assert_eq!(seasonal.season, Duration::from_secs(day));
+    let flat = Policy {
+        season: Duration::ZERO,
+        ..seasonal.clone()
+    };
+    // Held back around the rise of day 4 (a minute either side).
+    let around = |held_back: &[f64]| -> f64 {
+        let at = (3 * day + rise) as usize;
+        held_back[at - 60..at + 60].iter().sum()
+    };
+    let (held, with) = run_seasonal(&seasonal, 4 * day, load);
+    let (_, without) = run_seasonal(&flat, 4 * day, load);
+    assert!(
+        around(&without) > 0.5,
+        "without the daily term: {}",
+        around(&without)
+    );
+    assert!(
+        around(&with) < 0.1,
+        "with it: {} (without: {})",
+        around(&with),
+        around(&without)
+    );
+    // Grown before the rise, not merely at it.
+    let before = held[(3 * day + rise - 5) as usize].gpu_milli;
+    assert!(
+        before >= 600,
+        "{before} thousandths five seconds before the rise"
+    );
+    // And the first two days were as without it (nothing known yet).
+    let (_, early) = run_seasonal(&seasonal, 2 * day, load);
+    let (_, early_flat) = run_seasonal(&flat, 2 * day, load);
+    assert_eq!(early, early_flat);
+}
+
+/// Bursty work: it uses `mean` of a GPU on average, but its bursts need `need` (above
+/// `mean` plus headroom) not to wait; under that its launches wait a little of the time
+/// (2–6%, drawn from `seed`), however little of its share it uses on average.
+fn run_bursty(
+    policy: &Policy,
+    mean: f64,
+    need: f64,
+    seed: u64,
+) -> (Vec<Holding>, Vec<(u64, Decision)>) {
+    let mut sizer = Sizer::new();
+    let mut holding = start();
+    let (mut held, mut decisions) = (Vec::new(), Vec::new());
+    for t in 1..=3_600 {
+        let at = Duration::from_secs(t);
+        let share = f64::from(holding.gpu_milli) / 1000.0;
+        let busy = noisy(mean, seed, t).min(share);
+        let held_back = if share < need {
+            0.02 + 0.04 * noisy(0.5, seed ^ 1, t)
+        } else {
+            0.0
+        };
+        sizer.observe(Sample {
+            at,
+            busy,
+            held_back,
+            memory_bytes: GIB,
+        });
+        if let Some(d) = sizer.decide(at, holding, bounds(1000, 80 * GIB), policy) {
+            holding = Holding {
+                gpu_milli: d.gpu_milli,
+                memory_bytes: d.memory_bytes,
+            };
+            sizer.applied(at, &d);
+            decisions.push((t, d));
+        }
+        held.push(holding);
+    }
+    (held, decisions)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(32))]
+
+    /// Bursty work settles at a share its bursts do not wait at, and stays there: it is not
+    /// shrunk back to a share it was held back at (its mean use is far below it).
+    #[test]
+    fn bursty_work_is_not_shrunk_back_to_where_it_waited(
+        mean in 0.02f64..0.3,
+        burst in 1.5f64..3.0,
+        seed in 0u64..1000,
+    ) {
+        let need = (mean * burst).min(0.9);
+        let policy = Policy::default();
+        let (held, decisions) = run_bursty(&policy, mean, need, seed);
+        let late = decisions.iter().filter(|(t, _)| *t > 1_800).count();
+        prop_assert!(late <= 2, "{late} decisions after 30 min");
+        let end = held.last().copied().unwrap_or(start()).gpu_milli;
+        prop_assert!(f64::from(end) / 1000.0 >= need, "ended at {end}, needs {need}");
+    }
+}
+
+/// The negative control: without the memory of where it was held back, the same bursty
+/// work shrinks and grows again without end.
+#[test]
+fn without_remembering_where_it_waited_bursty_work_oscillates() {
+    let policy = Policy {
+        remember_held_back: Duration::ZERO,
+        ..Policy::default()
+    };
+    let (_, decisions) = run_bursty(&policy, 0.05, 0.15, 7);
+    let late = decisions.iter().filter(|(t, _)| *t > 1_800).count();
+    assert!(late > 20, "{late} decisions after 30 min");
+}
+
+#[test]
+fn quarter_second_samples_are_forecast_as_the_second_they_make() {
+    let policy = Policy::default();
+    let mut sizer = Sizer::new();
+    // Every other quarter second busy 0.4 (a few requests), idle between: 0.2 a second.
+    for i in 0..=12u64 {
+        sizer.observe(Sample {
+            at: Duration::from_millis(250 * i),
+            busy: if i % 2 == 0 { 0.4 } else { 0.0 },
+            held_back: 0.0,
+            memory_bytes: GIB,
+        });
+    }
+    let (forecast, peak, _) = sizer.forecast(&policy);
+    assert!((forecast - 0.2).abs() < 1e-9, "{forecast}");
+    assert!((peak - 0.2).abs() < 1e-9, "{peak}");
+    // Negative control: taken one by one (a span shorter than the samples), the peaks
+    // are the forecast.
+    let each = Policy {
+        sample_span: Duration::from_millis(100),
+        ..Policy::default()
+    };
+    assert!((sizer.forecast(&each).0 - 0.4).abs() < 1e-9);
 }
