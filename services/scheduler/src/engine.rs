@@ -24,6 +24,7 @@ use rand::rngs::StdRng;
 use crate::placement::{Choice, Cluster, NodeState, PlacementPolicy, Request};
 use crate::quota::{Amounts, QuotaTree, Resource, Usage};
 
+mod forecast;
 mod isolation;
 
 pub use isolation::{GpuLimits, Isolation, WorkloadClass};
@@ -62,6 +63,20 @@ pub struct Job {
     /// compute free (so that it spreads over what others leave), and any job that is not
     /// best-effort preempts it where that makes room, whatever either's tenant holds.
     pub best_effort: bool,
+    /// An auto-sized job (`--gpus auto`): placed and moved by its forecast
+    /// ([`forecast`]); `None` for a job whose share its owner chose.
+    pub sizing: Option<Sizing>,
+}
+
+/// What the sizer forecasts an auto-sized job needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sizing {
+    /// The share of its GPU it would hold if room allowed (its forecast demand with the
+    /// sizer's headroom): at least its share, more when a growth found no room.
+    pub wanted_milli: u32,
+    /// Whether the forecast rests on a whole window of what it used since it last started
+    /// or changed (a job moved or resized a moment ago is not moved for consolidation).
+    pub settled: bool,
 }
 
 /// A gang packed within one value of a node label (`rack`, `spine`): every replica on
@@ -136,6 +151,9 @@ impl Job {
                 0
             },
             best_effort: self.best_effort,
+            wanted_extra_milli: self
+                .sizing
+                .map_or(0, |s| s.wanted_milli.saturating_sub(self.request.gpu_milli)),
         }
     }
 
@@ -183,6 +201,16 @@ pub enum Decision {
     Wait {
         job_id: String,
         reason: PendingReason,
+    },
+    /// Stop a running job where it is, to be placed again elsewhere ([`forecast`]): an
+    /// auto-sized job whose GPU's forecast outgrew it or that is being emptied, or
+    /// best-effort work giving way there. Its next attempt avoids `from` and asks for
+    /// `share_milli` of a GPU.
+    Move {
+        job_id: String,
+        from: Choice,
+        share_milli: u32,
+        reason: String,
     },
 }
 
@@ -356,6 +384,8 @@ pub fn schedule_observed(
     // brought back under it first, by stopping their own work: what is left is what the
     // pass decides on.
     pass.shed_over_limits(&mut decisions);
+    // Then auto-sized work whose GPU's forecast outgrew it moves to room (`forecast`).
+    pass.relieve_outgrown(&mut decisions);
     for node in 0..pass.cluster.nodes.len() {
         policy.node_changed(&pass.cluster, node);
     }
@@ -396,6 +426,7 @@ pub fn schedule_observed(
         waiting = still;
     }
     pass.spread_best_effort(&mut decisions);
+    pass.consolidate(&mut decisions);
     Ok(decisions)
 }
 
@@ -827,6 +858,8 @@ impl<'a> Pass<'a> {
                 self.tightest(job, q, level, within)
             } else if job.best_effort {
                 self.best_effort_room(job, q, level)
+            } else if job.sizing.is_some() && job.request.is_shared() {
+                self.sized_room(job, q, level)
             } else {
                 // Where the policy finds no node that fits, none fits: the tightest allowed
                 // node (a subset of those) is only sought for a choice that breaks a rule.

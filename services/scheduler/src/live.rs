@@ -78,6 +78,15 @@ pub enum LiveDecision {
         job_id: String,
         reason: PendingReason,
     },
+    /// Stop the job (it runs on `node_id`, on `gpu_uuids`) and requeue it to be placed
+    /// elsewhere: its next attempt avoids those GPUs and asks for `share_milli` of one.
+    Move {
+        job_id: String,
+        node_id: String,
+        gpu_uuids: Vec<String>,
+        share_milli: u32,
+        reason: String,
+    },
     /// Give a GPU in MIG mode this layout (profile id, start slice).
     Repartition {
         node_id: String,
@@ -132,6 +141,10 @@ pub struct Snapshot<'a> {
     /// Nodes that can be told about new work now (their assignment stream is open); `None`
     /// when every node can.
     pub reachable: Option<&'a std::collections::HashSet<String>>,
+    /// What the sizer forecasts of running auto-sized jobs, by job id (a job not in it:
+    /// its share is its forecast); `None` when nothing sizes jobs: auto-sized jobs are then
+    /// placed as any share is, and never moved.
+    pub forecasts: Option<&'a HashMap<String, crate::engine::Sizing>>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -386,6 +399,14 @@ impl LiveScheduler {
             let mut job = engine_job(j, request, seq_of(j), whole);
             job.id = id.to_owned();
             job.preemptible &= usable;
+            if job.sizing.is_some()
+                && let Some(f) = snap.forecasts.and_then(|f| f.get(&j.id))
+            {
+                job.sizing = Some(crate::engine::Sizing {
+                    wanted_milli: f.wanted_milli.max(request.gpu_milli),
+                    settled: f.settled,
+                });
+            }
             let started = j.started_at.or(j.scheduled_at).unwrap_or(j.created_at);
             running.push(Running {
                 job,
@@ -666,6 +687,15 @@ impl LiveScheduler {
                 &mut fgd
             }
         };
+        // Without the sizer's forecasts, auto-sized jobs are placed as any share is.
+        if snap.forecasts.is_none() {
+            for j in pending
+                .iter_mut()
+                .chain(running.iter_mut().map(|r| &mut r.job))
+            {
+                j.sizing = None;
+            }
+        }
         let world = World {
             cluster: &mapped.cluster,
             tree: &tree,
@@ -700,7 +730,7 @@ impl LiveScheduler {
             .collect();
         let mut stopping: Vec<usize> = leaving.iter().map(|(_, _, c)| c.node).collect();
         for d in &engine_decisions {
-            if let Decision::Preempt { job_id, .. } = d
+            if let Decision::Preempt { job_id, .. } | Decision::Move { job_id, .. } = d
                 && let Some(r) = running.iter().find(|r| r.job.id == *job_id)
             {
                 stopping.extend(r.placements.iter().map(|c| c.node));
@@ -827,6 +857,20 @@ impl LiveScheduler {
                 }
                 Decision::Wait { job_id, reason } => {
                     decisions.push(LiveDecision::Wait { job_id, reason });
+                }
+                Decision::Move {
+                    job_id,
+                    from,
+                    share_milli,
+                    reason,
+                } => {
+                    decisions.push(LiveDecision::Move {
+                        job_id,
+                        node_id: mapped.nodes[from.node].0.clone(),
+                        gpu_uuids: mapped.uuids(&from),
+                        share_milli,
+                        reason,
+                    });
                 }
             }
         }

@@ -25,6 +25,9 @@ pub struct GpuLimits {
     /// Percent of a shared GPU's memory kept free of jobs' memory (headroom for the
     /// driver, contexts and spikes).
     pub shared_memory_reserve_pct: u32,
+    /// Thousandths of a GPU that auto-sized jobs' forecasts leave free on a GPU they are
+    /// placed or consolidated on, so that they grow in place (see `engine::forecast`).
+    pub sized_headroom_milli: u32,
 }
 
 impl Default for GpuLimits {
@@ -32,6 +35,7 @@ impl Default for GpuLimits {
         Self {
             max_jobs_per_shared_gpu: 4,
             shared_memory_reserve_pct: 10,
+            sized_headroom_milli: 100,
         }
     }
 }
@@ -53,6 +57,9 @@ pub struct Tenancy {
     pub shared_mib: u32,
     /// Whether it is best-effort work (see [`super::Job::best_effort`]).
     pub best_effort: bool,
+    /// How much more of the GPU than its share an auto-sized job's forecast wants (see
+    /// [`super::Sizing`]).
+    pub wanted_extra_milli: u32,
 }
 
 /// What a request needs of a GPU's memory.
@@ -89,6 +96,8 @@ pub struct Occupancy {
     shared_mib: HashMap<(usize, u8), u64>,
     /// Best-effort jobs on each (node, GPU).
     best_effort: HashMap<(usize, u8), u32>,
+    /// What the auto-sized jobs on each (node, GPU) want beyond their shares.
+    wanted_extra: HashMap<(usize, u8), u32>,
 }
 
 impl Occupancy {
@@ -99,6 +108,7 @@ impl Occupancy {
             gpu_jobs: HashMap::new(),
             shared_mib: HashMap::new(),
             best_effort: HashMap::new(),
+            wanted_extra: HashMap::new(),
         }
     }
 
@@ -115,6 +125,9 @@ impl Occupancy {
                 *self.best_effort.entry((node, g)).or_default() += 1;
             }
             *self.shared_mib.entry((node, g)).or_default() += u64::from(t.shared_mib);
+            if t.wanted_extra_milli > 0 {
+                *self.wanted_extra.entry((node, g)).or_default() += t.wanted_extra_milli;
+            }
         }
     }
 
@@ -123,6 +136,11 @@ impl Occupancy {
         for &g in gpus {
             if let Some(held) = self.shared_mib.get_mut(&(node, g)) {
                 *held = held.saturating_sub(u64::from(t.shared_mib));
+            }
+            if t.wanted_extra_milli > 0
+                && let Some(extra) = self.wanted_extra.get_mut(&(node, g))
+            {
+                *extra = extra.saturating_sub(t.wanted_extra_milli);
             }
         }
         if let Some(n) = self.tenants[node].get_mut(&q) {
@@ -154,6 +172,19 @@ impl Occupancy {
     /// Best-effort jobs on GPU `g` of `node`.
     pub fn best_effort_on(&self, node: usize, g: u8) -> u32 {
         self.best_effort.get(&(node, g)).copied().unwrap_or(0)
+    }
+
+    /// What the auto-sized jobs on GPU `g` of `node` want beyond their shares.
+    pub fn wanted_extra_on(&self, node: usize, g: u8) -> u32 {
+        self.wanted_extra.get(&(node, g)).copied().unwrap_or(0)
+    }
+
+    /// The (node, GPU)s whose auto-sized jobs want more than their shares.
+    pub fn wanting_more(&self) -> impl Iterator<Item = (usize, u8)> + '_ {
+        self.wanted_extra
+            .iter()
+            .filter(|&(_, &extra)| extra > 0)
+            .map(|(&at, _)| at)
     }
 
     /// Jobs on GPU `g` of `node`.
@@ -252,6 +283,7 @@ mod tests {
             level,
             shared_mib: 0,
             best_effort: false,
+            wanted_extra_milli: 0,
         }
     }
 
@@ -285,6 +317,7 @@ mod tests {
         let limits = GpuLimits {
             max_jobs_per_shared_gpu: 2,
             shared_memory_reserve_pct: 10,
+            sized_headroom_milli: 100,
         };
         let mut o = Occupancy::new(1);
         let mut n = node();

@@ -7,9 +7,9 @@ use super::*;
 use crate::placement::{self, Node};
 use crate::quota::gpu_queue as queue;
 
-const GIB: u32 = 1024;
+pub(super) const GIB: u32 = 1024;
 
-fn cluster(nodes: &[(u8, u32, u32)]) -> Cluster {
+pub(super) fn cluster(nodes: &[(u8, u32, u32)]) -> Cluster {
     let nodes: Vec<Node> = nodes
         .iter()
         .enumerate()
@@ -25,7 +25,7 @@ fn cluster(nodes: &[(u8, u32, u32)]) -> Cluster {
     Cluster::new(&nodes)
 }
 
-fn job(id: &str, queue: &str, gpus: u8, gpu_milli: u32, seq: u64) -> Job {
+pub(super) fn job(id: &str, queue: &str, gpus: u8, gpu_milli: u32, seq: u64) -> Job {
     Job {
         id: id.into(),
         queue: queue.into(),
@@ -47,18 +47,20 @@ fn job(id: &str, queue: &str, gpus: u8, gpu_milli: u32, seq: u64) -> Job {
         avoid: Default::default(),
         pack: None,
         best_effort: false,
+        sizing: None,
     }
 }
 
-const CONFIG: Config = Config {
+pub(super) const CONFIG: Config = Config {
     min_runtime_secs: 60,
     gpu_limits: GpuLimits {
         max_jobs_per_shared_gpu: 3,
         shared_memory_reserve_pct: 10,
+        sized_headroom_milli: 100,
     },
 };
 
-fn pass(
+pub(super) fn pass(
     cluster: &Cluster,
     tree: &QuotaTree,
     running: &[Running],
@@ -85,7 +87,12 @@ fn pass(
 }
 
 /// Applies `decisions`: placed jobs start at `now`, preempted ones go back to pending.
-fn apply(decisions: &[Decision], running: &mut Vec<Running>, pending: &mut Vec<Job>, now: i64) {
+pub(super) fn apply(
+    decisions: &[Decision],
+    running: &mut Vec<Running>,
+    pending: &mut Vec<Job>,
+    now: i64,
+) {
     for d in decisions {
         match d {
             Decision::Place {
@@ -106,7 +113,7 @@ fn apply(decisions: &[Decision], running: &mut Vec<Running>, pending: &mut Vec<J
                     started_at: now,
                 });
             }
-            Decision::Preempt { job_id, .. } => {
+            Decision::Preempt { job_id, .. } | Decision::Move { job_id, .. } => {
                 let i = running
                     .iter()
                     .position(|r| &r.job.id == job_id)
@@ -118,7 +125,7 @@ fn apply(decisions: &[Decision], running: &mut Vec<Running>, pending: &mut Vec<J
     }
 }
 
-fn placed(decisions: &[Decision]) -> Vec<&str> {
+pub(super) fn placed(decisions: &[Decision]) -> Vec<&str> {
     decisions
         .iter()
         .filter_map(|d| match d {
@@ -128,7 +135,7 @@ fn placed(decisions: &[Decision]) -> Vec<&str> {
         .collect()
 }
 
-fn preempted(decisions: &[Decision]) -> Vec<&str> {
+pub(super) fn preempted(decisions: &[Decision]) -> Vec<&str> {
     decisions
         .iter()
         .filter_map(|d| match d {
@@ -592,6 +599,7 @@ fn make_jobs(specs: &[JobSpec], first_seq: u64) -> Vec<Job> {
                     avoid: Default::default(),
                     pack: None,
                     best_effort: false,
+                    sizing: None,
                 }
             },
         )
@@ -824,7 +832,7 @@ fn a_tenant_over_its_hard_limit_sheds_its_own_newest_work() {
 }
 
 /// A best-effort job: the least share of one GPU and `gib` of its memory.
-fn best_effort(id: &str, queue: &str, gib: u32, seq: u64) -> Job {
+pub(super) fn best_effort(id: &str, queue: &str, gib: u32, seq: u64) -> Job {
     Job {
         gpu_memory_mib: gib * GIB,
         best_effort: true,

@@ -357,5 +357,10 @@ pub(super) fn engine_job(
         avoid: Default::default(),
         pack: None,
         best_effort: j.spec.is_best_effort(),
+        // The live pass gives a sized job its forecast where the sizer has one.
+        sizing: j.spec.gpu_sizing.max_milli.map(|_| crate::engine::Sizing {
+            wanted_milli: request.gpu_milli,
+            settled: false,
+        }),
     }
 }

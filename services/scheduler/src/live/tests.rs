@@ -43,6 +43,7 @@ fn decide(
             pending,
             now: now(),
             reachable: None,
+            forecasts: None,
         })
         .expect("a possible state")
 }
@@ -90,6 +91,7 @@ fn a_job_that_waits_many_passes_arrived_once() {
             pending,
             now: now(),
             reachable: None,
+            forecasts: None,
         })
         .expect("a possible state")
     };
@@ -296,6 +298,7 @@ fn sick_gpus_and_lapsed_nodes_offer_nothing_but_keep_their_jobs() {
                 pending: &pending[..1],
                 now: now(),
                 reachable: None,
+                forecasts: None,
             })
             .expect("a possible state")
     };
@@ -570,6 +573,7 @@ fn with_fair_share_over_time_a_tenant_that_used_the_fleet_yields_to_one_that_did
                 pending,
                 now: at,
                 reachable: None,
+                forecasts: None,
             })
             .expect("a possible state")
         };
@@ -769,6 +773,7 @@ fn a_multi_gpu_job_gets_one_nvlink_domain_when_one_is_free() {
                 pending: &[job("four", "t", 4, None), job("two", "t", 2, None)],
                 now: now(),
                 reachable: None,
+                forecasts: None,
             })
             .expect("decides");
         let (_, four, _) = placed(&d, "four").expect("placed");
