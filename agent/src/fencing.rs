@@ -1,5 +1,7 @@
-//! The lease as the agent counts it, and the fence: every job is killed before the lease
-//! can lapse unrenewed, so a requeued attempt never overlaps the one it replaces.
+//! The lease as the agent counts it, and the fence: every job is killed before the control
+//! plane may declare the node lost (the outage tolerance after the last accepted
+//! heartbeat), so a requeued attempt never overlaps the one it replaces. While the lease
+//! alone has lapsed, jobs run on: the control plane may only be unreachable for a while.
 
 use super::*;
 
@@ -12,6 +14,11 @@ pub(crate) struct Lease {
     pub(crate) duration: Duration,
     /// How often to heartbeat, as the control plane last said (it paces a large fleet).
     pub(crate) interval: Duration,
+    /// How long the control plane waits, unanswered, before it declares this node lost
+    /// (at least the lease; zero until said: the lease).
+    pub(crate) tolerance: Duration,
+    /// When the last accepted call was sent.
+    pub(crate) sent: Option<Instant>,
 }
 
 impl Lease {
@@ -22,22 +29,35 @@ impl Lease {
     }
 
     /// A call sent at `sent` was accepted: the lease runs `duration` from then (as that
-    /// answer set it), and beats come every `interval` from now on. Zeros (a control plane
-    /// that did not say) keep what was said before.
-    pub(crate) fn granted(&mut self, sent: Instant, duration: Duration, interval: Duration) {
+    /// answer set it), beats come every `interval` from now on, and the node is lost after
+    /// `tolerance` unheard. Zeros (a control plane that did not say) keep what was said
+    /// before.
+    pub(crate) fn granted(
+        &mut self,
+        sent: Instant,
+        duration: Duration,
+        interval: Duration,
+        tolerance: Duration,
+    ) {
         if !duration.is_zero() {
             self.duration = duration;
         }
         if !interval.is_zero() {
             self.interval = interval;
         }
+        if !tolerance.is_zero() {
+            self.tolerance = tolerance;
+        }
+        self.sent = Some(sent);
         self.valid_until = Some(sent + self.duration);
     }
 
-    /// When jobs must be gone: a fifth of the lease before it lapses, so that killing them
-    /// and a late clock tick still finish before the control plane may requeue them.
+    /// When jobs must be gone: a fifth of the outage tolerance (at least the lease) before
+    /// it runs out, so that killing them and a late clock tick still finish before the
+    /// control plane may requeue them.
     pub(crate) fn fence_at(&self) -> Option<Instant> {
-        self.valid_until.map(|u| u - self.duration / 5)
+        let t = self.tolerance.max(self.duration);
+        self.sent.map(|sent| sent + t - t / 5)
     }
 }
 
@@ -65,9 +85,42 @@ impl Agent {
             }
             let jobs = self.lock_jobs();
             for (id, job) in &jobs.running {
-                tracing::warn!(job = %id, attempt = job.attempt, "lease about to lapse without renewal: killing the job");
+                tracing::warn!(job = %id, attempt = job.attempt, "no replica reached for most of the outage tolerance: killing the job before the control plane may run it elsewhere");
                 job.signal.stop(StopReason::LeaseLost);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jobs_are_fenced_at_four_fifths_of_the_outage_tolerance_not_of_the_lease() {
+        let sent = Instant::now();
+        let mut lease = Lease::default();
+        assert_eq!(lease.fence_at(), None, "nothing granted yet");
+        // An older control plane says no tolerance: the lease's.
+        lease.granted(
+            sent,
+            Duration::from_secs(15),
+            Duration::from_secs(3),
+            Duration::ZERO,
+        );
+        assert_eq!(lease.fence_at(), Some(sent + Duration::from_secs(12)));
+        // Five minutes' tolerance: jobs run on through a four-minute outage.
+        lease.granted(
+            sent,
+            Duration::from_secs(15),
+            Duration::from_secs(3),
+            Duration::from_secs(300),
+        );
+        assert_eq!(lease.fence_at(), Some(sent + Duration::from_secs(240)));
+        assert_eq!(lease.valid_until, Some(sent + Duration::from_secs(15)));
+        // Said once, kept when a later answer says nothing.
+        let later = sent + Duration::from_secs(3);
+        lease.granted(later, Duration::ZERO, Duration::ZERO, Duration::ZERO);
+        assert_eq!(lease.fence_at(), Some(later + Duration::from_secs(240)));
     }
 }

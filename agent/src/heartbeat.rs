@@ -148,14 +148,22 @@ impl Agent {
                         .sum::<u64>()
                 });
                 let by_shim = r.shared.as_ref().and_then(|s| s.busy_and_held_back());
+                // A job on shares holds what its processes allocated through the shim (none
+                // yet, before the first one starts using it) or, where the driver counts
+                // per process, what the driver says, whichever is more: never the GPU's
+                // memory split by share, which counts other jobs' memory as its own.
                 let shim = r
                     .shared
-                    .filter(|s| !s.region.pids().is_empty())
                     .map(|s| (0..s.gpus.len()).map(|i| s.region.used(i)).sum::<u64>());
+                let driver = counted.get(&r.id).copied();
+                let memory_counted = match (shim, driver) {
+                    (Some(a), Some(b)) => Some(a.max(b)),
+                    (a, b) => a.or(b),
+                };
                 job_samples::JobOnGpus {
                     counted: by_shim,
                     memory_limit,
-                    memory_counted: shim.or_else(|| counted.get(&r.id).copied()),
+                    memory_counted,
                     gpus: r
                         .gpus
                         .iter()
@@ -268,6 +276,7 @@ impl Agent {
                     sent,
                     Duration::from_millis(paced.lease_duration_ms.into()),
                     Duration::from_millis(paced.heartbeat_interval_ms.into()),
+                    Duration::from_millis(paced.outage_tolerance_ms.into()),
                 );
                 true
             }

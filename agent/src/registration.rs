@@ -81,6 +81,7 @@ impl Agent {
                         sent,
                         Duration::from_millis(res.lease_duration_ms.into()),
                         Duration::from_millis(res.heartbeat_interval_ms.into()),
+                        Duration::from_millis(res.outage_tolerance_ms.into()),
                     );
                     tracing::info!(node = %self.cfg.node_name, id = %res.node_id, "registered");
                     return Ok(true);

@@ -5,6 +5,8 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use serde_json::{Value, json};
+
 use crate::allot_bin;
 
 /// One `allot server` process and where it listens; killed when dropped if still running.
@@ -34,8 +36,20 @@ pub fn spawn_replica(
     lease_secs: u64,
     extra: &[&str],
 ) -> Replica {
+    spawn_logged(name, name, url, dir, lease_secs, extra)
+}
+
+/// [`spawn_replica`], its log in `dir/<log>.log` (two processes given one name).
+pub fn spawn_logged(
+    name: &str,
+    log: &str,
+    url: &str,
+    dir: &Path,
+    lease_secs: u64,
+    extra: &[&str],
+) -> Replica {
     let (http, grpc, metrics) = (free_port(), free_port(), free_port());
-    let log = std::fs::File::create(dir.join(format!("{name}.log"))).expect("log file");
+    let log = std::fs::File::create(dir.join(format!("{log}.log"))).expect("log file");
     let child = Command::new(allot_bin())
         .args(["server", "--database-url", url, "--data-dir"])
         .arg(dir.join("server"))
@@ -136,4 +150,162 @@ pub async fn eventually<T>(
         assert!(start.elapsed() < within, "{what}: not within {within:?}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// Sends `sig` (`-STOP`, `-CONT`, `-TERM`, `-9`) to `child`.
+pub fn signal(child: &Child, sig: &str) {
+    let ok = Command::new("kill")
+        .args([sig, &child.id().to_string()])
+        .status()
+        .expect("kill runs")
+        .success();
+    assert!(ok, "kill {sig}");
+}
+
+/// The API as a platform admin speaks to it, through any replica.
+pub struct Api<'a> {
+    pub http: &'a reqwest::Client,
+    pub token: String,
+}
+
+impl Api<'_> {
+    pub async fn call(
+        &self,
+        base: &str,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> (u16, Value) {
+        let mut req = self
+            .http
+            .request(method, format!("{base}{path}"))
+            .bearer_auth(&self.token);
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let res = req.send().await.expect("the API answers");
+        let status = res.status().as_u16();
+        (status, res.json().await.unwrap_or(Value::Null))
+    }
+
+    pub async fn job(&self, base: &str, id: &str) -> Value {
+        self.call(
+            base,
+            reqwest::Method::GET,
+            &format!("/api/v1/jobs/{id}"),
+            None,
+        )
+        .await
+        .1
+    }
+
+    pub async fn submit(&self, base: &str, name: &str) -> String {
+        let (status, job) = self
+            .call(
+                base,
+                reqwest::Method::POST,
+                "/api/v1/jobs",
+                Some(json!({
+                    "tenant": "replicas",
+                    "name": name,
+                    "gpus": 1,
+                    "command": ["sleep", "600"],
+                })),
+            )
+            .await;
+        assert_eq!(status, 201, "{job}");
+        job["id"].as_str().expect("job id").to_owned()
+    }
+}
+
+/// Makes tenant `replicas` (unless there is one) and node `node` through `via`, and
+/// starts an agent for `node` given `servers` in that order, its data in `root/<node>`.
+pub async fn join_agent(
+    api: &Api<'_>,
+    root: &Path,
+    via: &Replica,
+    servers: &[&str],
+    node: &str,
+) -> Child {
+    let (status, t) = api
+        .call(
+            &via.http,
+            reqwest::Method::POST,
+            "/api/v1/tenants",
+            Some(json!({ "name": "replicas" })),
+        )
+        .await;
+    assert!(
+        status == 201 || status == 409,
+        "a follower serves the API: {t}"
+    );
+    let (status, token) = api
+        .call(
+            &via.http,
+            reqwest::Method::POST,
+            "/api/v1/bootstrap-tokens",
+            Some(json!({ "node_name": node })),
+        )
+        .await;
+    assert_eq!(status, 201, "{token}");
+    start_agent(
+        root,
+        servers,
+        node,
+        Some(token["secret"].as_str().expect("secret")),
+    )
+}
+
+/// Starts the agent of `node` (again, with no `bootstrap` token: it has its identity in
+/// `root/<node>`), given `servers`, its log appended to `root/<node>.log` (`agent.log`
+/// for n1).
+pub fn start_agent(root: &Path, servers: &[&str], node: &str, bootstrap: Option<&str>) -> Child {
+    let log_name = if node == "n1" {
+        "agent.log".to_owned()
+    } else {
+        format!("{node}.log")
+    };
+    let agent_log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(root.join(log_name))
+        .expect("log");
+    let mut cmd = Command::new(allot_bin());
+    cmd.args(["agent", "--server", &servers.join(",")])
+        .arg("--ca-cert")
+        .arg(root.join("server/pki/ca.pem"));
+    if let Some(token) = bootstrap {
+        cmd.args(["--bootstrap-token", token]);
+    }
+    cmd.args([
+        "--name",
+        node,
+        "--sim-gpus",
+        "2xH100",
+        "--runtime",
+        "process",
+    ])
+    .arg("--data-dir")
+    .arg(root.join(node))
+    .env("ALLOT_LOG", "info")
+    .stdout(Stdio::null())
+    .stderr(agent_log)
+    .spawn()
+    .expect("allot agent starts")
+}
+
+/// A file's text, trimmed.
+pub fn read(path: &Path) -> String {
+    std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .trim()
+        .to_owned()
+}
+
+/// The tests' HTTP client: a replica that does not answer in 5 s has failed the test.
+pub fn client() -> reqwest::Client {
+    crate::http_client()
+        .timeout(Duration::from_secs(5))
+        .build()
+        .expect("client")
 }

@@ -5,141 +5,16 @@
 //! meanwhile runs, and the frozen replica, once resumed, writes nothing as leader and
 //! follows.
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::PathBuf;
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use allot_store::testing::{Backend, TestDb};
 use allot_store::{LeadershipRepo, Store};
 use allot_system_tests::allot_bin;
-use allot_system_tests::replica::{Replica, eventually, leader_and_follower};
-use serde_json::{Value, json};
-
-fn signal(child: &Child, sig: &str) {
-    let ok = Command::new("kill")
-        .args([sig, &child.id().to_string()])
-        .status()
-        .expect("kill runs")
-        .success();
-    assert!(ok, "kill {sig}");
-}
-
-struct Api<'a> {
-    http: &'a reqwest::Client,
-    token: String,
-}
-
-impl Api<'_> {
-    async fn call(
-        &self,
-        base: &str,
-        method: reqwest::Method,
-        path: &str,
-        body: Option<Value>,
-    ) -> (u16, Value) {
-        let mut req = self
-            .http
-            .request(method, format!("{base}{path}"))
-            .bearer_auth(&self.token);
-        if let Some(b) = body {
-            req = req.json(&b);
-        }
-        let res = req.send().await.expect("the API answers");
-        let status = res.status().as_u16();
-        (status, res.json().await.unwrap_or(Value::Null))
-    }
-
-    async fn job(&self, base: &str, id: &str) -> Value {
-        self.call(
-            base,
-            reqwest::Method::GET,
-            &format!("/api/v1/jobs/{id}"),
-            None,
-        )
-        .await
-        .1
-    }
-
-    async fn submit(&self, base: &str, name: &str) -> String {
-        let (status, job) = self
-            .call(
-                base,
-                reqwest::Method::POST,
-                "/api/v1/jobs",
-                Some(json!({
-                    "tenant": "replicas",
-                    "name": name,
-                    "gpus": 1,
-                    "command": ["sleep", "600"],
-                })),
-            )
-            .await;
-        assert_eq!(status, 201, "{job}");
-        job["id"].as_str().expect("job id").to_owned()
-    }
-}
-
-/// Makes tenant `replicas` and node `n1` through `via`, and starts an agent for `n1`
-/// given `servers` in that order.
-async fn join_agent(api: &Api<'_>, root: &Path, via: &Replica, servers: &[&str]) -> Child {
-    let (status, t) = api
-        .call(
-            &via.http,
-            reqwest::Method::POST,
-            "/api/v1/tenants",
-            Some(json!({ "name": "replicas" })),
-        )
-        .await;
-    assert_eq!(status, 201, "a follower serves the API: {t}");
-    let (status, token) = api
-        .call(
-            &via.http,
-            reqwest::Method::POST,
-            "/api/v1/bootstrap-tokens",
-            Some(json!({ "node_name": "n1" })),
-        )
-        .await;
-    assert_eq!(status, 201, "{token}");
-    let agent_log = std::fs::File::create(root.join("agent.log")).expect("log");
-    Command::new(allot_bin())
-        .args(["agent", "--server", &servers.join(",")])
-        .arg("--ca-cert")
-        .arg(root.join("server/pki/ca.pem"))
-        .args([
-            "--bootstrap-token",
-            token["secret"].as_str().expect("secret"),
-        ])
-        .args([
-            "--name",
-            "n1",
-            "--sim-gpus",
-            "2xH100",
-            "--runtime",
-            "process",
-        ])
-        .arg("--data-dir")
-        .arg(root.join("n1"))
-        .env("ALLOT_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(agent_log)
-        .spawn()
-        .expect("allot agent starts")
-}
-
-fn read(path: &Path) -> String {
-    std::fs::read_to_string(path)
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-        .trim()
-        .to_owned()
-}
-
-/// The tests' HTTP client: a replica that does not answer in 5 s has failed the test.
-fn client() -> reqwest::Client {
-    allot_system_tests::http_client()
-        .timeout(Duration::from_secs(5))
-        .build()
-        .expect("client")
-}
+use allot_system_tests::replica::{
+    Api, Replica, client, eventually, join_agent, leader_and_follower, read, signal,
+};
 
 /// Replicas a (leading) and b on a fresh PostgreSQL database with `lease_secs` leases, the
 /// agent of node n1, and job `before` running on it.
@@ -172,7 +47,7 @@ impl Running {
             token: token.clone(),
         };
         let (via, other) = if via_follower { (&b, &a) } else { (&a, &b) };
-        let agent = join_agent(&api, &root, via, &[&via.grpc, &other.grpc]).await;
+        let agent = join_agent(&api, &root, via, &[&via.grpc, &other.grpc], "n1").await;
         let first = api.submit(&via.http, "before").await;
         eventually("the first job runs", Duration::from_secs(60), async || {
             (api.job(&via.http, &first).await["state"] == "running").then_some(())
@@ -327,7 +202,7 @@ async fn a_submit_through_a_follower_wakes_the_leader() {
         http: &http,
         token: read(&root.join("server/admin.token")),
     };
-    let mut agent = join_agent(&api, &root, &b, &[&a.grpc, &b.grpc]).await;
+    let mut agent = join_agent(&api, &root, &b, &[&a.grpc, &b.grpc], "n1").await;
     eventually("the node is ready", Duration::from_secs(60), async || {
         let (_, nodes) = api
             .call(&b.http, reqwest::Method::GET, "/api/v1/nodes", None)
@@ -444,4 +319,55 @@ fn without_fencing_a_woken_leader_writes_and_the_bench_sees_it() {
         .iter()
         .any(|k| r[k].as_u64().unwrap_or(0) > 0);
     assert!(caught, "nothing stale was seen: {r}");
+}
+
+/// Two running replicas given one name (say, both defaulting to one host name): the second
+/// does not take the lease from the first, which leads on under its first epoch; it says
+/// why, in its log and its `/readyz`. Before, each took the unexpired lease from the other
+/// every fifth of a lease, and nothing said so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_replica_under_a_running_ones_name_does_not_lead_and_says_so() {
+    let db = TestDb::new(Backend::Postgres).await.expect("PostgreSQL");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root: PathBuf = dir.path().to_owned();
+    let http = client();
+    let a = allot_system_tests::replica::spawn_replica("a", &db.url, &root, 2, &[]);
+    eventually("a leads", Duration::from_secs(120), async || {
+        (a.epoch(&http).await == Some(1)).then_some(())
+    })
+    .await;
+    let twin = allot_system_tests::replica::spawn_logged("a", "a-twin", &db.url, &root, 2, &[]);
+    let ready = format!("{}/readyz", twin.http);
+    let (status, body) = eventually(
+        "the twin says why it is not ready",
+        Duration::from_secs(60),
+        async || {
+            let res = http.get(&ready).send().await.ok()?;
+            let status = res.status().as_u16();
+            let body = res.text().await.ok()?;
+            (status == 503 && body.contains("in use by another running replica"))
+                .then_some((status, body))
+        },
+    )
+    .await;
+    assert_eq!(status, 503, "{body}");
+    // Five leases later, a still leads under its first epoch: nobody took it over.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(a.epoch(&http).await, Some(1));
+    assert_eq!(twin.epoch(&http).await, Some(0));
+    let store = Store::connect(&db.url, std::sync::Arc::new(allot_domain::SystemClock))
+        .await
+        .expect("store");
+    let lease = store.leader().await.expect("lease");
+    assert_eq!((lease.holder.as_str(), lease.epoch), ("a", 1), "{lease:?}");
+    let log = read(&root.join("a-twin.log"));
+    assert!(log.contains("has this replica's name"), "{log}");
+    // a itself is ready.
+    let res = http
+        .get(format!("{}/readyz", a.http))
+        .send()
+        .await
+        .expect("a answers");
+    assert_eq!(res.status().as_u16(), 200);
+    drop((a, twin));
 }

@@ -458,6 +458,22 @@ impl Node {
         }
     }
 
+    /// Whether it is lost, and its jobs are to run elsewhere: its lease lapsed and nothing
+    /// was heard from it for `tolerance` since its last heartbeat or `since` (when the
+    /// control plane that judges took office), whichever is later. A lapsed lease alone
+    /// means the node takes no new work; the control plane being unreachable (an upgrade,
+    /// a database failover, a network blip) must not cost the fleet its running work, and
+    /// the node's agent keeps its jobs for four fifths of the tolerance.
+    pub fn lost(
+        &self,
+        now: DateTime<Utc>,
+        tolerance: chrono::Duration,
+        since: DateTime<Utc>,
+    ) -> bool {
+        self.status(now) == NodeStatus::NotReady
+            && now - self.last_heartbeat_at.max(since) >= tolerance
+    }
+
     /// Whether it has gone quiet: no heartbeat for longer than `after`, stretched as much
     /// as its last heartbeat's lease was stretched beyond the configured `lease` (a paced
     /// fleet beats less often under a longer lease alike, see [`paced`]).
@@ -580,6 +596,22 @@ mod tests {
         assert!(!node(100, 50).silent(at(108), after, lease));
         assert!(!node(100, 50).silent(at(125), after, lease));
         assert!(node(100, 50).silent(at(126), after, lease));
+        // Lost only once nothing was heard for the outage tolerance (5 minutes here), its
+        // lease long lapsed; counted from a control plane's taking office when later.
+        let tolerance = chrono::Duration::minutes(5);
+        assert!(
+            !node(100, 15).lost(at(120), tolerance, at(0)),
+            "lapsed, not lost"
+        );
+        assert!(!node(100, 15).lost(at(399), tolerance, at(0)));
+        assert!(node(100, 15).lost(at(400), tolerance, at(0)));
+        assert!(
+            !node(100, 15).lost(at(400), tolerance, at(300)),
+            "a leader that took office at 300 s waits until 600 s"
+        );
+        assert!(node(100, 15).lost(at(600), tolerance, at(300)));
+        // A tolerance shorter than the lease: the lease still has to lapse.
+        assert!(!node(100, 15).lost(at(110), chrono::Duration::seconds(5), at(0)));
     }
 }
 

@@ -39,6 +39,8 @@ pub struct NodeSvc {
     pub node_cert_ttl: Duration,
     /// The heartbeat interval and lease handed out, stretched for a large fleet.
     pub pacing: Arc<crate::pacing::Pacing>,
+    /// How long agents keep their jobs while they reach no replica (at least the lease).
+    pub outage_tolerance: Duration,
     /// When each node's GPU samples were last stored, and when old samples were last pruned.
     pub samples: SampleClock,
     /// Failed node authentication per client address, as on the HTTP side.
@@ -490,6 +492,7 @@ impl NodeSvc {
             lease_expires_at_ms: until.timestamp_millis(),
             heartbeat_interval_ms: millis(interval),
             lease_duration_ms: millis(lease),
+            outage_tolerance_ms: millis(self.outage_tolerance.max(lease)),
         });
         // The term this leader serves under: the agent knows a hint naming it, once this
         // replica stops answering, for the stale hint it is.
@@ -709,6 +712,7 @@ impl NodeSvc {
             certificate_pem: issued.cert_pem,
             heartbeat_interval_ms: millis(interval),
             lease_duration_ms: millis(lease),
+            outage_tolerance_ms: millis(self.outage_tolerance.max(lease)),
         }))
     }
 

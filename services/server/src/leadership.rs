@@ -31,12 +31,16 @@ pub enum Role {
 #[derive(Debug)]
 pub struct Leadership {
     role: watch::Sender<Role>,
+    /// Why this replica may not lead (another live process holds the lease under its
+    /// name), when it may not: what `/readyz` says.
+    conflict: std::sync::Mutex<Option<String>>,
 }
 
 impl Default for Leadership {
     fn default() -> Self {
         Self {
             role: watch::Sender::new(Role::Follower { leader: None }),
+            conflict: std::sync::Mutex::new(None),
         }
     }
 }
@@ -50,6 +54,19 @@ impl Leadership {
         matches!(*self.role.borrow(), Role::Leader { .. })
     }
 
+    /// Why this replica may not lead, if another live process holds the lease under its
+    /// name.
+    pub fn conflict(&self) -> Option<String> {
+        self.conflict
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    fn set_conflict(&self, why: Option<String>) {
+        *self.conflict.lock().unwrap_or_else(|e| e.into_inner()) = why;
+    }
+
     fn set(&self, role: Role) {
         self.role.send_if_modified(|r| {
             let changed = *r != role;
@@ -59,10 +76,19 @@ impl Leadership {
     }
 }
 
-/// Tries once to take the lease for `replica` (reached by agents at `address`) for `ttl`:
-/// the term, if taken.
-pub async fn acquire(store: &Store, replica: &str, address: &str, ttl: Duration) -> Option<Term> {
-    match store.acquire(replica, address, lease_ttl(ttl)).await {
+/// Tries once to take the lease for `replica`'s process `instance` (reached by agents at
+/// `address`) for `ttl`: the term, if taken.
+pub async fn acquire(
+    store: &Store,
+    replica: &str,
+    instance: &str,
+    address: &str,
+    ttl: Duration,
+) -> Option<Term> {
+    match store
+        .acquire(replica, instance, address, lease_ttl(ttl))
+        .await
+    {
         Ok(term) => term,
         Err(e) => {
             tracing::warn!(error = %e, "cannot campaign for the leader lease");
@@ -85,6 +111,10 @@ pub struct Campaign {
     pub store: Store,
     /// This replica's name (the lease's holder).
     pub replica: String,
+    /// This process of it (drawn at start).
+    pub instance: String,
+    /// When this process started campaigning (the store's clock).
+    pub started: chrono::DateTime<chrono::Utc>,
     /// Where agents reach this replica's gRPC endpoint.
     pub address: String,
     /// How long a lease lasts unrenewed.
@@ -108,7 +138,14 @@ struct Running {
 
 impl Campaign {
     async fn try_acquire(&self) -> Option<Term> {
-        acquire(&self.store, &self.replica, &self.address, self.ttl).await
+        acquire(
+            &self.store,
+            &self.replica,
+            &self.instance,
+            &self.address,
+            self.ttl,
+        )
+        .await
     }
 
     /// Campaigns until `stop`, leading whenever it holds the lease; `first` is a term taken
@@ -201,11 +238,33 @@ impl Campaign {
         self.hub.close_all();
     }
 
-    /// Records where the leader is, for agents that reach this follower.
+    /// Records where the leader is, for agents that reach this follower; and whether
+    /// another live process holds the lease under this replica's name (renewed since this
+    /// one started: no earlier run of it could have), which it then says.
     async fn note_leader(&self) {
         match self.store.leader().await {
             Ok(l) => {
                 let now = self.store.clock().now();
+                let taken = l.holder == self.replica
+                    && l.instance != self.instance
+                    && l.holds_at(now)
+                    && l.expires_at > self.started + lease_ttl(self.ttl);
+                let conflict = taken.then(|| {
+                    format!(
+                        "replica name {} is in use by another running replica (process {}, \
+                         leading under epoch {}): this one will not lead; give each replica \
+                         its own --replica-name",
+                        self.replica, l.instance, l.epoch
+                    )
+                });
+                if conflict.is_some() && self.leadership.conflict().is_none() {
+                    tracing::error!(
+                        replica = %self.replica,
+                        other = %l.instance,
+                        "another running replica has this replica's name: not leading"
+                    );
+                }
+                self.leadership.set_conflict(conflict);
                 let leader = l.holds_at(now).then_some((l.address, l.epoch));
                 self.leadership.set(Role::Follower { leader });
             }

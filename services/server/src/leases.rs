@@ -1,22 +1,38 @@
-//! Nodes whose lease lapsed: their jobs are requeued.
+//! Lost nodes: their jobs are requeued.
 //!
-//! An agent kills its own jobs a fifth of a lease before the lease would lapse without
-//! renewal (on its monotonic clock, counted from when it *sent* the last accepted
-//! heartbeat), and the control plane requeues them only once the lease has lapsed on its
-//! side (counted from when that heartbeat *arrived*). So a requeued attempt never overlaps
-//! the attempt it replaces, and any report the old attempt still sends carries a stale
-//! fencing token (its attempt number) and is refused.
+//! A node whose lease lapsed takes no new work; it is *lost* only once nothing was heard
+//! from it for the outage tolerance (`ServerConfig::outage_tolerance`, minutes), counted
+//! from its last heartbeat or from when this leader took office, whichever is later
+//! ([`allot_domain::Node::lost`]): a control plane that nobody reached for a while (an
+//! upgrade, a database failover, a network blip) finds the fleet's work still running.
+//! Positive evidence declares it sooner: its agent registering again without the jobs
+//! (`grpc.rs`), or reporting a job gone or faulted.
+//!
+//! An agent kills its own jobs a fifth of the tolerance before it would lapse without an
+//! accepted heartbeat (on its monotonic clock, counted from when it *sent* the last one),
+//! and the control plane requeues them only once the tolerance has passed on its side
+//! (counted from when that heartbeat *arrived*). So a requeued attempt never overlaps the
+//! attempt it replaces, and any report the old attempt still sends carries a stale fencing
+//! token (its attempt number) and is refused.
 
-use allot_domain::{AuditContext, JobState, Node, NodeStatus};
+use allot_domain::{AuditContext, JobState, Node};
 use allot_store::{JobFilter, JobRepo, JobUpdate, Store, StoreError, TenantScope};
+use chrono::{DateTime, Utc};
 
-/// Requeues the jobs held on those of `nodes` whose lease lapsed (cancels those being
-/// cancelled). Returns how many jobs moved.
-pub async fn requeue_from_lapsed_nodes(store: &Store, nodes: &[Node]) -> Result<usize, StoreError> {
+/// Requeues the jobs held on those of `nodes` that are lost after `tolerance`, this leader
+/// having taken office at `since` (cancels those being cancelled). Returns how many jobs
+/// moved.
+pub async fn requeue_from_lost_nodes(
+    store: &Store,
+    nodes: &[Node],
+    tolerance: std::time::Duration,
+    since: DateTime<Utc>,
+) -> Result<usize, StoreError> {
     let now = store.clock().now();
+    let tolerance = chrono::Duration::from_std(tolerance).unwrap_or(chrono::Duration::MAX);
     let lapsed: Vec<&Node> = nodes
         .iter()
-        .filter(|n| n.status(now) == NodeStatus::NotReady)
+        .filter(|n| n.lost(now, tolerance, since))
         .collect();
     if lapsed.is_empty() {
         return Ok(0);
@@ -38,9 +54,12 @@ pub async fn requeue_from_lapsed_nodes(store: &Store, nodes: &[Node]) -> Result<
             continue;
         };
         let lost = format!(
-            "node {} lost: no heartbeat since {}, lease lapsed at {}",
+            "node {} lost: no heartbeat since {} ({} s, the outage tolerance {} s), lease \
+             lapsed at {}",
             node.name,
             node.last_heartbeat_at.format("%H:%M:%S%.3f"),
+            (now - node.last_heartbeat_at).num_seconds(),
+            tolerance.num_seconds(),
             node.lease_expires_at.format("%H:%M:%S%.3f"),
         );
         let (to, message) = if job.cancel_requested {

@@ -27,6 +27,8 @@ const LEASE: &str = "control-plane";
 pub struct Leader {
     /// The replica that took the lease last (empty before anyone did).
     pub holder: String,
+    /// Which process of it (drawn at its start).
+    pub instance: String,
     /// Where that replica's agents' endpoint is reached.
     pub address: String,
     pub epoch: i64,
@@ -45,6 +47,7 @@ impl Leader {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Term {
     pub holder: String,
+    pub instance: String,
     pub epoch: i64,
     pub expires_at: DateTime<Utc>,
 }
@@ -52,13 +55,15 @@ pub struct Term {
 pub trait LeadershipRepo {
     /// The lease as it stands.
     fn leader(&self) -> impl Future<Output = Result<Leader, StoreError>> + Send;
-    /// Takes the lease for `holder` (reached at `address`) for `ttl`, if it has expired or
-    /// `holder` held it last (a replica started again under its name: whatever is left of
-    /// its earlier run is fenced off by the new epoch): the new term, with the next epoch;
-    /// `None` while another holds it.
+    /// Takes the lease for `holder`'s process `instance` (reached at `address`) for `ttl`,
+    /// if it has expired or that very process held it last: the new term, with the next
+    /// epoch; `None` while another holds it — another replica, or another process under
+    /// the same name (a replica started again waits out the lease its earlier run held;
+    /// two live ones given one name never take it from each other).
     fn acquire(
         &self,
         holder: &str,
+        instance: &str,
         address: &str,
         ttl: chrono::Duration,
     ) -> impl Future<Output = Result<Option<Term>, StoreError>> + Send;
@@ -81,6 +86,7 @@ impl LeadershipRepo for Store {
             .ok_or_else(|| StoreError::Corrupt("the leader lease row is missing".into()))?;
         Ok(Leader {
             holder: row.holder,
+            instance: row.instance,
             address: row.address,
             epoch: row.epoch,
             expires_at: row.expires_at,
@@ -91,6 +97,7 @@ impl LeadershipRepo for Store {
     async fn acquire(
         &self,
         holder: &str,
+        instance: &str,
         address: &str,
         ttl: chrono::Duration,
     ) -> Result<Option<Term>, StoreError> {
@@ -100,6 +107,7 @@ impl LeadershipRepo for Store {
             .col_expr(Column::Epoch, Expr::col(Column::Epoch).add(1))
             .set(leader_lease::ActiveModel {
                 holder: Set(holder.to_owned()),
+                instance: Set(instance.to_owned()),
                 address: Set(address.to_owned()),
                 expires_at: Set(now + ttl),
                 acquired_at: Set(now),
@@ -107,9 +115,11 @@ impl LeadershipRepo for Store {
             })
             .filter(Column::Name.eq(LEASE))
             .filter(
-                Condition::any()
-                    .add(Column::ExpiresAt.lte(now))
-                    .add(Column::Holder.eq(holder)),
+                Condition::any().add(Column::ExpiresAt.lte(now)).add(
+                    Condition::all()
+                        .add(Column::Holder.eq(holder))
+                        .add(Column::Instance.eq(instance)),
+                ),
             )
             .exec(&txn)
             .await?;
@@ -124,6 +134,7 @@ impl LeadershipRepo for Store {
         txn.commit().await?;
         Ok(Some(Term {
             holder: row.holder,
+            instance: row.instance,
             epoch: row.epoch,
             expires_at: row.expires_at,
         }))
@@ -139,6 +150,7 @@ impl LeadershipRepo for Store {
             })
             .filter(Column::Name.eq(LEASE))
             .filter(Column::Holder.eq(&term.holder))
+            .filter(Column::Instance.eq(&term.instance))
             .filter(Column::Epoch.eq(term.epoch))
             .filter(Column::ExpiresAt.gt(now))
             .exec(&self.db)

@@ -2284,14 +2284,14 @@ both_backends!(a_leaders_writes_are_fenced_by_its_term, |store, clock| {
         recorded_at: Some(clock.now()),
     };
     let first = store
-        .acquire("a", "https://a:7070", ttl)
+        .acquire("a", "a-1", "https://a:7070", ttl)
         .await
         .expect("acquire")
         .expect("the lease was never held: a takes it");
     assert_eq!(first.epoch, 1);
     assert!(
         store
-            .acquire("b", "https://b:7070", ttl)
+            .acquire("b", "b-1", "https://b:7070", ttl)
             .await
             .expect("acquire")
             .is_none(),
@@ -2319,7 +2319,7 @@ both_backends!(a_leaders_writes_are_fenced_by_its_term, |store, clock| {
     let refused = a.save_fair_share_history(&history(2.0)).await;
     assert!(matches!(refused, Err(StoreError::Fenced(_))), "{refused:?}");
     let second = store
-        .acquire("b", "https://b:7070", ttl)
+        .acquire("b", "b-1", "https://b:7070", ttl)
         .await
         .expect("acquire")
         .expect("expired: b takes over");
@@ -2363,10 +2363,21 @@ both_backends!(a_leaders_writes_are_fenced_by_its_term, |store, clock| {
     let body: serde_json::Value =
         serde_json::from_str(entries[0].body.as_deref().unwrap_or("null")).expect("JSON");
     assert_eq!(body["actor"]["source"], "leader b epoch 2", "{body}");
+    // Another process under b's name (a second replica given it, or b started again):
+    // it waits out the lease, whatever its name; b's own process takes it on.
+    assert!(
+        store
+            .acquire("b", "b-2", "https://b2:7070", ttl)
+            .await
+            .expect("acquire")
+            .is_none(),
+        "b's name, another process: it waits"
+    );
+    assert_eq!(store.leader().await.expect("read").instance, "b-1");
     // A clean stop hands over at once.
     store.resign(&second).await.expect("resign");
     let third = store
-        .acquire("a", "https://a:7070", ttl)
+        .acquire("a", "a-1", "https://a:7070", ttl)
         .await
         .expect("acquire")
         .expect("resigned: a takes it back");

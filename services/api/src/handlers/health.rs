@@ -16,7 +16,8 @@ pub async fn healthz() -> HttpResponse {
     )
 }
 
-/// Readiness: the database answers.
+/// Readiness: the database answers, and nothing else keeps this replica from its part
+/// (another running replica has its name).
 #[utoipa::path(get, path = "/readyz", tag = "health",
     responses((status = 200, body = Health), (status = 503, body = crate::problem::Problem)))]
 pub async fn readyz(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
@@ -25,6 +26,9 @@ pub async fn readyz(state: web::Data<AppState>) -> Result<HttpResponse, ApiError
         .ping()
         .await
         .map_err(|e| ApiError::Unavailable(format!("the database does not answer: {e}")))?;
+    if let Some(why) = state.events.not_ready() {
+        return Err(ApiError::Unavailable(why));
+    }
     Ok(json(
         StatusCode::OK,
         &Health {

@@ -7,6 +7,8 @@ pub struct Model {
     pub name: String,
     /// The replica holding it (empty before anyone did).
     pub holder: String,
+    /// Which process of that replica: drawn when it starts.
+    pub instance: String,
     /// Where the holder's agents' endpoint is reached.
     pub address: String,
     /// Incremented by every takeover: the fencing token.
