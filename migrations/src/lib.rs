@@ -46,6 +46,8 @@ mod m20261214_000004_approved_gpus;
 mod m20261214_000005_job_short_ids;
 mod m20261215_000001_gpu_sizing;
 mod m20261216_000001_bootstrap_retry;
+mod m20261217_000001_default_gpu_share;
+mod m20261217_000002_replica_instance;
 mod roles;
 
 pub use roles::{APPEND_ONLY_TABLES, BadRoleName, postgres_app_role_grants};
@@ -99,6 +101,8 @@ impl MigratorTrait for Migrator {
             Box::new(m20261214_000005_job_short_ids::Migration),
             Box::new(m20261215_000001_gpu_sizing::Migration),
             Box::new(m20261216_000001_bootstrap_retry::Migration),
+            Box::new(m20261217_000001_default_gpu_share::Migration),
+            Box::new(m20261217_000002_replica_instance::Migration),
         ]
     }
 }

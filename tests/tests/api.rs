@@ -1294,9 +1294,10 @@ async fn a_tenant_is_deleted_only_when_nothing_depends_on_it() {
     }
 }
 
-/// An auto-sized job (`gpu_sizing`) is a share of one GPU that Allot sizes: it starts at a
-/// quarter of a GPU (or its ceiling when lower), is resizable, and sizes its memory too
-/// unless it gives a size. What cannot be sized is refused naming the field.
+/// An auto-sized job (`gpu_sizing`) is a share of one GPU that Allot sizes: it starts at its
+/// tenant's default share (a tenth of a GPU unless set; its ceiling when lower), runs
+/// elastic unless asked otherwise, is resizable, and sizes its memory too unless it gives a
+/// size. What cannot be sized is refused naming the field.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn auto_sized_jobs_are_shares_of_one_gpu_and_bad_ones_name_their_field() {
     let c = spawn_cluster(Backend::Sqlite, 0, "").await;
@@ -1312,25 +1313,57 @@ async fn auto_sized_jobs_are_shares_of_one_gpu_and_bad_ones_name_their_field() {
     let (s, j) = submit(json!({ "gpu_sizing": { "compute": true } })).await;
     assert_eq!(s, StatusCode::CREATED, "{j}");
     assert_eq!(j["gpus"], 1);
-    assert_eq!(j["gpu_milli"], 250);
+    assert_eq!(j["gpu_milli"], 100, "the platform's default share: {j}");
     assert_eq!(j["gpu_resizable"], true);
+    assert_eq!(
+        j["gpu_compute"], "elastic",
+        "a sized share is what it is guaranteed when the GPU is full: {j}"
+    );
+    // The tenant's default share, as its job limits set it (a team inherits it).
+    let (s, l) = c
+        .put(
+            "/api/v1/tenants/ml/job-limits",
+            json!({ "default_gpu_milli": 200 }),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{l}");
+    assert_eq!(l["effective"]["default_gpu_milli"], 200, "{l}");
+    c.create_tenant_in("ml-team", Some("ml"), json!({})).await;
+    let (s, j) = c
+        .post(
+            "/api/v1/jobs",
+            json!({ "tenant": "ml-team", "command": ["true"], "gpu_sizing": { "compute": true } }),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{j}");
+    assert_eq!(j["gpu_milli"], 200, "{j}");
+    let (s, p) = c
+        .put(
+            "/api/v1/tenants/ml/job-limits",
+            json!({ "default_gpu_milli": 1001 }),
+        )
+        .await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{p}");
+    assert!(p.to_string().contains("default_gpu_milli"), "{p}");
     assert_eq!(
         j["gpu_sizing"],
         json!({ "compute": true, "max_milli": 1000, "memory": true })
     );
     let (s, j) = submit(json!({
         "gpu_sizing": { "compute": true, "max_milli": 100 }, "gpu_memory_bytes": 1u64 << 30,
+        "gpu_compute": "strict",
     }))
     .await;
     assert_eq!(s, StatusCode::CREATED, "{j}");
     assert_eq!(
         j["gpu_milli"], 100,
-        "a ceiling under a quarter is where it starts"
+        "a ceiling under its default is where it starts"
     );
     assert_eq!(
         j["gpu_sizing"]["memory"], false,
         "its memory was given: {j}"
     );
+    assert_eq!(j["gpu_compute"], "strict", "as asked: {j}");
     for (body, field) in [
         (
             json!({ "gpus": 2, "gpu_sizing": { "compute": true } }),

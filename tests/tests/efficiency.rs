@@ -9,6 +9,99 @@ use std::process::Command;
 use allot_system_tests::allot_bin;
 use allot_system_tests::shim::kit;
 
+/// Runs `allot bench efficiency` with `args` on one node of two GPUs: its exit code, its
+/// report and what it said on stderr.
+fn bench(args: &[&str]) -> (Option<i32>, serde_json::Value, String) {
+    kit();
+    let out = Command::new(allot_bin())
+        .args([
+            "bench",
+            "efficiency",
+            "--nodes",
+            "1",
+            "--gpus-per-node",
+            "2",
+            "--json",
+        ])
+        .args(args)
+        .env("ALLOT_LOG", "error")
+        .output()
+        .expect("allot bench efficiency runs");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let report: serde_json::Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("JSON ({e}): {stderr}"));
+    (out.status.code(), report, stderr)
+}
+
+/// `tests/fixtures/demand-bursty.csv`: two services whose owners asked for a tenth of a GPU
+/// (what an auto-sized job starts at by default), one idling at 4% of a GPU and bursting to
+/// 45% for one step in three, the other steady at 6%.
+const BURSTY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/demand-bursty.csv");
+
+/// The negative control of the density figures: with sizing off, auto-sized services keep
+/// the tenth of a GPU they start at, which is what their owners asked for, and are placed
+/// as any share: auto reports what static does. The density comes from the sizing, not
+/// from the bench.
+#[test]
+fn with_sizing_off_auto_reports_what_static_reports() {
+    let (code, report, stderr) = bench(&[
+        "--demand",
+        BURSTY,
+        "--modes",
+        "static,auto",
+        "--sizing",
+        "off",
+        "--secs",
+        "20",
+    ]);
+    assert_eq!(
+        code,
+        Some(1),
+        "auto cannot meet its targets unsized: {report}\n{stderr}"
+    );
+    assert_eq!(report["sizing"], "off", "{report}");
+    let (s, a) = (&report["modes"]["static"], &report["modes"]["auto"]);
+    for figure in [
+        "gpus_hosting_services_mean",
+        "gpus_hosting_services_peak",
+        "services_per_gpu",
+    ] {
+        assert_eq!(s[figure], a[figure], "{figure}: static {s}, auto {a}");
+    }
+    assert_eq!(a["resizes"], 0, "{a}");
+    assert_eq!(a["moves"], 0, "{a}");
+    assert_eq!(
+        report["targets"]["hosting_gpus_vs_static"]["met"], false,
+        "{report}"
+    );
+}
+
+/// The negative control of the forecast: sized on the last sample alone with no headroom,
+/// a service whose bursts come on top of an idle share is held back at each burst, and the
+/// replay's p99.9 misses its 100 ms.
+#[test]
+fn sized_on_the_last_sample_without_headroom_bursts_miss_the_latency_objective() {
+    let (code, report, stderr) = bench(&[
+        "--demand",
+        BURSTY,
+        "--modes",
+        "auto",
+        "--sizing",
+        "last-sample",
+        "--secs",
+        "30",
+    ]);
+    assert_eq!(code, Some(1), "{report}\n{stderr}");
+    assert_eq!(report["sizing"], "last-sample", "{report}");
+    let auto = &report["modes"]["auto"];
+    assert!(auto["resizes"].as_u64().is_some_and(|r| r >= 2), "{auto}");
+    assert!(
+        auto["p999_ms"].as_f64().is_some_and(|p| p > 100.0),
+        "{auto}"
+    );
+    assert_eq!(report["targets"]["p999_ms"]["met"], false, "{report}");
+}
+
 #[test]
 fn a_replayed_demand_is_sized_by_allot_and_the_figures_say_so() {
     // The shim, the fake driver and the workloads, beside the binary as the bench wants.

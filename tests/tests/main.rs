@@ -24,6 +24,7 @@ mod logs;
 mod metrics;
 mod mig;
 mod model;
+mod outage;
 mod patroni;
 mod policies;
 mod portal;

@@ -361,8 +361,9 @@ async fn the_shim_holds_a_containers_job_to_its_share() {
 }
 
 /// `--gpus auto:0.6`: Allot sizes the share from what the job does. A busy loop wanting all
-/// of the GPU starts at a quarter of it, is held back by the shim's pacer, and is grown at
-/// once (to its ceiling, never above); idle, it is shrunk, a step at a time. Each resize is
+/// of the GPU starts at its tenant's default share (a tenth of a GPU), held to it (strict,
+/// as asked) is held back by the shim's pacer, and is grown at once (to its ceiling, never
+/// above); idle, it is shrunk, a step at a time. Each resize is
 /// in the job's history and the audit log with its reason and figures, made by the sizing
 /// and not a person. A job on a fixed share doing the same is left as it is.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -377,7 +378,10 @@ async fn an_auto_sized_job_grows_when_held_back_and_shrinks_when_idle() {
     let auto = c
         .submit_with(
             "ml",
-            json!({ "gpu_sizing": { "compute": true, "max_milli": 600 }, "env": env }),
+            json!({
+                "gpu_sizing": { "compute": true, "max_milli": 600 },
+                "gpu_compute": "strict", "env": env,
+            }),
             &["sh", "-c", &busy_then_idle],
         )
         .await;
@@ -398,8 +402,8 @@ async fn an_auto_sized_job_grows_when_held_back_and_shrinks_when_idle() {
         .await;
     let job = c.wait_for_state(&auto, "running").await;
     assert_eq!(
-        job["gpu_milli"], 250,
-        "it starts at a quarter of a GPU: {job}"
+        job["gpu_milli"], 100,
+        "it starts at the platform's default share: {job}"
     );
     assert_eq!(
         job["gpu_sizing"]["memory"], true,
@@ -435,7 +439,7 @@ async fn an_auto_sized_job_grows_when_held_back_and_shrinks_when_idle() {
     assert!(
         history
             .first()
-            .is_some_and(|m| m.contains("held back") && m.contains("0.250 → 0.600")),
+            .is_some_and(|m| m.contains("held back") && m.contains("0.100 → ")),
         "{history:?} ({grown})"
     );
     assert!(
@@ -468,7 +472,7 @@ async fn an_auto_sized_job_grows_when_held_back_and_shrinks_when_idle() {
         let (_, j) = c.get(&idle_path).await;
         j["held_gpu_milli"]
             .as_u64()
-            .is_some_and(|m| m < 250)
+            .is_some_and(|m| m < 100)
             .then_some(())
     })
     .await;

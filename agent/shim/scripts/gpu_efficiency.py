@@ -1,6 +1,6 @@
-"""The efficiency check on a real GPU (run by gpu-efficiency.sh): small inference services,
-a training loop and an open-loop load generator, in PyTorch, with random-initialised
-models (nothing is downloaded).
+"""The efficiency check on a real GPU (run by gpu-efficiency.sh and gpu-auto.sh): small
+inference services, a training loop and an open-loop load generator, in PyTorch, with
+random-initialised models (nothing is downloaded).
 
   gpu_efficiency.py serve PORT_FILE      an inference service: 8-byte request ids over TCP,
                                          batched (up to 8) through an MLP, answered in order
@@ -9,6 +9,11 @@ models (nothing is downloaded).
   gpu_efficiency.py load SECONDS RPS SEED PORT...
                                          Poisson arrivals at RPS per service, each request
                                          timed from its scheduled send; prints latencies
+                                         (all services', and each one's in "services").
+                                         RPS may be a comma-separated list, one rate per
+                                         PORT in order (e.g. 120,60,30)
+
+The load mode needs only the Python standard library (no PyTorch, no GPU).
 
 Sizes come from the environment: HIDDEN (default 2048), LAYERS (4), TRAIN_HIDDEN (4096),
 TRAIN_BATCH (256).
@@ -113,13 +118,24 @@ def train(seconds):
     print(json.dumps({"steps_per_s": steps / (time.monotonic() - t0)}), flush=True)
 
 
-def load(seconds, rps, seed, ports):
+def quantile(sorted_values, p):
+    if not sorted_values:
+        return 0.0
+    return sorted_values[min(len(sorted_values) - 1, round((len(sorted_values) - 1) * p))]
+
+
+def load(seconds, rates, seed, ports):
+    if len(rates) == 1:
+        rates = rates * len(ports)
+    if len(rates) != len(ports):
+        sys.exit(f"load: {len(rates)} rates for {len(ports)} ports")
     rng = random.Random(seed)
     start = time.monotonic() + 0.5
     latencies, lost = [], [0]
+    per_port = {port: ([], [0]) for port in ports}
     lock = threading.Lock()
     threads = []
-    for port in ports:
+    for port, rps in zip(ports, rates):
         sched, t = [], 0.0
         while True:
             t += rng.expovariate(rps)
@@ -136,7 +152,7 @@ def load(seconds, rps, seed, ports):
                     time.sleep(delay)
                 conn.sendall(struct.pack("<Q", i))
 
-        def recv(conn=conn, sched=sched):
+        def recv(conn=conn, sched=sched, mine=per_port[port]):
             got = 0
             conn.settimeout(seconds + 10)
             buf = b""
@@ -152,11 +168,13 @@ def load(seconds, rps, seed, ports):
                         buf = buf[8:]
                         with lock:
                             latencies.append((now - sched[i]) * 1e3)
+                            mine[0].append((now - sched[i]) * 1e3)
                         got += 1
             except OSError:
                 pass
             with lock:
                 lost[0] += len(sched) - got
+                mine[1][0] += len(sched) - got
 
         threads += [threading.Thread(target=send), threading.Thread(target=recv)]
     for t in threads:
@@ -167,13 +185,21 @@ def load(seconds, rps, seed, ports):
     latencies.sort()
 
     def q(p):
-        return latencies[min(len(latencies) - 1, round((len(latencies) - 1) * p))] if latencies else 0.0
+        return quantile(latencies, p)
 
+    services = []
+    for port, rps in zip(ports, rates):
+        mine, mine_lost = sorted(per_port[port][0]), per_port[port][1][0]
+        services.append({
+            "port": port, "rps": rps, "requests": len(mine) + mine_lost, "lost": mine_lost,
+            "p50_ms": quantile(mine, 0.5), "p99_9_ms": quantile(mine, 0.999),
+        })
     over = sum(1 for x in latencies if x > 100.0) + lost
     print(json.dumps({
         "requests": len(latencies) + lost, "lost": lost,
         "p50_ms": q(0.5), "p99_ms": q(0.99), "p99_9_ms": q(0.999),
         "over_100ms_share": over / max(1, len(latencies) + lost),
+        "services": services,
     }), flush=True)
 
 
@@ -184,6 +210,7 @@ if __name__ == "__main__":
     elif what == "train":
         train(float(sys.argv[2]))
     elif what == "load":
-        load(float(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4]), [int(p) for p in sys.argv[5:]])
+        load(float(sys.argv[2]), [float(r) for r in sys.argv[3].split(",")], int(sys.argv[4]),
+             [int(p) for p in sys.argv[5:]])
     else:
         sys.exit(f"unknown command {what}")

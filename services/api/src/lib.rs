@@ -61,6 +61,11 @@ pub trait ControlEvents: Send + Sync + 'static {
         job: Job,
         share: allot_domain::Share,
     ) -> std::pin::Pin<Box<dyn Future<Output = Result<Job, ApiError>> + Send + '_>>;
+    /// Why this replica is not ready beyond its database (another running replica has its
+    /// name), if it is not.
+    fn not_ready(&self) -> Option<String> {
+        None
+    }
 }
 
 /// Shared state of every handler.

@@ -139,6 +139,10 @@ pub struct JobLimitsBody {
     pub max_cpu_milli: Option<u64>,
     /// The most memory one job may ask for.
     pub max_memory_bytes: Option<u64>,
+    /// The share of a GPU an auto-sized job (`gpu_sizing`) starts at, in thousandths
+    /// (1000 is a whole GPU); the platform's is 100.
+    #[schema(example = 100)]
+    pub default_gpu_milli: Option<u64>,
 }
 
 impl From<allot_domain::JobLimits> for JobLimitsBody {
@@ -148,6 +152,7 @@ impl From<allot_domain::JobLimits> for JobLimitsBody {
             default_memory_bytes: l.default_memory_bytes,
             max_cpu_milli: l.max_cpu_milli,
             max_memory_bytes: l.max_memory_bytes,
+            default_gpu_milli: l.default_gpu_milli,
         }
     }
 }
@@ -159,6 +164,7 @@ impl From<JobLimitsBody> for allot_domain::JobLimits {
             default_memory_bytes: l.default_memory_bytes,
             max_cpu_milli: l.max_cpu_milli,
             max_memory_bytes: l.max_memory_bytes,
+            default_gpu_milli: l.default_gpu_milli,
         }
     }
 }
@@ -186,6 +192,7 @@ impl JobLimitsView {
                 default_memory_bytes: Some(e.default_memory_bytes),
                 max_cpu_milli: e.max_cpu_milli,
                 max_memory_bytes: e.max_memory_bytes,
+                default_gpu_milli: Some(e.default_gpu_milli),
             },
         }
     }

@@ -193,6 +193,7 @@ fn engine_pass(
             avoid: Default::default(),
             pack: None,
             best_effort: false,
+            sizing: None,
         })
         .collect();
     let mut policy = openb::policy(&args.policy, cluster, pods)?;

@@ -135,6 +135,7 @@ fn flag_of(field: &str) -> Option<&'static str> {
         "default_memory_bytes" => "--default-memory",
         "max_cpu_milli" => "--max-cpus",
         "max_memory_bytes" => "--max-memory",
+        "default_gpu_milli" => "--default-gpu-share",
         "weight" => "--weight",
         "min_isolation" => "--min-isolation",
         "gpus" | "gpu_milli" => "--gpus",

@@ -242,17 +242,17 @@ pub struct GpuSizing {
 }
 
 impl GpuSizing {
-    /// The share an auto-sized job starts at, before anything was measured: a quarter of a
-    /// GPU, or its ceiling when that is lower.
-    pub const START_MILLI: u32 = 250;
-
     pub fn is_sized(self) -> bool {
         self.max_milli.is_some() || self.memory
     }
 
-    /// The share a job sized up to `max` starts at.
-    pub fn start_milli(max: u32) -> u32 {
-        Self::START_MILLI.min(max)
+    /// The share a job sized up to `max` starts at, its tenant's default being `default`
+    /// ([`crate::EffectiveJobLimits::default_gpu_milli`]): that, or its ceiling when lower.
+    pub fn start_milli(default: u64, max: u32) -> u32 {
+        u32::try_from(default)
+            .unwrap_or(GPU_MILLI)
+            .clamp(1, GPU_MILLI)
+            .min(max)
     }
 }
 
@@ -701,6 +701,9 @@ pub struct Avoid {
 
 /// How long a requeued job avoids where it faulted.
 pub const AVOID_FOR_SECS: i64 = 600;
+
+/// How long a job moved off a GPU (by its forecast) avoids it: its next placement only.
+pub const MOVE_AVOID_SECS: i64 = 60;
 
 /// How many characters a job id's short form has: the last group of its UUID, 48 random
 /// bits (the leading digits of time-ordered ids are shared by every job of the same

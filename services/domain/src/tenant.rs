@@ -211,12 +211,16 @@ impl Quota {
 /// refused. Each is the tenant's own setting; `None` takes its parent's (see
 /// [`JobLimits::effective`]). What a job gets is both its reservation (the scheduler places
 /// it where that much is free) and its limit (its cgroup's CPU quota and memory limit).
+/// And the share of a GPU an auto-sized job (`--gpus auto`) starts at, before anything was
+/// measured.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JobLimits {
     pub default_cpu_milli: Option<u64>,
     pub default_memory_bytes: Option<u64>,
     pub max_cpu_milli: Option<u64>,
     pub max_memory_bytes: Option<u64>,
+    /// Thousandths of a GPU an auto-sized job starts at (its ceiling, when lower).
+    pub default_gpu_milli: Option<u64>,
 }
 
 /// What applies to one tenant's jobs, its chain and the platform's defaults resolved.
@@ -226,6 +230,7 @@ pub struct EffectiveJobLimits {
     pub default_memory_bytes: u64,
     pub max_cpu_milli: Option<u64>,
     pub max_memory_bytes: Option<u64>,
+    pub default_gpu_milli: u64,
 }
 
 impl JobLimits {
@@ -234,6 +239,11 @@ impl JobLimits {
     pub const PLATFORM_DEFAULT_CPU_MILLI: u64 = 1000;
     /// Memory a job gets where no tenant up its chain sets a default.
     pub const PLATFORM_DEFAULT_MEMORY_BYTES: u64 = 2 << 30;
+    /// The share an auto-sized job starts at where no tenant up its chain sets one: a tenth
+    /// of a GPU. Its sizer grows it within seconds of its launches waiting for it, and it
+    /// runs elastic (idle time is its to use), so starting small costs little and packs
+    /// new services tightly until they are measured.
+    pub const PLATFORM_DEFAULT_GPU_MILLI: u64 = 100;
 
     /// Checks each number on its own, and a default above the tenant's own maximum.
     pub fn validate(&self, prefix: &str) -> Result<(), ValidationError> {
@@ -262,6 +272,13 @@ impl JobLimits {
                     "must be from 1 byte to 1 PiB",
                 );
             }
+        }
+        if let Some(m) = self.default_gpu_milli {
+            v.check(
+                (1..=u64::from(crate::GPU_MILLI)).contains(&m),
+                format!("{prefix}default_gpu_milli"),
+                "must be from 1 to 1000 (a thousandth of a GPU to a whole one)",
+            );
         }
         if let (Some(d), Some(m)) = (self.default_cpu_milli, self.max_cpu_milli) {
             v.check(
@@ -316,6 +333,8 @@ impl JobLimits {
             ),
             max_cpu_milli,
             max_memory_bytes,
+            default_gpu_milli: nearest(|l| l.default_gpu_milli)
+                .unwrap_or(Self::PLATFORM_DEFAULT_GPU_MILLI),
         }
     }
 }
@@ -483,6 +502,7 @@ mod tests {
                 default_cpu_milli: Some(2000),
                 // Above the parent's maximum: the parent's holds.
                 max_cpu_milli: Some(8000),
+                default_gpu_milli: Some(250),
                 ..JobLimits::default()
             },
         );
@@ -496,9 +516,14 @@ mod tests {
                 default_memory_bytes: 8 << 30,
                 max_cpu_milli: Some(4000),
                 max_memory_bytes: Some(16 << 30),
+                default_gpu_milli: 250,
             }
         );
         let platform = JobLimits::effective(&lone, &all);
+        assert_eq!(
+            platform.default_gpu_milli,
+            JobLimits::PLATFORM_DEFAULT_GPU_MILLI
+        );
         assert_eq!(
             platform.default_cpu_milli,
             JobLimits::PLATFORM_DEFAULT_CPU_MILLI
@@ -533,6 +558,7 @@ mod tests {
             default_memory_bytes: 4 << 30,
             max_cpu_milli: Some(4000),
             max_memory_bytes: Some(8 << 30),
+            default_gpu_milli: 100,
         };
         assert_eq!(e.apply(0, 0), Ok((1500, 4 << 30)));
         assert_eq!(e.apply(250, 1 << 20), Ok((250, 1 << 20)));
@@ -550,10 +576,18 @@ mod tests {
             max_cpu_milli: Some(4000),
             default_memory_bytes: Some(0),
             max_memory_bytes: None,
+            default_gpu_milli: Some(1001),
         };
         let err = l.validate("").expect_err("bad");
         let fields: Vec<_> = err.0.iter().map(|f| f.field.as_str()).collect();
-        assert_eq!(fields, ["default_memory_bytes", "default_cpu_milli"]);
+        assert_eq!(
+            fields,
+            [
+                "default_memory_bytes",
+                "default_gpu_milli",
+                "default_cpu_milli"
+            ]
+        );
         assert_eq!(JobLimits::default().validate(""), Ok(()));
     }
 }

@@ -56,6 +56,10 @@ pub struct ServerConfig {
     pub node_cert_ttl: Duration,
     /// How long a node stays ready without a heartbeat.
     pub lease: Duration,
+    /// How long a node may go unheard (its lease lapsed meanwhile) before it is lost and
+    /// its jobs are requeued; its agent keeps them running for four fifths of it while it
+    /// reaches no replica (`docs/operations.md`). At least the lease.
+    pub outage_tolerance: Duration,
     pub heartbeat_interval: Duration,
     /// The most heartbeats a second the leader plans to answer: beyond it (more nodes than
     /// this many times the interval) the interval and the lease stretch alike
@@ -66,6 +70,9 @@ pub struct ServerConfig {
     /// This replica's name, the holder of the leader lease when it leads. Unique among the
     /// replicas sharing a database; a replica started again under its name takes its lease
     /// back at once.
+    /// This process of the replica, drawn when it starts: the lease is renewed (and taken
+    /// back before it lapses) only by the process holding it.
+    pub replica_instance: String,
     pub replica_name: String,
     /// Where agents reach this replica's gRPC endpoint (followers point agents there when it
     /// leads). `None`: `https://` and the bound address.
@@ -117,6 +124,9 @@ pub struct ServerConfig {
     /// replaying a day compressed `K` times sizes on windows `K` times shorter); 1: as
     /// `allot_sizing::Policy::default` says.
     pub sizing_time_scale: f64,
+    /// How auto-sized jobs are sized: by forecast (the product), or a benchmark's control
+    /// (on the last sample alone, or not at all).
+    pub sizing_rules: sizing::Rules,
     /// Accept bearer JWTs from this OpenID Connect provider.
     pub oidc: Option<allot_api::jwt::OidcConfig>,
     /// Failed authentication attempts one source may make per `auth_failure_window` before
@@ -150,10 +160,12 @@ impl ServerConfig {
             grpc_names: vec!["localhost".into(), "127.0.0.1".into(), "::1".into()],
             node_cert_ttl: Duration::from_secs(24 * 3600),
             lease: Duration::from_secs(15),
+            outage_tolerance: Duration::from_secs(300),
             heartbeat_interval: Duration::from_secs(3),
             max_heartbeats_per_sec: 500.0,
             schedule_interval: Duration::from_secs(2),
             replica_name: format!("replica-{}", uuid::Uuid::new_v4().simple()),
+            replica_instance: uuid::Uuid::new_v4().simple().to_string(),
             grpc_advertise: None,
             leader_lease: Duration::from_secs(5),
             fencing: true,
@@ -173,6 +185,7 @@ impl ServerConfig {
             elastic: false,
             elastic_policy: None,
             sizing_time_scale: 1.0,
+            sizing_rules: sizing::Rules::default(),
             oidc: None,
             auth_max_failures: 20,
             auth_failure_window: Duration::from_secs(60),
@@ -285,6 +298,10 @@ impl ControlEvents for Events {
 
     fn job_logs(&self) -> tokio::sync::broadcast::Receiver<String> {
         self.job_logs.subscribe()
+    }
+
+    fn not_ready(&self) -> Option<String> {
+        self.leadership.conflict()
     }
 
     fn resize_job(
@@ -621,6 +638,7 @@ pub async fn start(
     let first_term = leadership::acquire(
         &store,
         &config.replica_name,
+        &config.replica_instance,
         &grpc_advertise,
         config.leader_lease,
     )
@@ -645,6 +663,7 @@ pub async fn start(
         allot_sizing::Policy::default()
             .compressed(config.sizing_time_scale)
             .sampled_every(config.heartbeat_interval),
+        config.sizing_rules,
     ));
     let pacing = Arc::new(pacing::Pacing::new(
         config.heartbeat_interval,
@@ -756,6 +775,7 @@ pub async fn start(
         ca: ca.clone(),
         node_cert_ttl: config.node_cert_ttl,
         pacing: pacing.clone(),
+        outage_tolerance: config.outage_tolerance,
         samples: grpc::SampleClock::default(),
         auth_failures: Arc::new(allot_api::limiter::FailureLimiter::new(
             config.auth_max_failures,
@@ -796,6 +816,7 @@ pub async fn start(
         let notify = notify.clone();
         let metrics = metrics.clone();
         let schedule_interval = config.schedule_interval;
+        let outage_tolerance = config.outage_tolerance;
         let checkpoint_interval = config.checkpoint_interval;
         let origin = config.audit_origin.clone();
         let sink = config.checkpoint_dir.clone().map(|dir| {
@@ -813,6 +834,14 @@ pub async fn start(
                     store.clone(),
                     hub.clone(),
                     scheduler,
+                    // Nodes are judged lost from the moment this term began at the
+                    // earliest: a leader taking office (or its database back) gives every
+                    // node a fresh tolerance first.
+                    scheduling::NodeLoss {
+                        since: store.clock().now(),
+                        outage_tolerance,
+                    },
+                    sizing.clone(),
                     elastic.clone(),
                     turn.clone(),
                     notify.clone(),
@@ -849,6 +878,8 @@ pub async fn start(
     let campaign = leadership::Campaign {
         store: store.clone(),
         replica: config.replica_name.clone(),
+        instance: config.replica_instance.clone(),
+        started: store.clock().now(),
         address: grpc_advertise,
         ttl: config.leader_lease,
         hub: hub.clone(),

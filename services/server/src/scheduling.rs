@@ -29,12 +29,23 @@ pub enum PassError {
     Scheduler(#[from] LiveError),
 }
 
+/// When a node is lost, as the passes judge it (`crate::leases`): unheard for the outage
+/// tolerance, counted from its last heartbeat or this leader's taking office (`since`),
+/// whichever is later.
+#[derive(Debug, Clone, Copy)]
+pub struct NodeLoss {
+    pub since: chrono::DateTime<chrono::Utc>,
+    pub outage_tolerance: Duration,
+}
+
 /// Runs passes whenever notified, and every `interval` regardless (leases lapse silently).
 #[allow(clippy::too_many_arguments)]
 pub async fn run(
     store: Store,
     hub: Arc<Hub>,
     mut scheduler: LiveScheduler,
+    loss: NodeLoss,
+    sizing: Arc<crate::sizing::Sizing>,
     elastic: Option<Arc<ElasticShares>>,
     turn: Arc<tokio::sync::Mutex<()>>,
     notify: Arc<Notify>,
@@ -44,7 +55,7 @@ pub async fn run(
 ) {
     restore_fair_share(&store, &mut scheduler).await;
     let mut saved_at: Option<f64> = None;
-    let mut pending = PassState::default();
+    let mut pending = PassState::new(loss);
     let mut last_took = Duration::ZERO;
     loop {
         let stopping = tokio::select! {
@@ -75,6 +86,7 @@ pub async fn run(
                 &mut scheduler,
                 &mut pending,
                 elastic.as_deref(),
+                Some(&sizing),
             )
             .await
         };
@@ -272,8 +284,9 @@ pub enum Passed {
 }
 
 /// What the scheduling loop keeps between passes.
-#[derive(Default)]
 pub struct PassState {
+    /// When a node is lost.
+    loss: NodeLoss,
     /// The pending jobs, brought up to date at each pass.
     pending: PendingJobs,
     /// The tenants' version the last pass that ran the engine decided on: a pass with
@@ -282,6 +295,17 @@ pub struct PassState {
     quotas_seen: Option<i64>,
     /// When a pass last ran the engine (the store's clock).
     decided_at: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+impl PassState {
+    pub fn new(loss: NodeLoss) -> Self {
+        Self {
+            loss,
+            pending: PendingJobs::default(),
+            quotas_seen: None,
+            decided_at: None,
+        }
+    }
 }
 
 /// With nothing pending, a pass still runs the engine this often: room may have appeared
@@ -296,9 +320,11 @@ pub async fn pass(
     scheduler: &mut LiveScheduler,
     state: &mut PassState,
     elastic: Option<&ElasticShares>,
+    sizing: Option<&crate::sizing::Sizing>,
 ) -> Result<Passed, PassError> {
     let mut reasons = Vec::new();
-    let result = decide_and_apply(store, hub, scheduler, state, elastic, &mut reasons).await;
+    let result =
+        decide_and_apply(store, hub, scheduler, state, elastic, sizing, &mut reasons).await;
     // Why jobs wait, in one transaction, whatever else the pass got to.
     if !reasons.is_empty() {
         store.set_pending_reasons(reasons.clone()).await?;
@@ -313,6 +339,7 @@ async fn decide_and_apply(
     scheduler: &mut LiveScheduler,
     state: &mut PassState,
     elastic: Option<&ElasticShares>,
+    sizing: Option<&crate::sizing::Sizing>,
     reasons: &mut Vec<(String, Option<PendingReason>)>,
 ) -> Result<Passed, PassError> {
     let view = &mut state.pending;
@@ -321,7 +348,13 @@ async fn decide_and_apply(
     view.refresh(store).await?;
     let fleet_read_at = store.clock().now();
     let mut nodes = fleet(store, hub).await?;
-    let requeued = crate::leases::requeue_from_lapsed_nodes(store, &nodes).await?;
+    let requeued = crate::leases::requeue_from_lost_nodes(
+        store,
+        &nodes,
+        state.loss.outage_tolerance,
+        state.loss.since,
+    )
+    .await?;
     crate::time_limits::stop_overdue(store, hub).await?;
     let regrouped = crate::gangs::keep_whole(store, hub).await?;
     if requeued + regrouped > 0 {
@@ -335,7 +368,10 @@ async fn decide_and_apply(
     // With nothing to place, a pass still decides when the quotas changed (what runs is
     // held to a limit lowered meanwhile), and every DECIDE_AT_LEAST_EVERY.
     let now = store.clock().now();
-    let must_decide = state.quotas_seen != Some(store.tenants_version().await?)
+    // Auto-sized jobs wanting room, or settled (to be consolidated), are weighed at once.
+    let sized_due = sizing.is_some_and(|s| s.due(std::time::Instant::now()));
+    let must_decide = sized_due
+        || state.quotas_seen != Some(store.tenants_version().await?)
         || state
             .decided_at
             .is_none_or(|at| now - at >= DECIDE_AT_LEAST_EVERY);
@@ -365,6 +401,7 @@ async fn decide_and_apply(
         return Ok(Passed::Done);
     }
     let reachable = hub.connected();
+    let forecasts = sizing.and_then(|s| s.forecasts(std::time::Instant::now()));
     let decisions = scheduler.decide(&Snapshot {
         nodes: &nodes,
         tenants: &tenants,
@@ -372,6 +409,7 @@ async fn decide_and_apply(
         pending: &pending,
         now: store.clock().now(),
         reachable: Some(&reachable),
+        forecasts: forecasts.as_ref(),
     })?;
     let traces: HashMap<String, String> = pending
         .iter()
@@ -388,7 +426,7 @@ async fn decide_and_apply(
     // Preemptions first: a placement that needs a victim's room waits for it anyway.
     let (preempts, others): (Vec<_>, Vec<_>) = decisions
         .into_iter()
-        .partition(|d| matches!(d, LiveDecision::Preempt { .. }));
+        .partition(|d| matches!(d, LiveDecision::Preempt { .. } | LiveDecision::Move { .. }));
     for decision in preempts.into_iter().chain(others) {
         match decision {
             LiveDecision::Preempt {
@@ -402,6 +440,23 @@ async fn decide_and_apply(
                 }
                 // Finished or cancelled while we decided: its capacity frees anyway.
                 Err(StoreError::Conflict(msg)) => tracing::debug!(%msg, "preemption skipped"),
+                Err(e) => return Err(e.into()),
+            },
+            LiveDecision::Move {
+                job_id,
+                node_id,
+                gpu_uuids,
+                share_milli,
+                reason,
+            } => match store
+                .request_move(&ctx, &job_id, &reason, &gpu_uuids, Some(share_milli))
+                .await
+            {
+                Ok(job) => {
+                    tracing::info!(job = %job.id, node = %node_id, %reason, "moving");
+                    hub.send(&node_id, hub::cancel(&job));
+                }
+                Err(StoreError::Conflict(msg)) => tracing::debug!(%msg, "move skipped"),
                 Err(e) => return Err(e.into()),
             },
             LiveDecision::Place {

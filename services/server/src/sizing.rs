@@ -4,8 +4,13 @@
 //! against its GPU's other jobs and its tenants' hard limits, stored with its reason and
 //! figures in the job's history and the audit log, and sent to the node.
 //!
-//! The samples live in the leader's memory: a new leader, or a new attempt, starts its
-//! windows again (a job then keeps its share until enough samples say otherwise).
+//! What each job wants and whether its forecast has settled go to the scheduling passes
+//! ([`Sizing::forecasts`]), which place and move sized jobs by them
+//! (`allot_scheduler::engine::forecast`); a growth that finds no room wakes a pass.
+//!
+//! The samples live in the leader's memory: a new leader starts its windows again, and a
+//! new attempt too (keeping its daily pattern); a job then keeps its share until enough
+//! samples say otherwise.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -21,12 +26,50 @@ use crate::resizing::{Refused, Resizer};
 /// How often the sizers decide.
 const EVERY: Duration = Duration::from_secs(1);
 
-/// A refused resize is tried again after this long.
-const RETRY_AFTER: Duration = Duration::from_secs(5);
+/// A refused resize is tried again after at least this long (and a settle of the rules).
+const RETRY_AFTER: Duration = Duration::from_millis(500);
+
+/// How the leader sizes auto-sized jobs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Rules {
+    /// By forecast: `allot_sizing`'s rules (the product).
+    #[default]
+    Forecast,
+    /// On the last sample alone, with no headroom, no hysteresis and no daily term: the
+    /// negative control benchmarks measure the rules against.
+    LastSample,
+    /// Not at all: sized jobs keep the share they started at (a benchmark's control).
+    Off,
+}
+
+impl Rules {
+    /// The policy these rules size by, from the product's `policy`.
+    pub fn policy(self, policy: Policy) -> Policy {
+        match self {
+            Rules::Forecast | Rules::Off => policy,
+            Rules::LastSample => Policy {
+                window: Duration::ZERO,
+                quantile: 1.0,
+                min_samples: 1,
+                headroom: 0.0,
+                held_back: 0.0,
+                grow: 1.0,
+                shrink_margin: 0.0,
+                shrink_after: Duration::ZERO,
+                shrink_step: 1.0,
+                settle: Duration::ZERO,
+                remember_held_back: Duration::ZERO,
+                season: Duration::ZERO,
+                ..policy
+            },
+        }
+    }
+}
 
 /// The sized jobs' sizers.
 pub struct Sizing {
     policy: Policy,
+    rules: Rules,
     origin: Instant,
     jobs: Mutex<HashMap<String, Tracked>>,
 }
@@ -36,6 +79,8 @@ struct Tracked {
     sizer: Sizer,
     /// Not before this is a refused resize asked again.
     retry_at: Option<Instant>,
+    /// The share it wants and was not given (no room): what the passes place it by.
+    wanted: Option<u32>,
 }
 
 impl Tracked {
@@ -44,17 +89,57 @@ impl Tracked {
             attempt,
             sizer: Sizer::new(),
             retry_at: None,
+            wanted: None,
         }
     }
 }
 
 impl Sizing {
-    pub fn new(policy: Policy) -> Self {
+    pub fn new(policy: Policy, rules: Rules) -> Self {
         Self {
-            policy,
+            policy: rules.policy(policy),
+            rules,
             origin: Instant::now(),
             jobs: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// What each tracked job wants of its GPU and whether its forecast has settled, for
+    /// the scheduling passes (`None` under [`Rules::Off`]: nothing is sized).
+    pub fn forecasts(
+        &self,
+        now: Instant,
+    ) -> Option<HashMap<String, allot_scheduler::engine::Sizing>> {
+        if self.rules == Rules::Off {
+            return None;
+        }
+        let at = self.at(now);
+        let forecasts = self
+            .lock()
+            .iter()
+            .map(|(id, t)| {
+                (
+                    id.clone(),
+                    allot_scheduler::engine::Sizing {
+                        wanted_milli: t.wanted.unwrap_or(0),
+                        settled: t.sizer.settled(at, &self.policy),
+                    },
+                )
+            })
+            .collect();
+        Some(forecasts)
+    }
+
+    /// Whether a scheduling pass should weigh the sized jobs now: one wants room it was
+    /// not given, or one has settled (it may be consolidated).
+    pub fn due(&self, now: Instant) -> bool {
+        if self.rules == Rules::Off {
+            return false;
+        }
+        let at = self.at(now);
+        self.lock()
+            .values()
+            .any(|t| t.wanted.is_some() || t.sizer.settled(at, &self.policy))
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Tracked>> {
@@ -82,16 +167,23 @@ impl Sizing {
             let tracked = jobs
                 .entry(job.id.clone())
                 .or_insert_with(|| Tracked::new(job.attempt));
-            // A new attempt is measured from its start.
+            // A new attempt is measured from its start (its daily pattern kept).
             if tracked.attempt != job.attempt {
-                *tracked = Tracked::new(job.attempt);
+                let sizer = tracked.sizer.restarted();
+                *tracked = Tracked {
+                    sizer,
+                    ..Tracked::new(job.attempt)
+                };
             }
-            tracked.sizer.observe(Sample {
-                at,
-                busy: f64::from(s.utilization),
-                held_back: f64::from(s.held_back),
-                memory_bytes: s.memory_used_bytes,
-            });
+            tracked.sizer.observe_under(
+                Sample {
+                    at,
+                    busy: f64::from(s.utilization),
+                    held_back: f64::from(s.held_back),
+                    memory_bytes: s.memory_used_bytes,
+                },
+                &self.policy,
+            );
         }
     }
 
@@ -149,16 +241,19 @@ impl Sizing {
         decided
     }
 
-    /// `decision` was applied at `now` (granted its share, or less), or refused (asked
-    /// again later).
-    fn settled(&self, job_id: &str, applied: Option<&Decision>, now: Instant) {
+    /// `wanted` was decided and `applied` at `now` (granted its share, or less), or
+    /// refused (asked again later); what it wants and was not given is remembered.
+    fn settled(&self, job_id: &str, wanted: &Decision, applied: Option<&Decision>, now: Instant) {
+        let retry = RETRY_AFTER.max(self.policy.settle);
         if let Some(t) = self.lock().get_mut(job_id) {
+            let short = applied.map_or(wanted.from.gpu_milli, |d| d.gpu_milli);
+            t.wanted = (wanted.gpu_milli > short).then_some(wanted.gpu_milli);
             match applied {
                 Some(d) => {
                     t.sizer.applied(self.at(now), d);
                     t.retry_at = None;
                 }
-                None => t.retry_at = Some(now + RETRY_AFTER),
+                None => t.retry_at = Some(now + retry),
             }
         }
     }
@@ -231,6 +326,9 @@ pub async fn run(
                 continue;
             }
         };
+        if sizing.rules == Rules::Off {
+            continue;
+        }
         for (id, decision, kept_memory) in sizing.decide(&running, &gpu_memory, Instant::now()) {
             let tried = candidates(&decision, kept_memory);
             let asks: Vec<(Share, Option<String>)> = tried
@@ -241,16 +339,21 @@ pub async fn run(
                 Ok((job, i)) => {
                     let applied = &tried[i].1;
                     tracing::info!(job = %id, gpu_milli = job.share().gpu_milli, why = %applied, "auto-sized");
-                    sizing.settled(&id, Some(applied), Instant::now());
+                    sizing.settled(&id, &decision, Some(applied), Instant::now());
+                    if i > 0 {
+                        // Granted less than it wants: a pass may give it room elsewhere.
+                        resizer.notify.notify_one();
+                    }
                 }
                 Err(Refused::NoRoom(reason)) => {
                     tracing::info!(job = %id, wanted = %decision, %reason, "auto-size held back: no room");
-                    sizing.settled(&id, None, Instant::now());
+                    sizing.settled(&id, &decision, None, Instant::now());
+                    resizer.notify.notify_one();
                 }
                 Err(Refused::NotHolding(_)) => {}
                 Err(Refused::Store(e)) => {
                     tracing::warn!(job = %id, error = %e, "auto-size not stored");
-                    sizing.settled(&id, None, Instant::now());
+                    sizing.settled(&id, &decision, None, Instant::now());
                 }
             }
         }

@@ -215,6 +215,18 @@ pub trait JobRepo {
         id: &str,
         reason: &str,
     ) -> impl Future<Output = Result<Job, StoreError>> + Send;
+    /// Marks a scheduled or running job to be stopped and placed again elsewhere (an
+    /// auto-sized job moved by its forecast, or best-effort work giving way): as
+    /// [`JobRepo::request_preemption`], and its next attempt avoids `avoid_gpus` for a while
+    /// and, when `share_milli` is given, asks for that share of a GPU.
+    fn request_move(
+        &self,
+        ctx: &AuditContext,
+        id: &str,
+        reason: &str,
+        avoid_gpus: &[String],
+        share_milli: Option<u32>,
+    ) -> impl Future<Output = Result<Job, StoreError>> + Send;
     /// Gives a scheduled or running job on shares of GPUs a new share of each: its request,
     /// what it holds, and a history event accounting follows, saying `why` when given (an
     /// auto-sized job's reason and figures). `Conflict` when it no longer holds capacity.
@@ -1182,6 +1194,62 @@ impl JobRepo for Store {
         let event = AuditEvent::success(job.tenant_id.clone(), "job.preempt", format!("job/{id}"))
             .before(serde_json::json!({ "state": job.state, "preempt_reason": null }))
             .after(serde_json::json!({ "state": job.state, "preempt_reason": reason }));
+        record(&txn, self, ctx, event).await?;
+        self.commit(txn).await?;
+        Ok(job)
+    }
+
+    async fn request_move(
+        &self,
+        ctx: &AuditContext,
+        id: &str,
+        reason: &str,
+        avoid_gpus: &[String],
+        share_milli: Option<u32>,
+    ) -> Result<Job, StoreError> {
+        let txn = self.begin().await?;
+        let before = load(&txn, id).await?;
+        let now = self.clock.now();
+        let mut row = jobs::ActiveModel {
+            preempt_reason: Set(Some(reason.to_owned())),
+            avoid_node_id: Set(None),
+            avoid_gpus: Set(Some(to_json("avoid_gpus", &avoid_gpus)?)),
+            avoid_until: Set(Some(
+                now + chrono::Duration::seconds(allot_domain::MOVE_AVOID_SECS),
+            )),
+            updated_at: Set(now),
+            ..Default::default()
+        };
+        if let Some(milli) = share_milli {
+            row.gpu_milli = Set(Some(i32_of(milli)?));
+        }
+        let res = jobs::Entity::update_many()
+            .set(row)
+            .filter(jobs::Column::Id.eq(id))
+            .filter(holding_capacity())
+            .filter(jobs::Column::CancelRequested.eq(false))
+            .filter(jobs::Column::PreemptReason.is_null())
+            .exec(&txn)
+            .await?;
+        if res.rows_affected == 0 {
+            return Err(StoreError::Conflict(format!(
+                "job {id} is not running, or is already stopping"
+            )));
+        }
+        let job = load(&txn, id).await?;
+        let mut event = AuditEvent::success(job.tenant_id.clone(), "job.move", format!("job/{id}"));
+        event.reason = Some(reason.chars().take(500).collect());
+        let event = event
+            .before(serde_json::json!({
+                "node_id": before.node_id,
+                "gpu_uuids": before.gpu_uuids,
+                "gpu_milli": before.held_gpu_milli.or(before.spec.gpu_milli),
+            }))
+            .after(serde_json::json!({
+                "preempt_reason": reason,
+                "gpu_milli": job.spec.gpu_milli,
+                "avoid_gpus": avoid_gpus,
+            }));
         record(&txn, self, ctx, event).await?;
         self.commit(txn).await?;
         Ok(job)

@@ -138,6 +138,7 @@ fn to_domain(m: tenants::Model) -> Result<Tenant, StoreError> {
             default_memory_bytes: opt_u64("job_default_memory_bytes", m.job_default_memory_bytes)?,
             max_cpu_milli: opt_u64("job_max_cpu_milli", m.job_max_cpu_milli)?,
             max_memory_bytes: opt_u64("job_max_memory_bytes", m.job_max_memory_bytes)?,
+            default_gpu_milli: opt_u64("job_default_gpu_milli", m.job_default_gpu_milli)?,
         },
         uid_slot: m
             .uid_slot
@@ -453,6 +454,7 @@ impl TenantRepo for Store {
             )?),
             job_max_cpu_milli: Set(opt_i64("max_cpu_milli", limits.max_cpu_milli)?),
             job_max_memory_bytes: Set(opt_i64("max_memory_bytes", limits.max_memory_bytes)?),
+            job_default_gpu_milli: Set(opt_i64("default_gpu_milli", limits.default_gpu_milli)?),
             ..Default::default()
         };
         self.update_tenant(ctx, row, "tenant.job_limits.set", before, |t| &t.job_limits)

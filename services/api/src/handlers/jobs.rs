@@ -117,8 +117,8 @@ pub async fn submit(
     });
     // CPU and memory as a LimitRange gives them: the tenant's defaults where the job asks
     // for none, and never above its maximum.
-    let (cpu_milli, memory_bytes) = allot_domain::JobLimits::effective(&tenant, who.live_tenants())
-        .apply(body.cpu_milli, body.memory_bytes)?;
+    let limits = allot_domain::JobLimits::effective(&tenant, who.live_tenants());
+    let (cpu_milli, memory_bytes) = limits.apply(body.cpu_milli, body.memory_bytes)?;
     // Sized by Allot: a share of one GPU, starting at the sizing's first share unless the
     // job names one; its memory sized too unless it gives a size.
     let sizing = body
@@ -153,12 +153,14 @@ pub async fn submit(
         } else {
             body.gpus
         },
-        // A best-effort job holds the least share there is; a sized one starts at the
-        // sizing's first share.
+        // A best-effort job holds the least share there is; a sized one starts at its
+        // tenant's default share.
         gpu_milli: body.gpu_milli.or(if best_effort {
             Some(allot_domain::BEST_EFFORT_MILLI)
         } else {
-            sizing.max_milli.map(allot_domain::GpuSizing::start_milli)
+            sizing
+                .max_milli
+                .map(|max| allot_domain::GpuSizing::start_milli(limits.default_gpu_milli, max))
         }),
         gpu_memory_bytes: body.gpu_memory_bytes,
         gpu_models: body.gpu_models,
@@ -182,7 +184,13 @@ pub async fn submit(
         volumes: body.volumes.into_iter().map(Into::into).collect(),
         secrets: body.secrets.into_iter().map(Into::into).collect(),
         mig_profile: body.mig_profile,
-        gpu_compute: body.gpu_compute,
+        // A share Allot sizes is what the job is guaranteed while its GPU is contended:
+        // elastic unless asked otherwise (idle time is the job's to use, and its sizer
+        // reads being held back only when the GPU is full, where it costs something).
+        gpu_compute: body.gpu_compute.or(sizing
+            .max_milli
+            .is_some()
+            .then_some(allot_domain::GpuCompute::Elastic)),
         gpu_resizable: body.gpu_resizable || sizing.is_sized(),
         gpu_sizing: sizing,
         image: body.image,

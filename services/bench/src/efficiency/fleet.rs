@@ -79,6 +79,8 @@ pub struct FleetSpec {
     pub elastic_policy: Option<String>,
     /// How many times shorter than production the sizing windows of auto-sized jobs are.
     pub sizing_time_scale: f64,
+    /// How the control plane sizes auto-sized jobs.
+    pub sizing_rules: allot_server::sizing::Rules,
 }
 
 impl Fleet {
@@ -101,6 +103,7 @@ impl Fleet {
         // Services at small shares: more of them on a GPU than the default 4.
         config.gpu_limits.max_jobs_per_shared_gpu = MAX_JOBS_PER_GPU;
         config.sizing_time_scale = spec.sizing_time_scale;
+        config.sizing_rules = spec.sizing_rules;
         // Samples (one a heartbeat) often enough for sizing windows compressed with the
         // demand (they are never shorter than ten samples).
         if spec.sizing_time_scale > 1.0 {

@@ -141,11 +141,17 @@ pub struct Outcome {
 }
 
 /// The replicas each service's requests go to, in turn; replicas come and go while the
-/// load runs.
+/// load runs. As a load balancer with retries does: a request whose replica goes away
+/// before answering is sent again to another (or the service's next) replica, and a request
+/// for a service with no replica waits for one, up to [`HOLD`]; either way its latency
+/// counts from when it was due.
 #[derive(Clone, Default)]
 pub struct Router {
     inner: Arc<Mutex<Routes>>,
 }
+
+/// The longest a request waits for a replica of its service before it is refused.
+pub const HOLD: Duration = Duration::from_secs(10);
 
 /// A replica's connection, shared by the sends to it.
 type Conn = Arc<tokio::sync::Mutex<OwnedWriteHalf>>;
@@ -155,14 +161,23 @@ struct Routes {
     /// Per service: each replica's key and connection.
     replicas: HashMap<usize, Vec<(String, Conn)>>,
     next: HashMap<usize, usize>,
+    /// Requests sent to each replica (by key) and not answered yet, with their service.
+    outstanding: HashMap<String, HashMap<u64, usize>>,
+    /// Requests whose replica went away before answering: (id, service), to send again.
+    retry: Vec<(u64, usize)>,
 }
 
 /// Where answers go: each request's id and when its answer came.
 pub type Answers = Arc<Mutex<Vec<(u64, Instant)>>>;
 
 impl Router {
-    /// Connects to a replica of `service` at `addr`, under `key`; its answers are recorded
-    /// in `answers` until `until`.
+    fn routes(&self) -> std::sync::MutexGuard<'_, Routes> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Connects to a replica of `service` at `addr`, under `key` (unique to this
+    /// connection); its answers are recorded in `answers` until `until`. When it closes,
+    /// it leaves the rotation and what it had not answered is sent again.
     pub async fn add(
         &self,
         service: usize,
@@ -175,36 +190,51 @@ impl Router {
         stream.set_nodelay(true)?;
         let (mut read, write) = stream.into_split();
         let answers = answers.clone();
+        let router = self.clone();
+        let reader_key = key.to_owned();
         tokio::spawn(async move {
             let mut buf = [0u8; 8];
             while let Ok(Ok(_)) = tokio::time::timeout_at(until, read.read_exact(&mut buf)).await {
                 let now = Instant::now();
+                let id = u64::from_le_bytes(buf);
                 answers
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
-                    .push((u64::from_le_bytes(buf), now));
+                    .push((id, now));
+                if let Some(o) = router.routes().outstanding.get_mut(&reader_key) {
+                    o.remove(&id);
+                }
+            }
+            // Gone (or the run is over): out of the rotation, its unanswered requests again.
+            let mut routes = router.routes();
+            for list in routes.replicas.values_mut() {
+                list.retain(|(k, _)| *k != reader_key);
+            }
+            if let Some(o) = routes.outstanding.remove(&reader_key) {
+                routes.retry.extend(o);
             }
         });
-        let mut routes = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let mut routes = self.routes();
         routes
             .replicas
             .entry(service)
             .or_default()
             .push((key.to_owned(), Arc::new(tokio::sync::Mutex::new(write))));
+        routes.outstanding.entry(key.to_owned()).or_default();
         Ok(())
     }
 
     /// Sends no more requests to the replica `key` (those sent to it are still answered).
     pub fn remove(&self, key: &str) {
-        let mut routes = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let mut routes = self.routes();
         for list in routes.replicas.values_mut() {
             list.retain(|(k, _)| k != key);
         }
     }
 
-    /// The replica of `service` whose turn it is.
-    fn pick(&self, service: usize) -> Option<Conn> {
-        let mut routes = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+    /// The replica of `service` whose turn it is, `id` counted as sent to it.
+    fn pick(&self, service: usize, id: u64) -> Option<(String, Conn)> {
+        let mut routes = self.routes();
         let n = routes.replicas.get(&service).map_or(0, Vec::len);
         if n == 0 {
             return None;
@@ -212,12 +242,85 @@ impl Router {
         let turn = routes.next.entry(service).or_default();
         let i = *turn % n;
         *turn = turn.wrapping_add(1);
-        routes.replicas.get(&service).map(|l| l[i].1.clone())
+        let (key, conn) = routes.replicas.get(&service).map(|l| l[i].clone())?;
+        routes
+            .outstanding
+            .entry(key.clone())
+            .or_default()
+            .insert(id, service);
+        Some((key, conn))
+    }
+
+    /// Requests to send again, taken.
+    fn retries(&self) -> Vec<(u64, usize)> {
+        std::mem::take(&mut self.routes().retry)
+    }
+
+    /// A send of `id` to `key` failed: sent again.
+    fn failed(&self, key: &str, id: u64, service: usize) {
+        let mut routes = self.routes();
+        if let Some(o) = routes.outstanding.get_mut(key) {
+            o.remove(&id);
+        }
+        routes.retry.push((id, service));
+    }
+}
+
+/// The sends of one run: those in flight, those waiting for a replica, when each was due.
+struct Sends<'r> {
+    router: &'r Router,
+    tasks: tokio::task::JoinSet<()>,
+    /// Requests whose service has no replica now: (id, service).
+    waiting: Vec<(u64, usize)>,
+    due: HashMap<u64, Instant>,
+    refused: u64,
+}
+
+impl Sends<'_> {
+    /// Sends `id` on a task of its own, or keeps it waiting for a replica.
+    fn send(&mut self, id: u64, service: usize) {
+        let Some((key, conn)) = self.router.pick(service, id) else {
+            self.waiting.push((id, service));
+            return;
+        };
+        let router = self.router.clone();
+        self.tasks.spawn(async move {
+            if conn
+                .lock()
+                .await
+                .write_all(&id.to_le_bytes())
+                .await
+                .is_err()
+            {
+                router.failed(&key, id, service);
+            }
+        });
+    }
+
+    /// Sends again what lost its replica, and what waits where a replica now is; refuses
+    /// what waited longer than [`HOLD`].
+    fn sweep(&mut self) {
+        let now = Instant::now();
+        let mut again = self.router.retries();
+        again.append(&mut self.waiting);
+        for (id, service) in again {
+            let waited = self
+                .due
+                .get(&id)
+                .map_or(Duration::ZERO, |d| now.saturating_duration_since(*d));
+            if waited > HOLD {
+                self.due.remove(&id);
+                self.refused += 1;
+            } else {
+                self.send(id, service);
+            }
+        }
+        while self.tasks.try_join_next().is_some() {}
     }
 }
 
 /// Sends `requests` through `router` from `start`, and waits up to `drain` after the last
-/// scheduled send for answers.
+/// scheduled send for answers (sending again meanwhile what lost its replica).
 pub async fn run(
     router: &Router,
     answers: &Answers,
@@ -225,54 +328,55 @@ pub async fn run(
     start: Instant,
     drain: Duration,
 ) -> Outcome {
-    let mut outcome = Outcome::default();
-    let mut sent_at: HashMap<u64, Instant> = HashMap::with_capacity(requests.len());
-    // Sends run on their own tasks, so a slow socket delays no other request's send.
-    let mut sends = tokio::task::JoinSet::new();
-    let mut failed = Vec::new();
+    let mut sends = Sends {
+        router,
+        tasks: tokio::task::JoinSet::new(),
+        waiting: Vec::new(),
+        due: HashMap::with_capacity(requests.len()),
+        refused: 0,
+    };
     for (id, r) in requests.iter().enumerate() {
         let scheduled = start + r.at;
-        tokio::time::sleep_until(scheduled).await;
-        let id = id as u64;
-        let Some(conn) = router.pick(r.service) else {
-            outcome.refused += 1;
-            continue;
-        };
-        sent_at.insert(id, scheduled);
-        sends.spawn(async move {
-            (
-                id,
-                conn.lock().await.write_all(&id.to_le_bytes()).await.is_ok(),
-            )
-        });
-        // Reap finished sends as we go.
-        while let Some(done) = sends.try_join_next() {
-            if let Ok((id, false)) = done {
-                failed.push(id);
+        // While requests wait for a replica, they are tried every 10 ms.
+        while Instant::now() < scheduled {
+            if sends.waiting.is_empty() {
+                tokio::time::sleep_until(scheduled).await;
+            } else {
+                let tick = Instant::now() + Duration::from_millis(10);
+                tokio::time::sleep_until(scheduled.min(tick)).await;
             }
+            sends.sweep();
         }
-    }
-    while let Some(done) = sends.join_next().await {
-        if let Ok((id, false)) = done {
-            failed.push(id);
-        }
-    }
-    for id in failed {
-        sent_at.remove(&id);
-        outcome.refused += 1;
+        let id = id as u64;
+        sends.due.insert(id, scheduled);
+        sends.send(id, r.service);
+        sends.sweep();
     }
     let last = start + requests.last().map_or(Duration::ZERO, |r| r.at);
-    tokio::time::sleep_until(last + drain).await;
+    while Instant::now() < last + drain {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        sends.sweep();
+    }
+    while sends.tasks.join_next().await.is_some() {}
+    // Still waiting for a replica at the end: refused.
+    for (id, _) in std::mem::take(&mut sends.waiting) {
+        sends.due.remove(&id);
+        sends.refused += 1;
+    }
+    let mut outcome = Outcome {
+        refused: sends.refused,
+        ..Outcome::default()
+    };
     let answered = std::mem::take(&mut *answers.lock().unwrap_or_else(|e| e.into_inner()));
     for (id, at) in answered {
-        if let Some(scheduled) = sent_at.remove(&id) {
+        if let Some(scheduled) = sends.due.remove(&id) {
             outcome.latencies_ms.push((
                 scheduled.saturating_duration_since(start),
                 at.saturating_duration_since(scheduled).as_secs_f64() * 1e3,
             ));
         }
     }
-    outcome.lost = sent_at.len() as u64;
+    outcome.lost = sends.due.len() as u64;
     outcome.sent = outcome.latencies_ms.len() as u64 + outcome.lost;
     outcome
 }

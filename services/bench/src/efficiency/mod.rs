@@ -59,6 +59,35 @@ impl Mode {
     }
 }
 
+/// How the control plane sizes auto-sized jobs in a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum SizingRules {
+    /// Allot's rules: a forecast with headroom, up quickly, down slowly.
+    Forecast,
+    /// The negative control: the last sample alone, no headroom, no hysteresis.
+    LastSample,
+    /// The negative control: not sized at all (jobs keep the share they start at).
+    Off,
+}
+
+impl SizingRules {
+    fn server(self) -> allot_server::sizing::Rules {
+        match self {
+            SizingRules::Forecast => allot_server::sizing::Rules::Forecast,
+            SizingRules::LastSample => allot_server::sizing::Rules::LastSample,
+            SizingRules::Off => allot_server::sizing::Rules::Off,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            SizingRules::Forecast => "forecast",
+            SizingRules::LastSample => "last-sample",
+            SizingRules::Off => "off",
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Scenario {
     /// The three modes side by side under the same load.
@@ -135,6 +164,10 @@ pub struct EfficiencyBench {
     /// The latency objective (milliseconds) requests are counted against.
     #[arg(long, default_value_t = 100.0)]
     slo_ms: f64,
+    /// How the control plane sizes auto-sized jobs: by forecast (Allot's rules), or, as a
+    /// control, on the last sample alone with no headroom, or not at all.
+    #[arg(long, value_enum, default_value_t = SizingRules::Forecast)]
+    sizing: SizingRules,
     /// Keep each mode's database, agent logs and state here.
     #[arg(long)]
     keep_dir: Option<std::path::PathBuf>,
@@ -166,6 +199,7 @@ impl EfficiencyBench {
             gpus_per_node: self.gpus_per_node,
             elastic_policy,
             sizing_time_scale: 1.0,
+            sizing_rules: self.sizing.server(),
         }
     }
 
@@ -485,9 +519,11 @@ fn send(
     })
 }
 
-/// Connects to service `i` at `ports[keys[i]]` and sends `requests` from `start` (for
-/// `duration`); the outcome once they are answered.
+/// Connects to service `i` at `ports[keys[i]]`, and to each replica that starts after
+/// (a service moved: its port file names the new one) until the load is over, and sends
+/// `requests` from `start` (for `duration`); the outcome once they are answered.
 async fn start_requests(
+    fleet: &Fleet,
     keys: &[String],
     ports: &HashMap<String, u16>,
     requests: Vec<load::Request>,
@@ -497,11 +533,48 @@ async fn start_requests(
     let router = load::Router::default();
     let answers: load::Answers = Arc::default();
     let until = start + duration + Duration::from_secs(10);
+    let mut connected = HashMap::new();
     for (i, key) in keys.iter().enumerate() {
-        connect(&router, &answers, until, i, key, ports[key])
+        // A service moved since it listened there is joined where it listens next.
+        let port = ports[key];
+        if connect(&router, &answers, until, i, &format!("{key}:{port}"), port)
             .await
-            .with_context(|| format!("connecting to service {key}"))?;
+            .is_ok()
+        {
+            connected.insert(key.clone(), port);
+        }
     }
+    // The load balancer follows the services: a replica listening on a new port joins.
+    let (port_files, follow) = (fleet.ports.clone(), router.clone());
+    let (keys, follow_answers) = (keys.to_vec(), answers.clone());
+    tokio::spawn(async move {
+        while tokio::time::Instant::now() < until {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            for (i, key) in keys.iter().enumerate() {
+                let Some(port) = std::fs::read_to_string(port_files.join(key))
+                    .ok()
+                    .and_then(|p| p.trim().parse::<u16>().ok())
+                else {
+                    continue;
+                };
+                if connected.get(key) == Some(&port) {
+                    continue;
+                }
+                let joined = connect(
+                    &follow,
+                    &follow_answers,
+                    until,
+                    i,
+                    &format!("{key}:{port}"),
+                    port,
+                )
+                .await;
+                if joined.is_ok() {
+                    connected.insert(key.clone(), port);
+                }
+            }
+        }
+    });
     Ok(send(&router, &answers, requests, start))
 }
 

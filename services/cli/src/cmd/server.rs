@@ -103,7 +103,9 @@ impl AgentTlsArgs {
 #[derive(Debug, clap::Args)]
 pub struct ReplicaArgs {
     /// This replica's name, unique among the replicas of one database (default: the host
-    /// name). A replica started again under its name takes its leader lease back at once.
+    /// name). A replica started again under its name waits out the leader lease its
+    /// earlier run held; one that finds its name held by another running replica does not
+    /// lead, and says so (its `/readyz` answers 503 naming the other).
     #[arg(long, env = "ALLOT_REPLICA_NAME")]
     replica_name: Option<String>,
     /// Where agents reach this replica's gRPC port, as `https://host:port` (default: the
@@ -124,6 +126,15 @@ pub struct ReplicaArgs {
     #[arg(long, env = "ALLOT_NODE_LEASE_SECS", default_value_t = 15,
         value_parser = clap::value_parser!(u64).range(3..=3600))]
     node_lease_secs: u64,
+    /// How long a node may go unheard before it is lost and its jobs run elsewhere, e.g. 5m
+    /// (at least the node lease). A node whose lease lapsed takes no new work, but its jobs
+    /// run on: its agent keeps them for four fifths of this while it reaches no replica, so
+    /// an upgrade, a database failover or a network blip shorter than this costs no running
+    /// work; a node that really died has its jobs requeued this much later (sooner when its
+    /// agent comes back without them). See docs/operations.md.
+    #[arg(long, env = "ALLOT_OUTAGE_TOLERANCE", default_value = "5m",
+        value_parser = crate::cmd::parse_duration)]
+    outage_tolerance: u64,
     /// The most heartbeats a second the leader plans to answer. A fleet larger than this
     /// many times the heartbeat interval (3 s) is told to heartbeat less often, its node
     /// lease stretched alike (5,000 nodes at 500 a second: every 10 s, a 50 s lease), as
@@ -164,6 +175,14 @@ impl ReplicaArgs {
         }
         config.leader_lease = std::time::Duration::from_secs(self.leader_lease_secs);
         config.lease = std::time::Duration::from_secs(self.node_lease_secs);
+        config.outage_tolerance = std::time::Duration::from_secs(self.outage_tolerance);
+        if config.outage_tolerance < config.lease {
+            anyhow::bail!(
+                "--outage-tolerance ({} s) must be at least --node-lease-secs ({})",
+                self.outage_tolerance,
+                self.node_lease_secs
+            );
+        }
         config.max_heartbeats_per_sec = f64::from(self.max_heartbeats_per_sec);
         config.schedule_interval = std::time::Duration::from_secs(self.schedule_interval_secs);
         if config.leader_lease * 2 >= config.lease {
@@ -339,6 +358,11 @@ pub struct SchedulerArgs {
     #[arg(long, env = "ALLOT_SHARED_GPU_MEMORY_RESERVE_PCT", default_value_t = 10,
         value_parser = clap::value_parser!(u32).range(0..=90))]
     shared_gpu_memory_reserve_pct: u32,
+    /// Percent of a GPU that auto-sized jobs' forecasts leave free where they are placed or
+    /// consolidated, so that they grow in place.
+    #[arg(long, env = "ALLOT_SIZED_GPU_HEADROOM_PCT", default_value_t = 10,
+        value_parser = clap::value_parser!(u32).range(0..=50))]
+    sized_gpu_headroom_pct: u32,
 }
 
 impl SchedulerArgs {
@@ -352,6 +376,7 @@ impl SchedulerArgs {
         config.gpu_limits = allot_scheduler::engine::GpuLimits {
             max_jobs_per_shared_gpu: self.max_jobs_per_shared_gpu,
             shared_memory_reserve_pct: self.shared_gpu_memory_reserve_pct,
+            sized_headroom_milli: self.sized_gpu_headroom_pct * 10,
         };
     }
 }

@@ -83,10 +83,10 @@ pub enum TenantCmd {
         output: Format,
     },
     /// Set the CPU and memory a tenant's jobs get when they ask for none, and the most one
-    /// job may ask for (platform admins; as a Kubernetes LimitRange). Only what is named
-    /// changes; `inherit` clears a setting, which then comes from the parent tenant, else
-    /// the platform (1 CPU and 2GiB, no maximum). A team is held to every maximum above
-    /// it.
+    /// job may ask for (platform admins; as a Kubernetes LimitRange), and the share an
+    /// auto-sized job starts at. Only what is named changes; `inherit` clears a setting,
+    /// which then comes from the parent tenant, else the platform (1 CPU and 2GiB, no
+    /// maximum, auto-sized jobs at 0.1 of a GPU). A team is held to every maximum above it.
     SetLimits {
         name: String,
         /// CPUs a job asking for none gets, e.g. 2 or 0.5.
@@ -101,6 +101,10 @@ pub enum TenantCmd {
         /// The most memory one job may ask for.
         #[arg(long, value_parser = setting_memory)]
         max_memory: Option<Setting>,
+        /// The share of a GPU an auto-sized job (`--gpus auto`) starts at, e.g. 0.1, until
+        /// Allot has measured what it uses.
+        #[arg(long, value_parser = setting_milli)]
+        default_gpu_share: Option<Setting>,
         #[arg(short, long, value_enum, default_value_t)]
         output: Format,
     },
@@ -467,6 +471,19 @@ fn with_own(total: String, own: String) -> String {
     }
 }
 
+/// "0.1 of a GPU (inherited)": the share an auto-sized job of the tenant starts at.
+fn start_share(l: &JobLimitsView) -> String {
+    format!(
+        "{} of a GPU ({})",
+        opt(l.effective.default_gpu_milli.map(show_milli)),
+        if l.own.default_gpu_milli.is_some() {
+            "own"
+        } else {
+            "inherited"
+        }
+    )
+}
+
 /// "2 / 8 (own default, inherited max)": what applies to a job of the tenant, and which
 /// settings are the tenant's own.
 fn job_limit(l: &JobLimitsView, cpu: bool) -> String {
@@ -552,6 +569,7 @@ fn show(t: &TenantView, output: Format) -> anyhow::Result<()> {
                 "Job memory (default / max)",
                 job_limit(&t.job_limits, false),
             ),
+            ("Auto-sized jobs start at", start_share(&t.job_limits)),
             ("Created", t.created_at.to_rfc3339()),
         ])
     })
@@ -675,6 +693,7 @@ pub async fn run(client: &Client, cmd: TenantCmd) -> anyhow::Result<()> {
             default_memory,
             max_cpus,
             max_memory,
+            default_gpu_share,
             output,
         } => {
             let mut patch = serde_json::Map::new();
@@ -683,6 +702,7 @@ pub async fn run(client: &Client, cmd: TenantCmd) -> anyhow::Result<()> {
                 ("default_memory_bytes", default_memory),
                 ("max_cpu_milli", max_cpus),
                 ("max_memory_bytes", max_memory),
+                ("default_gpu_milli", default_gpu_share),
             ] {
                 if let Some(Setting(v)) = v {
                     patch.insert(key.into(), json!(v));
@@ -702,9 +722,10 @@ pub async fn run(client: &Client, cmd: TenantCmd) -> anyhow::Result<()> {
                 .await?;
             print(output, &l, |l| {
                 format!(
-                    "job limits of tenant {name} set: CPUs {}; memory {}",
+                    "job limits of tenant {name} set: CPUs {}; memory {}; auto-sized jobs start at {}",
                     job_limit(l, true),
-                    job_limit(l, false)
+                    job_limit(l, false),
+                    start_share(l)
                 )
             })
         }

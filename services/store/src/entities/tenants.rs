@@ -42,6 +42,7 @@ pub struct Model {
     pub job_default_memory_bytes: Option<i64>,
     pub job_max_cpu_milli: Option<i64>,
     pub job_max_memory_bytes: Option<i64>,
+    pub job_default_gpu_milli: Option<i64>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
