@@ -499,8 +499,14 @@ pub fn agent_process(
     use std::process::{Command, Stdio};
     let dir = c.data_dir.path().join(name);
     std::fs::create_dir_all(&dir).expect("agent dir");
+    // Written once, whole (a rename): an agent started a moment earlier may be reading it,
+    // and one that read it truncated would trust no server for the rest of its life.
     let ca = c.data_dir.path().join("node-ca.pem");
-    std::fs::write(&ca, &c.server.node_ca_pem).expect("CA file");
+    if std::fs::read(&ca).ok().as_deref() != Some(c.server.node_ca_pem.as_bytes()) {
+        let tmp = c.data_dir.path().join(format!("node-ca.pem.{name}"));
+        std::fs::write(&tmp, &c.server.node_ca_pem).expect("CA file");
+        std::fs::rename(&tmp, &ca).expect("CA file in place");
+    }
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)

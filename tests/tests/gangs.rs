@@ -96,6 +96,8 @@ const REPORT: &str = "echo attempt=$ALLOT_ATTEMPT rank=$RANK world=$WORLD_SIZE n
 async fn gangs_run_whole_and_are_requeued_preempted_and_cancelled_whole() {
     let c = spawn_cluster_with(Backend::Sqlite, 0, "", |cfg| {
         cfg.lease = Duration::from_millis(2_000);
+        // A killed agent's node is lost when its lease lapses, not minutes later.
+        cfg.outage_tolerance = cfg.lease;
         cfg.min_runtime = Duration::ZERO;
     })
     .await;

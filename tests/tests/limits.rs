@@ -71,8 +71,10 @@ async fn tenants_give_their_jobs_default_limits_and_refuse_more_than_their_maxim
     assert_eq!(b["own"]["default_memory_bytes"], Value::Null);
     assert_eq!(
         b["effective"],
+        // An auto-sized job's starting share: the platform's, nobody set one.
         json!({ "default_cpu_milli": 500, "default_memory_bytes": 4 * GIB,
-                "max_cpu_milli": 4000, "max_memory_bytes": 8 * GIB })
+                "max_cpu_milli": 4000, "max_memory_bytes": 8 * GIB,
+                "default_gpu_milli": 100 })
     );
     let (_, team) = c.get("/api/v1/tenants/team").await;
     assert_eq!(team["job_limits"]["effective"]["max_cpu_milli"], 4000);
@@ -80,7 +82,7 @@ async fn tenants_give_their_jobs_default_limits_and_refuse_more_than_their_maxim
     assert_eq!(
         plain["effective"],
         json!({ "default_cpu_milli": 1000, "default_memory_bytes": 2 * GIB,
-                "max_cpu_milli": null, "max_memory_bytes": null }),
+                "max_cpu_milli": null, "max_memory_bytes": null, "default_gpu_milli": 100 }),
         "the platform's defaults, where no tenant sets any"
     );
 

@@ -383,6 +383,10 @@ pub async fn run(args: &ChaosBench) -> anyhow::Result<()> {
         root.join("allot.db").display()
     ));
     config.lease = lease;
+    // A node cut off is lost as soon as its lease lapses (no outage tolerance beyond it):
+    // what this bench tries is that declaring it lost doubles nothing, so its partitions
+    // must outlast what the control plane waits before it requeues.
+    config.outage_tolerance = lease;
     config.heartbeat_interval = lease / 5;
     config.schedule_interval = Duration::from_millis(100);
     config.min_runtime = Duration::ZERO;
@@ -777,6 +781,7 @@ pub async fn run(args: &ChaosBench) -> anyhow::Result<()> {
         "drained_gpus": drained,
         "seed": args.seed,
         "lease_s": lease.as_secs_f64(),
+        "outage_tolerance_s": lease.as_secs_f64(),
         "succeeded": succeeded,
         "lost": args.jobs - succeeded,
         "double_running": doubled.len(),

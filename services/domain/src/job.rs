@@ -230,6 +230,11 @@ impl JobSpec {
     }
 }
 
+/// The smallest share Allot sizes a job to, and the least a sized job's ceiling or a
+/// tenant's starting share may be: below it a share's memory may not hold a CUDA context,
+/// and the job could never be measured using more.
+pub const MIN_SIZED_GPU_MILLI: u32 = 20;
+
 /// What Allot sizes of a job's share of its GPU from what the job uses (`--gpus auto`,
 /// `--gpu-memory auto`; the rules are `allot_sizing`'s). A sized job is resizable.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -474,9 +479,12 @@ impl JobSpec {
         }
         if let Some(max) = self.gpu_sizing.max_milli {
             v.check(
-                (1..=GPU_MILLI).contains(&max),
+                (MIN_SIZED_GPU_MILLI..=GPU_MILLI).contains(&max),
                 "gpu_sizing.max_milli",
-                format!("must be from 1 to {GPU_MILLI} (a whole GPU)"),
+                format!(
+                    "must be from {MIN_SIZED_GPU_MILLI} to {GPU_MILLI} (a fiftieth of a GPU, the \
+                     smallest share Allot sizes a job to, to a whole GPU)"
+                ),
             );
         }
         if self.gpu_sizing.is_sized() {

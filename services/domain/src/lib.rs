@@ -39,7 +39,8 @@ pub use isolation::{
 };
 pub use job::{
     AVOID_FOR_SECS, Avoid, GPU_MILLI, GpuSizing, Job, JobEvent, JobNetwork, JobSpec, JobState,
-    MAX_REPLICAS, MOVE_AVOID_SECS, Pack, PendingReason, Replica, Share, TransitionError,
+    MAX_REPLICAS, MIN_SIZED_GPU_MILLI, MOVE_AVOID_SECS, Pack, PendingReason, Replica, Share,
+    TransitionError,
 };
 pub use network::{EgressRule, NetworkPolicy, PortRange};
 pub use node::{GpuDevice, GpuSample, MemoryEnforcement, MigSlot, Node, NodeStatus};

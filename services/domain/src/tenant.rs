@@ -275,9 +275,14 @@ impl JobLimits {
         }
         if let Some(m) = self.default_gpu_milli {
             v.check(
-                (1..=u64::from(crate::GPU_MILLI)).contains(&m),
+                (u64::from(crate::MIN_SIZED_GPU_MILLI)..=u64::from(crate::GPU_MILLI)).contains(&m),
                 format!("{prefix}default_gpu_milli"),
-                "must be from 1 to 1000 (a thousandth of a GPU to a whole one)",
+                format!(
+                    "must be from {} to {} (a fiftieth of a GPU, the smallest share Allot \
+                     sizes a job to, to a whole one)",
+                    crate::MIN_SIZED_GPU_MILLI,
+                    crate::GPU_MILLI
+                ),
             );
         }
         if let (Some(d), Some(m)) = (self.default_cpu_milli, self.max_cpu_milli) {

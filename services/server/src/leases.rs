@@ -6,7 +6,10 @@
 //! ([`allot_domain::Node::lost`]): a control plane that nobody reached for a while (an
 //! upgrade, a database failover, a network blip) finds the fleet's work still running.
 //! Positive evidence declares it sooner: its agent registering again without the jobs
-//! (`grpc.rs`), or reporting a job gone or faulted.
+//! (`grpc.rs`), or reporting a job gone or faulted; and a node an operator revoked (no
+//! current certificate) is lost as soon as its lease lapses, since its agent cannot be
+//! heard from again under that identity (an agent told so stops its jobs at once; one cut
+//! off when it was revoked may still run them until its own fence).
 //!
 //! An agent kills its own jobs a fifth of the tolerance before it would lapse without an
 //! accepted heartbeat (on its monotonic clock, counted from when it *sent* the last one),
@@ -15,8 +18,8 @@
 //! attempt it replaces, and any report the old attempt still sends carries a stale fencing
 //! token (its attempt number) and is refused.
 
-use allot_domain::{AuditContext, JobState, Node};
-use allot_store::{JobFilter, JobRepo, JobUpdate, Store, StoreError, TenantScope};
+use allot_domain::{AuditContext, JobState, Node, NodeStatus};
+use allot_store::{EnrollmentRepo, JobFilter, JobRepo, JobUpdate, Store, StoreError, TenantScope};
 use chrono::{DateTime, Utc};
 
 /// Requeues the jobs held on those of `nodes` that are lost after `tolerance`, this leader
@@ -30,9 +33,15 @@ pub async fn requeue_from_lost_nodes(
 ) -> Result<usize, StoreError> {
     let now = store.clock().now();
     let tolerance = chrono::Duration::from_std(tolerance).unwrap_or(chrono::Duration::MAX);
+    let not_ready: Vec<String> = nodes
+        .iter()
+        .filter(|n| n.status(now) == NodeStatus::NotReady && !n.lost(now, tolerance, since))
+        .map(|n| n.id.clone())
+        .collect();
+    let revoked = store.nodes_without_current_certificate(&not_ready).await?;
     let lapsed: Vec<&Node> = nodes
         .iter()
-        .filter(|n| n.lost(now, tolerance, since))
+        .filter(|n| n.lost(now, tolerance, since) || revoked.contains(&n.id))
         .collect();
     if lapsed.is_empty() {
         return Ok(0);
@@ -53,15 +62,23 @@ pub async fn requeue_from_lost_nodes(
         else {
             continue;
         };
-        let lost = format!(
-            "node {} lost: no heartbeat since {} ({} s, the outage tolerance {} s), lease \
-             lapsed at {}",
-            node.name,
-            node.last_heartbeat_at.format("%H:%M:%S%.3f"),
-            (now - node.last_heartbeat_at).num_seconds(),
-            tolerance.num_seconds(),
-            node.lease_expires_at.format("%H:%M:%S%.3f"),
-        );
+        let lost = if revoked.contains(&node.id) {
+            format!(
+                "node {} lost: its certificates were revoked, lease lapsed at {}",
+                node.name,
+                node.lease_expires_at.format("%H:%M:%S%.3f"),
+            )
+        } else {
+            format!(
+                "node {} lost: no heartbeat since {} ({} s, the outage tolerance {} s), \
+                 lease lapsed at {}",
+                node.name,
+                node.last_heartbeat_at.format("%H:%M:%S%.3f"),
+                (now - node.last_heartbeat_at).num_seconds(),
+                tolerance.num_seconds(),
+                node.lease_expires_at.format("%H:%M:%S%.3f"),
+            )
+        };
         let (to, message) = if job.cancel_requested {
             (JobState::Cancelled, lost)
         } else {

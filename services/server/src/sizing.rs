@@ -36,7 +36,9 @@ pub enum Rules {
     #[default]
     Forecast,
     /// On the last sample alone, with no headroom, no hysteresis and no daily term: the
-    /// negative control benchmarks measure the rules against.
+    /// negative control benchmarks measure the rules against. Its jobs never count as
+    /// settled (nothing is consolidated on a last sample); they are still moved when their
+    /// GPU's wants outgrow it.
     LastSample,
     /// Not at all: sized jobs keep the share they started at (a benchmark's control).
     Off,
@@ -60,6 +62,7 @@ impl Rules {
                 settle: Duration::ZERO,
                 remember_held_back: Duration::ZERO,
                 season: Duration::ZERO,
+                sample_span: Duration::ZERO,
                 ..policy
             },
         }
@@ -122,7 +125,7 @@ impl Sizing {
                     id.clone(),
                     allot_scheduler::engine::Sizing {
                         wanted_milli: t.wanted.unwrap_or(0),
-                        settled: t.sizer.settled(at, &self.policy),
+                        settled: self.has_settled(t, at),
                     },
                 )
             })
@@ -139,7 +142,13 @@ impl Sizing {
         let at = self.at(now);
         self.lock()
             .values()
-            .any(|t| t.wanted.is_some() || t.sizer.settled(at, &self.policy))
+            .any(|t| t.wanted.is_some() || self.has_settled(t, at))
+    }
+
+    /// Whether the job's forecast has settled where it runs (it may be consolidated): never
+    /// under [`Rules::LastSample`], whose last sample is no forecast to pack by.
+    fn has_settled(&self, t: &Tracked, at: Duration) -> bool {
+        self.rules == Rules::Forecast && t.sizer.settled(at, &self.policy)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Tracked>> {

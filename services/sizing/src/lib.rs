@@ -41,7 +41,7 @@ pub const GPU_MILLI: u32 = 1000;
 /// The rules' parameters.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Policy {
-    /// How far back samples count.
+    /// How far back samples count; zero: the last sample alone.
     pub window: Duration,
     /// The quantile of demand over the window that is forecast (0.95: what the job needs
     /// 95% of the time).
@@ -102,7 +102,7 @@ impl Default for Policy {
             memory_headroom: 0.15,
             step_milli: 10,
             min_milli: 20,
-            min_memory_bytes: 256 << 20,
+            min_memory_bytes: 1 << 30,
             held_back: 0.02,
             grow: 1.5,
             memory_near: 0.9,
@@ -389,9 +389,15 @@ impl Sizer {
         bounds: Bounds,
         policy: &Policy,
     ) -> Option<Decision> {
-        let oldest = now.saturating_sub(policy.window);
-        while self.samples.front().is_some_and(|s| s.at < oldest) {
-            self.samples.pop_front();
+        if policy.window.is_zero() {
+            while self.samples.len() > 1 {
+                self.samples.pop_front();
+            }
+        } else {
+            let oldest = now.saturating_sub(policy.window);
+            while self.samples.front().is_some_and(|s| s.at < oldest) {
+                self.samples.pop_front();
+            }
         }
         if self
             .changed_at
@@ -486,7 +492,11 @@ impl Sizer {
             } else if limit < floor {
                 memory_bytes = floor;
                 reason = reason.or(Some(Reason::BelowPeak));
-            } else if (floor as f64) <= limit as f64 * (1.0 - policy.shrink_margin) {
+            } else if self.peak_memory > 0
+                && (floor as f64) <= limit as f64 * (1.0 - policy.shrink_margin)
+            {
+                // Never cut before it was seen holding any: a job still loading (no CUDA
+                // context yet) would find its limit too small for one when it starts.
                 let since = *self.memory_under_since.get_or_insert(now);
                 if now.saturating_sub(since) >= policy.shrink_after {
                     let least = round_up_mib(limit as f64 * (1.0 - policy.shrink_step));

@@ -81,6 +81,54 @@ fn on_the_last_sample_without_hysteresis_noisy_constant_load_oscillates() {
     assert!(late > 100, "{late} decisions after 30 min");
 }
 
+/// A window of zero is the last sample alone, however long ago it came: a sizer asked
+/// between samples still decides on it (the server decides every second, samples come with
+/// heartbeats).
+#[test]
+fn a_window_of_zero_decides_on_the_last_sample_between_samples() {
+    let policy = Policy {
+        window: Duration::ZERO,
+        min_samples: 1,
+        headroom: 0.0,
+        settle: Duration::ZERO,
+        shrink_after: Duration::ZERO,
+        sample_span: Duration::ZERO,
+        ..Policy::default()
+    };
+    let mut sizer = Sizer::new();
+    sizer.observe(sample(Duration::from_millis(1_000), 0.9, GIB, start()));
+    sizer.observe(sample(Duration::from_millis(1_250), 0.6, GIB, start()));
+    let d = sizer
+        .decide(
+            Duration::from_millis(1_700),
+            start(),
+            bounds(1000, 80 * GIB),
+            &policy,
+        )
+        .expect("a decision on the last sample");
+    assert!((600..=620).contains(&d.gpu_milli), "{d}");
+}
+
+/// A job not yet seen holding GPU memory (loading, its CUDA context not made) keeps its
+/// memory limit however idle it is, and its share still shrinks; once seen holding some,
+/// the limit comes down to that plus headroom, never below a gibibyte (a context's
+/// worth and some). Negative control: the same idle job seen holding 2 GiB is cut.
+#[test]
+fn memory_is_not_cut_before_the_job_was_seen_holding_any() {
+    let policy = Policy::default();
+    let (held, _) = run(&policy, bounds(1000, 80 * GIB), start(), 1_800, |_| {
+        (0.0, 0)
+    });
+    let last = held.last().copied().unwrap_or(start());
+    assert_eq!(last.memory_bytes, start().memory_bytes, "{last:?}");
+    assert!(last.gpu_milli < start().gpu_milli, "{last:?}");
+    let (held, _) = run(&policy, bounds(1000, 80 * GIB), start(), 1_800, |t| {
+        (0.0, if t > 5 { 512 << 20 } else { 0 })
+    });
+    let last = held.last().copied().unwrap_or(start());
+    assert_eq!(last.memory_bytes, GIB, "{last:?}");
+}
+
 fn bounds(max_milli: u32, max_memory: u64) -> Bounds {
     Bounds {
         max_milli,

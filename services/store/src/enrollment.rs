@@ -115,6 +115,13 @@ pub trait EnrollmentRepo {
         ctx: &AuditContext,
         node_id: &str,
     ) -> impl Future<Output = Result<u64, StoreError>> + Send;
+    /// Of `node_ids`, those holding no current certificate (all revoked or expired): their
+    /// agents cannot be heard from again under that identity, so an outage tolerance does
+    /// not apply to them.
+    fn nodes_without_current_certificate(
+        &self,
+        node_ids: &[String],
+    ) -> impl Future<Output = Result<std::collections::HashSet<String>, StoreError>> + Send;
 }
 
 fn token_to_domain(m: bootstrap_tokens::Model) -> BootstrapToken {
@@ -366,5 +373,29 @@ impl EnrollmentRepo for Store {
         record(&txn, self, ctx, event).await?;
         self.commit(txn).await?;
         Ok(revoked)
+    }
+
+    async fn nodes_without_current_certificate(
+        &self,
+        node_ids: &[String],
+    ) -> Result<std::collections::HashSet<String>, StoreError> {
+        if node_ids.is_empty() {
+            return Ok(Default::default());
+        }
+        let now = self.clock.now();
+        let current: std::collections::HashSet<String> = node_certificates::Entity::find()
+            .filter(node_certificates::Column::NodeId.is_in(node_ids.iter().cloned()))
+            .filter(node_certificates::Column::RevokedAt.is_null())
+            .filter(node_certificates::Column::ExpiresAt.gt(now))
+            .all(&self.db)
+            .await?
+            .into_iter()
+            .map(|c| c.node_id)
+            .collect();
+        Ok(node_ids
+            .iter()
+            .filter(|id| !current.contains(*id))
+            .cloned()
+            .collect())
     }
 }

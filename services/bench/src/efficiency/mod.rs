@@ -168,6 +168,11 @@ pub struct EfficiencyBench {
     /// control, on the last sample alone with no headroom, or not at all.
     #[arg(long, value_enum, default_value_t = SizingRules::Forecast)]
     sizing: SizingRules,
+    /// How auto-sized services hold their share: `elastic` (the default of `--gpus auto`:
+    /// idle time of the GPU is lent to them) or `strict` (held to the share they were
+    /// sized to, which then bears the whole burden of a burst).
+    #[arg(long, value_parser = ["elastic", "strict"], default_value = "elastic")]
+    sized_compute: String,
     /// Keep each mode's database, agent logs and state here.
     #[arg(long)]
     keep_dir: Option<std::path::PathBuf>,

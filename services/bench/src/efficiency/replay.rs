@@ -42,7 +42,10 @@ pub async fn drive(
                     })
                 }
             }
-            Mode::Auto => json!({ "gpu_sizing": { "compute": true, "memory": true } }),
+            Mode::Auto => json!({
+                "gpu_sizing": { "compute": true, "memory": true },
+                "gpu_compute": args.sized_compute,
+            }),
             Mode::Elastic => bail!("a demand replay runs exclusive, static and auto"),
         };
         ids.push(
@@ -130,6 +133,9 @@ pub async fn drive(
         "over_100ms": over,
         "over_100ms_each_10s": over_each_10s,
         "requests": latency["requests"],
+        // Requests over the objective, lost and refused among them, of all requests sent:
+        // what "99.9% under 100 ms" is about (p99.9 is of the answered ones).
+        "over_slo_share": latency["over_slo_share"],
         "lost": outcome.lost,
         "refused": outcome.refused,
         "best_effort_kernel_s_per_s": best_effort / window_s,
@@ -271,6 +277,7 @@ pub async fn run(
         "demand_span_s": demand.span,
         "time_scale": time_scale,
         "sizing": args.sizing.name(),
+        "sized_compute": args.sized_compute,
         // What an oracle knowing every service's demand, moving them for free, would host
         // them on (15% headroom, GPUs filled to 0.9): no scheduler does better.
         "oracle_gpus_hosting_services_mean": demand.oracle_gpus(0.15, 0.9),

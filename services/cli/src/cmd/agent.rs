@@ -245,7 +245,12 @@ fn host_name() -> anyhow::Result<String> {
         .map_err(|_| anyhow::anyhow!("the host name is not valid UTF-8; pass --name"))
 }
 
-pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
+pub async fn run(mut args: AgentArgs) -> anyhow::Result<()> {
+    // Absolute from here on: jobs run in their own directories, and every path the agent
+    // hands them (the simulated GPUs' state, their home, their job dir) must mean the same
+    // there.
+    args.data_dir = std::path::absolute(&args.data_dir)
+        .with_context(|| format!("--data-dir {}", args.data_dir.display()))?;
     let name = match args.name.clone() {
         Some(n) => n,
         None => host_name()?,

@@ -131,7 +131,12 @@ fn node_layout(sim_gpus: &str, i: u32) -> &str {
         .trim()
 }
 
-pub async fn run(args: DevArgs) -> anyhow::Result<()> {
+pub async fn run(mut args: DevArgs) -> anyhow::Result<()> {
+    // Absolute from here on: jobs run in their own directories, and every path the agent
+    // hands them (the simulated GPUs' state, their home, their job dir) must mean the same
+    // there.
+    args.data_dir = std::path::absolute(&args.data_dir)
+        .with_context(|| format!("--data-dir {}", args.data_dir.display()))?;
     if args.nodes > 64 {
         anyhow::bail!("--nodes must be at most 64");
     }

@@ -766,15 +766,19 @@ pub enum Gpus {
 
 fn parse_gpus(s: &str) -> Result<Gpus, String> {
     match s.trim().strip_prefix("auto") {
+        None if s.trim().eq_ignore_ascii_case("auto") => {
+            Err(format!("`{s}`: write auto in lowercase"))
+        }
         Some("") => Ok(Gpus::Auto(None)),
         Some(rest) => {
             let max = rest.strip_prefix(':').ok_or_else(|| {
                 format!("`{s}`: write auto, or auto:MAX with MAX a share like 0.5")
             })?;
             match parse_milli(max)? {
-                m @ 1..=1000 => Ok(Gpus::Auto(Some(m))),
+                m @ 20..=1000 => Ok(Gpus::Auto(Some(m))),
                 _ => Err(format!(
-                    "`{s}`: auto:MAX takes a ceiling above 0 and at most 1 (a share of one GPU)"
+                    "`{s}`: auto:MAX takes a ceiling from 0.02 (the smallest share Allot sizes \
+                     a job to) to 1 (a whole GPU)"
                 )),
             }
         }
@@ -1206,7 +1210,15 @@ mod tests {
         assert_eq!(parse_gpus("auto"), Ok(Gpus::Auto(None)));
         assert_eq!(parse_gpus("auto:0.5"), Ok(Gpus::Auto(Some(500))));
         assert_eq!(parse_gpus("auto:1"), Ok(Gpus::Auto(Some(1000))));
-        for bad in ["auto:0", "auto:2", "auto0.5", "auto:", "autox"] {
+        for bad in [
+            "auto:0",
+            "auto:0.01",
+            "auto:2",
+            "auto0.5",
+            "auto:",
+            "autox",
+            "AUTO",
+        ] {
             assert!(parse_gpus(bad).is_err(), "{bad}");
         }
         assert_eq!(parse_gpu_memory("auto"), Ok(GpuMemory::Auto));

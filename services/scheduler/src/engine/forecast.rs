@@ -227,8 +227,10 @@ impl Pass<'_> {
                 }
                 continue;
             }
-            // The lowest priority first; of equals, one that settled where it runs (not one
-            // moved a moment ago); then the cheapest way to give the headroom back. A move
+            // Only jobs that settled where they run: one started or moved a moment ago is
+            // not moved again (it waits at its share meanwhile), or a GPU whose wants swing
+            // would restart the same services pass after pass. The lowest priority first;
+            // then the cheapest way to give the headroom back. A move
             // stops and starts the job, which costs a service in proportion to how fast its
             // requests come (about its share) plus a restart's worth: so the smallest job
             // whose leaving is enough, unless the smallest few together cost less (then
@@ -237,7 +239,7 @@ impl Pass<'_> {
             let mut sized: Vec<(usize, i32, bool, u32)> = on
                 .iter()
                 .filter_map(|&(i, r)| {
-                    let s = r.job.sizing?;
+                    let s = r.job.sizing.filter(|s| s.settled)?;
                     Some((i, r.job.priority, s.settled, Self::wanted(&r.job)))
                 })
                 .collect();

@@ -161,6 +161,20 @@ fn an_outgrown_gpu_moves_its_lowest_priority_sized_job_to_room() {
     let mut crowded = running.clone();
     crowded.push(on(job("w", "batch", 1, 700, 2), 0, 1));
     assert!(moves(&pass(&cluster, &tree, &crowded, &[], 10)).is_empty());
+    // Started or moved a moment ago (not settled), neither moves yet: b goes once it
+    // settled, a itself never before it did.
+    let fresh = vec![
+        on(sized("a", 500, 800, false, 0), 0, 0),
+        on(
+            Job {
+                priority: -1,
+                ..sized("b", 400, 400, false, 1)
+            },
+            0,
+            0,
+        ),
+    ];
+    assert!(moves(&pass(&cluster, &tree, &fresh, &[], 10)).is_empty());
 }
 
 #[test]
