@@ -39,8 +39,8 @@ fn bench(args: &[&str]) -> (Option<i32>, serde_json::Value, String) {
 const BURSTY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/demand-bursty.csv");
 
 /// The negative control of the density figures: with sizing off, auto-sized services keep
-/// the tenth of a GPU they start at, which is what their owners asked for, and are placed
-/// as any share: auto reports what static does. The density comes from the sizing, not
+/// the share their owners asked for (a tenth of a GPU here) and are placed as any share:
+/// auto reports what static does. The density comes from the sizing, not
 /// from the bench.
 #[test]
 fn with_sizing_off_auto_reports_what_static_reports() {

@@ -42,6 +42,21 @@ pub async fn drive(
                     })
                 }
             }
+            // With sizing off, Allot decides nothing: each service starts at, and keeps,
+            // the share its owner asked for (what static runs at), so what auto adds over
+            // static shows as the sizing's alone.
+            Mode::Auto if args.sizing == super::SizingRules::Off => {
+                let milli = (s.requested_gpus * 1000.0).round().clamp(20.0, 1000.0) as u32;
+                if milli >= 1000 {
+                    json!({})
+                } else {
+                    json!({
+                        "gpu_sizing": { "compute": true, "memory": true },
+                        "gpu_compute": args.sized_compute,
+                        "gpu_milli": milli,
+                    })
+                }
+            }
             Mode::Auto => json!({
                 "gpu_sizing": { "compute": true, "memory": true },
                 "gpu_compute": args.sized_compute,
