@@ -389,7 +389,22 @@ impl TestCluster {
     }
 
     /// Polls `check` until it yields a value, failing the test after [`PATIENCE`].
-    pub async fn eventually<T, F, Fut>(&self, what: &str, mut check: F) -> T
+    pub async fn eventually<T, F, Fut>(&self, what: &str, check: F) -> T
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Option<T>>,
+    {
+        self.eventually_within(what, PATIENCE, check).await
+    }
+
+    /// [`Self::eventually`] with a patience of its own, for what waits on several of the
+    /// control plane's windows (which a loaded machine stretches).
+    pub async fn eventually_within<T, F, Fut>(
+        &self,
+        what: &str,
+        patience: Duration,
+        mut check: F,
+    ) -> T
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Option<T>>,
@@ -399,7 +414,7 @@ impl TestCluster {
             if let Some(v) = check().await {
                 return v;
             }
-            assert!(start.elapsed() < PATIENCE, "timed out waiting for: {what}");
+            assert!(start.elapsed() < patience, "timed out waiting for: {what}");
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }

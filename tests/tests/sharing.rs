@@ -416,14 +416,20 @@ async fn an_auto_sized_job_grows_when_held_back_and_shrinks_when_idle() {
             (j["held_gpu_milli"] == 600).then_some(j)
         })
         .await;
+    // Idle after 12 s busy: a window of idle samples, the shrink's wait and the held-back
+    // share's memory (seconds, at this test's time scale) before the first step down.
     let shrunk = c
-        .eventually("the idle job shrunk", || async {
-            let (_, j) = c.get(&path).await;
-            j["held_gpu_milli"]
-                .as_u64()
-                .is_some_and(|m| m < 600)
-                .then_some(j)
-        })
+        .eventually_within(
+            "the idle job shrunk",
+            std::time::Duration::from_secs(90),
+            || async {
+                let (_, j) = c.get(&path).await;
+                j["held_gpu_milli"]
+                    .as_u64()
+                    .is_some_and(|m| m < 600)
+                    .then_some(j)
+            },
+        )
         .await;
     assert!(shrunk["gpu_memory_bytes"].as_u64().is_some(), "{shrunk}");
     let events = |j: &serde_json::Value| -> Vec<String> {

@@ -1033,35 +1033,12 @@ impl<'a> Pass<'a> {
     /// best-effort jobs, then the most compute free (what its other jobs leave idle), then
     /// the node that ranks first.
     fn best_effort_room(&self, job: &Job, q: usize, level: Isolation) -> Option<Choice> {
-        let c = &self.cluster;
-        let limits = self.config.gpu_limits;
-        let r = &job.request;
-        (0..c.nodes.len())
-            .filter(|&i| {
-                self.occupancy.node_allows(i, q, level)
-                    && !job.avoid.nodes.contains(&i)
-                    && c.nodes[i].fits(r)
-            })
-            .flat_map(|i| {
-                let memory = self.memory_need(job, i);
-                c.nodes[i]
-                    .gpu_free
-                    .iter()
-                    .enumerate()
-                    .filter_map(move |(g, &free)| {
-                        let g = u8::try_from(g).ok()?;
-                        let gpus = vec![g];
-                        (free >= r.gpu_milli
-                            && !job.avoid.gpus.contains(&(i, g))
-                            && self.occupancy.gpus_allow(i, &gpus, r, memory, limits))
-                        .then_some((i, g, free))
-                    })
-            })
+        self.share_candidates(job, q, level)
             .min_by_key(|&(i, g, free)| {
                 (
                     self.occupancy.best_effort_on(i, g),
                     std::cmp::Reverse(free),
-                    c.rank[i],
+                    self.cluster.rank[i],
                     i,
                     g,
                 )
@@ -1069,6 +1046,40 @@ impl<'a> Pass<'a> {
             .map(|(node, g, _)| Choice {
                 node,
                 gpus: vec![g],
+            })
+    }
+
+    /// The single GPUs a share of `job` may go to now, with the compute free on each: on
+    /// the nodes its queue may use at `level` and it fits on, those with its share free,
+    /// not avoided, whose other jobs take it (isolation, memory, job places).
+    fn share_candidates<'s>(
+        &'s self,
+        job: &'s Job,
+        q: usize,
+        level: Isolation,
+    ) -> impl Iterator<Item = (usize, u8, u32)> + 's {
+        let c = &self.cluster;
+        let limits = self.config.gpu_limits;
+        let r = &job.request;
+        (0..c.nodes.len())
+            .filter(move |&i| {
+                self.occupancy.node_allows(i, q, level)
+                    && !job.avoid.nodes.contains(&i)
+                    && c.nodes[i].fits(r)
+            })
+            .flat_map(move |i| {
+                let memory = self.memory_need(job, i);
+                c.nodes[i]
+                    .gpu_free
+                    .iter()
+                    .enumerate()
+                    .filter_map(move |(g, &free)| {
+                        let g = u8::try_from(g).ok()?;
+                        (free >= r.gpu_milli
+                            && !job.avoid.gpus.contains(&(i, g))
+                            && self.occupancy.gpus_allow(i, &[g], r, memory, limits))
+                        .then_some((i, g, free))
+                    })
             })
     }
 

@@ -239,6 +239,30 @@ pub trait JobRepo {
     ) -> impl Future<Output = Result<Job, StoreError>> + Send;
 }
 
+/// Writes `row` on job `id` if it holds capacity, is not being cancelled and is not
+/// already stopping (the leader's request that it stop, for a preemption or a move);
+/// returns the job as it is then.
+async fn mark_stopping<C: ConnectionTrait>(
+    txn: &C,
+    id: &str,
+    row: jobs::ActiveModel,
+) -> Result<Job, StoreError> {
+    let res = jobs::Entity::update_many()
+        .set(row)
+        .filter(jobs::Column::Id.eq(id))
+        .filter(holding_capacity())
+        .filter(jobs::Column::CancelRequested.eq(false))
+        .filter(jobs::Column::PreemptReason.is_null())
+        .exec(txn)
+        .await?;
+    if res.rows_affected == 0 {
+        return Err(StoreError::Conflict(format!(
+            "job {id} is not running, or is already stopping"
+        )));
+    }
+    load(txn, id).await
+}
+
 /// Scheduled or running: the jobs that hold capacity.
 fn holding_capacity() -> Condition {
     Condition::all()
@@ -1173,24 +1197,12 @@ impl JobRepo for Store {
         reason: &str,
     ) -> Result<Job, StoreError> {
         let txn = self.begin().await?;
-        let res = jobs::Entity::update_many()
-            .set(jobs::ActiveModel {
-                preempt_reason: Set(Some(reason.to_owned())),
-                updated_at: Set(self.clock.now()),
-                ..Default::default()
-            })
-            .filter(jobs::Column::Id.eq(id))
-            .filter(holding_capacity())
-            .filter(jobs::Column::CancelRequested.eq(false))
-            .filter(jobs::Column::PreemptReason.is_null())
-            .exec(&txn)
-            .await?;
-        if res.rows_affected == 0 {
-            return Err(StoreError::Conflict(format!(
-                "job {id} is not running, or is already stopping"
-            )));
-        }
-        let job = load(&txn, id).await?;
+        let row = jobs::ActiveModel {
+            preempt_reason: Set(Some(reason.to_owned())),
+            updated_at: Set(self.clock.now()),
+            ..Default::default()
+        };
+        let job = mark_stopping(&txn, id, row).await?;
         let event = AuditEvent::success(job.tenant_id.clone(), "job.preempt", format!("job/{id}"))
             .before(serde_json::json!({ "state": job.state, "preempt_reason": null }))
             .after(serde_json::json!({ "state": job.state, "preempt_reason": reason }));
@@ -1223,20 +1235,7 @@ impl JobRepo for Store {
         if let Some(milli) = share_milli {
             row.gpu_milli = Set(Some(i32_of(milli)?));
         }
-        let res = jobs::Entity::update_many()
-            .set(row)
-            .filter(jobs::Column::Id.eq(id))
-            .filter(holding_capacity())
-            .filter(jobs::Column::CancelRequested.eq(false))
-            .filter(jobs::Column::PreemptReason.is_null())
-            .exec(&txn)
-            .await?;
-        if res.rows_affected == 0 {
-            return Err(StoreError::Conflict(format!(
-                "job {id} is not running, or is already stopping"
-            )));
-        }
-        let job = load(&txn, id).await?;
+        let job = mark_stopping(&txn, id, row).await?;
         let mut event = AuditEvent::success(job.tenant_id.clone(), "job.move", format!("job/{id}"));
         event.reason = Some(reason.chars().take(500).collect());
         let event = event

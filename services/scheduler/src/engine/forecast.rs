@@ -86,33 +86,12 @@ impl Pass<'_> {
         hosting: bool,
         exclude: &[Gpu],
     ) -> Option<Choice> {
-        let c = &self.cluster;
-        let limits = self.config.gpu_limits;
-        let r = &job.request;
         let wanted = Self::wanted(job);
-        (0..c.nodes.len())
-            .filter(|&i| {
-                self.occupancy.node_allows(i, q, level)
-                    && !job.avoid.nodes.contains(&i)
-                    && c.nodes[i].fits(r)
-            })
-            .flat_map(|i| {
-                let memory = self.memory_need(job, i);
-                c.nodes[i]
-                    .gpu_free
-                    .iter()
-                    .enumerate()
-                    .filter_map(move |(g, &free)| {
-                        let g = u8::try_from(g).ok()?;
-                        let after = self.demand_on(i, g) + wanted;
-                        (free >= r.gpu_milli
-                            && after <= cap
-                            && (!hosting || self.hosts_work(i, g))
-                            && !exclude.contains(&(i, g))
-                            && !job.avoid.gpus.contains(&(i, g))
-                            && self.occupancy.gpus_allow(i, &[g], r, memory, limits))
-                        .then_some((i, g, after))
-                    })
+        self.share_candidates(job, q, level)
+            .filter_map(|(i, g, _)| {
+                let after = self.demand_on(i, g) + wanted;
+                (after <= cap && (!hosting || self.hosts_work(i, g)) && !exclude.contains(&(i, g)))
+                    .then_some((i, g, after))
             })
             .min_by_key(|&(i, g, after)| {
                 (
@@ -121,7 +100,7 @@ impl Pass<'_> {
                     } else {
                         after
                     },
-                    c.rank[i],
+                    self.cluster.rank[i],
                     i,
                     g,
                 )
