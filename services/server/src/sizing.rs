@@ -49,22 +49,7 @@ impl Rules {
     pub fn policy(self, policy: Policy) -> Policy {
         match self {
             Rules::Forecast | Rules::Off => policy,
-            Rules::LastSample => Policy {
-                window: Duration::ZERO,
-                quantile: 1.0,
-                min_samples: 1,
-                headroom: 0.0,
-                held_back: 0.0,
-                grow: 1.0,
-                shrink_margin: 0.0,
-                shrink_after: Duration::ZERO,
-                shrink_step: 1.0,
-                settle: Duration::ZERO,
-                remember_held_back: Duration::ZERO,
-                season: Duration::ZERO,
-                sample_span: Duration::ZERO,
-                ..policy
-            },
+            Rules::LastSample => policy.on_the_last_sample(),
         }
     }
 }

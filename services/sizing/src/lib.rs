@@ -134,6 +134,28 @@ impl Policy {
         self
     }
 
+    /// The same rules sized on the last sample alone: no window, no headroom, no
+    /// hysteresis, no memory of being held back, no daily term, no smoothing. The negative
+    /// control the forecast is measured against (its bounds and steps stay).
+    pub fn on_the_last_sample(self) -> Self {
+        Policy {
+            window: Duration::ZERO,
+            quantile: 1.0,
+            min_samples: 1,
+            headroom: 0.0,
+            held_back: 0.0,
+            grow: 1.0,
+            shrink_margin: 0.0,
+            shrink_after: Duration::ZERO,
+            shrink_step: 1.0,
+            settle: Duration::ZERO,
+            remember_held_back: Duration::ZERO,
+            season: Duration::ZERO,
+            sample_span: Duration::ZERO,
+            ..self
+        }
+    }
+
     /// The same rules with their times divided by `k` (a day replayed `k` times faster is
     /// sized on windows `k` times shorter, its seasons and horizon too); `k` at or below 0
     /// changes nothing.

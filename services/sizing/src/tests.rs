@@ -61,19 +61,7 @@ fn noisy(demand: f64, seed: u64, t: u64) -> f64 {
 /// headroom and no hysteresis, the same noisy constant load keeps the share moving.
 #[test]
 fn on_the_last_sample_without_hysteresis_noisy_constant_load_oscillates() {
-    let policy = Policy {
-        window: Duration::ZERO,
-        min_samples: 1,
-        headroom: 0.0,
-        held_back: 0.0,
-        grow: 1.0,
-        shrink_margin: 0.0,
-        shrink_after: Duration::ZERO,
-        shrink_step: 1.0,
-        settle: Duration::ZERO,
-        remember_held_back: Duration::ZERO,
-        ..Policy::default()
-    };
+    let policy = Policy::default().on_the_last_sample();
     let (_, decisions) = run(&policy, bounds(1000, 80 * GIB), start(), 3_600, |t| {
         (noisy(0.5, 7, t), GIB)
     });
@@ -86,15 +74,7 @@ fn on_the_last_sample_without_hysteresis_noisy_constant_load_oscillates() {
 /// heartbeats).
 #[test]
 fn a_window_of_zero_decides_on_the_last_sample_between_samples() {
-    let policy = Policy {
-        window: Duration::ZERO,
-        min_samples: 1,
-        headroom: 0.0,
-        settle: Duration::ZERO,
-        shrink_after: Duration::ZERO,
-        sample_span: Duration::ZERO,
-        ..Policy::default()
-    };
+    let policy = Policy::default().on_the_last_sample();
     let mut sizer = Sizer::new();
     sizer.observe(sample(Duration::from_millis(1_000), 0.9, GIB, start()));
     sizer.observe(sample(Duration::from_millis(1_250), 0.6, GIB, start()));
