@@ -472,30 +472,48 @@ mod tests {
         }
     }
 
+    /// A job `id` holding `gpu_milli` and `gpu_memory_bytes` of GPU-a (the node's one GPU,
+    /// 100 GiB, the default sharing configuration), held as `compute` says.
+    fn on_gpu_a(id: &str, gpu_milli: u32, gpu_memory_bytes: u64, compute: &str) -> JobSharing {
+        let share = Share {
+            gpu_milli,
+            gpu_memory_bytes,
+        };
+        let inv = [gpu("GPU-a", 100 << 30)];
+        prepare(
+            &SharingConfig::default(),
+            id,
+            &["GPU-a".to_owned()],
+            share,
+            compute,
+            &inv,
+        )
+        .expect("ok")
+        .expect("shared")
+    }
+
+    /// `j` launched a kernel at `at`.
+    fn launched(j: &JobSharing, at: u64) {
+        if let Some(u) = j.region.usage(0) {
+            u.last_launch_ns
+                .store(at, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    fn contended(j: &JobSharing) -> bool {
+        j.region.limits(0).is_some_and(|l| l.contended())
+    }
+
+    /// GPU-a busy `b` of the time, as the driver says.
+    fn busy(b: f64) -> HashMap<String, f64> {
+        HashMap::from([("GPU-a".to_owned(), b)])
+    }
+
     #[test]
     fn an_elastic_job_is_held_to_its_share_only_on_a_saturated_gpu_someone_else_wants() {
-        let cfg = SharingConfig::default();
-        let inv = [gpu("GPU-a", 100 << 30)];
-        let gpus = vec!["GPU-a".to_owned()];
-        let share = Share {
-            gpu_milli: 300,
-            gpu_memory_bytes: 0,
-        };
-        let a = prepare(&cfg, "a", &gpus, share, "elastic", &inv)
-            .expect("ok")
-            .expect("shared");
-        let b = prepare(&cfg, "b", &gpus, share, "elastic", &inv)
-            .expect("ok")
-            .expect("shared");
+        let a = on_gpu_a("a", 300, 0, "elastic");
+        let b = on_gpu_a("b", 300, 0, "elastic");
         let now = 10_000_000_000u64;
-        let launched = |j: &JobSharing, at: u64| {
-            if let Some(u) = j.region.usage(0) {
-                u.last_launch_ns
-                    .store(at, std::sync::atomic::Ordering::Relaxed);
-            }
-        };
-        let contended = |j: &JobSharing| j.region.limits(0).is_some_and(|l| l.contended());
-        let busy = |b: f64| HashMap::from([("GPU-a".to_owned(), b)]);
         // Both launching, the GPU half idle: nobody is held back.
         launched(&a, now - 1_000);
         launched(&b, now - 1_000);
@@ -515,19 +533,7 @@ mod tests {
         assert!(contended(&a) && contended(&b));
         // Best-effort work launching beside it, the GPU saturated: a holds no share against
         // it (best-effort work gives way by its own pacing); against b it does.
-        let be = prepare(
-            &cfg,
-            "be",
-            &gpus,
-            Share {
-                gpu_milli: allot_domain::BEST_EFFORT_MILLI,
-                gpu_memory_bytes: 0,
-            },
-            "best_effort",
-            &inv,
-        )
-        .expect("ok")
-        .expect("shared");
+        let be = on_gpu_a("be", allot_domain::BEST_EFFORT_MILLI, 0, "best_effort");
         launched(&be, now - 1_000);
         launched(&b, now - 2 * ACTIVE_WITHIN_NS);
         update_contention(&[&a, &b, &be], now, &busy(1.0));
@@ -540,41 +546,18 @@ mod tests {
     #[test]
     fn best_effort_work_is_paced_to_what_the_others_leave() {
         use std::sync::atomic::Ordering::Relaxed;
-        let cfg = SharingConfig::default();
-        let inv = [gpu("GPU-a", 100 << 30)];
-        let gpus = vec!["GPU-a".to_owned()];
-        let service = prepare(
-            &cfg,
-            "svc",
-            &gpus,
-            Share {
-                gpu_milli: 300,
-                gpu_memory_bytes: 0,
-            },
-            "strict",
-            &inv,
-        )
-        .expect("ok")
-        .expect("shared");
-        let be = prepare(
-            &cfg,
+        let service = on_gpu_a("svc", 300, 0, "strict");
+        let be = on_gpu_a(
             "be",
-            &gpus,
-            Share {
-                gpu_milli: allot_domain::BEST_EFFORT_MILLI,
-                gpu_memory_bytes: 8 << 30,
-            },
+            allot_domain::BEST_EFFORT_MILLI,
+            8 << 30,
             "best_effort",
-            &inv,
-        )
-        .expect("ok")
-        .expect("shared");
+        );
         let limits = |j: &JobSharing| {
             j.region
                 .limits(0)
                 .map(|l| (l.compute_milli(), l.contended()))
         };
-        let busy = |b: f64| HashMap::from([("GPU-a".to_owned(), b)]);
         let (s, usage) = (1_000_000_000u64, be.region.usage(0).expect("usage"));
         let mut now = 10 * s;
         // Alone: it runs free.
@@ -622,32 +605,9 @@ mod tests {
     #[test]
     fn elastic_shares_hold_against_each_other_not_against_best_effort_time() {
         use std::sync::atomic::Ordering::Relaxed;
-        let cfg = SharingConfig::default();
-        let inv = [gpu("GPU-a", 100 << 30)];
-        let gpus = vec!["GPU-a".to_owned()];
-        let share = Share {
-            gpu_milli: 300,
-            gpu_memory_bytes: 0,
-        };
-        let a = prepare(&cfg, "a", &gpus, share, "elastic", &inv)
-            .expect("ok")
-            .expect("shared");
-        let b = prepare(&cfg, "b", &gpus, share, "elastic", &inv)
-            .expect("ok")
-            .expect("shared");
-        let be = prepare(
-            &cfg,
-            "be",
-            &gpus,
-            Share {
-                gpu_milli: allot_domain::BEST_EFFORT_MILLI,
-                gpu_memory_bytes: 0,
-            },
-            "best_effort",
-            &inv,
-        )
-        .expect("ok")
-        .expect("shared");
+        let a = on_gpu_a("a", 300, 0, "elastic");
+        let b = on_gpu_a("b", 300, 0, "elastic");
+        let be = on_gpu_a("be", allot_domain::BEST_EFFORT_MILLI, 0, "best_effort");
         let s = 1_000_000_000u64;
         let mut now = 10 * s;
         let launch = |now: u64| {
@@ -657,8 +617,6 @@ mod tests {
                 }
             }
         };
-        let contended = |j: &JobSharing| j.region.limits(0).is_some_and(|l| l.contended());
-        let busy = |b: f64| HashMap::from([("GPU-a".to_owned(), b)]);
         launch(now);
         update_contention(&[&a, &b, &be], now, &busy(1.0));
         // The next second: the GPU full, half of it the best-effort job's own kernels.
