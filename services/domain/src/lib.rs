@@ -19,6 +19,7 @@ pub mod mig;
 pub mod network;
 pub mod node;
 pub mod quantity;
+pub mod report;
 pub mod secret;
 pub mod tenant;
 pub mod token;

@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use allot_api::secret;
-use allot_domain::{Actor, ActorKind, AuditContext, GpuDevice, JobState, MigSlot, Node, gang};
+use allot_domain::report::{Report, Reported, Requeue, RequeueCode, Verdict};
+use allot_domain::{Actor, ActorKind, AuditContext, GpuDevice, JobState, MigSlot, Node};
 use allot_pki::{Authority, Issued, NodeCert};
 use allot_proto::v1::{
     Assignment, Gpu, HeartbeatRequest, HeartbeatResponse, JobLogs, JobLogsAck, JobPhase,
@@ -237,11 +238,6 @@ fn gpus_from_proto(gpus: Vec<Gpu>) -> Result<Vec<GpuDevice>, Status> {
         .collect::<Result<Vec<_>, Status>>()?;
     allot_domain::node::check_inventory(&devices).map_err(invalid)?;
     Ok(devices)
-}
-
-/// How long a job waits before retry `failures + 1`: 1 s, doubling, at most 5 minutes.
-fn retry_backoff(failures: u32) -> Duration {
-    Duration::from_secs(1u64 << failures.min(9)).min(Duration::from_secs(300))
 }
 
 /// A node's address as it says it: empty, an IP address, or a DNS name (what other nodes'
@@ -843,30 +839,37 @@ impl NodeSvc {
         self.store.record_job_samples(now, &samples).await
     }
 
-    /// Answers a node asking whether it may start `attempt` of `job` (`JOB_PHASE_STARTING`;
-    /// attempt and node already checked): yes while the job is scheduled or running and the
-    /// node's lease holds. Once it is told yes, the attempt can only be requeued elsewhere
-    /// after this node's lease lapses, and the agent stops its jobs before that.
-    fn may_start(
+    /// Puts a stopped attempt back in the queue as its next attempt (the verdict of its
+    /// report); its GPUs come back once a heartbeat shows the attempt gone from the node.
+    async fn requeue(
         &self,
-        job: &allot_domain::Job,
+        ctx: &AuditContext,
         node: &Node,
-        attempt: u32,
-    ) -> Result<Response<JobStatusAck>, Status> {
-        if !matches!(job.state, JobState::Scheduled | JobState::Running) {
-            return Err(Status::failed_precondition(format!(
-                "job {} is {}: attempt {attempt} is not to start",
-                job.id, job.state
-            )));
-        }
-        if self.store.clock().now() >= node.lease_expires_at {
-            return Err(Status::failed_precondition(format!(
-                "the lease of node {} has lapsed: it starts nothing until it renews it",
-                node.name
-            )));
-        }
-        self.hub.confirmed(&node.id, &job.id);
-        Ok(Response::new(JobStatusAck {}))
+        job: &allot_domain::Job,
+        requeue: Requeue,
+        exit_code: Option<i32>,
+        log_tail: String,
+    ) -> Result<(), Status> {
+        let update = JobUpdate {
+            message: Some(requeue.message.chars().take(4096).collect()),
+            log_tail: (!log_tail.is_empty()).then_some(log_tail),
+            exit_code,
+            requeue_code: Some(requeue.code),
+            retry_at: requeue.retry_at,
+            ..Default::default()
+        };
+        let (gpus, ended) = (gpu_parents(node, &job.gpu_uuids), job.attempt);
+        let job = self
+            .store
+            .transition_job(ctx, &job.id, job.state, JobState::Pending, update)
+            .await
+            .map_err(status)?;
+        self.hub.withhold(&node.id, &job.id, ended, gpus);
+        tracing::info!(job = %job.id, attempt = job.attempt, code = %requeue.code, "job requeued");
+        self.notify.notify_one();
+        // Those following its log go on to its next attempt.
+        let _ = self.job_logs.send(job.id);
+        Ok(())
     }
 
     /// What the heartbeat's list of running jobs says against the record. GPUs held back
@@ -988,21 +991,10 @@ impl NodeSvc {
     ) -> Result<(), Status> {
         let held = self.jobs_on(node_id, &[JobState::Running]).await?;
         for job in held.into_iter().filter(|j| !running.contains(&j.id)) {
-            // A job being cancelled is simply cancelled.
-            let (to, message) = if job.cancel_requested {
-                (
-                    JobState::Cancelled,
-                    "the node agent restarted; the process is gone".to_owned(),
-                )
-            } else {
-                (
-                    JobState::Pending,
-                    "the node agent restarted and the process was lost; requeued".to_owned(),
-                )
-            };
+            let (to, message) = allot_domain::report::lost_with_its_agent(&job);
             let update = JobUpdate {
-                message: Some(message),
-                requeue_code: Some("NodeLost".to_owned()),
+                message: Some(message.to_owned()),
+                requeue_code: Some(RequeueCode::NodeLost),
                 ..Default::default()
             };
             match self
@@ -1015,6 +1007,30 @@ impl NodeSvc {
             }
         }
         Ok(())
+    }
+}
+
+/// The digest a report says the job's image resolved to: only for a job with an image,
+/// only a sha256 digest, and only the one its reference names if it names one.
+fn image_digest(job: &allot_domain::Job, reported: &str) -> Result<Option<String>, Status> {
+    if reported.is_empty() {
+        return Ok(None);
+    }
+    let well_formed = reported
+        .strip_prefix("sha256:")
+        .is_some_and(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()));
+    let named = job
+        .spec
+        .image
+        .as_deref()
+        .and_then(|i| allot_domain::ImageRef::parse(i).ok());
+    match named {
+        Some(named) if well_formed && named.digest.as_deref().is_none_or(|d| d == reported) => {
+            Ok(Some(reported.to_owned()))
+        }
+        _ => Err(Status::invalid_argument(
+            "image_digest: not a sha256 digest of this job's image",
+        )),
     }
 }
 
@@ -1237,175 +1253,85 @@ impl allot_proto::NodeService for NodeSvc {
         if !starting {
             self.hub.confirmed(&node.id, &job.id);
         }
-        // The attempt is the report's fencing token: a report about an attempt that was
-        // requeued (the node lost its lease, or was preempted) changes nothing.
-        if r.attempt != job.attempt {
-            return Err(Status::failed_precondition(format!(
-                "stale report: it is about attempt {} of job {}, which is on attempt {}",
-                r.attempt, job.id, job.attempt
-            )));
-        }
-        if job.node_id.as_deref() != Some(node.id.as_str()) {
-            let refused =
-                Status::permission_denied(format!("job {} is not assigned to this node", job.id));
-            return Err(self.denied(ctx, "ReportJobStatus", refused).await);
-        }
-        let phase = JobPhase::try_from(r.phase)
-            .map_err(|_| Status::invalid_argument(format!("unknown phase {}", r.phase)))?;
-        let to = match phase {
-            JobPhase::Running => JobState::Running,
-            JobPhase::Succeeded => JobState::Succeeded,
-            JobPhase::Failed => JobState::Failed,
-            JobPhase::Cancelled => JobState::Cancelled,
-            // Killed by its own agent for want of a lease, or for a faulted GPU: requeued
-            // below.
-            JobPhase::Lost | JobPhase::DeviceFault | JobPhase::AgentShutdown => JobState::Pending,
-            JobPhase::Unspecified => return Err(Status::invalid_argument("phase is required")),
-            // Whether this node may start the attempt now; changes nothing.
-            JobPhase::Starting => return self.may_start(&job, &node, r.attempt),
-        };
-        // The digest the job's image resolved to: only for a job with an image, only a
-        // sha256 digest, and only the one its reference names if it names one.
-        let image_digest = if r.image_digest.is_empty() {
-            None
-        } else {
-            let well_formed = r
-                .image_digest
-                .strip_prefix("sha256:")
-                .is_some_and(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()));
-            let named = job
-                .spec
-                .image
-                .as_deref()
-                .and_then(|i| allot_domain::ImageRef::parse(i).ok());
-            match named {
-                Some(named)
-                    if well_formed
-                        && named.digest.as_ref().is_none_or(|d| *d == r.image_digest) =>
-                {
-                    Some(r.image_digest.clone())
-                }
-                _ => {
-                    return Err(Status::invalid_argument(
-                        "image_digest: not a sha256 digest of this job's image",
-                    ));
-                }
+        let phase = match JobPhase::try_from(r.phase) {
+            Ok(JobPhase::Starting) => Reported::Starting,
+            Ok(JobPhase::Running) => Reported::Running,
+            Ok(JobPhase::Succeeded) => Reported::Succeeded,
+            Ok(JobPhase::Failed) => Reported::Failed,
+            Ok(JobPhase::Cancelled) => Reported::Cancelled,
+            Ok(JobPhase::Lost) => Reported::Lost,
+            Ok(JobPhase::DeviceFault) => Reported::DeviceFault,
+            Ok(JobPhase::AgentShutdown) => Reported::AgentShutdown,
+            Ok(JobPhase::Unspecified) => return Err(Status::invalid_argument("phase is required")),
+            Err(_) => {
+                return Err(Status::invalid_argument(format!(
+                    "unknown phase {}",
+                    r.phase
+                )));
             }
         };
-        if job.state == to || job.state.is_terminal() {
-            // A retried report that already landed.
-            return Ok(Response::new(JobStatusAck {}));
-        }
-        let stopped = matches!(
-            to,
-            JobState::Cancelled | JobState::Failed | JobState::Pending
-        );
-        let now = self.store.clock().now();
-        // A replica of a gang: the gang's failures, and whether its attempt already ended
-        // through another replica (then this end is part of that, and counts for nothing).
+        let report = Report {
+            node_id: &node.id,
+            node_name: &node.name,
+            lease_expires_at: node.lease_expires_at,
+            attempt: r.attempt,
+            phase,
+            message: &r.message,
+        };
+        // A replica of a gang that stopped: what the gang's other replicas did decides.
         let gang = match &job.replica {
-            Some(r) if stopped => Some(self.store.gang(&r.gang_id).await.map_err(status)?),
+            Some(g)
+                if phase.stopped()
+                    && r.attempt == job.attempt
+                    && job.node_id.as_deref() == Some(node.id.as_str()) =>
+            {
+                Some(self.store.gang(&g.gang_id).await.map_err(status)?)
+            }
             _ => None,
         };
-        let failures = gang.as_deref().map_or(job.failures, gang::failures);
-        let may_retry = match gang.as_deref() {
-            Some(members) => gang::may_retry(members, job.spec.max_retries),
-            None => job.failures < job.spec.max_retries,
-        };
-        let gang_over = gang
-            .as_deref()
-            .filter(|m| gang::attempt_over(&job, m))
-            .map(gang::state);
-        let requeue = match (&job.preempt_reason, phase) {
-            _ if !stopped || job.cancel_requested => None,
-            // The gang ended without this replica: it ends too, below.
-            _ if matches!(
-                gang_over,
-                Some(JobState::Failed | JobState::Cancelled | JobState::TimedOut)
-            ) =>
-            {
-                None
+        let now = self.store.clock().now();
+        let verdict = allot_domain::report::judge(&job, gang.as_deref(), &report, now);
+        match &verdict {
+            // The attempt is the report's fencing token: a report about an attempt that
+            // was requeued (the node lost its lease, or was preempted) changes nothing.
+            Verdict::Stale { current } => {
+                return Err(Status::failed_precondition(format!(
+                    "stale report: it is about attempt {} of job {}, which is on attempt {current}",
+                    r.attempt, job.id
+                )));
             }
-            _ if gang_over.is_some() && job.preempt_reason.is_none() => Some((
-                "GangRequeued",
-                "stopped with its gang, which was requeued; requeued".to_owned(),
-                None,
-            )),
-            (_, JobPhase::Lost) => Some((
-                "NodeLost",
-                format!(
-                    "node {} lost its lease and stopped the job; requeued",
-                    node.name
-                ),
-                None,
-            )),
-            (_, JobPhase::DeviceFault) => Some((
-                "DeviceFault",
-                format!("{} on node {}; requeued elsewhere", r.message, node.name),
-                None,
-            )),
-            // The node may well come back: no avoidance, and not counted.
-            (_, JobPhase::AgentShutdown) => Some((
-                "AgentShutdown",
-                format!("the agent of node {} shut down; requeued", node.name),
-                None,
-            )),
-            (Some(reason), _) => Some(("Preempted", format!("preempted: {reason}"), None)),
-            // Failed on its own, with retries left: again, after a backoff.
-            (None, JobPhase::Failed) if may_retry => {
-                let wait = retry_backoff(failures);
-                let retry_at = now + chrono::Duration::from_std(wait).unwrap_or_default();
-                Some((
-                    "RetryBackoff",
-                    format!(
-                        "{}; retry {} of {} in {} s",
-                        if r.message.is_empty() {
-                            "failed"
-                        } else {
-                            r.message.as_str()
-                        },
-                        failures + 1,
-                        job.spec.max_retries,
-                        wait.as_secs()
-                    ),
-                    Some(retry_at),
-                ))
+            Verdict::NotAssigned => {
+                let refused = Status::permission_denied(format!(
+                    "job {} is not assigned to this node",
+                    job.id
+                ));
+                return Err(self.denied(ctx, "ReportJobStatus", refused).await);
             }
-            (None, _) => None,
-        };
-        if let Some((code, message, retry_at)) = requeue {
-            // Back to the queue, as its next attempt: stopped for the cluster's sake (not
-            // counted), or failed with retries left (counted, and not before `retry_at`).
-            let update = JobUpdate {
-                message: Some(message.chars().take(4096).collect()),
-                log_tail: (!r.log_tail.is_empty()).then_some(r.log_tail),
-                exit_code: r.exit_code,
-                requeue_code: Some(code.to_owned()),
-                retry_at,
-                ..Default::default()
-            };
-            let (gpus, ended) = (gpu_parents(&node, &job.gpu_uuids), job.attempt);
-            let job = self
-                .store
-                .transition_job(&ctx, &job.id, job.state, JobState::Pending, update)
-                .await
-                .map_err(status)?;
-            // Its GPUs come back once a heartbeat shows the attempt gone from the node.
-            self.hub.withhold(&node.id, &job.id, ended, gpus);
-            tracing::info!(job = %job.id, attempt = job.attempt, "job requeued");
-            self.notify.notify_one();
-            // Those following its log go on to its next attempt.
-            let _ = self.job_logs.send(job.id);
-            return Ok(Response::new(JobStatusAck {}));
+            Verdict::MayNotStart(why) => return Err(Status::failed_precondition(why.clone())),
+            Verdict::MayStart => {
+                self.hub.confirmed(&node.id, &job.id);
+                return Ok(Response::new(JobStatusAck {}));
+            }
+            Verdict::AlreadyLanded | Verdict::Requeue(_) | Verdict::Record { .. } => {}
         }
-        // Lost while being cancelled (or while its gang ended): it is stopped, as asked.
-        let to = if to == JobState::Pending {
-            JobState::Cancelled
-        } else {
-            to
+        // Checked for any report that may write, even one that already landed.
+        let image_digest = image_digest(&job, &r.image_digest)?;
+        let (via_running, to, message) = match verdict {
+            Verdict::Requeue(requeue) => {
+                self.requeue(&ctx, &node, &job, requeue, r.exit_code, r.log_tail)
+                    .await?;
+                return Ok(Response::new(JobStatusAck {}));
+            }
+            Verdict::Record {
+                via_running,
+                to,
+                message,
+            } => (via_running, to, message),
+            // A retried report that already landed.
+            _ => return Ok(Response::new(JobStatusAck {})),
         };
         let mut from = job.state;
-        if from == JobState::Scheduled && to == JobState::Succeeded {
+        if via_running {
             // The process ran and exited before its start was recorded.
             self.store
                 .transition_job(
@@ -1423,21 +1349,10 @@ impl allot_proto::NodeService for NodeSvc {
                 .map_err(status)?;
             from = JobState::Running;
         }
-        let mut message: Option<String> =
-            (!r.message.is_empty()).then(|| r.message.chars().take(4096).collect());
-        // Stopped because it reached its time limit: it ended timed out, and says so.
-        let mut to = to;
-        if to == JobState::Cancelled
-            && job.cancel_requested
-            && crate::time_limits::deadline(&job).is_some_and(|d| d <= self.store.clock().now())
-        {
-            message = crate::time_limits::reached(&job);
-            to = JobState::TimedOut;
-        }
         let update = JobUpdate {
             pid: r.pid,
             exit_code: r.exit_code,
-            message,
+            message: message.map(|m| m.chars().take(4096).collect()),
             log_tail: (!r.log_tail.is_empty()).then_some(r.log_tail),
             image_digest,
             ..Default::default()

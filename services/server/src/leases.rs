@@ -86,7 +86,7 @@ pub async fn requeue_from_lost_nodes(
         };
         let update = JobUpdate {
             message: Some(message),
-            requeue_code: Some("NodeLost".to_owned()),
+            requeue_code: Some(allot_domain::report::RequeueCode::NodeLost),
             ..Default::default()
         };
         match store

@@ -2,6 +2,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use allot_domain::report::RequeueCode;
 use allot_domain::{
     AuditContext, AuditEvent, Job, JobEvent, JobSpec, JobState, PendingReason, Share, TenantName,
 };
@@ -96,7 +97,7 @@ pub struct JobUpdate {
     /// On a requeue (back to Pending): the pending reason's code (`Preempted`, `NodeLost`,
     /// `DeviceFault`, `RetryBackoff`; `Requeued` when absent), and for a retry after a
     /// failure, when it may start (the failure is counted).
-    pub requeue_code: Option<String>,
+    pub requeue_code: Option<allot_domain::report::RequeueCode>,
     pub retry_at: Option<chrono::DateTime<chrono::Utc>>,
     /// The manifest digest the job's image resolved to (kept from the first report that
     /// gives one: a job's digest never changes).
@@ -683,8 +684,8 @@ impl Store {
                 row.pending_code = Set(Some(
                     update
                         .requeue_code
-                        .clone()
-                        .unwrap_or_else(|| "Requeued".to_owned()),
+                        .map_or("Requeued", |c| c.as_str())
+                        .to_owned(),
                 ));
                 row.pending_message = Set(update.message.clone());
                 row.retry_at = Set(update.retry_at);
@@ -713,8 +714,8 @@ impl Store {
         let mut query = jobs::Entity::update_many().set(row);
         // A fault's anti-affinity: copied from the placement being given up (the SET
         // clauses read the row as it was).
-        match (to, update.requeue_code.as_deref()) {
-            (JobState::Pending, Some("DeviceFault")) => {
+        match (to, update.requeue_code) {
+            (JobState::Pending, Some(RequeueCode::DeviceFault)) => {
                 query = query
                     .col_expr(jobs::Column::AvoidGpus, Expr::col(jobs::Column::GpuUuids))
                     .col_expr(
@@ -726,7 +727,7 @@ impl Store {
                         Expr::value(now + chrono::Duration::seconds(allot_domain::AVOID_FOR_SECS)),
                     );
             }
-            (JobState::Pending, Some("NodeLost")) => {
+            (JobState::Pending, Some(RequeueCode::NodeLost)) => {
                 query = query
                     .col_expr(jobs::Column::AvoidNodeId, Expr::col(jobs::Column::NodeId))
                     .col_expr(jobs::Column::AvoidGpus, Expr::value(Option::<String>::None))
