@@ -3,8 +3,8 @@
 use std::collections::BTreeMap;
 
 use allot_domain::{
-    ApiToken, GpuCompute, GpuDevice, Isolation, Job, JobEvent, Node, PendingReason, Quota,
-    ResourceLimits, Resources, Role, Tenant, WorkloadClass,
+    ApiToken, GpuCompute, GpuDevice, Isolation, Job, JobEvent, JobNetwork, JobState, Node,
+    NodeStatus, PendingReason, Quota, ResourceLimits, Resources, Role, Tenant, WorkloadClass,
 };
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -808,7 +808,8 @@ pub struct ReplicaView {
     pub rank: u32,
     /// The replica's own job id (its log is read by it).
     pub id: String,
-    pub state: String,
+    #[schema(value_type = String, example = "running", pattern = "^(pending|scheduled|running|succeeded|failed|cancelled|timed_out)$")]
+    pub state: JobState,
     pub attempt: u32,
     pub node_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -877,7 +878,8 @@ pub struct JobView {
     pub tenant: String,
     pub name: String,
     /// pending, scheduled, running, succeeded, failed, cancelled or timed_out.
-    pub state: String,
+    #[schema(value_type = String, example = "running", pattern = "^(pending|scheduled|running|succeeded|failed|cancelled|timed_out)$")]
+    pub state: JobState,
     pub gpus: u32,
     pub gpu_milli: Option<u32>,
     pub gpu_memory_bytes: Option<u64>,
@@ -941,8 +943,10 @@ pub struct JobView {
     pub image: Option<String>,
     /// The manifest digest its image resolved to at the first pull: what every attempt runs.
     pub image_digest: Option<String>,
-    /// `host` or `none`.
-    pub network: String,
+    /// `private` (a network namespace of its own, routed by its tenant's policy), `host`
+    /// or `none`.
+    #[schema(value_type = String, example = "private", pattern = "^(private|host|none)$")]
+    pub network: JobNetwork,
     /// Why a pending job waits.
     pub pending_reason: Option<PendingReasonView>,
     /// A pending job's place in its tenant's queue (1: the scheduler takes it next from
@@ -992,7 +996,7 @@ impl From<Job> for JobView {
             id: j.id,
             tenant: j.spec.tenant.to_string(),
             name: j.spec.name,
-            state: j.state.to_string(),
+            state: j.state,
             gpus: j.spec.gpus,
             gpu_milli: j.spec.gpu_milli,
             gpu_memory_bytes: j.spec.gpu_memory_bytes,
@@ -1033,7 +1037,7 @@ impl From<Job> for JobView {
             estimated_start: None,
             image: j.spec.image,
             image_digest: j.image_digest,
-            network: j.spec.network.as_str().to_owned(),
+            network: j.spec.network,
             pending_reason: j.pending_reason.map(Into::into),
             queue_position: None,
             queue_length: None,
@@ -1194,7 +1198,8 @@ pub struct NodeView {
     pub id: String,
     pub name: String,
     /// `ready` while the lease is current, `not-ready` after it lapses.
-    pub status: String,
+    #[schema(value_type = String, example = "ready", pattern = "^(ready|not-ready)$")]
+    pub status: NodeStatus,
     pub registered_at: DateTime<Utc>,
     pub last_heartbeat_at: DateTime<Utc>,
     pub lease_expires_at: DateTime<Utc>,
@@ -1237,12 +1242,8 @@ pub struct NodeView {
 
 impl NodeView {
     pub fn new(n: Node, now: DateTime<Utc>) -> Self {
-        let status = match n.status(now) {
-            allot_domain::NodeStatus::Ready => "ready",
-            allot_domain::NodeStatus::NotReady => "not-ready",
-        };
         Self {
-            status: status.to_owned(),
+            status: n.status(now),
             id: n.id,
             name: n.name,
             registered_at: n.registered_at,

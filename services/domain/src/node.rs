@@ -33,7 +33,7 @@ pub fn throttle_names(mask: u32) -> Vec<&'static str> {
 }
 
 use chrono::{DateTime, Utc};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// What a GPU is doing at one moment, as its node samples it (NVML on real GPUs, the
 /// simulator elsewhere) and the control plane keeps it: the one sample type, converted to
@@ -355,13 +355,28 @@ impl GpuDevice {
 }
 
 /// Whether the scheduler may place work on a node.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum NodeStatus {
     /// The lease is current: the agent heartbeated recently.
     Ready,
     /// The lease expired: the agent is gone or cut off.
     NotReady,
+}
+
+impl NodeStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NodeStatus::Ready => "ready",
+            NodeStatus::NotReady => "not-ready",
+        }
+    }
+}
+
+impl std::fmt::Display for NodeStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

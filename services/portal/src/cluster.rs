@@ -2,14 +2,14 @@
 //! heatmap of every GPU's share held, with who holds each part; the per-node details below
 //! it are on demand.
 
-use allot_domain::{GpuParts, Job, Node};
+use allot_domain::{GpuParts, Job, Node, NodeStatus};
 
 /// A node's one state: `ready`, `cordoned` (ready, taking no new work) or `not-ready`.
-pub(crate) fn node_state(status: &str, cordoned: bool) -> &'static str {
+pub(crate) fn node_state(status: NodeStatus, cordoned: bool) -> &'static str {
     match (status, cordoned) {
-        ("ready", false) => "ready",
-        ("ready", true) => "cordoned",
-        _ => "not-ready",
+        (NodeStatus::Ready, false) => "ready",
+        (NodeStatus::Ready, true) => "cordoned",
+        (NodeStatus::NotReady, _) => "not-ready",
     }
 }
 
@@ -54,7 +54,7 @@ pub(crate) struct HeatCell {
 
 /// `nodes` (with their `status`: ready or not) and the jobs holding GPUs, summed up: per
 /// model, held + free + unavailable is the model's GPUs exactly.
-pub(crate) fn summary(nodes: &[(Node, String)], holding: &[Job]) -> Summary {
+pub(crate) fn summary(nodes: &[(Node, NodeStatus)], holding: &[Job]) -> Summary {
     let mut s = Summary {
         ready: 0,
         cordoned: 0,
@@ -72,7 +72,7 @@ pub(crate) fn summary(nodes: &[(Node, String)], holding: &[Job]) -> Summary {
     }
     let mut models: std::collections::BTreeMap<String, Model> = std::collections::BTreeMap::new();
     for (n, status) in nodes {
-        let state = node_state(status, n.cordoned);
+        let state = node_state(*status, n.cordoned);
         match state {
             "ready" => s.ready += 1,
             "cordoned" => s.cordoned += 1,

@@ -14,7 +14,6 @@ use actix_web::http::header;
 use actix_web::{HttpMessage, HttpRequest, HttpResponse, web};
 use allot_api::auth::Principal;
 use allot_api::signin::SessionAuth;
-use allot_api::views::NodeView;
 use allot_api::{ApiError, AppState};
 use allot_authz::{Action, Resource};
 use allot_domain::accounting::JobUsage;

@@ -23,6 +23,7 @@ mod nodes;
 mod pending;
 mod samples;
 mod scope;
+mod sealed;
 mod secrets;
 mod sessions;
 mod sign_ins;

@@ -2,15 +2,13 @@
 //! anyone is shown, and what the audit log records, is only a secret's name and when it was
 //! set; only [`SecretRepo::open_secret`] opens one, for a launch.
 
-use allot_domain::{AuditContext, AuditEvent, JobState, SecretValue, TenantSecret};
-use sea_orm::sea_query::OnConflict;
-use sea_orm::{ActiveValue::Set, ColumnTrait, EntityTrait, QueryFilter, QueryOrder, QuerySelect};
+use allot_domain::{AuditContext, JobState, SecretValue, TenantSecret};
+use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, QuerySelect};
 
-use crate::TenantRepo;
-use crate::audit::record;
 use crate::convert::json;
-use crate::entities::{jobs, tenant_secrets as secrets};
-use crate::{Store, StoreError};
+use crate::entities::jobs;
+use crate::entities::tenant_secrets::Entity as Secrets;
+use crate::{Store, StoreError, TenantRepo, sealed};
 
 pub trait SecretRepo {
     /// Sets (or replaces) `tenant`'s secret `name` (audited, without its value).
@@ -42,11 +40,6 @@ pub trait SecretRepo {
     ) -> impl Future<Output = Result<Option<SecretValue>, StoreError>> + Send;
 }
 
-/// What a sealed value is bound to: its row.
-fn context(tenant_id: &str, name: &str) -> Vec<u8> {
-    format!("tenant_secrets\0{tenant_id}\0{name}").into_bytes()
-}
-
 impl SecretRepo for Store {
     async fn set_secret(
         &self,
@@ -56,38 +49,15 @@ impl SecretRepo for Store {
         value: &[u8],
     ) -> Result<TenantSecret, StoreError> {
         let tenant = self.tenant_by_name(tenant).await?;
-        let sealed = self
-            .secrets
-            .seal(&context(&tenant.id, name), value)
-            .map_err(|e| StoreError::Refused(e.to_string()))?;
-        let now = self.clock.now();
-        let txn = self.begin().await?;
-        secrets::Entity::insert(secrets::ActiveModel {
-            tenant_id: Set(tenant.id.clone()),
-            name: Set(name.to_owned()),
-            sealed: Set(sealed),
-            updated_at: Set(now),
-        })
-        .on_conflict(
-            OnConflict::columns([secrets::Column::TenantId, secrets::Column::Name])
-                .update_columns([secrets::Column::Sealed, secrets::Column::UpdatedAt])
-                .to_owned(),
-        )
-        .exec(&txn)
-        .await?;
-        let shown = TenantSecret {
+        let shown = |updated_at| TenantSecret {
             name: name.to_owned(),
-            updated_at: now,
+            updated_at,
         };
-        let event = AuditEvent::success(
-            tenant.id.clone(),
-            "tenant.secret.set",
-            format!("tenant/{}/secret/{name}", tenant.id),
-        )
-        .after(&shown);
-        record(&txn, self, ctx, event).await?;
-        self.commit(txn).await?;
-        Ok(shown)
+        let at = sealed::put::<Secrets>(self, ctx, &tenant.id, name, value, |at| {
+            serde_json::json!(shown(at))
+        })
+        .await?;
+        Ok(shown(at))
     }
 
     async fn delete_secret(
@@ -119,37 +89,19 @@ impl SecretRepo for Store {
                 )));
             }
         }
-        let gone = secrets::Entity::delete_by_id((tenant.id.clone(), name.to_owned()))
-            .exec(&txn)
-            .await?;
-        if gone.rows_affected == 0 {
-            return Err(StoreError::NotFound(format!(
-                "secret `{name}` of tenant `{}`",
-                tenant.name
-            )));
-        }
-        let event = AuditEvent::success(
-            tenant.id.clone(),
-            "tenant.secret.delete",
-            format!("tenant/{}/secret/{name}", tenant.id),
-        );
-        record(&txn, self, ctx, event).await?;
-        self.commit(txn).await?;
-        Ok(())
+        sealed::delete::<Secrets>(self, &txn, ctx, &tenant.id, name, || {
+            format!("secret `{name}` of tenant `{}`", tenant.name)
+        })
+        .await?;
+        self.commit(txn).await
     }
 
     async fn secrets(&self, tenant: &str) -> Result<Vec<TenantSecret>, StoreError> {
         let tenant = self.tenant_by_name(tenant).await?;
-        Ok(secrets::Entity::find()
-            .filter(secrets::Column::TenantId.eq(tenant.id))
-            .order_by_asc(secrets::Column::Name)
-            .all(&self.db)
+        Ok(sealed::list::<Secrets>(&self.db, &tenant.id)
             .await?
             .into_iter()
-            .map(|m| TenantSecret {
-                name: m.name,
-                updated_at: m.updated_at,
-            })
+            .map(|(name, updated_at)| TenantSecret { name, updated_at })
             .collect())
     }
 
@@ -158,15 +110,10 @@ impl SecretRepo for Store {
         tenant_id: &str,
         name: &str,
     ) -> Result<Option<SecretValue>, StoreError> {
-        let Some(row) = secrets::Entity::find_by_id((tenant_id.to_owned(), name.to_owned()))
-            .one(&self.db)
-            .await?
-        else {
-            return Ok(None);
-        };
-        self.secrets
-            .open(&context(tenant_id, name), &row.sealed)
-            .map(|v| Some(SecretValue(v)))
-            .map_err(|e| StoreError::Corrupt(format!("secret `{name}` of tenant {tenant_id}: {e}")))
+        sealed::open::<Secrets>(self, tenant_id, name, || {
+            format!("secret `{name}` of tenant {tenant_id}")
+        })
+        .await
+        .map(|v| v.map(SecretValue))
     }
 }

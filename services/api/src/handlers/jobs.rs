@@ -376,7 +376,7 @@ pub async fn read_views(
         if view.rank == Some(0) {
             // A gang's record speaks for the gang.
             let members = state.store.gang(&view.id).await?;
-            view.state = allot_domain::gang::state(&members).to_string();
+            view.state = allot_domain::gang::state(&members);
             view.failures = allot_domain::gang::failures(&members);
             view.gang = Some(
                 members
@@ -385,7 +385,7 @@ pub async fn read_views(
                         rank: m.replica.as_ref().map_or(0, |r| r.rank),
                         node_name: m.node_id.as_ref().and_then(|n| nodes.get(n).cloned()),
                         id: m.id,
-                        state: m.state.to_string(),
+                        state: m.state,
                         attempt: m.attempt,
                         node_id: m.node_id,
                         gpu_uuids: m.gpu_uuids,

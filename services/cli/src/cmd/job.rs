@@ -343,7 +343,7 @@ fn describe(j: &JobView) -> String {
         ("UUID", j.id.clone()),
         ("Name", j.name.clone()),
         ("Tenant", j.tenant.clone()),
-        ("State", j.state.clone()),
+        ("State", j.state.to_string()),
         (
             "Reason",
             opt(j
@@ -453,7 +453,7 @@ fn describe(j: &JobView) -> String {
                 vec![
                     r.rank.to_string(),
                     r.id.clone(),
-                    r.state.clone(),
+                    r.state.to_string(),
                     r.attempt.to_string(),
                     opt(r.node_name.clone().or(r.node_id.clone())),
                     opt(r.exit_code),
@@ -504,7 +504,7 @@ fn start_of(j: &JobView) -> String {
                 format!("{} (in {})", short(Some(t)), format_duration(wait))
             }
         }
-        None if j.state == "pending" => {
+        None if j.state == allot_domain::JobState::Pending => {
             "unknown (a job it waits behind has no time limit, or it asks for no GPU)".into()
         }
         None => "-".into(),
@@ -583,9 +583,8 @@ fn elapsed_of(
     j: &JobView,
     now: chrono::DateTime<chrono::Utc>,
 ) -> Option<(Elapsed, chrono::Duration)> {
-    let state = j.state.parse().ok()?;
     Some(allot_domain::job::elapsed(
-        state,
+        j.state,
         j.attempt,
         j.created_at,
         j.updated_at,
@@ -640,7 +639,7 @@ fn job_columns() -> [Column<JobView>; 22] {
         }),
         Column::new("tenant", "TENANT", |j| j.tenant.clone()),
         Column::new("name", "NAME", |j| j.name.clone()),
-        Column::new("state", "STATE", |j| j.state.clone()),
+        Column::new("state", "STATE", |j| j.state.to_string()),
         Column::new("gpus", "GPUS", gpus_cell),
         Column::new("time", "TIME", time_cell),
         Column::new("created", "CREATED", |j| short(Some(j.created_at))),
@@ -841,10 +840,6 @@ fn gpu_request(milli: u64) -> anyhow::Result<(u64, Option<u64>)> {
     }
 }
 
-fn is_terminal(state: &str) -> bool {
-    allot_domain::JobState::ends_in(state)
-}
-
 /// The process exit status for a finished job: 0 on success, the job's own code when it has
 /// one, 1 otherwise.
 fn exit_status(j: &JobView) -> i32 {
@@ -944,7 +939,7 @@ pub async fn run(client: &Client, cmd: JobCmd) -> anyhow::Result<i32> {
             }
             eprintln!("job {} submitted; waiting for it to finish", job.id);
             let path = format!("/api/v1/jobs/{}", job.id);
-            let mut last_state = job.state.clone();
+            let mut last_state = job.state;
             let mut last_reason = None;
             // Its output is printed as it comes, beside the changes of its state.
             let follow = async {
@@ -958,16 +953,16 @@ pub async fn run(client: &Client, cmd: JobCmd) -> anyhow::Result<i32> {
                 loop {
                     let j: JobView = client.get(&path, &[]).await?;
                     // The end is said once, below.
-                    if j.state != last_state && !is_terminal(&j.state) {
+                    if j.state != last_state && !j.state.is_terminal() {
                         eprintln!("job {}: {}", j.id, j.state);
-                        last_state = j.state.clone();
+                        last_state = j.state;
                     }
                     let reason = j.pending_reason.as_ref().map(|r| r.message.clone());
                     if reason.is_some() && reason != last_reason {
                         eprintln!("job {}: pending: {}", j.id, reason.as_deref().unwrap_or(""));
                         last_reason = reason;
                     }
-                    if is_terminal(&j.state) {
+                    if j.state.is_terminal() {
                         break anyhow::Ok(j);
                     }
                     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -1098,11 +1093,11 @@ pub async fn run(client: &Client, cmd: JobCmd) -> anyhow::Result<i32> {
             let j: JobView = client
                 .call::<(), _>(Method::POST, &format!("/api/v1/jobs/{id}/cancel"), None)
                 .await?;
-            if !is_terminal(&j.state) && !j.cancel_requested {
+            if !j.state.is_terminal() && !j.cancel_requested {
                 bail!("job {} is {} and was not cancelled", j.id, j.state);
             }
             print(output, &j, |j| {
-                if is_terminal(&j.state) {
+                if j.state.is_terminal() {
                     format!("job {} {}", j.id, j.state)
                 } else {
                     format!(
@@ -1159,9 +1154,9 @@ pub async fn run(client: &Client, cmd: JobCmd) -> anyhow::Result<i32> {
             if bytes.is_empty() && !output.is_document() {
                 // Nothing yet: say why, rather than print nothing.
                 let j: JobView = client.get(&format!("/api/v1/jobs/{id}"), &[]).await?;
-                if attempt.is_none() && j.started_at.is_none() && !is_terminal(&j.state) {
+                if attempt.is_none() && j.started_at.is_none() && !j.state.is_terminal() {
                     let waiting = j.pending_reason.as_ref().map_or_else(
-                        || j.state.clone(),
+                        || j.state.to_string(),
                         |r| format!("{}: {}", j.state, r.message),
                     );
                     let earlier = if j.attempt > 1 {

@@ -1,7 +1,7 @@
 use allot_api::views::{
     BootstrapTokenView, CreateBootstrapToken, CreatedBootstrapToken, NodeView, RevokedNode,
 };
-use allot_domain::format_bytes;
+use allot_domain::{NodeStatus, format_bytes};
 use clap::Subcommand;
 
 use crate::client::Client;
@@ -111,12 +111,13 @@ pub enum BootstrapTokenCmd {
 /// operator's word), `unavailable` (ready, taking no new work by its agent's: see `node
 /// get`) or `not-ready` (its lease lapsed).
 fn state(n: &NodeView) -> String {
-    if n.cordoned && n.status == "ready" {
+    let ready = n.status == NodeStatus::Ready;
+    if n.cordoned && ready {
         "cordoned".into()
-    } else if !n.unavailable.is_empty() && n.status == "ready" {
+    } else if !n.unavailable.is_empty() && ready {
         "unavailable".into()
     } else {
-        n.status.clone()
+        n.status.to_string()
     }
 }
 
@@ -222,7 +223,7 @@ pub async fn run(client: &Client, cmd: NodeCmd) -> anyhow::Result<()> {
                         match (n.cordoned, n.unavailable.is_empty()) {
                             (true, _) => format!("{} (cordoned)", n.status),
                             (false, false) => format!("{} (unavailable)", n.status),
-                            (false, true) => n.status.clone(),
+                            (false, true) => n.status.to_string(),
                         },
                     ),
                     (

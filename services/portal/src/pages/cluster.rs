@@ -157,13 +157,13 @@ pub(crate) async fn cluster_page(
             .or_default()
             .push((p.at, p.utilization * 100.0));
     }
-    let fleet: Vec<(allot_domain::Node, String)> = state
+    let fleet: Vec<(allot_domain::Node, allot_domain::NodeStatus)> = state
         .store
         .list_nodes()
         .await?
         .into_iter()
         .map(|n| {
-            let status = NodeView::new(n.clone(), now).status;
+            let status = n.status(now);
             (n, status)
         })
         .collect();
@@ -176,10 +176,10 @@ pub(crate) async fn cluster_page(
         ));
     }
     let want_name = q.name.as_deref().unwrap_or("").trim().to_lowercase();
-    let chosen: Vec<(allot_domain::Node, String)> = fleet
+    let chosen: Vec<(allot_domain::Node, allot_domain::NodeStatus)> = fleet
         .into_iter()
         .filter(|(n, status)| {
-            (want_state.is_empty() || cluster::node_state(status, n.cordoned) == want_state)
+            (want_state.is_empty() || cluster::node_state(*status, n.cordoned) == want_state)
                 && n.name.to_lowercase().contains(&want_name)
         })
         .collect();
@@ -239,7 +239,7 @@ pub(crate) async fn cluster_page(
                     }
                 })
                 .collect();
-            let state = cluster::node_state(&status, n.cordoned);
+            let state = cluster::node_state(status, n.cordoned);
             let (state_label, state_detail) = match state {
                 "ready" => ("ready".to_owned(), "takes new work".to_owned()),
                 "cordoned" => (

@@ -200,7 +200,7 @@ pub(crate) async fn job_page(
             t.format("%Y-%m-%d %H:%M"),
             format_duration((t - now).num_seconds())
         ),
-        None if view.state == "pending" => {
+        None if view.state == JobState::Pending => {
             "unknown: a job it waits behind has no time limit".to_owned()
         }
         None => String::new(),
