@@ -13,7 +13,7 @@ use anyhow::bail;
 use clap::Args;
 use serde_json::json;
 
-use super::percentile;
+use crate::harness::percentile;
 
 #[derive(Debug, Args)]
 pub struct AuditBench {
@@ -95,7 +95,7 @@ pub async fn run(args: AuditBench) -> anyhow::Result<()> {
         Some(u) => (None, u.clone()),
         None => {
             eprintln!("starting a throwaway PostgreSQL");
-            let (pg, url) = super::postgres::Throwaway::start()?;
+            let (pg, url) = crate::harness::postgres::Throwaway::start()?;
             (Some(pg), url)
         }
     };
@@ -249,7 +249,7 @@ pub async fn run(args: AuditBench) -> anyhow::Result<()> {
         "export_verify_s"
     };
     out[key] = json!(export_s + verify_s);
-    super::print(&out, args.json)?;
+    crate::harness::print(&out, args.json)?;
     store.close().await?;
     Ok(())
 }

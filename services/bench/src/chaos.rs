@@ -24,8 +24,11 @@ use serde_json::{Value, json};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Mutex, watch};
 
-use super::percentile;
-use allot_client::Client;
+use crate::harness::parse_range;
+use crate::harness::percentile;
+use crate::harness::processes::{
+    Agents, all_jobs, bootstrap_token, live_job_processes, ready_nodes, terminate,
+};
 
 #[derive(Debug, clap::Args)]
 pub struct ChaosBench {
@@ -90,22 +93,6 @@ fn parse_fault(s: &str) -> Result<Fault, String> {
     }
 }
 
-pub(super) fn parse_range(s: &str) -> Result<(u64, u64), String> {
-    let (a, b) = s.split_once('-').ok_or("expected LOW-HIGH, e.g. 1-4")?;
-    let (a, b): (u64, u64) = (
-        a.trim()
-            .parse()
-            .map_err(|_| format!("`{a}` is not a number"))?,
-        b.trim()
-            .parse()
-            .map_err(|_| format!("`{b}` is not a number"))?,
-    );
-    if a == 0 || a > b {
-        return Err("expected 1 <= LOW <= HIGH".into());
-    }
-    Ok((a, b))
-}
-
 /// A loopback TCP link to the control plane's gRPC port that can be cut: while cut, open
 /// connections are dropped and new ones closed at once.
 struct Link {
@@ -153,65 +140,14 @@ struct Node {
     agent: Option<tokio::process::Child>,
 }
 
-/// How this benchmark's `allot agent` processes are started (shared with `allot bench crash`).
-#[derive(Clone)]
-pub(super) struct Agents {
-    pub(super) exe: PathBuf,
-    /// The control plane's node CA certificate.
-    pub(super) ca_cert: PathBuf,
-    pub(super) sim_gpus: String,
-    pub(super) runtime: crate::RuntimeKind,
-    /// The loopback registry the `oci` runtime pulls from.
-    pub(super) registry: Option<String>,
-    /// More `allot agent` arguments (say, the shim to preload into shared jobs).
-    pub(super) extra_args: Vec<String>,
-}
-
-impl Agents {
-    fn spawn(&self, node: &Node) -> anyhow::Result<tokio::process::Child> {
-        self.spawn_at(
-            &node.name,
-            &node.data_dir,
-            &node.bootstrap_token,
-            &[node.link.addr],
-        )
-    }
-
-    /// Starts the agent `name` keeping its state in `data_dir` (its log beside it, as
-    /// `<data_dir>.log`), reaching the control plane's gRPC ports at `servers` (each
-    /// replica's).
-    pub(super) fn spawn_at(
-        &self,
-        name: &str,
-        data_dir: &std::path::Path,
-        bootstrap_token: &str,
-        servers: &[SocketAddr],
-    ) -> anyhow::Result<tokio::process::Child> {
-        let servers: Vec<String> = servers.iter().map(|s| format!("https://{s}")).collect();
-        let mut cmd = tokio::process::Command::new(&self.exe);
-        cmd.arg("agent")
-            .args(["--server", &servers.join(",")])
-            .arg("--ca-cert")
-            .arg(&self.ca_cert)
-            // Used by the first start only: later ones present the saved certificate.
-            .args(["--bootstrap-token", bootstrap_token])
-            .args(["--name", name])
-            .args(["--sim-gpus", &self.sim_gpus])
-            .arg("--data-dir")
-            .arg(data_dir)
-            .args(["--stop-grace-secs", "1"])
-            .args(match self.runtime {
-                crate::RuntimeKind::Process => vec!["--runtime", "process"],
-                crate::RuntimeKind::Oci => vec!["--runtime", "oci"],
-            })
-            .args(
-                self.registry
-                    .iter()
-                    .flat_map(|r| ["--insecure-registry".to_owned(), r.clone()]),
-            )
-            .args(&self.extra_args);
-        super::spawn_logged(&mut cmd, &data_dir.with_extension("log"))
-    }
+/// Starts `node`'s agent, reaching the control plane through its link.
+fn spawn_node(agents: &Agents, node: &Node) -> anyhow::Result<tokio::process::Child> {
+    agents.spawn_at(
+        &node.name,
+        &node.data_dir,
+        &node.bootstrap_token,
+        &[node.link.addr],
+    )
 }
 
 const ALL_FAULTS: [Fault; 4] = [Fault::Kill, Fault::Partition, Fault::Blip, Fault::Xid];
@@ -240,144 +176,12 @@ impl Fault {
     }
 }
 
-/// Live attempts of each job of this run (by `ALLOT_JOB_ID`), each named by its node and
-/// attempt (`ALLOT_NODE`, `ALLOT_ATTEMPT`: a container's init and its job's processes are one
-/// attempt), read from `/proc`. A process is this run's when its environment has `marker`.
-/// `foreign` remembers processes (by pid and start time) that are not this run's jobs, so
-/// each environment is read once.
-pub(super) fn live_job_processes(
-    marker: &str,
-    foreign: &mut HashSet<(u32, String)>,
-) -> HashMap<String, HashSet<(String, String)>> {
-    let mut seen: HashMap<String, HashSet<(String, String)>> = HashMap::new();
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return seen;
-    };
-    for e in entries.flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|p| p.parse::<u32>().ok()) else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
-            continue;
-        };
-        let Some((head, rest)) = stat.rsplit_once(')') else {
-            continue;
-        };
-        let fields: Vec<&str> = rest.split_whitespace().collect();
-        // state is the first field after the name; starttime the 20th.
-        if fields.first() == Some(&"Z") {
-            continue;
-        }
-        // The name too: a process that execs keeps its pid and start time but changes its
-        // environment (a container's init is the runtime's process until it execs).
-        let name = head.split_once('(').map_or("", |(_, n)| n);
-        let key = (
-            pid,
-            format!("{} {name}", fields.get(19).copied().unwrap_or_default()),
-        );
-        if foreign.contains(&key) {
-            continue;
-        }
-        let Ok(environ) = std::fs::read(e.path().join("environ")) else {
-            continue;
-        };
-        let vars: Vec<&[u8]> = environ.split(|b| *b == 0).collect();
-        if !vars.iter().any(|v| v.starts_with(marker.as_bytes())) {
-            foreign.insert(key);
-            continue;
-        }
-        let var = |name: &str| {
-            let prefix = format!("{name}=");
-            vars.iter()
-                .find_map(|v| v.strip_prefix(prefix.as_bytes()))
-                .map(|v| String::from_utf8_lossy(v).into_owned())
-        };
-        if let Some(id) = var("ALLOT_JOB_ID") {
-            let attempt = (
-                var("ALLOT_NODE").unwrap_or_default(),
-                var("ALLOT_ATTEMPT").unwrap_or_else(|| pid.to_string()),
-            );
-            seen.entry(id).or_default().insert(attempt);
-        }
-    }
-    seen
-}
-
-pub(super) async fn all_jobs(client: &Client) -> anyhow::Result<Vec<Value>> {
-    let mut jobs = Vec::new();
-    let mut token: Option<String> = None;
-    loop {
-        let mut query = vec![("limit", "500".to_owned())];
-        if let Some(t) = &token {
-            query.push(("page_token", t.clone()));
-        }
-        let page: Value = client.get("/api/v1/jobs", &query).await?;
-        jobs.extend(page["items"].as_array().cloned().unwrap_or_default());
-        match page["next_page_token"].as_str() {
-            Some(t) => token = Some(t.to_owned()),
-            None => return Ok(jobs),
-        }
-    }
-}
-
-/// Waits (up to a minute) until `count` nodes are ready, and returns them.
-pub(super) async fn ready_nodes(client: &Client, count: usize) -> anyhow::Result<Vec<Value>> {
-    let started = Instant::now();
-    loop {
-        let list: Vec<Value> = client.get("/api/v1/nodes", &[]).await?;
-        let ready: Vec<Value> = list
-            .into_iter()
-            .filter(|n| n["status"] == "ready")
-            .collect();
-        if ready.len() == count {
-            return Ok(ready);
-        }
-        if started.elapsed() > Duration::from_secs(60) {
-            bail!(
-                "only {} of {count} agents registered within 60 s",
-                ready.len()
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-/// A one-time bootstrap token for the node `name`, good for an hour (issued straight into
-/// the store of a control plane running in this process).
-pub(super) async fn bootstrap_token(
-    server: &allot_server::RunningServer,
-    name: &str,
-) -> anyhow::Result<String> {
-    let (token, _) = allot_api::issue_bootstrap_token(
-        &server.store,
-        &allot_domain::AuditContext::system("bench"),
-        name,
-        allot_api::TokenFor {
-            node_name: name,
-            replace: false,
-        },
-        Duration::from_secs(3600),
-    )
-    .await?;
-    Ok(token)
-}
-
-/// Asks a child process (an agent, or `allot bench crash`'s server) to stop: SIGTERM.
-pub(super) fn terminate(child: &mut tokio::process::Child) {
-    if let Some(pid) = child.id().and_then(|p| i32::try_from(p).ok()) {
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(pid),
-            nix::sys::signal::Signal::SIGTERM,
-        );
-    }
-}
-
 pub async fn run(args: &ChaosBench) -> anyhow::Result<()> {
     if args.nodes == 0 || args.jobs == 0 || args.fault_kinds.is_empty() {
         bail!("--nodes, --jobs and --fault-kinds must not be empty");
     }
     let lease = Duration::from_millis(args.lease_ms.max(200));
-    let (dir, root) = super::work_dir(args.keep_dir.as_deref())?;
+    let (dir, root) = crate::harness::work_dir(args.keep_dir.as_deref())?;
     let mut config = ServerConfig::new(format!(
         "sqlite://{}?mode=rwc",
         root.join("allot.db").display()
@@ -390,7 +194,7 @@ pub async fn run(args: &ChaosBench) -> anyhow::Result<()> {
     config.heartbeat_interval = lease / 5;
     config.schedule_interval = Duration::from_millis(100);
     config.min_runtime = Duration::ZERO;
-    let (server, client) = super::in_process_server(config).await?;
+    let (server, client) = crate::harness::in_process_server(config).await?;
     let _: Value = client
         .call(
             Method::POST,
@@ -440,7 +244,7 @@ pub async fn run(args: &ChaosBench) -> anyhow::Result<()> {
             link: Link::start(server.grpc_addr).await?,
             agent: None,
         };
-        node.agent = Some(agents.spawn(&node)?);
+        node.agent = Some(spawn_node(&agents, &node)?);
         nodes.push(Arc::new(Mutex::new(node)));
     }
     // Wait for every node, and learn their ids.
@@ -512,8 +316,8 @@ pub async fn run(args: &ChaosBench) -> anyhow::Result<()> {
             let secs = rng.random_range(lo..=hi);
             json!({
                 "tenant": "chaos", "name": format!("job-{i}"), "gpus": 1, "max_retries": 5,
-                "cpu_milli": super::SLEEP_JOB_CPU_MILLI,
-                "memory_bytes": super::SLEEP_JOB_MEMORY_BYTES,
+                "cpu_milli": crate::harness::SLEEP_JOB_CPU_MILLI,
+                "memory_bytes": crate::harness::SLEEP_JOB_MEMORY_BYTES,
                 "command": ["sleep", secs.to_string()], "image": image,
                 "replicas": if args.gangs && i % 4 == 0 { 2 } else { 1 },
             })
@@ -656,7 +460,7 @@ pub async fn run(args: &ChaosBench) -> anyhow::Result<()> {
                 tokio::time::sleep(lasting).await;
                 let mut n = node.lock().await;
                 match respawn {
-                    Some(agents) => n.agent = agents.spawn(&n).ok(),
+                    Some(agents) => n.agent = spawn_node(&agents, &n).ok(),
                     None => n.link.set_cut(false),
                 }
             }));
@@ -810,7 +614,7 @@ pub async fn run(args: &ChaosBench) -> anyhow::Result<()> {
         lease.mul_f64(args.recovery_target_leases.max(0.0)),
     );
     out["targets_missed"] = json!(missed);
-    super::print(&out, args.json)?;
+    crate::harness::print(&out, args.json)?;
     drop(dir);
     if !missed.is_empty() {
         bail!("chaos missed: {}", missed.join("; "));

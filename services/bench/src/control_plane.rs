@@ -26,7 +26,7 @@ use anyhow::{Context, bail};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use super::percentile;
+use crate::harness::percentile;
 
 #[derive(Debug, clap::Args)]
 pub struct ControlPlaneBench {
@@ -106,7 +106,7 @@ const HEARTBEAT_SECONDS: &str = "allot_heartbeat_duration_seconds";
 
 /// The replicas, their clients and their agents.
 struct Plane {
-    replicas: Vec<super::crash::Server>,
+    replicas: Vec<crate::harness::processes::Server>,
     bases: Vec<String>,
     token: String,
     http: reqwest::Client,
@@ -305,7 +305,7 @@ impl Plane {
 fn job(tenant: &str, name: &str, command: &[&str]) -> Value {
     json!({
         "tenant": tenant, "name": name, "gpus": 1, "command": command,
-        "cpu_milli": super::SLEEP_JOB_CPU_MILLI, "memory_bytes": super::SLEEP_JOB_MEMORY_BYTES,
+        "cpu_milli": crate::harness::SLEEP_JOB_CPU_MILLI, "memory_bytes": crate::harness::SLEEP_JOB_MEMORY_BYTES,
     })
 }
 
@@ -667,11 +667,11 @@ pub async fn run(args: &ControlPlaneBench) -> anyhow::Result<()> {
     if args.replicas == 0 || args.nodes == 0 || args.clients == 0 || args.latency_rate <= 0.0 {
         bail!("--replicas, --nodes, --clients and --latency-rate must be positive");
     }
-    let (_dir, root) = super::work_dir(args.keep_dir.as_deref())?;
+    let (_dir, root) = crate::harness::work_dir(args.keep_dir.as_deref())?;
     let (_pg, url) = match &args.database_url {
         Some(url) => (None, url.clone()),
         None => {
-            let (pg, url) = super::postgres::Throwaway::start()?;
+            let (pg, url) = crate::harness::postgres::Throwaway::start()?;
             (Some(pg), url)
         }
     };
@@ -684,7 +684,7 @@ pub async fn run(args: &ControlPlaneBench) -> anyhow::Result<()> {
         .build()?;
     let mut replicas = Vec::new();
     for r in 1..=args.replicas {
-        let mut server = super::crash::Server::new(
+        let mut server = crate::harness::processes::Server::new(
             &exe,
             &data_dir,
             &root.join(format!("server-r{r}.log")),
@@ -856,7 +856,7 @@ pub async fn run(args: &ControlPlaneBench) -> anyhow::Result<()> {
         "ok": ok,
         "logs": keep_note(args.keep_dir.as_deref(), &root),
     });
-    super::print(&out, args.json)?;
+    crate::harness::print(&out, args.json)?;
     if !ok {
         bail!("a target was missed: {}", out["checks"]);
     }

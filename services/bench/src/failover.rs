@@ -17,8 +17,8 @@
 
 use anyhow::bail;
 
-use super::chaos::parse_range;
-use super::crash::{Database, Faults, LoadArgs, Scenario, run_scenario};
+use crate::harness::parse_range;
+use crate::harness::scenario::{Database, Faults, LoadArgs, Scenario, run_scenario};
 
 #[derive(Debug, clap::Args)]
 pub struct FailoverBench {

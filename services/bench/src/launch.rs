@@ -23,7 +23,7 @@ use allot_agent::runtime::{JobRuntime, LaunchSpec, Network, Outcome, StopSignal,
 use anyhow::Context;
 use clap::Args;
 
-use super::percentile;
+use crate::harness::percentile;
 
 #[derive(Debug, Args)]
 pub struct LaunchBench {
@@ -173,7 +173,7 @@ pub async fn run(args: &LaunchBench) -> anyhow::Result<()> {
         "target_added_median_ms": args.target_ms,
         "met": added <= args.target_ms,
     });
-    super::print(&out, args.json)?;
+    crate::harness::print(&out, args.json)?;
     anyhow::ensure!(
         added <= args.target_ms,
         "oci added {added:.1} ms at the median, over the {} ms target",

@@ -10,9 +10,9 @@ mod control_plane;
 mod crash;
 mod efficiency;
 mod failover;
+mod harness;
 mod launch;
 mod openb;
-mod postgres;
 mod scheduler;
 mod shim;
 
@@ -139,86 +139,4 @@ async fn run(cmd: BenchCmd) -> anyhow::Result<()> {
         BenchCmd::Scheduler(args) => scheduler::run(&args),
         BenchCmd::Shim(args) => shim::run(&args),
     }
-}
-
-/// Prints a benchmark's result: one line of JSON with `--json`, else indented.
-fn print(out: &serde_json::Value, one_line: bool) -> anyhow::Result<()> {
-    if one_line {
-        println!("{out}");
-    } else {
-        println!("{}", serde_json::to_string_pretty(out)?);
-    }
-    Ok(())
-}
-
-/// The `p` quantile (0–1) of ascending `sorted`, by nearest rank; 0 when empty.
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i.min(sorted.len() - 1)]
-}
-
-/// Where a run keeps its files: `keep` (created if need be), else a temporary directory
-/// removed when the returned guard drops. The path is canonical.
-fn work_dir(
-    keep: Option<&std::path::Path>,
-) -> anyhow::Result<(tempfile::TempDir, std::path::PathBuf)> {
-    use anyhow::Context as _;
-    let dir = tempfile::tempdir().context("temporary directory")?;
-    let root = match keep {
-        Some(keep) => {
-            std::fs::create_dir_all(keep)?;
-            keep.canonicalize()?
-        }
-        None => dir.path().canonicalize()?,
-    };
-    Ok((dir, root))
-}
-
-/// Starts a control plane in this process on a fresh database, and a client holding the
-/// admin token its first start made.
-async fn in_process_server(
-    config: allot_server::ServerConfig,
-) -> anyhow::Result<(allot_server::RunningServer, allot_client::Client)> {
-    use anyhow::Context as _;
-    let server =
-        allot_server::start(config, std::sync::Arc::new(allot_domain::SystemClock)).await?;
-    let token = server
-        .bootstrap_admin_token
-        .clone()
-        .context("a fresh database gives a bootstrap token")?;
-    let client = allot_client::Client::new(&server.http_url(), Some(token), None)?;
-    Ok((server, client))
-}
-
-/// What a benchmark's sleeping job reserves (`cpu_milli`, `memory_bytes`): a shell and a
-/// `sleep` need a tenth of a CPU and little memory. Left to the tenant's default (one CPU
-/// each), a simulated node of a small host would fit as many jobs as the host has CPUs, not
-/// GPUs, and the benchmark would measure the queue that makes instead of what it says.
-const SLEEP_JOB_CPU_MILLI: u32 = 100;
-const SLEEP_JOB_MEMORY_BYTES: u64 = 64 << 20;
-
-/// Starts one of a benchmark's `allot` child processes quietly (warnings only), its output
-/// appended to `log`, killed if the benchmark drops it.
-fn spawn_logged(
-    cmd: &mut tokio::process::Command,
-    log: &std::path::Path,
-) -> anyhow::Result<tokio::process::Child> {
-    use anyhow::Context as _;
-    let out = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(log)
-        .with_context(|| format!("opening {}", log.display()))?;
-    // Warnings only, unless `ALLOT_BENCH_LOG` says otherwise (to look into a run).
-    let level = std::env::var("ALLOT_BENCH_LOG").unwrap_or_else(|_| "warn".to_owned());
-    cmd.env("ALLOT_LOG", level)
-        .stdin(std::process::Stdio::null())
-        .stdout(out.try_clone()?)
-        .stderr(out)
-        .kill_on_drop(true)
-        .spawn()
-        .with_context(|| format!("starting {:?}", cmd.as_std().get_program()))
 }

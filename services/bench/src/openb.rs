@@ -169,7 +169,7 @@ pub fn run(args: &OpenbBench) -> anyhow::Result<()> {
         out["alloc_pct_at_arrival"] = Value::Object(summary);
         out["runs"] = json!(runs);
     }
-    super::print(&out, args.json)?;
+    crate::harness::print(&out, args.json)?;
     Ok(())
 }
 

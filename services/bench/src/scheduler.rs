@@ -79,7 +79,7 @@ pub fn run(args: &SchedulerBench) -> anyhow::Result<()> {
         1 => runs.remove(0),
         _ => json!({ "runs": runs }),
     };
-    super::print(&out, args.json)?;
+    crate::harness::print(&out, args.json)?;
     Ok(())
 }
 
@@ -99,9 +99,9 @@ fn summary(run: &serde_json::Value) -> String {
 fn latency(mut ms: Vec<f64>) -> serde_json::Value {
     ms.sort_by(f64::total_cmp);
     json!({
-        "p50_decision_ms": super::percentile(&ms, 0.5),
-        "p99_decision_ms": super::percentile(&ms, 0.99),
-        "max_decision_ms": super::percentile(&ms, 1.0),
+        "p50_decision_ms": crate::harness::percentile(&ms, 0.5),
+        "p99_decision_ms": crate::harness::percentile(&ms, 0.99),
+        "max_decision_ms": crate::harness::percentile(&ms, 1.0),
     })
 }
 

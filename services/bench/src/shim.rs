@@ -161,7 +161,7 @@ pub fn run(args: &ShimBench) -> anyhow::Result<()> {
         },
         "target_added_ns": 50,
     });
-    super::print(&out, args.json)
+    crate::harness::print(&out, args.json)
 }
 
 fn round(x: f64) -> f64 {

@@ -111,7 +111,7 @@ impl Fleet {
         }
         config.elastic = policy.is_some();
         config.elastic_policy = policy;
-        let (server, client) = super::super::in_process_server(config).await?;
+        let (server, client) = crate::harness::in_process_server(config).await?;
         for tenant in ["serving", "research"] {
             let _: Value = client
                 .call(
@@ -136,7 +136,7 @@ impl Fleet {
             .await?;
         let ca_cert = dir.join("node-ca.pem");
         std::fs::write(&ca_cert, &server.node_ca_pem)?;
-        let agents = super::super::chaos::Agents {
+        let agents = crate::harness::processes::Agents {
             exe: crate::allot_exe()?,
             ca_cert,
             sim_gpus: format!("{}xH200", spec.gpus_per_node),
@@ -159,10 +159,10 @@ impl Fleet {
             let data_dir = dir.join(&name);
             gpu_state.push(data_dir.join("sim-gpus"));
             std::fs::create_dir_all(&data_dir)?;
-            let bootstrap = super::super::chaos::bootstrap_token(&server, &name).await?;
+            let bootstrap = crate::harness::processes::bootstrap_token(&server, &name).await?;
             children.push(agents.spawn_at(&name, &data_dir, &bootstrap, &[server.grpc_addr])?);
         }
-        let gpus: Vec<String> = super::super::chaos::ready_nodes(&client, spec.nodes)
+        let gpus: Vec<String> = crate::harness::processes::ready_nodes(&client, spec.nodes)
             .await?
             .iter()
             .flat_map(|n| n["gpus"].as_array().cloned().unwrap_or_default())
@@ -322,7 +322,7 @@ impl Fleet {
     }
 
     pub async fn jobs(&self) -> anyhow::Result<Vec<Value>> {
-        super::super::chaos::all_jobs(&self.client).await
+        crate::harness::processes::all_jobs(&self.client).await
     }
 
     /// The port a service replica listens on, once it does.
@@ -411,7 +411,7 @@ impl Fleet {
     /// Stops the agents and the control plane.
     pub async fn stop(mut self) {
         for child in &mut self.agents {
-            super::super::chaos::terminate(child);
+            crate::harness::processes::terminate(child);
         }
         for child in &mut self.agents {
             let _ = tokio::time::timeout(Duration::from_secs(10), child.wait()).await;

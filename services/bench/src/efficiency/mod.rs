@@ -270,10 +270,10 @@ impl EfficiencyBench {
 
 pub async fn run(args: &EfficiencyBench) -> anyhow::Result<()> {
     args.check()?;
-    let (_guard, root) = super::work_dir(args.keep_dir.as_deref())?;
+    let (_guard, root) = crate::harness::work_dir(args.keep_dir.as_deref())?;
     if let Some(spec) = &args.demand {
         let (out, met) = replay::run(args, spec, &root).await?;
-        super::print(&out, args.json)?;
+        crate::harness::print(&out, args.json)?;
         if !met {
             bail!("auto missed a target (see `targets` above)");
         }
@@ -303,7 +303,7 @@ pub async fn run(args: &EfficiencyBench) -> anyhow::Result<()> {
         }
         Scenario::DayNight => day_night(args, &kit, &root.join("day-night")).await?,
     };
-    super::print(&out, args.json)
+    crate::harness::print(&out, args.json)
 }
 
 /// The targets, elastic against exclusive and static, as measured.
@@ -390,9 +390,9 @@ fn latency_summary(mut l: Vec<f64>, lost: u64, refused: u64, slo_ms: f64) -> Val
     let over = l.iter().filter(|&&x| x > slo_ms).count() as u64 + lost + refused;
     let all = l.len() as u64 + lost + refused;
     json!({
-        "p50": super::percentile(&l, 0.5),
-        "p99": super::percentile(&l, 0.99),
-        "p99_9": super::percentile(&l, 0.999),
+        "p50": crate::harness::percentile(&l, 0.5),
+        "p99": crate::harness::percentile(&l, 0.99),
+        "p99_9": crate::harness::percentile(&l, 0.999),
         "max": l.last().copied().unwrap_or(0.0),
         "requests": all,
         "answered": l.len(),

@@ -6,7 +6,7 @@ use std::process::Command;
 use anyhow::{Context, bail};
 
 /// A PostgreSQL cluster in a temporary directory, stopped on drop.
-pub(super) struct Throwaway {
+pub(crate) struct Throwaway {
     pg_ctl: PathBuf,
     data: PathBuf,
     as_postgres: bool,
@@ -14,7 +14,7 @@ pub(super) struct Throwaway {
 }
 
 impl Throwaway {
-    pub(super) fn start() -> anyhow::Result<(Self, String)> {
+    pub(crate) fn start() -> anyhow::Result<(Self, String)> {
         let bin = allot_store::postgres_server_bindir().context(
             "no PostgreSQL found under /usr/lib/postgresql: install the postgresql package or set DATABASE_URL",
         )?;
