@@ -11,7 +11,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use allot_store::{LeadershipRepo, Store, Term};
+use allot_store::{Fenced, LeadershipRepo, Store, Term};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -34,6 +34,9 @@ pub struct Leadership {
     /// Why this replica may not lead (another live process holds the lease under its
     /// name), when it may not: what `/readyz` says.
     conflict: std::sync::Mutex<Option<String>>,
+    /// The leader's handle while this replica leads: what its node-driven writes and
+    /// resizes go through.
+    fenced: std::sync::Mutex<Option<Fenced>>,
 }
 
 impl Default for Leadership {
@@ -41,6 +44,7 @@ impl Default for Leadership {
         Self {
             role: watch::Sender::new(Role::Follower { leader: None }),
             conflict: std::sync::Mutex::new(None),
+            fenced: std::sync::Mutex::new(None),
         }
     }
 }
@@ -52,6 +56,19 @@ impl Leadership {
 
     pub fn leads(&self) -> bool {
         matches!(*self.role.borrow(), Role::Leader { .. })
+    }
+
+    /// The leader's handle of the term this replica leads under, if it leads: writes
+    /// through it commit only while that term holds.
+    pub fn fenced(&self) -> Option<Fenced> {
+        self.fenced
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    fn set_fenced(&self, handle: Option<Fenced>) {
+        *self.fenced.lock().unwrap_or_else(|e| e.into_inner()) = handle;
     }
 
     /// Why this replica may not lead, if another live process holds the lease under its
@@ -104,7 +121,37 @@ fn lease_ttl(ttl: Duration) -> chrono::Duration {
 
 /// What runs while this replica leads: started with the term's fenced store, it ends when
 /// the token is cancelled.
-pub type LeaderWork = Box<dyn Fn(Store, CancellationToken) -> Vec<JoinHandle<()>> + Send + Sync>;
+pub type LeaderWork = Box<dyn Fn(Fenced, CancellationToken) -> Vec<JoinHandle<()>> + Send + Sync>;
+
+/// The environment variable that, in a build with the `unfenced-for-testing` feature (the
+/// workspace's, for tests and benchmarks; never `cargo build -p allot` alone), makes leader
+/// work write without the fence: the negative control of the fencing tests and `allot
+/// bench failover --unfenced`.
+pub const UNFENCED_ENV: &str = "ALLOT_UNFENCED_LEADER_FOR_TESTING";
+
+/// Whether leader work writes through the fence of its term: always, unless this build
+/// has the `unfenced-for-testing` feature and [`UNFENCED_ENV`] is set.
+pub fn fencing() -> bool {
+    #[cfg(feature = "unfenced-for-testing")]
+    {
+        std::env::var_os(UNFENCED_ENV).is_none()
+    }
+    #[cfg(not(feature = "unfenced-for-testing"))]
+    {
+        true
+    }
+}
+
+/// The leader's handle for `term`: fenced, but in the negative control.
+fn leader_handle(store: &Store, term: &Term, fencing: bool) -> Fenced {
+    #[cfg(feature = "unfenced-for-testing")]
+    if !fencing {
+        tracing::error!("leader writes are NOT fenced (a test of what fencing prevents)");
+        return store.unfenced_for_testing(term);
+    }
+    debug_assert!(fencing, "only a testing build writes unfenced");
+    store.fenced(term)
+}
 
 /// The replica's campaign for the lease, and its leader work while it holds it.
 pub struct Campaign {
@@ -125,8 +172,8 @@ pub struct Campaign {
     pub work: LeaderWork,
     /// How long stopping leader work may take before its tasks are aborted.
     pub grace: Duration,
-    /// Whether leader work writes through the fence (always, but in the failover
-    /// benchmark's negative control).
+    /// Whether leader work writes through the fence: always, but in the negative control
+    /// ([`fencing`]).
     pub fencing: bool,
 }
 
@@ -209,12 +256,8 @@ impl Campaign {
         // Nothing of an earlier term (launches awaiting confirmation, GPUs held back) holds.
         self.hub.reset();
         let stop = CancellationToken::new();
-        let store = if self.fencing {
-            self.store.fenced(term)
-        } else {
-            tracing::error!("leader writes are NOT fenced (a test of what fencing prevents)");
-            self.store.unfenced_for_testing(term)
-        };
+        let store = leader_handle(&self.store, term, self.fencing);
+        self.leadership.set_fenced(Some(store.clone()));
         let tasks = (self.work)(store, stop.clone());
         self.leadership.set(Role::Leader { epoch: term.epoch });
         self.metrics.leading(Some(term.epoch));
@@ -224,6 +267,7 @@ impl Campaign {
     /// Stops leader work, closes the agents' streams (they find the new leader), follows.
     /// What the hub remembers of the term is forgotten when the next one starts (`lead`).
     async fn follow(&self, running: Option<Running>) {
+        self.leadership.set_fenced(None);
         self.leadership.set(Role::Follower { leader: None });
         self.metrics.leading(None);
         if let Some(Running { stop, tasks }) = running {

@@ -9,6 +9,7 @@ pub mod grpc;
 pub mod hub;
 pub mod launches;
 pub mod leadership;
+pub use leadership::UNFENCED_ENV;
 mod leases;
 pub mod metrics;
 pub mod node_limits;
@@ -31,7 +32,7 @@ use allot_api::{AppState, BodyLimit, ControlEvents, secret};
 use allot_domain::{AuditContext, Clock, Job, Role};
 use allot_scheduler::LiveScheduler;
 use allot_scheduler::engine::{Config as EngineConfig, GpuLimits};
-use allot_store::{NewToken, Store, StoreError, TokenRepo};
+use allot_store::{Fenced, NewToken, Store, StoreError, TokenRepo};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -81,9 +82,6 @@ pub struct ServerConfig {
     /// longest a failed leader leaves the control plane without one. Keep it well inside
     /// the node `lease`, so agents find the next leader before their jobs' lease runs out.
     pub leader_lease: Duration,
-    /// Leader work writes through the fence of its term. Off only to show what fencing
-    /// prevents (`allot bench failover --unfenced`); never in service.
-    pub fencing: bool,
     /// The placement policy (`allot_scheduler::LIVE_POLICIES`); `allot` by default.
     pub placement_policy: String,
     /// Seeds the policy's tie-breaks, so a given history places the same way.
@@ -168,7 +166,6 @@ impl ServerConfig {
             replica_instance: uuid::Uuid::new_v4().simple().to_string(),
             grpc_advertise: None,
             leader_lease: Duration::from_secs(5),
-            fencing: true,
             placement_policy: "allot".to_owned(),
             scheduler_seed: 42,
             min_runtime: Duration::from_secs(60),
@@ -313,17 +310,18 @@ impl ControlEvents for Events {
         use allot_api::ApiError;
         Box::pin(async move {
             // Checked against placements under the scheduling passes' lock, which only the
-            // leader holds: another replica sends the client there.
-            if !self.leadership.leads() {
+            // leader holds, and written through its term's fence: another replica (or a
+            // leader whose term ended meanwhile) sends the client there.
+            let Some(fenced) = self.leadership.fenced() else {
                 return Err(ApiError::Unavailable(
                     "resizes are decided by the leading replica; retry (through the load \
                      balancer) until it answers"
                         .into(),
                 ));
-            }
+            };
             match self
                 .resizer
-                .resize(&self.store, &ctx, &job.id, &[(share, None)])
+                .resize(&fenced, &ctx, &job.id, &[(share, None)])
                 .await
             {
                 Ok((job, _)) => Ok(job),
@@ -674,7 +672,10 @@ pub async fn start(
     let (audit_batcher, batcher_task) = allot_store::AuditBatcher::start(store.clone(), 512);
     let (submits, submits_task) = allot_store::SubmitBatcher::start(store.clone(), 256);
     let (tokens, tokens_task) = allot_store::TokenReader::start(store.clone(), 256);
-    let (beats, beats_task) = allot_store::BeatBatcher::start(store.clone(), 512);
+    let (beats, beats_task) = {
+        let leadership = leadership.clone();
+        allot_store::BeatBatcher::start(move || leadership.fenced(), 512)
+    };
     let (job_logs, _) = tokio::sync::broadcast::channel(1024);
     let wake_leader = Arc::new(Notify::new());
     let state = AppState {
@@ -825,9 +826,9 @@ pub async fn start(
         let keep = config
             .audit_retention
             .and_then(|d| chrono::Duration::from_std(d).ok());
-        Box::new(move |store: Store, stop: CancellationToken| {
+        Box::new(move |store: Fenced, stop: CancellationToken| {
             let mut tasks = vec![tokio::spawn(
-                pacing.clone().count(store.clone(), stop.clone()),
+                pacing.clone().count(Store::clone(&store), stop.clone()),
             )];
             match make_scheduler() {
                 Ok(scheduler) => tasks.push(tokio::spawn(scheduling::run(
@@ -858,13 +859,13 @@ pub async fn start(
                 stop.clone(),
             )));
             let checkpointer = checkpoints::Checkpointer {
-                store: store.clone(),
+                store: Store::clone(&store),
                 keys: keys.clone(),
                 origin: origin.clone(),
                 sink: sink.clone(),
             };
             let retention = keep.map(|keep| checkpoints::Retention {
-                store: store.clone(),
+                store: Store::clone(&store),
                 keep,
             });
             tasks.push(tokio::spawn(checkpointer.run(
@@ -887,7 +888,7 @@ pub async fn start(
         metrics: metrics.clone(),
         work: leader_work,
         grace: SHUTDOWN_GRACE / 2,
-        fencing: config.fencing,
+        fencing: leadership::fencing(),
     };
     loops.push(tokio::spawn(campaign.run(first_term, stop.clone())));
     // Work taken by a follower reaches the leader at once.

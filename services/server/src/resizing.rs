@@ -8,7 +8,9 @@ use std::sync::Arc;
 
 use allot_domain::{AuditContext, Job, JobState, Share};
 use allot_scheduler::engine::GpuLimits;
-use allot_store::{JobFilter, JobRepo, NodeRepo, Store, StoreError, TenantRepo, TenantScope};
+use allot_store::{
+    Fenced, JobFilter, JobRepo, LeaderRepo, NodeRepo, StoreError, TenantRepo, TenantScope,
+};
 use tokio::sync::{Mutex, Notify};
 
 use crate::hub::{self, Hub};
@@ -42,7 +44,7 @@ impl Resizer {
     /// its term). The job resized, and which of `asks` it got.
     pub async fn resize(
         &self,
-        store: &Store,
+        store: &Fenced,
         ctx: &AuditContext,
         job_id: &str,
         asks: &[(Share, Option<String>)],

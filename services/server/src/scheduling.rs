@@ -10,8 +10,8 @@ use allot_domain::{AuditContext, AuditEvent, JobState, SYSTEM_LOG};
 use allot_domain::{Job, PendingReason};
 use allot_scheduler::{LiveDecision, LiveError, LiveScheduler, Snapshot};
 use allot_store::{
-    AuditRepo, FairShareRepo, JobFilter, JobRepo, JobUpdate, NodeRepo, PendingJobs, Store,
-    StoreError, TenantRepo, TenantScope,
+    AuditRepo, FairShareRepo, Fenced, JobFilter, JobRepo, JobUpdate, LeaderRepo, NodeRepo,
+    PendingJobs, Store, StoreError, TenantRepo, TenantScope,
 };
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -41,7 +41,7 @@ pub struct NodeLoss {
 /// Runs passes whenever notified, and every `interval` regardless (leases lapse silently).
 #[allow(clippy::too_many_arguments)]
 pub async fn run(
-    store: Store,
+    store: Fenced,
     hub: Arc<Hub>,
     mut scheduler: LiveScheduler,
     loss: NodeLoss,
@@ -315,7 +315,7 @@ const DECIDE_AT_LEAST_EVERY: chrono::TimeDelta = chrono::TimeDelta::seconds(10);
 /// One pass over the pending jobs (refreshed first). Public so tests can drive scheduling
 /// step by step.
 pub async fn pass(
-    store: &Store,
+    store: &Fenced,
     hub: &Hub,
     scheduler: &mut LiveScheduler,
     state: &mut PassState,
@@ -334,7 +334,7 @@ pub async fn pass(
 }
 
 async fn decide_and_apply(
-    store: &Store,
+    store: &Fenced,
     hub: &Hub,
     scheduler: &mut LiveScheduler,
     state: &mut PassState,

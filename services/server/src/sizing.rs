@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use allot_domain::{AuditContext, Job, JobState, Share};
 use allot_sizing::{Bounds, Decision, Holding, Policy, Sample, Sizer};
-use allot_store::{JobFilter, JobRepo, NodeRepo, Store, TenantScope};
+use allot_store::{Fenced, JobFilter, JobRepo, NodeRepo, TenantScope};
 use tokio_util::sync::CancellationToken;
 
 use crate::resizing::{Refused, Resizer};
@@ -279,7 +279,7 @@ fn candidates(d: &Decision, memory: Option<u64>) -> Vec<(Share, Decision)> {
 pub async fn run(
     sizing: Arc<Sizing>,
     resizer: Arc<Resizer>,
-    store: Store,
+    store: Fenced,
     stop: CancellationToken,
 ) {
     let ctx = AuditContext::system("sizing");

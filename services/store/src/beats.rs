@@ -12,7 +12,7 @@ use crate::entities::nodes;
 use crate::group_commit::GroupCommit;
 use crate::nodes::replace_gpus;
 use crate::samples::{NodeSamples, add_gpu_samples};
-use crate::{Store, StoreError};
+use crate::{Fenced, Store, StoreError};
 use allot_domain::GpuSample;
 
 /// Each GPU's sample, by GPU uuid.
@@ -39,13 +39,33 @@ pub struct BeatBatcher {
 
 impl BeatBatcher {
     /// Starts the committing task; it ends when every clone of the batcher is dropped.
-    pub fn start(store: Store, max_batch: usize) -> (Self, tokio::task::JoinHandle<()>) {
+    /// Each group is written through the leader's handle `leader` gives at its commit (a
+    /// heartbeat renews a node's lease only while this replica's term holds); while it
+    /// gives none, every beat fails as `Fenced`.
+    pub fn start(
+        leader: impl Fn() -> Option<Fenced> + Send + Sync + 'static,
+        max_batch: usize,
+    ) -> (Self, tokio::task::JoinHandle<()>) {
+        let leader = std::sync::Arc::new(leader);
         let (queue, task) = GroupCommit::start(
             max_batch,
             |_: &Beat| String::new(),
             move |_, beats| {
-                let store = store.clone();
-                async move { commit(&store, beats).await }
+                let store = leader();
+                async move {
+                    match store {
+                        Some(store) => commit(&store, beats).await,
+                        None => beats
+                            .iter()
+                            .map(|_| {
+                                Err(StoreError::Fenced(
+                                    "this replica does not lead: heartbeats go to the leader"
+                                        .into(),
+                                ))
+                            })
+                            .collect(),
+                    }
+                }
             },
         );
         (Self { queue }, task)

@@ -1,7 +1,7 @@
 //! Leadership among control-plane replicas sharing one database: a lease in one row
 //! (`leader_lease`: holder, epoch, expiry). A replica takes the lease over only once it has
 //! expired, and each takeover increments the epoch. What the leader writes as leader it
-//! writes through [`Store::fenced`]: every transaction of that handle checks, last thing
+//! writes through [`Store::fenced`] (a [`Fenced`] handle): every transaction of that handle checks, last thing
 //! before it commits, that the row still names its holder and epoch unexpired, holding a
 //! share lock on the row (PostgreSQL) so a takeover waits for the commit. A leader that was
 //! paused (SIGSTOP, a stall, a partition from the database) past its lease therefore writes
@@ -182,7 +182,8 @@ impl LeadershipRepo for Store {
 pub(crate) struct Fence {
     holder: String,
     epoch: i64,
-    /// Whether commits are checked (off only for the fencing test's negative control).
+    /// Whether commits are checked (off only for the negative control,
+    /// [`Store::unfenced_for_testing`]).
     enforce: bool,
 }
 
@@ -215,19 +216,52 @@ impl Fence {
     }
 }
 
+/// The leader's handle: the store, with every transaction committing only while the term it
+/// was made for holds (checked last thing before commit, the lease row share-locked on
+/// PostgreSQL). The writes only a leader makes — placements, moves, resizes
+/// ([`crate::LeaderRepo`]) — exist on this type alone, so what has no term has no way to
+/// make them; everything a [`Store`] does, it does too, fenced.
+#[derive(Clone)]
+pub struct Fenced(Store);
+
+impl std::ops::Deref for Fenced {
+    type Target = Store;
+    fn deref(&self) -> &Store {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Fenced {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.0.fence {
+            Some(fence) => write!(f, "Fenced({})", fence.source()),
+            None => f.write_str("Fenced(?)"),
+        }
+    }
+}
+
+impl Fenced {
+    /// The epoch of the term it writes under.
+    pub fn epoch(&self) -> i64 {
+        self.0.fence.as_ref().map_or(0, |f| f.epoch)
+    }
+}
+
 impl Store {
-    /// A handle whose every transaction commits only while `term` still holds: what a leader
-    /// writes as leader (scheduling, lease lapses, checkpoints, retention) goes through it.
-    /// Audit entries written through it name the term as their source.
-    pub fn fenced(&self, term: &Term) -> Store {
-        self.leader_handle(term, true)
+    /// The leader's handle for `term`: what a leader writes as leader (scheduling, lease
+    /// lapses, checkpoints, retention, what its nodes report) goes through it. Audit
+    /// entries written through it name the term as their source.
+    pub fn fenced(&self, term: &Term) -> Fenced {
+        Fenced(self.leader_handle(term, true))
     }
 
     /// [`Store::fenced`] without the check: its entries name the term, and it writes
     /// whether or not the term holds. Only for showing what fencing prevents (the failover
-    /// benchmark's negative control); never what a leader writes through.
-    pub fn unfenced_for_testing(&self, term: &Term) -> Store {
-        self.leader_handle(term, false)
+    /// benchmark's and the fencing tests' negative control): compiled only with the
+    /// `unfenced-for-testing` feature, which only tests and benchmarks enable.
+    #[cfg(feature = "unfenced-for-testing")]
+    pub fn unfenced_for_testing(&self, term: &Term) -> Fenced {
+        Fenced(self.leader_handle(term, false))
     }
 
     fn leader_handle(&self, term: &Term, enforce: bool) -> Store {

@@ -58,8 +58,8 @@ pub use enrollment::{
 pub use error::StoreError;
 pub use fair_share::{FairShareHistory, FairShareRepo};
 pub use identity::{IdentityRepo, NewBinding, SignIn};
-pub use jobs::{JobFilter, JobPage, JobRepo, JobUpdate, NewJob};
-pub use leadership::{Leader, LeadershipRepo, Term};
+pub use jobs::{JobFilter, JobPage, JobRepo, JobUpdate, LeaderRepo, NewJob};
+pub use leadership::{Fenced, Leader, LeadershipRepo, Term};
 pub use logs::LogRepo;
 pub use nodes::{NodeAdmin, NodeRegistration, NodeRepo};
 pub use pending::PendingJobs;

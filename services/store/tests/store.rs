@@ -1094,7 +1094,26 @@ both_backends!(nodes_register_and_heartbeat, |store, clock| {
 
     // Heartbeats group-committed: a lease, a changed inventory and samples written with
     // the group; a beat of a node that is gone fails alone.
-    let (beats, _task) = allot_store::BeatBatcher::start(store.clone(), 64);
+    // Written through a leader's handle only: a replica that leads no term writes none.
+    use allot_store::LeadershipRepo;
+    let (followers, _task) = allot_store::BeatBatcher::start(|| None, 64);
+    let refused = followers
+        .write(allot_store::Beat {
+            node_id: node.id.clone(),
+            lease_expires_at: clock.now() + Duration::seconds(600),
+            gpus: None,
+            samples: None,
+            unavailable: None,
+        })
+        .await;
+    assert!(matches!(refused, Err(StoreError::Fenced(_))), "{refused:?}");
+    let term = store
+        .acquire("beats", "one", "", Duration::seconds(600))
+        .await
+        .expect("campaign")
+        .expect("the lease is free");
+    let leader = store.fenced(&term);
+    let (beats, _task) = allot_store::BeatBatcher::start(move || Some(leader.clone()), 64);
     clock.advance(Duration::seconds(5));
     let sample = allot_domain::GpuSample {
         utilization: 0.5,

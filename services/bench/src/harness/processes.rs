@@ -210,6 +210,9 @@ pub(crate) struct Server {
     pub(crate) grpc: SocketAddr,
     pub(crate) metrics: SocketAddr,
     pub(crate) child: Option<tokio::process::Child>,
+    /// Its leader work writes without the fence (the negative control; needs an `allot`
+    /// built with the `unfenced-for-testing` feature, as the workspace's is).
+    pub(crate) unfenced: bool,
 }
 
 impl Server {
@@ -242,6 +245,7 @@ impl Server {
             grpc,
             metrics,
             child: None,
+            unfenced: false,
         })
     }
 
@@ -276,10 +280,12 @@ impl Server {
     }
 
     pub(crate) fn spawn(&mut self) -> anyhow::Result<()> {
-        let child = crate::harness::spawn_logged(
-            tokio::process::Command::new(&self.exe).args(&self.args),
-            &self.log,
-        )?;
+        let mut cmd = tokio::process::Command::new(&self.exe);
+        cmd.args(&self.args);
+        if self.unfenced {
+            cmd.env(allot_server::UNFENCED_ENV, "1");
+        }
+        let child = crate::harness::spawn_logged(&mut cmd, &self.log)?;
         self.child = Some(child);
         Ok(())
     }

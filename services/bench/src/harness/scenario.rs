@@ -232,21 +232,13 @@ pub(crate) async fn run_scenario(args: &Scenario) -> anyhow::Result<()> {
         if let Some(url) = &database_url {
             extra.extend(["--database-url".into(), url.clone()]);
         }
-        if let Faults::Leader {
-            lease_secs,
-            unfenced,
-            ..
-        } = &args.faults
-        {
+        if let Faults::Leader { lease_secs, .. } = &args.faults {
             extra.extend([
                 "--replica-name".into(),
                 format!("r{r}"),
                 "--leader-lease-secs".into(),
                 lease_secs.to_string(),
             ]);
-            if *unfenced {
-                extra.push("--unfenced-leader-for-testing".into());
-            }
         }
         let log = if args.replicas > 1 {
             root.join(format!("server-r{r}.log"))
@@ -254,7 +246,9 @@ pub(crate) async fn run_scenario(args: &Scenario) -> anyhow::Result<()> {
             root.join("server.log")
         };
         let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
-        servers.push(Server::new(&exe, &data_dir, &log, &extra)?);
+        let mut server = Server::new(&exe, &data_dir, &log, &extra)?;
+        server.unfenced = matches!(args.faults, Faults::Leader { unfenced: true, .. });
+        servers.push(server);
     }
     let http = reqwest::Client::builder()
         .timeout(Duration::from_secs(if args.replicas > 1 { 3 } else { 10 }))

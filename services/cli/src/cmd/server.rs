@@ -148,10 +148,6 @@ pub struct ReplicaArgs {
     #[arg(long, env = "ALLOT_SCHEDULE_INTERVAL_SECS", default_value_t = 2,
         value_parser = clap::value_parser!(u64).range(1..=3600))]
     schedule_interval_secs: u64,
-    /// Leader work writes without the fence: only to show what fencing prevents (the
-    /// failover benchmark's negative control). Never in service.
-    #[arg(long, hide = true)]
-    unfenced_leader_for_testing: bool,
 }
 
 impl ReplicaArgs {
@@ -192,7 +188,6 @@ impl ReplicaArgs {
                 self.node_lease_secs
             );
         }
-        config.fencing = !self.unfenced_leader_for_testing;
         Ok(())
     }
 }

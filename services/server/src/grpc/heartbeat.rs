@@ -6,7 +6,7 @@ use std::time::Duration;
 use allot_domain::report::RequeueCode;
 use allot_domain::{AuditContext, JobState, Node};
 use allot_proto::v1::{HeartbeatRequest, HeartbeatResponse};
-use allot_store::{JobFilter, JobRepo, JobUpdate, SampleRepo, StoreError, TenantScope};
+use allot_store::{Fenced, JobFilter, JobRepo, JobUpdate, SampleRepo, StoreError, TenantScope};
 use tonic::{Request, Response, Status};
 
 use crate::hub::{self};
@@ -21,7 +21,9 @@ impl NodeSvc {
         &self,
         req: Request<HeartbeatRequest>,
     ) -> Result<Response<HeartbeatResponse>, Status> {
-        self.leading()?;
+        // Its lease renewal (through the group commit), samples and requeues are written
+        // through the leader's term.
+        let store = self.leading()?;
         let node = self.node(&req, "Heartbeat").await?;
         let ctx = node_ctx(&req, &node.id);
         self.within_rate(&ctx, &node, NodeCall::Heartbeat).await?;
@@ -123,11 +125,14 @@ impl NodeSvc {
         self.sizing
             .observe(&on_node, &r.job_samples, std::time::Instant::now());
         if sampled {
-            if let Err(e) = self.record_job_samples(now, &r.job_samples, &on_node).await {
+            if let Err(e) = self
+                .record_job_samples(&store, now, &r.job_samples, &on_node)
+                .await
+            {
                 tracing::warn!(error = %e, node = %node.name, "job samples not stored");
             }
             if self.samples.prune_due() {
-                match self.store.prune_gpu_samples(now).await {
+                match store.prune_gpu_samples(now).await {
                     Ok(n) if n > 0 => tracing::debug!(buckets = n, "old GPU samples pruned"),
                     Ok(_) => {}
                     Err(e) => tracing::warn!(error = %e, "GPU samples not pruned"),
@@ -222,6 +227,7 @@ impl NodeSvc {
     /// there; a node speaks for its own jobs only).
     pub(super) async fn record_job_samples(
         &self,
+        store: &Fenced,
         now: chrono::DateTime<chrono::Utc>,
         reported: &[allot_proto::v1::JobSample],
         on_node: &[allot_domain::Job],
@@ -248,7 +254,7 @@ impl NodeSvc {
                 )
             })
             .collect();
-        self.store.record_job_samples(now, &samples).await
+        store.record_job_samples(now, &samples).await
     }
 
     /// What the heartbeat's list of running jobs says against the record. GPUs held back
@@ -364,6 +370,7 @@ impl NodeSvc {
     /// are gone (the agent restarted), through no fault of theirs, so they are requeued.
     pub(super) async fn requeue_lost_jobs(
         &self,
+        store: &Fenced,
         ctx: &AuditContext,
         node_id: &str,
         running: &[String],
@@ -376,8 +383,7 @@ impl NodeSvc {
                 requeue_code: Some(RequeueCode::NodeLost),
                 ..Default::default()
             };
-            match self
-                .store
+            match store
                 .transition_job(ctx, &job.id, JobState::Running, to, update)
                 .await
             {

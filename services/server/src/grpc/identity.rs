@@ -8,7 +8,7 @@ use allot_api::secret;
 use allot_domain::{Actor, ActorKind, AuditContext, Node};
 use allot_pki::{Issued, NodeCert};
 use allot_proto::v1::{RegisterRequest, RegisterResponse};
-use allot_store::{Admission, NewNodeCertificate, NodeRegistration, NodeRepo};
+use allot_store::{Admission, Fenced, NewNodeCertificate, NodeRegistration, NodeRepo};
 use tonic::{Request, Response, Status};
 
 use crate::node_limits::NodeCall;
@@ -67,9 +67,15 @@ pub(super) fn node_auth<T>(req: &Request<T>) -> String {
 impl NodeSvc {
     /// Refuses the call unless this replica leads: `UNAVAILABLE`, naming the leader's
     /// endpoint and epoch (`allot_proto::leader`) when they are known, so the agent goes there.
-    pub(super) fn leading(&self) -> Result<(), Status> {
+    /// The leader's handle, through which every write a node's call makes goes, so it
+    /// commits only while this replica's term holds; `UNAVAILABLE` naming the leader (when
+    /// known) unless this replica leads.
+    pub(super) fn leading(&self) -> Result<Fenced, Status> {
         match self.leadership.role() {
-            crate::leadership::Role::Leader { .. } => Ok(()),
+            crate::leadership::Role::Leader { .. } => self
+                .leadership
+                .fenced()
+                .ok_or_else(|| Status::unavailable("this replica's term is ending; retry")),
             crate::leadership::Role::Follower { leader } => {
                 let mut status = Status::unavailable(match &leader {
                     Some((at, _)) => format!("this replica does not lead; the leader is at {at}"),
@@ -173,6 +179,7 @@ impl NodeSvc {
 
     pub(super) async fn register_node(
         &self,
+        store: &Fenced,
         req: Request<RegisterRequest>,
     ) -> Result<Response<RegisterResponse>, Status> {
         let presented = presented(&req)?;
@@ -233,8 +240,7 @@ impl NodeSvc {
         };
         let issued = self.issue(&r.csr_pem, &r.node_name)?;
         let (interval, lease) = self.pacing.current();
-        let node = self
-            .store
+        let node = store
             .register_node(
                 &ctx,
                 NodeRegistration {
@@ -272,7 +278,7 @@ impl NodeSvc {
             },
             ..ctx
         };
-        self.requeue_lost_jobs(&ctx, &node.id, &r.running_job_ids)
+        self.requeue_lost_jobs(store, &ctx, &node.id, &r.running_job_ids)
             .await?;
         tracing::info!(node = %node.name, id = %node.id, gpus = node.gpus.len(), "node registered");
         self.notify.notify_one();

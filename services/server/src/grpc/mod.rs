@@ -134,10 +134,10 @@ impl allot_proto::NodeService for NodeSvc {
         &self,
         req: Request<RegisterRequest>,
     ) -> Result<Response<RegisterResponse>, Status> {
-        self.leading()?;
+        let store = self.leading()?;
         let claimed: String = req.get_ref().node_name.chars().take(253).collect();
         let ctx = node_ctx(&req, &claimed);
-        match self.register_node(req).await {
+        match self.register_node(&store, req).await {
             Ok(r) => Ok(r),
             Err(e) => Err(self.refused(ctx, "Register", e).await),
         }
@@ -147,7 +147,7 @@ impl allot_proto::NodeService for NodeSvc {
         &self,
         req: Request<RenewCertificateRequest>,
     ) -> Result<Response<RenewCertificateResponse>, Status> {
-        self.leading()?;
+        let store = self.leading()?;
         let node = self.node(&req, "RenewCertificate").await?;
         let ctx = node_ctx(&req, &node.id);
         self.within_rate(&ctx, &node, NodeCall::RenewCertificate)
@@ -158,7 +158,7 @@ impl allot_proto::NodeService for NodeSvc {
             return Err(self.denied(ctx, "RenewCertificate", e).await);
         }
         let issued = self.issue(&req.get_ref().csr_pem, &node.name)?;
-        self.store
+        store
             .add_node_certificate(
                 &ctx,
                 &node.id,

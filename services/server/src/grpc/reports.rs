@@ -4,7 +4,7 @@
 use allot_domain::report::{Report, Reported, Requeue, Verdict};
 use allot_domain::{AuditContext, JobState, Node};
 use allot_proto::v1::{JobLogs, JobLogsAck, JobPhase, JobStatusAck, JobStatusReport};
-use allot_store::{JobRepo, JobUpdate, LogRepo, StoreError, TenantScope};
+use allot_store::{Fenced, JobRepo, JobUpdate, LogRepo, StoreError, TenantScope};
 use tonic::{Request, Response, Status};
 
 use crate::hub::{self};
@@ -15,8 +15,10 @@ use super::*;
 impl NodeSvc {
     /// Puts a stopped attempt back in the queue as its next attempt (the verdict of its
     /// report); its GPUs come back once a heartbeat shows the attempt gone from the node.
+    #[allow(clippy::too_many_arguments)]
     pub(super) async fn requeue(
         &self,
+        store: &Fenced,
         ctx: &AuditContext,
         node: &Node,
         job: &allot_domain::Job,
@@ -33,8 +35,7 @@ impl NodeSvc {
             ..Default::default()
         };
         let (gpus, ended) = (gpu_parents(node, &job.gpu_uuids), job.attempt);
-        let job = self
-            .store
+        let job = store
             .transition_job(ctx, &job.id, job.state, JobState::Pending, update)
             .await
             .map_err(status)?;
@@ -50,7 +51,9 @@ impl NodeSvc {
         &self,
         req: Request<JobStatusReport>,
     ) -> Result<Response<JobStatusAck>, Status> {
-        self.leading()?;
+        // What it writes goes through the leader's term: a leader paused past its lease
+        // writes nothing when it wakes.
+        let store = self.leading()?;
         let node = self.node(&req, "ReportJobStatus").await?;
         let ctx = node_ctx(&req, &node.id);
         self.within_rate(&ctx, &node, NodeCall::ReportJobStatus)
@@ -132,7 +135,7 @@ impl NodeSvc {
         let image_digest = image_digest(&job, &r.image_digest)?;
         let (via_running, to, message) = match verdict {
             Verdict::Requeue(requeue) => {
-                self.requeue(&ctx, &node, &job, requeue, r.exit_code, r.log_tail)
+                self.requeue(&store, &ctx, &node, &job, requeue, r.exit_code, r.log_tail)
                     .await?;
                 return Ok(Response::new(JobStatusAck {}));
             }
@@ -147,7 +150,7 @@ impl NodeSvc {
         let mut from = job.state;
         if via_running {
             // The process ran and exited before its start was recorded.
-            self.store
+            store
                 .transition_job(
                     &ctx,
                     &job.id,
@@ -172,8 +175,7 @@ impl NodeSvc {
             ..Default::default()
         };
         let gpus = gpu_parents(&node, &job.gpu_uuids);
-        let job = self
-            .store
+        let job = store
             .transition_job(&ctx, &job.id, from, to, update)
             .await
             .map_err(status)?;
@@ -195,7 +197,7 @@ impl NodeSvc {
         &self,
         req: Request<JobLogs>,
     ) -> Result<Response<JobLogsAck>, Status> {
-        self.leading()?;
+        let store = self.leading()?;
         let node = self.node(&req, "AppendJobLogs").await?;
         let ctx = node_ctx(&req, &node.id);
         self.within_rate(&ctx, &node, NodeCall::AppendJobLogs)
@@ -235,7 +237,7 @@ impl NodeSvc {
                 refused += 1;
                 continue;
             }
-            self.store
+            store
                 .append_job_log(&c.job_id, c.attempt, c.offset, &c.data)
                 .await
                 .map_err(status)?;

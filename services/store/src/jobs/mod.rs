@@ -11,7 +11,7 @@ pub(crate) use transitions::create_jobs_in;
 use allot_domain::{AuditContext, Job, JobEvent, JobSpec, JobState, PendingReason, Share};
 use chrono::{DateTime, Utc};
 
-use crate::{Store, StoreError, TenantScope};
+use crate::{Fenced, Store, StoreError, TenantScope};
 
 #[derive(Debug, Clone)]
 pub struct NewJob {
@@ -187,13 +187,6 @@ pub trait JobRepo {
     ) -> impl Future<Output = Result<Job, StoreError>> + Send;
     /// Every gang with a replica not yet finished, each in rank order.
     fn unfinished_gangs(&self) -> impl Future<Output = Result<Vec<Vec<Job>>, StoreError>> + Send;
-    /// Places pending jobs (a gang's replicas) in one transaction: every one moves from
-    /// Pending to Scheduled with its update, or none does (`Conflict`).
-    fn place_together(
-        &self,
-        ctx: &AuditContext,
-        placements: Vec<(String, JobUpdate)>,
-    ) -> impl Future<Output = Result<Vec<Job>, StoreError>> + Send;
     /// Jobs in `scope` that ran at some time since `since` (started, and not finished
     /// before it), each with its state history: what usage accounting reads.
     fn jobs_run_since(
@@ -210,28 +203,6 @@ pub trait JobRepo {
         ctx: &AuditContext,
         id: &str,
         reason: &str,
-    ) -> impl Future<Output = Result<Job, StoreError>> + Send;
-    /// Marks a scheduled or running job to be stopped and placed again elsewhere (an
-    /// auto-sized job moved by its forecast, or best-effort work giving way): as
-    /// [`JobRepo::request_preemption`], and its next attempt avoids `avoid_gpus` for a while
-    /// and, when `share_milli` is given, asks for that share of a GPU.
-    fn request_move(
-        &self,
-        ctx: &AuditContext,
-        id: &str,
-        reason: &str,
-        avoid_gpus: &[String],
-        share_milli: Option<u32>,
-    ) -> impl Future<Output = Result<Job, StoreError>> + Send;
-    /// Gives a scheduled or running job on shares of GPUs a new share of each: its request,
-    /// what it holds, and a history event accounting follows, saying `why` when given (an
-    /// auto-sized job's reason and figures). `Conflict` when it no longer holds capacity.
-    fn resize_job(
-        &self,
-        ctx: &AuditContext,
-        id: &str,
-        share: Share,
-        why: Option<&str>,
     ) -> impl Future<Output = Result<Job, StoreError>> + Send;
 }
 
@@ -319,14 +290,6 @@ impl JobRepo for Store {
         reads::unfinished_gangs(self).await
     }
 
-    async fn place_together(
-        &self,
-        ctx: &AuditContext,
-        placements: Vec<(String, JobUpdate)>,
-    ) -> Result<Vec<Job>, StoreError> {
-        placement::place_together(self, ctx, placements).await
-    }
-
     async fn request_preemption(
         &self,
         ctx: &AuditContext,
@@ -334,6 +297,63 @@ impl JobRepo for Store {
         reason: &str,
     ) -> Result<Job, StoreError> {
         placement::request_preemption(self, ctx, id, reason).await
+    }
+
+    async fn jobs_run_since(
+        &self,
+        scope: &TenantScope,
+        since: DateTime<Utc>,
+    ) -> Result<Vec<(Job, Vec<JobEvent>)>, StoreError> {
+        reads::jobs_run_since(self, scope, since).await
+    }
+
+    async fn job_events(&self, id: &str) -> Result<Vec<JobEvent>, StoreError> {
+        reads::job_events(self, id).await
+    }
+}
+
+/// The writes only a leader makes, on its [`Fenced`] handle alone: each commits only while
+/// the leader's term holds, so a leader paused past its lease (or a replica that never
+/// led) has no way to place, move or resize anything.
+pub trait LeaderRepo {
+    /// Places pending jobs (a gang's replicas) in one transaction: every one moves from
+    /// Pending to Scheduled with its update, or none does (`Conflict`).
+    fn place_together(
+        &self,
+        ctx: &AuditContext,
+        placements: Vec<(String, JobUpdate)>,
+    ) -> impl Future<Output = Result<Vec<Job>, StoreError>> + Send;
+    /// Marks a scheduled or running job to be stopped and placed again elsewhere (an
+    /// auto-sized job moved by its forecast, or best-effort work giving way): as
+    /// [`JobRepo::request_preemption`], and its next attempt avoids `avoid_gpus` for a while
+    /// and, when `share_milli` is given, asks for that share of a GPU.
+    fn request_move(
+        &self,
+        ctx: &AuditContext,
+        id: &str,
+        reason: &str,
+        avoid_gpus: &[String],
+        share_milli: Option<u32>,
+    ) -> impl Future<Output = Result<Job, StoreError>> + Send;
+    /// Gives a scheduled or running job on shares of GPUs a new share of each: its request,
+    /// what it holds, and a history event accounting follows, saying `why` when given (an
+    /// auto-sized job's reason and figures). `Conflict` when it no longer holds capacity.
+    fn resize_job(
+        &self,
+        ctx: &AuditContext,
+        id: &str,
+        share: Share,
+        why: Option<&str>,
+    ) -> impl Future<Output = Result<Job, StoreError>> + Send;
+}
+
+impl LeaderRepo for Fenced {
+    async fn place_together(
+        &self,
+        ctx: &AuditContext,
+        placements: Vec<(String, JobUpdate)>,
+    ) -> Result<Vec<Job>, StoreError> {
+        placement::place_together(self, ctx, placements).await
     }
 
     async fn request_move(
@@ -355,17 +375,5 @@ impl JobRepo for Store {
         why: Option<&str>,
     ) -> Result<Job, StoreError> {
         placement::resize_job(self, ctx, id, share, why).await
-    }
-
-    async fn jobs_run_since(
-        &self,
-        scope: &TenantScope,
-        since: DateTime<Utc>,
-    ) -> Result<Vec<(Job, Vec<JobEvent>)>, StoreError> {
-        reads::jobs_run_since(self, scope, since).await
-    }
-
-    async fn job_events(&self, id: &str) -> Result<Vec<JobEvent>, StoreError> {
-        reads::job_events(self, id).await
     }
 }
