@@ -8,8 +8,9 @@ use std::process::Command;
 
 use allot_system_tests::allot_bin;
 
-fn chaos(runtime: &str, gangs: bool) {
-    let out = Command::new(allot_bin())
+/// `allot bench chaos`, small, with jobs run by `runtime` and `extra` arguments.
+fn run(runtime: &str, extra: &[&str]) -> std::process::Output {
+    Command::new(allot_bin())
         .args([
             "bench",
             "chaos",
@@ -32,10 +33,14 @@ fn chaos(runtime: &str, gangs: bool) {
             runtime,
             "--json",
         ])
-        .args(gangs.then_some("--gangs"))
+        .args(extra)
         .env("ALLOT_LOG", "error")
         .output()
-        .expect("allot bench chaos runs");
+        .expect("allot bench chaos runs")
+}
+
+fn chaos(runtime: &str, gangs: bool) {
+    let out = run(runtime, if gangs { &["--gangs"] } else { &[] });
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     let r: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
@@ -75,4 +80,26 @@ fn no_container_is_lost_or_doubled_under_faults() {
         return;
     }
     chaos("oci", false);
+}
+
+/// The checks can fail: with a violation put in on purpose (`control`), the run counts it
+/// (`counted`) and fails.
+fn fails_with(control: &str, counted: &str) {
+    let out = run("process", &["--negative-control", control]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "passed with {control}: {stderr}");
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(r["negative_control"], control, "{r}");
+    assert!(r[counted].as_u64().unwrap_or(0) >= 1, "{counted}: {r}");
+    assert!(stderr.contains("chaos missed"), "{control}: {stderr}");
+}
+
+#[test]
+fn the_chaos_bench_fails_on_a_job_cancelled_behind_its_back() {
+    fails_with("lose", "lost");
+}
+
+#[test]
+fn the_chaos_bench_fails_on_a_job_run_twice() {
+    fails_with("double", "double_running");
 }

@@ -9,7 +9,14 @@ use std::process::Command;
 use allot_store::testing::{Backend, TestDb};
 use allot_system_tests::allot_bin;
 
-fn crash(database: &str, url: Option<&str>) {
+/// `allot bench crash` on `database` with `kills` kills and `extra` arguments: whether it
+/// passed, its figures and what it said.
+fn run(
+    database: &str,
+    url: Option<&str>,
+    kills: &str,
+    extra: &[&str],
+) -> (bool, serde_json::Value, String) {
     let mut cmd = Command::new(allot_bin());
     cmd.args([
         "bench",
@@ -17,7 +24,7 @@ fn crash(database: &str, url: Option<&str>) {
         "--database",
         database,
         "--kills",
-        "4",
+        kills,
         "--nodes",
         "2",
         "--rate",
@@ -30,6 +37,7 @@ fn crash(database: &str, url: Option<&str>) {
         "7",
         "--json",
     ]);
+    cmd.args(extra);
     if let Some(url) = url {
         cmd.args(["--database-url", url]);
     }
@@ -37,10 +45,15 @@ fn crash(database: &str, url: Option<&str>) {
         .env("ALLOT_LOG", "error")
         .output()
         .expect("allot bench crash runs");
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     let r: serde_json::Value =
         serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("JSON ({e}): {stderr}"));
-    assert!(out.status.success(), "{r}\n{stderr}");
+    (out.status.success(), r, stderr)
+}
+
+fn crash(database: &str, url: Option<&str>) {
+    let (ok, r, stderr) = run(database, url, "4", &[]);
+    assert!(ok, "{r}\n{stderr}");
     assert_eq!(r["database"], database, "{r}");
     assert_eq!(r["kills"], 4, "{r}");
     for zero in [
@@ -83,4 +96,30 @@ async fn a_killed_server_on_postgres_loses_and_repeats_nothing() {
     tokio::task::spawn_blocking(move || crash("postgres", Some(&url)))
         .await
         .expect("the run");
+}
+
+/// The checks can fail: with a violation put in on purpose (`control`), the run counts it
+/// (`counted`) and fails, where it otherwise passes (the tests above).
+fn fails_with(control: &str, counted: &str) {
+    let (ok, r, stderr) = run("sqlite", None, "1", &["--negative-control", control]);
+    assert!(
+        !ok,
+        "the run passed with {control} on purpose: {r}\n{stderr}"
+    );
+    assert_eq!(r["negative_control"], control, "{r}");
+    assert!(r[counted].as_u64().unwrap_or(0) >= 1, "{counted}: {r}");
+    assert!(
+        stderr.contains("crash consistency does not hold"),
+        "{control}: {stderr}"
+    );
+}
+
+#[test]
+fn the_crash_bench_fails_on_a_job_cancelled_behind_its_back() {
+    fails_with("lose", "lost");
+}
+
+#[test]
+fn the_crash_bench_fails_on_a_job_run_twice() {
+    fails_with("double", "doubled");
 }

@@ -71,6 +71,11 @@ pub struct ChaosBench {
     /// runc, tini, docker-registry and busybox-static).
     #[arg(long, value_enum, default_value_t = crate::RuntimeKind::Process)]
     runtime: crate::RuntimeKind,
+    /// A violation put in on purpose, which the run must count and fail on: `lose` (one
+    /// job cancelled behind the benchmark's back) or `double` (a second copy of a running
+    /// job's process).
+    #[arg(long, value_enum)]
+    negative_control: Option<crate::harness::controls::NegativeControl>,
     /// Make every fourth job a multi-node job: a gang of two replicas of one GPU each,
     /// which faults requeue whole (counted lost unless every replica succeeds; a gang whose
     /// replicas run two attempts at once is counted in `gang_attempts_side_by_side`).
@@ -270,6 +275,7 @@ pub async fn run(args: &ChaosBench) -> anyhow::Result<()> {
     let observer = {
         let watching = watching.clone();
         let submitted = submitted.clone();
+        let marker = marker.clone();
         tokio::task::spawn_blocking(move || {
             let mut doubled = HashSet::new();
             // Every job the observer saw running: it sees what it checks.
@@ -356,6 +362,39 @@ pub async fn run(args: &ChaosBench) -> anyhow::Result<()> {
         }
     }
     let begin = Instant::now();
+    let control = args.negative_control.map(|c| {
+        let client = client.clone();
+        let submitted = submitted.clone();
+        let (marker, env) = match args.runtime {
+            crate::RuntimeKind::Process => (
+                marker.clone(),
+                vec![
+                    (
+                        "ALLOT_JOB_DIR",
+                        format!("{}/negative-control", root.display()),
+                    ),
+                    ("ALLOT_NODE", "negative-control".to_owned()),
+                ],
+            ),
+            crate::RuntimeKind::Oci => (
+                marker.clone(),
+                vec![("ALLOT_NODE", "chaos-negative-control".to_owned())],
+            ),
+        };
+        tokio::spawn(async move {
+            use crate::harness::controls::{NegativeControl, double, lose};
+            let ours = |id: &str| {
+                let s = submitted.lock().unwrap_or_else(|e| e.into_inner());
+                s.contains_key(id) || s.values().any(|j| j == id)
+            };
+            match c {
+                NegativeControl::Lose => lose(&client, ours).await.map(|id| (id, None)),
+                NegativeControl::Double => double(&marker, &env, ours, 5)
+                    .await
+                    .map(|(id, child)| (id, Some(child))),
+            }
+        })
+    });
 
     // The fault schedule: seeded times spread over the run, which faults stretch to about
     // one and a half times what the jobs would take undisturbed.
@@ -499,6 +538,10 @@ pub async fn run(args: &ChaosBench) -> anyhow::Result<()> {
     for h in healing {
         let _ = h.await;
     }
+    let control = match control {
+        Some(c) => Some(c.await.context("the negative control")??),
+        None => None,
+    };
     watching.store(false, Ordering::Relaxed);
     let (doubled, observed, mixed, scans) = observer.await.context("the process observer")?;
 
@@ -604,7 +647,10 @@ pub async fn run(args: &ChaosBench) -> anyhow::Result<()> {
         "recovery_max_s": all.last().copied().unwrap_or(0.0),
         "recovery_by_fault": by_fault,
         "wall_s": wall.as_secs_f64(),
+        "negative_control": args.negative_control.map(|c| c.name()),
+        "negative_control_job": control.as_ref().map(|(id, _)| id.clone()),
     });
+    drop(control);
     let recovery_p99 = percentile(&all, 0.99);
     let missed = missed_targets(
         args.jobs - succeeded,

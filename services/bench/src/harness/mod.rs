@@ -3,6 +3,7 @@
 //! job runs, audit logs), and the control plane under faults that `bench crash` and `bench
 //! failover` each configure. No benchmark imports another; each takes what it needs here.
 
+pub(crate) mod controls;
 pub(crate) mod history;
 pub(crate) mod postgres;
 pub(crate) mod processes;

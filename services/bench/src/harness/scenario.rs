@@ -62,6 +62,11 @@ pub(crate) struct LoadArgs {
     /// One line of JSON.
     #[arg(long)]
     pub(crate) json: bool,
+    /// A violation put in on purpose, which the run must count and fail on: `lose` (one
+    /// acknowledged job cancelled behind the benchmark's back) or `double` (a second copy
+    /// of a running job's process).
+    #[arg(long, value_enum)]
+    pub(crate) negative_control: Option<super::controls::NegativeControl>,
 }
 
 /// What a run does to the control plane.
@@ -389,6 +394,36 @@ pub(crate) async fn run_scenario(args: &Scenario) -> anyhow::Result<()> {
         })
     };
 
+    // The negative control, once the load has jobs running.
+    let control = args.load.negative_control.map(|c| {
+        let (client, ledger) = (client.clone(), ledger.clone());
+        let marker = format!("ALLOT_JOB_DIR={}/", root.display());
+        let env = vec![
+            (
+                "ALLOT_JOB_DIR",
+                format!("{}/negative-control", root.display()),
+            ),
+            ("ALLOT_NODE", "negative-control".to_owned()),
+        ];
+        tokio::spawn(async move {
+            use super::controls::{NegativeControl, double, lose};
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            let ours = |id: &str| {
+                let l = lock(&ledger);
+                !l.cancels.contains_key(id)
+                    && l.submits
+                        .iter()
+                        .any(|(_, a, _)| matches!(a, Answer::Acked(acked) if acked == id))
+            };
+            match c {
+                NegativeControl::Lose => lose(&client, ours).await.map(|id| (id, None)),
+                NegativeControl::Double => double(&marker, &env, ours, 5)
+                    .await
+                    .map(|(id, child)| (id, Some(child))),
+            }
+        })
+    });
+
     let mut rng = StdRng::seed_from_u64(args.load.seed);
     let begin = Instant::now();
     let mut restarts = Vec::new();
@@ -443,6 +478,10 @@ pub(crate) async fn run_scenario(args: &Scenario) -> anyhow::Result<()> {
     loading.store(false, Ordering::Relaxed);
     loader.await.context("the load")?;
     let load_wall = begin.elapsed();
+    let control = match control {
+        Some(c) => Some(c.await.context("the negative control")??),
+        None => None,
+    };
 
     // Everything finishes.
     let settle_by = Instant::now() + Duration::from_secs(args.load.settle_secs);
@@ -694,6 +733,9 @@ pub(crate) async fn run_scenario(args: &Scenario) -> anyhow::Result<()> {
         "load_wall_s": load_wall.as_secs_f64(),
         "examples": examples,
     });
+    out["negative_control"] = json!(args.load.negative_control.map(|c| c.name()));
+    out["negative_control_job"] = json!(control.as_ref().map(|(id, _)| id.clone()));
+    drop(control);
     let mut failover_ok = true;
     if let Faults::Leader {
         lease_secs,
