@@ -53,6 +53,10 @@ pub struct FailoverBench {
     /// writes land). The run should then fail.
     #[arg(long)]
     unfenced: bool,
+    /// Also freeze every replica at once (SIGSTOP) for this many seconds, midway through
+    /// the faults, then wake them: jobs must run through it, none requeued (0: no outage).
+    #[arg(long, default_value_t = 0)]
+    outage_secs: u64,
     #[command(flatten)]
     load: LoadArgs,
 }
@@ -85,6 +89,7 @@ pub async fn run(args: &FailoverBench) -> anyhow::Result<()> {
             stop_share: args.stop_share,
             lease_secs: args.leader_lease_secs,
             unfenced: args.unfenced,
+            outage: std::time::Duration::from_secs(args.outage_secs),
         },
         bench: "failover",
     })

@@ -83,6 +83,9 @@ pub(crate) enum Faults {
         lease_secs: u64,
         /// The replicas' leader work writes without the fence (the negative control).
         unfenced: bool,
+        /// Every replica frozen at once for this long, midway through the faults (zero:
+        /// never): an outage of the whole control plane, which jobs run through.
+        outage: Duration,
     },
 }
 
@@ -374,6 +377,7 @@ pub(crate) async fn run_scenario(args: &Scenario) -> anyhow::Result<()> {
         cancel_share: args.load.cancel_share,
         job_secs: args.load.job_secs,
         ledger: ledger.clone(),
+        outages: Mutex::default(),
     });
     let loader = {
         let loading = loading.clone();
@@ -428,6 +432,7 @@ pub(crate) async fn run_scenario(args: &Scenario) -> anyhow::Result<()> {
     let begin = Instant::now();
     let mut restarts = Vec::new();
     let mut failovers = Vec::new();
+    let mut outages: Vec<(Duration, Duration)> = Vec::new();
     match &args.faults {
         Faults::Restarts { kills } => {
             let server = &mut servers[0];
@@ -454,10 +459,27 @@ pub(crate) async fn run_scenario(args: &Scenario) -> anyhow::Result<()> {
             count,
             stop_share,
             lease_secs,
+            outage,
             ..
         } => {
             let lease = Duration::from_secs(*lease_secs);
             while failovers.len() < *count || !loader.is_finished() {
+                if !outage.is_zero() && outages.is_empty() && failovers.len() >= count / 2 {
+                    // The whole control plane away: every replica frozen, then woken.
+                    let at = begin.elapsed();
+                    lock(&load.outages).push((Instant::now(), None));
+                    for s in &servers {
+                        s.signal(nix::sys::signal::Signal::SIGSTOP);
+                    }
+                    tokio::time::sleep(*outage).await;
+                    for s in &servers {
+                        s.signal(nix::sys::signal::Signal::SIGCONT);
+                    }
+                    if let Some(last) = lock(&load.outages).last_mut() {
+                        last.1 = Some(Instant::now());
+                    }
+                    outages.push((at, *outage));
+                }
                 tokio::time::sleep(Duration::from_millis(
                     rng.random_range(args.up_ms.0..=args.up_ms.1),
                 ))
@@ -774,6 +796,22 @@ pub(crate) async fn run_scenario(args: &Scenario) -> anyhow::Result<()> {
         if let Some(o) = out.as_object_mut() {
             for (k, v) in [
                 ("replicas", json!(args.replicas)),
+                (
+                    "requests_unanswered_in_outage",
+                    json!(ledger.unanswered_in_outage),
+                ),
+                (
+                    "outages",
+                    json!(
+                        outages
+                            .iter()
+                            .map(|(at, lasted)| json!({
+                                "at_s": at.as_secs_f64(),
+                                "every_replica_frozen_s": lasted.as_secs_f64(),
+                            }))
+                            .collect::<Vec<_>>()
+                    ),
+                ),
                 ("fencing", json!(!unfenced)),
                 ("leader_lease_s", json!(lease_secs)),
                 ("faults", json!(failovers.len())),

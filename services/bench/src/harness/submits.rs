@@ -42,6 +42,10 @@ pub(crate) struct Ledger {
     pub(crate) answered_2xx: u64,
     /// Cancels answered 409 (the job had ended meanwhile).
     pub(crate) answered_conflict: u64,
+    /// Requests left unanswered that were in flight while the whole control plane was
+    /// frozen on purpose (an outage): counted apart from `requests`, since no replica
+    /// could answer them.
+    pub(crate) unanswered_in_outage: u64,
 }
 
 /// What the benchmark saw while the server was up.
@@ -72,9 +76,18 @@ pub(crate) struct Load {
     pub(crate) cancel_share: f64,
     pub(crate) job_secs: (u64, u64),
     pub(crate) ledger: Arc<Mutex<Ledger>>,
+    /// When every replica was frozen on purpose: from, and until (`None`: still frozen).
+    pub(crate) outages: Mutex<Vec<(Instant, Option<Instant>)>>,
 }
 
 impl Load {
+    /// Whether a request in flight from `begun` to `ended` met an outage.
+    fn met_outage(&self, begun: Instant, ended: Instant) -> bool {
+        lock(&self.outages)
+            .iter()
+            .any(|(from, until)| begun <= until.unwrap_or(ended) && ended >= *from)
+    }
+
     /// Submits job `name`, sleeping `secs`, through any replica but `avoid`; records and
     /// returns the answer.
     pub(crate) async fn submit(&self, name: String, secs: u64, avoid: Option<usize>) -> Answer {
@@ -148,6 +161,7 @@ impl Load {
         body: Option<&Value>,
         avoid: Option<usize>,
     ) -> Option<(u16, Value)> {
+        let begun = Instant::now();
         let n = self.bases.len();
         let tries = if n > 1 { 3 * n } else { 1 };
         let first = self.next.fetch_add(1, Ordering::Relaxed);
@@ -173,6 +187,10 @@ impl Load {
             {
                 break;
             }
+        }
+        if answer.is_none() && self.met_outage(begun, Instant::now()) {
+            lock(&self.ledger).unanswered_in_outage += 1;
+            return None;
         }
         let mut ledger = lock(&self.ledger);
         ledger.requests += 1;
