@@ -152,6 +152,37 @@ pub async fn eventually<T>(
     }
 }
 
+/// Polls `check` every 100 ms until it gives a value, following the system's own state:
+/// `check` says what it sees when it is not there yet, and the wait goes on while that
+/// changes (a cluster still bootstrapping, on a loaded machine). Panics naming `what` and
+/// what it last saw once nothing changed for `idle`, or after `cap` in all.
+pub async fn eventually_following<T>(
+    what: &str,
+    idle: Duration,
+    cap: Duration,
+    mut check: impl AsyncFnMut() -> Result<T, String>,
+) -> T {
+    let start = Instant::now();
+    let (mut seen, mut changed) = (String::new(), Instant::now());
+    loop {
+        match check().await {
+            Ok(v) => return v,
+            Err(now) if now != seen => {
+                eprintln!("{what}: {now} ({:.1} s)", start.elapsed().as_secs_f64());
+                (seen, changed) = (now, Instant::now());
+            }
+            Err(_) => {}
+        }
+        assert!(
+            changed.elapsed() < idle && start.elapsed() < cap,
+            "{what}: not within {:?} ({:?} without change, at most {cap:?}); last seen: {seen}",
+            start.elapsed(),
+            changed.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// Sends `sig` (`-STOP`, `-CONT`, `-TERM`, `-9`) to `child`.
 pub fn signal(child: &Child, sig: &str) {
     let ok = Command::new("kill")

@@ -16,7 +16,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use allot_system_tests::replica::{eventually, free_port, leader_and_follower};
+use allot_system_tests::replica::{
+    eventually, eventually_following, free_port, leader_and_follower,
+};
 use serde_json::{Value, json};
 
 const SUPERUSER_PASSWORD: &str = "allot-test-superuser";
@@ -215,6 +217,12 @@ fn spawn_member(
 /// Patroni's view of the cluster, from whichever of `members` still answers: each running
 /// member's role (`leader`, `sync_standby`, `replica`).
 async fn roles(http: &reqwest::Client, members: &[Member]) -> BTreeMap<String, String> {
+    cluster(http, members).await.0
+}
+
+/// The running members' roles, and every member as Patroni sees it (name, role, state,
+/// lag): what a wait says it last saw.
+async fn cluster(http: &reqwest::Client, members: &[Member]) -> (BTreeMap<String, String>, String) {
     for m in members.iter().filter(|m| m.proc.is_some()) {
         let Ok(res) = http
             .get(format!("http://127.0.0.1:{}/cluster", m.api_port))
@@ -226,15 +234,25 @@ async fn roles(http: &reqwest::Client, members: &[Member]) -> BTreeMap<String, S
         let Ok(cluster) = res.json::<Value>().await else {
             continue;
         };
-        return cluster["members"]
-            .as_array()
-            .into_iter()
-            .flatten()
+        let all = cluster["members"].as_array().cloned().unwrap_or_default();
+        let seen = all
+            .iter()
+            .map(|m| {
+                format!(
+                    "{} {} {} lag {}",
+                    m["name"], m["role"], m["state"], m["lag"]
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("; ");
+        let running = all
+            .iter()
             .filter(|m| m["state"] == "running" || m["state"] == "streaming")
             .filter_map(|m| Some((m["name"].as_str()?.into(), m["role"].as_str()?.into())))
             .collect();
+        return (running, seen);
     }
-    BTreeMap::new()
+    (BTreeMap::new(), "no member's REST API answers".to_owned())
 }
 
 /// The running leader and a synchronous standby, once Patroni reports both.
@@ -243,16 +261,26 @@ async fn primary_and_sync(
     members: &[Member],
     what: &str,
 ) -> (String, String) {
-    eventually(what, Duration::from_secs(120), async || {
-        let roles = roles(http, members).await;
-        let with = |role: &str| {
-            roles
-                .iter()
-                .find(|(_, r)| r.as_str() == role)
-                .map(|(n, _)| n.clone())
-        };
-        Some((with("leader")?, with("sync_standby")?))
-    })
+    // Bootstrapping three members (initdb, two base backups) took 2.5 minutes alone on a
+    // 2-core machine, more beside other work: waited on while Patroni reports progress.
+    eventually_following(
+        what,
+        Duration::from_secs(120),
+        Duration::from_secs(330),
+        async || {
+            let (roles, seen) = cluster(http, members).await;
+            let with = |role: &str| {
+                roles
+                    .iter()
+                    .find(|(_, r)| r.as_str() == role)
+                    .map(|(n, _)| n.clone())
+            };
+            match (with("leader"), with("sync_standby")) {
+                (Some(l), Some(s)) => Ok((l, s)),
+                _ => Err(seen),
+            }
+        },
+    )
     .await
 }
 
