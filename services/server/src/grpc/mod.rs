@@ -112,6 +112,9 @@ fn status(e: StoreError) -> Status {
             tracing::warn!(%detail, "database unavailable in gRPC call");
             Status::unavailable("the database is unavailable; retry")
         }
+        // This replica's term ended under the call: nothing was written, and the agent
+        // finds the leader.
+        StoreError::Fenced(why) => Status::unavailable(format!("{why}; retry with the leader")),
         e => {
             tracing::error!(error = %e, "store error in gRPC call");
             Status::internal("internal error")
