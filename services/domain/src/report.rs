@@ -296,16 +296,18 @@ fn requeue(
 
 /// What becomes of a job the record says runs on a node whose agent registered again
 /// without it (the agent restarted; its process is gone through no fault of its own): back
-/// to the queue, or cancelled if it was being cancelled.
-pub fn lost_with_its_agent(job: &Job) -> (JobState, &'static str) {
+/// to the queue as lost with its node, or cancelled if it was being cancelled.
+pub fn lost_with_its_agent(job: &Job) -> (JobState, Option<RequeueCode>, &'static str) {
     if job.cancel_requested {
         (
             JobState::Cancelled,
+            None,
             "the node agent restarted; the process is gone",
         )
     } else {
         (
             JobState::Pending,
+            Some(RequeueCode::NodeLost),
             "the node agent restarted and the process was lost; requeued",
         )
     }

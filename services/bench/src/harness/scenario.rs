@@ -116,6 +116,61 @@ pub(crate) struct Failover {
     pub(crate) resumed: Option<f64>,
 }
 
+/// Seconds from `since` to `probe` being placed (its `scheduled_at`), as any replica but
+/// `avoid` answers now; `None` while it waits (or was never acknowledged).
+async fn placed_since(
+    load: &Load,
+    probe: &Answer,
+    avoid: Option<usize>,
+    since: chrono::DateTime<chrono::Utc>,
+) -> Option<f64> {
+    let Answer::Acked(id) = probe else {
+        return None;
+    };
+    for (i, base) in load.bases.iter().enumerate() {
+        if Some(i) == avoid {
+            continue;
+        }
+        let got = load
+            .send_to(base, Method::GET, &format!("/api/v1/jobs/{id}"), None)
+            .await;
+        if let Some((200, job)) = got {
+            return job["scheduled_at"]
+                .as_str()
+                .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+                .map(|t| (t.to_utc() - since).as_seconds_f64());
+        }
+    }
+    None
+}
+
+/// Freezes every replica for `lasting`, wakes them, and submits a probe: the seconds from
+/// the wake to the probe being placed (the control plane back at work), once it is, within
+/// a minute.
+pub(crate) async fn outage(servers: &[Server], load: &Load, lasting: Duration) -> Option<f64> {
+    lock(&load.outages).push((Instant::now(), None));
+    for s in servers {
+        s.signal(nix::sys::signal::Signal::SIGSTOP);
+    }
+    tokio::time::sleep(lasting).await;
+    for s in servers {
+        s.signal(nix::sys::signal::Signal::SIGCONT);
+    }
+    let woke = chrono::Utc::now();
+    let t0 = Instant::now();
+    if let Some(last) = lock(&load.outages).last_mut() {
+        last.1 = Some(Instant::now());
+    }
+    let probe = load.submit("outage-probe".to_owned(), 1, None).await;
+    while t0.elapsed() < Duration::from_secs(60) {
+        if let Some(s) = placed_since(load, &probe, None, woke).await {
+            return Some(s);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    None
+}
+
 /// Which replica leads, and under which epoch, as their metrics say.
 pub(crate) async fn leader(servers: &[Server], http: &reqwest::Client) -> Option<(usize, i64)> {
     let mut found = None;
@@ -169,24 +224,8 @@ pub(crate) async fn fail_leader(
                 }
             }
         }
-        if resumed.is_none()
-            && let Answer::Acked(id) = &probe
-        {
-            for (i, base) in load.bases.iter().enumerate() {
-                if i == at {
-                    continue;
-                }
-                let got = load
-                    .send_to(base, Method::GET, &format!("/api/v1/jobs/{id}"), None)
-                    .await;
-                if let Some((200, job)) = got {
-                    resumed = job["scheduled_at"]
-                        .as_str()
-                        .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
-                        .map(|t| (t.to_utc() - fault_at).as_seconds_f64());
-                    break;
-                }
-            }
+        if resumed.is_none() {
+            resumed = placed_since(load, &probe, Some(at), fault_at).await;
         }
         if takeover.is_some() && (resumed.is_some() || !matches!(probe, Answer::Acked(_))) {
             break;
@@ -267,6 +306,27 @@ pub(crate) async fn run_scenario(args: &Scenario) -> anyhow::Result<()> {
         server.spawn()?;
         server.ready(&http, first).await?;
         if i == 0 && args.replicas > 1 {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    // The negative control needs servers that can write unfenced: an `allot` built with
+    // the `unfenced-for-testing` feature (beside allot-bench, in one command). One built
+    // alone writes fenced whatever it is told, and the control would show nothing.
+    if matches!(args.faults, Faults::Leader { unfenced: true, .. }) {
+        let said = |s: &Server| {
+            std::fs::read_to_string(&s.log)
+                .is_ok_and(|l| l.contains("leader writes are NOT fenced"))
+        };
+        let since = Instant::now();
+        while !servers.iter().any(said) {
+            if since.elapsed() > Duration::from_secs(30) {
+                bail!(
+                    "--unfenced: the servers write fenced: {} was built without the \
+                     unfenced-for-testing feature (build it and allot-bench in one command: \
+                     cargo build -p allot -p allot-bench)",
+                    exe.display()
+                );
+            }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
     }
@@ -432,7 +492,7 @@ pub(crate) async fn run_scenario(args: &Scenario) -> anyhow::Result<()> {
     let begin = Instant::now();
     let mut restarts = Vec::new();
     let mut failovers = Vec::new();
-    let mut outages: Vec<(Duration, Duration)> = Vec::new();
+    let mut outages: Vec<(Duration, Duration, Option<f64>)> = Vec::new();
     match &args.faults {
         Faults::Restarts { kills } => {
             let server = &mut servers[0];
@@ -465,20 +525,11 @@ pub(crate) async fn run_scenario(args: &Scenario) -> anyhow::Result<()> {
             let lease = Duration::from_secs(*lease_secs);
             while failovers.len() < *count || !loader.is_finished() {
                 if !outage.is_zero() && outages.is_empty() && failovers.len() >= count / 2 {
-                    // The whole control plane away: every replica frozen, then woken.
+                    // The whole control plane away: every replica frozen, then woken; the
+                    // next leader fault waits until it is back at work.
                     let at = begin.elapsed();
-                    lock(&load.outages).push((Instant::now(), None));
-                    for s in &servers {
-                        s.signal(nix::sys::signal::Signal::SIGSTOP);
-                    }
-                    tokio::time::sleep(*outage).await;
-                    for s in &servers {
-                        s.signal(nix::sys::signal::Signal::SIGCONT);
-                    }
-                    if let Some(last) = lock(&load.outages).last_mut() {
-                        last.1 = Some(Instant::now());
-                    }
-                    outages.push((at, *outage));
+                    let back = self::outage(&servers, &load, *outage).await;
+                    outages.push((at, *outage, back));
                 }
                 tokio::time::sleep(Duration::from_millis(
                     rng.random_range(args.up_ms.0..=args.up_ms.1),
@@ -789,6 +840,7 @@ pub(crate) async fn run_scenario(args: &Scenario) -> anyhow::Result<()> {
         let resume_p99 = percentile(&resumed, 0.99);
         failover_ok = deposed == 0
             && unresolved == 0
+            && outages.iter().all(|(_, _, back)| back.is_some())
             && requeued == 0
             && failed == 0
             && share >= 0.999
@@ -805,9 +857,10 @@ pub(crate) async fn run_scenario(args: &Scenario) -> anyhow::Result<()> {
                     json!(
                         outages
                             .iter()
-                            .map(|(at, lasted)| json!({
+                            .map(|(at, lasted, back)| json!({
                                 "at_s": at.as_secs_f64(),
                                 "every_replica_frozen_s": lasted.as_secs_f64(),
+                                "woken_to_scheduling_s": back,
                             }))
                             .collect::<Vec<_>>()
                     ),

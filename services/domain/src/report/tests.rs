@@ -246,7 +246,9 @@ fn a_replica_ends_with_its_gang_and_counts_its_failures_once() {
 #[test]
 fn a_job_lost_with_its_agent_is_requeued_unless_it_was_being_cancelled() {
     let mut job = on_node(JobState::Running, 0);
-    assert_eq!(lost_with_its_agent(&job).0, JobState::Pending);
+    let (to, code, _) = lost_with_its_agent(&job);
+    assert_eq!((to, code), (JobState::Pending, Some(RequeueCode::NodeLost)));
     job.cancel_requested = true;
-    assert_eq!(lost_with_its_agent(&job).0, JobState::Cancelled);
+    let (to, code, _) = lost_with_its_agent(&job);
+    assert_eq!((to, code), (JobState::Cancelled, None));
 }

@@ -3,7 +3,6 @@
 
 use std::time::Duration;
 
-use allot_domain::report::RequeueCode;
 use allot_domain::{AuditContext, JobState, Node};
 use allot_proto::v1::{HeartbeatRequest, HeartbeatResponse};
 use allot_store::{Fenced, JobFilter, JobRepo, JobUpdate, SampleRepo, StoreError, TenantScope};
@@ -377,10 +376,10 @@ impl NodeSvc {
     ) -> Result<(), Status> {
         let held = self.jobs_on(node_id, &[JobState::Running]).await?;
         for job in held.into_iter().filter(|j| !running.contains(&j.id)) {
-            let (to, message) = allot_domain::report::lost_with_its_agent(&job);
+            let (to, requeue_code, message) = allot_domain::report::lost_with_its_agent(&job);
             let update = JobUpdate {
                 message: Some(message.to_owned()),
-                requeue_code: Some(RequeueCode::NodeLost),
+                requeue_code,
                 ..Default::default()
             };
             match store
