@@ -526,10 +526,14 @@ pub(crate) async fn run_scenario(args: &Scenario) -> anyhow::Result<()> {
             while failovers.len() < *count || !loader.is_finished() {
                 if !outage.is_zero() && outages.is_empty() && failovers.len() >= count / 2 {
                     // The whole control plane away: every replica frozen, then woken; the
-                    // next leader fault waits until it is back at work.
+                    // next leader fault waits until it is back at work and two leases more
+                    // (its wake is a burst: every agent's reports and heartbeats, and the
+                    // requests queued at each replica meanwhile), so that a failover is not
+                    // charged for the outage's aftermath.
                     let at = begin.elapsed();
                     let back = self::outage(&servers, &load, *outage).await;
                     outages.push((at, *outage, back));
+                    tokio::time::sleep(lease * 2).await;
                 }
                 tokio::time::sleep(Duration::from_millis(
                     rng.random_range(args.up_ms.0..=args.up_ms.1),
