@@ -4,6 +4,7 @@
 //! failover` each configure. No benchmark imports another; each takes what it needs here.
 
 pub(crate) mod controls;
+pub(crate) mod faults;
 pub(crate) mod history;
 pub(crate) mod postgres;
 pub(crate) mod processes;
