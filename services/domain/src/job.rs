@@ -179,7 +179,7 @@ pub struct JobSpec {
     pub isolation: Option<Isolation>,
     pub class: Option<WorkloadClass>,
     /// How often an attempt that fails on its own (a non-zero exit, an application XID) is
-    /// retried, with exponential backoff. Lost nodes, device faults and preemptions
+    /// retried, after 1 s doubling to at most 5 min. Lost nodes, device faults and preemptions
     /// requeue without counting.
     pub max_retries: u32,
     /// Program and arguments, executed directly (no shell unless the job names one).

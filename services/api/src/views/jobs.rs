@@ -65,7 +65,7 @@ pub struct SubmitJob {
     #[schema(value_type = Option<String>, example = "inference", pattern = "^(training|inference|batch)$")]
     pub class: Option<WorkloadClass>,
     /// Retries of attempts that fail on their own (non-zero exit, application XID), 0–100,
-    /// with exponential backoff from 1 s. Lost nodes, device faults and preemptions
+    /// after 1 s, doubling to at most 5 minutes. Lost nodes, device faults and preemptions
     /// requeue without counting.
     #[serde(default)]
     pub max_retries: u32,

@@ -78,7 +78,7 @@ pub enum JobCmd {
         #[arg(long)]
         class: Option<WorkloadClass>,
         /// Retry attempts that fail on their own (non-zero exit) up to this many times,
-        /// with exponential backoff from 1 s.
+        /// after 1 s, doubling to at most 5 minutes.
         #[arg(long, default_value_t = 0)]
         max_retries: u32,
         #[arg(long)]
