@@ -24,6 +24,7 @@ use serde_json::{Value, json};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Mutex, watch};
 
+use crate::harness::controls::Marked;
 use crate::harness::parse_range;
 use crate::harness::percentile;
 use crate::harness::processes::{
@@ -261,11 +262,11 @@ pub async fn run(args: &ChaosBench) -> anyhow::Result<()> {
 
     // Watch for doubles from the side, from before the first job starts: two live
     // attempts of one job at any moment.
-    let marker = match args.runtime {
-        crate::RuntimeKind::Process => format!("ALLOT_JOB_DIR={}/", root.display()),
+    let marked = Arc::new(match args.runtime {
+        crate::RuntimeKind::Process => Marked::job_dirs(&root),
         // Inside a container the job dir is its /scratch: this run's nodes are named so.
-        crate::RuntimeKind::Oci => "ALLOT_NODE=chaos-".to_owned(),
-    };
+        crate::RuntimeKind::Oci => Marked::node_names("chaos-"),
+    });
     let watching = Arc::new(AtomicBool::new(true));
     // This run's jobs, as their submissions are answered: another run on the machine has
     // jobs of the same names.
@@ -275,7 +276,7 @@ pub async fn run(args: &ChaosBench) -> anyhow::Result<()> {
     let observer = {
         let watching = watching.clone();
         let submitted = submitted.clone();
-        let marker = marker.clone();
+        let marked = marked.clone();
         tokio::task::spawn_blocking(move || {
             let mut doubled = HashSet::new();
             // Every job the observer saw running: it sees what it checks.
@@ -285,7 +286,7 @@ pub async fn run(args: &ChaosBench) -> anyhow::Result<()> {
             let mut scans = 0u64;
             while watching.load(Ordering::Relaxed) {
                 scans += 1;
-                let live = live_job_processes(&marker, &mut foreign);
+                let live = live_job_processes(&marked.marker, &mut foreign);
                 let ours = submitted.lock().unwrap_or_else(|e| e.into_inner()).clone();
                 let mut gang_attempts: HashMap<&str, HashSet<String>> = HashMap::new();
                 for (replica, attempts) in live {
@@ -363,36 +364,14 @@ pub async fn run(args: &ChaosBench) -> anyhow::Result<()> {
     }
     let begin = Instant::now();
     let control = args.negative_control.map(|c| {
-        let client = client.clone();
-        let submitted = submitted.clone();
-        let (marker, env) = match args.runtime {
-            crate::RuntimeKind::Process => (
-                marker.clone(),
-                vec![
-                    (
-                        "ALLOT_JOB_DIR",
-                        format!("{}/negative-control", root.display()),
-                    ),
-                    ("ALLOT_NODE", "negative-control".to_owned()),
-                ],
-            ),
-            crate::RuntimeKind::Oci => (
-                marker.clone(),
-                vec![("ALLOT_NODE", "chaos-negative-control".to_owned())],
-            ),
-        };
+        let (client, submitted, marked) = (client.clone(), submitted.clone(), marked.clone());
         tokio::spawn(async move {
-            use crate::harness::controls::{NegativeControl, double, lose};
+            // A replica (what the observer sees) or a job (what the API lists) of this run.
             let ours = |id: &str| {
                 let s = submitted.lock().unwrap_or_else(|e| e.into_inner());
                 s.contains_key(id) || s.values().any(|j| j == id)
             };
-            match c {
-                NegativeControl::Lose => lose(&client, ours).await.map(|id| (id, None)),
-                NegativeControl::Double => double(&marker, &env, ours, 5)
-                    .await
-                    .map(|(id, child)| (id, Some(child))),
-            }
+            crate::harness::controls::apply(c, &client, &marked, ours).await
         })
     });
 

@@ -3,6 +3,7 @@
 //! see nothing.
 
 use std::collections::HashSet;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use allot_client::Client;
@@ -34,7 +35,7 @@ impl NegativeControl {
 }
 
 /// Cancels one of `ours` that has not ended, through the API, and returns its id.
-pub(crate) async fn lose(client: &Client, ours: impl Fn(&str) -> bool) -> anyhow::Result<String> {
+async fn lose(client: &Client, ours: impl Fn(&str) -> bool) -> anyhow::Result<String> {
     // Retried through a control plane being killed and started again meanwhile.
     let started = Instant::now();
     let mut last = String::from("no unfinished job of this run");
@@ -70,25 +71,73 @@ pub(crate) async fn lose(client: &Client, ours: impl Fn(&str) -> bool) -> anyhow
     bail!("the negative control could not lose a job: {last}")
 }
 
-/// Starts a copy of one running job of `ours` (as `live_job_processes(marker)` sees them):
-/// a `sleep` carrying the job's id, `env` (which `marker` matches) and an attempt of its
-/// own. Returns the job's id and the copy, which ends by itself after `secs`.
-pub(crate) async fn double(
-    marker: &str,
-    env: &[(&str, String)],
+/// How a run's job processes are told from others on the machine: the environment entry
+/// `live_job_processes` looks for (`marker`), and what a copy of a job must carry to be
+/// taken for one of them.
+pub(crate) struct Marked {
+    pub(crate) marker: String,
+    copy_env: Vec<(&'static str, String)>,
+}
+
+impl Marked {
+    /// Jobs run as processes, each in a job directory under `root`.
+    pub(crate) fn job_dirs(root: &Path) -> Self {
+        Self {
+            marker: format!("ALLOT_JOB_DIR={}/", root.display()),
+            copy_env: vec![
+                (
+                    "ALLOT_JOB_DIR",
+                    format!("{}/negative-control", root.display()),
+                ),
+                ("ALLOT_NODE", "negative-control".to_owned()),
+            ],
+        }
+    }
+
+    /// Jobs in containers (whose job directory is their `/scratch`), on nodes whose names
+    /// begin with `prefix`.
+    pub(crate) fn node_names(prefix: &str) -> Self {
+        Self {
+            marker: format!("ALLOT_NODE={prefix}"),
+            copy_env: vec![("ALLOT_NODE", format!("{prefix}negative-control"))],
+        }
+    }
+}
+
+/// Puts `control` into a run of jobs `marked` so, on one of `ours`: the job it was put on,
+/// and the copy `double` started (which the caller keeps until its checks are done).
+pub(crate) async fn apply(
+    control: NegativeControl,
+    client: &Client,
+    marked: &Marked,
+    ours: impl Fn(&str) -> bool,
+) -> anyhow::Result<(String, Option<tokio::process::Child>)> {
+    match control {
+        NegativeControl::Lose => lose(client, ours).await.map(|id| (id, None)),
+        NegativeControl::Double => double(marked, ours, 5)
+            .await
+            .map(|(id, child)| (id, Some(child))),
+    }
+}
+
+/// Starts a copy of one running job of `ours` (as `live_job_processes` sees them): a
+/// `sleep` carrying the job's id, the run's mark and an attempt of its own. Returns the
+/// job's id and the copy, which ends by itself after `secs`.
+async fn double(
+    marked: &Marked,
     ours: impl Fn(&str) -> bool,
     secs: u64,
 ) -> anyhow::Result<(String, tokio::process::Child)> {
     let started = Instant::now();
     let mut foreign = HashSet::new();
     loop {
-        let live = live_job_processes(marker, &mut foreign);
+        let live = live_job_processes(&marked.marker, &mut foreign);
         if let Some(id) = live.keys().find(|id| ours(id)) {
             let child = tokio::process::Command::new("sleep")
                 .arg(secs.to_string())
                 .env_clear()
                 .env("PATH", "/usr/bin:/bin")
-                .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+                .envs(marked.copy_env.iter().map(|(k, v)| (*k, v.as_str())))
                 .env("ALLOT_JOB_ID", id)
                 .env("ALLOT_ATTEMPT", "negative-control")
                 .kill_on_drop(true)

@@ -19,6 +19,7 @@ use rand::{Rng, SeedableRng};
 use reqwest::Method;
 use serde_json::{Value, json};
 
+use super::controls::Marked;
 use super::faults::{fail_leader, outage as outage_of};
 use super::history::{completed_runs, history, in_order, verify_log};
 use super::processes::{Agents, Server, all_jobs, live_job_processes, terminate};
@@ -250,13 +251,14 @@ pub(crate) async fn run_scenario(args: &Scenario) -> anyhow::Result<()> {
 
     // Two live attempts of one job at any moment, watched from the side.
     let watching = Arc::new(AtomicBool::new(true));
+    let marked = Arc::new(Marked::job_dirs(&root));
     let observer = {
         let watching = watching.clone();
-        let marker = format!("ALLOT_JOB_DIR={}/", root.display());
+        let marked = marked.clone();
         tokio::task::spawn_blocking(move || {
             let (mut doubled, mut foreign) = (HashSet::new(), HashSet::new());
             while watching.load(Ordering::Relaxed) {
-                for (job, attempts) in live_job_processes(&marker, &mut foreign) {
+                for (job, attempts) in live_job_processes(&marked.marker, &mut foreign) {
                     if attempts.len() > 1 {
                         doubled.insert(job);
                     }
@@ -315,17 +317,8 @@ pub(crate) async fn run_scenario(args: &Scenario) -> anyhow::Result<()> {
 
     // The negative control, once the load has jobs running.
     let control = args.load.negative_control.map(|c| {
-        let (client, ledger) = (client.clone(), ledger.clone());
-        let marker = format!("ALLOT_JOB_DIR={}/", root.display());
-        let env = vec![
-            (
-                "ALLOT_JOB_DIR",
-                format!("{}/negative-control", root.display()),
-            ),
-            ("ALLOT_NODE", "negative-control".to_owned()),
-        ];
+        let (client, ledger, marked) = (client.clone(), ledger.clone(), marked.clone());
         tokio::spawn(async move {
-            use super::controls::{NegativeControl, double, lose};
             tokio::time::sleep(Duration::from_secs(2)).await;
             let ours = |id: &str| {
                 let l = lock(&ledger);
@@ -334,12 +327,7 @@ pub(crate) async fn run_scenario(args: &Scenario) -> anyhow::Result<()> {
                         .iter()
                         .any(|(_, a, _)| matches!(a, Answer::Acked(acked) if acked == id))
             };
-            match c {
-                NegativeControl::Lose => lose(&client, ours).await.map(|id| (id, None)),
-                NegativeControl::Double => double(&marker, &env, ours, 5)
-                    .await
-                    .map(|(id, child)| (id, Some(child))),
-            }
+            super::controls::apply(c, &client, &marked, ours).await
         })
     });
 
