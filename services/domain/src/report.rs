@@ -147,9 +147,18 @@ pub fn time_limit_reached(job: &Job) -> Option<String> {
     ))
 }
 
-/// What `report` does to `job`, at `now`. `gang` holds every replica of `job`'s gang when
-/// `job` is a replica and the report says it stopped ([`Reported::stopped`]); `None`
-/// otherwise.
+/// The gang whose replicas [`judge`] needs for `report`, if any: a replica's, when the
+/// report is about its current attempt, from the node holding it, and says it stopped.
+pub fn gang_to_read<'j>(job: &'j Job, report: &Report<'_>) -> Option<&'j str> {
+    let replica = job.replica.as_ref()?;
+    (report.phase.stopped()
+        && report.attempt == job.attempt
+        && job.node_id.as_deref() == Some(report.node_id))
+    .then_some(replica.gang_id.as_str())
+}
+
+/// What `report` does to `job`, at `now`. `gang` holds every replica of the gang
+/// [`gang_to_read`] names (`None` when it names none).
 pub fn judge(job: &Job, gang: Option<&[Job]>, report: &Report<'_>, now: DateTime<Utc>) -> Verdict {
     if report.attempt != job.attempt {
         return Verdict::Stale {

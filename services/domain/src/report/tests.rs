@@ -204,6 +204,23 @@ fn replica(rank: u32, state: JobState, attempt: u32) -> Job {
 }
 
 #[test]
+fn only_a_stop_of_a_replicas_current_attempt_on_its_node_needs_its_gang() {
+    let me = replica(1, JobState::Running, 1);
+    assert_eq!(gang_to_read(&me, &report(Reported::Failed)), Some("j0"));
+    assert_eq!(gang_to_read(&me, &report(Reported::Running)), None);
+    let mut late = report(Reported::Failed);
+    late.attempt = 2;
+    assert_eq!(gang_to_read(&me, &late), None);
+    let mut other = report(Reported::Lost);
+    other.node_id = "n2";
+    assert_eq!(gang_to_read(&me, &other), None);
+    assert_eq!(
+        gang_to_read(&on_node(JobState::Running, 0), &report(Reported::Failed)),
+        None
+    );
+}
+
+#[test]
 fn a_replica_ends_with_its_gang_and_counts_its_failures_once() {
     let me = replica(1, JobState::Running, 1);
     // Another replica already on the next attempt: this end is part of that requeue.

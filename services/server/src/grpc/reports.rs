@@ -96,15 +96,9 @@ impl NodeSvc {
             message: &r.message,
         };
         // A replica of a gang that stopped: what the gang's other replicas did decides.
-        let gang = match &job.replica {
-            Some(g)
-                if phase.stopped()
-                    && r.attempt == job.attempt
-                    && job.node_id.as_deref() == Some(node.id.as_str()) =>
-            {
-                Some(self.store.gang(&g.gang_id).await.map_err(status)?)
-            }
-            _ => None,
+        let gang = match allot_domain::report::gang_to_read(&job, &report) {
+            Some(id) => Some(self.store.gang(id).await.map_err(status)?),
+            None => None,
         };
         let now = self.store.clock().now();
         let verdict = allot_domain::report::judge(&job, gang.as_deref(), &report, now);
