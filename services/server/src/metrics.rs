@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use allot_domain::{JobState, NodeStatus};
+use allot_domain::JobState;
 use allot_store::{
     JobFilter, JobRepo, NodeRepo, SampleRepo, Store, StoreError, TenantRepo, TenantScope,
 };
@@ -545,14 +545,10 @@ impl Metrics {
             latest.insert(p.gpu_uuid.clone(), p);
         }
         for n in &nodes {
-            let status = match n.status(now) {
-                NodeStatus::Ready => "ready",
-                NodeStatus::NotReady => "not-ready",
-            };
             self.nodes
                 .get_or_create(&NodeLabels {
                     node: n.name.clone(),
-                    status: status.to_owned(),
+                    status: n.status(now).as_str().to_owned(),
                 })
                 .set(1);
             for g in &n.gpus {

@@ -240,13 +240,6 @@ impl std::fmt::Debug for Fenced {
     }
 }
 
-impl Fenced {
-    /// The epoch of the term it writes under.
-    pub fn epoch(&self) -> i64 {
-        self.0.fence.as_ref().map_or(0, |f| f.epoch)
-    }
-}
-
 impl Store {
     /// The leader's handle for `term`: what a leader writes as leader (scheduling, lease
     /// lapses, checkpoints, retention, what its nodes report) goes through it. Audit
