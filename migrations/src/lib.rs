@@ -48,6 +48,8 @@ mod m20261215_000001_gpu_sizing;
 mod m20261216_000001_bootstrap_retry;
 mod m20261217_000001_default_gpu_share;
 mod m20261217_000002_replica_instance;
+mod m20261218_000001_writer_epoch;
+mod m20261218_000002_leader_memory;
 mod roles;
 
 pub use roles::{APPEND_ONLY_TABLES, BadRoleName, postgres_app_role_grants};
@@ -103,6 +105,8 @@ impl MigratorTrait for Migrator {
             Box::new(m20261216_000001_bootstrap_retry::Migration),
             Box::new(m20261217_000001_default_gpu_share::Migration),
             Box::new(m20261217_000002_replica_instance::Migration),
+            Box::new(m20261218_000001_writer_epoch::Migration),
+            Box::new(m20261218_000002_leader_memory::Migration),
         ]
     }
 }

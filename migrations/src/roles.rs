@@ -1,8 +1,10 @@
 //! The PostgreSQL application role: what the control plane may do when it does not own the
-//! schema. It reads and writes the operational tables, but may only append to the audit log
-//! and its checkpoints: no UPDATE, DELETE or TRUNCATE on either, except clearing an entry's
-//! payload columns, which is pruning (and which the triggers still check: the whole payload
-//! at once, never under legal hold). The schema owner applies migrations; this role cannot.
+//! schema. It reads and writes the operational tables, but may only append to the audit log,
+//! its checkpoints and the record of leader terms: no UPDATE, DELETE or TRUNCATE on any,
+//! except clearing an audit entry's payload columns, which is pruning (and which the
+//! triggers still check: the whole payload at once, never under legal hold). The terms are
+//! what deposed writes are dated against, so the control plane must not rewrite them. The
+//! schema owner applies migrations; this role cannot.
 
 /// Why a role name was refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -21,7 +23,7 @@ impl std::fmt::Display for BadRoleName {
 impl std::error::Error for BadRoleName {}
 
 /// The tables that are append-only for the application role.
-pub const APPEND_ONLY_TABLES: [&str; 2] = ["audit_entries", "audit_checkpoints"];
+pub const APPEND_ONLY_TABLES: [&str; 3] = ["audit_entries", "audit_checkpoints", "leader_terms"];
 
 /// The GRANT statements for `role` (which must exist), to run as the schema owner after
 /// every migration. Idempotent.

@@ -126,6 +126,38 @@ async fn a_frozen_leader_is_replaced_and_writes_nothing_when_it_wakes() {
         "{leader:?}"
     );
     assert_eq!(b.epoch(http).await, Some(2));
+    // The rows say so too: each job row names the epoch of the leader handle that last
+    // wrote it, each term when it began, and no row was last written under a's term after
+    // b's had begun.
+    let terms = store.leader_terms().await.expect("terms");
+    let successor = terms
+        .iter()
+        .find(|t| t.holder == "b")
+        .unwrap_or_else(|| panic!("b's term is recorded: {terms:?}"));
+    let frozen_epoch = terms
+        .iter()
+        .filter(|t| t.holder == "a" && t.epoch < successor.epoch)
+        .map(|t| t.epoch)
+        .max()
+        .unwrap_or_else(|| panic!("a's term is recorded: {terms:?}"));
+    assert_eq!((frozen_epoch, successor.epoch), (1, 2), "{terms:?}");
+    let deposed = store.deposed_job_writes().await.expect("deposed writes");
+    assert!(deposed.is_empty(), "{deposed:?}");
+    let writers = store.job_writers().await.expect("writers");
+    let late: Vec<_> = writers
+        .iter()
+        .filter(|w| w.writer_epoch == Some(frozen_epoch) && w.written_at > successor.started_at)
+        .collect();
+    assert!(
+        late.is_empty(),
+        "written by a after b's term began: {late:?}"
+    );
+    // Not for want of stamps: the job b placed and started names b's term.
+    let during = writers
+        .iter()
+        .find(|w| w.job_id == second)
+        .unwrap_or_else(|| panic!("{second} has a row: {writers:?}"));
+    assert_eq!(during.writer_epoch, Some(successor.epoch), "{during:?}");
     // The job that ran through the failover was neither failed nor requeued: one attempt,
     // running all along.
     let j = api.job(&a.http, first).await;
@@ -287,6 +319,7 @@ fn killed_and_frozen_leaders_lose_repeat_and_fail_nothing() {
         "failed",
         "requeued_attempts",
         "deposed_writes_accepted",
+        "deposed_job_rows",
         "failovers_unresolved",
         "acknowledged_submits_missing",
     ] {
@@ -315,9 +348,14 @@ fn without_fencing_a_woken_leader_writes_and_the_bench_sees_it() {
     ]);
     assert!(!ok, "the run passed without fencing: {r}\n{stderr}");
     assert_eq!(r["fencing"], false, "{r}");
-    let caught = ["deposed_writes_accepted", "doubled", "lost"]
-        .iter()
-        .any(|k| r[k].as_u64().unwrap_or(0) > 0);
+    let caught = [
+        "deposed_writes_accepted",
+        "deposed_job_rows",
+        "doubled",
+        "lost",
+    ]
+    .iter()
+    .any(|k| r[k].as_u64().unwrap_or(0) > 0);
     assert!(caught, "nothing stale was seen: {r}");
 }
 

@@ -8,7 +8,9 @@
 //! Reported and asserted, besides everything `allot bench crash` checks (acknowledged
 //! submits present and audited, histories, no job lost or run twice, audit logs verified
 //! offline): writes by a deposed leader accepted (an entry a leader wrote under an epoch
-//! after an entry of a later epoch in the same log: log order is commit order), jobs
+//! after an entry of a later epoch in the same log: log order is commit order; and, read
+//! from the database once the replicas have stopped, a job row last written under an epoch
+//! after a later term had begun: `jobs.writer_epoch` against `leader_terms`), jobs
 //! failed or requeued, the time to another replica leading and to the probe being placed
 //! (p99 within two leases), and the share of the load's requests answered (2xx, or 409 to
 //! a cancel of a job that had ended meanwhile; at least 99.9%).

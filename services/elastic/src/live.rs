@@ -57,7 +57,7 @@ pub struct ClassLoad {
 }
 
 /// What the planner remembers between passes: the burst's hysteresis.
-#[derive(Debug, Clone, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
 pub struct BurstState {
     /// Since when the burst class borrows beyond its share.
     pub active_since: Option<DateTime<Utc>>,
@@ -267,7 +267,7 @@ pub fn plan(
 
 /// Hourly demand per class, kept for forecasting: the GPUs each class held or asked for,
 /// averaged over each hour.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct DemandHistory {
     /// Hour (Unix hours) → class → (sum, count).
     hours: BTreeMap<i64, BTreeMap<String, (f64, u32)>>,

@@ -57,18 +57,30 @@ impl PastUsage {
         self.at
     }
 
-    /// Takes up a history saved at `recorded_at` (Unix seconds), decayed to `now`; the
-    /// time in between counts as no use (nobody recorded it), and the next record adds
-    /// what is held from `now` on.
-    pub fn restore(&mut self, by_queue: HashMap<String, f64>, recorded_at: f64, now: f64) {
-        let decay = (-(now - recorded_at).max(0.0) / self.half_life_secs).exp2();
+    /// Takes up a history saved at `recorded_at` (Unix seconds), as its recorder would have
+    /// carried on: the next record adds what is held then over the time since, as if held
+    /// throughout (jobs run on while no leader records them), but for at most `max_gap`
+    /// seconds before `now` (a control plane down longer counts the rest as no use: its
+    /// jobs were stopped by then). Taken up at once, with the next record at the same
+    /// moment the recorder's would have been, it decides exactly as the recorder would.
+    pub fn restore(
+        &mut self,
+        by_queue: HashMap<String, f64>,
+        recorded_at: f64,
+        now: f64,
+        max_gap: f64,
+    ) {
+        let resume = recorded_at
+            .max(now - max_gap.max(0.0))
+            .min(now.max(recorded_at));
+        let decay = (-(resume - recorded_at).max(0.0) / self.half_life_secs).exp2();
         self.by_queue = by_queue
             .into_iter()
             .filter(|(_, u)| u.is_finite() && *u > 0.0)
             .map(|(q, u)| (q, u * decay))
             .filter(|(_, u)| *u > 1e-6)
             .collect();
-        self.at = Some(now);
+        self.at = Some(resume);
     }
 }
 
@@ -99,20 +111,35 @@ mod tests {
     }
 
     #[test]
-    fn a_saved_history_is_taken_up_decayed_and_the_gap_counts_as_no_use() {
-        let mut p = PastUsage::new(std::time::Duration::from_secs(100));
-        p.restore(
-            HashMap::from([("a".to_owned(), 80.0), ("b".into(), -1.0)]),
-            0.0,
-            200.0,
+    fn a_saved_history_is_taken_up_as_its_recorder_would_have_carried_on() {
+        // The recorder: records at 0, 10, then 20.
+        let mut recorder = PastUsage::new(std::time::Duration::from_secs(100));
+        recorder.record(0.0, [("a", 2.0)]);
+        recorder.record(10.0, [("a", 2.0)]);
+        // Another takes up what it saved at 10, at 15, and records at 20 as it would have.
+        let mut next = PastUsage::new(std::time::Duration::from_secs(100));
+        next.restore(
+            HashMap::from([
+                ("a".to_owned(), recorder.by_queue()["a"]),
+                ("b".into(), -1.0),
+            ]),
+            10.0,
+            15.0,
+            600.0,
         );
-        assert_eq!(p.by_queue().len(), 1, "nonsense left out");
-        assert!((p.by_queue()["a"] - 20.0).abs() < 1e-9, "two half-lives");
-        assert_eq!(p.recorded_at(), Some(200.0));
-        p.record(210.0, [("a", 1.0)]);
-        assert!(
-            p.by_queue()["a"] > 20.0 * (-0.1f64).exp2(),
-            "held from the restore on"
-        );
+        assert_eq!(next.by_queue().len(), 1, "nonsense left out");
+        recorder.record(20.0, [("a", 2.0)]);
+        next.record(20.0, [("a", 2.0)]);
+        assert_eq!(next.by_queue(), recorder.by_queue(), "the same history");
+        assert_eq!(next.recorded_at(), Some(20.0));
+
+        // Down longer than `max_gap`: only the last `max_gap` counts as held.
+        let mut late = PastUsage::new(std::time::Duration::from_secs(100));
+        late.restore(HashMap::from([("a".to_owned(), 80.0)]), 0.0, 260.0, 60.0);
+        assert!((late.by_queue()["a"] - 20.0).abs() < 1e-9, "decayed to 200");
+        assert_eq!(late.recorded_at(), Some(200.0));
+        late.record(260.0, [("a", 1.0)]);
+        let expected = 20.0 * (-0.6f64).exp2() + 60.0 * (-0.3f64).exp2();
+        assert!((late.by_queue()["a"] - expected).abs() < 1e-9, "60 s held");
     }
 }

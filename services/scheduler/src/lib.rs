@@ -22,4 +22,4 @@ pub mod resize;
 #[cfg(test)]
 mod testing;
 
-pub use live::{LIVE_POLICIES, LiveDecision, LiveError, LiveScheduler, Snapshot};
+pub use live::{LIVE_POLICIES, LiveDecision, LiveError, LiveScheduler, SchedulerMemory, Snapshot};

@@ -161,17 +161,33 @@ pub struct LiveScheduler {
     name: String,
     /// `None` for `fgd`, which is built per pass from that pass's jobs.
     policy: Option<Box<dyn PlacementPolicy>>,
+    /// The seed each pass's generator is drawn from, with the pass's number.
+    seed: u64,
     rng: StdRng,
     config: Config,
     /// A node silent this long (no heartbeat) gets no new work, though its lease (and so
     /// its jobs) still stand: work placed there now would likely be disrupted again.
     suspect_after: Option<(chrono::Duration, chrono::Duration)>,
-    /// The pending jobs the policy has been told arrived (once each: a job waiting for
-    /// many passes is one arrival); a job is forgotten once it is no longer pending, so a
-    /// requeued attempt arrives again.
-    arrived: HashSet<String>,
+    /// The last job the policy was told arrived, by (submitted, id): each job arrives
+    /// once, in that order, when a pass first weighs it (a job waiting for many passes is
+    /// one arrival, and a requeued one does not arrive again). A job weighed only after a
+    /// later-submitted one was told (held back meanwhile) is not told at all.
+    told: Option<(DateTime<Utc>, String)>,
+    /// Passes decided so far (each draws its generator from the seed and this).
+    passes: u64,
     /// Tenants' decayed past GPU use, when fair share over time is on.
     past: Option<PastUsage>,
+}
+
+/// What a [`LiveScheduler`] carries from pass to pass besides the fair-share history: what
+/// a new leader takes up from the database to decide as the last one would have.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct SchedulerMemory {
+    /// The placement policy that learned it.
+    pub policy: String,
+    pub passes: u64,
+    pub told: Option<(DateTime<Utc>, String)>,
+    pub learned: Option<placement::allot::Learned>,
 }
 
 /// On the live path the learned workload mix fades: an arrival this many arrivals old
@@ -240,9 +256,10 @@ impl LiveScheduler {
         by_queue: std::collections::HashMap<String, f64>,
         recorded_at: f64,
         now: f64,
+        max_gap: f64,
     ) {
         if let Some(past) = &mut self.past {
-            past.restore(by_queue, recorded_at, now);
+            past.restore(by_queue, recorded_at, now, max_gap);
         }
     }
 
@@ -264,10 +281,12 @@ impl LiveScheduler {
         Ok(Self {
             name: policy.to_owned(),
             policy: built,
+            seed,
             rng: StdRng::seed_from_u64(seed),
             config,
             suspect_after: None,
-            arrived: HashSet::new(),
+            told: None,
+            passes: 0,
             past: None,
         })
     }
@@ -298,8 +317,39 @@ impl LiveScheduler {
         &self.name
     }
 
+    /// What this scheduler has learned and counted, for another to carry on from
+    /// ([`Self::take_up`]): the policy's workload mix, the last job it was told of, and how
+    /// many passes it decided. (The fair-share history is kept apart: see
+    /// [`Self::past_usage`].)
+    pub fn memory(&self) -> SchedulerMemory {
+        SchedulerMemory {
+            policy: self.name.clone(),
+            passes: self.passes,
+            told: self.told.clone(),
+            learned: self.policy.as_ref().and_then(|p| p.learned()),
+        }
+    }
+
+    /// Carries on from another scheduler's [`Self::memory`] (a new leader from the last
+    /// one's): it decides from here on as that one would have. What another policy learned
+    /// is not taken up.
+    pub fn take_up(&mut self, memory: SchedulerMemory) {
+        self.passes = memory.passes;
+        self.told = memory.told;
+        if memory.policy == self.name
+            && let (Some(p), Some(l)) = (self.policy.as_mut(), memory.learned)
+        {
+            p.take_up(l);
+        }
+    }
+
     /// One pass over `snap`.
     pub fn decide(&mut self, snap: &Snapshot<'_>) -> Result<Vec<LiveDecision>, LiveError> {
+        // Each pass's generator is drawn from the seed and the pass's number, so a
+        // scheduler that takes up another's memory draws what it would have drawn.
+        self.passes += 1;
+        self.rng =
+            StdRng::seed_from_u64(self.seed ^ self.passes.wrapping_mul(0x9E37_79B9_7F4A_7C15));
         // Every pass counts what is held, whether or not anything waits.
         if let Some(past) = &mut self.past {
             past.record(
@@ -665,16 +715,31 @@ impl LiveScheduler {
         let policy: &mut dyn PlacementPolicy = match self.policy.as_mut() {
             Some(p) => {
                 p.reset(&mapped.cluster);
-                // Each pending job arrives once (each replica of a gang is a request).
-                for j in &pending {
-                    if self.arrived.insert(j.id.clone()) {
-                        for _ in 0..j.replicas {
-                            p.arrived(&mapped.cluster, &j.request);
-                        }
+                // Each job arrives once, in the order submitted (each replica of a gang is
+                // a request).
+                let submitted: HashMap<&str, DateTime<Utc>> = snap
+                    .pending
+                    .iter()
+                    .map(|j| (engine_id(j), j.created_at))
+                    .collect();
+                let mut new: Vec<(DateTime<Utc>, &Job)> = pending
+                    .iter()
+                    .filter_map(|j| Some((*submitted.get(j.id.as_str())?, j)))
+                    .filter(|(at, j)| {
+                        self.told
+                            .as_ref()
+                            .is_none_or(|(t, id)| (*at, j.id.as_str()) > (*t, id.as_str()))
+                    })
+                    .collect();
+                new.sort_by(|a, b| (a.0, &a.1.id).cmp(&(b.0, &b.1.id)));
+                for (_, j) in &new {
+                    for _ in 0..j.replicas {
+                        p.arrived(&mapped.cluster, &j.request);
                     }
                 }
-                let waiting: HashSet<&str> = pending.iter().map(|j| j.id.as_str()).collect();
-                self.arrived.retain(|id| waiting.contains(id.as_str()));
+                if let Some((at, j)) = new.last() {
+                    self.told = Some((*at, j.id.clone()));
+                }
                 p.as_mut()
             }
             None => {

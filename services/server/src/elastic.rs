@@ -20,11 +20,19 @@ pub struct ElasticShares {
 
 #[derive(Default)]
 struct State {
+    memory: ElasticMemory,
+    /// The last pass's plan and forecast error, for the metrics.
+    last: Option<(Plan, BTreeMap<String, f64>)>,
+}
+
+/// What the planner remembers between passes: the burst's state and the demand history. A
+/// leader keeps it in the database (`allot_store::LeaderMemoryRepo`) and a new one takes it
+/// up, so the burst and the forecast carry on across a change of leader.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ElasticMemory {
     burst: BurstState,
     history: DemandHistory,
     last_recorded: Option<DateTime<Utc>>,
-    /// The last pass's plan and forecast error, for the metrics.
-    last: Option<(Plan, BTreeMap<String, f64>)>,
 }
 
 /// GPUs that take work: whole GPUs (not in MIG mode) on ready nodes, healthy and not
@@ -94,7 +102,11 @@ impl ElasticShares {
                     .map_or(j.created_at, |t| t.min(j.created_at)),
             );
         }
-        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut guard = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let State {
+            memory: state,
+            last,
+        } = &mut *guard;
         // Demand at most once a minute: the history is hourly.
         if state
             .last_recorded
@@ -118,8 +130,26 @@ impl ElasticShares {
             &mut state.burst,
         );
         let error = state.history.forecast_error(now);
-        state.last = Some((p.clone(), error));
+        *last = Some((p.clone(), error));
         p
+    }
+
+    /// What the planner remembers now.
+    pub fn memory(&self) -> ElasticMemory {
+        self.state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .memory
+            .clone()
+    }
+
+    /// Carries on from `memory` (a new term's leader, from what the last one saved); with
+    /// none saved, from nothing: what this process remembers of an earlier term of its own
+    /// is stale.
+    pub fn take_up(&self, memory: Option<ElasticMemory>) {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        state.memory = memory.unwrap_or_default();
+        state.last = None;
     }
 
     /// The last plan and the forecast error per class, for the metrics.

@@ -31,6 +31,9 @@ pub struct Hub {
     /// held back from placement until the node's heartbeat no longer shows the job: a
     /// job's capacity ends when its node has seen its processes gone.
     withheld: Mutex<HashMap<String, NodeWithheld>>,
+    /// Nodes whose heartbeat reached this term: only they can take new work, since only
+    /// then are the GPUs held back on them (`withheld`) rebuilt from what they run.
+    heard: Mutex<std::collections::HashSet<String>>,
 }
 
 /// A node's held-back jobs by (job id, attempt; 0 for whichever attempt runs).
@@ -93,13 +96,25 @@ impl Hub {
         }
     }
 
-    /// Nodes whose assignment stream is open: the only ones a launch can reach now.
-    pub fn connected(&self) -> std::collections::HashSet<String> {
+    /// Nodes that can take new work now: their assignment stream is open (a launch can
+    /// reach them) and their heartbeat reached this term (what they still run of ended
+    /// jobs is held back: a new leader learns it from that heartbeat, not from memory).
+    pub fn placeable(&self) -> std::collections::HashSet<String> {
+        let heard = lock(&self.heard);
         self.lock()
             .iter()
-            .filter(|(_, tx)| !tx.is_closed())
+            .filter(|(node, tx)| !tx.is_closed() && heard.contains(*node))
             .map(|(node, _)| node.clone())
             .collect()
+    }
+
+    /// Launches resent to a node that subscribed again (its scheduled jobs): awaiting
+    /// confirmation as any launch is, so that they are sent again if this stream dies too.
+    pub fn resent(&self, node_id: &str, job: &Job) {
+        lock(&self.unconfirmed)
+            .entry(node_id.to_owned())
+            .or_default()
+            .insert(job.id.clone(), (job.attempt, Instant::now()));
     }
 
     /// Sends a launch (see `crate::launches`) and remembers it until the node confirms it.
@@ -200,17 +215,19 @@ impl Hub {
     }
 
     /// The node's heartbeat shows it runs `running` (each job with its attempt where the
-    /// node says): what it no longer runs is released (whether anything was), and the held
-    /// jobs it still runs are returned. An ended attempt is released while a later attempt
+    /// node says): what it no longer runs is released, and the held jobs it still runs are
+    /// returned, with whether room may have appeared (something was released, or this is
+    /// the node's first heartbeat of the term: it takes new work from now on). An ended attempt is released while a later attempt
     /// of the same job runs there: its GPUs are not the later one's.
     pub fn reconcile(
         &self,
         node_id: &str,
         running: &[(String, Option<u32>)],
     ) -> (bool, Vec<(String, Withheld)>) {
+        let first = lock(&self.heard).insert(node_id.to_owned());
         let mut map = lock(&self.withheld);
         let Some(jobs) = map.get_mut(node_id) else {
-            return (false, Vec::new());
+            return (first, Vec::new());
         };
         let before = jobs.len();
         jobs.retain(|(id, attempt), _| {
@@ -218,7 +235,7 @@ impl Hub {
                 r == id && (*attempt == 0 || runs.is_none_or(|runs| runs == *attempt))
             })
         });
-        let released = jobs.len() < before;
+        let released = first || jobs.len() < before;
         let still = jobs
             .iter()
             .map(|((id, _), w)| (id.clone(), w.clone()))
@@ -270,6 +287,7 @@ impl Hub {
         lock(&self.partitions).clear();
         lock(&self.withheld).clear();
         lock(&self.stops).clear();
+        lock(&self.heard).clear();
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, AssignmentTx>> {
@@ -401,6 +419,11 @@ mod tests {
     #[test]
     fn an_ended_attempt_is_released_while_a_later_one_runs() {
         let hub = Hub::default();
+        // Its first heartbeat of the term, before anything was held back.
+        assert!(
+            hub.reconcile("n", &[]).0,
+            "a node first heard may take work"
+        );
         hub.withhold("n", "a", 1, vec!["GPU-0".into()]);
         let (released, still) = hub.reconcile("n", &running(&[("a", Some(1))]));
         assert!(!released && still.len() == 1, "attempt 1 still runs");
@@ -413,6 +436,11 @@ mod tests {
     #[test]
     fn without_attempts_or_for_any_attempt_the_job_id_decides() {
         let hub = Hub::default();
+        // Its first heartbeat of the term, before anything was held back.
+        assert!(
+            hub.reconcile("n", &[]).0,
+            "a node first heard may take work"
+        );
         hub.withhold("n", "a", 1, vec!["GPU-0".into()]);
         hub.withhold("n", "b", 0, vec!["GPU-1".into()]);
         // An agent that does not say which attempt runs: held while the job runs.
@@ -423,5 +451,24 @@ mod tests {
         let (released, _) = hub.reconcile("n", &[]);
         assert!(released);
         assert!(hub.withheld_gpus("n").is_empty());
+    }
+
+    /// A node takes new work only once its stream is open and its heartbeat has reached
+    /// this term: a new leader learns from that heartbeat what ended jobs still hold there.
+    #[test]
+    fn a_node_is_placeable_once_subscribed_and_heard_in_the_term() {
+        let hub = Hub::default();
+        let (_tx, _rx, _) = hub.subscribe("n").expect("first stream");
+        assert!(hub.placeable().is_empty(), "not heard yet");
+        let (first, _) = hub.reconcile("n", &[]);
+        assert!(first);
+        assert!(hub.placeable().contains("n"));
+        assert!(!hub.reconcile("n", &[]).0, "heard already");
+        hub.reset();
+        assert!(hub.placeable().is_empty(), "a new term hears it again");
+        // Heard but not subscribed: a launch could not reach it.
+        hub.close_all();
+        hub.reconcile("m", &[]);
+        assert!(hub.placeable().is_empty());
     }
 }

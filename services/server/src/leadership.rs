@@ -170,6 +170,8 @@ pub struct Campaign {
     pub leadership: Arc<Leadership>,
     pub metrics: Arc<crate::metrics::Metrics>,
     pub work: LeaderWork,
+    /// The heartbeat pace, counted afresh before the term serves anyone.
+    pub pacing: Arc<crate::pacing::Pacing>,
     /// How long stopping leader work may take before its tasks are aborted.
     pub grace: Duration,
     /// Whether leader work writes through the fence: always, but in the negative control
@@ -201,7 +203,7 @@ impl Campaign {
         let mut term = None;
         let mut running = None;
         if let Some(t) = first {
-            running = Some(self.lead(&t));
+            running = Some(self.lead(&t).await);
             term = Some(t);
         }
         loop {
@@ -235,7 +237,7 @@ impl Campaign {
                 },
                 None => match self.try_acquire().await {
                     Some(t) => {
-                        running = Some(self.lead(&t));
+                        running = Some(self.lead(&t).await);
                         term = Some(t);
                     }
                     None => self.note_leader().await,
@@ -251,12 +253,13 @@ impl Campaign {
     }
 
     /// Starts leader work under `term`.
-    fn lead(&self, term: &Term) -> Running {
+    async fn lead(&self, term: &Term) -> Running {
         tracing::info!(replica = %self.replica, epoch = term.epoch, "leading the control plane");
         // Nothing of an earlier term (launches awaiting confirmation, GPUs held back) holds.
         self.hub.reset();
         let stop = CancellationToken::new();
         let store = leader_handle(&self.store, term, self.fencing);
+        self.pacing.recount(&store).await;
         self.leadership.set_fenced(Some(store.clone()));
         let tasks = (self.work)(store, stop.clone());
         self.leadership.set(Role::Leader { epoch: term.epoch });

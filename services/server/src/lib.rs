@@ -9,6 +9,7 @@ pub mod grpc;
 pub mod hub;
 pub mod launches;
 pub mod leadership;
+pub mod memory;
 pub use leadership::UNFENCED_ENV;
 mod leases;
 pub mod metrics;
@@ -887,6 +888,7 @@ pub async fn start(
         leadership: leadership.clone(),
         metrics: metrics.clone(),
         work: leader_work,
+        pacing: pacing.clone(),
         grace: SHUTDOWN_GRACE / 2,
         fencing: leadership::fencing(),
     };

@@ -48,20 +48,26 @@ impl Pacing {
         )
     }
 
-    /// Counts the ready nodes at once, then every few seconds, until `stop` (a term of
-    /// leadership ends). A failed count keeps the last.
+    /// Counts the ready nodes now. A failed count keeps the last. A leader counts before
+    /// it answers its first heartbeat, so the pace it hands out is the fleet's from the
+    /// start of its term (not a count it remembers, or none).
+    pub async fn recount(&self, store: &Store) {
+        match store.count_ready_nodes(store.clock().now()).await {
+            Ok(n) => self
+                .ready
+                .store(usize::try_from(n).unwrap_or(usize::MAX), Ordering::Relaxed),
+            Err(e) => tracing::warn!(error = %e, "ready nodes not counted"),
+        }
+    }
+
+    /// Counts the ready nodes every few seconds until `stop` (a term of leadership ends).
     pub async fn count(self: Arc<Self>, store: Store, stop: CancellationToken) {
         loop {
-            match store.count_ready_nodes(store.clock().now()).await {
-                Ok(n) => self
-                    .ready
-                    .store(usize::try_from(n).unwrap_or(usize::MAX), Ordering::Relaxed),
-                Err(e) => tracing::warn!(error = %e, "ready nodes not counted"),
-            }
             tokio::select! {
                 () = stop.cancelled() => return,
                 () = tokio::time::sleep(COUNT_EVERY) => {}
             }
+            self.recount(&store).await;
         }
     }
 }

@@ -10,8 +10,8 @@ use allot_domain::{AuditContext, AuditEvent, JobState, SYSTEM_LOG};
 use allot_domain::{Job, PendingReason};
 use allot_scheduler::{LiveDecision, LiveError, LiveScheduler, Snapshot};
 use allot_store::{
-    AuditRepo, FairShareRepo, Fenced, JobFilter, JobRepo, JobUpdate, LeaderRepo, NodeRepo,
-    PendingJobs, Store, StoreError, TenantRepo, TenantScope,
+    AuditRepo, Fenced, JobFilter, JobRepo, JobUpdate, LeaderRepo, NodeRepo, PendingJobs, Store,
+    StoreError, TenantRepo, TenantScope,
 };
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -53,8 +53,13 @@ pub async fn run(
     metrics: Arc<crate::metrics::Metrics>,
     stop: CancellationToken,
 ) {
-    restore_fair_share(&store, &mut scheduler).await;
-    let mut saved_at: Option<f64> = None;
+    let mut saved = crate::memory::take_up(
+        &store,
+        &mut scheduler,
+        elastic.as_deref(),
+        loss.outage_tolerance,
+    )
+    .await;
     let mut pending = PassState::new(loss);
     let mut last_took = Duration::ZERO;
     loop {
@@ -72,8 +77,6 @@ pub async fn run(
             () = tokio::time::sleep(interval) => false,
         };
         if stopping {
-            let due = fair_share_due(&scheduler, saved_at, Duration::ZERO);
-            save_fair_share(&store, due, &mut saved_at).await;
             return;
         }
         let started = std::time::Instant::now();
@@ -102,71 +105,15 @@ pub async fn run(
         if let Err(e) = result {
             tracing::warn!(error = %e, "scheduling pass failed; retrying on the next tick");
         }
-        let due = fair_share_due(&scheduler, saved_at, FAIR_SHARE_SAVE_EVERY);
-        save_fair_share(&store, due, &mut saved_at).await;
+        // What the pass changed of the scheduler's memory is kept before the next: a new
+        // leader carries on from it.
+        let now = crate::memory::Remembered::of(&scheduler, elastic.as_deref());
+        crate::memory::save(&store, now, &mut saved).await;
     }
 }
 
 /// The longest a pass woken by work waits after the previous one.
 const MAX_PASS_GAP: Duration = Duration::from_millis(500);
-
-/// The fair-share history is saved at most this often (and when the loop stops): a control
-/// plane killed outright loses at most this much of it.
-const FAIR_SHARE_SAVE_EVERY: Duration = Duration::from_secs(10);
-
-/// Takes up the saved fair-share history, when fair share over time is on.
-async fn restore_fair_share(store: &Store, scheduler: &mut LiveScheduler) {
-    if scheduler.past_usage().is_none() {
-        return;
-    }
-    let saved = store.fair_share_history().await;
-    match saved {
-        Ok(h) => {
-            if let Some(at) = h.recorded_at {
-                let secs = |t: chrono::DateTime<chrono::Utc>| t.timestamp_millis() as f64 / 1e3;
-                let tenants = h.by_tenant.len();
-                scheduler.restore_past_usage(h.by_tenant, secs(at), secs(store.clock().now()));
-                tracing::info!(tenants, recorded_at = %at, "fair-share history taken up");
-            }
-        }
-        Err(e) => tracing::warn!(error = %e, "fair-share history not read; starting afresh"),
-    }
-}
-
-/// The fair-share history to save, if it was recorded since it was last saved (`saved_at`)
-/// `every` ago or more.
-fn fair_share_due(
-    scheduler: &LiveScheduler,
-    saved_at: Option<f64>,
-    every: Duration,
-) -> Option<(f64, allot_store::FairShareHistory)> {
-    let past = scheduler.past_usage()?;
-    let at = past.recorded_at()?;
-    if saved_at.is_some_and(|s| at - s < every.as_secs_f64()) {
-        return None;
-    }
-    Some((
-        at,
-        allot_store::FairShareHistory {
-            by_tenant: past.by_queue().clone(),
-            recorded_at: chrono::DateTime::from_timestamp_millis((at * 1e3) as i64),
-        },
-    ))
-}
-
-async fn save_fair_share(
-    store: &Store,
-    due: Option<(f64, allot_store::FairShareHistory)>,
-    saved_at: &mut Option<f64>,
-) {
-    let Some((at, history)) = due else {
-        return;
-    };
-    match store.save_fair_share_history(&history).await {
-        Ok(()) => *saved_at = Some(at),
-        Err(e) => tracing::warn!(error = %e, "fair-share history not saved"),
-    }
-}
 
 async fn jobs_in(store: &Store, states: &[JobState]) -> Result<Vec<allot_domain::Job>, StoreError> {
     Ok(store
@@ -400,7 +347,7 @@ async fn decide_and_apply(
     if pending.is_empty() && !must_decide {
         return Ok(Passed::Done);
     }
-    let reachable = hub.connected();
+    let reachable = hub.placeable();
     let forecasts = sizing.and_then(|s| s.forecasts(std::time::Instant::now()));
     let decisions = scheduler.decide(&Snapshot {
         nodes: &nodes,

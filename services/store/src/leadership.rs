@@ -6,6 +6,11 @@
 //! share lock on the row (PostgreSQL) so a takeover waits for the commit. A leader that was
 //! paused (SIGSTOP, a stall, a partition from the database) past its lease therefore writes
 //! nothing once it wakes: its epoch is gone, or its lease has expired by its own clock.
+//!
+//! Whether that held is seen in the rows themselves: every takeover records when its term
+//! began (`leader_terms`), and every job row the epoch of the leader handle that last wrote
+//! it (`jobs.writer_epoch`), so a row last written under an epoch after a later term had
+//! begun is a deposed write ([`LeadershipRepo::deposed_job_writes`]).
 
 use std::sync::Arc;
 
@@ -13,10 +18,11 @@ use chrono::{DateTime, Utc};
 use sea_orm::sea_query::{Expr, ExprTrait};
 use sea_orm::{
     ActiveValue::Set, ColumnTrait, Condition, ConnectionTrait, DatabaseTransaction, DbBackend,
-    EntityTrait, QueryFilter, QuerySelect, TransactionTrait,
+    EntityTrait, QueryFilter, QueryOrder, QuerySelect, TransactionTrait,
 };
 
 use crate::entities::leader_lease::{self, Column};
+use crate::entities::{jobs, leader_terms};
 use crate::{Store, StoreError};
 
 /// The lease's row.
@@ -52,6 +58,40 @@ pub struct Term {
     pub expires_at: DateTime<Utc>,
 }
 
+/// A term of leadership as recorded when it was taken.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaderTerm {
+    pub epoch: i64,
+    pub holder: String,
+    pub instance: String,
+    /// When the lease was taken, by the taker's clock.
+    pub started_at: DateTime<Utc>,
+}
+
+/// Who last wrote a job row, and when.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobWriter {
+    pub job_id: String,
+    /// The epoch of the leader handle that wrote it; `None` when no leader handle did (a
+    /// submit, a cancel through any replica).
+    pub writer_epoch: Option<i64>,
+    /// The row's `updated_at`, by the writer's clock.
+    pub written_at: DateTime<Utc>,
+}
+
+/// A job row last written by a leader handle after a later term had begun: a write its
+/// fence should have refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeposedWrite {
+    pub job_id: String,
+    /// The epoch of the handle that wrote it.
+    pub writer_epoch: i64,
+    /// When it was written (the row's `updated_at`, by the writer's clock).
+    pub written_at: DateTime<Utc>,
+    /// The first later term that had begun before then.
+    pub superseded_by: i64,
+}
+
 pub trait LeadershipRepo {
     /// The lease as it stands.
     fn leader(&self) -> impl Future<Output = Result<Leader, StoreError>> + Send;
@@ -76,6 +116,19 @@ pub trait LeadershipRepo {
     ) -> impl Future<Output = Result<Option<Term>, StoreError>> + Send;
     /// Gives the lease up now (a clean stop), so another replica takes over at once.
     fn resign(&self, term: &Term) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// Every term taken since terms were recorded, oldest first.
+    fn leader_terms(&self) -> impl Future<Output = Result<Vec<LeaderTerm>, StoreError>> + Send;
+    /// Every job row's last writer and when it wrote, by job id.
+    fn job_writers(&self) -> impl Future<Output = Result<Vec<JobWriter>, StoreError>> + Send;
+    /// The job rows whose last write was made under an epoch after a later term had begun
+    /// (`updated_at` later than that term's `started_at`), by job id. Empty when fencing
+    /// held. It dates writes by `updated_at`, so it sees neither a write that sets no
+    /// `updated_at` (a pending reason) unless the row was last dated by a later write, nor
+    /// a deposed write hidden by a later one; and it compares the clocks of different
+    /// replicas, so it assumes they agree to well within a lease.
+    fn deposed_job_writes(
+        &self,
+    ) -> impl Future<Output = Result<Vec<DeposedWrite>, StoreError>> + Send;
 }
 
 impl LeadershipRepo for Store {
@@ -131,6 +184,16 @@ impl LeadershipRepo for Store {
             .one(&txn)
             .await?
             .ok_or_else(|| StoreError::Corrupt("the leader lease row is missing".into()))?;
+        // The term's start, in the takeover's own transaction: what later writes under the
+        // epochs before it are dated against.
+        leader_terms::Entity::insert(leader_terms::ActiveModel {
+            epoch: Set(row.epoch),
+            holder: Set(row.holder.clone()),
+            instance: Set(row.instance.clone()),
+            started_at: Set(now),
+        })
+        .exec_without_returning(&txn)
+        .await?;
         txn.commit().await?;
         Ok(Some(Term {
             holder: row.holder,
@@ -173,6 +236,85 @@ impl LeadershipRepo for Store {
             .exec(&self.db)
             .await?;
         Ok(())
+    }
+
+    async fn leader_terms(&self) -> Result<Vec<LeaderTerm>, StoreError> {
+        Ok(leader_terms::Entity::find()
+            .order_by_asc(leader_terms::Column::Epoch)
+            .all(&self.db)
+            .await?
+            .into_iter()
+            .map(|t| LeaderTerm {
+                epoch: t.epoch,
+                holder: t.holder,
+                instance: t.instance,
+                started_at: t.started_at,
+            })
+            .collect())
+    }
+
+    async fn job_writers(&self) -> Result<Vec<JobWriter>, StoreError> {
+        let rows: Vec<(String, Option<i64>, DateTime<Utc>)> = jobs::Entity::find()
+            .select_only()
+            .column(jobs::Column::Id)
+            .column(jobs::Column::WriterEpoch)
+            .column(jobs::Column::UpdatedAt)
+            .order_by_asc(jobs::Column::Id)
+            .into_tuple()
+            .all(&self.db)
+            .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(job_id, writer_epoch, written_at)| JobWriter {
+                job_id,
+                writer_epoch,
+                written_at,
+            })
+            .collect())
+    }
+
+    async fn deposed_job_writes(&self) -> Result<Vec<DeposedWrite>, StoreError> {
+        let terms = self.leader_terms().await?;
+        let Some(newest) = terms.last().map(|t| t.epoch) else {
+            return Ok(Vec::new());
+        };
+        // Compared here rather than in SQL: SQLite keeps timestamps as text.
+        let rows: Vec<(String, Option<i64>, DateTime<Utc>)> = jobs::Entity::find()
+            .select_only()
+            .column(jobs::Column::Id)
+            .column(jobs::Column::WriterEpoch)
+            .column(jobs::Column::UpdatedAt)
+            .filter(jobs::Column::WriterEpoch.lt(newest))
+            .order_by_asc(jobs::Column::Id)
+            .into_tuple()
+            .all(&self.db)
+            .await?;
+        // The earliest start among each term and those after it: most rows were written in
+        // their term and are passed over at one look.
+        let mut earliest = terms.iter().map(|t| t.started_at).collect::<Vec<_>>();
+        for i in (1..earliest.len()).rev() {
+            earliest[i - 1] = std::cmp::min(earliest[i - 1], earliest[i]);
+        }
+        Ok(rows
+            .into_iter()
+            .filter_map(|(job_id, writer_epoch, written_at)| {
+                let writer_epoch = writer_epoch?;
+                let later = terms.partition_point(|t| t.epoch <= writer_epoch);
+                if *earliest.get(later)? >= written_at {
+                    return None;
+                }
+                let superseded_by = terms[later..]
+                    .iter()
+                    .find(|t| t.started_at < written_at)
+                    .map(|t| t.epoch)?;
+                Some(DeposedWrite {
+                    job_id,
+                    writer_epoch,
+                    written_at,
+                    superseded_by,
+                })
+            })
+            .collect())
     }
 }
 
@@ -241,6 +383,14 @@ impl std::fmt::Debug for Fenced {
 }
 
 impl Store {
+    /// The epoch this handle's job writes record as their writer (`jobs.writer_epoch`): its
+    /// term's, enforced or not, so the negative control's deposed writes show; `None` on a
+    /// handle that is no leader's, whose writes clear it (the column names the last writer,
+    /// not the last leader that wrote).
+    pub(crate) fn writer_epoch(&self) -> Option<i64> {
+        self.fence.as_ref().map(|f| f.epoch)
+    }
+
     /// The leader's handle for `term`: what a leader writes as leader (scheduling, lease
     /// lapses, checkpoints, retention, what its nodes report) goes through it. Audit
     /// entries written through it name the term as their source.

@@ -1594,6 +1594,13 @@ async fn the_postgres_application_role_can_only_append_to_the_audit_log() {
             .expect("pruning is allowed"),
         1
     );
+    // A takeover records its term, which the role may add but not rewrite.
+    use allot_store::LeadershipRepo;
+    app.acquire("a", "a-1", "", Duration::seconds(5))
+        .await
+        .expect("a takeover as the application role")
+        .expect("the lease is free");
+    assert_eq!(app.leader_terms().await.expect("terms").len(), 1);
 
     let raw = sea_orm::Database::connect(app_url.as_str())
         .await
@@ -1605,6 +1612,9 @@ async fn the_postgres_application_role_can_only_append_to_the_audit_log() {
         "TRUNCATE audit_entries",
         "UPDATE audit_checkpoints SET note = ''",
         "DELETE FROM audit_checkpoints",
+        "UPDATE leader_terms SET started_at = started_at",
+        "DELETE FROM leader_terms",
+        "TRUNCATE leader_terms",
         "DELETE FROM seaql_migrations",
         "DROP TRIGGER audit_entries_no_update_delete ON audit_entries",
         "ALTER TABLE audit_entries DISABLE TRIGGER ALL",

@@ -1,6 +1,7 @@
 //! The checks of what became of a run's jobs: each history follows the state machine, what
-//! was seen is in it in order, the audit logs verify offline and say the same, and each
-//! job's runs are counted from the files they leave.
+//! was seen is in it in order, the audit logs verify offline and say the same, each job's
+//! runs are counted from the files they leave, and no job row was last written by a deposed
+//! leader.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
@@ -132,6 +133,26 @@ pub(crate) async fn verify_log(
         submits,
         transitions,
     })
+}
+
+/// The job rows whose last write a deposed leader made, as the database itself records
+/// them (each row's writer's epoch against when each term began): read once the replicas
+/// have stopped, so nothing writes meanwhile. It sees what the audit log's order cannot
+/// show (a deposed write audited in no log, or in one the new leader had not yet written
+/// to), but only a row's last write: a later write by the new leader hides an earlier
+/// deposed one.
+pub(crate) async fn deposed_job_rows(
+    database_url: &str,
+) -> anyhow::Result<Vec<allot_store::DeposedWrite>> {
+    use allot_store::LeadershipRepo;
+    let store =
+        allot_store::Store::connect(database_url, std::sync::Arc::new(allot_domain::SystemClock))
+            .await
+            .context("connecting to the replicas' database")?;
+    store
+        .deposed_job_writes()
+        .await
+        .context("reading the job rows' writers")
 }
 
 /// Completed runs of each job, from the lines the jobs appended.

@@ -21,7 +21,7 @@ use serde_json::{Value, json};
 
 use super::controls::Marked;
 use super::faults::{fail_leader, outage as outage_of};
-use super::history::{completed_runs, history, in_order, verify_log};
+use super::history::{completed_runs, deposed_job_rows, history, in_order, verify_log};
 use super::processes::{Agents, Server, all_jobs, live_job_processes, terminate};
 use super::submits::{Answer, Ledger, Load, Seen, lock, poll};
 use super::{parse_range, percentile};
@@ -463,6 +463,11 @@ pub(crate) async fn run_scenario(args: &Scenario) -> anyhow::Result<()> {
     for server in &mut servers {
         server.stop().await;
     }
+    // The rows' own record of who wrote them last, once nothing writes.
+    let deposed_rows = match (&args.faults, &database_url) {
+        (Faults::Leader { .. }, Some(url)) => deposed_job_rows(url).await?,
+        _ => Vec::new(),
+    };
     drop(pg);
 
     // The checks.
@@ -686,6 +691,7 @@ pub(crate) async fn run_scenario(args: &Scenario) -> anyhow::Result<()> {
         };
         let resume_p99 = percentile(&resumed, 0.99);
         failover_ok = deposed == 0
+            && deposed_rows.is_empty()
             && unresolved == 0
             && outages.iter().all(|(_, _, back)| back.is_some())
             && requeued == 0
@@ -737,6 +743,22 @@ pub(crate) async fn run_scenario(args: &Scenario) -> anyhow::Result<()> {
                 ),
                 ("failovers_unresolved", json!(unresolved)),
                 ("deposed_writes_accepted", json!(deposed)),
+                ("deposed_job_rows", json!(deposed_rows.len())),
+                (
+                    "deposed_job_row_examples",
+                    json!(
+                        deposed_rows
+                            .iter()
+                            .take(5)
+                            .map(|w| json!({
+                                "job": w.job_id,
+                                "writer_epoch": w.writer_epoch,
+                                "written_at": w.written_at.to_rfc3339(),
+                                "superseded_by": w.superseded_by,
+                            }))
+                            .collect::<Vec<_>>()
+                    ),
+                ),
                 ("requests", json!(ledger.requests)),
                 ("requests_2xx", json!(ledger.answered_2xx)),
                 ("requests_cancel_conflict", json!(ledger.answered_conflict)),

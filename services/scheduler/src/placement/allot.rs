@@ -129,6 +129,23 @@ impl Default for Mix {
     }
 }
 
+/// What Allot's policy has learned of the workload, whole: taken up by another instance
+/// ([`PlacementPolicy::take_up`]), it decides exactly as this one would. The control plane
+/// keeps it in its database, so a new leader carries on where the last one stopped.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Learned {
+    /// Each class's weighted arrivals and memory asked for, in a stable order.
+    counts: Vec<(Request, f64, f64)>,
+    seen: u64,
+    unit: f64,
+    /// The figures derived at the last refresh (not recomputed: they were derived from the
+    /// counts as they were then).
+    classes: Vec<RequestClass>,
+    cpu_per_milli: Option<f64>,
+    memory_per_milli: Option<f64>,
+    demand_by_models: Vec<(u64, f64)>,
+}
+
 /// Past this, the weights are brought back to the scale of one arrival (and classes that
 /// have faded to nothing are forgotten).
 const UNIT_CEILING: f64 = 1e12;
@@ -161,6 +178,34 @@ impl Mix {
             self.refresh();
         }
         due
+    }
+
+    fn learned(&self) -> Learned {
+        let mut counts: Vec<(Request, f64, f64)> =
+            self.counts.iter().map(|(r, (n, m))| (*r, *n, *m)).collect();
+        counts
+            .sort_by_key(|(r, _, _)| (r.num_gpu, r.gpu_milli, r.cpu_milli, r.memory_mib, r.models));
+        Learned {
+            counts,
+            seen: self.seen,
+            unit: self.unit,
+            classes: self.classes.clone(),
+            cpu_per_milli: self.cpu_per_milli,
+            memory_per_milli: self.memory_per_milli,
+            demand_by_models: self.demand_by_models.clone(),
+        }
+    }
+
+    /// Carries on from `l` (the fading half-life stays this one's).
+    fn take_up(&mut self, l: Learned) {
+        self.counts = l.counts.into_iter().map(|(r, n, m)| (r, (n, m))).collect();
+        self.seen = l.seen;
+        self.unit = l.unit;
+        self.waste = waste_table(&l.classes, RARE_SIZE);
+        self.classes = l.classes;
+        self.cpu_per_milli = l.cpu_per_milli;
+        self.memory_per_milli = l.memory_per_milli;
+        self.demand_by_models = l.demand_by_models;
     }
 
     fn refresh(&mut self) {
@@ -453,6 +498,14 @@ impl PlacementPolicy for Allot {
 
     fn learned_mix(&self) -> Vec<RequestClass> {
         self.mix.classes.clone()
+    }
+
+    fn learned(&self) -> Option<Learned> {
+        Some(self.mix.learned())
+    }
+
+    fn take_up(&mut self, learned: Learned) {
+        self.mix.take_up(learned);
     }
 
     fn choose(&mut self, cluster: &Cluster, r: &Request, _rng: &mut StdRng) -> Option<Choice> {

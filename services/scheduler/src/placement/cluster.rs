@@ -5,7 +5,7 @@
 pub const GPU_MILLI: u32 = 1000;
 
 /// A pod's request, with its acceptable models resolved to a bit mask over the cluster's.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct Request {
     pub cpu_milli: u32,
     pub memory_mib: u32,

@@ -35,6 +35,14 @@ pub trait PlacementPolicy: Send {
     fn learned_mix(&self) -> Vec<RequestClass> {
         Vec::new()
     }
+    /// Everything the policy has learned, to be taken up by another instance of it
+    /// ([`PlacementPolicy::take_up`]): a control plane's next leader carries on from it.
+    /// `None` for a policy that learns nothing.
+    fn learned(&self) -> Option<super::allot::Learned> {
+        None
+    }
+    /// Carries on from what another instance learned ([`PlacementPolicy::learned`]).
+    fn take_up(&mut self, _learned: super::allot::Learned) {}
     /// Told after every change to a node's state, a placement or a release (policies that
     /// cache per-node state refresh it).
     fn node_changed(&mut self, _cluster: &Cluster, _node: usize) {}
@@ -253,7 +261,7 @@ impl PlacementPolicy for GpuClustering {
 }
 
 /// A typical request class and its share of the workload.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct RequestClass {
     pub request: Request,
     pub weight: f64,

@@ -234,6 +234,9 @@ impl allot_proto::NodeService for NodeSvc {
             let Some(assignment) = crate::launches::resend(&self.store, job).await else {
                 continue;
             };
+            if job.state == JobState::Scheduled {
+                self.hub.resent(&node.id, job);
+            }
             // The receiver is ours and alive until returned below.
             let _ = tx.send(Ok(assignment));
         }

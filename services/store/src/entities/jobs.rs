@@ -90,6 +90,9 @@ pub struct Model {
     /// JSON `allot_domain::Pack`; NULL: none.
     #[sea_orm(column_type = "Text", nullable)]
     pub pack: Option<String>,
+    /// The epoch of the leader handle that last wrote the row; NULL when the last writer
+    /// was no leader handle (a submit, a cancel through any replica).
+    pub writer_epoch: Option<i64>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

@@ -15,6 +15,8 @@ pub mod job_logs;
 pub mod job_samples;
 pub mod jobs;
 pub mod leader_lease;
+pub mod leader_memory;
+pub mod leader_terms;
 pub mod node_certificates;
 pub mod nodes;
 pub mod registry_credentials;

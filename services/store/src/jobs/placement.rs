@@ -70,6 +70,7 @@ pub(super) async fn request_preemption(
     let row = jobs::ActiveModel {
         preempt_reason: Set(Some(reason.to_owned())),
         updated_at: Set(store.clock.now()),
+        writer_epoch: Set(store.writer_epoch()),
         ..Default::default()
     };
     let job = mark_stopping(&txn, id, row).await?;
@@ -99,6 +100,7 @@ pub(super) async fn request_move(
             now + chrono::Duration::seconds(allot_domain::MOVE_AVOID_SECS),
         )),
         updated_at: Set(now),
+        writer_epoch: Set(store.writer_epoch()),
         ..Default::default()
     };
     if let Some(milli) = share_milli {
@@ -140,6 +142,7 @@ pub(super) async fn resize_job(
             held_gpu_milli: Set(Some(i32_of(share.gpu_milli)?)),
             gpu_memory_bytes: Set(memory),
             updated_at: Set(store.clock.now()),
+            writer_epoch: Set(store.writer_epoch()),
             ..Default::default()
         })
         .filter(jobs::Column::Id.eq(id))

@@ -105,6 +105,7 @@ pub(crate) async fn create_jobs_in<C: ConnectionTrait>(
                 scheduled_at: Set(None),
                 started_at: Set(None),
                 finished_at: Set(None),
+                writer_epoch: Set(store.writer_epoch()),
             });
             events.push(job_events::ActiveModel {
                 job_id: Set(id.clone()),
@@ -211,6 +212,7 @@ impl Store {
             updated_at: Set(now),
             pending_code: Set(None),
             pending_message: Set(None),
+            writer_epoch: Set(self.writer_epoch()),
             ..Default::default()
         };
         match to {
@@ -391,6 +393,7 @@ impl Store {
                     id: Set(id.to_owned()),
                     cancel_requested: Set(true),
                     updated_at: Set(self.clock.now()),
+                    writer_epoch: Set(self.writer_epoch()),
                     ..Default::default()
                 })
                 .exec(txn)
@@ -445,6 +448,11 @@ pub(super) async fn set_pending_reason(
         .await
 }
 
+/// Writes each job's pending reason. It leaves `updated_at` alone (a reason is no change of
+/// the job's record its watchers follow) but stamps `writer_epoch` like every job write, so
+/// the column always names the last writer; such a write is therefore not dated, and
+/// [`crate::LeadershipRepo::deposed_job_writes`] sees a deposed one only if the row was
+/// last dated after the later term began.
 pub(super) async fn set_pending_reasons(
     store: &Store,
     reasons: Vec<(String, Option<PendingReason>)>,
@@ -464,6 +472,7 @@ pub(super) async fn set_pending_reasons(
                 .set(jobs::ActiveModel {
                     pending_code: Set(code.clone()),
                     pending_message: Set(message.clone()),
+                    writer_epoch: Set(store.writer_epoch()),
                     ..Default::default()
                 })
                 .filter(jobs::Column::Id.is_in(chunk.iter().cloned()))
@@ -515,6 +524,7 @@ pub(super) async fn rerun_replica(
         pending_code: Set(Some("GangRequeued".to_owned())),
         pending_message: Set(Some(reason.to_owned())),
         message: Set(Some(reason.to_owned())),
+        writer_epoch: Set(store.writer_epoch()),
         ..Default::default()
     };
     clear_placement(&mut row);
