@@ -50,6 +50,7 @@ mod m20261217_000001_default_gpu_share;
 mod m20261217_000002_replica_instance;
 mod m20261218_000001_writer_epoch;
 mod m20261218_000002_leader_memory;
+mod m20261219_000001_job_workflows;
 mod roles;
 
 pub use roles::{APPEND_ONLY_TABLES, BadRoleName, postgres_app_role_grants};
@@ -107,6 +108,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261217_000002_replica_instance::Migration),
             Box::new(m20261218_000001_writer_epoch::Migration),
             Box::new(m20261218_000002_leader_memory::Migration),
+            Box::new(m20261219_000001_job_workflows::Migration),
         ]
     }
 }

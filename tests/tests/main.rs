@@ -43,4 +43,5 @@ mod topology;
 mod tracing;
 mod usage;
 mod volumes;
+mod workflows;
 mod workloads;

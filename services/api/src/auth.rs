@@ -109,6 +109,8 @@ pub struct Principal {
     pub kind: ActorKind,
     /// The token's or user's id.
     pub id: String,
+    /// Who it is to people: the token's name, or the user's email (else name, else subject).
+    pub name: String,
     /// Every role the caller holds.
     pub bindings: Vec<RoleBinding>,
     /// `api-token`, …: how the caller proved who they are.
@@ -415,6 +417,15 @@ async fn finish(
     }
 }
 
+/// A user as people know them: the email the provider vouched for, else the name, else
+/// the subject.
+fn user_name(user: &allot_domain::User) -> String {
+    user.email
+        .clone()
+        .or_else(|| user.name.clone())
+        .unwrap_or_else(|| user.subject.clone())
+}
+
 /// One request's authentication.
 struct Caller<'a> {
     state: &'a AppState,
@@ -424,10 +435,12 @@ struct Caller<'a> {
 }
 
 impl Caller<'_> {
+    #[allow(clippy::too_many_arguments)]
     fn principal(
         self,
         kind: ActorKind,
         id: String,
+        name: String,
         bindings: Vec<RoleBinding>,
         auth_method: &'static str,
         tenants: &Tenants,
@@ -436,6 +449,7 @@ impl Caller<'_> {
         Principal {
             kind,
             id,
+            name,
             bindings,
             auth_method,
             source: self.source,
@@ -462,7 +476,14 @@ impl Caller<'_> {
                     role: t.role,
                     tenant_id: t.tenant_id,
                 };
-                Ok(self.principal(ActorKind::Token, t.id, vec![binding], "api-token", &tenants))
+                Ok(self.principal(
+                    ActorKind::Token,
+                    t.id,
+                    t.name,
+                    vec![binding],
+                    "api-token",
+                    &tenants,
+                ))
             }
             Some((t, _)) => {
                 // Named in the denial audit: a known token that no longer works.
@@ -571,7 +592,15 @@ impl Caller<'_> {
         };
         let tenants = self.tenants().await?;
         let bindings = self.user_roles(&user.id, &claims, &tenants.live).await?;
-        Ok(self.principal(ActorKind::User, user.id, bindings, "session", &tenants))
+        let name = user_name(&user);
+        Ok(self.principal(
+            ActorKind::User,
+            user.id,
+            name,
+            bindings,
+            "session",
+            &tenants,
+        ))
     }
 
     /// A JWT from the configured OpenID Connect provider.
@@ -603,9 +632,11 @@ impl Caller<'_> {
         }
         let tenants = self.tenants().await?;
         let bindings = self.user_roles(&user.id, &verified, &tenants.live).await?;
+        let name = user_name(&user);
         Ok(self.principal(
             ActorKind::User,
             user.id,
+            name,
             bindings,
             verified.method,
             &tenants,
@@ -621,6 +652,7 @@ mod tests {
         Principal {
             kind: ActorKind::User,
             id: "u1".into(),
+            name: "u1@example.com".into(),
             bindings,
             auth_method: "session",
             source: None,

@@ -205,7 +205,22 @@ fn main() -> ExitCode {
     // Before parsing: `allot --help | head` is a client too.
     sigpipe(SigPipe::Default);
     allot_api::crypto::install_crypto_provider();
-    let cli = Cli::parse();
+    let mut cli = Cli::parse();
+    // `allot job submit SCRIPT`: parsed again with the script's directives before the flags.
+    if let Command::Job(JobCmd::Submit {
+        script: Some(_), ..
+    }) = &cli.command
+    {
+        let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+        match cmd::job::with_directives(&argv) {
+            Ok(Some(argv)) => cli = Cli::parse_from(argv),
+            Ok(None) => {}
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                return ExitCode::from(2);
+            }
+        }
+    }
     let daemon = matches!(
         cli.command,
         Command::Server(_) | Command::Agent(_) | Command::Dev(_) | Command::Bench { .. }

@@ -246,6 +246,25 @@ impl Client {
         Ok(bytes.to_vec())
     }
 
+    /// GET returning the raw body and the value of one header of the answer.
+    pub async fn get_bytes_with(
+        &self,
+        path: &str,
+        query: &[(&str, String)],
+        header: &str,
+    ) -> Result<(Vec<u8>, Option<String>)> {
+        let res = self
+            .get_response(path, query, Duration::from_secs(600))
+            .await?;
+        let value = res
+            .headers()
+            .get(header)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let bytes = res.bytes().await.map_err(|e| reading(&e))?;
+        Ok((bytes.to_vec(), value))
+    }
+
     /// GET whose answer is read as it comes (a followed log), with no overall time limit.
     pub async fn stream(&self, path: &str, query: &[(&str, String)]) -> Result<reqwest::Response> {
         self.get_response(path, query, Duration::from_secs(366 * 24 * 3600))

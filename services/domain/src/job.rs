@@ -37,7 +37,7 @@ pub const GPU_MILLI: u32 = 1000;
 /// Most replicas a multi-node job (a gang) may have.
 pub const MAX_REPLICAS: u32 = 256;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum JobState {
     Pending,
@@ -221,6 +221,11 @@ pub struct JobSpec {
     pub replicas: u32,
     /// For a gang: keep every replica on nodes sharing one value of this node label.
     pub pack: Option<Pack>,
+    /// Submitted as an array: one job per task index, at most so many running at once.
+    pub array: Option<crate::workflow::ArraySpec>,
+    /// Jobs this one waits for (`--after-ok` …): it is placed only once each has ended as
+    /// asked, and ends if one never can.
+    pub dependencies: Vec<crate::workflow::Dependency>,
 }
 
 impl JobSpec {
@@ -368,6 +373,21 @@ impl JobSpec {
                 "a gang's replicas hold one share each: resizing applies to a job of one replica",
             );
         }
+        if let Some(a) = &self.array {
+            v.check(
+                self.replicas == 1,
+                "array",
+                "an array's tasks run on one node each: not with replicas",
+            );
+            if let Err(why) = a.tasks() {
+                v.push("array", why);
+            }
+        }
+        v.check(
+            self.dependencies.len() <= crate::workflow::MAX_DEPENDENCIES,
+            "dependencies",
+            format!("at most {} dependencies", crate::workflow::MAX_DEPENDENCIES),
+        );
         v.check(!self.name.trim().is_empty(), "name", "must not be empty");
         v.check(
             self.name.len() <= 128,
@@ -696,6 +716,10 @@ pub struct Job {
     pub image_digest: Option<String>,
     /// For a replica of a gang: which gang, which replica.
     pub replica: Option<Replica>,
+    /// For a task of an array: which array, which index.
+    pub array_task: Option<crate::workflow::ArrayTask>,
+    /// Who submitted it: the person's or the token's name.
+    pub submitted_by: Option<String>,
 }
 
 /// Anti-affinity after a fault: a job requeued for a device fault avoids the GPUs it held,

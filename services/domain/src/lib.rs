@@ -24,6 +24,7 @@ pub mod secret;
 pub mod tenant;
 pub mod token;
 pub mod volume;
+pub mod workflow;
 pub mod xid;
 
 pub use audit::{

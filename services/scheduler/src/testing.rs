@@ -96,6 +96,8 @@ pub(crate) fn spec(name: &str, tenant: &str, gpus: u32, share: Option<u32>) -> J
         time_limit_secs: None,
         replicas: 1,
         pack: None,
+        array: None,
+        dependencies: vec![],
         image: None,
         network: Default::default(),
     }
@@ -131,5 +133,7 @@ pub(crate) fn pending_job(id: &str, tenant: &str, gpus: u32, share: Option<u32>)
         avoid: None,
         image_digest: None,
         replica: None,
+        array_task: None,
+        submitted_by: None,
     }
 }

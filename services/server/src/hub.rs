@@ -312,6 +312,32 @@ pub struct LaunchExtras {
     pub network_policy: Option<allot_proto::v1::NetworkPolicy>,
 }
 
+/// What a task of an array is told of it, under Allot's names and Slurm's (for scripts
+/// that read `SLURM_ARRAY_TASK_ID`): its index, the array's id, and the array's first,
+/// last and count of indices.
+fn array_env(job: &Job) -> Vec<(String, String)> {
+    let (Some(task), Some(spec)) = (&job.array_task, &job.spec.array) else {
+        return Vec::new();
+    };
+    let tasks = spec.tasks().unwrap_or_default();
+    let (min, max) = (
+        tasks.first().copied().unwrap_or(task.index),
+        tasks.last().copied().unwrap_or(task.index),
+    );
+    let mut env = Vec::new();
+    for prefix in ["ALLOT", "SLURM"] {
+        env.push((format!("{prefix}_ARRAY_TASK_ID"), task.index.to_string()));
+        env.push((format!("{prefix}_ARRAY_JOB_ID"), task.array_id.clone()));
+        env.push((format!("{prefix}_ARRAY_TASK_MIN"), min.to_string()));
+        env.push((format!("{prefix}_ARRAY_TASK_MAX"), max.to_string()));
+        env.push((
+            format!("{prefix}_ARRAY_TASK_COUNT"),
+            tasks.len().to_string(),
+        ));
+    }
+    env
+}
+
 /// The launch of `job`, carrying the trace context of the current span (the scheduling
 /// decision), if any.
 pub fn launch(job: &Job, extras: LaunchExtras) -> Assignment {
@@ -334,7 +360,13 @@ pub fn launch(job: &Job, extras: LaunchExtras) -> Assignment {
             uid_slot: extras.uid_slot,
             volumes: extras.volumes,
             secrets: extras.secrets,
-            env: job.spec.env.clone().into_iter().collect(),
+            env: job
+                .spec
+                .env
+                .clone()
+                .into_iter()
+                .chain(array_env(job))
+                .collect(),
             workdir: job.spec.workdir.clone().unwrap_or_default(),
             gpu_uuids: job.gpu_uuids.clone(),
             attempt: job.attempt,

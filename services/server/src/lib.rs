@@ -23,6 +23,7 @@ pub mod sizing;
 pub mod time_limits;
 pub mod tls;
 mod wakeups;
+pub mod workflows;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -344,6 +344,8 @@ async fn decide_and_apply(
         |j| spent.get(&j.tenant_id),
         reasons,
     );
+    // Arrays beyond their caps and jobs whose dependencies are not met wait.
+    let pending = crate::workflows::hold_back(store, &holding, pending, reasons).await?;
     if pending.is_empty() && !must_decide {
         return Ok(Passed::Done);
     }

@@ -89,6 +89,8 @@ fn spec(tenant: &str, name: &str, i: usize) -> JobSpec {
         time_limit_secs: None,
         replicas: 1,
         pack: None,
+        array: None,
+        dependencies: vec![],
         image: None,
         network: Default::default(),
     }
@@ -305,6 +307,7 @@ async fn run(failover: Failover, elastic: bool) -> Vec<Outcome> {
                             tenant_id: tenants[t].clone(),
                             spec: spec(t, &name, submitted),
                             traceparent: None,
+                            submitted_by: None,
                         },
                     )
                     .await

@@ -47,6 +47,8 @@ fn spec(tenant: &TenantName) -> JobSpec {
         time_limit_secs: None,
         replicas: 1,
         pack: None,
+        array: None,
+        dependencies: vec![],
         image: None,
         network: Default::default(),
     }
@@ -95,6 +97,7 @@ async fn run(backend: Backend) {
                     tenant_id: t.id.clone(),
                     spec: spec(&tenant),
                     traceparent: None,
+                    submitted_by: None,
                 },
             )
             .await

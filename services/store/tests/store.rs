@@ -99,6 +99,8 @@ fn spec(tenant: &str, gpus: u32) -> JobSpec {
         time_limit_secs: None,
         replicas: 1,
         pack: None,
+        array: None,
+        dependencies: vec![],
         image: None,
         network: Default::default(),
     }
@@ -213,6 +215,7 @@ both_backends!(jobs_move_through_the_state_machine, |store, clock| {
             &ctx(),
             NewJob {
                 traceparent: None,
+                submitted_by: None,
                 tenant_id: t.id.clone(),
                 spec: spec("t", 2),
             },
@@ -353,6 +356,7 @@ both_backends!(cancelling, |store, _clock| {
             &ctx(),
             NewJob {
                 traceparent: None,
+                submitted_by: None,
                 tenant_id: t.id.clone(),
                 spec: spec("t", 1),
             },
@@ -382,6 +386,7 @@ both_backends!(cancelling, |store, _clock| {
             &ctx(),
             NewJob {
                 traceparent: None,
+                submitted_by: None,
                 tenant_id: t.id.clone(),
                 spec: spec("t", 1),
             },
@@ -457,6 +462,7 @@ both_backends!(listing_filters_and_pages, |store, clock| {
                     &ctx(),
                     NewJob {
                         traceparent: None,
+                        submitted_by: None,
                         tenant_id: tenant.id.clone(),
                         spec: spec(tname, 1),
                     },
@@ -538,6 +544,7 @@ both_backends!(listing_filters_and_pages, |store, clock| {
                 &ctx(),
                 NewJob {
                     traceparent: None,
+                    submitted_by: None,
                     tenant_id: a.id.clone(),
                     spec: s,
                 },
@@ -1196,6 +1203,7 @@ both_backends!(
                         ctx(),
                         NewJob {
                             traceparent: None,
+                            submitted_by: None,
                             tenant_id: tenant.id.clone(),
                             spec,
                         },
@@ -1268,6 +1276,7 @@ both_backends!(the_pending_view_reads_what_changed, |store, clock| {
                     &ctx(),
                     NewJob {
                         traceparent: None,
+                        submitted_by: None,
                         tenant_id,
                         spec: spec("t", 1),
                     },
@@ -1411,6 +1420,7 @@ both_backends!(
                     &ctx(),
                     NewJob {
                         traceparent: None,
+                        submitted_by: None,
                         tenant_id: tenant,
                         spec: spec("audited", 1),
                     },

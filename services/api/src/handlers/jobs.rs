@@ -198,6 +198,12 @@ pub async fn submit(
         time_limit_secs: body.time_limit_secs,
         replicas: body.replicas,
         pack: body.pack.map(Into::into),
+        array: body
+            .array
+            .as_deref()
+            .map(|a| allot_domain::workflow::ArraySpec::parse("array", a))
+            .transpose()?,
+        dependencies: dependencies(&state, &who, body.dependencies).await?,
     };
     spec.validate()?;
     // What no node and no limit could ever give is refused now, not left to wait forever.
@@ -229,11 +235,73 @@ pub async fn submit(
                 tenant_id: tenant.id,
                 spec,
                 traceparent,
+                submitted_by: Some(who.name.clone()),
             },
         )
         .await?;
     state.events.job_submitted();
     Ok(json(StatusCode::CREATED, &JobView::from(job)))
+}
+
+/// The jobs a submit waits for, each one the caller sees (by id, short id, prefix or
+/// name), an array's id standing for all its tasks; none twice.
+async fn dependencies(
+    state: &AppState,
+    who: &Principal,
+    asked: Vec<crate::views::DependencyBody>,
+) -> Result<Vec<allot_domain::workflow::Dependency>, ApiError> {
+    if asked.len() > allot_domain::workflow::MAX_DEPENDENCIES {
+        return Err(ValidationError::single(
+            "dependencies",
+            format!(
+                "at most {} dependencies",
+                allot_domain::workflow::MAX_DEPENDENCIES
+            ),
+        )
+        .into());
+    }
+    let mut out: Vec<allot_domain::workflow::Dependency> = Vec::new();
+    for (i, d) in asked.into_iter().enumerate() {
+        let field = format!("dependencies[{i}].job");
+        let job = match visible_job(state, who, &d.job, Action::JobRead).await {
+            Ok(job) => job,
+            Err(ApiError::NotFound(_) | ApiError::Forbidden(_)) => {
+                return Err(ValidationError::single(
+                    field,
+                    format!("no job `{}` that you can see", d.job),
+                )
+                .into());
+            }
+            Err(e) => return Err(e),
+        };
+        let ids = match &job.array_task {
+            Some(a) if a.array_id == job.id => {
+                let scope = TenantScope::Tenants(who.permitted_tenants(Action::JobList)?);
+                state
+                    .store
+                    .list_jobs(JobFilter {
+                        array_id: Some(job.id.clone()),
+                        ..JobFilter::new(scope)
+                    })
+                    .await?
+                    .jobs
+                    .into_iter()
+                    .map(|j| j.id)
+                    .collect()
+            }
+            _ => vec![job.id],
+        };
+        for job_id in ids {
+            let dep = allot_domain::workflow::Dependency {
+                kind: d.kind,
+                job_id,
+            };
+            if !out.contains(&dep) {
+                out.push(dep);
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// List jobs, newest first, with filters and pagination.
@@ -274,7 +342,28 @@ pub async fn list(
     {
         return Err(ApiError::malformed("name", "must be 1–128 characters"));
     }
+    if q.user
+        .as_ref()
+        .is_some_and(|n| n.is_empty() || n.len() > 256)
+    {
+        return Err(ApiError::malformed("user", "must be 1–256 characters"));
+    }
+    if q.array
+        .as_ref()
+        .is_some_and(|a| a.is_empty() || a.len() > 36)
+    {
+        return Err(ApiError::malformed("array", "must be an array's id"));
+    }
     let scope = listing_scope(&state, &who, q.tenant.as_deref(), "jobs").await?;
+    let arrays_whole = match q.arrays.as_deref() {
+        None | Some("tasks") => false,
+        Some("whole") => true,
+        Some(_) => return Err(ApiError::malformed("arrays", "is `whole` or `tasks`")),
+    };
+    let (name, name_glob) = match q.name {
+        Some(n) if n.contains(['*', '?']) => (None, Some(n)),
+        n => (n, None),
+    };
     let page = state
         .store
         .list_jobs(JobFilter {
@@ -282,7 +371,11 @@ pub async fn list(
             // A gang lists as one job (its replicas by node are listed by node).
             gangs_whole: q.node.is_none(),
             node_id: q.node,
-            name: q.name,
+            name,
+            name_glob,
+            submitted_by: q.user,
+            array_id: q.array,
+            arrays_whole,
             before: q.page_token,
             limit: Some(u64::from(limit)),
             ..JobFilter::new(scope)
@@ -394,6 +487,22 @@ pub async fn read_views(
                     })
                     .collect(),
             );
+        }
+        if view.array_id.as_deref() == Some(view.id.as_str()) {
+            // An array's first task speaks for the array too: where its tasks stand.
+            let tasks = state
+                .store
+                .list_jobs(JobFilter {
+                    array_id: Some(view.id.clone()),
+                    ..JobFilter::new(TenantScope::All)
+                })
+                .await?
+                .jobs;
+            let mut counts = std::collections::BTreeMap::new();
+            for t in &tasks {
+                *counts.entry(t.state).or_insert(0u64) += 1;
+            }
+            view.array_tasks = Some(counts);
         }
         views.push(view);
     }

@@ -135,6 +135,28 @@ pub struct SubmitJob {
     /// For a multi-node job: keep every replica on nodes sharing one value of this node
     /// label (`allot node label`), e.g. `rack`.
     pub pack: Option<PackBody>,
+    /// Submit an array: one job per task index, as Slurm's `--array` writes it (`0-199`,
+    /// `1,3,5-9`, `0-99:10`), with `%N` at the end to run at most N at once. Each task is
+    /// told its index in `ALLOT_ARRAY_TASK_ID` and `SLURM_ARRAY_TASK_ID`; the answer is the
+    /// first task, whose id is the array's.
+    #[schema(example = "0-199%16")]
+    pub array: Option<String>,
+    /// Jobs this one waits for: it is placed only once each has ended as asked, and ends
+    /// cancelled, saying why, if one never can. An array's id stands for all its tasks.
+    #[serde(default)]
+    pub dependencies: Vec<DependencyBody>,
+}
+
+/// A job another waits for.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DependencyBody {
+    /// `after-ok` (it succeeded), `after-any` (it ended) or `after-not-ok` (it failed, was
+    /// cancelled or timed out).
+    #[schema(value_type = String, example = "after-ok", pattern = "^(after-ok|after-any|after-not-ok)$")]
+    pub kind: allot_domain::workflow::DependencyKind,
+    /// Its id, or its short id.
+    pub job: String,
 }
 
 /// What Allot sizes of a job's share of its GPU from what the job uses.
@@ -335,6 +357,24 @@ pub struct JobView {
     /// Which replica of its gang this record is (0: the gang's own record).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rank: Option<u32>,
+    /// For a task of an array: the array's id (its first task's job id).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub array_id: Option<String>,
+    /// For a task of an array: its index.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub array_index: Option<u32>,
+    /// For a task of an array: the array as submitted (`0-199%16`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub array: Option<String>,
+    /// On an array's first task (on reads): how many of its tasks are in each state.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<BTreeMap<String, u64>>)]
+    pub array_tasks: Option<BTreeMap<JobState, u64>>,
+    /// The jobs it waits for.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dependencies: Vec<DependencyBody>,
+    /// Who submitted it: the person's or the token's name.
+    pub user: Option<String>,
     /// On a gang's record: every replica, in rank order. The record's `state` and
     /// `failures` are then the gang's: failed if a replica failed, cancelled if one was,
     /// succeeded when all did, else the furthest along of running, scheduled and pending.
@@ -440,6 +480,20 @@ impl From<Job> for JobView {
                 .filter(|r| r.rank > 0)
                 .map(|r| r.gang_id.clone()),
             rank: j.replica.as_ref().map(|r| r.rank),
+            array_id: j.array_task.as_ref().map(|a| a.array_id.clone()),
+            array_index: j.array_task.as_ref().map(|a| a.index),
+            array: j.spec.array.as_ref().map(ToString::to_string),
+            array_tasks: None,
+            dependencies: j
+                .spec
+                .dependencies
+                .iter()
+                .map(|d| DependencyBody {
+                    kind: d.kind,
+                    job: d.job_id.clone(),
+                })
+                .collect(),
+            user: j.submitted_by.clone(),
             gang: None,
             estimated_start: None,
             image: j.spec.image,
@@ -490,9 +544,21 @@ pub struct JobQuery {
     pub state: Option<String>,
     /// Only jobs placed on this node.
     pub node: Option<String>,
-    /// Only jobs of this name.
+    /// Only jobs of this name; with `*` (any run of characters) or `?` (any one), those
+    /// whose name matches, in either case (`sweep-*`).
     #[param(min_length = 1, max_length = 128)]
     pub name: Option<String>,
+    /// Only jobs submitted by this person or token (by name, as `user` shows it).
+    #[param(min_length = 1, max_length = 256)]
+    pub user: Option<String>,
+    /// Only the tasks of this array (its id), each listed.
+    #[param(min_length = 1, max_length = 36)]
+    pub array: Option<String>,
+    /// `whole`: each array once, as its first task (whose id is the array's; the
+    /// `array_tasks` counts of its read say where its tasks stand). `tasks` (the default):
+    /// every task.
+    #[param(pattern = "^(whole|tasks)$")]
+    pub arrays: Option<String>,
     /// Page size, 1–500 (default 50).
     #[param(minimum = 1, maximum = 500)]
     pub limit: Option<u32>,

@@ -48,6 +48,8 @@ pub(crate) fn spec() -> JobSpec {
         network: JobNetwork::Private,
         replicas: 1,
         pack: None,
+        array: None,
+        dependencies: vec![],
     }
 }
 
@@ -82,6 +84,8 @@ pub(crate) fn stored(id: &str, state: JobState) -> Job {
         avoid: None,
         image_digest: None,
         replica: None,
+        array_task: None,
+        submitted_by: None,
     }
 }
 

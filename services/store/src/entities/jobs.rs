@@ -93,6 +93,16 @@ pub struct Model {
     /// The epoch of the leader handle that last wrote the row; NULL when the last writer
     /// was no leader handle (a submit, a cancel through any replica).
     pub writer_epoch: Option<i64>,
+    /// Who submitted it (a person's or a token's name).
+    pub submitted_by: Option<String>,
+    /// For a task of an array: the array's id (its first task's job id), the task's index,
+    /// and the array as submitted (`0-199%16`).
+    pub array_id: Option<String>,
+    pub array_index: Option<i32>,
+    pub array_spec: Option<String>,
+    /// JSON array of `allot_domain::workflow::Dependency`.
+    #[sea_orm(column_type = "Text")]
+    pub dependencies: String,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

@@ -19,6 +19,8 @@ pub struct NewJob {
     pub spec: JobSpec,
     /// The submitting request's W3C trace context, when it was traced.
     pub traceparent: Option<String>,
+    /// Who submitted it: the person's or the token's name.
+    pub submitted_by: Option<String>,
 }
 
 /// Which jobs to list. Results are newest first; `before` is the id of the last job of the
@@ -38,6 +40,14 @@ pub struct JobFilter {
     pub short_id: Option<String>,
     /// Only jobs whose name contains this (as typed: no wildcards).
     pub name_contains: Option<String>,
+    /// Only jobs whose name matches this glob: `*` any run of characters, `?` any one.
+    pub name_glob: Option<String>,
+    /// Only the tasks of this array.
+    pub array_id: Option<String>,
+    /// Each array as one job: of its tasks, only its first (whose id is the array's).
+    pub arrays_whole: bool,
+    /// Only jobs submitted by this person or token (by name).
+    pub submitted_by: Option<String>,
     /// Only jobs submitted before the one with this id.
     pub before: Option<String>,
     /// Only jobs submitted after the one with this id.
@@ -61,6 +71,10 @@ impl JobFilter {
             id_prefix: None,
             short_id: None,
             name_contains: None,
+            name_glob: None,
+            array_id: None,
+            arrays_whole: false,
+            submitted_by: None,
             before: None,
             after: None,
             oldest_first: false,

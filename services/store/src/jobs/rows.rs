@@ -101,7 +101,24 @@ pub(super) fn to_domain(m: jobs::Model, tenant: &str) -> Result<Job, StoreError>
                 .transpose()?,
             replicas: to_u32("replicas", m.replicas.into())?,
             pack: m.pack.as_deref().map(|p| json("pack", p)).transpose()?,
+            array: m
+                .array_spec
+                .as_deref()
+                .map(|a| {
+                    allot_domain::workflow::ArraySpec::parse("array_spec", a)
+                        .map_err(|e| StoreError::Corrupt(format!("array_spec: {e}")))
+                })
+                .transpose()?,
+            dependencies: json("dependencies", &m.dependencies)?,
         },
+        array_task: match (m.array_id, m.array_index) {
+            (Some(array_id), Some(index)) => Some(allot_domain::workflow::ArrayTask {
+                array_id,
+                index: to_u32("array_index", index.into())?,
+            }),
+            _ => None,
+        },
+        submitted_by: m.submitted_by,
         replica: match m.gang_id {
             Some(gang_id) => Some(allot_domain::Replica {
                 gang_id,
@@ -253,6 +270,36 @@ pub(super) fn filtered(f: &JobFilter) -> Option<sea_orm::Select<jobs::Entity>> {
             Expr::expr(Func::lower(Expr::col(jobs::Column::Name)))
                 .like(sea_orm::sea_query::LikeExpr::new(pattern).escape('\\')),
         );
+    }
+    if let Some(glob) = &f.name_glob {
+        // `*` and `?` are the wildcards; LIKE's own are escaped. Either case, as above.
+        let pattern: String = glob
+            .to_lowercase()
+            .chars()
+            .flat_map(|c| match c {
+                '%' | '_' | '\\' => vec!['\\', c],
+                '*' => vec!['%'],
+                '?' => vec!['_'],
+                c => vec![c],
+            })
+            .collect();
+        q = q.filter(
+            Expr::expr(Func::lower(Expr::col(jobs::Column::Name)))
+                .like(sea_orm::sea_query::LikeExpr::new(pattern).escape('\\')),
+        );
+    }
+    if f.arrays_whole {
+        q = q.filter(
+            sea_orm::Condition::any()
+                .add(jobs::Column::ArrayId.is_null())
+                .add(Expr::col(jobs::Column::ArrayId).equals(jobs::Column::Id)),
+        );
+    }
+    if let Some(array) = &f.array_id {
+        q = q.filter(jobs::Column::ArrayId.eq(array.as_str()));
+    }
+    if let Some(who) = &f.submitted_by {
+        q = q.filter(jobs::Column::SubmittedBy.eq(who.as_str()));
     }
     if let Some(prefix) = &f.id_prefix {
         // An id's characters only: nothing a LIKE pattern would read as a wildcard.

@@ -31,16 +31,34 @@ pub(crate) async fn create_jobs_in<C: ConnectionTrait>(
     let mut audited: Vec<(AuditContext, String)> = Vec::new();
     for (ctx, new) in &submits {
         let spec = &new.spec;
-        // A gang's replicas are created together; replica 0's id is the gang's.
+        // A gang's replicas are created together; replica 0's id is the gang's. An array's
+        // tasks too (one replica each): the first task's id is the array's.
         let first = new_id(store.clock.as_ref());
         let gang = (spec.replicas > 1).then(|| first.clone());
-        for rank in 0..std::cmp::max(spec.replicas, 1) {
-            let id = if rank == 0 {
+        let tasks: Vec<Option<u32>> = match &spec.array {
+            Some(a) => a
+                .tasks()
+                .map_err(|e| StoreError::Refused(format!("array: {e}")))?
+                .into_iter()
+                .map(Some)
+                .collect(),
+            None => vec![None],
+        };
+        let units = tasks
+            .iter()
+            .flat_map(|task| (0..std::cmp::max(spec.replicas, 1)).map(move |rank| (*task, rank)));
+        for (n, (task, rank)) in units.enumerate() {
+            let id = if n == 0 {
                 first.clone()
             } else {
                 new_id(store.clock.as_ref())
             };
             rows.push(jobs::ActiveModel {
+                submitted_by: Set(new.submitted_by.clone()),
+                array_id: Set(task.map(|_| first.clone())),
+                array_index: Set(task.map(i32_of).transpose()?),
+                array_spec: Set(spec.array.as_ref().map(ToString::to_string)),
+                dependencies: Set(to_json("dependencies", &spec.dependencies)?),
                 replicas: Set(i32_of(std::cmp::max(spec.replicas, 1))?),
                 gang_id: Set(gang.clone()),
                 replica_rank: Set(i32_of(rank)?),

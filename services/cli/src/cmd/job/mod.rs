@@ -14,6 +14,8 @@ use crate::client::Client;
 use crate::cmd::{parse_milli, show_milli};
 use crate::output::{Format, ListOutput, Watch, print};
 
+mod batch;
+mod bulk;
 mod flags;
 mod show;
 
@@ -24,7 +26,11 @@ use show::*;
 // Parsed once per process: the size of its largest variant costs nothing.
 #[allow(clippy::large_enum_variant)]
 pub enum JobCmd {
-    /// Submit a job: `allot job submit --tenant T --gpus 1 -- python train.py`.
+    /// Submit a job: `allot job submit --tenant T --gpus 1 -- python train.py`, or a batch
+    /// script: `allot job submit train.sh` (its #SBATCH and #ALLOT directives read).
+    // A flag given twice takes its last value: a script's directives come first, so the
+    // command line's win.
+    #[command(args_override_self = true)]
     Submit {
         /// The tenant to run as (defaults to the token's tenant).
         #[arg(long)]
@@ -130,13 +136,42 @@ pub enum JobCmd {
         /// all of them; `rack:preferred` packs when it can and places anywhere otherwise.
         #[arg(long, value_parser = parse_pack)]
         pack: Option<serde_json::Value>,
+        /// Submit an array of tasks, as Slurm's --array: 0-199, 1,3,5-9 or 0-99:10, with %N
+        /// to run at most N at once (0-199%16). Each task is a job told its index in
+        /// ALLOT_ARRAY_TASK_ID (and SLURM_ARRAY_TASK_ID); the array's id is its first task's.
+        #[arg(long, short = 'a')]
+        array: Option<String>,
+        /// Start only after these jobs succeeded (ids, short ids or names, comma-separated;
+        /// an array's id stands for all its tasks). If one fails, this job is cancelled.
+        #[arg(long, value_delimiter = ',')]
+        after_ok: Vec<String>,
+        /// Start only after these jobs ended, however they ended.
+        #[arg(long, value_delimiter = ',')]
+        after_any: Vec<String>,
+        /// Start only after these jobs ended without succeeding (failed, cancelled, timed
+        /// out). If one succeeds, this job is cancelled.
+        #[arg(long, value_delimiter = ',')]
+        after_not_ok: Vec<String>,
+        /// Slurm's --dependency: afterok:ID[:ID…][,afterany:ID…][,afternotok:ID…].
+        #[arg(long, short = 'd')]
+        dependency: Option<String>,
+        /// A batch script's directives it does not know (#SBATCH --partition …) are
+        /// skipped, each said on standard error, rather than refused.
+        #[arg(long)]
+        ignore_unknown_directives: bool,
         /// Wait for the job to finish, print its output, and exit with its status.
         #[arg(long)]
         wait: bool,
         #[arg(short, long, value_enum, default_value_t)]
         output: Format,
-        /// The program and its arguments (required without --image).
-        #[arg(required_unless_present = "image", last = true)]
+        /// A batch script to run: its #ALLOT directives (any of these flags) and the common
+        /// #SBATCH ones (--gres=gpu:N, --gpus, -c, --mem, -t, -J, -a, -d, -N, -o, -e) are
+        /// read from its header, the flags given here taking precedence; the script runs
+        /// with its own interpreter (its #! line), given the arguments after `--`.
+        #[arg(conflicts_with = "image")]
+        script: Option<std::path::PathBuf>,
+        /// The program and its arguments (required without --image or a script).
+        #[arg(required_unless_present_any = ["image", "script"], last = true)]
         command: Vec<String>,
     },
     /// Show a job, its placement and its state history.
@@ -156,12 +191,27 @@ pub enum JobCmd {
         /// Comma-separated states, e.g. pending,running.
         #[arg(long)]
         state: Option<String>,
-        /// Only jobs of this name.
+        /// Only jobs of this name, or matching this glob (`*` any run of characters, `?`
+        /// any one): 'sweep-*'.
         #[arg(long)]
         name: Option<String>,
         /// Only jobs placed on this node (its name or id).
         #[arg(long)]
         node: Option<String>,
+        /// Only jobs submitted by this person or token (the USER column).
+        #[arg(long)]
+        user: Option<String>,
+        /// Only the tasks of this array (its id or a unique prefix), each listed.
+        #[arg(long)]
+        array: Option<String>,
+        /// List each task of an array, rather than the array once with its tasks' counts.
+        #[arg(long, short = 'x')]
+        expand: bool,
+        /// Order by these columns, comma-separated, `-` first for descending (e.g.
+        /// -priority,submitted): id, name, user, tenant, state, priority, submitted, gpus.
+        /// Sorts what is listed (with --all, everything that matches).
+        #[arg(long, value_parser = parse_sort)]
+        sort: Option<Vec<(SortKey, bool)>>,
         /// Show at most this many (the server is asked 500 at a time).
         #[arg(long, default_value_t = 50, conflicts_with = "all", value_parser = clap::value_parser!(u64).range(1..))]
         limit: u64,
@@ -187,9 +237,18 @@ pub enum JobCmd {
         #[arg(short, long, value_enum, default_value_t)]
         output: Format,
     },
-    /// Cancel a job.
+    /// Cancel jobs: by id (one or more), or every unfinished job a selection matches
+    /// (`--name 'sweep-*'`, `--state`, `--tenant`, `--user`, `--array`), after saying how
+    /// many and asking (`--yes` for scripts).
     Cancel {
-        id: String,
+        /// Jobs by id, unique prefix or name.
+        #[arg(required_unless_present_any = ["name", "state", "tenant", "user", "array"])]
+        ids: Vec<String>,
+        #[command(flatten)]
+        selection: bulk::Selection,
+        /// Cancel what the selection matches without asking.
+        #[arg(long, short = 'y')]
+        yes: bool,
         #[arg(short, long, value_enum, default_value_t)]
         output: Format,
     },
@@ -223,6 +282,9 @@ pub enum JobCmd {
         /// Print the bytes as the job wrote them.
         #[arg(long)]
         raw: bool,
+        /// Only the last N lines (following: then what comes).
+        #[arg(long, short = 'n')]
+        tail: Option<usize>,
         /// `json`: the log as one JSON string, with the job's id (following: one such
         /// object per line as output comes).
         #[arg(short, long, value_enum, default_value_t)]
@@ -275,12 +337,16 @@ async fn follow_log(
     client: &Client,
     id: &str,
     attempt: Option<u32>,
+    offset: Option<u64>,
     mode: LogMode,
 ) -> anyhow::Result<()> {
     use std::io::Write;
     let mut query = vec![("follow", "true".to_owned())];
     if let Some(a) = attempt {
         query.push(("attempt", a.to_string()));
+    }
+    if let Some(o) = offset {
+        query.push(("offset", o.to_string()));
     }
     let mut res = client
         .stream(&format!("/api/v1/jobs/{id}/log"), &query)
@@ -329,6 +395,177 @@ fn resubmission(j: &JobView, name: Option<String>) -> serde_json::Value {
     })
 }
 
+/// For `allot job submit SCRIPT`: the command line `argv` with the script's directives
+/// put right after `submit`, so that the flags given there override them; `None` when it
+/// submits no script.
+pub fn with_directives(
+    argv: &[std::ffi::OsString],
+) -> anyhow::Result<Option<Vec<std::ffi::OsString>>> {
+    let Some(submit) = argv
+        .windows(2)
+        .position(|w| w[0] == "job" && w[1] == "submit")
+        .map(|i| i + 1)
+    else {
+        return Ok(None);
+    };
+    // The script is the one positional before `--`; find it as clap did.
+    let rest = &argv[submit + 1..];
+    let ignore = rest.iter().any(|a| a == "--ignore-unknown-directives");
+    let Some(path) = script_of(rest) else {
+        return Ok(None);
+    };
+    let script = batch::Script::read(&path)?;
+    let flags =
+        batch::directives(&script.text, ignore).with_context(|| format!("{}", path.display()))?;
+    let mut out = argv[..=submit].to_vec();
+    out.extend(flags.into_iter().map(Into::into));
+    out.extend(rest.iter().cloned());
+    Ok(Some(out))
+}
+
+/// The script positional of `allot job submit`'s arguments, as parsed.
+fn script_of(rest: &[std::ffi::OsString]) -> Option<std::path::PathBuf> {
+    use clap::{FromArgMatches, Parser};
+    #[derive(Parser)]
+    struct Only {
+        #[command(subcommand)]
+        cmd: JobCmd,
+    }
+    let mut argv: Vec<std::ffi::OsString> = vec!["allot-job".into(), "submit".into()];
+    argv.extend(rest.iter().cloned());
+    let matches = <Only as clap::CommandFactory>::command()
+        .ignore_errors(true)
+        .try_get_matches_from(argv)
+        .ok()?;
+    match Only::from_arg_matches(&matches).ok()?.cmd {
+        JobCmd::Submit { script, .. } => script,
+        _ => None,
+    }
+}
+
+/// A column `job list --sort` orders by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SortKey {
+    Id,
+    Name,
+    User,
+    Tenant,
+    State,
+    Priority,
+    Submitted,
+    Gpus,
+}
+
+/// `-priority,submitted`: each key, and whether descending.
+fn parse_sort(s: &str) -> Result<Vec<(SortKey, bool)>, String> {
+    s.split(',')
+        .map(str::trim)
+        .filter(|k| !k.is_empty())
+        .map(|k| {
+            let (desc, name) = match k.strip_prefix('-') {
+                Some(n) => (true, n),
+                None => (false, k.strip_prefix('+').unwrap_or(k)),
+            };
+            let key = match name {
+                "id" => SortKey::Id,
+                "name" => SortKey::Name,
+                "user" => SortKey::User,
+                "tenant" => SortKey::Tenant,
+                "state" => SortKey::State,
+                "priority" => SortKey::Priority,
+                "submitted" | "created" => SortKey::Submitted,
+                "gpus" => SortKey::Gpus,
+                other => {
+                    return Err(format!(
+                        "`{other}`: sort by id, name, user, tenant, state, priority, submitted or gpus"
+                    ));
+                }
+            };
+            Ok((key, desc))
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .and_then(|keys| {
+            if keys.is_empty() {
+                Err("name a column to sort by".into())
+            } else {
+                Ok(keys)
+            }
+        })
+}
+
+/// Orders `jobs` by `keys` (stable: the server's order breaks ties).
+fn sort_jobs(jobs: &mut [JobView], keys: &[(SortKey, bool)]) {
+    use std::cmp::Ordering;
+    jobs.sort_by(|a, b| {
+        for &(key, desc) in keys {
+            let o = match key {
+                SortKey::Id => a.id.cmp(&b.id),
+                SortKey::Name => a.name.cmp(&b.name),
+                SortKey::User => a.user.cmp(&b.user),
+                SortKey::Tenant => a.tenant.cmp(&b.tenant),
+                SortKey::State => a.state.cmp(&b.state),
+                SortKey::Priority => a.priority.cmp(&b.priority),
+                SortKey::Submitted => a.created_at.cmp(&b.created_at),
+                SortKey::Gpus => (u64::from(a.gpus) * u64::from(a.gpu_milli.unwrap_or(1000)))
+                    .cmp(&(u64::from(b.gpus) * u64::from(b.gpu_milli.unwrap_or(1000)))),
+            };
+            let o = if desc { o.reverse() } else { o };
+            if o != Ordering::Equal {
+                return o;
+            }
+        }
+        Ordering::Equal
+    });
+}
+
+/// The dependencies the flags give, as the API takes them.
+fn dependencies(
+    after_ok: &[String],
+    after_any: &[String],
+    after_not_ok: &[String],
+    slurm: Option<&str>,
+) -> anyhow::Result<Vec<serde_json::Value>> {
+    use allot_domain::workflow::{DependencyKind, parse_slurm_dependency};
+    let mut out: Vec<(DependencyKind, String)> = Vec::new();
+    for (kind, ids) in [
+        (DependencyKind::AfterOk, after_ok),
+        (DependencyKind::AfterAny, after_any),
+        (DependencyKind::AfterNotOk, after_not_ok),
+    ] {
+        out.extend(
+            ids.iter()
+                .map(|i| i.trim())
+                .filter(|i| !i.is_empty())
+                .map(|i| (kind, i.to_owned())),
+        );
+    }
+    if let Some(d) = slurm {
+        out.extend(parse_slurm_dependency("--dependency", d).map_err(|e| anyhow::anyhow!("{e}"))?);
+    }
+    Ok(out
+        .into_iter()
+        .map(|(kind, job)| json!({ "kind": kind.as_str(), "job": job }))
+        .collect())
+}
+
+/// The last `n` lines of `bytes` (a last line without its newline counts).
+fn last_lines(bytes: &[u8], n: usize) -> &[u8] {
+    if n == 0 {
+        return &[];
+    }
+    let body = bytes.strip_suffix(b"\n").unwrap_or(bytes);
+    let mut seen = 0;
+    for (i, b) in body.iter().enumerate().rev() {
+        if *b == b'\n' {
+            seen += 1;
+            if seen == n {
+                return &bytes[i + 1..];
+            }
+        }
+    }
+    bytes
+}
+
 /// The process exit status for a finished job: 0 on success, the job's own code when it has
 /// one, 1 otherwise.
 fn exit_status(j: &JobView) -> i32 {
@@ -367,11 +604,30 @@ pub async fn run(client: &Client, cmd: JobCmd) -> anyhow::Result<i32> {
             time_limit,
             replicas,
             pack,
+            array,
+            after_ok,
+            after_any,
+            after_not_ok,
+            dependency,
+            ignore_unknown_directives,
             wait,
             output,
+            script,
             command,
         } => {
+            // A batch script's directives were applied already (`with_directives`): what
+            // runs is the script, given the arguments after `--`.
+            let _ = ignore_unknown_directives;
+            let (command, name) = match &script {
+                Some(path) => {
+                    let s = batch::Script::read(path)?;
+                    (s.command(&command), name.or(Some(s.name.clone())))
+                }
+                None => (command, name),
+            };
             let env: BTreeMap<_, _> = env.into_iter().collect();
+            let dependencies =
+                dependencies(&after_ok, &after_any, &after_not_ok, dependency.as_deref())?;
             let mut body = json!({
                 "tenant": tenant, "name": name, "gpu_models": gpu_models,
                 "cpu_milli": cpus.unwrap_or(0), "memory_bytes": memory.unwrap_or(0),
@@ -383,6 +639,7 @@ pub async fn run(client: &Client, cmd: JobCmd) -> anyhow::Result<i32> {
                 "gpu_compute": gpu_compute, "gpu_resizable": gpu_resizable,
                 "image": image, "network": network, "time_limit_secs": time_limit,
                 "replicas": replicas, "pack": pack,
+                "array": array, "dependencies": dependencies,
             });
             if let (Some(b), serde_json::Value::Object(gpu)) =
                 (body.as_object_mut(), gpu_fields(gpus, gpu_memory)?)
@@ -403,7 +660,7 @@ pub async fn run(client: &Client, cmd: JobCmd) -> anyhow::Result<i32> {
             // Its output is printed as it comes, beside the changes of its state.
             let follow = async {
                 if !output.is_document() {
-                    follow_log(client, &job.id, None, LogMode::Safe).await
+                    follow_log(client, &job.id, None, None, LogMode::Safe).await
                 } else {
                     Ok(())
                 }
@@ -471,6 +728,10 @@ pub async fn run(client: &Client, cmd: JobCmd) -> anyhow::Result<i32> {
             state,
             name,
             node,
+            user,
+            array,
+            expand,
+            sort,
             limit,
             all,
             page_token,
@@ -487,6 +748,16 @@ pub async fn run(client: &Client, cmd: JobCmd) -> anyhow::Result<i32> {
             if let Some(s) = state {
                 query.push(("state", s));
             }
+            let by_array = array.is_some();
+            let selection = bulk::Selection {
+                user,
+                array,
+                ..Default::default()
+            };
+            query.extend(selection.query(client, false).await?);
+            if !expand && !by_array {
+                query.push(("arrays", "whole".to_owned()));
+            }
             if let Some(n) = node {
                 let found: serde_json::Value =
                     client.get(&format!("/api/v1/nodes/{n}"), &[]).await?;
@@ -499,7 +770,11 @@ pub async fn run(client: &Client, cmd: JobCmd) -> anyhow::Result<i32> {
             let watching = watch.watch;
             watch
                 .run("allot job list", || async {
-                    let list = list_jobs(client, query.clone(), wanted, page_token.clone()).await?;
+                    let mut list =
+                        list_jobs(client, query.clone(), wanted, page_token.clone()).await?;
+                    if let Some(keys) = &sort {
+                        sort_jobs(&mut list.items, keys);
+                    }
                     let text = output.render(&list, &list.items, &columns)?;
                     let table = !output.output.is_document() || output.format.is_some();
                     if let Some(token) =
@@ -548,7 +823,29 @@ pub async fn run(client: &Client, cmd: JobCmd) -> anyhow::Result<i32> {
             })?;
             Ok(0)
         }
-        JobCmd::Cancel { id, output } => {
+        JobCmd::Cancel {
+            ids,
+            selection,
+            yes,
+            output,
+        } => {
+            if !selection.is_empty() {
+                if !ids.is_empty() {
+                    bail!("give job ids or a selection (--name, --state, …), not both");
+                }
+                bulk::cancel(client, &selection, yes).await?;
+                return Ok(0);
+            }
+            if ids.len() > 1 {
+                for id in &ids {
+                    let j: JobView = client
+                        .call::<(), _>(Method::POST, &format!("/api/v1/jobs/{id}/cancel"), None)
+                        .await?;
+                    print(output, &j, |j| format!("job {} {}", j.id, j.state))?;
+                }
+                return Ok(0);
+            }
+            let id = ids.first().context("name a job")?;
             let j: JobView = client
                 .call::<(), _>(Method::POST, &format!("/api/v1/jobs/{id}/cancel"), None)
                 .await?;
@@ -573,6 +870,7 @@ pub async fn run(client: &Client, cmd: JobCmd) -> anyhow::Result<i32> {
             attempt,
             replica,
             raw,
+            tail,
             output,
         } => {
             // A replica's output is its own record's.
@@ -594,22 +892,46 @@ pub async fn run(client: &Client, cmd: JobCmd) -> anyhow::Result<i32> {
                     }
                 }
             };
-            if follow {
-                let mode = match (output.is_document(), raw) {
-                    (true, _) => LogMode::Json,
-                    (false, true) => LogMode::Raw,
-                    (false, false) => LogMode::Safe,
-                };
-                follow_log(client, &id, attempt, mode).await?;
+            let mode = match (output.is_document(), raw) {
+                (true, _) => LogMode::Json,
+                (false, true) => LogMode::Raw,
+                (false, false) => LogMode::Safe,
+            };
+            if follow && tail.is_none() {
+                follow_log(client, &id, attempt, None, mode).await?;
                 return Ok(0);
             }
             let query: Vec<(&str, String)> = attempt
                 .map(|a| ("attempt", a.to_string()))
                 .into_iter()
                 .collect();
-            let bytes = client
-                .get_bytes(&format!("/api/v1/jobs/{id}/log"), &query)
+            let (mut bytes, end) = client
+                .get_bytes_with(&format!("/api/v1/jobs/{id}/log"), &query, "allot-log-end")
                 .await?;
+            if let Some(n) = tail {
+                bytes = last_lines(&bytes, n).to_vec();
+            }
+            if follow {
+                // The last lines, then what comes from where they end.
+                use std::io::Write;
+                if mode == LogMode::Raw {
+                    std::io::stdout().write_all(&bytes)?;
+                } else if mode == LogMode::Safe {
+                    print!(
+                        "{}",
+                        crate::output::terminal_safe(&String::from_utf8_lossy(&bytes))
+                    );
+                } else {
+                    println!(
+                        "{}",
+                        json!({ "job": id, "log": String::from_utf8_lossy(&bytes) })
+                    );
+                }
+                std::io::stdout().flush()?;
+                let offset = end.and_then(|e| e.parse::<u64>().ok());
+                follow_log(client, &id, attempt, offset, mode).await?;
+                return Ok(0);
+            }
             if bytes.is_empty() && !output.is_document() {
                 // Nothing yet: say why, rather than print nothing.
                 let j: JobView = client.get(&format!("/api/v1/jobs/{id}"), &[]).await?;
@@ -656,6 +978,15 @@ pub async fn run(client: &Client, cmd: JobCmd) -> anyhow::Result<i32> {
 #[cfg(test)]
 mod tests {
     use super::{GpuMemory, Gpus, gpu_fields, parse_gpu_memory, parse_gpus, parse_time_limit};
+
+    #[test]
+    fn the_last_lines_are_the_tail() {
+        use super::last_lines;
+        assert_eq!(last_lines(b"a\nb\nc\n", 2), b"b\nc\n");
+        assert_eq!(last_lines(b"a\nb\nc", 2), b"b\nc");
+        assert_eq!(last_lines(b"a\nb\n", 5), b"a\nb\n");
+        assert_eq!(last_lines(b"a\n", 0), b"");
+    }
 
     #[test]
     fn gpus_read_as_counts_shares_or_auto() {

@@ -2,7 +2,7 @@
 
 use allot_api::views::JobView;
 use allot_domain::job::Elapsed;
-use allot_domain::{GpuCompute, format_bytes, format_duration};
+use allot_domain::{GpuCompute, JobState, format_bytes, format_duration};
 
 use crate::cmd::{opt, show_milli};
 use crate::output::{Column, fields, table};
@@ -259,14 +259,18 @@ pub(super) fn clock(secs: i64) -> String {
 }
 
 /// What `job list` can show of a job (`--format` names, `-o wide` all).
-pub(super) fn job_columns() -> [Column<JobView>; 22] {
+pub(super) fn job_columns() -> [Column<JobView>; 23] {
     [
         Column::new("id", "ID", |j| {
             allot_domain::job::short_id(&j.id).to_owned()
         }),
         Column::new("tenant", "TENANT", |j| j.tenant.clone()),
-        Column::new("name", "NAME", |j| j.name.clone()),
-        Column::new("state", "STATE", |j| j.state.to_string()),
+        Column::new("user", "USER", |j| opt(j.user.clone())),
+        Column::new("name", "NAME", name_cell),
+        Column::new("state", "STATE", |j| match &j.array_tasks {
+            Some(counts) => array_state(counts).to_string(),
+            None => j.state.to_string(),
+        }),
         Column::new("gpus", "GPUS", gpus_cell),
         Column::new("time", "TIME", time_cell),
         Column::new("created", "CREATED", |j| short(Some(j.created_at))),
@@ -301,6 +305,9 @@ pub(super) fn job_columns() -> [Column<JobView>; 22] {
         Column::wide("finished", "FINISHED", |j| short(j.finished_at)),
         Column::wide("uuid", "UUID", |j| j.id.clone()),
         Column::new("detail", "DETAIL", |j| {
+            if let Some(counts) = &j.array_tasks {
+                return array_counts(counts);
+            }
             match (&j.pending_reason, j.exit_code) {
                 (Some(r), _) => r.message.clone(),
                 (None, Some(c)) => format!("exit {c}"),
@@ -308,6 +315,39 @@ pub(super) fn job_columns() -> [Column<JobView>; 22] {
             }
         }),
     ]
+}
+
+/// A job's name; an array's (listed whole) with its tasks (`sweep[0-199%16]`), a task's
+/// with its index (`sweep[7]`).
+pub(super) fn name_cell(j: &JobView) -> String {
+    match (&j.array_tasks, &j.array, j.array_index) {
+        (Some(_), Some(spec), _) => format!("{}[{spec}]", j.name),
+        (None, _, Some(i)) => format!("{}[{i}]", j.name),
+        _ => j.name.clone(),
+    }
+}
+
+/// An array's state, as one word: the furthest along of its unfinished tasks (running,
+/// scheduled, pending), else how they ended (failed if any did, else cancelled, timed out,
+/// succeeded).
+pub(super) fn array_state(counts: &std::collections::BTreeMap<JobState, u64>) -> JobState {
+    use JobState::*;
+    [
+        Running, Scheduled, Pending, Failed, Cancelled, TimedOut, Succeeded,
+    ]
+    .into_iter()
+    .find(|s| counts.get(s).copied().unwrap_or(0) > 0)
+    .unwrap_or(Pending)
+}
+
+/// "tasks: 16 running, 150 pending, 34 succeeded".
+pub(super) fn array_counts(counts: &std::collections::BTreeMap<JobState, u64>) -> String {
+    let parts: Vec<String> = counts
+        .iter()
+        .filter(|(_, n)| **n > 0)
+        .map(|(s, n)| format!("{n} {s}"))
+        .collect();
+    format!("tasks: {}", parts.join(", "))
 }
 
 /// "2", "0.25 of a shared GPU" (what the placement holds, once placed), a MIG instance as

@@ -1,0 +1,348 @@
+//! The workflows people bring from Slurm, on a real control plane and agents: an array of
+//! 200 tasks capped at 16 never has more than 16 holding capacity (and without a cap, it
+//! has: the negative control), each task told its index; a dependency chain whose head
+//! fails ends its dependents saying why, while `after-any` and `after-not-ok` ones run; an
+//! `#SBATCH` script submitted unchanged takes its resources, name, array and time limit
+//! from its header; a bulk cancel by name glob takes exactly what matches, and asks first;
+//! every job names who submitted it; `job logs --tail` prints the last lines.
+
+use std::time::{Duration, Instant};
+
+use allot_system_tests::{Backend, StatusCode, TestCluster, spawn_cluster};
+use serde_json::{Value, json};
+
+async fn tasks(c: &TestCluster, array: &str) -> Vec<Value> {
+    let (s, list) = c
+        .get(&format!("/api/v1/jobs?array={array}&limit=500"))
+        .await;
+    assert_eq!(s, StatusCode::OK, "{list}");
+    list["items"].as_array().expect("items").clone()
+}
+
+fn count(tasks: &[Value], states: &[&str]) -> usize {
+    tasks
+        .iter()
+        .filter(|t| states.contains(&t["state"].as_str().unwrap_or_default()))
+        .count()
+}
+
+/// Submits an array of CPU-only tasks and watches it to the end: the most tasks seen
+/// holding capacity at once, and the tasks at the end.
+async fn run_array(c: &TestCluster, spec: &str) -> (usize, Vec<Value>) {
+    let id = c
+        .submit_with(
+            "t",
+            json!({ "gpus": 0, "cpu_milli": 10, "memory_bytes": 16 << 20, "array": spec,
+                "name": "sweep" }),
+            &[
+                "sh",
+                "-c",
+                "echo task $ALLOT_ARRAY_TASK_ID slurm $SLURM_ARRAY_TASK_ID; sleep 0.3",
+            ],
+        )
+        .await;
+    let mut most = 0;
+    let start = Instant::now();
+    loop {
+        let all = tasks(c, &id).await;
+        most = most.max(count(&all, &["scheduled", "running"]));
+        let ended = count(&all, &["succeeded", "failed", "cancelled", "timed_out"]);
+        if ended == all.len() {
+            return (most, all);
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(300),
+            "the array ends: {ended} of {} ended",
+            all.len()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_array_never_runs_more_tasks_than_its_cap_and_each_knows_its_index() {
+    let c = spawn_cluster(Backend::Sqlite, 2, "1xH200").await;
+    c.create_tenant("t", None).await;
+    let (most, all) = run_array(&c, "0-199%16").await;
+    assert_eq!(all.len(), 200);
+    assert_eq!(count(&all, &["succeeded"]), 200, "every task ran");
+    assert!(most <= 16, "at most 16 at once, saw {most}");
+    assert!(
+        most >= 4,
+        "tasks ran side by side, up to the cap: saw {most}"
+    );
+    // Each task was told its index, under both names.
+    for t in all
+        .iter()
+        .filter(|t| t["array_index"].as_u64().is_some_and(|i| i % 50 == 7))
+    {
+        let i = t["array_index"].as_u64().expect("index");
+        let log = c.log_of(t["id"].as_str().expect("id")).await;
+        assert_eq!(log.trim(), format!("task {i} slurm {i}"));
+    }
+    // Listed whole, the array is one job with its tasks' counts.
+    let (_, whole) = c.get("/api/v1/jobs?arrays=whole").await;
+    let items = whole["items"].as_array().expect("items");
+    assert_eq!(items.len(), 1, "{whole}");
+    assert_eq!(items[0]["array_tasks"]["succeeded"], 200);
+    assert_eq!(items[0]["array"], "0-199%16");
+    let table = c.cli(&["job", "list"]);
+    assert!(table.contains("sweep[0-199%16]"), "{table}");
+    assert!(table.contains("tasks: 200 succeeded"), "{table}");
+
+    // The negative control: without a cap, more than 16 hold capacity at once.
+    let (most, all) = run_array(&c, "0-59").await;
+    assert_eq!(count(&all, &["succeeded"]), 60);
+    assert!(
+        most > 16,
+        "uncapped, the check sees more than 16: saw {most}"
+    );
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_dependency_chain_whose_head_fails_ends_its_dependents_saying_why() {
+    let c = spawn_cluster(Backend::Sqlite, 1, "2xH200").await;
+    c.create_tenant("t", None).await;
+    let cpu = json!({ "gpus": 0, "cpu_milli": 10, "memory_bytes": 16 << 20 });
+    let after = |kind: &str, id: &str| {
+        let mut f = cpu.clone();
+        f["dependencies"] = json!([{ "kind": kind, "job": id }]);
+        f
+    };
+    let head = c
+        .submit_with("t", cpu.clone(), &["sh", "-c", "sleep 1; exit 3"])
+        .await;
+    let next = c
+        .submit_with("t", after("after-ok", &head), &["true"])
+        .await;
+    let last = c
+        .submit_with("t", after("after-ok", &next), &["true"])
+        .await;
+    let cleanup = c
+        .submit_with("t", after("after-any", &head), &["true"])
+        .await;
+    let on_failure = c
+        .submit_with("t", after("after-not-ok", &head), &["true"])
+        .await;
+    let on_success = c
+        .submit_with("t", after("after-ok", &head), &["true"])
+        .await;
+    // While the head runs, its dependents wait saying for what.
+    let waiting = c.wait_for_reason(&next).await;
+    assert_eq!(waiting["pending_reason"]["code"], "Dependency", "{waiting}");
+    assert!(
+        waiting["pending_reason"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("to succeed")),
+        "{waiting}"
+    );
+    assert_eq!(c.wait_for_end(&head).await["state"], "failed");
+    for id in [&next, &last, &on_success] {
+        let j = c.wait_for_end(id).await;
+        assert_eq!(j["state"], "cancelled", "{j}");
+        assert!(
+            j["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("dependency never satisfied")),
+            "{j}"
+        );
+        assert!(j["started_at"].is_null(), "never ran: {j}");
+    }
+    assert_eq!(c.wait_for_end(&cleanup).await["state"], "succeeded");
+    assert_eq!(c.wait_for_end(&on_failure).await["state"], "succeeded");
+
+    // A dependency on a job nobody can see is refused at submit, naming the field.
+    let mut body = after("after-ok", "0123456789ab");
+    body["tenant"] = json!("t");
+    body["command"] = json!(["true"]);
+    let (s, problem) = c.post("/api/v1/jobs", body).await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{problem}");
+    assert!(
+        problem.to_string().contains("dependencies[0].job"),
+        "{problem}"
+    );
+    // Another tenant's job is one this tenant cannot see: the same answer.
+    c.create_tenant("other", None).await;
+    let theirs = c.submit_with("other", cpu.clone(), &["true"]).await;
+    let member = c.token_for("t", "member").await;
+    let res = c
+        .http
+        .post(c.url("/api/v1/jobs"))
+        .bearer_auth(&member)
+        .json(&json!({ "gpus": 0, "command": ["true"],
+            "dependencies": [{ "kind": "after-ok", "job": theirs }] }))
+        .send()
+        .await
+        .expect("submit");
+    assert_eq!(res.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_sbatch_script_is_submitted_unchanged() {
+    let c = spawn_cluster(Backend::Sqlite, 1, "2xH200").await;
+    c.create_tenant("t", None).await;
+    let dir = tempfile::tempdir().expect("dir");
+    let script = dir.path().join("sweep.sh");
+    std::fs::write(
+        &script,
+        "#!/bin/sh\n\
+         #SBATCH --job-name=sweep\n\
+         #SBATCH --gres=gpu:1\n\
+         #SBATCH -c 2\n\
+         #SBATCH --mem=1G\n\
+         #SBATCH -t 00:10:00\n\
+         #SBATCH --array=0-3%2\n\
+         #SBATCH -o sweep-%A_%a.out\n\
+         echo \"task $SLURM_ARRAY_TASK_ID of $SLURM_ARRAY_TASK_COUNT args $*\"\n",
+    )
+    .expect("script");
+    let path = script.to_str().expect("path");
+    let out = c.cli(&[
+        "job", "submit", "--tenant", "t", "-o", "json", path, "--", "a", "b",
+    ]);
+    let first: Value = serde_json::from_str(&out).expect("json");
+    let array = first["array_id"].as_str().expect("an array").to_owned();
+    let all = tasks(&c, &array).await;
+    assert_eq!(all.len(), 4);
+    for t in &all {
+        assert_eq!(t["name"], "sweep");
+        assert_eq!(t["gpus"], 1);
+        assert_eq!(t["cpu_milli"], 2000);
+        assert_eq!(t["memory_bytes"], 1u64 << 30);
+        assert_eq!(t["time_limit_secs"], 600);
+        assert_eq!(t["array"], "0-3%2");
+        let j = c.wait_for_end(t["id"].as_str().expect("id")).await;
+        assert_eq!(j["state"], "succeeded", "{j}");
+        let i = t["array_index"].as_u64().expect("index");
+        let log = c.log_of(t["id"].as_str().expect("id")).await;
+        assert_eq!(log.trim(), format!("task {i} of 4 args a b"));
+    }
+    // Flags on the command line win over the script's directives.
+    let out = c.cli(&[
+        "job", "submit", "--tenant", "t", "--name", "mine", "--array", "0-1", "-o", "json", path,
+    ]);
+    let first: Value = serde_json::from_str(&out).expect("json");
+    assert_eq!(first["name"], "mine");
+    assert_eq!(first["array"], "0-1");
+    assert_eq!(
+        first["cpu_milli"], 2000,
+        "what the flags leave, the script gives"
+    );
+    // A directive Allot does not read is an error naming its line, unless told to skip it.
+    let odd = dir.path().join("odd.sh");
+    std::fs::write(&odd, "#!/bin/sh\n#SBATCH --partition=gpu\ntrue\n").expect("script");
+    let refused = c.cli_output(&[
+        "job",
+        "submit",
+        "--tenant",
+        "t",
+        odd.to_str().expect("path"),
+    ]);
+    assert!(!refused.status.success());
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        err.contains("line 2") && err.contains("--partition"),
+        "{err}"
+    );
+    c.cli(&[
+        "job",
+        "submit",
+        "--tenant",
+        "t",
+        "--ignore-unknown-directives",
+        odd.to_str().expect("path"),
+    ]);
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_bulk_cancel_takes_what_its_glob_matches_and_asks_first() {
+    let c = spawn_cluster(Backend::Sqlite, 1, "1xH200").await;
+    c.create_tenant("t", None).await;
+    let mut sweep = Vec::new();
+    for i in 0..5 {
+        sweep.push(
+            c.submit_with(
+                "t",
+                json!({ "name": format!("sweep-{i}"), "gpus": 1 }),
+                &["sleep", "600"],
+            )
+            .await,
+        );
+    }
+    let keep = c
+        .submit_with(
+            "t",
+            json!({ "name": "keep-sweep", "gpus": 1 }),
+            &["sleep", "600"],
+        )
+        .await;
+    // Without --yes and without a terminal, nothing is cancelled.
+    let asked = c.cli_output(&["job", "cancel", "--name", "sweep-*"]);
+    assert!(!asked.status.success());
+    assert!(
+        String::from_utf8_lossy(&asked.stderr).contains("5 jobs match"),
+        "{}",
+        String::from_utf8_lossy(&asked.stderr)
+    );
+    let (_, j) = c.get(&format!("/api/v1/jobs/{}", sweep[0])).await;
+    assert!(j["state"] != "cancelled" && j["cancel_requested"] == false);
+    let listed = c.cli(&["job", "list", "--name", "sweep-*", "--format", "name"]);
+    assert_eq!(
+        listed.lines().filter(|l| l.starts_with("sweep-")).count(),
+        5,
+        "{listed}"
+    );
+    let out = c.cli_output(&["job", "cancel", "--name", "sweep-*", "--yes"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("5 of 5 jobs cancelled"));
+    for id in &sweep {
+        assert_eq!(c.wait_for_end(id).await["state"], "cancelled");
+    }
+    let (_, k) = c.get(&format!("/api/v1/jobs/{keep}")).await;
+    assert_ne!(k["state"], "cancelled", "{k}");
+    assert_eq!(k["cancel_requested"], false);
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn jobs_name_who_submitted_them_and_logs_have_a_tail() {
+    let c = spawn_cluster(Backend::Sqlite, 1, "1xH200").await;
+    c.create_tenant("t", None).await;
+    let member = c.token_for("t", "member").await;
+    let res = c
+        .http
+        .post(c.url("/api/v1/jobs"))
+        .bearer_auth(&member)
+        .json(&json!({ "gpus": 0, "command": ["seq", "1", "10"] }))
+        .send()
+        .await
+        .expect("submit");
+    assert_eq!(res.status(), StatusCode::CREATED);
+    let job: Value = res.json().await.expect("job");
+    assert_eq!(job["user"], "t-member", "the token's name: {job}");
+    let id = job["id"].as_str().expect("id").to_owned();
+    let admins = c.submit_with("t", json!({ "gpus": 0 }), &["true"]).await;
+    let (_, a) = c.get(&format!("/api/v1/jobs/{admins}")).await;
+    assert!(a["user"].is_string() && a["user"] != "t-member", "{a}");
+    // Filtered by submitter.
+    let (_, mine) = c.get("/api/v1/jobs?user=t-member").await;
+    let items = mine["items"].as_array().expect("items");
+    assert_eq!(items.len(), 1);
+    assert_eq!(items[0]["id"], id.as_str());
+    let table = c.cli(&["job", "list", "--user", "t-member"]);
+    assert!(
+        table.contains("USER") && table.contains("t-member"),
+        "{table}"
+    );
+    assert_eq!(c.wait_for_end(&id).await["state"], "succeeded");
+    let tail = c.cli(&["job", "logs", &id, "--tail", "3"]);
+    assert_eq!(tail, "8\n9\n10\n");
+    c.shutdown().await;
+}
