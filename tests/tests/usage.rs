@@ -46,6 +46,27 @@ async fn gpu_hours_follow_what_jobs_held_while_they_ran() {
     for id in [&whole, &part, &other] {
         assert!(jobs.contains(&id.as_str()), "{by_job}");
     }
+    // As sacct shows them: names, states, submitters and elapsed times.
+    let row = by_job["rows"]
+        .as_array()
+        .expect("rows")
+        .iter()
+        .find(|r| r["job_id"] == whole.as_str())
+        .expect("the whole-GPU job's row");
+    assert_eq!(row["name"], "sleep", "{row}");
+    assert_eq!(row["state"], "succeeded", "{row}");
+    assert!(row["user"].is_string(), "{row}");
+    assert!(
+        row["elapsed_secs"]
+            .as_i64()
+            .is_some_and(|s| (1..=10).contains(&s)),
+        "{row}"
+    );
+    let table = c.cli(&["usage", "--by", "job"]);
+    assert!(
+        table.contains("ELAPSED") && table.contains("succeeded") && table.contains("00:00:0"),
+        "{table}"
+    );
     let (_, by_day) = c.get("/api/v1/usage?by=day").await;
     assert!(by_day["rows"][0]["day"].is_string(), "{by_day}");
 
@@ -65,7 +86,9 @@ async fn gpu_hours_follow_what_jobs_held_while_they_ran() {
     let mut lines = text.lines();
     assert_eq!(
         lines.next(),
-        Some("tenant,job_id,day,gpu_hours,gpu_memory_gib_hours,mig_slice_hours")
+        Some(
+            "tenant,job_id,name,state,user,elapsed_secs,day,gpu_hours,gpu_memory_gib_hours,mig_slice_hours"
+        )
     );
     assert_eq!(
         lines

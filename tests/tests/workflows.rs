@@ -344,5 +344,36 @@ async fn jobs_name_who_submitted_them_and_logs_have_a_tail() {
     assert_eq!(c.wait_for_end(&id).await["state"], "succeeded");
     let tail = c.cli(&["job", "logs", &id, "--tail", "3"]);
     assert_eq!(tail, "8\n9\n10\n");
+    // Who the caller is, and the tenants of their roles, by name.
+    let me: Value = c
+        .http
+        .get(c.url("/auth/session"))
+        .bearer_auth(&member)
+        .send()
+        .await
+        .expect("whoami")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(me["name"], "t-member", "{me}");
+    assert_eq!(me["roles"][0]["tenant"], "t", "{me}");
+    // A refusal names the tenant, not its id.
+    let refused = c
+        .http
+        .put(c.url("/api/v1/tenants/t/quota"))
+        .bearer_auth(&member)
+        .json(&json!({ "limit": { "gpu_milli": 1000 } }))
+        .send()
+        .await
+        .expect("put");
+    assert_eq!(refused.status(), StatusCode::FORBIDDEN);
+    let problem: Value = refused.json().await.expect("problem");
+    let detail = problem["detail"].as_str().unwrap_or_default();
+    let (_, tenant) = c.get("/api/v1/tenants/t").await;
+    let tenant_id = tenant["id"].as_str().expect("id");
+    assert!(
+        detail.contains("member@t") && !detail.contains(tenant_id),
+        "{detail}"
+    );
     c.shutdown().await;
 }

@@ -172,6 +172,14 @@ impl Principal {
         &self.live
     }
 
+    /// A tenant's name as this request read the tenants (its id when it is gone).
+    pub fn tenant_name(&self, id: &str) -> String {
+        self.live
+            .iter()
+            .find(|t| t.id == id)
+            .map_or_else(|| id.to_owned(), |t| t.name.to_string())
+    }
+
     pub fn home_tenant(&self) -> Option<&str> {
         let mut tenants = self.bindings.iter().filter_map(|b| b.tenant_id.as_deref());
         let first = tenants.next()?;
@@ -185,7 +193,7 @@ impl Principal {
             .bindings
             .iter()
             .map(|b| match &b.tenant_id {
-                Some(t) => format!("{}@{t}", b.role),
+                Some(t) => format!("{}@{}", b.role, self.tenant_name(t)),
                 None => b.role.to_string(),
             })
             .collect();

@@ -432,13 +432,28 @@ pub struct WhoAmI {
     /// `user` or `token`.
     pub kind: String,
     pub id: String,
+    /// Who it is to people: the token's name, or the user's email (else name, else
+    /// subject); what jobs they submit show as their `user`.
+    #[serde(default)]
+    pub name: String,
     /// `session`, `oidc-jwt` or `api-token`.
     pub auth_method: String,
-    /// Every role held: `{role, tenant_id}`.
-    #[schema(value_type = Vec<Object>)]
-    pub roles: Vec<allot_domain::RoleBinding>,
+    /// Every role held: `{role, tenant_id, tenant}` (the tenant's name).
+    pub roles: Vec<HeldRole>,
     /// For sessions: send it as `X-CSRF-Token` with every change.
     pub csrf_token: Option<String>,
+}
+
+/// A role the caller holds, and where.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
+pub struct HeldRole {
+    #[schema(value_type = String, example = "member")]
+    pub role: allot_domain::Role,
+    /// The tenant it is held in (and every tenant below it); none for a platform role.
+    pub tenant_id: Option<String>,
+    /// That tenant's name.
+    #[serde(default)]
+    pub tenant: Option<String>,
 }
 
 /// Who the caller is, their roles, and (for sessions) the CSRF token the portal sends back
@@ -456,8 +471,17 @@ pub async fn whoami(req: HttpRequest, who: Principal) -> Result<HttpResponse, Ap
         &WhoAmI {
             kind: kind.to_owned(),
             id: who.id.clone(),
+            name: who.name.clone(),
             auth_method: who.auth_method.to_owned(),
-            roles: who.bindings.clone(),
+            roles: who
+                .bindings
+                .iter()
+                .map(|b| HeldRole {
+                    role: b.role,
+                    tenant: b.tenant_id.as_deref().map(|t| who.tenant_name(t)),
+                    tenant_id: b.tenant_id.clone(),
+                })
+                .collect(),
             csrf_token: session.map(|s| s.csrf_token),
         },
     ))

@@ -221,7 +221,7 @@ async fn signed_in_as(state: &AppState, who: &Principal) -> String {
             .ok()
             .and_then(|u| u.email.or(u.name))
             .unwrap_or_else(|| who.id.clone()),
-        _ => format!("API token {}", who.id.chars().take(8).collect::<String>()),
+        _ => format!("API token {}", who.name),
     };
     let tenants = state.store.list_tenants().await.unwrap_or_default();
     let mut roles: Vec<String> = who

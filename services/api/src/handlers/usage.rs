@@ -58,9 +58,26 @@ pub async fn usage(
         .iter()
         .flat_map(|(job, events)| JobUsage::of(job, job.spec.tenant.as_str(), events, now))
         .collect();
+    let jobs: std::collections::HashMap<&str, &allot_domain::Job> =
+        ran.iter().map(|(j, _)| (j.id.as_str(), j)).collect();
     let rows: Vec<UsageRowView> = report(&inputs, start, end, by)
         .into_iter()
-        .map(|r| UsageRowView {
+        .map(|r| {
+            let job = r.job_id.as_deref().and_then(|id| jobs.get(id));
+            (r, job)
+        })
+        .map(|(r, job)| UsageRowView {
+            name: job.map(|j| j.spec.name.clone()),
+            state: job.map(|j| j.state),
+            user: job.and_then(|j| j.submitted_by.clone()),
+            elapsed_secs: job.and_then(|j| {
+                let started = j.started_at?;
+                Some(
+                    (j.finished_at.unwrap_or(now) - started)
+                        .num_seconds()
+                        .max(0),
+                )
+            }),
             tenant: r.tenant,
             job_id: r.job_id,
             day: r.day,
@@ -70,13 +87,18 @@ pub async fn usage(
         })
         .collect();
     if csv {
-        let mut out =
-            String::from("tenant,job_id,day,gpu_hours,gpu_memory_gib_hours,mig_slice_hours\n");
+        let mut out = String::from(
+            "tenant,job_id,name,state,user,elapsed_secs,day,gpu_hours,gpu_memory_gib_hours,mig_slice_hours\n",
+        );
         for r in &rows {
             out += &format!(
-                "{},{},{},{:.6},{:.6},{:.6}\n",
-                r.tenant,
+                "{},{},{},{},{},{},{},{:.6},{:.6},{:.6}\n",
+                csv_field(&r.tenant),
                 r.job_id.as_deref().unwrap_or(""),
+                csv_field(r.name.as_deref().unwrap_or("")),
+                r.state.map(|s| s.to_string()).unwrap_or_default(),
+                csv_field(r.user.as_deref().unwrap_or("")),
+                r.elapsed_secs.map(|s| s.to_string()).unwrap_or_default(),
                 r.day.map(|d| d.to_string()).unwrap_or_default(),
                 r.gpu_hours,
                 r.gpu_memory_gib_hours,
@@ -99,4 +121,19 @@ pub async fn usage(
             total_gpu_hours,
         },
     ))
+}
+
+/// A CSV field: quoted (inner quotes doubled) when it holds a comma, quote or line break,
+/// and a leading `=`, `+`, `-` or `@` made inert for spreadsheets.
+fn csv_field(v: &str) -> String {
+    let v = if v.starts_with(['=', '+', '-', '@']) {
+        format!("'{v}")
+    } else {
+        v.to_owned()
+    };
+    if v.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", v.replace('"', "\"\""))
+    } else {
+        v
+    }
 }

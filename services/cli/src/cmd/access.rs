@@ -184,12 +184,14 @@ pub async fn whoami(client: &Client, output: Format) -> anyhow::Result<()> {
         let roles: Vec<String> = me
             .roles
             .iter()
-            .map(|b| match &b.tenant_id {
-                Some(t) => format!("{} in tenant {t}", b.role),
-                None => b.role.to_string(),
+            .map(|b| match (&b.tenant, &b.tenant_id) {
+                (Some(name), _) => format!("{} in tenant {name}", b.role),
+                (None, Some(t)) => format!("{} in tenant {t}", b.role),
+                (None, None) => b.role.to_string(),
             })
             .collect();
         fields(&[
+            ("NAME", me.name.clone()),
             ("KIND", me.kind.clone()),
             ("ID", me.id.clone()),
             ("AUTHENTICATED BY", me.auth_method.clone()),

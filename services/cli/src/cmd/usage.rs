@@ -44,6 +44,50 @@ pub async fn run(client: &Client, args: UsageArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     let r: UsageReport = client.get("/api/v1/usage", &query).await?;
+    if args.by == "job" {
+        // As sacct shows jobs: name, state, who, how long, and what they used.
+        return print(args.output, &r, |r| {
+            let rows: Vec<Vec<String>> = r
+                .rows
+                .iter()
+                .map(|row| {
+                    vec![
+                        row.job_id
+                            .as_deref()
+                            .map_or("-", allot_domain::job::short_id)
+                            .to_owned(),
+                        row.name.clone().unwrap_or_else(|| "-".into()),
+                        row.tenant.clone(),
+                        row.user.clone().unwrap_or_else(|| "-".into()),
+                        row.state.map_or_else(|| "-".into(), |s| s.to_string()),
+                        row.elapsed_secs
+                            .map_or_else(|| "-".into(), super::job::clock_of),
+                        format!("{:.3}", row.gpu_hours),
+                        format!("{:.1}", row.gpu_memory_gib_hours),
+                    ]
+                })
+                .collect();
+            format!(
+                "{}\n{} to {}: {:.3} GPU-hours",
+                table(
+                    &[
+                        "JOB",
+                        "NAME",
+                        "TENANT",
+                        "USER",
+                        "STATE",
+                        "ELAPSED",
+                        "GPU-HOURS",
+                        "GPU-MEM GIB-H"
+                    ],
+                    &rows
+                ),
+                r.from,
+                r.to,
+                r.total_gpu_hours
+            )
+        });
+    }
     print(args.output, &r, |r| {
         let rows: Vec<Vec<String>> = r
             .rows

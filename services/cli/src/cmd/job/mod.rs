@@ -548,6 +548,11 @@ fn dependencies(
         .collect())
 }
 
+/// Seconds as D-HH:MM:SS, as Slurm shows times.
+pub fn clock_of(secs: i64) -> String {
+    show::clock(secs)
+}
+
 /// The last `n` lines of `bytes` (a last line without its newline counts).
 fn last_lines(bytes: &[u8], n: usize) -> &[u8] {
     if n == 0 {
