@@ -30,7 +30,12 @@ impl Agent {
             rpc.watch_assignments(WatchAssignmentsRequest {}),
         );
         let mut stream = match opened.await {
-            Ok(s) => s.into_inner(),
+            Ok(s) => {
+                // A leader places nothing here until it has heard what runs here (a new
+                // leader knows nothing of ended jobs still stopping): tell it at once.
+                self.heartbeat_now.notify_one();
+                s.into_inner()
+            }
             Err(s) => {
                 tracing::warn!(error = %s.message(), "cannot watch assignments");
                 self.link.failed(seen, &s);

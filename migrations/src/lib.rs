@@ -51,6 +51,7 @@ mod m20261217_000002_replica_instance;
 mod m20261218_000001_writer_epoch;
 mod m20261218_000002_leader_memory;
 mod m20261219_000001_job_workflows;
+mod m20261219_000002_node_drains;
 mod roles;
 
 pub use roles::{APPEND_ONLY_TABLES, BadRoleName, postgres_app_role_grants};
@@ -109,6 +110,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261218_000001_writer_epoch::Migration),
             Box::new(m20261218_000002_leader_memory::Migration),
             Box::new(m20261219_000001_job_workflows::Migration),
+            Box::new(m20261219_000002_node_drains::Migration),
         ]
     }
 }

@@ -988,6 +988,13 @@ async fn a_node_with_a_launch() -> (
         .await
         .expect("watch")
         .into_inner();
+    // A leader gives a node work once it has heard what runs there (as an agent's first
+    // heartbeat on opening its stream tells it).
+    node.client
+        .clone()
+        .heartbeat(node.heartbeat())
+        .await
+        .expect("heartbeat");
     c.create_tenant("t", None).await;
     let id = c.submit("t", 1, &["sleep", "300"]).await;
     let launch = stream.message().await.expect("stream").expect("assignment");

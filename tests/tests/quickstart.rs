@@ -1264,7 +1264,7 @@ fn lists_show_what_people_ask_of_them() {
     );
     assert_eq!(out.status.code(), Some(1));
     assert!(
-        text(&out.stderr).contains("no column `colour`; the columns are id, tenant, name"),
+        text(&out.stderr).contains("no column `colour`; the columns are id, tenant, user, name"),
         "{}",
         text(&out.stderr)
     );

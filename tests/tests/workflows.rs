@@ -377,3 +377,102 @@ async fn jobs_name_who_submitted_them_and_logs_have_a_tail() {
     );
     c.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_drain_with_a_grace_lets_jobs_run_then_moves_them_and_says_why() {
+    let c = spawn_cluster(Backend::Sqlite, 2, "1xH200").await;
+    c.create_tenant("t", None).await;
+    let job = c.submit("t", 1, &["sleep", "600"]).await;
+    let running = c.wait_for_state(&job, "running").await;
+    let node = running["node_name"].as_str().expect("node").to_owned();
+    let started = std::time::Instant::now();
+    let said = c.cli(&[
+        "node",
+        "drain",
+        &node,
+        "--reason",
+        "swap a fan",
+        "--grace",
+        "4s",
+    ]);
+    assert!(said.contains("draining (swap a fan)"), "{said}");
+    let list = c.cli(&["node", "list"]);
+    let line = list
+        .lines()
+        .find(|l| l.starts_with(&node))
+        .expect("the node");
+    assert!(
+        line.contains("draining") && line.contains("swap a fan"),
+        "{list}"
+    );
+    // Within the grace the job runs on, on its first attempt.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (_, j) = c.get(&format!("/api/v1/jobs/{job}")).await;
+    if started.elapsed() < Duration::from_secs(4) {
+        assert_eq!(j["state"], "running", "{j}");
+        assert_eq!(j["attempt"], 1, "{j}");
+    }
+    // After it, the job is requeued and runs on the other node.
+    let moved = c
+        .eventually("the job runs elsewhere", || async {
+            let (_, j) = c.get(&format!("/api/v1/jobs/{job}")).await;
+            (j["state"] == "running" && j["node_name"] != node.as_str()).then_some(j)
+        })
+        .await;
+    assert_eq!(moved["attempt"], 2, "{moved}");
+    assert!(
+        started.elapsed() >= Duration::from_secs(4),
+        "not before the grace ended"
+    );
+    let list = c
+        .eventually("the node is drained", || async {
+            let list = c.cli(&["node", "list"]);
+            list.lines()
+                .find(|l| l.starts_with(&node))
+                .is_some_and(|l| l.contains("drained"))
+                .then_some(list)
+        })
+        .await;
+    assert!(list.contains("swap a fan"), "{list}");
+    // Returned to service, it says nothing of the drain any more.
+    c.cli(&["node", "return", &node]);
+    let list = c.cli(&["node", "list"]);
+    let line = list
+        .lines()
+        .find(|l| l.starts_with(&node))
+        .expect("the node");
+    assert!(
+        line.contains("ready") && !line.contains("swap a fan"),
+        "{list}"
+    );
+    // A drained GPU is drained, not unhealthy.
+    let (_, n) = c.get(&format!("/api/v1/nodes/{node}")).await;
+    let gpu = n["gpus"][0]["uuid"].as_str().expect("gpu").to_owned();
+    c.cli(&["node", "drain", &node, "--gpu", &gpu]);
+    let wide = c.cli(&["node", "list", "-o", "wide"]);
+    let header: Vec<&str> = wide
+        .lines()
+        .next()
+        .expect("header")
+        .split_whitespace()
+        .collect();
+    let line: Vec<&str> = wide
+        .lines()
+        .find(|l| l.starts_with(&node))
+        .expect("the node")
+        .split_whitespace()
+        .collect();
+    let col = |name: &str| header.iter().position(|h| *h == name).expect("column");
+    assert_eq!(line[col("UNHEALTHY")], "0", "{wide}");
+    assert_eq!(line[col("DRAINED")], "1", "{wide}");
+    // A reason over the limit, or a grace beyond a week, is refused naming the field.
+    let (s, p) = c
+        .post(
+            &format!("/api/v1/nodes/{node}/drain?grace_secs=9999999"),
+            json!(null),
+        )
+        .await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{p}");
+    assert!(p.to_string().contains("grace_secs"), "{p}");
+    c.shutdown().await;
+}

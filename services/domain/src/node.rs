@@ -398,6 +398,9 @@ pub struct Node {
     pub gpus: Vec<GpuDevice>,
     /// An operator cordoned the node: it takes no new work (what runs there stays).
     pub cordoned: bool,
+    /// An operator drained it (a cordon, and its jobs leave): why, and until when its jobs
+    /// may finish before they are requeued elsewhere.
+    pub drain: Option<Drain>,
     /// GPUs an operator drained: they take no new work until returned to service.
     pub drained_gpus: Vec<String>,
     /// The GPUs (by UUID) the node may report: those it registered with using a bootstrap
@@ -417,6 +420,21 @@ pub struct Node {
 
 /// Longest reason a node gives for taking no new work.
 pub const MAX_UNAVAILABLE_LEN: usize = 512;
+
+/// A node drained by an operator, as `sinfo -R` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Drain {
+    /// Why (what the operator said; may be empty).
+    pub reason: String,
+    /// Its running jobs may finish until then; after it they are requeued elsewhere.
+    pub deadline: DateTime<Utc>,
+}
+
+/// The longest grace a drain gives its node's jobs: a week.
+pub const MAX_DRAIN_GRACE_SECS: u64 = 7 * 86_400;
+
+/// The longest a drain's reason may be.
+pub const MAX_DRAIN_REASON_LEN: usize = 512;
 
 /// A node's reason for taking no new work as the control plane keeps it (an agent's
 /// words, untrusted): control characters dropped, at most [`MAX_UNAVAILABLE_LEN`] bytes.
@@ -593,6 +611,7 @@ mod tests {
             memory_bytes: 0,
             gpus: Vec::new(),
             cordoned: false,
+            drain: None,
             drained_gpus: Vec::new(),
             approved_gpus: None,
             address: String::new(),
@@ -778,6 +797,7 @@ mod approval_tests {
             memory_bytes: 0,
             gpus: vec![gpu("GPU-0")],
             cordoned: false,
+            drain: None,
             drained_gpus: Vec::new(),
             approved_gpus: Some(vec!["GPU-0".into(), "GPU-1".into()]),
             unavailable: String::new(),

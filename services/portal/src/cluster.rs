@@ -4,18 +4,35 @@
 
 use allot_domain::{GpuParts, Job, Node, NodeStatus};
 
-/// A node's one state: `ready`, `cordoned` (ready, taking no new work) or `not-ready`.
-pub(crate) fn node_state(status: NodeStatus, cordoned: bool) -> &'static str {
-    match (status, cordoned) {
-        (NodeStatus::Ready, false) => "ready",
-        (NodeStatus::Ready, true) => "cordoned",
-        (NodeStatus::NotReady, _) => "not-ready",
+/// A node's one state: `ready`, `cordoned` (ready, taking no new work), `draining` (an
+/// operator drained it and jobs still run there: `holding` are the jobs holding capacity),
+/// `drained` (nothing runs there any more) or `not-ready`.
+pub(crate) fn node_state(n: &Node, status: NodeStatus, holding: &[Job]) -> &'static str {
+    match (status, n.cordoned, &n.drain) {
+        (NodeStatus::Ready, _, Some(_)) => {
+            if holding
+                .iter()
+                .any(|j| j.node_id.as_deref() == Some(n.id.as_str()))
+            {
+                "draining"
+            } else {
+                "drained"
+            }
+        }
+        (NodeStatus::Ready, false, None) => "ready",
+        (NodeStatus::Ready, true, None) => "cordoned",
+        (NodeStatus::NotReady, _, _) => "not-ready",
     }
 }
+
+/// The states [`node_state`] says.
+pub(crate) const NODE_STATES: [&str; 5] = ["ready", "cordoned", "draining", "drained", "not-ready"];
 
 pub(crate) struct Summary {
     pub ready: usize,
     pub cordoned: usize,
+    /// Draining or drained by an operator.
+    pub drained: usize,
     pub not_ready: usize,
     pub models: Vec<ModelRow>,
     pub heat: Vec<HeatRow>,
@@ -32,8 +49,10 @@ pub(crate) struct ModelRow {
     pub free: String,
     /// GPUs' worth neither held nor free (unwell, draining, or on nodes taking no work).
     pub unavailable: String,
-    /// Unhealthy, draining or degraded GPUs.
+    /// Unhealthy or degraded GPUs.
     pub unwell: usize,
+    /// GPUs an operator drained.
+    pub drained: usize,
 }
 
 pub(crate) struct HeatRow {
@@ -58,6 +77,7 @@ pub(crate) fn summary(nodes: &[(Node, NodeStatus)], holding: &[Job]) -> Summary 
     let mut s = Summary {
         ready: 0,
         cordoned: 0,
+        drained: 0,
         not_ready: 0,
         models: Vec::new(),
         heat: Vec::new(),
@@ -69,13 +89,15 @@ pub(crate) fn summary(nodes: &[(Node, NodeStatus)], holding: &[Job]) -> Summary 
         free: GpuParts,
         unavailable: GpuParts,
         unwell: usize,
+        drained: usize,
     }
     let mut models: std::collections::BTreeMap<String, Model> = std::collections::BTreeMap::new();
     for (n, status) in nodes {
-        let state = node_state(*status, n.cordoned);
+        let state = node_state(n, *status, holding);
         match state {
             "ready" => s.ready += 1,
             "cordoned" => s.cordoned += 1,
+            "draining" | "drained" => s.drained += 1,
             _ => s.not_ready += 1,
         }
         let open = state == "ready";
@@ -91,8 +113,11 @@ pub(crate) fn summary(nodes: &[(Node, NodeStatus)], holding: &[Job]) -> Summary 
             } else {
                 m.unavailable += on.free;
             }
-            if health != "healthy" {
-                m.unwell += 1;
+            // A GPU an operator drained is not unwell: it is counted apart.
+            match health {
+                "healthy" => {}
+                "draining" => m.drained += 1,
+                _ => m.unwell += 1,
             }
             let quarters = on.held.0 * 4 / GpuParts::GPU.0;
             let level = match (on.held.is_zero(), quarters) {
@@ -142,6 +167,7 @@ pub(crate) fn summary(nodes: &[(Node, NodeStatus)], holding: &[Job]) -> Summary 
             free: m.free.to_string(),
             unavailable: m.unavailable.to_string(),
             unwell: m.unwell,
+            drained: m.drained,
         })
         .collect();
     s

@@ -24,6 +24,7 @@ pub(crate) fn node(id: &str, models: &[&str]) -> Node {
         cpu_milli: 64_000,
         memory_bytes: 512 << 30,
         cordoned: false,
+        drain: None,
         drained_gpus: Vec::new(),
         approved_gpus: None,
         address: String::new(),

@@ -3,6 +3,7 @@
 
 pub mod budgets;
 pub mod checkpoints;
+pub mod drains;
 pub mod elastic;
 pub mod gangs;
 pub mod grpc;

@@ -303,6 +303,7 @@ async fn decide_and_apply(
     )
     .await?;
     crate::time_limits::stop_overdue(store, hub).await?;
+    crate::drains::requeue_past_grace(store, hub, &nodes).await?;
     let regrouped = crate::gangs::keep_whole(store, hub).await?;
     if requeued + regrouped > 0 {
         // What they put back in the queue is placed in this pass, on a fleet read after it

@@ -24,6 +24,8 @@ use crate::{Store, StoreError, new_id};
 pub enum NodeAdmin {
     Cordon,
     Uncordon,
+    /// Cordon it, its jobs leaving once the drain's deadline has passed.
+    Drain(allot_domain::node::Drain),
     DrainGpu(String),
     ReturnGpu(String),
     /// Set labels (`Some`) and remove them (`None`).
@@ -35,6 +37,7 @@ impl NodeAdmin {
         match self {
             NodeAdmin::Cordon => "node.cordon",
             NodeAdmin::Uncordon => "node.uncordon",
+            NodeAdmin::Drain(_) => "node.drain",
             NodeAdmin::DrainGpu(_) => "node.gpu.drain",
             NodeAdmin::ReturnGpu(_) => "node.gpu.return",
             NodeAdmin::Label(_) => "node.label",
@@ -142,6 +145,10 @@ fn to_domain(m: nodes::Model, gpus: Vec<GpuDevice>) -> Node {
         memory_bytes: u64::try_from(m.memory_bytes).unwrap_or(0),
         gpus,
         cordoned: m.cordoned,
+        drain: m.drain_deadline.map(|deadline| allot_domain::node::Drain {
+            reason: m.drain_reason.unwrap_or_default(),
+            deadline,
+        }),
         // Written by `set_node_admin` only; unreadable reads as nothing drained, and the
         // GPUs' own health still applies.
         drained_gpus: serde_json::from_str(&m.drained_gpus).unwrap_or_default(),
@@ -359,6 +366,8 @@ impl NodeRepo for Store {
                     cpu_milli: Set(cpu_milli),
                     memory_bytes: Set(memory_bytes),
                     cordoned: Set(false),
+                    drain_reason: Set(None),
+                    drain_deadline: Set(None),
                     drained_gpus: Set("[]".to_owned()),
                     labels: Set("{}".to_owned()),
                     address: Set(r.address),
@@ -451,6 +460,7 @@ impl NodeRepo for Store {
         let mut cordoned = before.cordoned;
         let mut drained = before.drained_gpus.clone();
         let mut labels = before.labels.clone();
+        let mut drain = before.drain.clone();
         match &change {
             NodeAdmin::Label(changes) => {
                 for (k, v) in changes {
@@ -461,7 +471,14 @@ impl NodeRepo for Store {
                 }
             }
             NodeAdmin::Cordon => cordoned = true,
-            NodeAdmin::Uncordon => cordoned = false,
+            NodeAdmin::Uncordon => {
+                cordoned = false;
+                drain = None;
+            }
+            NodeAdmin::Drain(d) => {
+                cordoned = true;
+                drain = Some(d.clone());
+            }
             NodeAdmin::DrainGpu(uuid) | NodeAdmin::ReturnGpu(uuid)
                 if !before.gpus.iter().any(|g| g.uuid == *uuid) =>
             {
@@ -481,6 +498,8 @@ impl NodeRepo for Store {
         let row = nodes::Entity::update(nodes::ActiveModel {
             id: Set(before.id.clone()),
             cordoned: Set(cordoned),
+            drain_reason: Set(drain.as_ref().map(|d| d.reason.clone())),
+            drain_deadline: Set(drain.as_ref().map(|d| d.deadline)),
             drained_gpus: Set(serde_json::to_string(&drained)
                 .map_err(|e| StoreError::Corrupt(format!("drained_gpus: {e}")))?),
             labels: Set(serde_json::to_string(&labels)
@@ -490,8 +509,8 @@ impl NodeRepo for Store {
         .exec(&txn)
         .await?;
         let event = AuditEvent::success(SYSTEM_LOG, change.action(), format!("node/{}", before.id))
-            .before(serde_json::json!({ "cordoned": before.cordoned, "drained_gpus": before.drained_gpus, "labels": before.labels }))
-            .after(serde_json::json!({ "cordoned": cordoned, "drained_gpus": drained, "labels": labels }));
+            .before(serde_json::json!({ "cordoned": before.cordoned, "drain": before.drain, "drained_gpus": before.drained_gpus, "labels": before.labels }))
+            .after(serde_json::json!({ "cordoned": cordoned, "drain": drain, "drained_gpus": drained, "labels": labels }));
         record(&txn, self, ctx, event).await?;
         self.commit(txn).await?;
         Ok(to_domain(row, before.gpus))

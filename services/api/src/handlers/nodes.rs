@@ -4,7 +4,7 @@ use allot_domain::JobState;
 use allot_store::{JobFilter, JobRepo, NodeAdmin, NodeRepo, TenantScope};
 
 use crate::auth::Principal;
-use crate::extract::Json;
+use crate::extract::{Json, Query};
 use crate::problem::Problem;
 use crate::views::{NodeLabels, NodeView};
 use crate::{ApiError, AppState, json};
@@ -186,19 +186,54 @@ pub async fn cordon(
     admin(&state, &who, &id, NodeAdmin::Cordon).await
 }
 
-/// Drain a node (platform admins): cordon it and move its jobs elsewhere (each is stopped
-/// and requeued as its next attempt, without counting as a failure).
+/// Drain a node (platform admins): cordon it, saying why (`reason`), and move its jobs
+/// elsewhere (each is stopped and requeued as its next attempt, without counting as a
+/// failure): at once, or what still runs after `grace_secs`.
 #[utoipa::path(post, path = "/api/v1/nodes/{id}/drain", tag = "nodes",
-    security(("bearer" = [])), params(("id" = String, Path, description = "node id or name")),
-    responses((status = 200, body = NodeView), (status = 403, body = Problem), (status = 404, body = Problem)))]
+    security(("bearer" = [])),
+    params(("id" = String, Path, description = "node id or name"), crate::views::DrainQuery),
+    responses((status = 200, body = NodeView), (status = 403, body = Problem), (status = 404, body = Problem),
+        (status = 422, body = Problem)))]
 pub async fn drain(
     state: web::Data<AppState>,
     who: Principal,
     id: web::Path<String>,
+    Query(q): Query<crate::views::DrainQuery>,
 ) -> Result<HttpResponse, ApiError> {
-    let res = admin(&state, &who, &id, NodeAdmin::Cordon).await?;
-    let node = find(&state, &id).await?;
-    move_jobs_off(&state, &who, &node, None).await?;
+    let reason = q.reason.unwrap_or_default();
+    if reason.chars().count() > allot_domain::node::MAX_DRAIN_REASON_LEN
+        || reason.contains(['\n', '\r', '\0'])
+    {
+        return Err(ApiError::invalid(
+            "reason",
+            format!(
+                "must be one line of at most {} characters",
+                allot_domain::node::MAX_DRAIN_REASON_LEN
+            ),
+        ));
+    }
+    let grace = q.grace_secs.unwrap_or(0);
+    if grace > allot_domain::node::MAX_DRAIN_GRACE_SECS {
+        return Err(ApiError::invalid(
+            "grace_secs",
+            "must be at most a week (604800)",
+        ));
+    }
+    let deadline = state.store.clock().now()
+        + chrono::Duration::seconds(i64::try_from(grace).unwrap_or(i64::MAX));
+    let res = admin(
+        &state,
+        &who,
+        &id,
+        NodeAdmin::Drain(allot_domain::node::Drain { reason, deadline }),
+    )
+    .await?;
+    // Without a grace its jobs leave now; with one, the leader requeues what still runs
+    // when it is over.
+    if grace == 0 {
+        let node = find(&state, &id).await?;
+        move_jobs_off(&state, &who, &node, None).await?;
+    }
     Ok(res)
 }
 

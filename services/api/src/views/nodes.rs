@@ -112,6 +112,13 @@ pub struct NodeView {
     pub gpus: Vec<GpuView>,
     /// An operator cordoned it: no new work.
     pub cordoned: bool,
+    /// An operator drained it: why, and until when its jobs may finish (then they are
+    /// requeued elsewhere).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drain: Option<DrainView>,
+    /// Jobs placed on it, scheduled or running (with `telemetry.read`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jobs: Option<u32>,
     /// Why its agent says it takes no new work (low on disk); empty: it takes work.
     #[serde(default)]
     pub unavailable: String,
@@ -166,6 +173,11 @@ impl NodeView {
                 })
                 .collect(),
             cordoned: n.cordoned,
+            drain: n.drain.map(|d| DrainView {
+                reason: d.reason,
+                deadline: d.deadline,
+            }),
+            jobs: None,
             unavailable: n.unavailable,
             labels: n.labels,
             address: n.address,
@@ -180,7 +192,12 @@ impl NodeView {
     /// each GPU, and its free GPUs, for callers with the `telemetry.read` right.
     pub fn with_holding(n: Node, now: DateTime<Utc>, holding: &[Job]) -> Self {
         let figures = allot_domain::holding::node_figures(&n, now, holding);
+        let jobs = holding
+            .iter()
+            .filter(|j| j.node_id.as_deref() == Some(n.id.as_str()))
+            .count();
         let mut view = Self::new(n, now);
+        view.jobs = Some(u32::try_from(jobs).unwrap_or(u32::MAX));
         for (g, f) in view.gpus.iter_mut().zip(&figures.gpus) {
             g.held = Some(f.held.gpus());
             g.jobs = Some(f.jobs);
@@ -191,6 +208,29 @@ impl NodeView {
         view.gpus_idle = Some(figures.idle);
         view
     }
+}
+
+/// A drain, as `sinfo -R` shows it.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct DrainView {
+    /// Why, as the operator said.
+    pub reason: String,
+    /// Its running jobs may finish until then; after it they are requeued elsewhere.
+    pub deadline: DateTime<Utc>,
+}
+
+/// How a node is drained.
+#[derive(Debug, Default, Deserialize, ToSchema, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct DrainQuery {
+    /// Why (shown beside the node, as `sinfo -R` shows it), at most 512 characters.
+    #[param(max_length = 512)]
+    pub reason: Option<String>,
+    /// Seconds its running jobs may finish in before they are requeued elsewhere (0, the
+    /// default: at once; at most a week).
+    #[param(minimum = 0, maximum = 604_800)]
+    pub grace_secs: Option<u64>,
 }
 
 #[derive(Debug, Default, Serialize, Deserialize, ToSchema)]

@@ -41,13 +41,21 @@ pub enum NodeCmd {
         #[arg(short, long, value_enum, default_value_t)]
         output: Format,
     },
-    /// Cordon a node and move its jobs elsewhere, or with --gpu, only one GPU's.
+    /// Cordon a node and move its jobs elsewhere (after --grace), saying why (--reason);
+    /// or with --gpu, only one GPU's jobs, at once.
     Drain {
         /// Node id or name.
         node: String,
         /// Only this GPU (UUID).
-        #[arg(long)]
+        #[arg(long, conflicts_with_all = ["reason", "grace"])]
         gpu: Option<String>,
+        /// Why, shown beside the node (`node list`, the portal), as `sinfo -R` shows it.
+        #[arg(long)]
+        reason: Option<String>,
+        /// How long its running jobs may finish before they are requeued elsewhere, e.g.
+        /// 10m or 2h (default: at once).
+        #[arg(long, value_parser = crate::cmd::job::parse_duration_secs)]
+        grace: Option<u64>,
         #[arg(short, long, value_enum, default_value_t)]
         output: Format,
     },
@@ -107,11 +115,20 @@ pub enum BootstrapTokenCmd {
     },
 }
 
-/// A node's state in one word: `ready`, `cordoned` (ready, taking no new work by an
+/// A node's state in one word: `draining` (an operator drained it and jobs still run
+/// there), `drained` (nothing runs there any more), `ready`, `cordoned` (ready, taking no new work by an
 /// operator's word), `unavailable` (ready, taking no new work by its agent's: see `node
 /// get`) or `not-ready` (its lease lapsed).
 fn state(n: &NodeView) -> String {
     let ready = n.status == NodeStatus::Ready;
+    if n.drain.is_some() {
+        // Drained once nothing runs there any more (as far as the caller may see).
+        return if n.jobs.is_some_and(|j| j == 0) {
+            "drained".into()
+        } else {
+            "draining".into()
+        };
+    }
     if n.cordoned && ready {
         "cordoned".into()
     } else if !n.unavailable.is_empty() && ready {
@@ -128,10 +145,16 @@ fn gpus(v: Option<f64>) -> String {
 }
 
 /// What `node list` can show of a node (`--format` names, `-o wide` all).
-fn node_columns() -> [Column<NodeView>; 13] {
+fn node_columns() -> [Column<NodeView>; 14] {
     [
         Column::new("name", "NAME", |n| n.name.clone()),
         Column::new("state", "STATE", state),
+        Column::new("reason", "REASON", |n| match &n.drain {
+            Some(d) if !d.reason.is_empty() => d.reason.clone(),
+            Some(_) => "drained".into(),
+            None if !n.unavailable.is_empty() => n.unavailable.clone(),
+            None => "-".into(),
+        }),
         Column::new("gpus", "GPUS", |n| n.gpus.len().to_string()),
         Column::new("free", "FREE", |n| gpus(n.gpus_free)),
         Column::new("held", "HELD", |n| gpus(n.gpus_held)),
@@ -221,10 +244,29 @@ pub async fn run(client: &Client, cmd: NodeCmd) -> anyhow::Result<()> {
                     (
                         "Status",
                         match (n.cordoned, n.unavailable.is_empty()) {
+                            _ if n.drain.is_some() => format!("{} ({})", n.status, state(n)),
                             (true, _) => format!("{} (cordoned)", n.status),
                             (false, false) => format!("{} (unavailable)", n.status),
                             (false, true) => n.status.to_string(),
                         },
+                    ),
+                    (
+                        "Drain",
+                        n.drain.as_ref().map_or_else(
+                            || "-".into(),
+                            |d| {
+                                format!(
+                                    "{}; jobs requeued from {}",
+                                    if d.reason.is_empty() {
+                                        "no reason given"
+                                    } else {
+                                        &d.reason
+                                    },
+                                    d.deadline
+                                        .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+                                )
+                            },
+                        ),
                     ),
                     (
                         "Unavailable",
@@ -328,10 +370,30 @@ pub async fn run(client: &Client, cmd: NodeCmd) -> anyhow::Result<()> {
         NodeCmd::Cordon { node, output } => {
             admin(client, &format!("/api/v1/nodes/{node}/cordon"), output).await
         }
-        NodeCmd::Drain { node, gpu, output } => {
+        NodeCmd::Drain {
+            node,
+            gpu,
+            reason,
+            grace,
+            output,
+        } => {
             let path = match gpu {
                 Some(g) => format!("/api/v1/nodes/{node}/gpus/{g}/drain"),
-                None => format!("/api/v1/nodes/{node}/drain"),
+                None => {
+                    let mut q: Vec<(&str, String)> = Vec::new();
+                    if let Some(r) = reason {
+                        q.push(("reason", r));
+                    }
+                    if let Some(g) = grace {
+                        q.push(("grace_secs", g.to_string()));
+                    }
+                    let query = serde_urlencoded::to_string(&q)?;
+                    if query.is_empty() {
+                        format!("/api/v1/nodes/{node}/drain")
+                    } else {
+                        format!("/api/v1/nodes/{node}/drain?{query}")
+                    }
+                }
             };
             admin(client, &path, output).await
         }
@@ -432,7 +494,20 @@ async fn admin(client: &Client, path: &str, output: Format) -> anyhow::Result<()
     let line = format!(
         "node {}: {}{}",
         n.name,
-        if n.cordoned { "cordoned" } else { "in service" },
+        match &n.drain {
+            Some(d) => format!(
+                "draining{}; its jobs are requeued elsewhere from {}",
+                if d.reason.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", d.reason)
+                },
+                d.deadline
+                    .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+            ),
+            None if n.cordoned => "cordoned".into(),
+            None => "in service".into(),
+        },
         if drained.is_empty() {
             String::new()
         } else {

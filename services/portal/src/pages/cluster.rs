@@ -169,17 +169,20 @@ pub(crate) async fn cluster_page(
         .collect();
     let summary = cluster::summary(&fleet, &holding);
     let want_state = q.state.as_deref().unwrap_or("").trim();
-    if !["", "ready", "cordoned", "not-ready"].contains(&want_state) {
+    if !want_state.is_empty() && !cluster::NODE_STATES.contains(&want_state) {
         return Err(ApiError::malformed(
             "state",
-            format!("`{want_state}` is not ready, cordoned or not-ready"),
+            format!(
+                "`{want_state}` is not one of {}",
+                cluster::NODE_STATES.join(", ")
+            ),
         ));
     }
     let want_name = q.name.as_deref().unwrap_or("").trim().to_lowercase();
     let chosen: Vec<(allot_domain::Node, allot_domain::NodeStatus)> = fleet
         .into_iter()
         .filter(|(n, status)| {
-            (want_state.is_empty() || cluster::node_state(*status, n.cordoned) == want_state)
+            (want_state.is_empty() || cluster::node_state(n, *status, &holding) == want_state)
                 && n.name.to_lowercase().contains(&want_name)
         })
         .collect();
@@ -239,9 +242,22 @@ pub(crate) async fn cluster_page(
                     }
                 })
                 .collect();
-            let state = cluster::node_state(status, n.cordoned);
+            let state = cluster::node_state(&n, status, &holding);
+            let drain_detail = n.drain.as_ref().map(|d| {
+                let why = if d.reason.is_empty() {
+                    "no reason given".to_owned()
+                } else {
+                    d.reason.clone()
+                };
+                format!(
+                    "{why}; what still runs there is requeued elsewhere from {}",
+                    d.deadline.format("%Y-%m-%d %H:%M:%S UTC")
+                )
+            });
             let (state_label, state_detail) = match state {
                 "ready" => ("ready".to_owned(), "takes new work".to_owned()),
+                "draining" => ("draining".to_owned(), drain_detail.unwrap_or_default()),
+                "drained" => ("drained".to_owned(), drain_detail.unwrap_or_default()),
                 "cordoned" => (
                     "cordoned".to_owned(),
                     "ready, and takes no new work until returned to service".to_owned(),

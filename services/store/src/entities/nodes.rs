@@ -20,6 +20,10 @@ pub struct Model {
     pub cpu_milli: i64,
     pub memory_bytes: i64,
     pub cordoned: bool,
+    /// Why an operator drained it (none: not drained, or cordoned only).
+    pub drain_reason: Option<String>,
+    /// Until when its jobs may finish before they are requeued elsewhere.
+    pub drain_deadline: Option<DateTimeUtc>,
     /// JSON array of GPU UUIDs.
     #[sea_orm(column_type = "Text")]
     pub drained_gpus: String,

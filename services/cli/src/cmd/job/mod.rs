@@ -548,6 +548,11 @@ fn dependencies(
         .collect())
 }
 
+/// A span as people write it (`10m`, `2h`, `1d12h`, `45s`, `[D-]HH:MM:SS`), in seconds.
+pub fn parse_duration_secs(s: &str) -> Result<u64, String> {
+    parse_time_limit(s)
+}
+
 /// Seconds as D-HH:MM:SS, as Slurm shows times.
 pub fn clock_of(secs: i64) -> String {
     show::clock(secs)
