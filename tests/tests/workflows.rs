@@ -476,3 +476,38 @@ async fn a_drain_with_a_grace_lets_jobs_run_then_moves_them_and_says_why() {
     assert!(p.to_string().contains("grace_secs"), "{p}");
     c.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_arrays_failed_tasks_are_submitted_again_as_one_array() {
+    let c = spawn_cluster(Backend::Sqlite, 1, "1xH200").await;
+    c.create_tenant("t", None).await;
+    let array = c
+        .submit_with(
+            "t",
+            json!({ "gpus": 0, "cpu_milli": 10, "memory_bytes": 16 << 20, "array": "0-5%3" }),
+            &["sh", "-c", "exit $((ALLOT_ARRAY_TASK_ID % 2))"],
+        )
+        .await;
+    c.eventually("the array ends", || async {
+        let all = tasks(&c, &array).await;
+        (count(&all, &["succeeded", "failed"]) == 6).then_some(())
+    })
+    .await;
+    let out = c.cli(&["job", "resubmit", &array, "--failed", "-o", "json"]);
+    let again: Value = serde_json::from_str(&out).expect("json");
+    assert_eq!(again["array"], "1,3,5%3", "{again}");
+    let new = again["array_id"].as_str().expect("an array");
+    let indices: Vec<u64> = tasks(&c, new)
+        .await
+        .iter()
+        .filter_map(|t| t["array_index"].as_u64())
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    assert_eq!(indices, [1, 3, 5]);
+    // A job that is not an array's task has no failed tasks to submit again.
+    let single = c.submit_with("t", json!({ "gpus": 0 }), &["true"]).await;
+    let refused = c.cli_output(&["job", "resubmit", &single, "--failed"]);
+    assert!(!refused.status.success());
+    c.shutdown().await;
+}

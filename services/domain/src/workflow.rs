@@ -42,6 +42,11 @@ impl ArraySpec {
                     .ok_or_else(|| bad(format!("`%{c}`: the cap must be a whole number from 1")))
             })
             .transpose()?;
+        if indices.len() > MAX_ARRAY_SPEC_LEN {
+            return Err(bad(format!(
+                "at most {MAX_ARRAY_SPEC_LEN} characters of indices (write ranges: 0-99)"
+            )));
+        }
         let spec = Self {
             indices: indices.to_owned(),
             max_running,
@@ -100,6 +105,30 @@ impl ArraySpec {
         }
         Ok(out.into_iter().collect())
     }
+}
+
+/// The longest an array spec may be written (its indices, without the cap).
+pub const MAX_ARRAY_SPEC_LEN: usize = 200;
+
+/// Sorted, distinct indices as the shortest spec of ranges: `0-4,7,9-12`.
+pub fn ranges(indices: &[u32]) -> String {
+    let mut parts = Vec::new();
+    let mut i = 0;
+    while i < indices.len() {
+        let start = indices[i];
+        let mut end = start;
+        while i + 1 < indices.len() && indices[i + 1] == end + 1 {
+            i += 1;
+            end = indices[i];
+        }
+        parts.push(if start == end {
+            start.to_string()
+        } else {
+            format!("{start}-{end}")
+        });
+        i += 1;
+    }
+    parts.join(",")
 }
 
 impl std::fmt::Display for ArraySpec {
@@ -327,6 +356,19 @@ mod tests {
             let e = ArraySpec::parse("array", bad).expect_err(bad);
             assert_eq!(e.0[0].field, "array", "{bad}");
         }
+    }
+
+    #[test]
+    fn indices_are_written_as_ranges() {
+        assert_eq!(ranges(&[0, 1, 2, 3, 4, 7, 9, 10, 11, 12]), "0-4,7,9-12");
+        assert_eq!(ranges(&[5]), "5");
+        assert_eq!(ranges(&[]), "");
+        let spec = ArraySpec::parse("array", &ranges(&[1, 2, 3, 8])).expect("valid");
+        assert_eq!(spec.tasks().expect("tasks"), [1, 2, 3, 8]);
+        assert!(
+            ArraySpec::parse("array", &"1,".repeat(150)).is_err(),
+            "too long"
+        );
     }
 
     #[test]

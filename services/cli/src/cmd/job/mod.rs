@@ -234,6 +234,10 @@ pub enum JobCmd {
         /// A name for the new job (default: the old one's).
         #[arg(long)]
         name: Option<String>,
+        /// Of an array: submit again only its tasks that failed, cancelled or timed out,
+        /// as a new array of those indices (with the same cap).
+        #[arg(long)]
+        failed: bool,
         #[arg(short, long, value_enum, default_value_t)]
         output: Format,
     },
@@ -722,9 +726,40 @@ pub async fn run(client: &Client, cmd: JobCmd) -> anyhow::Result<i32> {
                 .await?;
             Ok(0)
         }
-        JobCmd::Resubmit { id, name, output } => {
+        JobCmd::Resubmit {
+            id,
+            name,
+            failed,
+            output,
+        } => {
             let old: JobView = client.get(&format!("/api/v1/jobs/{id}"), &[]).await?;
-            let body = resubmission(&old, name);
+            let mut body = resubmission(&old, name);
+            if let Some(array) = &old.array_id {
+                // An array is submitted again as one: all its tasks, or those that failed.
+                let tasks = list_jobs(client, vec![("array", array.clone())], u64::MAX, None)
+                    .await?
+                    .items;
+                let mut indices: Vec<u32> = tasks
+                    .iter()
+                    .filter(|t| {
+                        !failed || matches!(t.state.as_str(), "failed" | "cancelled" | "timed_out")
+                    })
+                    .filter_map(|t| t.array_index)
+                    .collect();
+                indices.sort_unstable();
+                if indices.is_empty() {
+                    bail!("array {array}: no task failed, was cancelled or timed out");
+                }
+                let cap = old
+                    .array
+                    .as_deref()
+                    .and_then(|a| a.split_once('%'))
+                    .map(|(_, c)| format!("%{c}"))
+                    .unwrap_or_default();
+                body["array"] = json!(format!("{}{cap}", allot_domain::workflow::ranges(&indices)));
+            } else if failed {
+                bail!("--failed: job {} is not a task of an array", old.id);
+            }
             let job: JobView = client
                 .call(Method::POST, "/api/v1/jobs", Some(&body))
                 .await?;
