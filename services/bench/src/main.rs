@@ -15,6 +15,7 @@ mod launch;
 mod openb;
 mod scheduler;
 mod shim;
+mod throughput;
 
 use std::process::ExitCode;
 
@@ -123,6 +124,10 @@ pub enum BenchCmd {
     /// What the GPU-sharing shim adds to each allocation, free and kernel launch it
     /// intercepts (the C probe on the fake CUDA driver, with and without the shim).
     Shim(shim::ShimBench),
+    /// Short jobs turned over on a simulated fleet (`allot dev`): N one-GPU jobs of D
+    /// seconds submitted by P concurrent clients through the CLI and through the API;
+    /// submits per second, submit latency and makespan against the ideal.
+    Throughput(throughput::ThroughputBench),
 }
 
 async fn run(cmd: BenchCmd) -> anyhow::Result<()> {
@@ -138,5 +143,6 @@ async fn run(cmd: BenchCmd) -> anyhow::Result<()> {
         BenchCmd::OpenbVariant(args) => openb::variant(&args),
         BenchCmd::Scheduler(args) => scheduler::run(&args),
         BenchCmd::Shim(args) => shim::run(&args),
+        BenchCmd::Throughput(args) => throughput::run(&args).await,
     }
 }
