@@ -380,9 +380,35 @@ async fn cluster_wide_telemetry_is_a_right_not_everyones() {
     );
     let as_admin = page(c.admin_token.clone()).await;
     assert!(
-        as_admin.contains("Busy now") && as_admin.contains("How busy each GPU"),
+        as_admin.contains("Busy now") && as_admin.contains("data-chart=\"/portal/cluster/nodes/"),
         "{as_admin}"
     );
+    // A node's chart, fetched when it is opened: the admin's, not red's.
+    let chart_url = as_admin
+        .split("data-chart=\"")
+        .nth(1)
+        .and_then(|r| r.split('"').next())
+        .expect("a chart's address")
+        .to_owned();
+    let chart = |token: String| {
+        let (c, url) = (&c, chart_url.clone());
+        async move {
+            let r = c
+                .http
+                .get(c.url(&url))
+                .bearer_auth(token)
+                .send()
+                .await
+                .expect("chart");
+            (r.status(), r.text().await.expect("text"))
+        }
+    };
+    let (s, admin_chart) = chart(c.admin_token.clone()).await;
+    assert_eq!(s, StatusCode::OK);
+    assert!(admin_chart.contains("How busy each GPU"), "{admin_chart}");
+    let (s, red_chart) = chart(red.clone()).await;
+    assert_ne!(s, StatusCode::OK, "{red_chart}");
+    assert!(!red_chart.contains("How busy each GPU"), "{red_chart}");
     let row = as_admin
         .split(&gpu)
         .nth(1)

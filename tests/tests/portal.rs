@@ -579,6 +579,19 @@ async fn the_portal_holds_up_at_fifty_nodes_and_five_hundred_jobs() {
         .as_u64()
         .expect("height");
     assert!(height < 4000, "the cluster page is {height} px tall");
+    // It carries no node's chart until that node is opened: at 50 nodes, under 150 KB.
+    let weight = b
+        .execute("return new TextEncoder().encode(document.documentElement.outerHTML).length")
+        .await
+        .as_u64()
+        .expect("bytes");
+    eprintln!("the cluster page at 50 nodes: {weight} bytes");
+    assert!(weight < 150_000, "the cluster page is {weight} bytes");
+    assert_eq!(
+        b.execute("return document.querySelectorAll('.chart-slot svg').length")
+            .await,
+        0
+    );
     let held = b
         .execute("return [...document.querySelectorAll('.heatmap .heat.l4')].map(h => h.title).find(t => t.includes('train-'))")
         .await;
@@ -592,6 +605,8 @@ async fn the_portal_holds_up_at_fifty_nodes_and_five_hundred_jobs() {
         .execute("const a = [...document.querySelectorAll('.heatrow')].find(r => r.querySelector('.heat.l4')).querySelector('.heatname'); a.click(); return a.textContent")
         .await;
     let busy = busy.as_str().expect("a node with a GPU held").to_owned();
+    // Opened, it loads its chart.
+    b.wait_for("details.node[open] .chart-slot svg").await;
     b.wait_for("details.node[open] button[data-post$='/drain']")
         .await;
     b.click("details.node[open] button[data-post$='/drain']")

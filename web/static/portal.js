@@ -223,6 +223,27 @@ if (job && document.querySelector("pre[data-follow]")) {
   }, 2000);
 }
 
+// A node's chart, fetched when its details are first opened (a page of nodes carries
+// none of them until asked).
+async function loadChart(details) {
+  const slot = details.querySelector(".chart-slot[data-chart]");
+  if (!slot || slot.dataset.loaded) return;
+  slot.dataset.loaded = "1";
+  try {
+    const r = await fetch(slot.dataset.chart, { credentials: "same-origin" });
+    if (!r.ok) throw new Error(r.status);
+    const doc = new DOMParser().parseFromString(await r.text(), "text/html");
+    slot.replaceChildren(...doc.body.childNodes);
+  } catch (e) {
+    slot.textContent = "The chart could not be loaded.";
+    delete slot.dataset.loaded;
+  }
+}
+for (const d of document.querySelectorAll("details.node")) {
+  d.addEventListener("toggle", () => { if (d.open) loadChart(d); });
+  if (d.open) loadChart(d);
+}
+
 // A node's details opened when a link (the heatmap's) points at them.
 function openTarget() {
   const id = decodeURIComponent(window.location.hash.slice(1));

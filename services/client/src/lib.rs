@@ -214,6 +214,20 @@ impl Client {
         let mut builder = reqwest::Client::builder()
             .timeout(Duration::from_secs(30))
             .redirect(reqwest::redirect::Policy::none());
+        // Plain HTTP (`allot dev`, a proxy on loopback) needs no TLS: not reading the
+        // system's CA certificates saves a CLI call a few hundred file reads. Redirects are
+        // off, so nothing can lead it to an HTTPS URL it would then trust nothing for.
+        if server.starts_with("http://")
+            && ca_cert.is_none()
+            && let Some(provider) = rustls::crypto::CryptoProvider::get_default()
+            && let Ok(tls) = rustls::ClientConfig::builder_with_provider(provider.clone())
+                .with_safe_default_protocol_versions()
+        {
+            builder = builder.tls_backend_preconfigured(
+                tls.with_root_certificates(rustls::RootCertStore::empty())
+                    .with_no_client_auth(),
+            );
+        }
         if let Some(path) = ca_cert {
             let pem = std::fs::read(path).map_err(|e| {
                 ClientError::Config(format!("--ca-cert: reading {}: {e}", path.display()))

@@ -30,7 +30,7 @@ mod usage_charts;
 
 use pages::admin::admin_page;
 use pages::audit::{AuditQuery, audit_page};
-use pages::cluster::{ClusterQuery, cluster_page};
+use pages::cluster::{ClusterQuery, cluster_page, node_chart as node_chart_page};
 use pages::dashboard::{DashboardQuery, dashboard_page};
 use pages::job::job_page;
 use pages::jobs::jobs_page;
@@ -57,6 +57,10 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .route("/portal/jobs/new", web::get().to(submit))
         .route("/portal/jobs/{id}", web::get().to(job))
         .route("/portal/cluster", web::get().to(cluster))
+        .route(
+            "/portal/cluster/nodes/{id}/chart",
+            web::get().to(node_chart),
+        )
         .route("/portal/admin", web::get().to(admin))
         .route("/portal/audit", web::get().to(audit))
         .route("/portal/static/portal.css", web::get().to(css))
@@ -87,6 +91,7 @@ page!(submit, submit_page);
 page!(jobs, jobs_page, q: web::Query<pages::jobs::JobsQuery>);
 page!(job, job_page, id: web::Path<String>);
 page!(cluster, cluster_page, q: web::Query<ClusterQuery>);
+page!(node_chart, node_chart_page, id: web::Path<String>);
 page!(admin, admin_page);
 page!(audit, audit_page, q: web::Query<AuditQuery>);
 

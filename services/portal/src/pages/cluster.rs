@@ -38,8 +38,8 @@ pub(crate) struct NodeRow {
     /// What runs its jobs: `oci` (confined containers) or `process` (unconfined).
     runtime: String,
     gpus: Vec<GpuRow>,
-    /// Its GPUs' use over the last 30 minutes, one line each (markup; empty without the
-    /// telemetry right).
+    /// Where its GPUs' use over the last 30 minutes is fetched from when its details are
+    /// opened (empty without the telemetry right).
     chart: String,
 }
 
@@ -143,7 +143,10 @@ pub(crate) async fn cluster_page(
         })
         .await?
         .jobs;
-    let since = now - Duration::minutes(30);
+    // The page says how busy each GPU is now (the last minute's samples); each node's
+    // chart of the last 30 minutes is fetched when its details are opened (`node_chart`),
+    // so a fleet's page does not carry every node's.
+    let since = now - Duration::minutes(1);
     let mut history: std::collections::HashMap<String, Vec<(chrono::DateTime<chrono::Utc>, f64)>> =
         std::collections::HashMap::new();
     let samples = if telemetry {
@@ -277,25 +280,7 @@ pub(crate) async fn cluster_page(
                 .collect();
             let (cordon_confirm, drain_confirm) = node_confirmations(&n.name, &on_node);
             let chart = if telemetry {
-                let series: Vec<charts::Series> = n
-                    .gpus
-                    .iter()
-                    .map(|g| charts::Series {
-                        name: format!("GPU {}", g.index),
-                        points: history.get(&g.uuid).cloned().unwrap_or_default(),
-                        steps: false,
-                        dashed: false,
-                    })
-                    .collect();
-                charts::time_series(
-                    format!("How busy each GPU of {} was, last 30 minutes", n.name),
-                    "busy (%)",
-                    &series,
-                    (since, now),
-                    Some(100.0),
-                    "%",
-                )
-                .html()
+                format!("/portal/cluster/nodes/{}/chart", n.id)
             } else {
                 String::new()
             };
@@ -347,4 +332,50 @@ pub(crate) async fn cluster_page(
         admin,
         telemetry,
     }))
+}
+
+/// One node's chart: how busy each of its GPUs was over the last 30 minutes (markup), for
+/// the cluster page to show when the node's details are opened. Telemetry readers only.
+pub(crate) async fn node_chart(
+    _req: HttpRequest,
+    state: web::Data<AppState>,
+    who: Option<Principal>,
+    id: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let Some(who) = who else {
+        return Err(ApiError::Unauthenticated("sign in first".into()));
+    };
+    who.authorize(Action::TelemetryRead, Resource::Platform, "GPU telemetry")?;
+    let node = state.store.node(&id).await?;
+    let now = state.store.clock().now();
+    let since = now - Duration::minutes(30);
+    let mut series = Vec::new();
+    for g in &node.gpus {
+        let points = state
+            .store
+            .gpu_samples(Some(&g.uuid), 10, since)
+            .await?
+            .into_iter()
+            .map(|p| (p.at, p.utilization * 100.0))
+            .collect();
+        series.push(charts::Series {
+            name: format!("GPU {}", g.index),
+            points,
+            steps: false,
+            dashed: false,
+        });
+    }
+    let html = charts::time_series(
+        format!("How busy each GPU of {} was, last 30 minutes", node.name),
+        "busy (%)",
+        &series,
+        (since, now),
+        Some(100.0),
+        "%",
+    )
+    .html();
+    Ok(HttpResponse::Ok()
+        .content_type("text/html; charset=utf-8")
+        .insert_header(("cache-control", "no-store"))
+        .body(html))
 }
