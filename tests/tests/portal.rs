@@ -524,6 +524,22 @@ async fn the_portal_holds_up_at_fifty_nodes_and_five_hundred_jobs() {
     assert_eq!(rows().await, 50);
     let first = names().await;
     assert_eq!(first[0], "eval-249", "newest first: {first}");
+    // Who submitted each, how long it has waited or run, its limit and its queue place.
+    let header = b.text("#jobs thead").await;
+    for column in ["User", "Elapsed", "Limit", "Queue", "Est. start"] {
+        assert!(header.contains(column), "{column} in {header}");
+    }
+    let newest = b
+        .execute("const r = document.querySelector('#jobs tbody tr'); return [r.querySelector('.elapsed').textContent, r.querySelector('.queue').textContent]")
+        .await;
+    assert!(
+        newest[0].as_str().is_some_and(|e| e.starts_with("00:")),
+        "an elapsed time: {newest}"
+    );
+    assert!(
+        newest[1].as_str().is_some_and(|q| q.ends_with("/246")),
+        "the newest evaluation's place in cv's queue of 246: {newest}"
+    );
     b.screenshot("30-jobs-at-scale").await;
     b.click("a[rel=next]").await;
     b.wait_for_text("#jobs", "eval-224").await;

@@ -44,6 +44,16 @@ pub(crate) struct Row {
     pub node: String,
     pub submitted: String,
     pub reason: String,
+    /// Who submitted it.
+    pub user: String,
+    /// How long it ran, runs or has waited (D-HH:MM:SS), as `job list`'s TIME.
+    pub elapsed: String,
+    /// Its time limit (D-HH:MM:SS), or "—".
+    pub limit: String,
+    /// A pending job's place in its tenant's queue (`2/7`), or "—".
+    pub queue: String,
+    /// When a pending job is estimated to start (UTC), or "—".
+    pub start: String,
 }
 
 impl Row {
@@ -61,12 +71,31 @@ impl Row {
             // The form lists show and every command accepts.
             short_id: allot_domain::job::short_id(&j.id).to_owned(),
             submitted: j.created_at.format("%Y-%m-%d %H:%M:%S").to_string(),
+            user: j.submitted_by.clone().unwrap_or_else(|| "—".into()),
+            elapsed: "—".into(),
+            limit: j.spec.time_limit_secs.map_or_else(
+                || "—".into(),
+                |s| clock(i64::try_from(s).unwrap_or(i64::MAX)),
+            ),
+            queue: "—".into(),
+            start: "—".into(),
             id: j.id,
             name: j.spec.name,
             tenant: j.spec.tenant.to_string(),
             state: j.state.to_string(),
             node,
         }
+    }
+}
+
+/// Seconds as D-HH:MM:SS, as Slurm and `allot job list` show times.
+pub(crate) fn clock(secs: i64) -> String {
+    let s = secs.max(0);
+    let (d, h, m, s) = (s / 86_400, s / 3600 % 24, s / 60 % 60, s % 60);
+    if d > 0 {
+        format!("{d}-{h:02}:{m:02}:{s:02}")
+    } else {
+        format!("{h:02}:{m:02}:{s:02}")
     }
 }
 
@@ -239,6 +268,14 @@ pub(crate) async fn jobs_page(
         .iter()
         .map(|n| (n.id.as_str(), n.name.as_str()))
         .collect();
+    // Queue places and estimated starts as the API reads them.
+    let views: std::collections::HashMap<String, allot_api::views::JobView> =
+        allot_api::read_views(&state, &who, jobs.clone())
+            .await?
+            .into_iter()
+            .map(|v| (v.id.clone(), v))
+            .collect();
+    let now = state.store.clock().now();
     let rows = jobs
         .into_iter()
         .map(|j| {
@@ -247,7 +284,26 @@ pub(crate) async fn jobs_page(
                 .as_deref()
                 .map(|id| node_names.get(id).copied().unwrap_or(id).to_owned())
                 .unwrap_or_default();
-            Row::new(j, on)
+            let elapsed = match (j.started_at, j.finished_at) {
+                (Some(s), Some(f)) => Some(f - s),
+                (Some(s), None) => Some(now - s),
+                (None, None) if !j.state.is_terminal() => Some(now - j.created_at),
+                _ => None,
+            };
+            let view = views.get(&j.id);
+            let mut row = Row::new(j, on);
+            if let Some(e) = elapsed {
+                row.elapsed = clock(e.num_seconds());
+            }
+            if let Some(v) = view {
+                if let (Some(p), Some(n)) = (v.queue_position, v.queue_length) {
+                    row.queue = format!("{p}/{n}");
+                }
+                if let Some(t) = v.estimated_start {
+                    row.start = t.format("%Y-%m-%d %H:%M").to_string();
+                }
+            }
+            row
         })
         .collect();
     Ok(render(JobsPage {
