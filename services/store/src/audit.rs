@@ -50,6 +50,9 @@ pub struct AuditSearch {
     pub action: Option<String>,
     pub target: Option<String>,
     pub outcome: Option<Outcome>,
+    /// Leave out what this actor (`<kind>:<id>`) read of the audit log (`audit.*`): an
+    /// auditor's searches are not what they search for.
+    pub hide_audit_reads_by: Option<String>,
     /// Newest first (descending (time, log, seq)); oldest first when false.
     pub newest_first: bool,
     /// Entries strictly beyond this position in the search's order: after it oldest first,
@@ -422,6 +425,14 @@ fn search_condition(q: &AuditSearch) -> Result<Condition, StoreError> {
     }
     if let Some(outcome) = q.outcome {
         cond = cond.add(C::Outcome.eq(outcome.as_str()));
+    }
+    if let Some(me) = &q.hide_audit_reads_by {
+        cond = cond.add(
+            Condition::any()
+                .add(C::Actor.ne(me.clone()))
+                .add(C::Actor.is_null())
+                .add(C::Action.not_like(LikeExpr::new("audit.%"))),
+        );
     }
     if let Some((at, log, seq)) = &q.after {
         let seq = to_i64("after", *seq)?;

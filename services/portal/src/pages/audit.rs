@@ -29,6 +29,23 @@ pub(crate) struct AuditQuery {
     action: String,
     #[serde(default)]
     actor: String,
+    /// An exact target (`job/<id>`, `tenant/<id>`).
+    #[serde(default)]
+    target: String,
+    /// `success`, `denied` or `failed`; empty: any.
+    #[serde(default)]
+    outcome: String,
+    /// A log by name (`system` or a tenant's); empty: every log the caller reads.
+    #[serde(default)]
+    log: String,
+    /// From and until (UTC, as a `datetime-local` input sends it: `2026-12-05T09:30`).
+    #[serde(default)]
+    from: String,
+    #[serde(default)]
+    to: String,
+    /// Show the caller's own reads of the audit log too (left out by default).
+    #[serde(default)]
+    mine: String,
     /// A page's cursors, as the search API gives them.
     after: Option<String>,
     before: Option<String>,
@@ -42,6 +59,12 @@ impl AuditQuery {
             &[
                 ("action", &self.action),
                 ("actor", &self.actor),
+                ("target", &self.target),
+                ("outcome", &self.outcome),
+                ("log", &self.log),
+                ("from", &self.from),
+                ("to", &self.to),
+                ("mine", &self.mine),
                 (dir, cursor),
             ],
         )
@@ -94,11 +117,50 @@ pub(crate) async fn audit_page(
         });
     }
     let query = q.into_inner();
+    let when = |field: &str, v: &str| -> Result<Option<chrono::DateTime<chrono::Utc>>, ApiError> {
+        let v = v.trim();
+        if v.is_empty() {
+            return Ok(None);
+        }
+        chrono::NaiveDateTime::parse_from_str(v, "%Y-%m-%dT%H:%M")
+            .or_else(|_| chrono::NaiveDateTime::parse_from_str(v, "%Y-%m-%dT%H:%M:%S"))
+            .map(|t| Some(t.and_utc()))
+            .map_err(|_| ApiError::malformed(field, "a UTC time as YYYY-MM-DDTHH:MM"))
+    };
+    let outcome = match query.outcome.trim() {
+        "" => None,
+        o => Some(
+            o.parse::<allot_domain::Outcome>()
+                .map_err(|e| ApiError::malformed("outcome", e))?,
+        ),
+    };
+    // A log by name: only among those the caller reads (another is none at all).
+    let searched = match query.log.trim() {
+        "" => visible,
+        name => {
+            let id = if name == allot_domain::SYSTEM_LOG {
+                name.to_owned()
+            } else {
+                tenants
+                    .iter()
+                    .find(|t| t.name.as_str() == name)
+                    .map_or_else(|| format!("unknown:{name}"), |t| t.id.clone())
+            };
+            let readable = visible.as_ref().is_none_or(|v| v.contains(&id));
+            Some(if readable { vec![id] } else { Vec::new() })
+        }
+    };
+    let me = who.audit().actor.key();
     // Newest first, a page at a time both ways.
     let search = AuditSearch {
-        logs: visible,
+        logs: searched,
         action: (!query.action.trim().is_empty()).then(|| query.action.trim().to_owned()),
         actor: (!query.actor.trim().is_empty()).then(|| query.actor.trim().to_owned()),
+        target: (!query.target.trim().is_empty()).then(|| query.target.trim().to_owned()),
+        outcome,
+        since: when("from", &query.from)?,
+        until: when("to", &query.to)?,
+        hide_audit_reads_by: query.mine.is_empty().then_some(me),
         newest_first: true,
         limit: 100,
         ..AuditSearch::default()

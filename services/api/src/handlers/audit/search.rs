@@ -81,6 +81,7 @@ impl AuditFilter {
             action: self.action.clone(),
             target: self.target.clone(),
             outcome: self.outcome,
+            hide_audit_reads_by: None,
             newest_first: false,
             after: None,
             limit,
