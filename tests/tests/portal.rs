@@ -787,6 +787,40 @@ async fn the_portal_holds_up_at_fifty_nodes_and_five_hundred_jobs() {
     let asked = b.text("#job").await;
     assert!(asked.contains("3 × 2 = 6"), "{asked}");
     b.screenshot("36-parent-and-gang-at-scale").await;
+
+    // The tokens in force, and one revoked from the page: what used it is refused.
+    let secret = c.token_for("ml", "member").await;
+    b.goto(&c.url("/portal/admin")).await;
+    let tokens = b.wait_for_text("#tokens", "ml-member").await;
+    assert!(
+        tokens.contains("member") && tokens.contains("ml"),
+        "{tokens}"
+    );
+    let (_, list) = c.get("/api/v1/tokens").await;
+    let id = list
+        .as_array()
+        .or_else(|| list["items"].as_array())
+        .expect("tokens")
+        .iter()
+        .find(|t| t["name"] == "ml-member")
+        .and_then(|t| t["id"].as_str())
+        .expect("ml's token")
+        .to_owned();
+    b.click(&format!(
+        "#tokens tr[data-token='{id}'] button[data-method=DELETE]"
+    ))
+    .await;
+    let asked = b.wait_for_text("#confirm-text", "Revoke the token").await;
+    assert!(asked.contains("refused from now on"), "{asked}");
+    b.screenshot("37-token-revoke-asks").await;
+    b.click("#confirm-yes").await;
+    c.eventually("the token is refused", || async {
+        let (s, _) = c
+            .request(reqwest::Method::GET, "/api/v1/jobs", Some(&secret), None)
+            .await;
+        (s == StatusCode::UNAUTHORIZED).then_some(())
+    })
+    .await;
     b.quit().await;
 }
 

@@ -1,6 +1,7 @@
 //! The admin page (`/portal/admin`): tenants, tokens and role bindings.
 
 use super::super::*;
+use allot_store::TokenRepo;
 
 pub(crate) struct TenantRow {
     name: String,
@@ -13,6 +14,16 @@ pub(crate) struct TenantRow {
     budget: String,
     weight: u32,
     min_isolation: String,
+}
+
+pub(crate) struct TokenRow {
+    id: String,
+    name: String,
+    role: String,
+    tenant: String,
+    created: String,
+    expires: String,
+    last_used: String,
 }
 
 pub(crate) struct BindingRow {
@@ -28,6 +39,7 @@ pub(crate) struct AdminPage {
     page: Page,
     tenants: Vec<TenantRow>,
     bindings: Vec<BindingRow>,
+    tokens: Vec<TokenRow>,
 }
 
 pub(crate) async fn admin_page(
@@ -89,9 +101,36 @@ pub(crate) async fn admin_page(
             }
         })
         .collect();
+    let when = |t: Option<chrono::DateTime<chrono::Utc>>, none: &str| {
+        t.map_or_else(
+            || none.to_owned(),
+            |t| t.format("%Y-%m-%d %H:%M").to_string(),
+        )
+    };
+    let tokens = state
+        .store
+        .list_tokens(&TenantScope::All)
+        .await?
+        .into_iter()
+        .filter(|t| t.revoked_at.is_none())
+        .map(|t| TokenRow {
+            tenant: t
+                .tenant_id
+                .as_ref()
+                .and_then(|id| all.iter().find(|x| &x.id == id))
+                .map_or_else(|| "the platform".into(), |x| x.name.to_string()),
+            role: t.role.to_string(),
+            created: when(Some(t.created_at), "—"),
+            expires: when(t.expires_at, "never"),
+            last_used: when(t.last_used_at, "never"),
+            name: t.name,
+            id: t.id,
+        })
+        .collect();
     Ok(render(AdminPage {
         page: Page::new(&req, &state, &who, "Administration", "admin").await,
         tenants,
         bindings,
+        tokens,
     }))
 }
