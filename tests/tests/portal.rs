@@ -127,9 +127,29 @@ async fn tenants_members_and_auditors_do_their_work_in_the_portal() {
         .await;
     assert!(error.contains("a share of one GPU (e.g. 0.5)"), "{error}");
     b.fill("#gpus", "1").await;
+    // A time limit people write is read as they mean it; one that is not is said so.
+    b.fill("#time_limit", "ninety").await;
+    b.click("form[data-kind=job] button[type=submit]").await;
+    b.wait_for_text(".error[data-for=time_limit_secs]", "not a time limit")
+        .await;
+    b.fill("#time_limit", "1h30m").await;
+    b.fill("#cpus", "0.5").await;
+    b.fill("#memory", "1").await;
+    b.fill("#env", "GREETING=hello\nSTEP=3").await;
     b.click("form[data-kind=job] button[type=submit]").await;
     b.wait_for_text("#job-state", "running").await;
     assert!(b.url().await.contains("/portal/jobs/"), "{}", b.url().await);
+    let submitted = b.url().await;
+    let id = submitted
+        .rsplit('/')
+        .next()
+        .expect("the job's id")
+        .to_owned();
+    let (_, j) = c.get(&format!("/api/v1/jobs/{id}")).await;
+    assert_eq!(j["time_limit_secs"], 5400, "{j}");
+    assert_eq!(j["cpu_milli"], 500, "{j}");
+    assert_eq!(j["memory_bytes"], 1u64 << 30, "{j}");
+    assert_eq!(j["env"]["STEP"], "3", "{j}");
     b.screenshot("05-job-running").await;
     b.wait_for_text("#job-state", "succeeded").await;
     let log = b.wait_for_text("#log", "hello from GPU-").await;

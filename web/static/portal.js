@@ -26,6 +26,26 @@ function milli(v) {
   return Number.isFinite(n) ? Math.round(n * 1000) : NaN;
 }
 
+// A time limit as people write it, in seconds: 90m, 2h, 1d12h, 45s, or [D-]HH:MM:SS;
+// 0 when it is none of these.
+function timeLimit(v) {
+  const clock = /^(?:(\d+)-)?(\d+):(\d{1,2}):(\d{1,2})$/.exec(v);
+  if (clock) {
+    const [, d, h, m, s] = clock.map((x) => Number(x || 0));
+    return m < 60 && s < 60 ? d * 86400 + h * 3600 + m * 60 + s : 0;
+  }
+  const units = { d: 86400, h: 3600, m: 60, s: 1 };
+  let total = 0;
+  const re = /(\d+)([dhms])/gy;
+  let match;
+  let at = 0;
+  while ((match = re.exec(v)) !== null) {
+    total += Number(match[1]) * units[match[2]];
+    at = re.lastIndex;
+  }
+  return at === v.length ? total : 0;
+}
+
 // What a form's body is instead when a field is wrong before anything is sent: shown as
 // the API's field errors are.
 function refused(field, reason) {
@@ -54,6 +74,36 @@ const bodies = {
     if (v("gpu_memory")) body.gpu_memory_bytes = Math.round(Number(v("gpu_memory")) * 1024 ** 3);
     if (v("gpu_models")) body.gpu_models = v("gpu_models").split(",").map((s) => s.trim()).filter(Boolean);
     if (v("priority")) body.priority = Number(v("priority"));
+    if (v("cpus")) {
+      const c = milli(v("cpus"));
+      if (Number.isNaN(c) || c < 0) return refused("cpu_milli", `\`${v("cpus")}\` is not a number of CPUs: write e.g. 4, or 0.5`);
+      body.cpu_milli = c;
+    }
+    if (v("memory")) {
+      const g = Number(v("memory"));
+      if (!Number.isFinite(g) || g < 0) return refused("memory_bytes", `\`${v("memory")}\` is not a size in GiB`);
+      body.memory_bytes = Math.round(g * 1024 ** 3);
+    }
+    if (v("time_limit")) {
+      const secs = timeLimit(v("time_limit"));
+      if (!secs) return refused("time_limit_secs", `\`${v("time_limit")}\` is not a time limit: write 90m, 2h, 1d12h or HH:MM:SS`);
+      body.time_limit_secs = secs;
+    }
+    if (v("replicas")) {
+      const r = Number(v("replicas"));
+      if (!Number.isInteger(r) || r < 1) return refused("replicas", "a whole number from 1");
+      body.replicas = r;
+    }
+    if (v("array")) body.array = v("array");
+    if (v("image")) body.image = v("image");
+    if (v("env")) {
+      body.env = {};
+      for (const line of v("env").split("\n").map((l) => l.trim()).filter(Boolean)) {
+        const eq = line.indexOf("=");
+        if (eq < 1) return refused("env", `\`${line}\`: write KEY=VALUE`);
+        body.env[line.slice(0, eq)] = line.slice(eq + 1);
+      }
+    }
     if (!v("command")) body.command = [];
     return body;
   },
