@@ -52,6 +52,7 @@ mod m20261218_000001_writer_epoch;
 mod m20261218_000002_leader_memory;
 mod m20261219_000001_job_workflows;
 mod m20261219_000002_node_drains;
+mod m20261219_000003_log_times;
 mod roles;
 
 pub use roles::{APPEND_ONLY_TABLES, BadRoleName, postgres_app_role_grants};
@@ -111,6 +112,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261218_000002_leader_memory::Migration),
             Box::new(m20261219_000001_job_workflows::Migration),
             Box::new(m20261219_000002_node_drains::Migration),
+            Box::new(m20261219_000003_log_times::Migration),
         ]
     }
 }

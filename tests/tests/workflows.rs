@@ -344,6 +344,29 @@ async fn jobs_name_who_submitted_them_and_logs_have_a_tail() {
     assert_eq!(c.wait_for_end(&id).await["state"], "succeeded");
     let tail = c.cli(&["job", "logs", &id, "--tail", "3"]);
     assert_eq!(tail, "8\n9\n10\n");
+    // What it wrote in the last hour is all of it; since a minute from now, nothing.
+    assert_eq!(
+        c.cli(&["job", "logs", &id, "--since", "1h"])
+            .lines()
+            .count(),
+        10
+    );
+    let later = c
+        .http
+        .get(c.url(&format!("/api/v1/jobs/{id}/log")))
+        .query(&[(
+            "since",
+            (chrono::Utc::now() + chrono::Duration::minutes(1))
+                .to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        )])
+        .bearer_auth(&c.admin_token)
+        .send()
+        .await
+        .expect("log")
+        .text()
+        .await
+        .expect("text");
+    assert_eq!(later, "", "nothing written since then");
     // Who the caller is, and the tenants of their roles, by name.
     let me: Value = c
         .http

@@ -39,6 +39,14 @@ pub trait LogRepo {
         from: u64,
         max_bytes: u64,
     ) -> impl Future<Output = Result<Vec<LogChunk>, StoreError>> + Send;
+    /// Where the first kept chunk of an attempt's log received at or after `since` starts;
+    /// `None` when none was (nothing written since, as far as is kept).
+    fn job_log_offset_since(
+        &self,
+        job_id: &str,
+        attempt: u32,
+        since: chrono::DateTime<chrono::Utc>,
+    ) -> impl Future<Output = Result<Option<u64>, StoreError>> + Send;
     /// The offset after the last byte kept of an attempt's log (0 when none is).
     fn job_log_end(
         &self,
@@ -68,6 +76,7 @@ impl LogRepo for Store {
             attempt: Set(attempt_column(attempt)),
             offset: Set(column(offset)),
             data: Set(data.to_vec()),
+            written_at: Set(Some(self.clock.now())),
         };
         job_logs::Entity::insert(row)
             .on_conflict(
@@ -134,6 +143,23 @@ impl LogRepo for Store {
                 more
             })
             .collect())
+    }
+
+    async fn job_log_offset_since(
+        &self,
+        job_id: &str,
+        attempt: u32,
+        since: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Option<u64>, StoreError> {
+        use job_logs::Column as C;
+        Ok(job_logs::Entity::find()
+            .filter(C::JobId.eq(job_id))
+            .filter(C::Attempt.eq(attempt_column(attempt)))
+            .filter(C::WrittenAt.gte(since))
+            .order_by_asc(C::Offset)
+            .one(&self.db)
+            .await?
+            .map(|m| u64::try_from(m.offset).unwrap_or_default()))
     }
 
     async fn job_log_end(&self, job_id: &str, attempt: u32) -> Result<u64, StoreError> {

@@ -56,7 +56,28 @@ pub async fn log(
         )
         .into());
     }
-    let mut reader = Reader::new(state.into_inner(), job, q.attempt, q.offset.unwrap_or(0)).await;
+    if q.since.is_some() && q.offset.is_some() {
+        return Err(ApiError::malformed(
+            "since",
+            "give `since` or `offset`, not both",
+        ));
+    }
+    let offset = match q.since {
+        Some(since) => {
+            let attempt = q.attempt.unwrap_or(job.attempt);
+            match state
+                .store
+                .job_log_offset_since(&job.id, attempt, since)
+                .await?
+            {
+                Some(o) => o,
+                // Nothing since: from the end (a follower gets what comes next).
+                None => state.store.job_log_end(&job.id, attempt).await?,
+            }
+        }
+        None => q.offset.unwrap_or(0),
+    };
+    let mut reader = Reader::new(state.into_inner(), job, q.attempt, offset).await;
     let first = if q.follow == Some(true) {
         reader.read().await?
     } else {

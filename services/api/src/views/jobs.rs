@@ -579,4 +579,7 @@ pub struct LogQuery {
     pub offset: Option<u64>,
     /// Keep the answer open and send output as it is written, until the job ends.
     pub follow: Option<bool>,
+    /// Start at the first output the control plane received at or after this time (RFC
+    /// 3339; instead of `offset`). Output arrives every half second or so.
+    pub since: Option<DateTime<Utc>>,
 }

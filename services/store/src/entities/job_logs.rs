@@ -10,6 +10,8 @@ pub struct Model {
     #[sea_orm(primary_key, auto_increment = false)]
     pub offset: i64,
     pub data: Vec<u8>,
+    /// When the control plane received it (none for chunks kept before it said).
+    pub written_at: Option<DateTimeUtc>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

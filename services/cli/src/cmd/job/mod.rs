@@ -289,6 +289,10 @@ pub enum JobCmd {
         /// Only the last N lines (following: then what comes).
         #[arg(long, short = 'n')]
         tail: Option<usize>,
+        /// Only what it wrote in the last while, e.g. 10m or 2h (from the first output the
+        /// control plane received since; it arrives every half second or so).
+        #[arg(long, value_parser = parse_time_limit)]
+        since: Option<u64>,
         /// `json`: the log as one JSON string, with the job's id (following: one such
         /// object per line as output comes).
         #[arg(short, long, value_enum, default_value_t)]
@@ -916,6 +920,7 @@ pub async fn run(client: &Client, cmd: JobCmd) -> anyhow::Result<i32> {
             replica,
             raw,
             tail,
+            since,
             output,
         } => {
             // A replica's output is its own record's.
@@ -942,14 +947,22 @@ pub async fn run(client: &Client, cmd: JobCmd) -> anyhow::Result<i32> {
                 (false, true) => LogMode::Raw,
                 (false, false) => LogMode::Safe,
             };
-            if follow && tail.is_none() {
+            let since = since.map(|s| {
+                (chrono::Utc::now()
+                    - chrono::Duration::seconds(i64::try_from(s).unwrap_or(i64::MAX)))
+                .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+            });
+            if follow && tail.is_none() && since.is_none() {
                 follow_log(client, &id, attempt, None, mode).await?;
                 return Ok(0);
             }
-            let query: Vec<(&str, String)> = attempt
+            let mut query: Vec<(&str, String)> = attempt
                 .map(|a| ("attempt", a.to_string()))
                 .into_iter()
                 .collect();
+            if let Some(s) = since {
+                query.push(("since", s));
+            }
             let (mut bytes, end) = client
                 .get_bytes_with(&format!("/api/v1/jobs/{id}/log"), &query, "allot-log-end")
                 .await?;
