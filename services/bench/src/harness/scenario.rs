@@ -323,6 +323,7 @@ pub(crate) async fn run_scenario(args: &Scenario) -> anyhow::Result<()> {
             let ours = |id: &str| {
                 let l = lock(&ledger);
                 !l.cancels.contains_key(id)
+                    && !l.cancels_planned.contains(id)
                     && l.submits
                         .iter()
                         .any(|(_, a, _)| matches!(a, Answer::Acked(acked) if acked == id))

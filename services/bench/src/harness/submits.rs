@@ -36,6 +36,10 @@ pub(crate) struct Ledger {
     pub(crate) submits: Vec<(String, Answer, Instant)>,
     /// Jobs the benchmark asked to cancel, and whether the ask was acknowledged.
     pub(crate) cancels: HashMap<String, Answer>,
+    /// Jobs whose cancel was drawn when they were submitted (sent later, or not yet): the
+    /// negative control leaves them alone, so what it loses is never one the benchmark
+    /// cancels too.
+    pub(crate) cancels_planned: std::collections::HashSet<String>,
     /// Requests the load made (submits, cancels, probes), and those answered 2xx (after
     /// trying the other replicas, where there are several).
     pub(crate) requests: u64,
@@ -91,6 +95,18 @@ impl Load {
     /// Submits job `name`, sleeping `secs`, through any replica but `avoid`; records and
     /// returns the answer.
     pub(crate) async fn submit(&self, name: String, secs: u64, avoid: Option<usize>) -> Answer {
+        self.submit_planning(name, secs, avoid, false).await
+    }
+
+    /// [`Self::submit`], recording with its answer (under one lock) whether the benchmark
+    /// means to cancel it.
+    async fn submit_planning(
+        &self,
+        name: String,
+        secs: u64,
+        avoid: Option<usize>,
+        cancel_planned: bool,
+    ) -> Answer {
         let sent = Instant::now();
         // The run leaves a line only when its sleep completed: a stopped job leaves none.
         let script = format!(
@@ -113,9 +129,11 @@ impl Load {
             Some((status, _)) => Answer::Refused(status),
             None => Answer::Unanswered,
         };
-        lock(&self.ledger)
-            .submits
-            .push((name, answer.clone(), sent));
+        let mut ledger = lock(&self.ledger);
+        if let (true, Answer::Acked(id)) = (cancel_planned, &answer) {
+            ledger.cancels_planned.insert(id.clone());
+        }
+        ledger.submits.push((name, answer.clone(), sent));
         answer
     }
 
@@ -126,7 +144,9 @@ impl Load {
         let cancel_after = rng
             .random_bool(self.cancel_share.clamp(0.0, 1.0))
             .then(|| Duration::from_millis(rng.random_range(0..4000)));
-        let answer = self.submit(format!("crash-{i}"), secs, None).await;
+        let answer = self
+            .submit_planning(format!("crash-{i}"), secs, None, cancel_after.is_some())
+            .await;
         let (Answer::Acked(id), Some(after)) = (answer, cancel_after) else {
             return;
         };
