@@ -305,8 +305,14 @@ pub async fn run(args: &ChaosBench) -> anyhow::Result<()> {
                         .extend(attempts.into_iter().map(|(_, attempt)| attempt));
                     observed.insert(job.clone());
                 }
+                // Only gangs: a job of one replica running two attempts is `doubled`.
+                let mut replicas: HashMap<&str, usize> = HashMap::new();
+                for job in ours.values() {
+                    *replicas.entry(job.as_str()).or_default() += 1;
+                }
                 for (job, attempts) in gang_attempts {
-                    if attempts.len() > 1 && mixed.insert(job.to_owned()) {
+                    let gang = replicas.get(job).is_some_and(|&n| n > 1);
+                    if gang && attempts.len() > 1 && mixed.insert(job.to_owned()) {
                         eprintln!("chaos: gang {job} seen running attempts {attempts:?} at once");
                     }
                 }
