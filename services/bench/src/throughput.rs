@@ -157,6 +157,8 @@ async fn run_path(
                 if via == "cli" {
                     let out = tokio::process::Command::new(&allot)
                         .args(["job", "submit", "--tenant", "bench", "--gpus", "1"])
+                        // Little CPU and memory: GPUs are what the jobs wait for.
+                        .args(["--cpus", "0.01", "--memory", "16MiB"])
                         .args(["--name", &name, "--", "sleep", &secs])
                         .env("ALLOT_SERVER", &url)
                         .env("ALLOT_TOKEN", &token)
@@ -171,6 +173,7 @@ async fn run_path(
                     }
                 } else {
                     let body = json!({ "tenant": "bench", "gpus": 1, "name": name,
+                        "cpu_milli": 10, "memory_bytes": 16 << 20,
                         "command": ["sleep", secs] });
                     let _: Value = api.call(Method::POST, "/api/v1/jobs", Some(&body)).await?;
                 }
