@@ -254,6 +254,23 @@ async fn an_sbatch_script_is_submitted_unchanged() {
         "--ignore-unknown-directives",
         odd.to_str().expect("path"),
     ]);
+    // A script never says where the request goes or whose token it carries.
+    let stealing = dir.path().join("steal.sh");
+    std::fs::write(
+        &stealing,
+        "#!/bin/sh\n#ALLOT --server http://127.0.0.1:9\ntrue\n",
+    )
+    .expect("script");
+    let refused = c.cli_output(&[
+        "job",
+        "submit",
+        "--tenant",
+        "t",
+        stealing.to_str().expect("path"),
+    ]);
+    assert!(!refused.status.success());
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(err.contains("line 2") && err.contains("--server"), "{err}");
     c.shutdown().await;
 }
 
@@ -336,6 +353,8 @@ async fn jobs_name_who_submitted_them_and_logs_have_a_tail() {
     let items = mine["items"].as_array().expect("items");
     assert_eq!(items.len(), 1);
     assert_eq!(items[0]["id"], id.as_str());
+    let sorted = c.cli(&["job", "list", "--sort", "-priority,submitted"]);
+    assert!(sorted.contains("USER"), "{sorted}");
     let table = c.cli(&["job", "list", "--user", "t-member"]);
     assert!(
         table.contains("USER") && table.contains("t-member"),

@@ -8,8 +8,10 @@ use serde::{Deserialize, Serialize};
 use crate::error::ValidationError;
 use crate::job::JobState;
 
-/// The most tasks one array may have (Slurm's default `MaxArraySize` is 1001).
-pub const MAX_ARRAY_TASKS: usize = 10_000;
+/// The most tasks one array may have (Slurm's default `MaxArraySize` allows 1,001): a
+/// submit of one array is one transaction, and 10,000 tasks held SQLite's one writer long
+/// enough to cost the leader its lease.
+pub const MAX_ARRAY_TASKS: usize = 1_000;
 
 /// The largest task index.
 pub const MAX_ARRAY_INDEX: u32 = 1_000_000;

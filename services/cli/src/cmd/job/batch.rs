@@ -11,10 +11,11 @@ use anyhow::{Context, bail};
 /// The most a script may be: it travels in the job's command, with its wrapper.
 pub const MAX_SCRIPT_BYTES: usize = 60 * 1024;
 
-/// What runs the script: writes it (the first argument) to a file of the job's temporary
-/// directory and runs that with the rest of the arguments (a script without `#!` runs as
-/// an `sh` script).
-const WRAPPER: &str = r#"f="${TMPDIR:-/tmp}/allot-batch-$$" && printf '%s' "$1" > "$f" && chmod 700 "$f" && shift && exec "$f" "$@""#;
+/// What runs the script: writes it (the first argument) to a new file of its own (`mktemp`:
+/// an unpredictable name, created 0600, so nothing there beforehand is followed) in the
+/// job's temporary directory and runs that with the rest of the arguments (a script
+/// without `#!` runs as an `sh` script). The file is left there when the job ends.
+const WRAPPER: &str = r#"f=$(mktemp "${TMPDIR:-/tmp}/allot-batch-XXXXXXXX") && printf '%s' "$1" > "$f" && chmod 700 "$f" && shift && exec "$f" "$@""#;
 
 /// A script read for submitting: its text and its file name.
 pub struct Script {
@@ -35,6 +36,15 @@ impl Script {
         }
         let text = String::from_utf8(bytes)
             .with_context(|| format!("{}: a batch script must be text (UTF-8)", path.display()))?;
+        if text.trim().is_empty() {
+            bail!("{}: the script is empty", path.display());
+        }
+        if text.contains("\r\n") {
+            bail!(
+                "{}: the script has DOS line breaks (\\r\\n), which its interpreter would read as part of each line: convert it (dos2unix)",
+                path.display()
+            );
+        }
         let name = path
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
@@ -59,7 +69,11 @@ impl Script {
 /// The `allot job submit` flags the script's header directives give, in order; unknown
 /// `#SBATCH` directives are an error naming their line, or (with `ignore_unknown`) skipped
 /// with a word on standard error.
-pub fn directives(text: &str, ignore_unknown: bool) -> anyhow::Result<Vec<String>> {
+pub fn directives(
+    text: &str,
+    ignore_unknown: bool,
+    allowed: &dyn Fn(&str) -> bool,
+) -> anyhow::Result<Vec<String>> {
     let mut flags = Vec::new();
     let mut said_output = false;
     for (n, line) in text.lines().enumerate() {
@@ -73,7 +87,19 @@ pub fn directives(text: &str, ignore_unknown: bool) -> anyhow::Result<Vec<String
             break;
         }
         if let Some(rest) = trimmed.strip_prefix("#ALLOT") {
-            flags.extend(words(rest).with_context(|| format!("line {line_no}: {trimmed}"))?);
+            let words = words(rest).with_context(|| format!("line {line_no}: {trimmed}"))?;
+            // Only `job submit`'s own flags: a script never says where the request goes or
+            // whose token it carries (a shared script would send the submitter's token
+            // elsewhere, or submit as someone else).
+            for w in words.iter().filter(|w| w.starts_with('-')) {
+                let name = w.split('=').next().unwrap_or(w);
+                if name == "--" || !allowed(name) {
+                    bail!(
+                        "line {line_no}: `{name}` is not an `allot job submit` flag a script may set ({trimmed})"
+                    );
+                }
+            }
+            flags.extend(words);
             continue;
         }
         let Some(rest) = trimmed.strip_prefix("#SBATCH") else {
@@ -91,7 +117,35 @@ pub fn directives(text: &str, ignore_unknown: bool) -> anyhow::Result<Vec<String
                 }
                 _ => (w.clone(), None),
             };
-            let takes_value = !matches!(opt.as_str(), "--exclusive" | "--requeue");
+            let known = matches!(
+                opt.as_str(),
+                "--gres"
+                    | "--gpus"
+                    | "-G"
+                    | "--gpus-per-node"
+                    | "--gpus-per-task"
+                    | "-c"
+                    | "--cpus-per-task"
+                    | "--mem"
+                    | "-t"
+                    | "--time"
+                    | "-J"
+                    | "--job-name"
+                    | "-a"
+                    | "--array"
+                    | "-d"
+                    | "--dependency"
+                    | "-N"
+                    | "--nodes"
+                    | "--exclusive"
+                    | "-o"
+                    | "--output"
+                    | "-e"
+                    | "--error"
+            );
+            // An unknown option takes the next word as its value unless that is an option.
+            let takes_value = !matches!(opt.as_str(), "--exclusive" | "--requeue")
+                && (known || words.get(i + 1).is_some_and(|w| !w.starts_with('-')));
             let value =
                 if !takes_value {
                     None
@@ -270,7 +324,7 @@ mod tests {
             \n\
             echo hi\n\
             #SBATCH --mem=1G\n";
-        let flags = directives(script, false).expect("read");
+        let flags = directives(script, false, &|_| true).expect("read");
         assert_eq!(
             flags,
             [
@@ -296,20 +350,44 @@ mod tests {
     }
 
     #[test]
+    fn a_script_sets_no_connection_or_identity_flag() {
+        let submit_only = |f: &str| matches!(f, "--priority" | "--name");
+        for line in [
+            "#ALLOT --server http://evil",
+            "#ALLOT --token=x",
+            "#ALLOT --ca-cert /x",
+            "#ALLOT -- rm",
+        ] {
+            let err =
+                directives(&format!("#!/bin/sh\n{line}\n"), true, &submit_only).expect_err(line);
+            assert!(err.to_string().contains("line 2"), "{err}");
+        }
+        assert_eq!(
+            directives("#ALLOT --priority high --name x\n", false, &submit_only).expect("ok"),
+            ["--priority", "high", "--name", "x"]
+        );
+        // Ignoring unknown sbatch options, one without a value is skipped alone.
+        assert_eq!(
+            directives("#SBATCH --foo --mem=1G\n", true, &submit_only).expect("ok"),
+            ["--memory", "1GiB"]
+        );
+    }
+
+    #[test]
     fn unknown_directives_name_their_line_unless_ignored() {
         let script = "#!/bin/sh\n#SBATCH --partition=gpu\necho\n";
-        let err = directives(script, false).expect_err("unknown");
+        let err = directives(script, false, &|_| true).expect_err("unknown");
         assert!(err.to_string().contains("line 2"), "{err}");
         assert!(err.to_string().contains("--partition"), "{err}");
         assert_eq!(
-            directives(script, true).expect("skipped"),
+            directives(script, true, &|_| true).expect("skipped"),
             Vec::<String>::new()
         );
         assert!(
-            directives("#SBATCH --mem\n", false).is_err(),
+            directives("#SBATCH --mem\n", false, &|_| true).is_err(),
             "a value is missing"
         );
-        assert!(directives("#SBATCH --gres=fpga:1\n", false).is_err());
+        assert!(directives("#SBATCH --gres=fpga:1\n", false, &|_| true).is_err());
     }
 
     #[test]

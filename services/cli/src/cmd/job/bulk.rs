@@ -57,6 +57,18 @@ impl Selection {
             q.push(("user", u.clone()));
         }
         match &self.state {
+            Some(s) if unfinished_by_default => {
+                // Only what has not ended can be cancelled.
+                let open: Vec<&str> = s
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|s| matches!(*s, "pending" | "scheduled" | "running"))
+                    .collect();
+                if open.is_empty() {
+                    bail!("--state {s}: only pending, scheduled or running jobs can be cancelled");
+                }
+                q.push(("state", open.join(",")));
+            }
             Some(s) => q.push(("state", s.clone())),
             None if unfinished_by_default => {
                 q.push(("state", "pending,scheduled,running".to_owned()));

@@ -210,8 +210,8 @@ pub enum JobCmd {
         /// Order by these columns, comma-separated, `-` first for descending (e.g.
         /// -priority,submitted): id, name, user, tenant, state, priority, submitted, gpus.
         /// Sorts what is listed (with --all, everything that matches).
-        #[arg(long, value_parser = parse_sort)]
-        sort: Option<Vec<(SortKey, bool)>>,
+        #[arg(long, value_parser = parse_sort, allow_hyphen_values = true)]
+        sort: Option<SortKeys>,
         /// Show at most this many (the server is asked 500 at a time).
         #[arg(long, default_value_t = 50, conflicts_with = "all", value_parser = clap::value_parser!(u64).range(1..))]
         limit: u64,
@@ -423,12 +423,38 @@ pub fn with_directives(
         return Ok(None);
     };
     let script = batch::Script::read(&path)?;
-    let flags =
-        batch::directives(&script.text, ignore).with_context(|| format!("{}", path.display()))?;
+    let allowed = submit_flags();
+    let flags = batch::directives(&script.text, ignore, &|f| allowed.contains(f))
+        .with_context(|| format!("{}", path.display()))?;
     let mut out = argv[..=submit].to_vec();
     out.extend(flags.into_iter().map(Into::into));
     out.extend(rest.iter().cloned());
     Ok(Some(out))
+}
+
+/// `allot job submit`'s own flags (`--priority`, `-e`, …): what a script may set. The
+/// global ones (`--server`, `--token`, `--ca-cert`, …) are the top-level command's, not
+/// in it.
+fn submit_flags() -> std::collections::HashSet<String> {
+    #[derive(clap::Parser)]
+    struct Only {
+        #[command(subcommand)]
+        cmd: JobCmd,
+    }
+    let cmd = <Only as clap::CommandFactory>::command();
+    let Some(submit) = cmd.find_subcommand("submit") else {
+        return Default::default();
+    };
+    submit
+        .get_arguments()
+        .flat_map(|a| {
+            a.get_long()
+                .map(|l| format!("--{l}"))
+                .into_iter()
+                .chain(a.get_short().map(|c| format!("-{c}")))
+        })
+        .filter(|f| !matches!(f.as_str(), "--help" | "-h"))
+        .collect()
 }
 
 /// The script positional of `allot job submit`'s arguments, as parsed.
@@ -464,8 +490,12 @@ pub enum SortKey {
     Gpus,
 }
 
+/// What `--sort` orders by: each key, and whether descending.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SortKeys(Vec<(SortKey, bool)>);
+
 /// `-priority,submitted`: each key, and whether descending.
-fn parse_sort(s: &str) -> Result<Vec<(SortKey, bool)>, String> {
+fn parse_sort(s: &str) -> Result<SortKeys, String> {
     s.split(',')
         .map(str::trim)
         .filter(|k| !k.is_empty())
@@ -496,7 +526,7 @@ fn parse_sort(s: &str) -> Result<Vec<(SortKey, bool)>, String> {
             if keys.is_empty() {
                 Err("name a column to sort by".into())
             } else {
-                Ok(keys)
+                Ok(SortKeys(keys))
             }
         })
 }
@@ -644,6 +674,11 @@ pub async fn run(client: &Client, cmd: JobCmd) -> anyhow::Result<i32> {
                 None => (command, name),
             };
             let env: BTreeMap<_, _> = env.into_iter().collect();
+            if wait && array.is_some() {
+                bail!(
+                    "--wait follows one job: with --array, watch the array instead (`allot job list --array ID --watch`)"
+                );
+            }
             let dependencies =
                 dependencies(&after_ok, &after_any, &after_not_ok, dependency.as_deref())?;
             let mut body = json!({
@@ -821,7 +856,7 @@ pub async fn run(client: &Client, cmd: JobCmd) -> anyhow::Result<i32> {
                 .run("allot job list", || async {
                     let mut list =
                         list_jobs(client, query.clone(), wanted, page_token.clone()).await?;
-                    if let Some(keys) = &sort {
+                    if let Some(SortKeys(keys)) = &sort {
                         sort_jobs(&mut list.items, keys);
                     }
                     let text = output.render(&list, &list.items, &columns)?;
