@@ -507,7 +507,20 @@ async fn a_drain_with_a_grace_lets_jobs_run_then_moves_them_and_says_why() {
     let col = |name: &str| header.iter().position(|h| *h == name).expect("column");
     assert_eq!(line[col("UNHEALTHY")], "0", "{wide}");
     assert_eq!(line[col("DRAINED")], "1", "{wide}");
-    // A reason over the limit, or a grace beyond a week, is refused naming the field.
+    // A reason with control characters, or a grace beyond a week, is refused naming the
+    // flag; a grace of 0 is "at once".
+    let escaped = c.cli_output(&["node", "drain", &node, "--reason", "fan\u{1b}[2J"]);
+    assert!(!escaped.status.success());
+    assert!(String::from_utf8_lossy(&escaped.stderr).contains("--reason"));
+    let long = c.cli_output(&["node", "drain", &node, "--grace", "30d"]);
+    assert!(!long.status.success());
+    assert!(
+        String::from_utf8_lossy(&long.stderr).contains("--grace"),
+        "{}",
+        String::from_utf8_lossy(&long.stderr)
+    );
+    c.cli(&["node", "drain", &node, "--grace", "0s"]);
+    c.cli(&["node", "return", &node]);
     let (s, p) = c
         .post(
             &format!("/api/v1/nodes/{node}/drain?grace_secs=9999999"),

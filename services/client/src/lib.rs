@@ -121,6 +121,9 @@ fn flag_of(field: &str) -> Option<&'static str> {
     if field.starts_with("gpu_models") {
         return Some("--gpu-model");
     }
+    if field.starts_with("dependencies") {
+        return Some("--after-ok/--after-any/--after-not-ok");
+    }
     Some(match field {
         "guaranteed.gpu_milli" => "--guaranteed-gpus",
         "limit.gpu_milli" => "--max-gpus",
@@ -154,6 +157,11 @@ fn flag_of(field: &str) -> Option<&'static str> {
         "checkpoint_dir" => "--checkpoint-dir",
         "gpu_compute" => "--gpu-compute",
         "tenant" => "--tenant",
+        "grace_secs" => "--grace",
+        "reason" => "--reason",
+        "array" => "--array",
+        "time_limit_secs" => "--time-limit",
+        "replicas" => "--replicas",
         _ => return None,
     })
 }

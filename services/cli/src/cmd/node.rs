@@ -54,7 +54,7 @@ pub enum NodeCmd {
         reason: Option<String>,
         /// How long its running jobs may finish before they are requeued elsewhere, e.g.
         /// 10m or 2h (default: at once).
-        #[arg(long, value_parser = crate::cmd::job::parse_duration_secs)]
+        #[arg(long, value_parser = parse_grace)]
         grace: Option<u64>,
         #[arg(short, long, value_enum, default_value_t)]
         output: Format,
@@ -188,6 +188,15 @@ fn node_columns() -> [Column<NodeView>; 14] {
 
 fn health(g: &allot_api::views::GpuView) -> &str {
     &g.health
+}
+
+/// A drain's grace: `0` (at once) or a span as `--time-limit` takes it (10m, 2h).
+fn parse_grace(s: &str) -> Result<u64, String> {
+    if matches!(s.trim(), "0" | "0s" | "0m" | "0h") {
+        return Ok(0);
+    }
+    crate::cmd::job::parse_duration_secs(s)
+        .map_err(|_| format!("`{s}` is not a grace: write 0 (at once), 10m, 2h or HH:MM:SS"))
 }
 
 /// `rack=r12` (set) or `rack-` (remove).
