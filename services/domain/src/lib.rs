@@ -47,7 +47,8 @@ pub use job::{
 pub use network::{EgressRule, NetworkPolicy, PortRange};
 pub use node::{GpuDevice, GpuSample, MemoryEnforcement, MigSlot, Node, NodeStatus};
 pub use quantity::{
-    format_bytes, format_duration, format_gpus, format_milli, parse_bytes, parse_memory,
+    format_bytes, format_clock, format_duration, format_gpus, format_milli, parse_bytes,
+    parse_memory,
 };
 pub use secret::{SecretUse, SecretValue, TenantSecret};
 pub use tenant::{

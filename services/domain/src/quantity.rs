@@ -76,6 +76,18 @@ pub fn format_bytes(bytes: u64) -> String {
     }
 }
 
+/// Seconds as D-HH:MM:SS (days only when there are some), as Slurm shows times
+/// (negative lengths are none).
+pub fn format_clock(secs: i64) -> String {
+    let s = secs.max(0);
+    let (d, h, m, s) = (s / 86_400, s / 3600 % 24, s / 60 % 60, s % 60);
+    if d > 0 {
+        format!("{d}-{h:02}:{m:02}:{s:02}")
+    } else {
+        format!("{h:02}:{m:02}:{s:02}")
+    }
+}
+
 /// A length of time in seconds as people say it, to two units: `42s`, `3m 5s`, `2h 10m`,
 /// `3d 4h` (negative lengths are none).
 pub fn format_duration(secs: i64) -> String {

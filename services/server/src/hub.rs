@@ -108,8 +108,8 @@ impl Hub {
             .collect()
     }
 
-    /// Launches resent to a node that subscribed again (its scheduled jobs): awaiting
-    /// confirmation as any launch is, so that they are sent again if this stream dies too.
+    /// A launch sent (or resent to a node that subscribed again): awaiting confirmation,
+    /// so that it is sent again if the stream it went on dies.
     pub fn resent(&self, node_id: &str, job: &Job) {
         lock(&self.unconfirmed)
             .entry(node_id.to_owned())
@@ -119,10 +119,7 @@ impl Hub {
 
     /// Sends a launch (see `crate::launches`) and remembers it until the node confirms it.
     pub fn launch(&self, node_id: &str, job: &Job, launch: Assignment) {
-        lock(&self.unconfirmed)
-            .entry(node_id.to_owned())
-            .or_default()
-            .insert(job.id.clone(), (job.attempt, Instant::now()));
+        self.resent(node_id, job);
         self.send(node_id, launch);
     }
 

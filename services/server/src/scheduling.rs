@@ -172,19 +172,27 @@ fn hold_back<'a, 'm>(
     let mut left = Vec::with_capacity(pending.len());
     for j in pending.iter() {
         match held(j) {
-            Some(message) => {
-                let reason = PendingReason {
-                    code: code.into(),
-                    message: message.clone(),
-                };
-                if j.pending_reason.as_ref() != Some(&reason) {
-                    reasons.push((j.id.clone(), Some(reason)));
-                }
-            }
+            Some(message) => note_wait(j, code, message.clone(), reasons),
             None => left.push(j.clone()),
         }
     }
     Cow::Owned(left)
+}
+
+/// Says why `j` waits (`code`, `message`), unless it says so already.
+pub(crate) fn note_wait(
+    j: &Job,
+    code: &str,
+    message: String,
+    reasons: &mut Vec<(String, Option<PendingReason>)>,
+) {
+    let reason = PendingReason {
+        code: code.into(),
+        message,
+    };
+    if j.pending_reason.as_ref() != Some(&reason) {
+        reasons.push((j.id.clone(), Some(reason)));
+    }
 }
 
 /// The nodes as recorded, less the GPUs of jobs whose end is not yet confirmed by their

@@ -10,6 +10,8 @@ use allot_domain::workflow::{DependencyVerdict, array_admits, dependency_verdict
 use allot_domain::{AuditContext, Job, JobState, PendingReason};
 use allot_store::{Fenced, JobRepo, JobUpdate, StoreError};
 
+use crate::scheduling::note_wait;
+
 /// The pending jobs that may be weighed for placement now; the others' reasons go to
 /// `reasons`, and jobs whose dependencies can never be met are ended.
 pub async fn hold_back<'a>(
@@ -20,16 +22,6 @@ pub async fn hold_back<'a>(
 ) -> Result<Cow<'a, [Job]>, StoreError> {
     let pending = dependencies(store, pending, reasons).await?;
     Ok(arrays(holding, pending, reasons))
-}
-
-fn wait(j: &Job, code: &str, message: String, reasons: &mut Vec<(String, Option<PendingReason>)>) {
-    let reason = PendingReason {
-        code: code.into(),
-        message,
-    };
-    if j.pending_reason.as_ref() != Some(&reason) {
-        reasons.push((j.id.clone(), Some(reason)));
-    }
 }
 
 async fn dependencies<'a>(
@@ -59,7 +51,7 @@ async fn dependencies<'a>(
         }
         match dependency_verdict(&j.spec.dependencies, |id| states.get(id).copied()) {
             DependencyVerdict::Met => left.push(j.clone()),
-            DependencyVerdict::Waiting(why) => wait(j, "Dependency", why, reasons),
+            DependencyVerdict::Waiting(why) => note_wait(j, "Dependency", why, reasons),
             DependencyVerdict::Never(why) => {
                 let ended = store
                     .transition_job(
@@ -122,7 +114,7 @@ fn arrays<'a>(
         match capped(j) {
             Some((task, cap)) if !admitted.contains(&(task.array_id.as_str(), task.index)) => {
                 let held = running.get(task.array_id.as_str()).copied().unwrap_or(0);
-                wait(
+                note_wait(
                     j,
                     "ArrayLimit",
                     format!(

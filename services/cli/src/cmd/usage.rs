@@ -61,7 +61,7 @@ pub async fn run(client: &Client, args: UsageArgs) -> anyhow::Result<()> {
                         row.user.clone().unwrap_or_else(|| "-".into()),
                         row.state.map_or_else(|| "-".into(), |s| s.to_string()),
                         row.elapsed_secs
-                            .map_or_else(|| "-".into(), super::job::clock_of),
+                            .map_or_else(|| "-".into(), allot_domain::format_clock),
                         format!("{:.3}", row.gpu_hours),
                         format!("{:.1}", row.gpu_memory_gib_hours),
                     ]

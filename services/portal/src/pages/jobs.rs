@@ -75,7 +75,7 @@ impl Row {
             elapsed: "—".into(),
             limit: j.spec.time_limit_secs.map_or_else(
                 || "—".into(),
-                |s| clock(i64::try_from(s).unwrap_or(i64::MAX)),
+                |s| allot_domain::format_clock(i64::try_from(s).unwrap_or(i64::MAX)),
             ),
             queue: "—".into(),
             start: "—".into(),
@@ -85,17 +85,6 @@ impl Row {
             state: j.state.to_string(),
             node,
         }
-    }
-}
-
-/// Seconds as D-HH:MM:SS, as Slurm and `allot job list` show times.
-pub(crate) fn clock(secs: i64) -> String {
-    let s = secs.max(0);
-    let (d, h, m, s) = (s / 86_400, s / 3600 % 24, s / 60 % 60, s % 60);
-    if d > 0 {
-        format!("{d}-{h:02}:{m:02}:{s:02}")
-    } else {
-        format!("{h:02}:{m:02}:{s:02}")
     }
 }
 
@@ -293,7 +282,7 @@ pub(crate) async fn jobs_page(
             let view = views.get(&j.id);
             let mut row = Row::new(j, on);
             if let Some(e) = elapsed {
-                row.elapsed = clock(e.num_seconds());
+                row.elapsed = allot_domain::format_clock(e.num_seconds());
             }
             if let Some(v) = view {
                 if let (Some(p), Some(n)) = (v.queue_position, v.queue_length) {

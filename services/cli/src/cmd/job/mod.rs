@@ -432,16 +432,19 @@ pub fn with_directives(
     Ok(Some(out))
 }
 
+/// The `allot job` commands alone, without the top-level command's global options: what
+/// a batch script's directives are read against.
+#[derive(clap::Parser)]
+struct JobOnly {
+    #[command(subcommand)]
+    cmd: JobCmd,
+}
+
 /// `allot job submit`'s own flags (`--priority`, `-e`, …): what a script may set. The
 /// global ones (`--server`, `--token`, `--ca-cert`, …) are the top-level command's, not
 /// in it.
 fn submit_flags() -> std::collections::HashSet<String> {
-    #[derive(clap::Parser)]
-    struct Only {
-        #[command(subcommand)]
-        cmd: JobCmd,
-    }
-    let cmd = <Only as clap::CommandFactory>::command();
+    let cmd = <JobOnly as clap::CommandFactory>::command();
     let Some(submit) = cmd.find_subcommand("submit") else {
         return Default::default();
     };
@@ -459,19 +462,14 @@ fn submit_flags() -> std::collections::HashSet<String> {
 
 /// The script positional of `allot job submit`'s arguments, as parsed.
 fn script_of(rest: &[std::ffi::OsString]) -> Option<std::path::PathBuf> {
-    use clap::{FromArgMatches, Parser};
-    #[derive(Parser)]
-    struct Only {
-        #[command(subcommand)]
-        cmd: JobCmd,
-    }
+    use clap::FromArgMatches;
     let mut argv: Vec<std::ffi::OsString> = vec!["allot-job".into(), "submit".into()];
     argv.extend(rest.iter().cloned());
-    let matches = <Only as clap::CommandFactory>::command()
+    let matches = <JobOnly as clap::CommandFactory>::command()
         .ignore_errors(true)
         .try_get_matches_from(argv)
         .ok()?;
-    match Only::from_arg_matches(&matches).ok()?.cmd {
+    match JobOnly::from_arg_matches(&matches).ok()?.cmd {
         JobCmd::Submit { script, .. } => script,
         _ => None,
     }
@@ -589,11 +587,6 @@ fn dependencies(
 /// A span as people write it (`10m`, `2h`, `1d12h`, `45s`, `[D-]HH:MM:SS`), in seconds.
 pub fn parse_duration_secs(s: &str) -> Result<u64, String> {
     parse_time_limit(s)
-}
-
-/// Seconds as D-HH:MM:SS, as Slurm shows times.
-pub fn clock_of(secs: i64) -> String {
-    show::clock(secs)
 }
 
 /// The last `n` lines of `bytes` (a last line without its newline counts).

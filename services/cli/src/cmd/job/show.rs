@@ -2,7 +2,7 @@
 
 use allot_api::views::JobView;
 use allot_domain::job::Elapsed;
-use allot_domain::{GpuCompute, JobState, format_bytes, format_duration};
+use allot_domain::{GpuCompute, JobState, format_bytes, format_clock, format_duration};
 
 use crate::cmd::{opt, show_milli};
 use crate::output::{Column, fields, table};
@@ -241,20 +241,9 @@ pub(super) fn elapsed(j: &JobView, now: chrono::DateTime<chrono::Utc>) -> String
 pub(super) fn time_cell(j: &JobView) -> String {
     match elapsed_of(j, chrono::Utc::now()) {
         Some((Elapsed::Running | Elapsed::Ran | Elapsed::Waiting, span)) => {
-            clock(span.num_seconds())
+            format_clock(span.num_seconds())
         }
         _ => "-".into(),
-    }
-}
-
-/// Seconds as D-HH:MM:SS (days only when there are some), as Slurm shows times.
-pub(super) fn clock(secs: i64) -> String {
-    let s = secs.max(0);
-    let (d, h, m, s) = (s / 86_400, s / 3600 % 24, s / 60 % 60, s % 60);
-    if d > 0 {
-        format!("{d}-{h:02}:{m:02}:{s:02}")
-    } else {
-        format!("{h:02}:{m:02}:{s:02}")
     }
 }
 
@@ -297,7 +286,7 @@ pub(super) fn job_columns() -> [Column<JobView>; 23] {
         Column::wide("limit", "LIMIT", |j| {
             opt(j
                 .time_limit_secs
-                .map(|s| clock(i64::try_from(s).unwrap_or(i64::MAX))))
+                .map(|s| format_clock(i64::try_from(s).unwrap_or(i64::MAX))))
         }),
         Column::wide("attempt", "ATTEMPT", |j| j.attempt.to_string()),
         Column::wide("image", "IMAGE", |j| opt(j.image.clone())),
