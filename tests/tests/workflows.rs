@@ -4,7 +4,7 @@
 //! fails ends its dependents saying why, while `after-any` and `after-not-ok` ones run; an
 //! `#SBATCH` script submitted unchanged takes its resources, name, array and time limit
 //! from its header; a bulk cancel by name glob takes exactly what matches, and asks first;
-//! every job names who submitted it; `job logs --tail` prints the last lines.
+//! every job names who submitted it; `job logs --tail` prints the last lines, `--timestamps` when each arrived.
 
 use std::time::{Duration, Instant};
 
@@ -329,7 +329,7 @@ async fn a_bulk_cancel_takes_what_its_glob_matches_and_asks_first() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn jobs_name_who_submitted_them_and_logs_have_a_tail() {
+async fn jobs_name_who_submitted_them_and_logs_have_a_tail_and_times() {
     let c = spawn_cluster(Backend::Sqlite, 1, "1xH200").await;
     c.create_tenant("t", None).await;
     let member = c.token_for("t", "member").await;
@@ -386,6 +386,38 @@ async fn jobs_name_who_submitted_them_and_logs_have_a_tail() {
         .await
         .expect("text");
     assert_eq!(later, "", "nothing written since then");
+    // Slow output, each line stamped with when it arrived: the second line's time is about
+    // two seconds after the first's; unstamped, the same log has the lines alone.
+    let slow = c
+        .submit_with(
+            "t",
+            json!({ "gpus": 0 }),
+            &["sh", "-c", "echo a; sleep 2; echo b"],
+        )
+        .await;
+    assert_eq!(c.wait_for_end(&slow).await["state"], "succeeded");
+    let stamped = c.cli(&["job", "logs", &slow, "--timestamps"]);
+    let times: Vec<chrono::DateTime<chrono::Utc>> = stamped
+        .lines()
+        .zip(["a", "b"])
+        .map(|(line, text)| {
+            let (time, rest) = line.split_once(' ').expect("a stamp, then the line");
+            assert_eq!(rest, text, "{stamped}");
+            time.parse().expect("RFC 3339")
+        })
+        .collect();
+    assert_eq!(times.len(), 2, "{stamped}");
+    let apart = (times[1] - times[0]).num_milliseconds();
+    assert!(
+        (1000..=6000).contains(&apart),
+        "{apart} ms apart: {stamped}"
+    );
+    assert_eq!(c.cli(&["job", "logs", &slow]), "a\nb\n");
+    let last = c.cli(&["job", "logs", &slow, "--timestamps", "--tail", "1"]);
+    assert!(
+        last.ends_with(" b\n") && last.lines().count() == 1,
+        "{last}"
+    );
     // Who the caller is, and the tenants of their roles, by name.
     let me: Value = c
         .http

@@ -78,6 +78,9 @@ pub fn dropped(offset: u64, chunk_len: u64, end: u64) -> bool {
 pub struct LogChunk {
     pub offset: u64,
     pub data: Vec<u8>,
+    /// When the control plane received it (within about half a second of when the job
+    /// wrote it); `None` for chunks kept before this was recorded.
+    pub received_at: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 impl LogChunk {
@@ -119,6 +122,44 @@ impl LogOrigin<'_> {
 /// from `cursor` on, with a note where output is missing, and the cursor after them.
 /// Overlapping chunks (a chunk sent twice) give their bytes once.
 pub fn read_from(chunks: &[LogChunk], cursor: u64, origin: &LogOrigin<'_>) -> (Vec<u8>, u64) {
+    let (pieces, end) = pieces_from(chunks, cursor, origin);
+    (pieces.into_iter().flat_map(|p| p.bytes).collect(), end)
+}
+
+/// As [`read_from`], with each line that starts in what is read prefixed by when the control
+/// plane received it (RFC 3339, UTC, to the millisecond, then a space; as `kubectl logs
+/// --timestamps` does), and a note where output is missing stamped as the output after it.
+/// `line_start` says whether the cursor is at the start of a line (a reader starting at a
+/// chunk takes it as one), and is left saying whether the end is.
+pub fn read_stamped_from(
+    chunks: &[LogChunk],
+    cursor: u64,
+    origin: &LogOrigin<'_>,
+    line_start: &mut bool,
+) -> (Vec<u8>, u64) {
+    let (pieces, end) = pieces_from(chunks, cursor, origin);
+    let mut out = Vec::new();
+    for p in pieces {
+        let stamp =
+            p.at.map(|t| format!("{} ", t.format("%Y-%m-%dT%H:%M:%S%.3fZ")));
+        for &b in &p.bytes {
+            if *line_start && let Some(s) = &stamp {
+                out.extend_from_slice(s.as_bytes());
+            }
+            out.push(b);
+            *line_start = b == b'\n';
+        }
+    }
+    (out, end)
+}
+
+/// A run of bytes a reader gets, and when the control plane received them.
+struct Piece {
+    bytes: Vec<u8>,
+    at: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+fn pieces_from(chunks: &[LogChunk], cursor: u64, origin: &LogOrigin<'_>) -> (Vec<Piece>, u64) {
     let mut out = Vec::new();
     let mut at = cursor;
     for c in chunks {
@@ -126,11 +167,17 @@ pub fn read_from(chunks: &[LogChunk], cursor: u64, origin: &LogOrigin<'_>) -> (V
             continue;
         }
         if c.offset > at {
-            out.extend_from_slice(origin.gap_note(c.offset - at).as_bytes());
+            out.push(Piece {
+                bytes: origin.gap_note(c.offset - at).into_bytes(),
+                at: c.received_at,
+            });
             at = c.offset;
         }
         let skip = usize::try_from(at - c.offset).unwrap_or(usize::MAX);
-        out.extend_from_slice(c.data.get(skip..).unwrap_or_default());
+        out.push(Piece {
+            bytes: c.data.get(skip..).unwrap_or_default().to_vec(),
+            at: c.received_at,
+        });
         at = c.end();
     }
     (out, at)
@@ -144,6 +191,7 @@ mod tests {
         LogChunk {
             offset,
             data: s.as_bytes().to_vec(),
+            received_at: None,
         }
     }
 
@@ -253,5 +301,46 @@ mod tests {
     fn a_chunk_sent_twice_is_read_once() {
         let cs = [chunk(0, "abc"), chunk(0, "abc"), chunk(2, "cde")];
         assert_eq!(read_from(&cs, 0, &ORIGIN), (b"abcde".to_vec(), 5));
+    }
+
+    #[test]
+    fn each_line_is_stamped_with_when_it_arrived() {
+        use chrono::TimeZone;
+        let t = |s: i64| {
+            chrono::Utc
+                .timestamp_millis_opt(1_765_000_000_000 + s)
+                .single()
+        };
+        let cs = [
+            LogChunk {
+                offset: 0,
+                data: b"one\ntw".to_vec(),
+                received_at: t(0),
+            },
+            LogChunk {
+                offset: 6,
+                data: b"o\nthree\n".to_vec(),
+                received_at: t(1500),
+            },
+        ];
+        let mut start = true;
+        let (out, end) = read_stamped_from(&cs, 0, &ORIGIN, &mut start);
+        assert_eq!(end, 14);
+        assert!(start);
+        assert_eq!(
+            String::from_utf8(out).expect("UTF-8"),
+            "2025-12-06T05:46:40.000Z one\n\
+             2025-12-06T05:46:40.000Z two\n\
+             2025-12-06T05:46:41.500Z three\n"
+        );
+        // A reader in the middle of a line stamps only the lines that start after it.
+        let mut start = false;
+        let (out, _) = read_stamped_from(&cs, 4, &ORIGIN, &mut start);
+        assert_eq!(
+            String::from_utf8(out).expect("UTF-8"),
+            "two\n2025-12-06T05:46:41.500Z three\n"
+        );
+        // The plain read of the same chunks has no stamps (the control).
+        assert_eq!(read_from(&cs, 0, &ORIGIN).0, b"one\ntwo\nthree\n".to_vec());
     }
 }

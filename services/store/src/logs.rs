@@ -113,6 +113,7 @@ impl LogRepo for Store {
         let chunk = |m: job_logs::Model| LogChunk {
             offset: u64::try_from(m.offset).unwrap_or_default(),
             data: m.data,
+            received_at: m.written_at,
         };
         // The chunk holding `from` starts at or before it: the last one that does.
         let holding = job_logs::Entity::find()

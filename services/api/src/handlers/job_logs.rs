@@ -7,7 +7,7 @@ use actix_web::http::header::HeaderValue;
 use actix_web::{HttpResponse, web};
 use allot_authz::Action;
 use allot_domain::Job;
-use allot_domain::joblog::{LogOrigin, read_from};
+use allot_domain::joblog::{LogOrigin, read_from, read_stamped_from};
 use allot_store::{JobRepo, LogRepo, NodeRepo, TenantScope};
 
 use crate::auth::Principal;
@@ -78,6 +78,7 @@ pub async fn log(
         None => q.offset.unwrap_or(0),
     };
     let mut reader = Reader::new(state.into_inner(), job, q.attempt, offset).await;
+    reader.stamped = q.timestamps == Some(true);
     let first = if q.follow == Some(true) {
         reader.read().await?
     } else {
@@ -149,6 +150,10 @@ struct Reader {
     cursor: u64,
     /// Whether the tail kept with the job's end was given instead of shipped output.
     gave_tail: bool,
+    /// Whether each line starts with when it was received.
+    stamped: bool,
+    /// Whether the cursor is at the start of a line.
+    line_start: bool,
 }
 
 impl Reader {
@@ -167,6 +172,8 @@ impl Reader {
             node,
             cursor: from,
             gave_tail: false,
+            stamped: false,
+            line_start: true,
         }
     }
 
@@ -182,7 +189,11 @@ impl Reader {
             attempt: self.attempt,
             node: self.node.as_deref(),
         };
-        let (bytes, end) = read_from(&chunks, self.cursor, &origin);
+        let (bytes, end) = if self.stamped {
+            read_stamped_from(&chunks, self.cursor, &origin, &mut self.line_start)
+        } else {
+            read_from(&chunks, self.cursor, &origin)
+        };
         self.cursor = end;
         // A job that ended before its node shipped logs (an agent of an earlier release, or
         // output that never made it) still has the tail reported with its end.
@@ -242,6 +253,7 @@ impl Reader {
                 );
                 self.attempt = job.attempt;
                 self.cursor = 0;
+                self.line_start = true;
                 self.job = job;
                 return Ok(Some(note.into_bytes()));
             }

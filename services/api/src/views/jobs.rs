@@ -582,4 +582,8 @@ pub struct LogQuery {
     /// Start at the first output the control plane received at or after this time (RFC
     /// 3339; instead of `offset`). Output arrives every half second or so.
     pub since: Option<DateTime<Utc>>,
+    /// Start each line with when the control plane received it (RFC 3339, UTC, to the
+    /// millisecond, then a space), as `kubectl logs --timestamps` does. Output arrives
+    /// every half second or so, so that is how close the time is to when it was written.
+    pub timestamps: Option<bool>,
 }

@@ -293,6 +293,10 @@ pub enum JobCmd {
         /// control plane received since; it arrives every half second or so).
         #[arg(long, value_parser = parse_time_limit)]
         since: Option<u64>,
+        /// Start each line with when the control plane received it (RFC 3339, UTC; output
+        /// arrives every half second or so, so that is how close it is to when it was written).
+        #[arg(long)]
+        timestamps: bool,
         /// `json`: the log as one JSON string, with the job's id (following: one such
         /// object per line as output comes).
         #[arg(short, long, value_enum, default_value_t)]
@@ -347,9 +351,13 @@ async fn follow_log(
     attempt: Option<u32>,
     offset: Option<u64>,
     mode: LogMode,
+    timestamps: bool,
 ) -> anyhow::Result<()> {
     use std::io::Write;
     let mut query = vec![("follow", "true".to_owned())];
+    if timestamps {
+        query.push(("timestamps", "true".to_owned()));
+    }
     if let Some(a) = attempt {
         query.push(("attempt", a.to_string()));
     }
@@ -706,7 +714,7 @@ pub async fn run(client: &Client, cmd: JobCmd) -> anyhow::Result<i32> {
             // Its output is printed as it comes, beside the changes of its state.
             let follow = async {
                 if !output.is_document() {
-                    follow_log(client, &job.id, None, None, LogMode::Safe).await
+                    follow_log(client, &job.id, None, None, LogMode::Safe, false).await
                 } else {
                     Ok(())
                 }
@@ -949,6 +957,7 @@ pub async fn run(client: &Client, cmd: JobCmd) -> anyhow::Result<i32> {
             raw,
             tail,
             since,
+            timestamps,
             output,
         } => {
             // A replica's output is its own record's.
@@ -981,7 +990,7 @@ pub async fn run(client: &Client, cmd: JobCmd) -> anyhow::Result<i32> {
                 .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
             });
             if follow && tail.is_none() && since.is_none() {
-                follow_log(client, &id, attempt, None, mode).await?;
+                follow_log(client, &id, attempt, None, mode, timestamps).await?;
                 return Ok(0);
             }
             let mut query: Vec<(&str, String)> = attempt
@@ -990,6 +999,9 @@ pub async fn run(client: &Client, cmd: JobCmd) -> anyhow::Result<i32> {
                 .collect();
             if let Some(s) = since {
                 query.push(("since", s));
+            }
+            if timestamps {
+                query.push(("timestamps", "true".to_owned()));
             }
             let (mut bytes, end) = client
                 .get_bytes_with(&format!("/api/v1/jobs/{id}/log"), &query, "allot-log-end")
@@ -1015,7 +1027,7 @@ pub async fn run(client: &Client, cmd: JobCmd) -> anyhow::Result<i32> {
                 }
                 std::io::stdout().flush()?;
                 let offset = end.and_then(|e| e.parse::<u64>().ok());
-                follow_log(client, &id, attempt, offset, mode).await?;
+                follow_log(client, &id, attempt, offset, mode, timestamps).await?;
                 return Ok(0);
             }
             if bytes.is_empty() && !output.is_document() {
