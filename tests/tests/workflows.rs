@@ -151,6 +151,21 @@ async fn a_dependency_chain_whose_head_fails_ends_its_dependents_saying_why() {
     }
     assert_eq!(c.wait_for_end(&cleanup).await["state"], "succeeded");
     assert_eq!(c.wait_for_end(&on_failure).await["state"], "succeeded");
+    // Once the head has failed, a new job waiting for it to succeed is refused at submit,
+    // saying why; one waiting for it to end is taken.
+    let mut late = after("after-ok", &head);
+    late["tenant"] = json!("t");
+    late["command"] = json!(["true"]);
+    let (s, problem) = c.post("/api/v1/jobs", late.clone()).await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{problem}");
+    let said = problem.to_string();
+    assert!(
+        said.contains("dependencies[0].job") && said.contains("ended failed"),
+        "{problem}"
+    );
+    late["dependencies"][0]["kind"] = json!("after-any");
+    let (s, taken) = c.post("/api/v1/jobs", late).await;
+    assert_eq!(s, StatusCode::CREATED, "{taken}");
 
     // A dependency on a job nobody can see is refused at submit, naming the field.
     let mut body = after("after-ok", "0123456789ab");
@@ -195,7 +210,10 @@ async fn an_sbatch_script_is_submitted_unchanged() {
          #SBATCH -t 00:10:00\n\
          #SBATCH --array=0-3%2\n\
          #SBATCH -o sweep-%A_%a.out\n\
-         echo \"task $SLURM_ARRAY_TASK_ID of $SLURM_ARRAY_TASK_COUNT args $*\"\n",
+         echo \"task $SLURM_ARRAY_TASK_ID of $SLURM_ARRAY_TASK_COUNT args $*\"\n\
+         echo \"$0\"\n\
+         echo \"$SLURM_JOB_ID $SLURM_JOB_NAME $SLURM_SUBMIT_DIR\"\n\
+         exit 3\n",
     )
     .expect("script");
     let path = script.to_str().expect("path");
@@ -214,10 +232,27 @@ async fn an_sbatch_script_is_submitted_unchanged() {
         assert_eq!(t["time_limit_secs"], 600);
         assert_eq!(t["array"], "0-3%2");
         let j = c.wait_for_end(t["id"].as_str().expect("id")).await;
-        assert_eq!(j["state"], "succeeded", "{j}");
+        assert_eq!(j["state"], "failed", "{j}");
+        assert_eq!(j["exit_code"], 3, "the script's own status: {j}");
         let i = t["array_index"].as_u64().expect("index");
         let log = c.log_of(t["id"].as_str().expect("id")).await;
-        assert_eq!(log.trim(), format!("task {i} of 4 args a b"));
+        let lines: Vec<&str> = log.lines().collect();
+        let [said, file, slurm] = lines[..] else {
+            panic!("three lines: {log}")
+        };
+        assert_eq!(said, format!("task {i} of 4 args a b"));
+        let here = std::env::current_dir().expect("cwd");
+        assert_eq!(
+            slurm,
+            format!("{} sweep {}", t["id"].as_str().expect("id"), here.display()),
+            "Slurm's names for the job and where it was submitted from"
+        );
+        // The script ran from a file of its own, removed when it ended.
+        assert!(file.contains("allot-batch-"), "{file}");
+        assert!(
+            !std::path::Path::new(file).exists(),
+            "{file} is left behind"
+        );
     }
     // Flags on the command line win over the script's directives.
     let out = c.cli(&[
@@ -296,6 +331,7 @@ async fn a_bulk_cancel_takes_what_its_glob_matches_and_asks_first() {
             &["sleep", "600"],
         )
         .await;
+    c.wait_for_state(&sweep[0], "running").await;
     // Without --yes and without a terminal, nothing is cancelled.
     let asked = c.cli_output(&["job", "cancel", "--name", "sweep-*"]);
     assert!(!asked.status.success());
@@ -322,6 +358,23 @@ async fn a_bulk_cancel_takes_what_its_glob_matches_and_asks_first() {
     for id in &sweep {
         assert_eq!(c.wait_for_end(id).await["state"], "cancelled");
     }
+    // Each says who cancelled it: the running one in its events, a waiting one in its
+    // message.
+    let (_, me) = c.get("/auth/session").await;
+    let name = me["name"].as_str().expect("the caller's name");
+    let (_, ran) = c.get(&format!("/api/v1/jobs/{}", sweep[0])).await;
+    assert!(
+        ran["events"].as_array().is_some_and(|es| es
+            .iter()
+            .any(|e| e["message"] == format!("cancel requested by {name}").as_str())),
+        "{ran}"
+    );
+    let (_, waited) = c.get(&format!("/api/v1/jobs/{}", sweep[1])).await;
+    assert_eq!(
+        waited["message"],
+        format!("cancelled by {name} before it was scheduled").as_str(),
+        "{waited}"
+    );
     let (_, k) = c.get(&format!("/api/v1/jobs/{keep}")).await;
     assert_ne!(k["state"], "cancelled", "{k}");
     assert_eq!(k["cancel_requested"], false);

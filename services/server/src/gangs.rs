@@ -16,8 +16,9 @@ pub async fn cancel(
     hub: &Hub,
     ctx: &AuditContext,
     id: &str,
+    by: &str,
 ) -> Result<Job, StoreError> {
-    let job = store.request_cancel(ctx, id).await?;
+    let job = store.request_cancel(ctx, id, by).await?;
     for j in store.replicas_of(&job).await? {
         if j.state.holds_resources()
             && let Some(node) = &j.node_id
@@ -64,7 +65,7 @@ pub async fn keep_whole(store: &Store, hub: &Hub) -> Result<usize, StoreError> {
                 },
                 Action::Cancel { job_id, reason } => {
                     tracing::info!(job = %job_id, %reason, "cancelling a gang");
-                    cancel(store, hub, &ctx, &job_id).await?;
+                    cancel(store, hub, &ctx, &job_id, &format!("its gang ({reason})")).await?;
                     acted += 1;
                     // The whole gang is cancelled at once.
                     break;

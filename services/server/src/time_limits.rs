@@ -23,7 +23,7 @@ pub async fn stop_overdue(store: &Store, hub: &Hub) -> Result<(), StoreError> {
             continue;
         }
         tracing::info!(job = %job.id, node = ?job.node_id, "stopping a job at its time limit");
-        crate::gangs::cancel(store, hub, &ctx, &job.id).await?;
+        crate::gangs::cancel(store, hub, &ctx, &job.id, "its time limit").await?;
     }
     Ok(())
 }

@@ -218,7 +218,10 @@ async fn run(backend: Backend) {
 
     // A write through no leader's handle (a cancel through any replica) names no writer:
     // the column is the last writer, not the last leader that wrote.
-    store.request_cancel(&ctx(), &b).await.expect("cancel");
+    store
+        .request_cancel(&ctx(), &b, "a test")
+        .await
+        .expect("cancel");
     assert_eq!(writer_of(&store, &b).await, None);
     assert!(store.deposed_job_writes().await.expect("check").is_empty());
 }

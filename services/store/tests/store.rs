@@ -364,7 +364,7 @@ both_backends!(cancelling, |store, _clock| {
         .await
         .expect("job");
     let c = store
-        .request_cancel(&ctx(), &pending.id)
+        .request_cancel(&ctx(), &pending.id, "a test")
         .await
         .expect("cancel");
     assert_eq!(
@@ -374,7 +374,7 @@ both_backends!(cancelling, |store, _clock| {
     );
     assert_eq!(
         store
-            .request_cancel(&ctx(), &pending.id)
+            .request_cancel(&ctx(), &pending.id, "a test")
             .await
             .expect("again")
             .state,
@@ -404,13 +404,13 @@ both_backends!(cancelling, |store, _clock| {
         .await
         .expect("schedule");
     let c = store
-        .request_cancel(&ctx(), &running.id)
+        .request_cancel(&ctx(), &running.id, "a test")
         .await
         .expect("cancel");
     assert_eq!(c.state, JobState::Scheduled, "the node must stop it first");
     assert!(c.cancel_requested);
     assert!(matches!(
-        store.request_cancel(&ctx(), "missing").await,
+        store.request_cancel(&ctx(), "missing", "a test").await,
         Err(StoreError::NotFound(_))
     ));
 });
@@ -1433,7 +1433,10 @@ both_backends!(
             ids.push(task.await.expect("join").expect("job").id);
         }
         clock.advance(Duration::seconds(1));
-        store.request_cancel(&ctx(), &ids[0]).await.expect("cancel");
+        store
+            .request_cancel(&ctx(), &ids[0], "a test")
+            .await
+            .expect("cancel");
 
         let head = store.audit_head(&t.id).await.expect("head");
         assert_eq!(

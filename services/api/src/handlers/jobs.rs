@@ -286,16 +286,29 @@ async fn dependencies(
                     .await?
                     .jobs
                     .into_iter()
-                    .map(|j| j.id)
+                    .map(|j| (j.id, j.state))
                     .collect()
             }
-            _ => vec![job.id],
+            _ => vec![(job.id, job.state)],
         };
-        for job_id in ids {
+        for (job_id, job_state) in ids {
             let dep = allot_domain::workflow::Dependency {
                 kind: d.kind,
                 job_id,
             };
+            // One that has ended the wrong way already can never be met: refused now,
+            // rather than accepted and cancelled at the next pass.
+            if let allot_domain::workflow::DependencyVerdict::Never(why) =
+                allot_domain::workflow::dependency_verdict(std::slice::from_ref(&dep), |_| {
+                    Some(job_state)
+                })
+            {
+                return Err(ValidationError::single(
+                    field,
+                    why.replace("this job waited", "this job would wait"),
+                )
+                .into());
+            }
             if !out.contains(&dep) {
                 out.push(dep);
             }
@@ -674,7 +687,10 @@ pub async fn cancel(
     id: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     let job = visible_job(&state, &who, &id, Action::JobCancel).await?;
-    let job = state.store.request_cancel(&who.audit(), &job.id).await?;
+    let job = state
+        .store
+        .request_cancel(&who.audit(), &job.id, &who.name)
+        .await?;
     // A replica of a gang cancels the gang: every replica running is told.
     let mut status = StatusCode::OK;
     for j in state

@@ -174,11 +174,13 @@ pub trait JobRepo {
     ) -> impl Future<Output = Result<Vec<Job>, StoreError>> + Send;
     /// Cancels a pending job at once; marks a scheduled or running one for the agent to stop.
     /// Idempotent, and a no-op on a finished job. A replica of a gang cancels the whole
-    /// gang, in one transaction; the job returned is the one named.
+    /// gang, in one transaction; the job returned is the one named. `by` is who asked (a
+    /// person's or token's name, or what of the control plane did), said in the job's events.
     fn request_cancel(
         &self,
         ctx: &AuditContext,
         id: &str,
+        by: &str,
     ) -> impl Future<Output = Result<Job, StoreError>> + Send;
     fn job_events(
         &self,
@@ -278,8 +280,13 @@ impl JobRepo for Store {
         reads::jobs_by_id(self, ids).await
     }
 
-    async fn request_cancel(&self, ctx: &AuditContext, id: &str) -> Result<Job, StoreError> {
-        transitions::request_cancel(self, ctx, id).await
+    async fn request_cancel(
+        &self,
+        ctx: &AuditContext,
+        id: &str,
+        by: &str,
+    ) -> Result<Job, StoreError> {
+        transitions::request_cancel(self, ctx, id, by).await
     }
 
     async fn rerun_replica(

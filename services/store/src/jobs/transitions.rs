@@ -385,6 +385,7 @@ impl Store {
         txn: &C,
         ctx: &AuditContext,
         id: &str,
+        by: &str,
     ) -> Result<(), StoreError> {
         let job = load(txn, id).await?;
         if job.cancel_requested {
@@ -400,7 +401,7 @@ impl Store {
                     JobState::Pending,
                     JobState::Cancelled,
                     JobUpdate {
-                        message: Some("cancelled before it was scheduled".into()),
+                        message: Some(format!("cancelled by {by} before it was scheduled")),
                         ..Default::default()
                     },
                 )
@@ -412,6 +413,17 @@ impl Store {
                     cancel_requested: Set(true),
                     updated_at: Set(self.clock.now()),
                     writer_epoch: Set(self.writer_epoch()),
+                    ..Default::default()
+                })
+                .exec(txn)
+                .await?;
+                // Who asked, in the job's events (its end is the node's to report).
+                job_events::Entity::insert(job_events::ActiveModel {
+                    job_id: Set(id.to_owned()),
+                    from_state: Set(Some(job.state.as_str().to_owned())),
+                    to_state: Set(job.state.as_str().to_owned()),
+                    at: Set(self.clock.now()),
+                    message: Set(Some(format!("cancel requested by {by}"))),
                     ..Default::default()
                 })
                 .exec(txn)
@@ -507,6 +519,7 @@ pub(super) async fn request_cancel(
     store: &Store,
     ctx: &AuditContext,
     id: &str,
+    by: &str,
 ) -> Result<Job, StoreError> {
     let txn = store.begin().await?;
     let named = load(&txn, id).await?;
@@ -519,7 +532,7 @@ pub(super) async fn request_cancel(
         None => vec![id.to_owned()],
     };
     for id in &ids {
-        store.cancel_in(&txn, ctx, id).await?;
+        store.cancel_in(&txn, ctx, id, by).await?;
     }
     let job = load(&txn, id).await?;
     store.commit(txn).await?;

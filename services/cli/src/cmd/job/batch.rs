@@ -14,8 +14,11 @@ pub const MAX_SCRIPT_BYTES: usize = 60 * 1024;
 /// What runs the script: writes it (the first argument) to a new file of its own (`mktemp`:
 /// an unpredictable name, created 0600, so nothing there beforehand is followed) in the
 /// job's temporary directory and runs that with the rest of the arguments (a script
-/// without `#!` runs as an `sh` script). The file is left there when the job ends.
-const WRAPPER: &str = r#"f=$(mktemp "${TMPDIR:-/tmp}/allot-batch-XXXXXXXX") && printf '%s' "$1" > "$f" && chmod 700 "$f" && shift && exec "$f" "$@""#;
+/// without `#!` runs as an `sh` script), exiting with its status. The file is removed when
+/// the script ends, or when the job is stopped (a SIGTERM or SIGINT reaches the script's
+/// process group, and the wrapper then exits as a signalled shell does). The script is
+/// told its job's id and name under Slurm's names too (`SLURM_JOB_ID`, `SLURM_JOB_NAME`).
+const WRAPPER: &str = r#"f=$(mktemp "${TMPDIR:-/tmp}/allot-batch-XXXXXXXX") && trap 'rm -f "$f"' EXIT && trap 'exit 143' TERM && trap 'exit 130' INT && printf '%s' "$1" > "$f" && chmod 700 "$f" && shift && export SLURM_JOB_ID="$ALLOT_JOB_ID" SLURM_JOB_NAME="$ALLOT_JOB_NAME" && "$f" "$@""#;
 
 /// A script read for submitting: its text and its file name.
 pub struct Script {
@@ -178,7 +181,10 @@ pub fn directives(
                         flags.extend(["--gpu-model".into(), m]);
                     }
                 }
-                "-c" | "--cpus-per-task" => flags.extend(["--cpus".into(), v]),
+                "-c" | "--cpus-per-task" => {
+                    super::flags::parse_cpus(&v).map_err(|e| at(format!("`{opt} {v}`: {e}")))?;
+                    flags.extend(["--cpus".into(), v]);
+                }
                 "--mem" => flags.extend(["--memory".into(), slurm_memory(&v).map_err(at)?]),
                 "-t" | "--time" => {
                     let secs = slurm_time(&v).map_err(at)?;
@@ -268,9 +274,18 @@ fn slurm_memory(v: &str) -> Result<String, String> {
         Some((i, _)) => (&v[..i], &v[i..]),
         None => (v, ""),
     };
-    let n: u64 = digits
-        .parse()
-        .map_err(|_| format!("`--mem={v}`: a number of megabytes, or with K, M, G or T"))?;
+    let whole = || {
+        format!("`--mem={v}`: a whole number of megabytes, or of K, M, G or T (as 1536M for 1.5G)")
+    };
+    if v.contains('.') {
+        return Err(whole());
+    }
+    let n: u64 = digits.parse().map_err(|_| whole())?;
+    if n == 0 {
+        return Err(format!(
+            "`--mem={v}`: Slurm's \"all of a node's memory\" has no Allot equivalent: ask for an amount"
+        ));
+    }
     let unit = match unit.to_ascii_uppercase().as_str() {
         "" | "M" | "MB" => "MiB",
         "K" | "KB" => "KiB",
@@ -400,5 +415,10 @@ mod tests {
         assert_eq!(slurm_memory("4000").as_deref(), Ok("4000MiB"));
         assert_eq!(slurm_memory("2G").as_deref(), Ok("2GiB"));
         assert!(slurm_memory("2X").is_err());
+        assert!(slurm_memory("0").is_err(), "all of a node's memory");
+        assert!(
+            slurm_memory("1.5G").is_err_and(|e| e.contains("1536M")),
+            "a fraction says how to write it"
+        );
     }
 }

@@ -14,6 +14,25 @@ pub(super) fn parse_env(s: &str) -> Result<(String, String), String> {
         .ok_or_else(|| format!("`{s}` is not KEY=VALUE"))
 }
 
+/// `--cpus`: more than none (leaving the flag out takes the tenant's default).
+pub(super) fn parse_cpus(s: &str) -> Result<u64, String> {
+    match parse_milli(s)? {
+        0 => Err(
+            "a job needs some CPU: give more than 0 (or leave --cpus out for the tenant's default)"
+                .into(),
+        ),
+        m => Ok(m),
+    }
+}
+
+/// `--memory`: more than none (leaving the flag out takes the tenant's default).
+pub(super) fn parse_job_memory(s: &str) -> Result<u64, String> {
+    match parse_memory(s)? {
+        0 => Err("a job needs some memory: give more than 0 (or leave --memory out for the tenant's default)".into()),
+        b => Ok(b),
+    }
+}
+
 /// `--pack`: `rack` (required) or `rack:preferred`.
 pub(super) fn parse_pack(s: &str) -> Result<serde_json::Value, String> {
     let (label, required) = match s.split_once(':') {

@@ -51,11 +51,11 @@ pub enum JobCmd {
         gpu_models: Vec<String>,
         /// CPUs reserved on the node and the job's CPU limit, e.g. 4 or 0.5 (default: the
         /// tenant's, `tenant get` shows it).
-        #[arg(long, value_parser = parse_milli)]
+        #[arg(long, value_parser = flags::parse_cpus)]
         cpus: Option<u64>,
         /// Memory reserved on the node and the job's memory limit, e.g. 16GiB (default: the
         /// tenant's).
-        #[arg(long, value_parser = parse_memory)]
+        #[arg(long, value_parser = flags::parse_job_memory)]
         memory: Option<u64>,
         /// low, normal, high, critical, or a number from -1000 to 1000.
         #[arg(long, default_value = "normal", value_parser = parse_priority)]
@@ -674,7 +674,15 @@ pub async fn run(client: &Client, cmd: JobCmd) -> anyhow::Result<i32> {
                 }
                 None => (command, name),
             };
-            let env: BTreeMap<_, _> = env.into_iter().collect();
+            let mut env: BTreeMap<_, _> = env.into_iter().collect();
+            if script.is_some()
+                && let Ok(dir) = std::env::current_dir()
+            {
+                // Where it was submitted from, as sbatch says it (a node that does not
+                // share this file system has no such directory).
+                env.entry("SLURM_SUBMIT_DIR".to_owned())
+                    .or_insert_with(|| dir.display().to_string());
+            }
             if wait && array.is_some() {
                 bail!(
                     "--wait follows one job: with --array, watch the array instead (`allot job list --array ID --watch`)"
