@@ -89,6 +89,20 @@ async fn an_array_never_runs_more_tasks_than_its_cap_and_each_knows_its_index() 
     let table = c.cli(&["job", "list"]);
     assert!(table.contains("sweep[0-199%16]"), "{table}");
     assert!(table.contains("tasks: 200 succeeded"), "{table}");
+    // Expanded, each task is itself, in index order; `job get` of the array says where its
+    // tasks stand.
+    let array = items[0]["id"].as_str().expect("id");
+    let names = c.cli(&["job", "list", "--array", array, "--format", "name", "--all"]);
+    let names: Vec<&str> = names.lines().filter(|l| l.starts_with("sweep[")).collect();
+    assert_eq!(names.len(), 200);
+    assert_eq!(
+        names[..3],
+        ["sweep[0]", "sweep[1]", "sweep[2]"],
+        "{names:?}"
+    );
+    assert_eq!(names[199], "sweep[199]");
+    let got = c.cli(&["job", "get", array]);
+    assert!(got.contains("tasks: 200 succeeded"), "{got}");
 
     // The negative control: without a cap, more than 16 hold capacity at once.
     let (most, all) = run_array(&c, "0-59").await;

@@ -95,7 +95,10 @@ pub async fn run(client: &Client, args: UsageArgs) -> anyhow::Result<()> {
             .map(|row| {
                 vec![
                     row.tenant.clone(),
-                    row.job_id.clone().unwrap_or_else(|| "-".into()),
+                    row.job_id
+                        .as_deref()
+                        .map_or("-", allot_domain::job::short_id)
+                        .to_owned(),
                     row.day.map_or_else(|| "-".into(), |d| d.to_string()),
                     format!("{:.3}", row.gpu_hours),
                     format!("{:.1}", row.gpu_memory_gib_hours),

@@ -44,15 +44,20 @@ pub(crate) async fn create_jobs_in<C: ConnectionTrait>(
                 .collect(),
             None => vec![None],
         };
-        let units = tasks
+        let units: Vec<(Option<u32>, u32)> = tasks
             .iter()
-            .flat_map(|task| (0..std::cmp::max(spec.replicas, 1)).map(move |rank| (*task, rank)));
-        for (n, (task, rank)) in units.enumerate() {
-            let id = if n == 0 {
-                first.clone()
-            } else {
-                new_id(store.clock.as_ref())
-            };
+            .flat_map(|task| (0..std::cmp::max(spec.replicas, 1)).map(move |rank| (*task, rank)))
+            .collect();
+        // Ids in the order of the tasks and replicas (time-ordered ids drawn in one
+        // millisecond are not), so that a listing by id lists them in order; the first is
+        // the array's or gang's.
+        let mut ids: Vec<String> = std::iter::once(first.clone())
+            .chain((1..units.len()).map(|_| new_id(store.clock.as_ref())))
+            .collect();
+        ids.sort();
+        let first = ids.first().cloned().unwrap_or(first);
+        let gang = gang.map(|_| first.clone());
+        for ((task, rank), id) in units.into_iter().zip(ids) {
             rows.push(jobs::ActiveModel {
                 submitted_by: Set(new.submitted_by.clone()),
                 array_id: Set(task.map(|_| first.clone())),

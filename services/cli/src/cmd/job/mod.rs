@@ -304,6 +304,28 @@ pub enum JobCmd {
     },
 }
 
+/// The tasks of each array together, in index order, where the first of them was (the
+/// rest stay in the order given).
+fn tasks_in_order(jobs: &mut Vec<JobView>) {
+    let mut first: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+    let mut keyed: Vec<((usize, u32), JobView)> = std::mem::take(jobs)
+        .into_iter()
+        .enumerate()
+        .map(|(i, j)| {
+            let key = match &j.array_id {
+                Some(a) => (
+                    *first.entry(a.clone()).or_insert(i),
+                    j.array_index.unwrap_or(0),
+                ),
+                None => (i, 0),
+            };
+            (key, j)
+        })
+        .collect();
+    keyed.sort_by_key(|(k, _)| *k);
+    jobs.extend(keyed.into_iter().map(|(_, j)| j));
+}
+
 /// Up to `wanted` jobs matching `query`, from `token` on, asked for a page of at most
 /// 500 at a time; the token of the rest, if any.
 async fn list_jobs(
@@ -865,6 +887,14 @@ pub async fn run(client: &Client, cmd: JobCmd) -> anyhow::Result<i32> {
                 .run("allot job list", || async {
                     let mut list =
                         list_jobs(client, query.clone(), wanted, page_token.clone()).await?;
+                    if expand || by_array {
+                        // Each task as itself (the first's id is also the array's), and an
+                        // array's tasks in index order where its first one is listed.
+                        for j in &mut list.items {
+                            j.array_tasks = None;
+                        }
+                        tasks_in_order(&mut list.items);
+                    }
                     if let Some(SortKeys(keys)) = &sort {
                         sort_jobs(&mut list.items, keys);
                     }

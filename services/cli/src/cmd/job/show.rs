@@ -61,6 +61,7 @@ pub(super) fn describe(j: &JobView) -> String {
                 _ => j.replicas.to_string(),
             },
         ),
+        ("Array", array_of(j)),
         (
             "GPU memory",
             match (j.gpu_memory_bytes, j.gpu_sizing.is_some_and(|s| s.memory)) {
@@ -313,6 +314,23 @@ pub(super) fn name_cell(j: &JobView) -> String {
         (Some(_), Some(spec), _) => format!("{}[{spec}]", j.name),
         (None, _, Some(i)) => format!("{}[{i}]", j.name),
         _ => j.name.clone(),
+    }
+}
+
+/// Where a job stands in its array: for the array's first task (whose id is the array's),
+/// the array's tasks by state too.
+fn array_of(j: &JobView) -> String {
+    let (Some(array), Some(index)) = (&j.array_id, j.array_index) else {
+        return "-".into();
+    };
+    let array = allot_domain::job::short_id(array);
+    let spec = j.array.as_deref().unwrap_or("?");
+    match &j.array_tasks {
+        Some(counts) => format!(
+            "{array} [{spec}], this its task {index}; {} (`allot job list --array {array} -x` lists each)",
+            array_counts(counts)
+        ),
+        None => format!("task {index} of array {array} [{spec}]"),
     }
 }
 
