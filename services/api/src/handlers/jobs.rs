@@ -469,6 +469,18 @@ pub async fn read_views(
         .iter()
         .map(|n| (n.id.clone(), n.name.clone()))
         .collect();
+    // An array's first task speaks for the array too: where its tasks stand, for every
+    // array of the page in one read.
+    let arrays: Vec<String> = jobs
+        .iter()
+        .filter(|j| j.array_task.as_ref().is_some_and(|a| a.array_id == j.id))
+        .map(|j| j.id.clone())
+        .collect();
+    let mut task_counts: HashMap<String, std::collections::BTreeMap<JobState, u64>> =
+        HashMap::new();
+    for (array, job_state, n) in state.store.array_task_counts(&arrays).await? {
+        task_counts.entry(array).or_default().insert(job_state, n);
+    }
     let mut views = Vec::with_capacity(jobs.len());
     for j in jobs {
         let mut view = job_view(who, j)?;
@@ -502,20 +514,7 @@ pub async fn read_views(
             );
         }
         if view.array_id.as_deref() == Some(view.id.as_str()) {
-            // An array's first task speaks for the array too: where its tasks stand.
-            let tasks = state
-                .store
-                .list_jobs(JobFilter {
-                    array_id: Some(view.id.clone()),
-                    ..JobFilter::new(TenantScope::All)
-                })
-                .await?
-                .jobs;
-            let mut counts = std::collections::BTreeMap::new();
-            for t in &tasks {
-                *counts.entry(t.state).or_insert(0u64) += 1;
-            }
-            view.array_tasks = Some(counts);
+            view.array_tasks = Some(task_counts.remove(&view.id).unwrap_or_default());
         }
         views.push(view);
     }

@@ -139,6 +139,12 @@ pub trait JobRepo {
     fn count_jobs_by_state(
         &self,
     ) -> impl Future<Output = Result<Vec<(String, JobState, u64)>, StoreError>> + Send;
+    /// How many tasks of each of these arrays (by id) are in each state, counted by the
+    /// database: one read for a page of arrays.
+    fn array_task_counts(
+        &self,
+        array_ids: &[String],
+    ) -> impl Future<Output = Result<Vec<(String, JobState, u64)>, StoreError>> + Send;
     /// Moves a job from `from` to `to` if it is still in `from`, recording the transition.
     /// Fails with `Conflict` when another change got there first.
     fn transition_job(
@@ -241,6 +247,13 @@ impl JobRepo for Store {
 
     async fn count_jobs_by_state(&self) -> Result<Vec<(String, JobState, u64)>, StoreError> {
         reads::count_jobs_by_state(self).await
+    }
+
+    async fn array_task_counts(
+        &self,
+        array_ids: &[String],
+    ) -> Result<Vec<(String, JobState, u64)>, StoreError> {
+        reads::array_task_counts(self, array_ids).await
     }
 
     async fn transition_job(

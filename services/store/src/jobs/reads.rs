@@ -100,6 +100,43 @@ pub(super) async fn count_jobs_by_state(
         .collect()
 }
 
+pub(super) async fn array_task_counts(
+    store: &Store,
+    array_ids: &[String],
+) -> Result<Vec<(String, JobState, u64)>, StoreError> {
+    #[derive(sea_orm::FromQueryResult)]
+    struct Count {
+        array_id: String,
+        state: String,
+        n: i64,
+    }
+    if array_ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let counts = jobs::Entity::find()
+        .select_only()
+        .column(jobs::Column::ArrayId)
+        .column(jobs::Column::State)
+        .column_as(jobs::Column::Id.count(), "n")
+        .filter(jobs::Column::ArrayId.is_in(array_ids.iter().cloned()))
+        .filter(jobs::Column::ReplicaRank.eq(0))
+        .group_by(jobs::Column::ArrayId)
+        .group_by(jobs::Column::State)
+        .into_model::<Count>()
+        .all(&store.db)
+        .await?;
+    counts
+        .into_iter()
+        .map(|c| {
+            Ok((
+                c.array_id,
+                parse("job state", &c.state)?,
+                to_u64("count", c.n)?,
+            ))
+        })
+        .collect()
+}
+
 pub(super) async fn job_changes_since(
     store: &Store,
     since: DateTime<Utc>,
