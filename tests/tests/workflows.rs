@@ -412,6 +412,13 @@ async fn jobs_name_who_submitted_them_and_logs_have_a_tail_and_times() {
     let job: Value = res.json().await.expect("job");
     assert_eq!(job["user"], "t-member", "the token's name: {job}");
     let id = job["id"].as_str().expect("id").to_owned();
+    // A job named like another's short id hides nothing: the id wins.
+    let short = job["short_id"].as_str().expect("short id").to_owned();
+    c.submit_with("t", json!({ "gpus": 0, "name": short }), &["true"])
+        .await;
+    let (s, got) = c.get(&format!("/api/v1/jobs/{short}")).await;
+    assert_eq!(s, StatusCode::OK, "{got}");
+    assert_eq!(got["id"], id.as_str(), "{got}");
     let admins = c.submit_with("t", json!({ "gpus": 0 }), &["true"]).await;
     let (_, a) = c.get(&format!("/api/v1/jobs/{admins}")).await;
     assert!(a["user"].is_string() && a["user"] != "t-member", "{a}");
@@ -611,6 +618,24 @@ async fn a_drain_with_a_grace_lets_jobs_run_then_moves_them_and_says_why() {
     let escaped = c.cli_output(&["node", "drain", &node, "--reason", "fan\u{1b}[2J"]);
     assert!(!escaped.status.success());
     assert!(String::from_utf8_lossy(&escaped.stderr).contains("--reason"));
+    let reversed = c.cli_output(&["node", "drain", &node, "--reason", "fan\u{202e}ok"]);
+    assert!(!reversed.status.success(), "a text-direction override too");
+    // The error naming it does not carry the escape to the terminal either.
+    assert!(
+        !String::from_utf8_lossy(&escaped.stderr).contains('\u{1b}'),
+        "{}",
+        String::from_utf8_lossy(&escaped.stderr)
+    );
+    // Nor may a token's name, which is who its jobs were submitted by.
+    let (s, p) = c
+        .post(
+            "/api/v1/tokens",
+            json!({ "name": "ev\u{1b}[2Jil", "tenant": "t", "role": "member" }),
+        )
+        .await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{p}");
+    assert!(p.to_string().contains("name"), "{p}");
+    c.cli(&["node", "undrain", &node]);
     let long = c.cli_output(&["node", "drain", &node, "--grace", "30d"]);
     assert!(!long.status.success());
     assert!(

@@ -216,7 +216,7 @@ fn main() -> ExitCode {
             Ok(Some(argv)) => cli = Cli::parse_from(argv),
             Ok(None) => {}
             Err(e) => {
-                eprintln!("error: {e:#}");
+                eprintln!("error: {}", output::terminal_safe(&format!("{e:#}")));
                 return ExitCode::from(2);
             }
         }
@@ -301,7 +301,9 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
         Err(e) => {
-            eprintln!("error: {e:#}");
+            // What it says may quote a script's line, a file's name, or a server's words:
+            // none of it acts on the terminal.
+            eprintln!("error: {}", output::terminal_safe(&format!("{e:#}")));
             ExitCode::FAILURE
         }
     }

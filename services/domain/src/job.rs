@@ -328,6 +328,13 @@ pub fn is_bidi_control(c: char) -> bool {
     matches!(c, '\u{061C}' | '\u{200E}' | '\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}')
 }
 
+/// Whether a name or line someone gives (a job's or token's name, a drain's reason) holds
+/// anything that would act on a terminal or display as other than it is: control or
+/// text-direction characters.
+pub fn has_unsafe_chars(s: &str) -> bool {
+    s.chars().any(|c| c.is_control() || is_bidi_control(c))
+}
+
 impl JobSpec {
     /// Checks every rule and reports all broken ones at once.
     /// Its time limit as a length of time.
@@ -395,10 +402,7 @@ impl JobSpec {
             "must be at most 128 characters",
         );
         v.check(
-            !self
-                .name
-                .chars()
-                .any(|c| c.is_control() || is_bidi_control(c)),
+            !has_unsafe_chars(&self.name),
             "name",
             "must not contain control or text-direction characters",
         );

@@ -549,10 +549,11 @@ pub(crate) async fn listing_scope(
     })
 }
 
-/// The one job among those the caller sees whose name is `key`, whose short id it is (the
-/// 12 hex digits lists show), or whose id starts with it (at least 4 characters): what
-/// people type (`job get train-resnet`, `job get 5d2e8f0a1b3c`, `job get 01a2`). More than
-/// one is refused, listing them, newest first.
+/// The one job among those the caller sees whose short id `key` is (the 12 hex digits lists
+/// show), or whose id starts with it (at least 4 characters), or else whose name it is:
+/// what people type (`job get 5d2e8f0a1b3c`, `job get 01a2`, `job get train-resnet`). An id
+/// wins over a name, so that nobody's job named like another's id hides that job. More
+/// than one is refused, listing them, newest first.
 async fn by_name_or_prefix(
     state: &AppState,
     scope: TenantScope,
@@ -561,13 +562,7 @@ async fn by_name_or_prefix(
     const SHOWN: u64 = 5;
     let mut found = Vec::new();
     let mut more = false;
-    for filter in [
-        JobFilter {
-            name: Some(key.to_owned()),
-            limit: Some(SHOWN),
-            gangs_whole: true,
-            ..JobFilter::new(scope.clone())
-        },
+    let by_id = [
         JobFilter {
             short_id: Some(key.to_owned()),
             limit: Some(SHOWN),
@@ -578,18 +573,30 @@ async fn by_name_or_prefix(
             limit: Some(SHOWN),
             ..JobFilter::new(scope.clone())
         },
-    ] {
-        if (filter.id_prefix.is_some() && key.len() < 4)
-            || (filter.short_id.is_some() && !allot_domain::job::is_short_id(key))
-        {
-            continue;
-        }
-        let page = state.store.list_jobs(filter).await?;
-        more |= page.next.is_some();
-        for j in page.jobs {
-            if !found.iter().any(|f: &allot_domain::Job| f.id == j.id) {
-                found.push(j);
+    ];
+    let by_name = [JobFilter {
+        name: Some(key.to_owned()),
+        limit: Some(SHOWN),
+        gangs_whole: true,
+        ..JobFilter::new(scope.clone())
+    }];
+    for filters in [&by_id[..], &by_name[..]] {
+        for filter in filters {
+            if (filter.id_prefix.is_some() && key.len() < 4)
+                || (filter.short_id.is_some() && !allot_domain::job::is_short_id(key))
+            {
+                continue;
             }
+            let page = state.store.list_jobs(filter.clone()).await?;
+            more |= page.next.is_some();
+            for j in page.jobs {
+                if !found.iter().any(|f: &allot_domain::Job| f.id == j.id) {
+                    found.push(j);
+                }
+            }
+        }
+        if !found.is_empty() {
+            break;
         }
     }
     match found.len() {

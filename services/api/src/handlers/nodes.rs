@@ -202,12 +202,12 @@ pub async fn drain(
 ) -> Result<HttpResponse, ApiError> {
     let reason = q.reason.unwrap_or_default();
     if reason.chars().count() > allot_domain::node::MAX_DRAIN_REASON_LEN
-        || reason.chars().any(char::is_control)
+        || allot_domain::job::has_unsafe_chars(&reason)
     {
         return Err(ApiError::invalid(
             "reason",
             format!(
-                "must be one line of at most {} characters, without control characters",
+                "must be one line of at most {} characters, without control or text-direction characters",
                 allot_domain::node::MAX_DRAIN_REASON_LEN
             ),
         ));

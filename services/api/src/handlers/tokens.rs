@@ -36,6 +36,14 @@ pub async fn create(
     if name.is_empty() || name.len() > 128 {
         return Err(ValidationError::single("name", "must be 1 to 128 characters").into());
     }
+    // A token's name is who submitted its jobs, shown in lists, exports and the audit log.
+    if allot_domain::job::has_unsafe_chars(name) {
+        return Err(ValidationError::single(
+            "name",
+            "must not contain control or text-direction characters",
+        )
+        .into());
+    }
     if let Some(secs) = body.expires_in_seconds
         && !(1..=MAX_LIFETIME_SECS).contains(&secs)
     {

@@ -60,6 +60,7 @@ pub enum NodeCmd {
         output: Format,
     },
     /// Return a node (undo cordon or drain), or with --gpu a drained GPU, to service.
+    #[command(visible_aliases = ["undrain", "uncordon", "resume"])]
     Return {
         /// Node id or name.
         node: String,

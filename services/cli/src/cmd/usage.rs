@@ -40,7 +40,11 @@ pub async fn run(client: &Client, args: UsageArgs) -> anyhow::Result<()> {
     if args.csv {
         query.push(("format", "csv".to_owned()));
         let bytes = client.get_bytes("/api/v1/usage", &query).await?;
-        print!("{}", String::from_utf8_lossy(&bytes));
+        // A name in it (a job's, a token's) acts on no terminal.
+        print!(
+            "{}",
+            crate::output::terminal_safe(&String::from_utf8_lossy(&bytes))
+        );
         return Ok(());
     }
     let r: UsageReport = client.get("/api/v1/usage", &query).await?;

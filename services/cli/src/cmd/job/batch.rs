@@ -97,8 +97,9 @@ pub fn directives(
             for w in words.iter().filter(|w| w.starts_with('-')) {
                 let name = w.split('=').next().unwrap_or(w);
                 if name == "--" || !allowed(name) {
+                    // The line is not repeated: its value may be a token.
                     bail!(
-                        "line {line_no}: `{name}` is not an `allot job submit` flag a script may set ({trimmed})"
+                        "line {line_no}: `{name}` is not an `allot job submit` flag a script may set"
                     );
                 }
             }
@@ -369,13 +370,17 @@ mod tests {
         let submit_only = |f: &str| matches!(f, "--priority" | "--name");
         for line in [
             "#ALLOT --server http://evil",
-            "#ALLOT --token=x",
+            "#ALLOT --token=allot_secret",
             "#ALLOT --ca-cert /x",
             "#ALLOT -- rm",
         ] {
             let err =
                 directives(&format!("#!/bin/sh\n{line}\n"), true, &submit_only).expect_err(line);
             assert!(err.to_string().contains("line 2"), "{err}");
+            assert!(
+                !err.to_string().contains("allot_secret"),
+                "not echoed: {err}"
+            );
         }
         assert_eq!(
             directives("#ALLOT --priority high --name x\n", false, &submit_only).expect("ok"),

@@ -1068,7 +1068,7 @@ pub async fn run(client: &Client, cmd: JobCmd) -> anyhow::Result<i32> {
                 follow_log(client, &id, attempt, offset, mode, timestamps).await?;
                 return Ok(0);
             }
-            if bytes.is_empty() && !output.is_document() {
+            if bytes.is_empty() && !output.is_document() && tail != Some(0) {
                 // Nothing yet: say why, rather than print nothing.
                 let j: JobView = client.get(&format!("/api/v1/jobs/{id}"), &[]).await?;
                 if attempt.is_none() && j.started_at.is_none() && !j.state.is_terminal() {
