@@ -104,6 +104,20 @@ async fn an_array_never_runs_more_tasks_than_its_cap_and_each_knows_its_index() 
     let got = c.cli(&["job", "get", array]);
     assert!(got.contains("tasks: 200 succeeded"), "{got}");
 
+    // Cancelling an array's id cancels all its unfinished tasks, as scancel does.
+    let mut body = json!({ "tenant": "t", "gpus": 0, "cpu_milli": 10,
+        "memory_bytes": 16 << 20, "array": "0-5%2", "command": ["sleep", "600"] });
+    body["name"] = json!("doomed");
+    let (s, doomed) = c.post("/api/v1/jobs", body).await;
+    assert_eq!(s, StatusCode::CREATED, "{doomed}");
+    let doomed = doomed["id"].as_str().expect("id").to_owned();
+    let said = c.cli(&["job", "cancel", &doomed]);
+    assert!(said.contains("every unfinished task cancelled"), "{said}");
+    for t in tasks(&c, &doomed).await {
+        let j = c.wait_for_end(t["id"].as_str().expect("id")).await;
+        assert_eq!(j["state"], "cancelled", "{j}");
+    }
+
     // The negative control: without a cap, more than 16 hold capacity at once.
     let (most, all) = run_array(&c, "0-59").await;
     assert_eq!(count(&all, &["succeeded"]), 60);

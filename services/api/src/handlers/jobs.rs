@@ -683,6 +683,7 @@ pub async fn get(
 
 /// Cancel a job. A pending job is cancelled at once (200); a scheduled or running one is
 /// stopped by its node (202, then `cancelled`). Cancelling a finished job changes nothing.
+/// An array's id (its first task's) cancels every unfinished task of the array.
 #[utoipa::path(post, path = "/api/v1/jobs/{id}/cancel", tag = "jobs",
     params(("id" = String, Path)), security(("bearer" = [])),
     responses((status = 200, body = JobView), (status = 202, body = JobView),
@@ -692,23 +693,53 @@ pub async fn cancel(
     who: Principal,
     id: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    let job = visible_job(&state, &who, &id, Action::JobCancel).await?;
-    let job = state
-        .store
-        .request_cancel(&who.audit(), &job.id, &who.name)
-        .await?;
-    // A replica of a gang cancels the gang: every replica running is told.
-    let mut status = StatusCode::OK;
-    for j in state
-        .store
-        .replicas_of(&job)
-        .await?
-        .iter()
-        .filter(|j| j.state.holds_resources())
+    let named = visible_job(&state, &who, &id, Action::JobCancel).await?;
+    // An array's id stands for all its tasks (as in dependencies, and as scancel takes
+    // it): every unfinished one is cancelled, the first (whose id it is) last.
+    let mut others = Vec::new();
+    if named
+        .array_task
+        .as_ref()
+        .is_some_and(|a| a.array_id == named.id)
     {
-        state.events.job_cancel_requested(j);
-        status = StatusCode::ACCEPTED;
+        others = state
+            .store
+            .list_jobs(JobFilter {
+                array_id: Some(named.id.clone()),
+                states: JobState::ALL
+                    .into_iter()
+                    .filter(|s| !s.is_terminal())
+                    .collect(),
+                ..JobFilter::new(TenantScope::All)
+            })
+            .await?
+            .jobs
+            .into_iter()
+            .filter(|j| j.id != named.id)
+            .map(|j| j.id)
+            .collect();
     }
+    let mut status = StatusCode::OK;
+    let mut job = None;
+    for id in others.iter().chain(std::iter::once(&named.id)) {
+        let cancelled = state
+            .store
+            .request_cancel(&who.audit(), id, &who.name)
+            .await?;
+        // A replica of a gang cancels the gang: every replica running is told.
+        for j in state
+            .store
+            .replicas_of(&cancelled)
+            .await?
+            .iter()
+            .filter(|j| j.state.holds_resources())
+        {
+            state.events.job_cancel_requested(j);
+            status = StatusCode::ACCEPTED;
+        }
+        job = Some(cancelled);
+    }
+    let job = job.ok_or_else(|| ApiError::Internal("a cancel cancelled nothing".into()))?;
     Ok(json(status, &JobView::from(job)))
 }
 

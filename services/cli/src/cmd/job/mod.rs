@@ -976,7 +976,12 @@ pub async fn run(client: &Client, cmd: JobCmd) -> anyhow::Result<i32> {
                 bail!("job {} is {} and was not cancelled", j.id, j.state);
             }
             print(output, &j, |j| {
-                if j.state.is_terminal() {
+                if j.array_id.as_deref() == Some(j.id.as_str()) {
+                    let short = allot_domain::job::short_id(&j.id);
+                    format!(
+                        "array {short}: every unfinished task cancelled (`allot job list --array {short}` shows them)"
+                    )
+                } else if j.state.is_terminal() {
                     format!("job {} {}", j.id, j.state)
                 } else {
                     format!(
