@@ -698,6 +698,23 @@ async fn an_arrays_failed_tasks_are_submitted_again_as_one_array() {
         .into_iter()
         .collect();
     assert_eq!(indices, [1, 3, 5]);
+    // One task named by its own id is submitted again alone, keeping its index.
+    let third = tasks(&c, &array)
+        .await
+        .into_iter()
+        .find(|t| t["array_index"] == 3)
+        .expect("task 3");
+    let out = c.cli(&[
+        "job",
+        "resubmit",
+        third["id"].as_str().expect("id"),
+        "-o",
+        "json",
+    ]);
+    let alone: Value = serde_json::from_str(&out).expect("json");
+    assert_eq!(alone["array"], "3", "{alone}");
+    let new = alone["array_id"].as_str().expect("an array of one");
+    assert_eq!(tasks(&c, new).await.len(), 1);
     // A job that is not an array's task has no failed tasks to submit again.
     let single = c.submit_with("t", json!({ "gpus": 0 }), &["true"]).await;
     let refused = c.cli_output(&["job", "resubmit", &single, "--failed"]);

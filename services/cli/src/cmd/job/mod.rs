@@ -804,7 +804,11 @@ pub async fn run(client: &Client, cmd: JobCmd) -> anyhow::Result<i32> {
         } => {
             let old: JobView = client.get(&format!("/api/v1/jobs/{id}"), &[]).await?;
             let mut body = resubmission(&old, name);
-            if let Some(array) = &old.array_id {
+            let one_task = old.array_id.as_ref().is_some_and(|a| *a != old.id) && !failed;
+            if one_task {
+                // A task named by its own id is submitted again alone, keeping its index.
+                body["array"] = json!(old.array_index.unwrap_or(0).to_string());
+            } else if let Some(array) = &old.array_id {
                 // An array is submitted again as one: all its tasks, or those that failed.
                 let tasks = list_jobs(client, vec![("array", array.clone())], u64::MAX, None)
                     .await?
@@ -834,7 +838,19 @@ pub async fn run(client: &Client, cmd: JobCmd) -> anyhow::Result<i32> {
                 .call(Method::POST, "/api/v1/jobs", Some(&body))
                 .await?;
             print(output, &job, |j| {
-                format!("job {} submitted again as {}", old.id, j.id)
+                match (&old.array_id, j.array.as_deref()) {
+                    (Some(array), Some(spec)) if one_task => format!(
+                        "task {spec} of array {} submitted again, alone, as {}",
+                        allot_domain::job::short_id(array),
+                        j.id
+                    ),
+                    (Some(array), Some(spec)) => format!(
+                        "array {} submitted again as {} (tasks {spec})",
+                        allot_domain::job::short_id(array),
+                        j.id
+                    ),
+                    _ => format!("job {} submitted again as {}", old.id, j.id),
+                }
             })?;
             Ok(0)
         }
