@@ -293,6 +293,40 @@ async fn an_sbatch_script_is_submitted_unchanged() {
         first["cpu_milli"], 2000,
         "what the flags leave, the script gives"
     );
+    // A script that ignores SIGTERM is killed when cancelled, and its file goes with the
+    // attempt's own temporary directory.
+    let stubborn = dir.path().join("stubborn.sh");
+    std::fs::write(
+        &stubborn,
+        "#!/bin/sh\ntrap '' TERM\necho \"$0\"\nsleep 600\n",
+    )
+    .expect("script");
+    let out = c.cli(&[
+        "job",
+        "submit",
+        "--tenant",
+        "t",
+        "--gpus",
+        "0",
+        "-o",
+        "json",
+        stubborn.to_str().expect("path"),
+    ]);
+    let job: Value = serde_json::from_str(&out).expect("json");
+    let id = job["id"].as_str().expect("id").to_owned();
+    let file = c
+        .eventually("the script says where it runs from", || async {
+            let log = c.log_of(&id).await;
+            log.lines().next().map(str::to_owned)
+        })
+        .await;
+    assert!(std::path::Path::new(&file).exists(), "{file} while it runs");
+    c.cli(&["job", "cancel", &id]);
+    assert_eq!(c.wait_for_end(&id).await["state"], "cancelled");
+    assert!(
+        !std::path::Path::new(&file).exists(),
+        "{file} is left behind"
+    );
     // A directive Allot does not read is an error naming its line, unless told to skip it.
     let odd = dir.path().join("odd.sh");
     std::fs::write(&odd, "#!/bin/sh\n#SBATCH --partition=gpu\ntrue\n").expect("script");

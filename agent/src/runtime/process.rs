@@ -175,6 +175,8 @@ struct ProcessAttempt {
     pid: u32,
     /// Its file secrets, removed when it ends.
     secrets_dir: Option<PathBuf>,
+    /// Its own temporary directory (`TMPDIR`), removed when it ends.
+    tmp_dir: PathBuf,
 }
 
 impl Attempt for ProcessAttempt {
@@ -199,6 +201,7 @@ impl Attempt for ProcessAttempt {
         if let Some(d) = &self.secrets_dir {
             let _ = std::fs::remove_dir_all(d);
         }
+        let _ = std::fs::remove_dir_all(&self.tmp_dir);
         Box::pin(async { Ending::default() })
     }
 }
@@ -229,6 +232,14 @@ impl JobRuntime for ProcessRuntime {
                 .mode(0o700)
                 .create(&dir)
                 .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+            // A temporary directory of the attempt's own, as a container's /tmp is: what it
+            // leaves there (a batch script's file, after a SIGKILL) goes when it ends.
+            let tmp_dir = dir.join("tmp");
+            let _ = std::fs::remove_dir_all(&tmp_dir);
+            std::fs::DirBuilder::new()
+                .mode(0o700)
+                .create(&tmp_dir)
+                .map_err(|e| format!("cannot create {}: {e}", tmp_dir.display()))?;
             let checkpoints = checkpoint_env(spec)?;
             let secret_env = super::secrets::env(&spec.secrets)?;
             let secrets_dir =
@@ -240,6 +251,7 @@ impl JobRuntime for ProcessRuntime {
             cmd.args(&spec.command[1..])
                 .env_clear()
                 .envs(base_env(&dir))
+                .env("TMPDIR", &tmp_dir)
                 .envs(&spec.env)
                 .envs(spec.allot_env(&dir.display().to_string()))
                 .envs(checkpoints)
@@ -273,6 +285,7 @@ impl JobRuntime for ProcessRuntime {
                 child,
                 pid,
                 secrets_dir,
+                tmp_dir,
             }) as Box<dyn Attempt>)
         })
     }

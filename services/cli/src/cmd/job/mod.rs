@@ -165,9 +165,10 @@ pub enum JobCmd {
         #[arg(short, long, value_enum, default_value_t)]
         output: Format,
         /// A batch script to run: its #ALLOT directives (any of these flags) and the common
-        /// #SBATCH ones (--gres=gpu:N, --gpus, -c, --mem, -t, -J, -a, -d, -N, -o, -e) are
-        /// read from its header, the flags given here taking precedence; the script runs
-        /// with its own interpreter (its #! line), given the arguments after `--`.
+        /// #SBATCH ones (--gres=gpu:N, --gpus, -c, --mem, -t, -J, -a, -d, -N, --exclusive;
+        /// -o and -e accepted and not applied, as Allot keeps each job's output) are read
+        /// from its header, the flags given here taking precedence; the script runs with
+        /// its own interpreter (its #! line, else sh), given the arguments after `--`.
         #[arg(conflicts_with = "image")]
         script: Option<std::path::PathBuf>,
         /// The program and its arguments (required without --image or a script).
