@@ -104,6 +104,19 @@ async fn an_array_never_runs_more_tasks_than_its_cap_and_each_knows_its_index() 
     let got = c.cli(&["job", "get", array]);
     assert!(got.contains("tasks: 200 succeeded"), "{got}");
 
+    // A task is found as lists show it (`sweep[7]`) and as Slurm writes it (`ID_7`); the
+    // array's name names the array.
+    let seventh = all.iter().find(|t| t["array_index"] == 7).expect("task 7");
+    for key in ["sweep[7]".to_owned(), format!("{array}_7")] {
+        let (s, got) = c.get(&format!("/api/v1/jobs/{key}")).await;
+        assert_eq!(s, StatusCode::OK, "{key}: {got}");
+        assert_eq!(got["id"], seventh["id"], "{key}");
+    }
+    let (_, by_name) = c.get("/api/v1/jobs/sweep").await;
+    assert_eq!(by_name["id"], array, "{by_name}");
+    let (s, _) = c.get("/api/v1/jobs/sweep[200]").await;
+    assert_eq!(s, StatusCode::NOT_FOUND, "no such task");
+
     // Cancelling an array's id cancels all its unfinished tasks, as scancel does.
     let mut body = json!({ "tenant": "t", "gpus": 0, "cpu_milli": 10,
         "memory_bytes": 16 << 20, "array": "0-5%2", "command": ["sleep", "600"] });

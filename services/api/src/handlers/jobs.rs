@@ -574,10 +574,12 @@ async fn by_name_or_prefix(
             ..JobFilter::new(scope.clone())
         },
     ];
+    // An array's name names the array (its first task); `name[7]` names a task.
     let by_name = [JobFilter {
         name: Some(key.to_owned()),
         limit: Some(SHOWN),
         gangs_whole: true,
+        arrays_whole: true,
         ..JobFilter::new(scope.clone())
     }];
     for filters in [&by_id[..], &by_name[..]] {
@@ -626,6 +628,49 @@ async fn by_name_or_prefix(
     }
 }
 
+/// A task of an array as lists show it (`sweep[7]`) or as Slurm writes it (`ID_7`): the
+/// array's id or name, and the index. Only tried when nothing is found by the key as given,
+/// so a job named `train_5` is still found by its name.
+fn array_task_key(key: &str) -> Option<(&str, u32)> {
+    let (array, index) = match key.strip_suffix(']') {
+        Some(rest) => rest.rsplit_once('[')?,
+        None => key.rsplit_once('_')?,
+    };
+    let index = index.parse().ok()?;
+    (!array.is_empty()).then_some((array, index))
+}
+
+/// Task `index` of the array `array` names (by id or name), if the caller sees it.
+async fn array_task(
+    state: &AppState,
+    scope: TenantScope,
+    array: &str,
+    index: u32,
+) -> Result<Option<allot_domain::Job>, ApiError> {
+    let first = match state.store.job(&scope, array).await {
+        Err(allot_store::StoreError::NotFound(_)) => {
+            match Box::pin(by_name_or_prefix(state, scope.clone(), array)).await {
+                Err(ApiError::NotFound(_)) => return Ok(None),
+                found => found?,
+            }
+        }
+        found => found?,
+    };
+    let Some(array_id) = first.array_task.as_ref().map(|a| a.array_id.clone()) else {
+        return Ok(None);
+    };
+    Ok(state
+        .store
+        .list_jobs(JobFilter {
+            array_id: Some(array_id),
+            ..JobFilter::new(scope)
+        })
+        .await?
+        .jobs
+        .into_iter()
+        .find(|j| j.array_task.as_ref().is_some_and(|a| a.index == index)))
+}
+
 /// The job, if the caller may see its tenant (else 404) and do `action` to it (else 403).
 pub async fn visible_job(
     state: &AppState,
@@ -635,7 +680,17 @@ pub async fn visible_job(
 ) -> Result<allot_domain::Job, ApiError> {
     let scope = TenantScope::Tenants(who.permitted_tenants(Action::JobList)?);
     let job = match state.store.job(&scope, id).await {
-        Err(allot_store::StoreError::NotFound(_)) => by_name_or_prefix(state, scope, id).await?,
+        Err(allot_store::StoreError::NotFound(_)) => {
+            match by_name_or_prefix(state, scope.clone(), id).await {
+                Err(ApiError::NotFound(why)) => match array_task_key(id) {
+                    Some((array, index)) => array_task(state, scope, array, index)
+                        .await?
+                        .ok_or(ApiError::NotFound(why))?,
+                    None => return Err(ApiError::NotFound(why)),
+                },
+                found => found?,
+            }
+        }
         found => found?,
     };
     who.authorize(
