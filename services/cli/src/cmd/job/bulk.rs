@@ -101,13 +101,33 @@ pub async fn cancel(client: &Client, selection: &Selection, yes: bool) -> anyhow
         if !std::io::stdin().is_terminal() {
             bail!("{n} jobs match: give --yes to cancel them without being asked");
         }
-        let names: Vec<&str> = jobs.iter().take(5).map(|j| j.name.as_str()).collect();
+        // What they are (a task with its index) and whose: a member's glob may take
+        // teammates' jobs too.
+        let names: Vec<String> = jobs
+            .iter()
+            .take(5)
+            .map(|j| match j.array_index {
+                Some(i) => format!("{}[{i}]", j.name),
+                None => j.name.clone(),
+            })
+            .collect();
         let more = if n > 5 {
             format!(", and {} more", n - 5)
         } else {
             String::new()
         };
-        eprint!("cancel {n} jobs ({}{more})? [y/N] ", names.join(", "));
+        let mut whose: Vec<&str> = jobs
+            .iter()
+            .map(|j| j.user.as_deref().unwrap_or("-"))
+            .collect();
+        whose.sort_unstable();
+        whose.dedup();
+        let question = format!(
+            "cancel {n} jobs ({}{more}), submitted by {}? [y/N] ",
+            names.join(", "),
+            whose.join(", ")
+        );
+        eprint!("{}", crate::output::terminal_safe(&question));
         let mut answer = String::new();
         std::io::stdin().read_line(&mut answer)?;
         if !matches!(answer.trim(), "y" | "Y" | "yes") {
