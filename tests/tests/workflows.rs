@@ -521,6 +521,15 @@ async fn jobs_name_who_submitted_them_and_logs_have_a_tail_and_times() {
         .await
         .expect("text");
     assert_eq!(later, "", "nothing written since then");
+    // Since a time, as RFC 3339 writes it.
+    let an_hour_ago = (chrono::Utc::now() - chrono::Duration::hours(1))
+        .to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    assert_eq!(
+        c.cli(&["job", "logs", &id, "--since", &an_hour_ago])
+            .lines()
+            .count(),
+        10
+    );
     // Slow output, each line stamped with when it arrived: the second line's time is about
     // two seconds after the first's; unstamped, the same log has the lines alone.
     let slow = c

@@ -188,8 +188,14 @@ pub fn directives(
                 }
                 "--mem" => flags.extend(["--memory".into(), slurm_memory(&v).map_err(at)?]),
                 "-t" | "--time" => {
-                    let secs = slurm_time(&v).map_err(at)?;
-                    flags.extend(["--time-limit".into(), format!("{secs}s")]);
+                    // Slurm's 0, UNLIMITED and INFINITE: no limit (none is set).
+                    if !matches!(
+                        v.trim(),
+                        "0" | "UNLIMITED" | "INFINITE" | "unlimited" | "infinite"
+                    ) {
+                        let secs = slurm_time(&v).map_err(at)?;
+                        flags.extend(["--time-limit".into(), format!("{secs}s")]);
+                    }
                 }
                 "-J" | "--job-name" => flags.extend(["--name".into(), v]),
                 "-a" | "--array" => flags.extend(["--array".into(), v]),
@@ -421,6 +427,11 @@ mod tests {
         assert_eq!(slurm_memory("2G").as_deref(), Ok("2GiB"));
         assert!(slurm_memory("2X").is_err());
         assert!(slurm_memory("0").is_err(), "all of a node's memory");
+        for unlimited in ["0", "UNLIMITED", "infinite"] {
+            let flags = directives(&format!("#SBATCH -t {unlimited}\n"), false, &|_| true)
+                .expect(unlimited);
+            assert!(flags.is_empty(), "{unlimited}: no limit, {flags:?}");
+        }
         assert!(
             slurm_memory("1.5G").is_err_and(|e| e.contains("1536M")),
             "a fraction says how to write it"

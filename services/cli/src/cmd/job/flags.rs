@@ -14,6 +14,21 @@ pub(super) fn parse_env(s: &str) -> Result<(String, String), String> {
         .ok_or_else(|| format!("`{s}` is not KEY=VALUE"))
 }
 
+/// `logs --since`: a length of time back from now (`10m`, `0s`: from now on) or a time
+/// (RFC 3339, e.g. `2026-12-05T12:00:00Z`).
+pub(super) fn parse_since(s: &str) -> Result<chrono::DateTime<chrono::Utc>, String> {
+    if let Ok(t) = chrono::DateTime::parse_from_rfc3339(s.trim()) {
+        return Ok(t.with_timezone(&chrono::Utc));
+    }
+    let secs = match s.trim() {
+        "0" | "0s" | "0m" | "0h" => 0,
+        other => parse_time_limit(other).map_err(|_| {
+            format!("`{s}`: a length of time back from now (10m, 2h, 1d) or a time (RFC 3339, 2026-12-05T12:00:00Z)")
+        })?,
+    };
+    Ok(chrono::Utc::now() - chrono::Duration::seconds(i64::try_from(secs).unwrap_or(i64::MAX)))
+}
+
 /// `--cpus`: more than none (leaving the flag out takes the tenant's default).
 pub(super) fn parse_cpus(s: &str) -> Result<u64, String> {
     match parse_milli(s)? {

@@ -290,10 +290,11 @@ pub enum JobCmd {
         /// Only the last N lines (following: then what comes).
         #[arg(long, short = 'n')]
         tail: Option<usize>,
-        /// Only what it wrote in the last while, e.g. 10m or 2h (from the first output the
-        /// control plane received since; it arrives every half second or so).
-        #[arg(long, value_parser = parse_time_limit)]
-        since: Option<u64>,
+        /// Only what it wrote in the last while, e.g. 10m or 2h, or since a time (RFC 3339,
+        /// 2026-12-05T12:00:00Z): from the first output the control plane received since
+        /// (it arrives every half second or so).
+        #[arg(long, value_parser = flags::parse_since)]
+        since: Option<chrono::DateTime<chrono::Utc>>,
         /// Start each line with when the control plane received it (RFC 3339, UTC; output
         /// arrives every half second or so, so that is how close it is to when it was written).
         #[arg(long)]
@@ -1044,11 +1045,7 @@ pub async fn run(client: &Client, cmd: JobCmd) -> anyhow::Result<i32> {
                 (false, true) => LogMode::Raw,
                 (false, false) => LogMode::Safe,
             };
-            let since = since.map(|s| {
-                (chrono::Utc::now()
-                    - chrono::Duration::seconds(i64::try_from(s).unwrap_or(i64::MAX)))
-                .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
-            });
+            let since = since.map(|s| s.to_rfc3339_opts(chrono::SecondsFormat::Millis, true));
             if follow && tail.is_none() && since.is_none() {
                 follow_log(client, &id, attempt, None, mode, timestamps).await?;
                 return Ok(0);
