@@ -5,11 +5,14 @@ use allot_store::AuditRepo;
 use allot_system_tests::{Backend, StatusCode, TestCluster, process_group_alive, spawn_cluster};
 use serde_json::{Value, json};
 
+/// The states a job went through: its events that changed its state (not those that say
+/// something of it in a state, as who asked for its cancel).
 fn states(job: &Value) -> Vec<String> {
     job["events"]
         .as_array()
         .expect("events")
         .iter()
+        .filter(|e| e["from"] != e["to"])
         .map(|e| e["to"].as_str().expect("to").to_owned())
         .collect()
 }
