@@ -949,8 +949,18 @@ async fn mount_targets_stay_in_their_own_container_and_cached_roots_are_private(
     for p in ["etc/ld.so.preload", "made"] {
         assert!(!cached.join(p).exists(), "{p} was made in the cached root");
     }
-    let a_log = c.log_of(&a).await;
-    assert_eq!(a_log, "/made/by/a\nmounted\n", "{running:#}");
+    // Its output reaches the control plane every half second or so: waited for, not read
+    // once (a loaded machine ships it later); a wait that runs out shows what it last read.
+    let wanted = "/made/by/a\nmounted\n";
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let a_log = loop {
+        let log = c.log_of(&a).await;
+        if log == wanted || std::time::Instant::now() > deadline {
+            break log;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(a_log, wanted, "{running:#}");
     let (status, _) = c.post(&format!("/api/v1/jobs/{a}/cancel"), json!({})).await;
     assert!(status.is_success());
     c.wait_for_end(&a).await;
