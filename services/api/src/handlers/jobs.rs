@@ -628,6 +628,18 @@ async fn by_name_or_prefix(
     }
 }
 
+/// The job `key` names among those of `scope`: by id, else by short id, id prefix or name.
+async fn find_job(
+    state: &AppState,
+    scope: TenantScope,
+    key: &str,
+) -> Result<allot_domain::Job, ApiError> {
+    match state.store.job(&scope, key).await {
+        Err(allot_store::StoreError::NotFound(_)) => by_name_or_prefix(state, scope, key).await,
+        found => Ok(found?),
+    }
+}
+
 /// A task of an array as lists show it (`sweep[7]`) or as Slurm writes it (`ID_7`): the
 /// array's id or name, and the index. Only tried when nothing is found by the key as given,
 /// so a job named `train_5` is still found by its name.
@@ -647,13 +659,8 @@ async fn array_task(
     array: &str,
     index: u32,
 ) -> Result<Option<allot_domain::Job>, ApiError> {
-    let first = match state.store.job(&scope, array).await {
-        Err(allot_store::StoreError::NotFound(_)) => {
-            match Box::pin(by_name_or_prefix(state, scope.clone(), array)).await {
-                Err(ApiError::NotFound(_)) => return Ok(None),
-                found => found?,
-            }
-        }
+    let first = match find_job(state, scope.clone(), array).await {
+        Err(ApiError::NotFound(_)) => return Ok(None),
         found => found?,
     };
     let Some(array_id) = first.array_task.as_ref().map(|a| a.array_id.clone()) else {
@@ -679,18 +686,13 @@ pub async fn visible_job(
     action: Action,
 ) -> Result<allot_domain::Job, ApiError> {
     let scope = TenantScope::Tenants(who.permitted_tenants(Action::JobList)?);
-    let job = match state.store.job(&scope, id).await {
-        Err(allot_store::StoreError::NotFound(_)) => {
-            match by_name_or_prefix(state, scope.clone(), id).await {
-                Err(ApiError::NotFound(why)) => match array_task_key(id) {
-                    Some((array, index)) => array_task(state, scope, array, index)
-                        .await?
-                        .ok_or(ApiError::NotFound(why))?,
-                    None => return Err(ApiError::NotFound(why)),
-                },
-                found => found?,
-            }
-        }
+    let job = match find_job(state, scope.clone(), id).await {
+        Err(ApiError::NotFound(why)) => match array_task_key(id) {
+            Some((array, index)) => array_task(state, scope, array, index)
+                .await?
+                .ok_or(ApiError::NotFound(why))?,
+            None => return Err(ApiError::NotFound(why)),
+        },
         found => found?,
     };
     who.authorize(

@@ -70,70 +70,53 @@ pub(super) async fn count_jobs(store: &Store, f: JobFilter) -> Result<u64, Store
 pub(super) async fn count_jobs_by_state(
     store: &Store,
 ) -> Result<Vec<(String, JobState, u64)>, StoreError> {
-    #[derive(sea_orm::FromQueryResult)]
-    struct Count {
-        tenant_id: String,
-        state: String,
-        n: i64,
-    }
-    let counts = jobs::Entity::find()
-        .select_only()
-        .column(jobs::Column::TenantId)
-        .column(jobs::Column::State)
-        .column_as(jobs::Column::Id.count(), "n")
-        // A gang counts once, by its record (replica 0), as lists and tenants count it.
-        .filter(jobs::Column::ReplicaRank.eq(0))
-        .group_by(jobs::Column::TenantId)
-        .group_by(jobs::Column::State)
-        .into_model::<Count>()
-        .all(&store.db)
-        .await?;
-    counts
-        .into_iter()
-        .map(|c| {
-            Ok((
-                c.tenant_id,
-                parse("job state", &c.state)?,
-                to_u64("count", c.n)?,
-            ))
-        })
-        .collect()
+    counts_by_state(store, jobs::Column::TenantId, Condition::all()).await
 }
 
 pub(super) async fn array_task_counts(
     store: &Store,
     array_ids: &[String],
 ) -> Result<Vec<(String, JobState, u64)>, StoreError> {
-    #[derive(sea_orm::FromQueryResult)]
-    struct Count {
-        array_id: String,
-        state: String,
-        n: i64,
-    }
     if array_ids.is_empty() {
         return Ok(Vec::new());
     }
+    counts_by_state(
+        store,
+        jobs::Column::ArrayId,
+        Condition::all().add(jobs::Column::ArrayId.is_in(array_ids.iter().cloned())),
+    )
+    .await
+}
+
+/// How many jobs of those `filter` takes are in each state, by `key` (a text column),
+/// counted by the database. A gang counts once, by its record (replica 0), as lists and
+/// tenants count it.
+async fn counts_by_state(
+    store: &Store,
+    key: jobs::Column,
+    filter: Condition,
+) -> Result<Vec<(String, JobState, u64)>, StoreError> {
+    #[derive(sea_orm::FromQueryResult)]
+    struct Count {
+        key: String,
+        state: String,
+        n: i64,
+    }
     let counts = jobs::Entity::find()
         .select_only()
-        .column(jobs::Column::ArrayId)
+        .column_as(key, "key")
         .column(jobs::Column::State)
         .column_as(jobs::Column::Id.count(), "n")
-        .filter(jobs::Column::ArrayId.is_in(array_ids.iter().cloned()))
+        .filter(filter)
         .filter(jobs::Column::ReplicaRank.eq(0))
-        .group_by(jobs::Column::ArrayId)
+        .group_by(key)
         .group_by(jobs::Column::State)
         .into_model::<Count>()
         .all(&store.db)
         .await?;
     counts
         .into_iter()
-        .map(|c| {
-            Ok((
-                c.array_id,
-                parse("job state", &c.state)?,
-                to_u64("count", c.n)?,
-            ))
-        })
+        .map(|c| Ok((c.key, parse("job state", &c.state)?, to_u64("count", c.n)?)))
         .collect()
 }
 

@@ -31,10 +31,6 @@ pub(crate) async fn create_jobs_in<C: ConnectionTrait>(
     let mut audited: Vec<(AuditContext, String)> = Vec::new();
     for (ctx, new) in &submits {
         let spec = &new.spec;
-        // A gang's replicas are created together; replica 0's id is the gang's. An array's
-        // tasks too (one replica each): the first task's id is the array's.
-        let first = new_id(store.clock.as_ref());
-        let gang = (spec.replicas > 1).then(|| first.clone());
         let tasks: Vec<Option<u32>> = match &spec.array {
             Some(a) => a
                 .tasks()
@@ -48,15 +44,17 @@ pub(crate) async fn create_jobs_in<C: ConnectionTrait>(
             .iter()
             .flat_map(|task| (0..std::cmp::max(spec.replicas, 1)).map(move |rank| (*task, rank)))
             .collect();
-        // Ids in the order of the tasks and replicas (time-ordered ids drawn in one
-        // millisecond are not), so that a listing by id lists them in order; the first is
-        // the array's or gang's.
-        let mut ids: Vec<String> = std::iter::once(first.clone())
-            .chain((1..units.len()).map(|_| new_id(store.clock.as_ref())))
-            .collect();
+        // A gang's replicas are created together; replica 0's id is the gang's. An array's
+        // tasks too (one replica each): the first task's id is the array's. Ids in the
+        // order of the tasks and replicas (time-ordered ids drawn in one millisecond are
+        // not), so that a listing by id lists them in order.
+        let mut ids: Vec<String> = units.iter().map(|_| new_id(store.clock.as_ref())).collect();
         ids.sort();
-        let first = ids.first().cloned().unwrap_or(first);
-        let gang = gang.map(|_| first.clone());
+        let first = ids
+            .first()
+            .cloned()
+            .ok_or_else(|| StoreError::Refused("a submit of no job".into()))?;
+        let gang = (spec.replicas > 1).then(|| first.clone());
         for ((task, rank), id) in units.into_iter().zip(ids) {
             rows.push(jobs::ActiveModel {
                 submitted_by: Set(new.submitted_by.clone()),
